@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs what strata needs to build and test, and only what is missing. Idempotent and quick
+# (a few seconds) when everything is already there.
+#
+#   Debian packages: the C++ toolchain's libraries (gRPC, Protobuf, Abseil, prometheus-cpp,
+#                    nlohmann-json, Oniguruma, GoogleTest) and ccache.
+#   PyPI (a virtualenv): torch (its LibTorch is the project's LibTorch) and the test oracles
+#                    (transformers, accelerate, tokenizers, safetensors, grpcio, pytest).
+#
+# The virtualenv lives outside the checkout (STRATA_VENV, default ~/.cache/strata/venv) so that
+# fresh clones, CI included, share the multi-gigabyte torch install.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+venv=${STRATA_VENV:-$HOME/.cache/strata/venv}
+requirements="$here/scripts/requirements.txt"
+
+debian_packages=(
+  build-essential cmake ninja-build pkg-config ccache
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev prometheus-cpp-dev nlohmann-json3-dev libonig-dev libgtest-dev
+)
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+
+missing=()
+for p in "${debian_packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)
+  [[ "$status" == ii* ]] || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The virtualenv is current when its stamp records the hash of requirements.txt.
+stamp="$venv/.strata-requirements.sha256"
+want=$(sha256sum "$requirements" | cut -d' ' -f1)
+if [[ ! -x "$venv/bin/python" || ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
+  python=${STRATA_PYTHON:-python3}
+  if [[ ! -x "$venv/bin/python" ]]; then
+    log "creating virtualenv $venv"
+    mkdir -p "$(dirname "$venv")"
+    "$python" -m venv "$venv"
+    "$venv/bin/pip" install -q --upgrade pip
+  fi
+  log "installing Python packages from scripts/requirements.txt (torch is large: minutes the first time)"
+  "$venv/bin/pip" install -q -r "$requirements"
+  echo "$want" >"$stamp"
+fi
