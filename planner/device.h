@@ -1,0 +1,63 @@
+#pragma once
+// Devices of a plan and their memory budgets, with accelerate's `max_memory` semantics.
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace strata::planner {
+
+// A place a module can live: GPU `index`, host memory, or the checkpoint on disk. Written as in
+// transformers' hf_device_map: "0", "1", ... (JSON integers), "cpu", "disk".
+struct Device {
+  enum class Kind { kGpu, kCpu, kDisk };
+  Kind kind = Kind::kCpu;
+  int index = 0;  // meaningful for kGpu only
+
+  static Device Gpu(int index) { return {Kind::kGpu, index}; }
+  static Device Cpu() { return {Kind::kCpu, 0}; }
+  static Device Disk() { return {Kind::kDisk, 0}; }
+
+  bool is_gpu() const { return kind == Kind::kGpu; }
+  std::string ToString() const;  // "0", "cpu", "disk"
+  friend bool operator==(const Device&, const Device&) = default;
+  // GPUs by index, then cpu, then disk: the order accelerate fills devices in.
+  friend auto operator<=>(const Device& a, const Device& b) {
+    if (a.kind != b.kind) return a.kind <=> b.kind;
+    return a.index <=> b.index;
+  }
+};
+
+// "0", "cuda:0", "cpu", "disk" -> Device. The error names the text.
+absl::StatusOr<Device> ParseDevice(absl::string_view text);
+
+// One device's budget. Budgets are doubles because transformers scales some of them by 0.9 and
+// compares the resulting Python floats with integer sizes; doubles reproduce that exactly.
+struct DeviceBudget {
+  Device device;
+  double bytes = 0;
+};
+
+// accelerate's `max_memory`, in its order: GPUs sorted by index, then "cpu", then "disk".
+using MaxMemory = std::vector<DeviceBudget>;
+
+// A size as accelerate's convert_file_size_to_int reads it: an integer number of bytes, or a number
+// with a unit: GiB/MiB/KiB (powers of 2), GB/MB/KB (powers of 10; a lowercase final "b" means bits).
+// TiB and TB are accepted too (accelerate has no terabyte units).
+absl::StatusOr<int64_t> ParseMemorySize(absl::string_view text);
+
+// "0=20GiB,1=20GiB,cpu=64GiB,disk=1TB" -> MaxMemory (sorted as accelerate sorts it). Errors name the
+// entry: a missing "=", an unknown device, an unparsable size, a device given twice.
+absl::StatusOr<MaxMemory> ParseMaxMemory(absl::string_view spec);
+
+// What transformers uses when no max_memory is given on a machine without GPUs: 90% of the
+// available host memory (MemAvailable) for "cpu".
+MaxMemory DefaultHostMaxMemory();
+
+// "20.00 GiB" style, for tables and messages.
+std::string FormatBytes(double bytes);
+
+}  // namespace strata::planner

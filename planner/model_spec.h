@@ -1,0 +1,96 @@
+#pragma once
+// The module tree of a model without its weights: what transformers builds on the meta device, with
+// the same module names, class names, parameters, buffers, tied weights and no-split classes.
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json_fwd.hpp"
+
+namespace strata::planner {
+
+enum class DType { kFloat32, kFloat16, kBFloat16, kFloat64, kInt64, kInt32, kInt8, kUInt8, kBool };
+
+absl::StatusOr<DType> ParseDType(std::string_view name);  // "float16", "bfloat16", "float32", ...
+std::string_view DTypeName(DType dtype);                  // torch's name: "bfloat16"
+int64_t DTypeSize(DType dtype);                            // bytes per element
+
+// A parameter or buffer. `name` is local to its module ("weight", "inv_freq").
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype = DType::kFloat32;
+  bool persistent = true;  // false for non-persistent buffers (not in the checkpoint, still in memory)
+
+  int64_t numel() const;
+  int64_t bytes() const { return numel() * DTypeSize(dtype); }
+};
+
+// A module. `name` is the full dotted HF name ("model.layers.0.self_attn"); the root's name is "".
+// Children are in registration order, as nn.Module.named_children yields them.
+struct ModuleSpec {
+  std::string name;
+  std::string class_name;
+  std::vector<TensorSpec> parameters;
+  std::vector<TensorSpec> buffers;
+  std::vector<ModuleSpec> children;
+
+  // Full name of a direct tensor or child: "model" + "embed_tokens" -> "model.embed_tokens".
+  std::string ChildName(std::string_view local) const;
+};
+
+struct ModelSpec {
+  std::string architecture;  // "LlamaForCausalLM", or the module tree's root class
+  DType dtype = DType::kFloat32;  // the dtype the parameters were sized in
+  ModuleSpec root;
+  std::vector<std::string> no_split_classes;  // e.g. {"LlamaDecoderLayer"}
+  // transformers' all_tied_weights_keys: tied parameter -> the parameter it shares storage with
+  // ("lm_head.weight" -> "model.embed_tokens.weight"). Keys are not counted in sizes.
+  std::map<std::string, std::string> tied_weights;
+  // The model's config, kept for later stages (KV cache sizing needs heads and head_dim).
+  int64_t num_hidden_layers = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// Builds the tree transformers builds for LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM
+// from a parsed config.json, with parameters in `dtype`. Errors name the config field.
+absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DType dtype);
+
+// Reads a module tree JSON (format "strata.module_tree.v1", written by tools/export_module_tree.py;
+// documented in planner/README.md). Parameter dtypes are those in the file unless `dtype` is given,
+// in which case floating-point parameters are re-sized to it (buffers keep theirs, as upstream).
+absl::StatusOr<ModelSpec> ModelSpecFromModuleTree(const nlohmann::json& tree, std::optional<DType> dtype);
+
+// The serving dtype a checkpoint declares: config.json's "dtype" (transformers 5) or "torch_dtype";
+// float32 when neither is set.
+absl::StatusOr<DType> ConfigDType(const nlohmann::json& config);
+
+// Reads DIR/config.json and builds the spec in `dtype` (default: ConfigDType). When the directory
+// holds *.safetensors files (one file, or shards listed by model.safetensors.index.json), reads their
+// JSON headers only and checks every tensor's name, dtype and shape against the spec: missing,
+// unexpected and mis-shaped tensors are errors naming them.
+absl::StatusOr<ModelSpec> LoadModelSpec(const std::filesystem::path& checkpoint_dir, std::optional<DType> dtype);
+
+// Reads a module tree file (see ModelSpecFromModuleTree).
+absl::StatusOr<ModelSpec> LoadModuleTree(const std::filesystem::path& file, std::optional<DType> dtype);
+
+// Writes a spec as a module tree JSON (the format ModelSpecFromModuleTree reads): what
+// `strata-plan --print-module-tree` prints, and what tools/export_module_tree.py writes.
+nlohmann::json ModuleTreeToJson(const ModelSpec& spec);
+
+// The checkpoint tensors a spec expects: full name -> (shape, dtype). Tied keys and non-persistent
+// buffers are not in a checkpoint.
+struct ExpectedTensor {
+  std::vector<int64_t> shape;
+  DType dtype;
+};
+std::map<std::string, ExpectedTensor> CheckpointTensors(const ModelSpec& spec);
+
+}  // namespace strata::planner

@@ -1,0 +1,440 @@
+// ModelSpecFromConfig for the Llama family: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM.
+//
+// The tree reproduces what transformers 5.23 builds for `AutoModelForCausalLM.from_config(config, dtype=...)`
+// (models/{llama,mistral,qwen2}/modeling_*.py and configuration_*.py): the same module names, class names,
+// registration order, parameters, buffers and tied weights. The three families share one layout and differ
+// in class-name prefix, config defaults, validation and which projections carry a bias.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+#include "planner/model_spec.h"
+
+namespace strata::planner {
+namespace {
+
+using json = nlohmann::json;
+
+// How one family's config class and modeling code differ from Llama's.
+struct Family {
+  absl::string_view architecture;  // "LlamaForCausalLM"
+  absl::string_view model_type;    // "llama"
+  absl::string_view prefix;        // class-name prefix: "Llama" -> LlamaModel, LlamaDecoderLayer, ...
+  // num_key_value_heads when config.json omits it: the config class's field default (MistralConfig: 8,
+  // Qwen2Config: 32), or nullopt where the default is None and __post_init__ copies num_attention_heads.
+  std::optional<int64_t> default_kv_heads;
+  bool kv_heads_may_be_null;  // MistralConfig types the field `int`, so an explicit null is rejected
+  // Qwen2Config declares no head_dim field: a head_dim in config.json is kept as an extra attribute and
+  // honoured, but an explicit null reaches `head_dim ** -0.5` in Qwen2Attention and fails.
+  bool declares_head_dim;
+  bool reads_attention_bias;      // LlamaAttention: bias=config.attention_bias on q, k, v and o
+  bool reads_mlp_bias;            // LlamaMLP: bias=config.mlp_bias
+  bool qkv_bias;                  // Qwen2Attention: q, k, v always have a bias, o never
+  bool requires_divisible_heads;  // LlamaConfig.validate_architecture, even when head_dim is explicit
+};
+
+constexpr Family kFamilies[] = {
+    {"LlamaForCausalLM", "llama", "Llama", std::nullopt, true, true, true, true, false, true},
+    {"MistralForCausalLM", "mistral", "Mistral", 8, false, true, false, false, false, false},
+    {"Qwen2ForCausalLM", "qwen2", "Qwen2", 32, true, false, false, false, true, false},
+};
+
+// ACT2FN's parameterless activations (transformers/activations.py): hidden_act -> module class name.
+constexpr std::pair<absl::string_view, absl::string_view> kActivations[] = {
+    {"gelu", "GELUActivation"},
+    {"gelu_10", "ClippedGELUActivation"},
+    {"gelu_accurate", "AccurateGELUActivation"},
+    {"gelu_fast", "FastGELUActivation"},
+    {"gelu_new", "NewGELUActivation"},
+    {"gelu_python", "GELUActivation"},
+    {"gelu_python_tanh", "GELUTanh"},
+    {"gelu_pytorch_tanh", "GELUTanh"},
+    {"hardswish", "Hardswish"},
+    {"laplace", "LaplaceActivation"},
+    {"leaky_relu", "LeakyReLU"},
+    {"linear", "LinearActivation"},
+    {"mish", "MishActivation"},
+    {"quick_gelu", "QuickGELUActivation"},
+    {"relu", "ReLU"},
+    {"relu2", "ReLUSquaredActivation"},
+    {"relu6", "ReLU6"},
+    {"sigmoid", "Sigmoid"},
+    {"silu", "SiLUActivation"},
+    {"sqrtsoftplus", "SqrtSoftplusActivation"},
+    {"swish", "SiLU"},
+    {"tanh", "Tanh"},
+};
+
+// Dimensions are capped so that products of two of them (a weight's numel, times a dtype size) fit int64.
+constexpr int64_t kMaxDimension = std::numeric_limits<int32_t>::max();
+
+absl::Status FieldError(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("config.json: ", field, " ", what));
+}
+
+std::optional<int64_t> AsPositiveInt(const json& value) {
+  // Booleans are not integers here, and neither are floats such as 64.0: transformers' strict config
+  // dataclasses reject both for int fields.
+  if (!value.is_number_integer()) return std::nullopt;
+  if (value.is_number_unsigned()) {
+    uint64_t v = value.get<uint64_t>();
+    if (v == 0 || v > static_cast<uint64_t>(kMaxDimension)) return std::nullopt;
+    return static_cast<int64_t>(v);
+  }
+  int64_t v = value.get<int64_t>();
+  if (v <= 0 || v > kMaxDimension) return std::nullopt;
+  return v;
+}
+
+absl::StatusOr<int64_t> RequiredPositiveInt(const json& config, absl::string_view field) {
+  auto it = config.find(field);
+  if (it == config.end()) return FieldError(field, "is missing (expected a positive integer)");
+  std::optional<int64_t> v = AsPositiveInt(*it);
+  if (!v) return FieldError(field, absl::StrCat("must be a positive integer, got ", it->dump()));
+  return *v;
+}
+
+// A positive integer, absent (nullopt) or, where `may_be_null`, null (also nullopt).
+absl::StatusOr<std::optional<int64_t>> OptionalPositiveInt(const json& config, absl::string_view field,
+                                                           bool may_be_null) {
+  auto it = config.find(field);
+  if (it == config.end()) return std::optional<int64_t>();
+  if (it->is_null() && may_be_null) return std::optional<int64_t>();
+  std::optional<int64_t> v = AsPositiveInt(*it);
+  if (!v) return FieldError(field, absl::StrCat("must be a positive integer, got ", it->dump()));
+  return v;
+}
+
+absl::StatusOr<bool> OptionalBool(const json& config, absl::string_view field, bool default_value) {
+  auto it = config.find(field);
+  if (it == config.end()) return default_value;
+  if (!it->is_boolean()) return FieldError(field, absl::StrCat("must be true or false, got ", it->dump()));
+  return it->get<bool>();
+}
+
+absl::StatusOr<const Family*> ResolveFamily(const json& config) {
+  std::vector<absl::string_view> supported;
+  for (const Family& f : kFamilies) supported.push_back(f.architecture);
+  const std::string hint = absl::StrCat(" (supported: ", absl::StrJoin(supported, ", "),
+                                        "); describe other models with a module tree: run "
+                                        "tools/export_module_tree.py and pass --module-tree");
+
+  const Family* by_model_type = nullptr;
+  std::string model_type;
+  if (auto it = config.find("model_type"); it != config.end() && !it->is_null()) {
+    if (!it->is_string()) return FieldError("model_type", absl::StrCat("must be a string, got ", it->dump()));
+    model_type = it->get<std::string>();
+    for (const Family& f : kFamilies) {
+      if (f.model_type == model_type) by_model_type = &f;
+    }
+  }
+
+  auto arch_it = config.find("architectures");
+  if (arch_it == config.end() || arch_it->is_null()) {
+    if (by_model_type != nullptr) return by_model_type;
+    if (model_type.empty()) {
+      return absl::InvalidArgumentError("config.json: neither architectures nor model_type is set" + hint);
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: model_type \"", model_type, "\" is not supported", hint));
+  }
+  if (!arch_it->is_array() || arch_it->empty() || !(*arch_it)[0].is_string()) {
+    return FieldError("architectures", absl::StrCat("must be a non-empty array of strings, got ", arch_it->dump()));
+  }
+  const std::string architecture = (*arch_it)[0].get<std::string>();
+  const Family* family = nullptr;
+  for (const Family& f : kFamilies) {
+    if (f.architecture == architecture) family = &f;
+  }
+  if (family == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: architecture \"", architecture, "\" is not supported", hint));
+  }
+  // AutoModelForCausalLM picks the class from model_type, not from architectures: a config naming two
+  // different supported families would be built differently by transformers than it says.
+  if (by_model_type != nullptr && by_model_type != family) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: architectures[0] is \"", architecture, "\" but model_type is \"", model_type, "\""));
+  }
+  return family;
+}
+
+// The RoPE settings that decide the length of the rotary embedding's inv_freq buffer.
+struct RopeShape {
+  std::string type = "default";
+  std::optional<double> partial_rotary_factor;
+  std::optional<int64_t> longrope_short_factors;  // length of short_factor, for "longrope"
+  std::string field = "rope_parameters";          // the config field the settings came from
+};
+
+absl::StatusOr<RopeShape> ParseRope(const json& config) {
+  RopeShape rope;
+  // PreTrainedConfig.convert_rope_params_to_dict: a truthy legacy `rope_scaling` wins over
+  // `rope_parameters`; a top-level partial_rotary_factor is a default for the dict's own.
+  const json* params = nullptr;
+  absl::string_view params_field;
+  for (absl::string_view field : {"rope_scaling", "rope_parameters"}) {
+    auto it = config.find(field);
+    if (it == config.end() || it->is_null()) continue;
+    if (!it->is_object()) return FieldError(field, absl::StrCat("must be an object, got ", it->dump()));
+    if (it->empty()) continue;
+    params = &*it;
+    params_field = field;
+    rope.field = std::string(field);
+    break;
+  }
+  if (auto it = config.find("partial_rotary_factor"); it != config.end() && !it->is_null()) {
+    if (!it->is_number() || it->get<double>() <= 0) {
+      return FieldError("partial_rotary_factor", absl::StrCat("must be a positive number, got ", it->dump()));
+    }
+    rope.partial_rotary_factor = it->get<double>();
+  }
+  if (params == nullptr) return rope;
+
+  const std::string prefix = absl::StrCat(params_field, ".");
+  if (params->contains("full_attention") || params->contains("sliding_attention")) {
+    // Per-layer-type RoPE dicts: the Llama-family rotary embedding reads rope_parameters["rope_type"] and
+    // fails on them.
+    return FieldError(params_field, "holds per-layer-type RoPE parameters, which this architecture does not support");
+  }
+  for (absl::string_view key : {"rope_type", "type"}) {
+    auto it = params->find(key);
+    if (it == params->end()) continue;
+    if (!it->is_string())
+      return FieldError(absl::StrCat(prefix, key), absl::StrCat("must be a string, got ", it->dump()));
+    rope.type = it->get<std::string>();
+    break;
+  }
+  constexpr absl::string_view kRopeTypes[] = {"default",  "linear", "dynamic",     "yarn",
+                                              "longrope", "llama3", "proportional"};
+  bool known = false;
+  for (absl::string_view t : kRopeTypes) known = known || t == rope.type;
+  if (!known) {
+    return FieldError(absl::StrCat(prefix, "rope_type"),
+                      absl::StrCat("\"", rope.type, "\" is not a RoPE type transformers knows (",
+                                   absl::StrJoin(kRopeTypes, ", "), ")"));
+  }
+  if (auto it = params->find("partial_rotary_factor"); it != params->end() && !it->is_null()) {
+    if (!it->is_number() || it->get<double>() <= 0) {
+      return FieldError(absl::StrCat(prefix, "partial_rotary_factor"),
+                        absl::StrCat("must be a positive number, got ", it->dump()));
+    }
+    rope.partial_rotary_factor = it->get<double>();
+  }
+  if (rope.type == "longrope") {
+    auto it = params->find("short_factor");
+    if (it == params->end() || !it->is_array() || it->empty()) {
+      return FieldError(absl::StrCat(prefix, "short_factor"), "must be a non-empty array of numbers for longrope");
+    }
+    rope.longrope_short_factors = static_cast<int64_t>(it->size());
+  }
+  return rope;
+}
+
+// Length of inv_freq, following each rope_init_fn in transformers/modeling_rope_utils.py.
+absl::StatusOr<int64_t> InvFreqLength(const RopeShape& rope, int64_t head_dim) {
+  if (rope.type == "default") {
+    // compute_default_rope_parameters ignores partial_rotary_factor: arange(0, head_dim, 2).
+    return (head_dim + 1) / 2;
+  }
+  const double factor = rope.partial_rotary_factor.value_or(1.0);
+  if (rope.type == "proportional") {
+    // Rotated angles for the first fraction of the head, zeros for the rest, head_dim // 2 in all.
+    const int64_t rope_angles = static_cast<int64_t>(std::floor(factor * static_cast<double>(head_dim) / 2.0));
+    return std::max(rope_angles, head_dim / 2);
+  }
+  // int(head_dim * partial_rotary_factor), then arange(0, dim, 2).
+  const int64_t dim = static_cast<int64_t>(static_cast<double>(head_dim) * factor);
+  const int64_t length = (dim + 1) / 2;
+  if (rope.type == "longrope") {
+    // short_factor (one per frequency) broadcasts against the frequencies.
+    const int64_t n = *rope.longrope_short_factors;
+    if (n == length || length == 1) return n;
+    if (n == 1) return length;
+    return FieldError(absl::StrCat(rope.field, ".short_factor"),
+                      absl::StrCat("has ", n, " entries, expected ", length, " (one per rotary frequency)"));
+  }
+  return length;
+}
+
+TensorSpec Tensor(std::string name, std::vector<int64_t> shape, DType dtype, bool persistent = true) {
+  return TensorSpec{std::move(name), std::move(shape), dtype, persistent};
+}
+
+ModuleSpec Module(const ModuleSpec& parent, std::string_view local, std::string class_name) {
+  ModuleSpec m;
+  m.name = parent.ChildName(local);
+  m.class_name = std::move(class_name);
+  return m;
+}
+
+// nn.Linear(in, out, bias): weight [out, in], then bias [out].
+ModuleSpec Linear(const ModuleSpec& parent, std::string_view local, int64_t in, int64_t out, bool bias, DType dtype) {
+  ModuleSpec m = Module(parent, local, "Linear");
+  m.parameters.push_back(Tensor("weight", {out, in}, dtype));
+  if (bias) m.parameters.push_back(Tensor("bias", {out}, dtype));
+  return m;
+}
+
+ModuleSpec RMSNorm(const ModuleSpec& parent, std::string_view local, const Family& family, int64_t hidden,
+                   DType dtype) {
+  ModuleSpec m = Module(parent, local, absl::StrCat(family.prefix, "RMSNorm"));
+  m.parameters.push_back(Tensor("weight", {hidden}, dtype));
+  return m;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DType dtype) {
+  if (!config.is_object()) return absl::InvalidArgumentError("config.json: expected a JSON object");
+  absl::StatusOr<const Family*> family_or = ResolveFamily(config);
+  if (!family_or.ok()) return family_or.status();
+  const Family& family = **family_or;
+
+  // Transformers would fall back to the config class's defaults (a 7B model's sizes) for these; a real
+  // checkpoint always states them, so a missing one is a broken config rather than a wish for defaults.
+  absl::StatusOr<int64_t> hidden = RequiredPositiveInt(config, "hidden_size");
+  if (!hidden.ok()) return hidden.status();
+  absl::StatusOr<int64_t> intermediate = RequiredPositiveInt(config, "intermediate_size");
+  if (!intermediate.ok()) return intermediate.status();
+  absl::StatusOr<int64_t> layers = RequiredPositiveInt(config, "num_hidden_layers");
+  if (!layers.ok()) return layers.status();
+  absl::StatusOr<int64_t> heads = RequiredPositiveInt(config, "num_attention_heads");
+  if (!heads.ok()) return heads.status();
+  absl::StatusOr<int64_t> vocab = RequiredPositiveInt(config, "vocab_size");
+  if (!vocab.ok()) return vocab.status();
+
+  absl::StatusOr<std::optional<int64_t>> kv_heads_field =
+      OptionalPositiveInt(config, "num_key_value_heads", family.kv_heads_may_be_null);
+  if (!kv_heads_field.ok()) return kv_heads_field.status();
+  int64_t kv_heads = *heads;
+  if (kv_heads_field->has_value()) {
+    kv_heads = **kv_heads_field;
+  } else if (!config.contains("num_key_value_heads") && family.default_kv_heads) {
+    kv_heads = *family.default_kv_heads;
+  }
+
+  absl::StatusOr<std::optional<int64_t>> head_dim_field =
+      OptionalPositiveInt(config, "head_dim", family.declares_head_dim);
+  if (!head_dim_field.ok()) return head_dim_field.status();
+  const int64_t head_dim = head_dim_field->value_or(*hidden / *heads);
+  // Whether the config object has a head_dim attribute, which is what RoPE validation looks at.
+  const bool has_head_dim_attribute = family.declares_head_dim || head_dim_field->has_value();
+
+  if (family.requires_divisible_heads && *hidden % *heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: hidden_size (", *hidden,
+                                                   ") must be a multiple of num_attention_heads (", *heads, ")"));
+  }
+
+  std::string act_class;
+  std::string hidden_act = "silu";
+  if (auto it = config.find("hidden_act"); it != config.end()) {
+    if (!it->is_string()) return FieldError("hidden_act", absl::StrCat("must be a string, got ", it->dump()));
+    hidden_act = it->get<std::string>();
+  }
+  for (const auto& [name, cls] : kActivations) {
+    if (name == hidden_act) act_class = std::string(cls);
+  }
+  // prelu carries a parameter; xielu's buffers depend on an optional CUDA kernel. Neither is used by
+  // this family's checkpoints, so they are refused rather than guessed.
+  if (act_class.empty()) {
+    return FieldError("hidden_act", absl::StrCat("\"", hidden_act, "\" is not a supported parameterless activation"));
+  }
+
+  absl::StatusOr<bool> tie = OptionalBool(config, "tie_word_embeddings", false);
+  if (!tie.ok()) return tie.status();
+  bool attention_bias = false;
+  bool mlp_bias = false;
+  if (family.reads_attention_bias) {
+    absl::StatusOr<bool> b = OptionalBool(config, "attention_bias", false);
+    if (!b.ok()) return b.status();
+    attention_bias = *b;
+  }
+  if (family.reads_mlp_bias) {
+    absl::StatusOr<bool> b = OptionalBool(config, "mlp_bias", false);
+    if (!b.ok()) return b.status();
+    mlp_bias = *b;
+  }
+
+  absl::StatusOr<RopeShape> rope = ParseRope(config);
+  if (!rope.ok()) return rope.status();
+  // PreTrainedConfig.validate_rope: an odd head that is rotated in full is refused (heads of 4 or less pass,
+  // for tiny test checkpoints).
+  if (has_head_dim_attribute && head_dim > 4 && head_dim % 2 == 1 &&
+      static_cast<int64_t>(static_cast<double>(head_dim) * rope->partial_rotary_factor.value_or(1.0)) == head_dim) {
+    return FieldError("head_dim", absl::StrCat("(", head_dim, ") must be even: RoPE rotates pairs of dimensions"));
+  }
+  absl::StatusOr<int64_t> inv_freq_length = InvFreqLength(*rope, head_dim);
+  if (!inv_freq_length.ok()) return inv_freq_length.status();
+
+  const std::string p(family.prefix);
+  ModelSpec spec;
+  spec.architecture = std::string(family.architecture);
+  spec.dtype = dtype;
+  spec.no_split_classes = {absl::StrCat(p, "DecoderLayer")};
+  if (*tie) spec.tied_weights["lm_head.weight"] = "model.embed_tokens.weight";
+  spec.num_hidden_layers = *layers;
+  spec.num_key_value_heads = kv_heads;
+  spec.head_dim = head_dim;
+
+  ModuleSpec& root = spec.root;
+  root.class_name = spec.architecture;
+
+  ModuleSpec model = Module(root, "model", absl::StrCat(p, "Model"));
+  ModuleSpec embed = Module(model, "embed_tokens", "Embedding");
+  embed.parameters.push_back(Tensor("weight", {*vocab, *hidden}, dtype));
+  model.children.push_back(std::move(embed));
+
+  ModuleSpec layer_list = Module(model, "layers", "ModuleList");
+  const bool qkv_bias = family.qkv_bias || attention_bias;
+  for (int64_t i = 0; i < *layers; ++i) {
+    ModuleSpec layer = Module(layer_list, std::to_string(i), absl::StrCat(p, "DecoderLayer"));
+
+    ModuleSpec attn = Module(layer, "self_attn", absl::StrCat(p, "Attention"));
+    attn.children.push_back(Linear(attn, "q_proj", *hidden, *heads * head_dim, qkv_bias, dtype));
+    attn.children.push_back(Linear(attn, "k_proj", *hidden, kv_heads * head_dim, qkv_bias, dtype));
+    attn.children.push_back(Linear(attn, "v_proj", *hidden, kv_heads * head_dim, qkv_bias, dtype));
+    attn.children.push_back(Linear(attn, "o_proj", *heads * head_dim, *hidden, attention_bias, dtype));
+    layer.children.push_back(std::move(attn));
+
+    ModuleSpec mlp = Module(layer, "mlp", absl::StrCat(p, "MLP"));
+    mlp.children.push_back(Linear(mlp, "gate_proj", *hidden, *intermediate, mlp_bias, dtype));
+    mlp.children.push_back(Linear(mlp, "up_proj", *hidden, *intermediate, mlp_bias, dtype));
+    mlp.children.push_back(Linear(mlp, "down_proj", *intermediate, *hidden, mlp_bias, dtype));
+    mlp.children.push_back(Module(mlp, "act_fn", act_class));
+    layer.children.push_back(std::move(mlp));
+
+    layer.children.push_back(RMSNorm(layer, "input_layernorm", family, *hidden, dtype));
+    layer.children.push_back(RMSNorm(layer, "post_attention_layernorm", family, *hidden, dtype));
+    layer_list.children.push_back(std::move(layer));
+  }
+  model.children.push_back(std::move(layer_list));
+  model.children.push_back(RMSNorm(model, "norm", family, *hidden, dtype));
+
+  // The rotary tables are computed in float32 (arange(..., dtype=int64).float()) and registered as
+  // non-persistent buffers, so from_config's dtype does not touch them and checkpoints do not hold them.
+  ModuleSpec rotary = Module(model, "rotary_emb", absl::StrCat(p, "RotaryEmbedding"));
+  rotary.buffers.push_back(Tensor("inv_freq", {*inv_freq_length}, DType::kFloat32, /*persistent=*/false));
+  rotary.buffers.push_back(Tensor("original_inv_freq", {*inv_freq_length}, DType::kFloat32, /*persistent=*/false));
+  model.children.push_back(std::move(rotary));
+
+  root.children.push_back(std::move(model));
+  // With tie_word_embeddings, lm_head.weight is the embedding's Parameter object: it still appears under
+  // lm_head (as named_parameters(recurse=False) shows) and tied_weights records the sharing.
+  root.children.push_back(Linear(root, "lm_head", *hidden, *vocab, /*bias=*/false, dtype));
+  return spec;
+}
+
+}  // namespace strata::planner

@@ -1,0 +1,194 @@
+#include "planner/plan.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "planner/auto_device_map.h"
+#include "planner/manual_device_map.h"
+
+namespace strata::planner {
+namespace {
+
+using internal::DeviceResolver;
+using internal::ModuleSizes;
+
+// Bytes placed on each device: every parameter and buffer (tied aliases excluded, as upstream counts
+// them) goes where its covering entry says. Tensors no entry covers (non-persistent buffers a manual
+// map left out) are charged to `fallback`.
+std::map<Device, int64_t> PlannedBytes(const ModelSpec& spec, const DeviceMap& map, const Device& fallback) {
+  DeviceResolver resolver(map);
+  std::map<Device, int64_t> planned;
+  std::vector<const ModuleSpec*> stack = {&spec.root};
+  while (!stack.empty()) {
+    const ModuleSpec* m = stack.back();
+    stack.pop_back();
+    auto charge = [&](const TensorSpec& t) {
+      std::string full = m->ChildName(t.name);
+      if (spec.tied_weights.count(full)) return;
+      auto entry = resolver.Find(full);
+      planned[entry ? entry->second : fallback] += t.bytes();
+    };
+    for (const TensorSpec& p : m->parameters) charge(p);
+    for (const TensorSpec& b : m->buffers) charge(b);
+    for (const ModuleSpec& c : m->children) stack.push_back(&c);
+  }
+  return planned;
+}
+
+// Decoder layers are the no-split modules; each holds one layer of KV cache.
+std::vector<std::string> DecoderLayers(const ModelSpec& spec) {
+  std::vector<std::string> layers;
+  std::vector<const ModuleSpec*> stack = {&spec.root};
+  while (!stack.empty()) {
+    const ModuleSpec* m = stack.back();
+    stack.pop_back();
+    if (std::find(spec.no_split_classes.begin(), spec.no_split_classes.end(), m->class_name) !=
+        spec.no_split_classes.end()) {
+      layers.push_back(m->name);
+      continue;
+    }
+    for (auto c = m->children.rbegin(); c != m->children.rend(); ++c) stack.push_back(&*c);
+  }
+  return layers;
+}
+
+// The KV cache each GPU must hold for `tokens` tokens: K and V of every decoder layer it runs. Layers
+// offloaded to cpu/disk while GPUs exist run on the first GPU, so their cache lives there.
+std::map<Device, int64_t> KvCacheBytes(const ModelSpec& spec, const DeviceMap& map, const MaxMemory& max_memory,
+                                       int64_t tokens) {
+  std::map<Device, int64_t> kv;
+  if (tokens <= 0) return kv;
+  const int64_t per_layer = 2 * tokens * spec.num_key_value_heads * spec.head_dim * DTypeSize(spec.dtype);
+  std::optional<Device> first_gpu;
+  for (const DeviceBudget& b : max_memory)
+    if (b.device.is_gpu() && !first_gpu) first_gpu = b.device;
+  if (!first_gpu) return kv;
+  DeviceResolver resolver(map);
+  for (const std::string& layer : DecoderLayers(spec)) {
+    auto entry = resolver.Find(layer);
+    if (!entry) continue;
+    kv[entry->second.is_gpu() ? entry->second : *first_gpu] += per_layer;
+  }
+  return kv;
+}
+
+std::vector<Stage> Stages(const DeviceMap& map, const internal::DefinitionOrder& order) {
+  DeviceMap sorted = map;
+  order.Sort(sorted);
+  std::vector<Stage> stages;
+  for (const auto& [name, device] : sorted) {
+    if (stages.empty() || !(stages.back().device == device)) stages.push_back({device, {}});
+    stages.back().modules.push_back(name);
+  }
+  return stages;
+}
+
+}  // namespace
+
+absl::string_view StrategyName(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::kAuto:
+      return "auto";
+    case Strategy::kBalanced:
+      return "balanced";
+    case Strategy::kBalancedLow0:
+      return "balanced_low_0";
+    case Strategy::kSequential:
+      return "sequential";
+    case Strategy::kManual:
+      return "manual";
+  }
+  return "?";
+}
+
+absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request) {
+  if (request.kv_cache_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_cache_tokens: must be >= 0, got ", request.kv_cache_tokens));
+  }
+  if (request.kv_cache_tokens > 0 && (spec.num_key_value_heads <= 0 || spec.head_dim <= 0)) {
+    return absl::InvalidArgumentError(
+        "kv_cache_tokens: the model description has no num_key_value_heads/head_dim to size a KV cache with");
+  }
+  const MaxMemory max_memory = request.max_memory ? *request.max_memory : DefaultHostMaxMemory();
+  const ModuleSizes sizes(spec);
+  const internal::DefinitionOrder order(spec);
+  Plan plan;
+  plan.strategy = request.device_map.strategy;
+
+  MaxMemory placed_with;  // the budgets the placement ran with
+  std::map<Device, int64_t> kv_reserve;
+  if (plan.strategy == Strategy::kManual) {
+    plan.device_map = request.device_map.manual;
+    placed_with = max_memory;
+    kv_reserve = KvCacheBytes(spec, plan.device_map, max_memory, request.kv_cache_tokens);
+    for (DeviceBudget& b : placed_with) b.bytes -= static_cast<double>(kv_reserve[b.device]);
+    std::optional<MaxMemory> limits;
+    if (request.max_memory) limits = placed_with;
+    Device fallback = plan.device_map.front().second;
+    absl::Status valid =
+        internal::ValidateManualMap(spec, plan.device_map, limits, PlannedBytes(spec, plan.device_map, fallback));
+    if (!valid.ok()) return valid;
+    plan.explanation.push_back("manual map: validated (every checkpoint tensor covered once, tied weights together)");
+  } else {
+    // The KV reserve depends on where the layers go, and the placement on the reserve: start with none
+    // and grow it (never shrink, so this ends) until the placement no longer changes the need.
+    for (int round = 0;; ++round) {
+      MaxMemory budgets = max_memory;
+      for (DeviceBudget& b : budgets) b.bytes = std::max(0.0, b.bytes - static_cast<double>(kv_reserve[b.device]));
+      std::vector<std::string> trace;
+      if (plan.strategy == Strategy::kSequential) {
+        placed_with = budgets;
+      } else {
+        absl::StatusOr<MaxMemory> balanced = internal::BalancedMaxMemory(
+            spec, sizes, budgets, plan.strategy == Strategy::kBalancedLow0, &trace);
+        if (!balanced.ok()) return balanced.status();
+        placed_with = *std::move(balanced);
+      }
+      absl::StatusOr<DeviceMap> map = internal::InferAutoDeviceMap(spec, sizes, placed_with, &trace);
+      if (!map.ok()) return map.status();
+      plan.device_map = *std::move(map);
+      plan.explanation = std::move(trace);
+      if (request.kv_cache_tokens == 0) break;
+      bool grew = false;
+      for (const auto& [device, bytes] :
+           KvCacheBytes(spec, plan.device_map, max_memory, request.kv_cache_tokens)) {
+        if (bytes > kv_reserve[device]) {
+          kv_reserve[device] = bytes;
+          grew = true;
+        }
+      }
+      if (!grew) break;
+      if (round > 64) return absl::InternalError("kv_cache_tokens: KV reserve did not settle");
+    }
+    if (request.kv_cache_tokens > 0) {
+      for (const auto& [device, bytes] : kv_reserve) {
+        plan.explanation.push_back(absl::StrCat("kv cache: ", FormatBytes(bytes), " reserved on GPU ",
+                                                device.ToString(), " for ", request.kv_cache_tokens, " tokens"));
+      }
+    }
+  }
+
+  const std::map<Device, int64_t> planned = PlannedBytes(spec, plan.device_map, plan.device_map.front().second);
+  for (const DeviceBudget& b : placed_with) {
+    auto it = planned.find(b.device);
+    plan.devices.push_back({b.device, b.bytes, it == planned.end() ? 0 : it->second, kv_reserve[b.device]});
+  }
+  // Devices the map uses that max_memory did not list: disk (always allowed, unlimited) and, for
+  // manual maps without max_memory, whatever the map names.
+  for (const auto& [device, bytes] : planned) {
+    bool listed = std::any_of(placed_with.begin(), placed_with.end(),
+                              [&](const DeviceBudget& b) { return b.device == device; });
+    if (!listed) plan.devices.push_back({device, std::numeric_limits<double>::infinity(), bytes, 0});
+  }
+  std::stable_sort(plan.devices.begin(), plan.devices.end(),
+                   [](const DeviceUsage& a, const DeviceUsage& b) { return a.device < b.device; });
+  plan.stages = Stages(plan.device_map, order);
+  return plan;
+}
+
+}  // namespace strata::planner

@@ -1,0 +1,77 @@
+#pragma once
+// Plans: where every module of a model lives, with transformers' device_map semantics.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json_fwd.hpp"
+#include "planner/device.h"
+#include "planner/model_spec.h"
+
+namespace strata::planner {
+
+enum class Strategy { kAuto, kBalanced, kBalancedLow0, kSequential, kManual };
+
+absl::string_view StrategyName(Strategy strategy);  // "auto", "balanced", ..., "manual"
+
+// transformers' hf_device_map: module name -> device, in a stable order (module definition order).
+using DeviceMap = std::vector<std::pair<std::string, Device>>;
+
+// Parses a manual map in hf_device_map JSON text ({"model.embed_tokens": 0, "lm_head": "cpu"}; {"": 0}),
+// keeping the entries' order. Values: integers (GPUs), "cpu", "disk", "cuda:N". Errors name the entry
+// (a key given twice, a value that is no device).
+absl::StatusOr<DeviceMap> ParseDeviceMap(absl::string_view json_text);
+
+// What --device-map accepts: a strategy name, inline JSON, or @FILE holding JSON.
+struct DeviceMapChoice {
+  Strategy strategy = Strategy::kBalancedLow0;
+  DeviceMap manual;  // when strategy == kManual
+};
+absl::StatusOr<DeviceMapChoice> ParseDeviceMapChoice(absl::string_view text);
+
+struct PlanRequest {
+  DeviceMapChoice device_map;
+  std::optional<MaxMemory> max_memory;  // absent: DefaultHostMaxMemory()
+  // Beyond transformers: reserve on each GPU the KV cache its decoder layers need for this many
+  // tokens (in the spec's dtype), iterating placement and reserve to a fixed point.
+  int64_t kv_cache_tokens = 0;
+};
+
+struct DeviceUsage {
+  Device device;
+  double budget_bytes = 0;    // the max_memory the placement ran with (after balancing)
+  int64_t planned_bytes = 0;  // sum of the sizes of the modules placed here
+  int64_t kv_cache_bytes = 0;  // KV reserve taken from the budget (GPUs, with kv_cache_tokens)
+};
+
+// Consecutive device_map entries on one device form a stage (GUIDE.md, Stages).
+struct Stage {
+  Device device;
+  std::vector<std::string> modules;
+};
+
+struct Plan {
+  Strategy strategy = Strategy::kBalancedLow0;
+  DeviceMap device_map;
+  std::vector<DeviceUsage> devices;  // every device of max_memory, in its order
+  std::vector<Stage> stages;
+  // One line per placement decision: why each module went where it went.
+  std::vector<std::string> explanation;
+};
+
+// Places the model. Strategies reproduce transformers' from_pretrained(device_map=...) exactly;
+// manual maps are validated (coverage, unknown modules/devices, tied weights, budgets). Errors are
+// InvalidArgument naming the module or device.
+absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request);
+
+// {"device_map": {...}, "devices": [...], "stages": [...]} (see planner/README.md), keys in plan order.
+nlohmann::ordered_json PlanToJson(const Plan& plan);
+// A table a person reads at a glance: per device, layers, planned GiB, budget GiB, % used.
+std::string PlanToTable(const ModelSpec& spec, const Plan& plan);
+
+}  // namespace strata::planner

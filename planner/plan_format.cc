@@ -1,0 +1,151 @@
+// Plans written for machines (JSON in hf_device_map form) and for people (a table).
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+#include "planner/manual_device_map.h"
+#include "planner/plan.h"
+
+namespace strata::planner {
+namespace {
+
+nlohmann::ordered_json DeviceJson(const Device& device) {
+  if (device.is_gpu()) return device.index;
+  return device.ToString();
+}
+
+// Budgets are whole bytes except where transformers scaled them by a float; unlimited is null.
+nlohmann::ordered_json BytesJson(double bytes) {
+  if (std::isinf(bytes)) return nullptr;
+  if (bytes == std::floor(bytes) && std::fabs(bytes) < 9e18) return static_cast<int64_t>(bytes);
+  return bytes;
+}
+
+// "0-3, 7" from sorted layer indices.
+std::string Ranges(const std::vector<int>& indices) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < indices.size();) {
+    size_t j = i;
+    while (j + 1 < indices.size() && indices[j + 1] == indices[j] + 1) ++j;
+    parts.push_back(i == j ? absl::StrCat(indices[i]) : absl::StrCat(indices[i], "-", indices[j]));
+    i = j + 1;
+  }
+  return parts.empty() ? "-" : absl::StrJoin(parts, ", ");
+}
+
+struct LayerInfo {
+  std::string name;
+  int index = -1;                 // trailing number of the name
+  std::set<Device> devices;       // where its tensors are
+};
+
+std::vector<LayerInfo> Layers(const ModelSpec& spec, const DeviceMap& map) {
+  internal::DeviceResolver resolver(map);
+  std::vector<LayerInfo> layers;
+  std::vector<const ModuleSpec*> stack = {&spec.root};
+  while (!stack.empty()) {
+    const ModuleSpec* m = stack.back();
+    stack.pop_back();
+    bool no_split = std::find(spec.no_split_classes.begin(), spec.no_split_classes.end(), m->class_name) !=
+                    spec.no_split_classes.end();
+    if (!no_split) {
+      for (auto c = m->children.rbegin(); c != m->children.rend(); ++c) stack.push_back(&*c);
+      continue;
+    }
+    LayerInfo info;
+    info.name = m->name;
+    size_t dot = m->name.rfind('.');
+    if (!absl::SimpleAtoi(m->name.substr(dot == std::string::npos ? 0 : dot + 1), &info.index)) info.index = -1;
+    std::vector<const ModuleSpec*> inner = {m};
+    while (!inner.empty()) {
+      const ModuleSpec* x = inner.back();
+      inner.pop_back();
+      for (const TensorSpec& p : x->parameters)
+        if (auto e = resolver.Find(x->ChildName(p.name))) info.devices.insert(e->second);
+      for (const ModuleSpec& c : x->children) inner.push_back(&c);
+    }
+    layers.push_back(std::move(info));
+  }
+  return layers;
+}
+
+bool IsLayerOrInside(const std::string& name, const std::vector<LayerInfo>& layers) {
+  for (const LayerInfo& l : layers) {
+    if (name == l.name || name.rfind(l.name + ".", 0) == 0 || l.name.rfind(name.empty() ? "" : name + ".", 0) == 0)
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+nlohmann::ordered_json PlanToJson(const Plan& plan) {
+  nlohmann::ordered_json json;
+  json["strategy"] = StrategyName(plan.strategy);
+  nlohmann::ordered_json map = nlohmann::ordered_json::object();
+  for (const auto& [name, device] : plan.device_map) map[name] = DeviceJson(device);
+  json["device_map"] = std::move(map);
+  nlohmann::ordered_json devices = nlohmann::ordered_json::array();
+  for (const DeviceUsage& d : plan.devices) {
+    devices.push_back({{"device", d.device.ToString()},
+                       {"budget_bytes", BytesJson(d.budget_bytes)},
+                       {"planned_bytes", d.planned_bytes},
+                       {"kv_cache_bytes", d.kv_cache_bytes}});
+  }
+  json["devices"] = std::move(devices);
+  nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+  for (const Stage& s : plan.stages) stages.push_back({{"device", s.device.ToString()}, {"modules", s.modules}});
+  json["stages"] = std::move(stages);
+  return json;
+}
+
+std::string PlanToTable(const ModelSpec& spec, const Plan& plan) {
+  const std::vector<LayerInfo> layers = Layers(spec, plan.device_map);
+  int64_t total = 0;
+  for (const DeviceUsage& d : plan.devices) total += d.planned_bytes;
+  std::string out = absl::StrFormat("%s, %s, strategy %s, %s in %d stage%s\n", spec.architecture,
+                                    DTypeName(spec.dtype), StrategyName(plan.strategy), FormatBytes(total),
+                                    plan.stages.size(), plan.stages.size() == 1 ? "" : "s");
+  const bool any_kv = std::any_of(plan.devices.begin(), plan.devices.end(),
+                                  [](const DeviceUsage& d) { return d.kv_cache_bytes > 0; });
+  absl::StrAppendFormat(&out, "%-6s  %-16s  %12s  %12s  %7s", "device", "layers", "planned", "budget", "used");
+  if (any_kv) absl::StrAppendFormat(&out, "  %12s", "kv cache");
+  absl::StrAppend(&out, "  other modules\n");
+  for (const DeviceUsage& d : plan.devices) {
+    std::vector<int> whole;
+    std::vector<std::string> partial;
+    for (const LayerInfo& l : layers) {
+      if (!l.devices.count(d.device)) continue;
+      if (l.devices.size() == 1) {
+        whole.push_back(l.index);
+      } else {
+        partial.push_back(absl::StrCat(l.index, " (part)"));
+      }
+    }
+    std::string layer_text = Ranges(whole);
+    if (!partial.empty()) layer_text = (whole.empty() ? "" : layer_text + ", ") + absl::StrJoin(partial, ", ");
+    std::vector<std::string> others;
+    for (const auto& [name, device] : plan.device_map) {
+      if (device == d.device && !IsLayerOrInside(name, layers)) others.push_back(name.empty() ? "(all)" : name);
+    }
+    std::string used = std::isinf(d.budget_bytes) || d.budget_bytes <= 0
+                           ? (d.planned_bytes > 0 && d.budget_bytes <= 0 ? "over" : "-")
+                           : absl::StrFormat("%.1f%%", 100.0 * static_cast<double>(d.planned_bytes) / d.budget_bytes);
+    absl::StrAppendFormat(&out, "%-6s  %-16s  %12s  %12s  %7s", d.device.ToString(), layer_text,
+                          FormatBytes(d.planned_bytes), FormatBytes(d.budget_bytes), used);
+    if (any_kv) absl::StrAppendFormat(&out, "  %12s", FormatBytes(d.kv_cache_bytes));
+    absl::StrAppend(&out, "  ", others.empty() ? "-" : absl::StrJoin(others, ", "), "\n");
+  }
+  std::vector<std::string> stage_text;
+  for (const Stage& s : plan.stages) stage_text.push_back(s.device.ToString());
+  absl::StrAppend(&out, "stages: ", absl::StrJoin(stage_text, " -> "), "\n");
+  return out;
+}
+
+}  // namespace strata::planner
