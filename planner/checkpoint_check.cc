@@ -134,19 +134,13 @@ absl::Status ReadHeader(const fs::path& dir, const std::string& file, std::map<s
       }
       tensor.shape.push_back(static_cast<int64_t>(*dim));
     }
-    // The bytes dtype x shape needs; nullopt when that overflows 64 bits (no file can hold it then).
-    std::optional<uint64_t> bytes = static_cast<uint64_t>(element_size);
+    // The bytes dtype x shape needs; `too_large` when that overflows 64 bits (no file can hold it then).
+    uint64_t bytes = static_cast<uint64_t>(element_size);
+    bool too_large = false;
     if (std::find(tensor.shape.begin(), tensor.shape.end(), 0) != tensor.shape.end()) {
       bytes = 0;
     } else {
-      for (int64_t dim : tensor.shape) {
-        uint64_t product = 0;
-        if (__builtin_mul_overflow(*bytes, static_cast<uint64_t>(dim), &product)) {
-          bytes.reset();
-          break;
-        }
-        bytes = product;
-      }
+      for (int64_t dim : tensor.shape) too_large = too_large || __builtin_mul_overflow(bytes, dim, &bytes);
     }
 
     auto offsets_it = entry.find("data_offsets");
@@ -162,10 +156,10 @@ absl::Status ReadHeader(const fs::path& dir, const std::string& file, std::map<s
       return CheckpointError(absl::StrCat(where, ": data_offsets end ", *end, " is past the ", data_size,
                                           " data bytes in the file (truncated file?)"));
     }
-    if (!bytes || *end - *begin != *bytes) {
+    if (too_large || *end - *begin != bytes) {
       return CheckpointError(absl::StrCat(where, ": data_offsets span ", *end - *begin, " bytes, but ", dtype, " ",
                                           ShapeString(tensor.shape), " needs ",
-                                          bytes ? absl::StrCat(*bytes) : std::string("more than 2^64")));
+                                          too_large ? std::string("more than 2^64") : absl::StrCat(bytes)));
     }
 
     auto [it, inserted] = tensors.emplace(name, std::move(tensor));

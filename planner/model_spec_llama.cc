@@ -184,14 +184,12 @@ absl::StatusOr<RopeShape> ParseRope(const json& config) {
   // PreTrainedConfig.convert_rope_params_to_dict: a truthy legacy `rope_scaling` wins over
   // `rope_parameters`; a top-level partial_rotary_factor is a default for the dict's own.
   const json* params = nullptr;
-  absl::string_view params_field;
   for (absl::string_view field : {"rope_scaling", "rope_parameters"}) {
     auto it = config.find(field);
     if (it == config.end() || it->is_null()) continue;
     if (!it->is_object()) return FieldError(field, absl::StrCat("must be an object, got ", it->dump()));
     if (it->empty()) continue;
     params = &*it;
-    params_field = field;
     rope.field = std::string(field);
     break;
   }
@@ -203,11 +201,11 @@ absl::StatusOr<RopeShape> ParseRope(const json& config) {
   }
   if (params == nullptr) return rope;
 
-  const std::string prefix = absl::StrCat(params_field, ".");
+  const std::string prefix = absl::StrCat(rope.field, ".");
   if (params->contains("full_attention") || params->contains("sliding_attention")) {
     // Per-layer-type RoPE dicts: the Llama-family rotary embedding reads rope_parameters["rope_type"] and
     // fails on them.
-    return FieldError(params_field, "holds per-layer-type RoPE parameters, which this architecture does not support");
+    return FieldError(rope.field, "holds per-layer-type RoPE parameters, which this architecture does not support");
   }
   for (absl::string_view key : {"rope_type", "type"}) {
     auto it = params->find(key);

@@ -258,6 +258,14 @@ TEST_F(CheckpointCheckTest, DataOffsetsMustMatchShapeAndDtype) {
   EXPECT_THAT(LoadError(), HasSubstr("data_offsets span 16 bytes, but F32 [8] needs 32"));
 }
 
+TEST_F(CheckpointCheckTest, OverflowingShapeIsRejected) {
+  WriteConfig(TinyConfig());
+  const std::string header =
+      R"({"model.norm.weight": {"dtype": "F32", "shape": [1099511627776, 1099511627776], "data_offsets": [0, 16]}})";
+  WriteRaw("model.safetensors", header, header.size(), 16);
+  EXPECT_THAT(LoadError(), HasSubstr("needs more than 2^64"));
+}
+
 TEST_F(CheckpointCheckTest, MissingShardIsNamed) {
   WriteConfig(TinyConfig());
   std::vector<FakeTensor> all = CompleteTensors();
