@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds strata into build/ (RelWithDebInfo, Ninja, ccache), against the LibTorch of
 # the virtualenv's torch wheel. Run scripts/setup.sh first (serve.sh and test.sh do).
+# Arguments, if any, are the targets to build (default: everything).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -16,4 +17,6 @@ if [[ ! -f "$build/build.ninja" ]]; then
     exit 1
   }
 fi
-cmake --build "$build" -j "$(nproc)"
+targets=()
+for t in "$@"; do targets+=(--target "$t"); done
+cmake --build "$build" -j "$(nproc)" "${targets[@]}"

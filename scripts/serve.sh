@@ -13,23 +13,11 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-venv=${STRATA_VENV:-$HOME/.cache/strata/venv}
 build=${STRATA_BUILD_DIR:-$here/build}
 
 "$here/scripts/setup.sh"
 
-# The configuration scripts/build.sh (and so scripts/test.sh) uses, so that all share one build
-# directory; only strata-server and what it needs are built here.
-torch_prefix=$("$venv/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
-if [[ ! -f "$build/build.ninja" ]]; then
-  mkdir -p "$build"
-  cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$torch_prefix" \
-    -DPython3_EXECUTABLE="$venv/bin/python" >"$build/configure.log" 2>&1 || {
-    cat "$build/configure.log" >&2
-    exit 1
-  }
-fi
-cmake --build "$build" --target strata-server >&2
+"$here/scripts/build.sh" strata-server >&2
 
 if (($# == 0)); then
   set -- --model "$here/server/example_model" \

@@ -43,8 +43,6 @@ int64_t Planned(const Plan& plan, Device device) {
   return 0;
 }
 
-std::map<std::string, Device> AsMap(const Plan& plan) { return {plan.device_map.begin(), plan.device_map.end()}; }
-
 TEST(AutoDeviceMap, WholeModelOnOneDeviceCleansToTheRoot) {
   Plan plan = MustPlan(TinyLlama(false), "sequential", "0=1GiB,cpu=1GiB");
   ASSERT_EQ(plan.device_map.size(), 1u);

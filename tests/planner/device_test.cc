@@ -24,7 +24,9 @@ TEST(ParseMemorySize, RejectsWhatAccelerateRejects) {
   for (const char* bad : {"", "20XB", "GiB", "abcGiB", "-1GiB", "1.5", "twenty"}) {
     absl::StatusOr<int64_t> size = ParseMemorySize(bad);
     EXPECT_FALSE(size.ok()) << bad;
-    if (!size.ok()) EXPECT_NE(size.status().message().find(bad), std::string::npos) << size.status();
+    if (!size.ok()) {
+      EXPECT_NE(size.status().message().find(bad), std::string::npos) << size.status();
+    }
   }
 }
 

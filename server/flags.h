@@ -1,0 +1,57 @@
+#pragma once
+// strata-server's command line: parsed and validated here, once, into ServerOptions. Everything after
+// ParseServerFlags may trust the options it gets (STYLE.md, validation in one place).
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "planner/device.h"
+#include "planner/model_spec.h"
+#include "planner/plan.h"
+
+namespace strata::server {
+
+// A HOST:PORT to listen on. `host` keeps IPv6 brackets ("[::1]"), so host + ":" + port round-trips.
+struct ListenAddress {
+  std::string host;
+  int port = 0;  // 0: the system picks one
+
+  std::string ToString() const;
+};
+
+// "0.0.0.0:50051", "127.0.0.1:0", "[::1]:9464", "localhost:50051". The error names the text.
+absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text);
+
+// What strata-server runs with.
+struct ServerOptions {
+  // Exactly one of the two: a checkpoint directory (config.json, optional *.safetensors) or a module
+  // tree JSON file.
+  std::optional<std::filesystem::path> model_dir;
+  std::optional<std::filesystem::path> module_tree;
+  planner::DeviceMapChoice device_map;           // default: balanced_low_0, as transformers' examples use
+  std::optional<planner::MaxMemory> max_memory;  // absent: the planner's default (host memory)
+  std::optional<planner::DType> dtype;           // absent: what the checkpoint declares
+  int64_t kv_cache_tokens = 0;
+  ListenAddress listen{"0.0.0.0", 50051};
+  ListenAddress metrics_listen{"0.0.0.0", 9464};
+};
+
+// The command line asked either for usage or for a server.
+struct ServerCommand {
+  bool help = false;
+  ServerOptions options;
+};
+
+// Parses the arguments after argv[0]. Flags take "--flag VALUE" or "--flag=VALUE". Errors are
+// InvalidArgument naming the flag and, where there is one, the value.
+absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args);
+
+// The text --help prints.
+std::string ServerUsage();
+
+}  // namespace strata::server

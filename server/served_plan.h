@@ -1,0 +1,24 @@
+#pragma once
+// The plan strata-server serves: the model's module tree and where each module lives, made once at
+// start-up from validated ServerOptions.
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "planner/model_spec.h"
+#include "planner/plan.h"
+#include "server/flags.h"
+
+namespace strata::server {
+
+struct ServedPlan {
+  planner::ModelSpec spec;
+  planner::Plan plan;
+  int64_t kv_cache_tokens = 0;
+};
+
+// Loads the model's spec (--model or --module-tree) and places it. Errors keep the planner's code and
+// message, prefixed with the flag that led to them ("--model /x: ...", "--device-map: ...").
+absl::StatusOr<ServedPlan> MakeServedPlan(const ServerOptions& options);
+
+}  // namespace strata::server

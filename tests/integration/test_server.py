@@ -1,0 +1,235 @@
+"""strata-server end to end: a real process on loopback ports, called over real gRPC and HTTP.
+
+The plan the server serves must be exactly what strata-plan --json prints for the same flags (the
+planner's own parity with transformers is tested in tests/parity/).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+
+from integration_helpers import ServerProcess, free_port, run_plan
+
+SERVICE = "strata.v1.InferenceService"
+
+# Budgets that make balanced_low_0 use both GPUs and the cpu for the small Llama.
+TWO_GPU_FLAGS = ["--max-memory", "0=600KB,1=400KB,cpu=10MB"]
+
+
+def model_flags(llama_dir: Path) -> list[str]:
+    return ["--model", str(llama_dir)]
+
+
+def get_device_map(server: ServerProcess, stubs):
+    stub = stubs.strata_grpc.InferenceServiceStub(server.channel)
+    return stub.GetDeviceMap(stubs.strata.GetDeviceMapRequest(), timeout=10)
+
+
+def assert_matches_plan(response, plan: dict) -> None:
+    # hf_device_map JSON holds GPU indices as integers; the proto carries every device as a string.
+    assert dict(response.device_map) == {name: str(device) for name, device in plan["device_map"].items()}
+    assert response.strategy == plan["strategy"]
+    assert [d.device for d in response.devices] == [d["device"] for d in plan["devices"]]
+    for got, want in zip(response.devices, plan["devices"]):
+        assert got.budget_bytes == pytest.approx(want["budget_bytes"], rel=1e-12), got.device
+        assert got.planned_bytes == want["planned_bytes"], got.device
+        assert got.kv_cache_bytes == want["kv_cache_bytes"], got.device
+    assert [(s.device, list(s.modules)) for s in response.stages] == [
+        (s["device"], s["modules"]) for s in plan["stages"]
+    ]
+
+
+@pytest.fixture
+def two_gpu_server(start_server, llama_dir):
+    return start_server(model_flags(llama_dir) + TWO_GPU_FLAGS)
+
+
+def test_get_device_map_matches_strata_plan(two_gpu_server, stubs, plan_bin, llama_dir):
+    response = get_device_map(two_gpu_server, stubs)
+    plan = run_plan(plan_bin, model_flags(llama_dir) + TWO_GPU_FLAGS)
+    assert_matches_plan(response, plan)
+    assert response.strategy == "balanced_low_0"
+    assert {"0", "1"} <= set(response.device_map.values()), "the budgets are meant to use both GPUs"
+    assert response.architecture == "LlamaForCausalLM"
+    assert response.dtype == "float32"
+    assert response.kv_cache_tokens == 0
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        pytest.param(["--device-map", "sequential", "--max-memory", "0=400KB,1=400KB,cpu=10MB"], id="sequential"),
+        pytest.param(["--device-map", "balanced", "--max-memory", "0=1MB,1=1MB", "--dtype", "float16"], id="balanced-fp16"),
+        pytest.param(["--device-map", "auto", "--max-memory", "0=500KB,cpu=400KB,disk=10MB"], id="auto-disk"),
+        pytest.param(["--max-memory", "0=2MB,1=2MB,cpu=10MB", "--kv-cache-tokens", "512"], id="kv-cache"),
+        pytest.param(
+            ["--device-map", '{"model.embed_tokens": 0, "model.layers": 1, "model.norm": 1, "lm_head": "cpu", '
+             '"model.rotary_emb": 1}', "--max-memory", "0=10MB,1=10MB,cpu=10MB"],
+            id="manual-json",
+        ),
+    ],
+)
+def test_flags_give_the_plan_strata_plan_gives(extra, start_server, stubs, plan_bin, llama_dir):
+    flags = model_flags(llama_dir) + extra
+    server = start_server(flags)
+    assert_matches_plan(get_device_map(server, stubs), run_plan(plan_bin, flags))
+
+
+def test_module_tree_and_device_map_file(start_server, stubs, plan_bin, llama_dir, tmp_path):
+    """--module-tree FILE and --device-map @FILE, with the tree strata-plan exports."""
+    tree = subprocess.run(
+        [str(plan_bin), *model_flags(llama_dir), "--print-module-tree"], capture_output=True, text=True, check=True
+    ).stdout
+    tree_file = tmp_path / "tree.json"
+    tree_file.write_text(tree)
+    map_file = tmp_path / "map.json"
+    map_file.write_text(json.dumps({"model": 0, "lm_head": 1}))
+    flags = ["--module-tree", str(tree_file), "--device-map", f"@{map_file}", "--max-memory", "0=10MB,1=10MB"]
+    server = start_server(flags)
+    response = get_device_map(server, stubs)
+    assert_matches_plan(response, run_plan(plan_bin, flags))
+    assert response.strategy == "manual"
+    assert dict(response.device_map) == {"model": "0", "lm_head": "1"}
+
+
+def test_health_is_serving(two_gpu_server, stubs):
+    health = stubs.health_grpc.HealthStub(two_gpu_server.channel)
+    for service in ["", SERVICE]:
+        reply = health.Check(stubs.health.HealthCheckRequest(service=service), timeout=5)
+        assert reply.status == stubs.health.HealthCheckResponse.SERVING, service
+    with pytest.raises(grpc.RpcError) as error:
+        health.Check(stubs.health.HealthCheckRequest(service="no.such.Service"), timeout=5)
+    assert error.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_reflection_lists_and_describes_the_service(two_gpu_server, stubs):
+    from google.protobuf import descriptor_pb2
+
+    reflection = stubs.reflection_grpc.ServerReflectionStub(two_gpu_server.channel)
+    requests = [
+        stubs.reflection.ServerReflectionRequest(list_services=""),
+        stubs.reflection.ServerReflectionRequest(file_containing_symbol=SERVICE),
+    ]
+    listed, described = list(reflection.ServerReflectionInfo(iter(requests), timeout=10))
+    assert SERVICE in [s.name for s in listed.list_services_response.service]
+    files = [descriptor_pb2.FileDescriptorProto.FromString(b)
+             for b in described.file_descriptor_response.file_descriptor_proto]
+    strata_file = next(f for f in files if f.package == "strata.v1")
+    service = next(s for s in strata_file.service if s.name == "InferenceService")
+    assert [m.name for m in service.method] == ["GetDeviceMap"]
+
+
+METRIC_LINE = re.compile(r'^(strata_device_\w+)\{device="([^"]+)"\} (\S+)$')
+
+
+def scrape(url: str) -> dict[tuple[str, str], float]:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        assert reply.status == 200
+        text = reply.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if match := METRIC_LINE.match(line):
+            values[(match[1], match[2])] = float(match[3])
+    return values
+
+
+def test_metrics_match_the_plan(two_gpu_server, stubs):
+    response = get_device_map(two_gpu_server, stubs)
+    metrics = scrape(two_gpu_server.metrics_url)
+    assert response.devices, "the plan lists its devices"
+    for device in response.devices:
+        assert metrics[("strata_device_budget_bytes", device.device)] == pytest.approx(device.budget_bytes, rel=1e-12)
+        assert metrics[("strata_device_planned_bytes", device.device)] == device.planned_bytes
+        assert metrics[("strata_device_kv_cache_bytes", device.device)] == device.kv_cache_bytes
+    assert {d for _, d in metrics} == {d.device for d in response.devices}
+
+
+def test_prints_one_serving_line(two_gpu_server):
+    lines = [l for l in two_gpu_server.stdout_path.read_text().splitlines() if "serving GetDeviceMap" in l]
+    assert lines == [
+        f"strata-server: serving GetDeviceMap on {two_gpu_server.grpc_address}, "
+        f"metrics on 127.0.0.1:{two_gpu_server.metrics_port}/metrics"
+    ]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_shuts_down_cleanly(sig, start_server, llama_dir):
+    server = start_server(model_flags(llama_dir))
+    assert server.stop(sig) == 0, server.output()
+
+
+def run_bad(server_bin: Path, flags: list[str]) -> subprocess.CompletedProcess:
+    # Listen on free ports so that a start-up that wrongly succeeds fails the test instead of hanging.
+    for flag in ["--listen", "--metrics-listen"]:
+        if flag not in flags:
+            flags = flags + [flag, f"127.0.0.1:{free_port()}"]
+    try:
+        return subprocess.run([str(server_bin), *flags], capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"strata-server {flags} started instead of failing")
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        pytest.param(["--device-map", "balanced_high"], "balanced_high", id="unknown-strategy"),
+        pytest.param(["--max-memory", "0=20XB"], "20XB", id="bad-max-memory"),
+        pytest.param(["--max-memory", "gpu7=1GiB"], "gpu7", id="bad-max-memory-device"),
+        pytest.param(["--dtype", "float13"], "float13", id="bad-dtype"),
+        pytest.param(["--kv-cache-tokens", "-5"], "--kv-cache-tokens", id="bad-kv-cache-tokens"),
+        pytest.param(["--listen", "127.0.0.1:99999"], "127.0.0.1:99999", id="bad-listen"),
+        pytest.param(["--no-such-flag", "1"], "--no-such-flag", id="unknown-flag"),
+        pytest.param(
+            ["--device-map", '{"model.embed_tokens": 0, "model.layers": 0, "model.norm": 0, "model.rotary_emb": 0}'],
+            "lm_head",
+            id="manual-map-misses-a-module",
+        ),
+    ],
+)
+def test_bad_startup_exits_2_naming_it(flags, named, server_bin, llama_dir):
+    done = run_bad(server_bin, model_flags(llama_dir) + flags)
+    assert done.returncode == 2, done.stderr
+    assert named in done.stderr
+
+
+def test_missing_model_dir_exits_2(server_bin, tmp_path):
+    missing = tmp_path / "no_such_model"
+    done = run_bad(server_bin, ["--model", str(missing)])
+    assert done.returncode == 2, done.stderr
+    assert str(missing) in done.stderr
+
+
+def test_no_model_exits_2(server_bin):
+    done = run_bad(server_bin, [])
+    assert done.returncode == 2
+    assert "--model" in done.stderr
+
+
+def test_port_in_use_exits_1(server_bin, llama_dir):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for flag in ["--listen", "--metrics-listen"]:
+            other = "--metrics-listen" if flag == "--listen" else "--listen"
+            flags = model_flags(llama_dir) + [flag, f"127.0.0.1:{port}", other, f"127.0.0.1:{free_port()}"]
+            done = subprocess.run([str(server_bin), *flags], capture_output=True, text=True, timeout=20)
+            assert done.returncode == 1, (flag, done.stderr)
+            assert f"127.0.0.1:{port}" in done.stderr, flag
+
+
+def test_help_exits_0(server_bin):
+    done = subprocess.run([str(server_bin), "--help"], capture_output=True, text=True, timeout=10)
+    assert done.returncode == 0
+    for flag in ["--model", "--module-tree", "--device-map", "--max-memory", "--dtype", "--kv-cache-tokens",
+                 "--listen", "--metrics-listen"]:
+        assert flag in done.stdout

@@ -1,0 +1,99 @@
+#include "server/flags.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace strata::server {
+namespace {
+
+absl::StatusOr<ServerCommand> Parse(std::vector<std::string> args) { return ParseServerFlags(args); }
+
+TEST(ServerFlags, DefaultsAreBalancedLow0OnTheStandardPorts) {
+  absl::StatusOr<ServerCommand> command = Parse({"--model", "/models/llama"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  const ServerOptions& options = command->options;
+  EXPECT_FALSE(command->help);
+  EXPECT_EQ(options.model_dir, std::filesystem::path("/models/llama"));
+  EXPECT_FALSE(options.module_tree.has_value());
+  EXPECT_EQ(options.device_map.strategy, planner::Strategy::kBalancedLow0);
+  EXPECT_FALSE(options.max_memory.has_value());
+  EXPECT_FALSE(options.dtype.has_value());
+  EXPECT_EQ(options.kv_cache_tokens, 0);
+  EXPECT_EQ(options.listen.ToString(), "0.0.0.0:50051");
+  EXPECT_EQ(options.metrics_listen.ToString(), "0.0.0.0:9464");
+}
+
+TEST(ServerFlags, AcceptsSpaceAndEqualsForms) {
+  absl::StatusOr<ServerCommand> command =
+      Parse({"--module-tree=/t.json", "--device-map", "sequential", "--max-memory=0=1GiB,cpu=2GiB", "--dtype",
+             "float16", "--kv-cache-tokens=4096", "--listen", "127.0.0.1:0", "--metrics-listen=[::1]:9000"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  const ServerOptions& options = command->options;
+  EXPECT_EQ(options.module_tree, std::filesystem::path("/t.json"));
+  EXPECT_EQ(options.device_map.strategy, planner::Strategy::kSequential);
+  ASSERT_TRUE(options.max_memory.has_value());
+  ASSERT_EQ(options.max_memory->size(), 2u);
+  EXPECT_EQ((*options.max_memory)[0].device, planner::Device::Gpu(0));
+  EXPECT_EQ((*options.max_memory)[0].bytes, 1024.0 * 1024 * 1024);
+  EXPECT_EQ(options.dtype, planner::DType::kFloat16);
+  EXPECT_EQ(options.kv_cache_tokens, 4096);
+  EXPECT_EQ(options.listen.host, "127.0.0.1");
+  EXPECT_EQ(options.listen.port, 0);
+  EXPECT_EQ(options.metrics_listen.host, "[::1]");
+  EXPECT_EQ(options.metrics_listen.port, 9000);
+}
+
+TEST(ServerFlags, ManualMapIsJson) {
+  absl::StatusOr<ServerCommand> command = Parse({"--model", "m", "--device-map", R"({"model": 0, "lm_head": "cpu"})"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->options.device_map.strategy, planner::Strategy::kManual);
+  EXPECT_EQ(command->options.device_map.manual.size(), 2u);
+}
+
+TEST(ServerFlags, HelpIsReadInOrderWithTheOtherFlags) {
+  absl::StatusOr<ServerCommand> command = Parse({"--no-such-flag", "--help"});
+  // Flags are read in order: the unknown one comes first and is the error.
+  EXPECT_FALSE(command.ok());
+  command = Parse({"--help"});
+  ASSERT_TRUE(command.ok());
+  EXPECT_TRUE(command->help);
+  EXPECT_NE(ServerUsage().find("--metrics-listen"), std::string::npos);
+}
+
+// Every bad command line is InvalidArgument, and the message names what was wrong.
+struct BadFlags {
+  std::vector<std::string> args;
+  std::string named;
+};
+
+class ServerFlagsRejects : public testing::TestWithParam<BadFlags> {};
+
+TEST_P(ServerFlagsRejects, NamingTheProblem) {
+  absl::StatusOr<ServerCommand> command = Parse(GetParam().args);
+  ASSERT_FALSE(command.ok());
+  EXPECT_EQ(command.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(command.status().message().find(GetParam().named), std::string::npos) << command.status();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ServerFlags, ServerFlagsRejects,
+    testing::Values(BadFlags{{}, "--model"}, BadFlags{{"--model", "a", "--module-tree", "b"}, "--module-tree"},
+                    BadFlags{{"--model", "a", "--bogus", "1"}, "--bogus"},
+                    BadFlags{{"--model"}, "--model needs a value"},
+                    BadFlags{{"--model", "a", "--model", "b"}, "given twice"},
+                    BadFlags{{"--model", "a", "stray"}, "stray"},
+                    BadFlags{{"--model", "a", "--device-map", "balanced_high"}, "balanced_high"},
+                    BadFlags{{"--model", "a", "--max-memory", "0=20XB"}, "20XB"},
+                    BadFlags{{"--model", "a", "--dtype", "float13"}, "float13"},
+                    BadFlags{{"--model", "a", "--kv-cache-tokens", "-1"}, "--kv-cache-tokens"},
+                    BadFlags{{"--model", "a", "--kv-cache-tokens", "many"}, "many"},
+                    BadFlags{{"--model", "a", "--listen", "50051"}, "--listen"},
+                    BadFlags{{"--model", "a", "--listen", ":50051"}, "no host"},
+                    BadFlags{{"--model", "a", "--listen", "::1:50051"}, "brackets"},
+                    BadFlags{{"--model", "a", "--metrics-listen", "localhost:70000"}, "--metrics-listen"},
+                    BadFlags{{"--model", "a", "--metrics-listen", "localhost:9x"}, "localhost:9x"}));
+
+}  // namespace
+}  // namespace strata::server
