@@ -1,0 +1,78 @@
+"""Fixtures and the session summary of the planner parity tests.
+
+The tests compare `strata-plan` (built C++; $STRATA_BUILD_DIR/planner/strata-plan, default
+<repo>/build) with transformers' own placement code, run live in this process. A missing binary is a
+failure, not a skip: CI builds it before running these tests.
+"""
+
+from __future__ import annotations
+
+import collections
+import pathlib
+
+import pytest
+
+import parity_helpers as H
+
+# nodeid prefix -> what the summary calls its cases
+_COUNTED = {
+    "test_plan_parity.py::test_device_map_matches_transformers": "plan parity: {passed}/{total} maps identical to transformers",
+    "test_module_tree_parity.py::test_print_module_tree_matches_export": "module tree parity: {passed}/{total} trees identical to tools/export_module_tree.py",
+    "test_module_tree_parity.py::test_other_architecture_plan_matches_transformers": "any-architecture parity (--module-tree): {passed}/{total} maps identical to transformers",
+}
+_results: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+
+
+@pytest.fixture(scope="session")
+def strata_plan() -> pathlib.Path:
+    path = H.strata_plan_path()
+    if not path.is_file():
+        pytest.fail(f"strata-plan is not built: {path} does not exist (build the project first, "
+                    f"or point STRATA_BUILD_DIR at the build folder)", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def checkpoint_dir(tmp_path_factory):
+    """checkpoint_dir(name) -> a directory holding the config.json of parity_helpers.CONFIGS[name]."""
+    root = tmp_path_factory.mktemp("configs")
+    made: dict[str, pathlib.Path] = {}
+
+    def get(name: str) -> pathlib.Path:
+        if name not in made:
+            made[name] = H.write_checkpoint_dir(root / name, H.CONFIGS[name])
+        return made[name]
+
+    return get
+
+
+def _counted_kind(nodeid: str) -> str | None:
+    for prefix in _COUNTED:
+        if prefix in nodeid.replace("\\", "/"):
+            return prefix
+    return None
+
+
+def pytest_runtest_logreport(report):
+    kind = _counted_kind(report.nodeid)
+    if kind is None:
+        return
+    if report.when == "call":
+        _results[kind]["total"] += 1
+        _results[kind]["passed" if report.passed else "failed"] += 1
+    elif report.when == "setup" and not report.passed:  # e.g. the binary is missing
+        _results[kind]["total"] += 1
+        _results[kind]["failed"] += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _results:
+        return
+    terminalreporter.section("strata parity")
+    for kind, fmt in _COUNTED.items():
+        counts = _results.get(kind)
+        if counts:
+            line = fmt.format(passed=counts["passed"], total=counts["total"])
+            if counts["failed"]:
+                line += f" ({counts['failed']} differ or failed)"
+            terminalreporter.write_line(line)
