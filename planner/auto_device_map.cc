@@ -5,6 +5,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -16,17 +17,30 @@
 namespace strata::planner::internal {
 namespace {
 
-std::string Join(absl::string_view prefix, absl::string_view local) {
-  return prefix.empty() ? std::string(local) : absl::StrCat(prefix, ".", local);
-}
-
 // An item of infer_auto_device_map's `modules_to_treat`: a module, or a parameter or buffer that a
-// split exposed. Exactly one of the pointers is set.
+// split exposed. Exactly one of the pointers is set. A module's full name is its spec's; only
+// tensors, rarely split out, carry a name of their own.
 struct Item {
-  std::string name;
   const ModuleSpec* module = nullptr;
   const TensorSpec* tensor = nullptr;
+  const std::string* name = nullptr;  // the module's own name, or a tensor name kept in a NameArena
+
+  static Item Of(const ModuleSpec& m) { return {&m, nullptr, &m.name}; }
+  int64_t size(const ModuleSizes& sizes) const { return module != nullptr ? sizes.Of(*module) : sizes.Of(*tensor); }
 };
+
+// Full names of the tensors splits expose, at stable addresses for the whole placement.
+using NameArena = std::deque<std::string>;
+
+Item TensorItem(const ModuleSpec& owner, const TensorSpec& t, NameArena& arena) {
+  arena.push_back(owner.ChildName(t.name));
+  return {nullptr, &t, &arena.back()};
+}
+
+// "`prefix`." starts `name`, without building the string.
+bool IsUnder(absl::string_view name, absl::string_view prefix) {
+  return name.size() > prefix.size() && name[prefix.size()] == '.' && absl::StartsWith(name, prefix);
+}
 
 bool IsNoSplit(const ModelSpec& spec, const ModuleSpec& module) {
   return std::find(spec.no_split_classes.begin(), spec.no_split_classes.end(), module.class_name) !=
@@ -35,45 +49,46 @@ bool IsNoSplit(const ModelSpec& spec, const ModuleSpec& module) {
 
 // What a split puts in the module's place: its direct parameters, then its children. Buffers are not
 // listed (upstream uses named_parameters(recurse=False) + named_children()).
-std::vector<Item> SplitItems(const std::string& name, const ModuleSpec& module) {
+std::vector<Item> SplitItems(const ModuleSpec& module, NameArena& arena) {
   std::vector<Item> items;
   items.reserve(module.parameters.size() + module.children.size());
-  for (const TensorSpec& p : module.parameters) items.push_back({Join(name, p.name), nullptr, &p});
-  for (const ModuleSpec& c : module.children) items.push_back({c.name, &c, nullptr});
+  for (const TensorSpec& p : module.parameters) items.push_back(TensorItem(module, p, arena));
+  for (const ModuleSpec& c : module.children) items.push_back(Item::Of(c));
   return items;
 }
 
 // get_max_layer_size: the largest "layer" among `items`, a layer being a module without children or
-// of a no-split class (or a bare tensor); returns its size and every name that reaches it.
+// of a no-split class (or a bare tensor); returns its size and every name that reaches it (as
+// pointers to names that outlive the call: module specs' names, or the items' tensor names).
 template <typename Range>
-std::pair<int64_t, std::vector<std::string>> MaxLayerSize(const ModelSpec& spec, const ModuleSizes& sizes,
-                                                          const Range& items, bool modules_only) {
+std::pair<int64_t, std::vector<const std::string*>> MaxLayerSize(const ModelSpec& spec, const ModuleSizes& sizes,
+                                                                const Range& items, bool modules_only) {
   int64_t max_size = 0;
-  std::vector<std::string> names;
-  std::deque<Item> expanded;  // children of split modules, kept alive while scanned
-  // Depth-first in list order, like the upstream worklist that prepends children.
-  std::vector<const Item*> work;
-  for (auto it = items.rbegin(); it != items.rend(); ++it) {
-    if (modules_only && it->module == nullptr) continue;
-    work.push_back(&*it);
-  }
-  while (!work.empty()) {
-    const Item* item = work.back();
-    work.pop_back();
-    if (item->module != nullptr && !item->module->children.empty() && !IsNoSplit(spec, *item->module)) {
-      const auto& children = item->module->children;
-      for (auto c = children.rbegin(); c != children.rend(); ++c) {
-        expanded.push_back({c->name, &*c, nullptr});
-        work.push_back(&expanded.back());
-      }
-      continue;
-    }
-    int64_t size = sizes.Of(item->name);
+  std::vector<const std::string*> names;
+  auto consider = [&](int64_t size, const std::string* name) {
     if (size > max_size) {
       max_size = size;
-      names.assign(1, item->name);
+      names.assign(1, name);
     } else if (size == max_size) {
-      names.push_back(item->name);
+      names.push_back(name);
+    }
+  };
+  // Depth-first in list order, like the upstream worklist that prepends children.
+  std::vector<const ModuleSpec*> work;
+  for (const Item& item : items) {
+    if (item.module == nullptr) {
+      if (!modules_only) consider(sizes.Of(*item.tensor), item.name);
+      continue;
+    }
+    work.push_back(item.module);
+    while (!work.empty()) {
+      const ModuleSpec* m = work.back();
+      work.pop_back();
+      if (!m->children.empty() && !IsNoSplit(spec, *m)) {
+        for (auto c = m->children.rbegin(); c != m->children.rend(); ++c) work.push_back(&*c);
+        continue;
+      }
+      consider(sizes.Of(*m), &m->name);
     }
   }
   return {max_size, std::move(names)};
@@ -82,7 +97,12 @@ std::pair<int64_t, std::vector<std::string>> MaxLayerSize(const ModelSpec& spec,
 // Upstream tests membership with substring search on dotted names ("name." in "param."), not a
 // prefix test; reproduced as is.
 bool InModule(absl::string_view param, absl::string_view name) {
-  return absl::StrContains(absl::StrCat(param, "."), absl::StrCat(name, "."));
+  // (name + ".") occurs in (param + "."): an occurrence of name followed by "." or by the end.
+  for (size_t at = param.find(name); at != absl::string_view::npos; at = param.find(name, at + 1)) {
+    size_t after = at + name.size();
+    if (after == param.size() || param[after] == '.') return true;
+  }
+  return false;
 }
 
 // clean_device_map: wherever every entry under a module is on one device (and there are several),
@@ -113,31 +133,63 @@ void Clean(std::map<std::string, Device>& map, const std::string& module_name) {
 
 }  // namespace
 
-ModuleSizes::ModuleSizes(const ModelSpec& spec) { Add(spec.root, spec); }
+namespace {
 
-int64_t ModuleSizes::Add(const ModuleSpec& module, const ModelSpec& spec) {
+// The tensor a full name designates, walking the tree by dotted components; null if none.
+const TensorSpec* FindTensor(const ModuleSpec& root, absl::string_view name) {
+  const ModuleSpec* module = &root;
+  while (true) {
+    size_t dot = name.find('.');
+    absl::string_view head = name.substr(0, dot);
+    if (dot == absl::string_view::npos) {
+      for (const TensorSpec& p : module->parameters)
+        if (p.name == head) return &p;
+      for (const TensorSpec& b : module->buffers)
+        if (b.name == head) return &b;
+      return nullptr;
+    }
+    const ModuleSpec* next = nullptr;
+    const size_t prefix = module->name.empty() ? 0 : module->name.size() + 1;
+    for (const ModuleSpec& c : module->children) {
+      if (absl::string_view(c.name).substr(prefix) == head) {
+        next = &c;
+        break;
+      }
+    }
+    if (next == nullptr) return nullptr;
+    module = next;
+    name.remove_prefix(dot + 1);
+  }
+}
+
+}  // namespace
+
+ModuleSizes::ModuleSizes(const ModelSpec& spec) {
+  for (const auto& [key, target] : spec.tied_weights) {
+    if (const TensorSpec* t = FindTensor(spec.root, key)) tied_[t] = true;
+  }
+  total_ = Add(spec.root);
+}
+
+int64_t ModuleSizes::Add(const ModuleSpec& module) {
   int64_t own = 0;
-  auto add_tensor = [&](const TensorSpec& t) {
-    std::string full = module.ChildName(t.name);
-    if (spec.tied_weights.count(full)) return;
-    own += t.bytes();
-    sizes_[full] += t.bytes();
-  };
-  for (const TensorSpec& p : module.parameters) add_tensor(p);
-  for (const TensorSpec& b : module.buffers) add_tensor(b);
+  for (const TensorSpec& p : module.parameters) own += Of(p);
+  for (const TensorSpec& b : module.buffers) own += Of(b);
   // Upstream's "leaves" are the owners of tensors whose names have a dot (the root's own tensors are
   // not leaves).
   if (!module.name.empty()) biggest_leaf_ = std::max(biggest_leaf_, own);
   int64_t total = own;
-  for (const ModuleSpec& child : module.children) total += Add(child, spec);
-  sizes_[module.name] += total;
+  for (const ModuleSpec& child : module.children) total += Add(child);
+  module_sizes_[&module] = total;
   return total;
 }
 
-int64_t ModuleSizes::Of(absl::string_view name) const {
-  auto it = sizes_.find(std::string(name));
-  return it == sizes_.end() ? 0 : it->second;
+int64_t ModuleSizes::Of(const ModuleSpec& module) const {
+  auto it = module_sizes_.find(&module);
+  return it == module_sizes_.end() ? 0 : it->second;
 }
+
+int64_t ModuleSizes::Of(const TensorSpec& tensor) const { return tied_.count(&tensor) ? 0 : tensor.bytes(); }
 
 absl::StatusOr<MaxMemory> BalancedMaxMemory(const ModelSpec& spec, const ModuleSizes& sizes, MaxMemory max_memory,
                                             bool low_zero, std::vector<std::string>* trace) {
@@ -167,7 +219,7 @@ absl::StatusOr<MaxMemory> BalancedMaxMemory(const ModelSpec& spec, const ModuleS
       stack.pop_back();
       if (IsNoSplit(spec, *m)) {
         found = true;
-        biggest_no_split = std::max(biggest_no_split, sizes.Of(m->name));
+        biggest_no_split = std::max(biggest_no_split, sizes.Of(*m));
       }
       for (const ModuleSpec& c : m->children) stack.push_back(&c);
     }
@@ -253,32 +305,34 @@ absl::StatusOr<DeviceMap> InferAutoDeviceMap(const ModelSpec& spec, const Module
     tied_groups.push_back(keys);
   }
 
+  NameArena arena;
   std::deque<Item> todo;
   const ModuleSpec& root = spec.root;
-  for (const TensorSpec& p : root.parameters) todo.push_back({p.name, nullptr, &p});
-  for (const ModuleSpec& c : root.children) todo.push_back({c.name, &c, nullptr});
-  for (const TensorSpec& b : root.buffers) todo.push_back({b.name, nullptr, &b});
+  for (const TensorSpec& p : root.parameters) todo.push_back(TensorItem(root, p, arena));
+  for (const ModuleSpec& c : root.children) todo.push_back(Item::Of(c));
+  for (const TensorSpec& b : root.buffers) todo.push_back(TensorItem(root, b, arena));
 
-  std::vector<std::pair<std::string, Device>> assigned;
+  std::vector<std::pair<const std::string*, Device>> assigned;
   std::vector<int64_t> used(devices.size(), 0);
   size_t current = 0;
   auto [max_layer_size, max_layer_names] = MaxLayerSize(spec, sizes, todo, /*modules_only=*/false);
+  auto queued = [&](absl::string_view queued_name) {
+    return std::find_if(todo.begin(), todo.end(), [&](const Item& q) { return *q.name == queued_name; });
+  };
 
   while (!todo.empty()) {
-    Item item = std::move(todo.front());
+    const Item item = todo.front();
     todo.pop_front();
-    const std::string& name = item.name;
+    const std::string& name = *item.name;
     // The largest remaining layer may have been this one: if none of its holders remain, rescan.
-    std::erase_if(max_layer_names, [&](const std::string& n) {
-      return n == name || absl::StartsWith(n, absl::StrCat(name, "."));
-    });
+    std::erase_if(max_layer_names, [&](const std::string* n) { return *n == name || IsUnder(*n, name); });
     if (max_layer_names.empty()) {
       std::tie(max_layer_size, max_layer_names) = MaxLayerSize(spec, sizes, todo, /*modules_only=*/true);
     }
-    const int64_t module_size = sizes.Of(name);
+    const int64_t module_size = item.size(sizes);
 
     // Tied parameters outside this item whose partner is inside it must land on the same device.
-    std::vector<std::string> tied_params;
+    std::vector<const std::string*> tied_params;
     for (const auto& group : tied_groups) {
       bool any = false, all = true;
       for (const std::string& k : group) {
@@ -288,7 +342,7 @@ absl::StatusOr<DeviceMap> InferAutoDeviceMap(const ModelSpec& spec, const Module
       }
       if (!any || all) continue;
       for (const std::string& k : group)
-        if (!InModule(k, name)) tied_params.push_back(k);
+        if (!InModule(k, name)) tied_params.push_back(&k);
     }
 
     const Device device = devices[current];
@@ -302,39 +356,39 @@ absl::StatusOr<DeviceMap> InferAutoDeviceMap(const ModelSpec& spec, const Module
 
     // get_module_size_with_ties: add the queued modules that hold the tied parameters.
     int64_t size_with_ties = module_size;
-    std::vector<std::string> tied_names;
-    std::vector<const Item*> tied_items;
-    for (const std::string& param : tied_params) {
-      auto holder = std::find_if(todo.begin(), todo.end(), [&](const Item& queued) {
-        return absl::StartsWith(param, absl::StrCat(queued.name, "."));
-      });
+    std::vector<Item> tied_items;
+    for (const std::string* param : tied_params) {
+      auto holder = std::find_if(todo.begin(), todo.end(), [&](const Item& q) { return IsUnder(*param, *q.name); });
       if (holder == todo.end()) {
-        return absl::InternalError(absl::StrCat("tied parameter ", param, " (tied to ", name,
+        return absl::InternalError(absl::StrCat("tied parameter ", *param, " (tied to ", name,
                                                 ") belongs to no module still to place"));
       }
-      if (std::find(tied_names.begin(), tied_names.end(), holder->name) == tied_names.end()) {
-        tied_names.push_back(holder->name);
-        tied_items.push_back(&*holder);
-        size_with_ties += sizes.Of(holder->name);
+      if (std::none_of(tied_items.begin(), tied_items.end(), [&](const Item& t) { return *t.name == *holder->name; })) {
+        tied_items.push_back(*holder);
+        size_with_ties += holder->size(sizes);
       }
     }
+    auto tied_list = [&] {
+      std::vector<std::string> names;
+      for (const Item& t : tied_items) names.push_back(*t.name);
+      return absl::StrJoin(names, ", ");
+    };
 
     const double free = current_max - static_cast<double>(used[current]);
     if (unlimited || static_cast<double>(used[current] + size_with_ties) <= current_max) {
       used[current] += size_with_ties;
-      assigned.push_back({name, device});
+      assigned.push_back({item.name, device});
       if (trace) {
         std::string line = absl::StrCat(name, " -> ", device.ToString(), ": fits (", FormatBytes(module_size));
-        if (!tied_names.empty()) absl::StrAppend(&line, " with tied ", absl::StrJoin(tied_names, ", "));
+        if (!tied_items.empty()) absl::StrAppend(&line, " with tied ", tied_list());
         if (!unlimited) absl::StrAppend(&line, ", ", FormatBytes(std::max(0.0, free)), " free");
         if (reserved > 0) absl::StrAppend(&line, " after reserving ", FormatBytes(reserved), " for the largest layer");
         trace->push_back(line + ")");
       }
-      for (const std::string& tied : tied_names) {
-        auto it = std::find_if(todo.begin(), todo.end(), [&](const Item& q) { return q.name == tied; });
-        if (it != todo.end()) todo.erase(it);
-        assigned.push_back({tied, device});
-        if (trace) trace->push_back(absl::StrCat(tied, " -> ", device.ToString(), ": tied to ", name));
+      for (const Item& tied : tied_items) {
+        if (auto it = queued(*tied.name); it != todo.end()) todo.erase(it);
+        assigned.push_back({tied.name, device});
+        if (trace) trace->push_back(absl::StrCat(*tied.name, " -> ", device.ToString(), ": tied to ", name));
       }
       continue;
     }
@@ -342,16 +396,15 @@ absl::StatusOr<DeviceMap> InferAutoDeviceMap(const ModelSpec& spec, const Module
     // The item fits without its tied partners: try to split a partner instead of moving on.
     if (!tied_params.empty() && static_cast<double>(used[current] + module_size) <= current_max) {
       bool split = false;
-      for (size_t t = 0; t < tied_names.size(); ++t) {
-        const ModuleSpec* tied_module = tied_items[t]->module;
+      for (const Item& tied : tied_items) {
+        const ModuleSpec* tied_module = tied.module;
         if (tied_module == nullptr || tied_module->children.empty() || IsNoSplit(spec, *tied_module)) continue;
-        std::vector<Item> parts = SplitItems(tied_names[t], *tied_module);
-        auto it = std::find_if(todo.begin(), todo.end(), [&](const Item& q) { return q.name == tied_names[t]; });
-        it = todo.erase(it);
+        std::vector<Item> parts = SplitItems(*tied_module, arena);
+        auto it = todo.erase(queued(*tied.name));
         todo.insert(it, parts.begin(), parts.end());
         todo.push_front(item);
         std::tie(max_layer_size, max_layer_names) = MaxLayerSize(spec, sizes, todo, /*modules_only=*/true);
-        if (trace) trace->push_back(absl::StrCat("split ", tied_names[t], ": its tie to ", name, " does not fit"));
+        if (trace) trace->push_back(absl::StrCat("split ", *tied.name, ": its tie to ", name, " does not fit"));
         split = true;
         break;
       }
@@ -360,7 +413,7 @@ absl::StatusOr<DeviceMap> InferAutoDeviceMap(const ModelSpec& spec, const Module
 
     // Split the item into its parameters and children, unless it is a leaf or of a no-split class.
     if (item.module != nullptr && !item.module->children.empty() && !IsNoSplit(spec, *item.module)) {
-      std::vector<Item> parts = SplitItems(name, *item.module);
+      std::vector<Item> parts = SplitItems(*item.module, arena);
       todo.insert(todo.begin(), parts.begin(), parts.end());
       std::tie(max_layer_size, max_layer_names) = MaxLayerSize(spec, sizes, todo, /*modules_only=*/true);
       if (trace) {
@@ -383,37 +436,72 @@ absl::StatusOr<DeviceMap> InferAutoDeviceMap(const ModelSpec& spec, const Module
     used[current] += reserved;
     ++current;
     if (current >= devices.size()) return absl::InternalError(absl::StrCat("no device left for ", name));
-    todo.push_front(std::move(item));
+    todo.push_front(item);
   }
 
-  std::map<std::string, Device> cleaned(assigned.begin(), assigned.end());
+  std::map<std::string, Device> cleaned;
+  for (const auto& [name, device] : assigned) cleaned.emplace(*name, device);
   Clean(cleaned, "");
   DeviceMap result(cleaned.begin(), cleaned.end());
-  DefinitionOrder(spec).Sort(result);
+  SortByDefinition(spec, result);
   return result;
 }
 
-DefinitionOrder::DefinitionOrder(const ModelSpec& spec) { Visit(spec.root); }
+namespace {
 
-void DefinitionOrder::Visit(const ModuleSpec& module) {
-  index_.emplace(module.name, static_cast<int>(index_.size()));
-  for (const TensorSpec& p : module.parameters) index_.emplace(module.ChildName(p.name), static_cast<int>(index_.size()));
-  for (const ModuleSpec& c : module.children) Visit(c);
-  for (const TensorSpec& b : module.buffers) index_.emplace(module.ChildName(b.name), static_cast<int>(index_.size()));
+// Where a name sits in definition order, as the indices of its components: a module's parameters
+// come first, then its children, then its buffers. Comparing paths lexicographically orders a
+// module before everything inside it. Empty optional: the model has no such name.
+std::optional<std::vector<int>> DefinitionPath(const ModuleSpec& root, absl::string_view name) {
+  std::vector<int> path;
+  const ModuleSpec* module = &root;
+  while (!name.empty()) {
+    size_t dot = name.find('.');
+    absl::string_view head = name.substr(0, dot);
+    const int params = static_cast<int>(module->parameters.size());
+    const int children = static_cast<int>(module->children.size());
+    const size_t prefix = module->name.empty() ? 0 : module->name.size() + 1;
+    int found = -1;
+    const ModuleSpec* next = nullptr;
+    for (int c = 0; c < children && found < 0; ++c) {
+      if (absl::string_view(module->children[c].name).substr(prefix) == head) {
+        found = params + c;
+        next = &module->children[c];
+      }
+    }
+    for (int p = 0; p < params && found < 0; ++p)
+      if (module->parameters[p].name == head) found = p;
+    for (int b = 0; b < static_cast<int>(module->buffers.size()) && found < 0; ++b)
+      if (module->buffers[b].name == head) found = params + children + b;
+    if (found < 0) return std::nullopt;
+    path.push_back(found);
+    if (dot == absl::string_view::npos) break;
+    if (next == nullptr) return std::nullopt;  // a tensor has nothing inside it
+    module = next;
+    name.remove_prefix(dot + 1);
+  }
+  return path;
 }
 
-int DefinitionOrder::Of(absl::string_view name) const {
-  auto it = index_.find(std::string(name));
-  return it == index_.end() ? -1 : it->second;
-}
+}  // namespace
 
-void DefinitionOrder::Sort(DeviceMap& map) const {
-  std::stable_sort(map.begin(), map.end(), [&](const auto& a, const auto& b) {
-    int ia = Of(a.first), ib = Of(b.first);
-    if (ia < 0) ia = std::numeric_limits<int>::max();
-    if (ib < 0) ib = std::numeric_limits<int>::max();
-    return ia < ib;
-  });
+void SortByDefinition(const ModelSpec& spec, DeviceMap& map) {
+  // Sort keys: {0, path...} for names of the model, {1} for the rest, which keep their order.
+  std::vector<std::pair<std::vector<int>, size_t>> keys;
+  keys.reserve(map.size());
+  for (size_t i = 0; i < map.size(); ++i) {
+    std::vector<int> key = {1};
+    if (std::optional<std::vector<int>> path = DefinitionPath(spec.root, map[i].first)) {
+      key = {0};
+      key.insert(key.end(), path->begin(), path->end());
+    }
+    keys.push_back({std::move(key), i});
+  }
+  std::stable_sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  DeviceMap sorted;
+  sorted.reserve(map.size());
+  for (const auto& key : keys) sorted.push_back(std::move(map[key.second]));
+  map = std::move(sorted);
 }
 
 }  // namespace strata::planner::internal

@@ -17,19 +17,23 @@
 
 namespace strata::planner::internal {
 
-// compute_module_sizes(model, only_modules=False): bytes of every module (by full name, the root is
-// "") and of every parameter and buffer (by full name). Tied keys are not counted, as upstream.
+// compute_module_sizes(model, only_modules=False): bytes of every module and of every parameter and
+// buffer. Tied keys are not counted, as upstream. Kept by address rather than by name: planning asks
+// for thousands of sizes and building name strings for them would dominate its time.
 class ModuleSizes {
  public:
   explicit ModuleSizes(const ModelSpec& spec);
-  int64_t Of(absl::string_view name) const;  // 0 for names that hold no tensor, like a defaultdict
-  int64_t total() const { return Of(""); }
+  int64_t Of(const ModuleSpec& module) const;
+  int64_t Of(const TensorSpec& tensor) const;  // 0 for a tied alias
+  int64_t total() const { return total_; }
   // Largest sum of tensors owned directly by one module (get_balanced_memory's "biggest leaf").
   int64_t biggest_leaf() const { return biggest_leaf_; }
 
  private:
-  int64_t Add(const ModuleSpec& module, const ModelSpec& spec);
-  std::unordered_map<std::string, int64_t> sizes_;
+  int64_t Add(const ModuleSpec& module);
+  std::unordered_map<const ModuleSpec*, int64_t> module_sizes_;
+  std::unordered_map<const TensorSpec*, bool> tied_;  // tied aliases, by address
+  int64_t total_ = 0;
   int64_t biggest_leaf_ = 0;
 };
 
@@ -45,17 +49,7 @@ absl::StatusOr<DeviceMap> InferAutoDeviceMap(const ModelSpec& spec, const Module
                                              const MaxMemory& max_memory, std::vector<std::string>* trace);
 
 // Orders device-map keys as the modules are defined (a module, its parameters, its children, its
-// buffers), the order a forward pass meets them. Unknown keys go last, in their given order.
-class DefinitionOrder {
- public:
-  explicit DefinitionOrder(const ModelSpec& spec);
-  // Position of a module or tensor name; -1 when the model has no such name.
-  int Of(absl::string_view name) const;
-  void Sort(DeviceMap& map) const;
-
- private:
-  void Visit(const ModuleSpec& module);
-  std::unordered_map<std::string, int> index_;
-};
+// buffers), the order a forward pass meets them. Names the model lacks go last, in their given order.
+void SortByDefinition(const ModelSpec& spec, DeviceMap& map);
 
 }  // namespace strata::planner::internal

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <optional>
+#include <unordered_map>
 #include <string>
 
 #include "absl/status/status.h"
@@ -18,23 +20,34 @@ using internal::ModuleSizes;
 
 // Bytes placed on each device: every parameter and buffer (tied aliases excluded, as upstream counts
 // them) goes where its covering entry says. Tensors no entry covers (non-persistent buffers a manual
-// map left out) are charged to `fallback`.
-std::map<Device, int64_t> PlannedBytes(const ModelSpec& spec, const DeviceMap& map, const Device& fallback) {
-  DeviceResolver resolver(map);
+// map left out) are charged to `fallback`. Walks the tree once, handing each module's device down.
+std::map<Device, int64_t> PlannedBytes(const ModelSpec& spec, const ModuleSizes& sizes, const DeviceMap& map,
+                                       const Device& fallback) {
+  std::unordered_map<std::string, Device> entries(map.begin(), map.end());
   std::map<Device, int64_t> planned;
-  std::vector<const ModuleSpec*> stack = {&spec.root};
-  while (!stack.empty()) {
-    const ModuleSpec* m = stack.back();
-    stack.pop_back();
+  size_t matched = 0;
+  // Keys naming tensors are rare (a split exposing a module's own parameters); look tensors up only
+  // when some key did not name a module.
+  auto walk = [&](auto& self, const ModuleSpec& m, std::optional<Device> inherited, bool tensor_keys) -> void {
+    if (auto it = entries.find(m.name); it != entries.end()) {
+      inherited = it->second;
+      ++matched;
+    }
     auto charge = [&](const TensorSpec& t) {
-      std::string full = m->ChildName(t.name);
-      if (spec.tied_weights.count(full)) return;
-      auto entry = resolver.Find(full);
-      planned[entry ? entry->second : fallback] += t.bytes();
+      std::optional<Device> device = inherited;
+      if (tensor_keys) {
+        if (auto it = entries.find(m.ChildName(t.name)); it != entries.end()) device = it->second;
+      }
+      planned[device.value_or(fallback)] += sizes.Of(t);
     };
-    for (const TensorSpec& p : m->parameters) charge(p);
-    for (const TensorSpec& b : m->buffers) charge(b);
-    for (const ModuleSpec& c : m->children) stack.push_back(&c);
+    for (const TensorSpec& p : m.parameters) charge(p);
+    for (const TensorSpec& b : m.buffers) charge(b);
+    for (const ModuleSpec& c : m.children) self(self, c, inherited, tensor_keys);
+  };
+  walk(walk, spec.root, std::nullopt, false);
+  if (matched < entries.size()) {
+    planned.clear();
+    walk(walk, spec.root, std::nullopt, true);
   }
   return planned;
 }
@@ -76,9 +89,9 @@ std::map<Device, int64_t> KvCacheBytes(const ModelSpec& spec, const DeviceMap& m
   return kv;
 }
 
-std::vector<Stage> Stages(const DeviceMap& map, const internal::DefinitionOrder& order) {
+std::vector<Stage> Stages(const ModelSpec& spec, const DeviceMap& map) {
   DeviceMap sorted = map;
-  order.Sort(sorted);
+  internal::SortByDefinition(spec, sorted);
   std::vector<Stage> stages;
   for (const auto& [name, device] : sorted) {
     if (stages.empty() || !(stages.back().device == device)) stages.push_back({device, {}});
@@ -116,7 +129,6 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request)
   }
   const MaxMemory max_memory = request.max_memory ? *request.max_memory : DefaultHostMaxMemory();
   const ModuleSizes sizes(spec);
-  const internal::DefinitionOrder order(spec);
   Plan plan;
   plan.strategy = request.device_map.strategy;
 
@@ -131,7 +143,7 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request)
     if (request.max_memory) limits = placed_with;
     Device fallback = plan.device_map.front().second;
     absl::Status valid =
-        internal::ValidateManualMap(spec, plan.device_map, limits, PlannedBytes(spec, plan.device_map, fallback));
+        internal::ValidateManualMap(spec, plan.device_map, limits, PlannedBytes(spec, sizes, plan.device_map, fallback));
     if (!valid.ok()) return valid;
     plan.explanation.push_back("manual map: validated (every checkpoint tensor covered once, tied weights together)");
   } else {
@@ -141,15 +153,16 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request)
       MaxMemory budgets = max_memory;
       for (DeviceBudget& b : budgets) b.bytes = std::max(0.0, b.bytes - static_cast<double>(kv_reserve[b.device]));
       std::vector<std::string> trace;
+      std::vector<std::string>* explain = request.explain ? &trace : nullptr;
       if (plan.strategy == Strategy::kSequential) {
         placed_with = budgets;
       } else {
         absl::StatusOr<MaxMemory> balanced = internal::BalancedMaxMemory(
-            spec, sizes, budgets, plan.strategy == Strategy::kBalancedLow0, &trace);
+            spec, sizes, budgets, plan.strategy == Strategy::kBalancedLow0, explain);
         if (!balanced.ok()) return balanced.status();
         placed_with = *std::move(balanced);
       }
-      absl::StatusOr<DeviceMap> map = internal::InferAutoDeviceMap(spec, sizes, placed_with, &trace);
+      absl::StatusOr<DeviceMap> map = internal::InferAutoDeviceMap(spec, sizes, placed_with, explain);
       if (!map.ok()) return map.status();
       plan.device_map = *std::move(map);
       plan.explanation = std::move(trace);
@@ -173,7 +186,7 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request)
     }
   }
 
-  const std::map<Device, int64_t> planned = PlannedBytes(spec, plan.device_map, plan.device_map.front().second);
+  const std::map<Device, int64_t> planned = PlannedBytes(spec, sizes, plan.device_map, plan.device_map.front().second);
   for (const DeviceBudget& b : placed_with) {
     auto it = planned.find(b.device);
     plan.devices.push_back({b.device, b.bytes, it == planned.end() ? 0 : it->second, kv_reserve[b.device]});
@@ -187,7 +200,7 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request)
   }
   std::stable_sort(plan.devices.begin(), plan.devices.end(),
                    [](const DeviceUsage& a, const DeviceUsage& b) { return a.device < b.device; });
-  plan.stages = Stages(plan.device_map, order);
+  plan.stages = Stages(spec, plan.device_map);
   return plan;
 }
 

@@ -40,6 +40,8 @@ struct PlanRequest {
   // Beyond transformers: reserve on each GPU the KV cache its decoder layers need for this many
   // tokens (in the spec's dtype), iterating placement and reserve to a fixed point.
   int64_t kv_cache_tokens = 0;
+  // Fill Plan::explanation (costs string building on every placement decision).
+  bool explain = false;
 };
 
 struct DeviceUsage {
@@ -60,7 +62,7 @@ struct Plan {
   DeviceMap device_map;
   std::vector<DeviceUsage> devices;  // every device of max_memory, in its order
   std::vector<Stage> stages;
-  // One line per placement decision: why each module went where it went.
+  // With PlanRequest::explain: one line per placement decision, why each module went where it went.
   std::vector<std::string> explanation;
 };
 

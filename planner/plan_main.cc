@@ -121,6 +121,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<DeviceMapChoice> choice = ParseDeviceMapChoice(flags.device_map);
   if (!choice.ok()) return BadInput(choice.status().message());
   request.device_map = *std::move(choice);
+  request.explain = flags.explain;
   if (!flags.max_memory.empty()) {
     absl::StatusOr<MaxMemory> max_memory = ParseMaxMemory(flags.max_memory);
     if (!max_memory.ok()) return BadInput(max_memory.status().message());
