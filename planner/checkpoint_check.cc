@@ -1,7 +1,7 @@
 // LoadModelSpec: config.json plus a check of the checkpoint's safetensors headers against the spec.
 //
-// Only headers are read (8-byte little-endian length, then that many bytes of JSON), never tensor data,
-// so checking a 100 GB checkpoint costs a few reads. Safetensors format: huggingface/safetensors README.
+// Only headers are read (planner/safetensors_header.h), never tensor data, so checking a 100 GB checkpoint
+// costs a few reads.
 
 #include <algorithm>
 #include <cstdint>
@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 #include "planner/model_spec.h"
+#include "planner/safetensors_header.h"
 
 namespace strata::planner {
 namespace {
@@ -31,14 +32,6 @@ namespace fs = std::filesystem;
 
 constexpr char kSingleFile[] = "model.safetensors";
 constexpr char kIndexFile[] = "model.safetensors.index.json";
-// The safetensors library refuses headers above 100 MB; so do we, before allocating.
-constexpr uint64_t kMaxHeaderBytes = 100'000'000;
-
-// Element sizes of the safetensors dtypes with whole-byte elements.
-constexpr std::pair<absl::string_view, int64_t> kSafetensorsDTypes[] = {
-    {"BOOL", 1}, {"U8", 1},   {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"F8_E8M0", 1}, {"I16", 2}, {"U16", 2},
-    {"F16", 2},  {"BF16", 2}, {"I32", 4}, {"U32", 4},     {"F32", 4},     {"I64", 8},     {"U64", 8}, {"F64", 8},
-};
 
 struct HeaderTensor {
   std::vector<int64_t> shape;
@@ -66,153 +59,17 @@ absl::StatusOr<json> ReadJsonFile(const fs::path& path) {
   }
 }
 
-std::optional<uint64_t> AsNonNegative(const json& v) {
-  if (!v.is_number_integer()) return std::nullopt;
-  if (!v.is_number_unsigned() && v.get<int64_t>() < 0) return std::nullopt;
-  return v.get<uint64_t>();
-}
-
-// Reads one file's header into `tensors`, validating what the loader will rely on later: each entry's
-// dtype, shape and data_offsets, and that the data lies inside the file with the size dtype × shape needs.
+// Reads one file's header (validated by ParseSafetensorsHeader) into `tensors`.
 absl::Status ReadHeader(const fs::path& dir, const std::string& file, std::map<std::string, HeaderTensor>& tensors) {
-  const fs::path path = dir / file;
-  std::error_code ec;
-  const uint64_t file_size = fs::file_size(path, ec);
-  if (ec) return CheckpointError(absl::StrCat(file, ": cannot read the file (", ec.message(), ")"));
-  if (file_size < 8) {
-    return CheckpointError(absl::StrCat(file, ": ", file_size, " bytes is too short for a safetensors header"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  unsigned char length_bytes[8];
-  if (!in || !in.read(reinterpret_cast<char*>(length_bytes), 8)) {
-    return CheckpointError(absl::StrCat(file, ": cannot read the header length"));
-  }
-  uint64_t header_length = 0;
-  for (int i = 7; i >= 0; --i) header_length = (header_length << 8) | length_bytes[i];  // little-endian
-  if (header_length > file_size - 8 || header_length > kMaxHeaderBytes) {
-    return CheckpointError(absl::StrCat(file, ": header length ", header_length, " exceeds the file size (", file_size,
-                                        " bytes) or the 100 MB limit"));
-  }
-  std::string header(header_length, '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(header_length))) {
-    return CheckpointError(absl::StrCat(file, ": cannot read the ", header_length, "-byte header"));
-  }
-  json parsed;
-  try {
-    parsed = json::parse(header);
-  } catch (const json::exception& e) {
-    return CheckpointError(absl::StrCat(file, ": the header is not valid JSON: ", e.what()));
-  }
-  if (!parsed.is_object()) return CheckpointError(absl::StrCat(file, ": the header is not a JSON object"));
-
-  const uint64_t data_size = file_size - 8 - header_length;
-  for (const auto& [name, entry] : parsed.items()) {
-    if (name == "__metadata__") continue;
-    const std::string where = absl::StrCat(file, ": tensor ", name);
-    if (!entry.is_object()) return CheckpointError(absl::StrCat(where, ": header entry is not an object"));
-
-    auto dtype_it = entry.find("dtype");
-    if (dtype_it == entry.end() || !dtype_it->is_string()) {
-      return CheckpointError(absl::StrCat(where, ": header entry has no dtype string"));
-    }
-    const std::string dtype = dtype_it->get<std::string>();
-    int64_t element_size = 0;
-    for (const auto& [known, size] : kSafetensorsDTypes) {
-      if (known == dtype) element_size = size;
-    }
-    if (element_size == 0) return CheckpointError(absl::StrCat(where, ": unknown safetensors dtype \"", dtype, "\""));
-
-    auto shape_it = entry.find("shape");
-    if (shape_it == entry.end() || !shape_it->is_array()) {
-      return CheckpointError(absl::StrCat(where, ": header entry has no shape array"));
-    }
-    HeaderTensor tensor{{}, dtype, file};
-    for (const json& d : *shape_it) {
-      std::optional<uint64_t> dim = AsNonNegative(d);
-      if (!dim || *dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return CheckpointError(absl::StrCat(where, ": shape ", shape_it->dump(), " is not non-negative integers"));
-      }
-      tensor.shape.push_back(static_cast<int64_t>(*dim));
-    }
-    // The bytes dtype x shape needs; `too_large` when that overflows 64 bits (no file can hold it then).
-    uint64_t bytes = static_cast<uint64_t>(element_size);
-    bool too_large = false;
-    if (std::find(tensor.shape.begin(), tensor.shape.end(), 0) != tensor.shape.end()) {
-      bytes = 0;
-    } else {
-      for (int64_t dim : tensor.shape) too_large = too_large || __builtin_mul_overflow(bytes, dim, &bytes);
-    }
-
-    auto offsets_it = entry.find("data_offsets");
-    std::optional<uint64_t> begin, end;
-    if (offsets_it != entry.end() && offsets_it->is_array() && offsets_it->size() == 2) {
-      begin = AsNonNegative((*offsets_it)[0]);
-      end = AsNonNegative((*offsets_it)[1]);
-    }
-    if (!begin || !end || *begin > *end) {
-      return CheckpointError(absl::StrCat(where, ": header entry needs data_offsets [begin, end] with begin <= end"));
-    }
-    if (*end > data_size) {
-      return CheckpointError(absl::StrCat(where, ": data_offsets end ", *end, " is past the ", data_size,
-                                          " data bytes in the file (truncated file?)"));
-    }
-    if (too_large || *end - *begin != bytes) {
-      return CheckpointError(absl::StrCat(where, ": data_offsets span ", *end - *begin, " bytes, but ", dtype, " ",
-                                          ShapeString(tensor.shape), " needs ",
-                                          too_large ? std::string("more than 2^64") : absl::StrCat(bytes)));
-    }
-
-    auto [it, inserted] = tensors.emplace(name, std::move(tensor));
+  absl::StatusOr<SafetensorsHeader> header = ReadSafetensorsHeader(dir, file);
+  if (!header.ok()) return header.status();
+  for (SafetensorsEntry& entry : header->tensors) {
+    auto [it, inserted] = tensors.emplace(entry.name, HeaderTensor{std::move(entry.shape), entry.dtype, file});
     if (!inserted) {
-      return CheckpointError(absl::StrCat("tensor ", name, " appears in both ", it->second.file, " and ", file));
+      return CheckpointError(absl::StrCat("tensor ", entry.name, " appears in both ", it->second.file, " and ", file));
     }
   }
   return absl::OkStatus();
-}
-
-// The files to read, and for a sharded checkpoint the index's tensor -> shard map.
-struct CheckpointFiles {
-  std::vector<std::string> files;
-  std::map<std::string, std::string> weight_map;  // empty for a single file
-};
-
-absl::StatusOr<std::optional<CheckpointFiles>> FindCheckpointFiles(const fs::path& dir) {
-  CheckpointFiles found;
-  std::error_code ec;
-  if (fs::exists(dir / kIndexFile, ec)) {
-    absl::StatusOr<json> index = ReadJsonFile(dir / kIndexFile);
-    if (!index.ok()) return CheckpointError(index.status().message());
-    auto map_it = index->is_object() ? index->find("weight_map") : index->end();
-    if (!index->is_object() || map_it == index->end() || !map_it->is_object()) {
-      return CheckpointError(absl::StrCat(kIndexFile, ": expected an object with a \"weight_map\" object"));
-    }
-    std::set<std::string> seen;
-    for (const auto& [tensor, shard] : map_it->items()) {
-      if (!shard.is_string()) {
-        return CheckpointError(absl::StrCat(kIndexFile, ": weight_map[\"", tensor, "\"] is not a file name"));
-      }
-      const std::string file = shard.get<std::string>();
-      // Shards are plain names in the directory; anything else would read outside the checkpoint.
-      if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..") {
-        return CheckpointError(absl::StrCat(kIndexFile, ": weight_map[\"", tensor, "\"] = \"", file,
-                                            "\" is not a file name in the checkpoint directory"));
-      }
-      found.weight_map[tensor] = file;
-      if (seen.insert(file).second) found.files.push_back(file);
-    }
-    for (const std::string& file : found.files) {
-      if (!fs::is_regular_file(dir / file, ec)) {
-        return CheckpointError(absl::StrCat("shard ", file, " listed in ", kIndexFile, " is missing"));
-      }
-    }
-    return std::optional<CheckpointFiles>(std::move(found));
-  }
-  if (fs::is_regular_file(dir / kSingleFile, ec)) {
-    found.files.push_back(std::string(kSingleFile));
-    return std::optional<CheckpointFiles>(std::move(found));
-  }
-  // No weights: planning from config.json alone is allowed (e.g. before downloading the shards).
-  return std::optional<CheckpointFiles>();
 }
 
 absl::Status CheckTensors(const ModelSpec& spec, const CheckpointFiles& files,

@@ -258,6 +258,15 @@ TEST_F(CheckpointCheckTest, DataOffsetsMustMatchShapeAndDtype) {
   EXPECT_THAT(LoadError(), HasSubstr("data_offsets span 16 bytes, but F32 [8] needs 32"));
 }
 
+TEST_F(CheckpointCheckTest, OverlappingDataOffsetsAreRejected) {
+  WriteConfig(TinyConfig());
+  const std::string header = R"({"model.norm.weight": {"dtype": "BF16", "shape": [8], "data_offsets": [0, 16]},
+      "model.embed_tokens.weight": {"dtype": "BF16", "shape": [4], "data_offsets": [8, 16]}})";
+  WriteRaw("model.safetensors", header, header.size(), 16);
+  EXPECT_THAT(LoadError(), HasSubstr("tensor model.embed_tokens.weight: data_offsets [8, 16) overlap tensor "
+                                     "model.norm.weight [0, 16)"));
+}
+
 TEST_F(CheckpointCheckTest, OverflowingShapeIsRejected) {
   WriteConfig(TinyConfig());
   const std::string header =

@@ -1,0 +1,107 @@
+"""Shared by the runtime parity tests: tiny random checkpoints, the strata-generate binary, and
+transformers' own greedy generation on the same checkpoint as the oracle."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+
+import torch
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def build_dir() -> pathlib.Path:
+    return pathlib.Path(os.environ.get("STRATA_BUILD_DIR", REPO / "build"))
+
+
+def generate_path() -> pathlib.Path:
+    return build_dir() / "runtime" / "strata-generate"
+
+
+# Tiny configs, one per case the issue names. eos/bos are None so that both sides run exactly
+# max_new_tokens; pad_token_id 0 is only transformers' padding for batched prompts.
+_COMMON = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+               num_key_value_heads=2, vocab_size=256, max_position_embeddings=512, rms_norm_eps=1e-5,
+               bos_token_id=None, eos_token_id=None, pad_token_id=0)
+
+CONFIGS = {
+    "llama_llama3_gqa": ("LlamaConfig", dict(_COMMON, rope_parameters={
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 32})),
+    "llama_linear_head_dim": ("LlamaConfig", dict(_COMMON, head_dim=24, rope_parameters={
+        "rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0})),
+    "mistral_sliding": ("MistralConfig", dict(_COMMON, sliding_window=5)),
+    "qwen2_bias_tied": ("Qwen2Config", dict(_COMMON, tie_word_embeddings=True, use_sliding_window=True,
+                                             sliding_window=6, max_window_layers=2)),
+    "llama_sharded": ("LlamaConfig", dict(_COMMON, num_hidden_layers=3)),
+}
+
+
+def make_checkpoint(directory: pathlib.Path, name: str, dtype=torch.float32, seed: int = 0) -> pathlib.Path:
+    import transformers
+
+    config_class, kwargs = CONFIGS[name]
+    config = getattr(transformers, config_class)(**kwargs)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    # Random init at transformers' std (0.02) gives near-uniform logits; scale up so the top tokens are
+    # well separated and greedy choices are not decided by rounding.
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.mul_(8.0)
+    model = model.to(dtype)
+    shard = "40KB" if name == "llama_sharded" else "10GB"
+    model.save_pretrained(directory, safe_serialization=True, max_shard_size=shard)
+    return directory
+
+
+def reference_generate(directory: pathlib.Path, prompts: list[list[int]], new_tokens: int, dtype=torch.float32,
+                       top_k: int = 0):
+    """transformers generate(do_sample=False) on left-padded prompts: per prompt, the new ids, their
+    log-probabilities (log_softmax of the raw float32 logits) and the top-2 margin of each step."""
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, device_map={"": "cpu"})
+    model.eval()
+    longest = max(len(p) for p in prompts)
+    ids = torch.zeros((len(prompts), longest), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, longest - len(p):] = torch.tensor(p)
+        mask[i, longest - len(p):] = 1
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=new_tokens,
+                             min_new_tokens=new_tokens, output_logits=True, return_dict_in_generate=True,
+                             pad_token_id=0, eos_token_id=None)
+    results = []
+    for i in range(len(prompts)):
+        new = out.sequences[i, longest:].tolist()
+        logprobs, margins, top, top1 = [], [], [], []
+        for step, logits in enumerate(out.logits):
+            lp = torch.log_softmax(logits[i].float(), -1)
+            logprobs.append(lp[new[step]].item())
+            two = torch.topk(logits[i].float(), 2).values
+            margins.append((two[0] - two[1]).item())
+            top1.append(two[0].item())
+            if top_k:
+                v, k = torch.topk(lp, top_k)
+                top.append(list(zip(k.tolist(), v.tolist())))
+        results.append({"ids": new, "logprobs": logprobs, "margins": margins, "top": top, "top1": top1})
+    return results
+
+
+def run_generate(model_dir: pathlib.Path, prompts: list[list[int]], new_tokens: int, *extra: str,
+                 check: bool = True):
+    args = [str(generate_path()), "--model", str(model_dir), "--max-new-tokens", str(new_tokens), "--json"]
+    for p in prompts:
+        args += ["--prompt-ids", ",".join(str(t) for t in p)]
+    args += list(extra)
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    if not check:
+        return proc
+    assert proc.returncode == 0, f"strata-generate failed ({proc.returncode}): {proc.stderr}"
+    return json.loads(proc.stdout)
