@@ -18,7 +18,7 @@ requirements="$here/scripts/requirements.txt"
 debian_packages=(
   build-essential cmake ninja-build pkg-config ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev prometheus-cpp-dev nlohmann-json3-dev libonig-dev libgtest-dev libgmock-dev
+  libabsl-dev prometheus-cpp-dev nlohmann-json3-dev libonig-dev libutf8proc-dev libgtest-dev libgmock-dev
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }

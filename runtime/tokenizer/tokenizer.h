@@ -1,0 +1,72 @@
+// strata's tokenizer: reads a Hugging Face tokenizer.json (+ tokenizer_config.json) and encodes and
+// decodes token for token as the `tokenizers` library does. The public API speaks plain C++ types.
+//
+//   auto tok = strata::tokenizer::Tokenizer::FromPath("/models/llama");  // dir or tokenizer.json
+//   auto ids = (*tok)->Encode("Hello", /*add_special_tokens=*/true);
+//   std::string text = (*tok)->Decode(*ids, /*skip_special_tokens=*/true);
+#ifndef STRATA_RUNTIME_TOKENIZER_TOKENIZER_H_
+#define STRATA_RUNTIME_TOKENIZER_TOKENIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace strata::tokenizer {
+
+class AddedVocabulary;
+class BpeModel;
+class Decoder;
+class Normalizer;
+class PostProcessor;
+class PreTokenizer;
+
+class Tokenizer {
+ public:
+  // `path` is a tokenizer.json file or a checkpoint directory holding one; a directory's
+  // tokenizer_config.json is read too (add_bos_token/add_eos_token, used when tokenizer.json has no
+  // post-processor). Errors name the file and the JSON path of what is wrong or unsupported.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromPath(const std::string& path);
+  // From the text of a tokenizer.json (and optionally of a tokenizer_config.json). `source` names the
+  // file in messages.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(std::string_view tokenizer_json,
+                                                             std::string_view config_json = {},
+                                                             std::string_view source = "tokenizer.json");
+  ~Tokenizer();
+
+  // Token ids of `text` (UTF-8; anything else is InvalidArgument naming the byte offset). Special
+  // tokens in the text are always recognised; `add_special_tokens` adds the post-processor's (BOS...).
+  // Thread-safe.
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_special_tokens) const;
+
+  // Text of `ids`, as upstream's decode: ids with no token are dropped, special tokens too when
+  // `skip_special_tokens`. Invalid UTF-8 produced by byte tokens comes out as U+FFFD.
+  std::string Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const;
+
+  std::optional<int32_t> TokenToId(std::string_view token) const;
+  std::optional<std::string> IdToToken(int32_t id) const;
+  // Whether `id` is a special added token (what skip_special_tokens drops).
+  bool IsSpecial(int32_t id) const;
+  // Whether the decoder turns runs of "<0xAB>" tokens into bytes (see StreamingDecoder).
+  bool HasByteFallbackDecoder() const;
+
+ private:
+  Tokenizer();
+  void EncodeText(std::string_view text, std::vector<int32_t>& ids) const;
+
+  std::unique_ptr<Normalizer> normalizer_;
+  std::unique_ptr<PreTokenizer> pre_tokenizer_;
+  std::unique_ptr<BpeModel> model_;
+  std::unique_ptr<PostProcessor> post_processor_;
+  std::unique_ptr<Decoder> decoder_;
+  std::unique_ptr<AddedVocabulary> added_;
+};
+
+}  // namespace strata::tokenizer
+
+#endif  // STRATA_RUNTIME_TOKENIZER_TOKENIZER_H_
