@@ -1,9 +1,10 @@
-// strata-generate: offline greedy generation from token ids, no server. Loads a checkpoint onto the
+// strata-generate: offline greedy generation from text or token ids, no server. Loads a checkpoint onto the
 // devices a plan gives it and decodes a batch of prompts. Exit codes: 0 ok, 2 bad input (message on
 // stderr naming it), 1 anything else.
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -15,15 +16,20 @@
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "runtime/loaded_model.h"
+#include "runtime/tokenizer/tokenizer.h"
 
 namespace {
 
-constexpr char kUsage[] = R"(usage: strata-generate --model DIR --prompt-ids 1,2,3 [--prompt-ids ...] [options]
+constexpr char kUsage[] = R"(usage: strata-generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [...] [options]
 
-Greedy decoding of token-id prompts (run together as one batch) on the devices a plan gives the model.
+Greedy decoding of prompts (run together as one batch) on the devices a plan gives the model.
 
-  --model DIR               checkpoint directory (config.json + safetensors)
+  --model DIR               checkpoint directory (config.json + safetensors [+ tokenizer.json])
+  --prompt TEXT             a text prompt, encoded with the checkpoint's tokenizer.json; repeat for
+                            more prompts (may be mixed with --prompt-ids, order is kept)
   --prompt-ids IDS          comma-separated token ids; repeat for more prompts
+  --tokenizer PATH          tokenizer.json or a directory holding one (default: --model DIR)
+  --no-special-tokens       encode --prompt text without the tokenizer's special tokens (BOS...)
   --max-new-tokens N        tokens to generate per prompt (default 16)
   --top-logprobs K          also report the K most likely tokens at each step
   --device-map S            auto | balanced | balanced_low_0 (default) | sequential | JSON map | @FILE
@@ -34,14 +40,22 @@ Greedy decoding of token-id prompts (run together as one batch) on the devices a
                             float32 on the CPU)
   --max-batch N             KV-cache sequence slots (default: the number of prompts)
   --max-context N           KV-cache positions per slot (default: longest prompt + new tokens)
-  --json                    print {"results": [{"ids", "logprobs", "top_logprobs"}], "load", "timing"}
+  --json                    print {"results": [{"ids", "text", "logprobs", "top_logprobs"}], "load", "timing"}
+                            ("text": the new tokens decoded, special tokens skipped; present when
+                            a tokenizer is found)
   --help                    this text
 )";
 
+struct PromptArg {
+  bool is_text = false;
+  std::string value;  // the text, or comma-separated ids
+};
+
 struct Flags {
   std::map<std::string, std::string> values;
-  std::vector<std::string> prompt_ids;
+  std::vector<PromptArg> prompts;
   bool json = false;
+  bool special_tokens = true;
 };
 
 int Fail(int code, absl::string_view message) {
@@ -52,7 +66,8 @@ int Fail(int code, absl::string_view message) {
 std::string ParseFlags(int argc, char** argv, Flags& flags) {
   const std::vector<std::string> with_value = {"--model",      "--max-new-tokens", "--top-logprobs",
                                                "--device-map", "--max-memory",     "--physical-devices",
-                                               "--dtype",      "--max-batch",      "--max-context"};
+                                               "--dtype",      "--max-batch",      "--max-context",
+                                               "--tokenizer"};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     std::optional<std::string> value;
@@ -64,7 +79,11 @@ std::string ParseFlags(int argc, char** argv, Flags& flags) {
       flags.json = true;
       continue;
     }
-    const bool prompt = arg == "--prompt-ids";
+    if (arg == "--no-special-tokens" && !value) {
+      flags.special_tokens = false;
+      continue;
+    }
+    const bool prompt = arg == "--prompt-ids" || arg == "--prompt";
     if (!prompt && std::find(with_value.begin(), with_value.end(), arg) == with_value.end()) {
       return absl::StrCat("unknown argument \"", argv[i], "\" (see --help)");
     }
@@ -73,13 +92,13 @@ std::string ParseFlags(int argc, char** argv, Flags& flags) {
       value = argv[++i];
     }
     if (prompt) {
-      flags.prompt_ids.push_back(*value);
+      flags.prompts.push_back({arg == "--prompt", *value});
     } else {
       flags.values[arg] = *value;
     }
   }
   if (!flags.values.contains("--model")) return "--model DIR is required";
-  if (flags.prompt_ids.empty()) return "give at least one --prompt-ids";
+  if (flags.prompts.empty()) return "give at least one --prompt TEXT or --prompt-ids IDS";
   return "";
 }
 
@@ -92,6 +111,13 @@ std::optional<int64_t> ParseCount(const Flags& flags, const std::string& flag, s
     return std::nullopt;
   }
   return v;
+}
+
+// The generated text: the new ids decoded as HF's decode(skip_special_tokens=True) does. Invalid
+// UTF-8 from byte tokens arrives as U+FFFD, so the JSON stays valid.
+std::string DecodeNew(const strata::tokenizer::Tokenizer& tokenizer, const std::vector<int64_t>& ids) {
+  std::vector<int32_t> narrow(ids.begin(), ids.end());
+  return tokenizer.Decode(narrow, /*skip_special_tokens=*/true);
 }
 
 }  // namespace
@@ -107,15 +133,42 @@ int main(int argc, char** argv) {
   Flags flags;
   if (std::string error = ParseFlags(argc, argv, flags); !error.empty()) return Fail(2, error);
 
+  // The tokenizer: required for text prompts, used for "text" in the output whenever one is found.
+  const bool any_text = std::any_of(flags.prompts.begin(), flags.prompts.end(), [](const PromptArg& p) {
+    return p.is_text;
+  });
+  std::unique_ptr<strata::tokenizer::Tokenizer> tokenizer;
+  {
+    const bool explicit_path = flags.values.contains("--tokenizer");
+    const std::string path = explicit_path ? flags.values["--tokenizer"] : flags.values["--model"];
+    const bool present = explicit_path || std::filesystem::exists(std::filesystem::path(path) / "tokenizer.json");
+    if (present) {
+      absl::StatusOr<std::unique_ptr<strata::tokenizer::Tokenizer>> loaded =
+          strata::tokenizer::Tokenizer::FromPath(path);
+      if (!loaded.ok()) return Fail(2, loaded.status().message());
+      tokenizer = *std::move(loaded);
+    } else if (any_text) {
+      return Fail(2, absl::StrCat("--prompt needs a tokenizer: ", path,
+                                  " has no tokenizer.json (pass --tokenizer PATH, or use --prompt-ids)"));
+    }
+  }
+
   GreedyRequest request;
-  for (size_t p = 0; p < flags.prompt_ids.size(); ++p) {
+  for (size_t p = 0; p < flags.prompts.size(); ++p) {
     std::vector<int64_t> ids;
-    for (absl::string_view piece : absl::StrSplit(flags.prompt_ids[p], ',', absl::SkipWhitespace())) {
-      int64_t id = 0;
-      if (!absl::SimpleAtoi(piece, &id)) {
-        return Fail(2, absl::StrCat("--prompt-ids (prompt ", p, "): \"", piece, "\" is not an integer token id"));
+    if (flags.prompts[p].is_text) {
+      absl::StatusOr<std::vector<int32_t>> encoded = tokenizer->Encode(flags.prompts[p].value, flags.special_tokens);
+      if (!encoded.ok()) return Fail(2, absl::StrCat("--prompt (prompt ", p, "): ", encoded.status().message()));
+      if (encoded->empty()) return Fail(2, absl::StrCat("--prompt (prompt ", p, "): encodes to no tokens"));
+      ids.assign(encoded->begin(), encoded->end());
+    } else {
+      for (absl::string_view piece : absl::StrSplit(flags.prompts[p].value, ',', absl::SkipWhitespace())) {
+        int64_t id = 0;
+        if (!absl::SimpleAtoi(piece, &id)) {
+          return Fail(2, absl::StrCat("--prompt-ids (prompt ", p, "): \"", piece, "\" is not an integer token id"));
+        }
+        ids.push_back(id);
       }
-      ids.push_back(id);
     }
     request.prompts.push_back(std::move(ids));
   }
@@ -156,6 +209,7 @@ int main(int argc, char** argv) {
     for (const GreedyResult& r : *results) {
       nlohmann::ordered_json item;
       item["ids"] = r.ids;
+      if (tokenizer) item["text"] = DecodeNew(*tokenizer, r.ids);
       item["logprobs"] = r.logprobs;
       nlohmann::json top_json = nlohmann::json::array();
       for (const auto& step : r.top_logprobs) {
@@ -183,6 +237,7 @@ int main(int argc, char** argv) {
     for (size_t p = 0; p < results->size(); ++p) {
       std::cout << "prompt " << p << ":";
       for (int64_t id : (*results)[p].ids) std::cout << " " << id;
+      if (tokenizer) std::cout << "\n  " << nlohmann::json(DecodeNew(*tokenizer, (*results)[p].ids)).dump();
       std::cout << "\n";
     }
   }

@@ -37,6 +37,8 @@ CONFIGS = {
     "qwen2_bias_tied": ("Qwen2Config", dict(_COMMON, tie_word_embeddings=True, use_sliding_window=True,
                                              sliding_window=6, max_window_layers=2)),
     "llama_sharded": ("LlamaConfig", dict(_COMMON, num_hidden_layers=3)),
+    # Room for a byte-level tokenizer (256 byte tokens + merges + specials) beside it.
+    "llama_text": ("LlamaConfig", dict(_COMMON, vocab_size=320)),
 }
 
 
