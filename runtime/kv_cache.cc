@@ -27,10 +27,13 @@ std::pair<at::Tensor, at::Tensor> KvAppend(KvLayer& cache, const at::Tensor& slo
   const c10::List<std::optional<at::Tensor>> index({slots.unsqueeze(1), positions});
   cache.k.index_put_(index, k.transpose(1, 2));
   cache.v.index_put_(index, v.transpose(1, 2));
-  // Consecutive slots (the usual case) are a slice of the cache; others are gathered.
-  at::Tensor keys = slots_contiguous ? cache.k.narrow(0, first_slot, slots.size(0)) : cache.k.index_select(0, slots);
-  at::Tensor values = slots_contiguous ? cache.v.narrow(0, first_slot, slots.size(0)) : cache.v.index_select(0, slots);
-  return {keys.narrow(1, 0, key_length).transpose(1, 2), values.narrow(1, 0, key_length).transpose(1, 2)};
+  // Consecutive slots are a slice of the cache; others (micro-batches of a running batch) are gathered,
+  // only the key_length positions that take part.
+  at::Tensor keys = slots_contiguous ? cache.k.narrow(0, first_slot, slots.size(0)).narrow(1, 0, key_length)
+                                     : cache.k.narrow(1, 0, key_length).index_select(0, slots);
+  at::Tensor values = slots_contiguous ? cache.v.narrow(0, first_slot, slots.size(0)).narrow(1, 0, key_length)
+                                       : cache.v.narrow(1, 0, key_length).index_select(0, slots);
+  return {keys.transpose(1, 2), values.transpose(1, 2)};
 }
 
 }  // namespace strata::runtime

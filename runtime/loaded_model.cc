@@ -54,6 +54,9 @@ LoadedModel::LoadedModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LoadedModel::~LoadedModel() = default;
 const LoadReport& LoadedModel::report() const { return impl_->report; }
 int64_t LoadedModel::vocab_size() const { return impl_->pipeline->dims().vocab; }
+int64_t LoadedModel::max_batch() const { return impl_->options.max_batch; }
+int64_t LoadedModel::max_context() const { return impl_->options.max_context; }
+Pipeline& LoadedModel::pipeline() { return *impl_->pipeline; }
 
 absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions& options) {
   const auto start = std::chrono::steady_clock::now();

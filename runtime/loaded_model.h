@@ -14,6 +14,8 @@
 
 namespace strata::runtime {
 
+class Pipeline;  // internal (ATen): runtime/pipeline.h
+
 struct LoadOptions {
   std::filesystem::path model_dir;
   std::string device_map = "balanced_low_0";  // strategy, JSON map or @FILE (planner::ParseDeviceMapChoice)
@@ -74,6 +76,10 @@ class LoadedModel {
 
   const LoadReport& report() const;
   int64_t vocab_size() const;
+  int64_t max_batch() const;    // KV-cache sequence slots
+  int64_t max_context() const;  // positions per slot
+  // The stages and their KV caches, for the engine (runtime/engine.h). Internal: its header has ATen.
+  Pipeline& pipeline();
 
  private:
   struct Impl;

@@ -177,74 +177,84 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
 }
 
 at::Tensor Pipeline::Forward(const ForwardBatch& batch) {
+  StageActivation activation;
+  activation.hidden = batch.ids;
+  for (size_t s = 0; s < stages_.size(); ++s) RunStage(s, batch, activation);
+  AwaitOutput(activation);
+  return activation.hidden;
+}
+
+void Pipeline::AwaitOutput(StageActivation& activation) {
+  // Whoever reads the logits next runs on the device's current stream: order it after the last stage.
+  if (activation.produced && activation.producer != nullptr) {
+    activation.produced->block(CurrentStream(activation.producer->device));
+  }
+}
+
+void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation& activation) {
+  Stage& stage = stages_.at(index);
   const int64_t rows = batch.slots.size(0);
   const int64_t* slots = batch.slots.data_ptr<int64_t>();
   bool contiguous = true;
   for (int64_t i = 1; i < rows; ++i) contiguous = contiguous && slots[i] == slots[0] + i;
 
-  at::Tensor hidden = batch.ids;
-  const Stage* previous = nullptr;
-  std::optional<c10::Event> produced;
-  for (Stage& stage : stages_) {
-    std::optional<c10::StreamGuard> guard;
-    if (stage.stream) guard.emplace(*stage.stream);
-    // Transfer: wait for the producer's event on this stage's stream (a CPU consumer waits on the host),
-    // then copy onto this device.
-    if (previous != nullptr && produced) {
-      if (stage.stream) {
-        produced->block(*stage.stream);
-      } else {
-        produced->synchronize();
-      }
-    }
-    const at::Tensor source = hidden;
-    hidden = hidden.to(stage.device, /*non_blocking=*/stage.device.is_cuda() && source.is_cuda());
-    if (source.is_cuda() && stage.stream && previous != nullptr && previous->stream) {
-      // The producer's buffer is read by this stream's copy (or compute, on the same device): the
-      // allocator must not hand it out again before this stream's work on it is done.
-      at::Tensor(source).record_stream(*stage.stream);
-    }
-
-    AttentionBatch attention;
-    attention.positions = batch.positions.to(stage.device);
-    attention.slots = batch.slots.to(stage.device);
-    attention.slots_contiguous = contiguous;
-    attention.first_slot = rows > 0 ? slots[0] : 0;
-    attention.key_length = batch.key_length;
-    attention.rope = RopeForPositions(stage.inv_freq, attention.positions, options_.dtype);
-    for (int64_t window : stage.windows) {
-      attention.masks[window] = AttentionMask(attention.positions, batch.key_length, window);
-    }
-    const at::Tensor last = batch.last.to(stage.device);
-
-    Prefetch prefetch;
-    for (size_t k = 0; k < stage.units.size(); ++k) {
-      const Unit& unit = units_[stage.units[k]];
-      std::vector<at::Tensor> weights;
-      if (prefetch.started()) {
-        weights = prefetch.Take(stage.stream);
-      } else {
-        for (const Weight& w : unit.weights) weights.push_back(w.Use());
-      }
-      // Offload: start fetching the next unit's weights while this one computes.
-      if (stage.copy_stream && k + 1 < stage.units.size()) {
-        const Unit& next = units_[stage.units[k + 1]];
-        if (next.offloaded()) prefetch.Start(next.weight_ptrs(), stage.copy_stream);
-      }
-      KvLayer* cache = unit.kind == UnitKind::kDecoderLayer ? &stage.kv.layer(unit.layer) : nullptr;
-      hidden = RunUnit(unit, weights, dims_, hidden, attention, cache, last);
-    }
+  const Stage* previous = activation.producer;
+  std::optional<c10::StreamGuard> guard;
+  if (stage.stream) guard.emplace(*stage.stream);
+  // Transfer: wait for the producer's event on this stage's stream (a CPU consumer waits on the host),
+  // then copy onto this device.
+  if (previous != nullptr && activation.produced) {
     if (stage.stream) {
-      produced.emplace(c10::DeviceType::CUDA);
-      produced->record(*stage.stream);
+      activation.produced->block(*stage.stream);
     } else {
-      produced.reset();
+      activation.produced->synchronize();
     }
-    previous = &stage;
   }
-  // Whoever reads the logits next runs on the device's current stream: order it after the last stage.
-  if (produced && previous != nullptr) produced->block(CurrentStream(previous->device));
-  return hidden;
+  const at::Tensor source = activation.hidden;
+  at::Tensor hidden = source.to(stage.device, /*non_blocking=*/stage.device.is_cuda() && source.is_cuda());
+  if (source.is_cuda() && stage.stream && previous != nullptr && previous->stream) {
+    // The producer's buffer is read by this stream's copy (or compute, on the same device): the
+    // allocator must not hand it out again before this stream's work on it is done.
+    at::Tensor(source).record_stream(*stage.stream);
+  }
+
+  AttentionBatch attention;
+  attention.positions = batch.positions.to(stage.device);
+  attention.slots = batch.slots.to(stage.device);
+  attention.slots_contiguous = contiguous;
+  attention.first_slot = rows > 0 ? slots[0] : 0;
+  attention.key_length = batch.key_length;
+  attention.rope = RopeForPositions(stage.inv_freq, attention.positions, options_.dtype);
+  for (int64_t window : stage.windows) {
+    attention.masks[window] = AttentionMask(attention.positions, batch.key_length, window);
+  }
+  const at::Tensor last = batch.last.to(stage.device);
+
+  Prefetch prefetch;
+  for (size_t k = 0; k < stage.units.size(); ++k) {
+    const Unit& unit = units_[stage.units[k]];
+    std::vector<at::Tensor> weights;
+    if (prefetch.started()) {
+      weights = prefetch.Take(stage.stream);
+    } else {
+      for (const Weight& w : unit.weights) weights.push_back(w.Use());
+    }
+    // Offload: start fetching the next unit's weights while this one computes.
+    if (stage.copy_stream && k + 1 < stage.units.size()) {
+      const Unit& next = units_[stage.units[k + 1]];
+      if (next.offloaded()) prefetch.Start(next.weight_ptrs(), stage.copy_stream);
+    }
+    KvLayer* cache = unit.kind == UnitKind::kDecoderLayer ? &stage.kv.layer(unit.layer) : nullptr;
+    hidden = RunUnit(unit, weights, dims_, hidden, attention, cache, last);
+  }
+  activation.hidden = hidden;
+  if (stage.stream) {
+    activation.produced.emplace(c10::DeviceType::CUDA);
+    activation.produced->record(*stage.stream);
+  } else {
+    activation.produced.reset();
+  }
+  activation.producer = &stage;
 }
 
 int64_t Pipeline::kv_cache_bytes() const {

@@ -58,6 +58,14 @@ struct ForwardBatch {
   int64_t key_length = 0;
 };
 
+// What flows from one stage to the next: the activation and, when its producer runs on a CUDA stream,
+// the event recorded after writing it.
+struct StageActivation {
+  at::Tensor hidden;                 // ids before the first stage; logits after the last
+  std::optional<c10::Event> produced;
+  const Stage* producer = nullptr;   // the stage that wrote `hidden`
+};
+
 class Pipeline {
  public:
   // Loads every unit's weights onto the devices `plan` gives them and allocates the KV caches.
@@ -66,6 +74,13 @@ class Pipeline {
                                                          const PipelineOptions& options);
   // float32 logits [batch, vocab] of each row's last token, on the last stage's device.
   at::Tensor Forward(const ForwardBatch& batch);
+  // One stage of a forward pass: reads `activation` (the previous stage's output, or the batch's ids when
+  // `stage` is 0) and replaces it with this stage's output. Stages of different forward passes may run
+  // at the same time on different threads (micro-batch pipelining): a stage touches only its own
+  // units, KV cache and stream. Passes whose rows share a KV slot must not overlap.
+  void RunStage(size_t stage, const ForwardBatch& batch, StageActivation& activation);
+  // After the last stage: order the caller's current stream after the logits' producer.
+  void AwaitOutput(StageActivation& activation);
 
   const ModelDims& dims() const { return dims_; }
   const std::vector<Stage>& stages() const { return stages_; }
