@@ -1,6 +1,5 @@
 #include "server/metrics.h"
 
-#include <exception>
 #include <utility>
 #include <vector>
 
@@ -10,24 +9,19 @@
 namespace strata::server {
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const ListenAddress& address) {
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    // civetweb reads "HOST:PORT" as a listening address.
-    exposer = std::make_unique<prometheus::Exposer>(address.ToString());
-  } catch (const std::exception& e) {
-    // prometheus-cpp reports a failed bind by throwing from civetweb's constructor.
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve /metrics on ", address.ToString(), " (port in use?): ", e.what()));
-  }
+  auto registry = std::make_shared<prometheus::Registry>();
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint = MetricsEndpoint::Start(address, registry);
+  if (!endpoint.ok()) return endpoint.status();
   ListenAddress bound = address;
-  if (std::vector<int> ports = exposer->GetListeningPorts(); !ports.empty()) bound.port = ports.front();
-  return std::unique_ptr<Metrics>(new Metrics(std::move(bound), std::move(exposer)));
+  bound.port = (*endpoint)->port();
+  return std::unique_ptr<Metrics>(new Metrics(std::move(bound), std::move(registry), *std::move(endpoint)));
 }
 
-Metrics::Metrics(ListenAddress address, std::unique_ptr<prometheus::Exposer> exposer)
+Metrics::Metrics(ListenAddress address, std::shared_ptr<prometheus::Registry> registry,
+                 std::unique_ptr<MetricsEndpoint> endpoint)
     : address_(std::move(address)),
-      registry_(std::make_shared<prometheus::Registry>()),
-      exposer_(std::move(exposer)),
+      registry_(std::move(registry)),
+      endpoint_(std::move(endpoint)),
       device_budget_bytes_(prometheus::BuildGauge()
                                .Name("strata_device_budget_bytes")
                                .Help("Memory budget of a device (max_memory after balancing), in bytes")
@@ -39,9 +33,7 @@ Metrics::Metrics(ListenAddress address, std::unique_ptr<prometheus::Exposer> exp
       device_kv_cache_bytes_(prometheus::BuildGauge()
                                  .Name("strata_device_kv_cache_bytes")
                                  .Help("KV cache bytes the plan reserves on a device")
-                                 .Register(*registry_)) {
-  exposer_->RegisterCollectable(registry_);
-}
+                                 .Register(*registry_)) {}
 
 void Metrics::RecordPlan(const planner::Plan& plan) {
   for (const planner::DeviceUsage& usage : plan.devices) {

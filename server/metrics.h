@@ -1,15 +1,15 @@
 #pragma once
-// server::Metrics: the Prometheus registry and its /metrics endpoint (prometheus-cpp).
+// server::Metrics: the Prometheus registry (prometheus-cpp) and its /metrics endpoint.
 
 #include <memory>
 
 #include "absl/status/statusor.h"
 #include "planner/plan.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "server/flags.h"
+#include "server/metrics_endpoint.h"
 
 namespace strata::server {
 
@@ -25,11 +25,12 @@ class Metrics {
   const ListenAddress& address() const { return address_; }
 
  private:
-  Metrics(ListenAddress address, std::unique_ptr<prometheus::Exposer> exposer);
+  Metrics(ListenAddress address, std::shared_ptr<prometheus::Registry> registry,
+          std::unique_ptr<MetricsEndpoint> endpoint);
 
   ListenAddress address_;
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsEndpoint> endpoint_;
   prometheus::Family<prometheus::Gauge>& device_budget_bytes_;
   prometheus::Family<prometheus::Gauge>& device_planned_bytes_;
   prometheus::Family<prometheus::Gauge>& device_kv_cache_bytes_;

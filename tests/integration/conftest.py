@@ -82,8 +82,8 @@ def start_server(server_bin, stubs, tmp_path):
     """start_server(flags) -> a SERVING ServerProcess, stopped (SIGTERM) at the end of the test."""
     started: list[ServerProcess] = []
 
-    def start(flags: list[str]) -> ServerProcess:
-        server = ServerProcess(server_bin, flags, tmp_path / f"server{len(started)}")
+    def start(flags: list[str], env: dict | None = None) -> ServerProcess:
+        server = ServerProcess(server_bin, flags, tmp_path / f"server{len(started)}", env=env)
         started.append(server)
         return server.start(stubs)
 

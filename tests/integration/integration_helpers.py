@@ -120,7 +120,8 @@ def run_plan(plan_bin: Path, flags: list[str]) -> dict:
 class ServerProcess:
     """A strata-server started with `flags` on free loopback ports; stdout/stderr go to files."""
 
-    def __init__(self, server_bin: Path, flags: list[str], log_dir: Path):
+    def __init__(self, server_bin: Path, flags: list[str], log_dir: Path, env: dict | None = None):
+        self.env = env
         self.grpc_port = free_port()
         self.metrics_port = free_port()
         self.grpc_address = f"127.0.0.1:{self.grpc_port}"
@@ -144,7 +145,7 @@ class ServerProcess:
 
     def start(self, stubs) -> "ServerProcess":
         with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
-            self.process = subprocess.Popen(self.args, stdout=out, stderr=err)
+            self.process = subprocess.Popen(self.args, stdout=out, stderr=err, env=self.env)
         self.channel = grpc.insecure_channel(self.grpc_address)
         health = stubs.health_grpc.HealthStub(self.channel)
         request = stubs.health.HealthCheckRequest(service="strata.v1.InferenceService")

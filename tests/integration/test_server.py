@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import os
 import signal
 import socket
 import subprocess
@@ -151,6 +152,22 @@ def test_metrics_match_the_plan(two_gpu_server, stubs):
         assert metrics[("strata_device_planned_bytes", device.device)] == device.planned_bytes
         assert metrics[("strata_device_kv_cache_bytes", device.device)] == device.kv_cache_bytes
     assert {d for _, d in metrics} == {d.device for d in response.devices}
+
+
+def test_metrics_serve_with_cuda_libraries_loaded(start_server, llama_dir, stubs):
+    """The torch wheel's cuBLASLt has ~94 KiB of static TLS, more than civetweb's (prometheus-cpp's
+    Exposer) 100 KiB thread stacks can hold beside the rest: /metrics must still serve once the CUDA
+    libraries are in the process (as they are when the server links the runtime)."""
+    import glob
+    import torch
+
+    site = Path(torch.__file__).resolve().parents[1]
+    libs = sorted(glob.glob(str(site / "nvidia" / "*" / "lib" / "libcublasLt.so*")))
+    if not libs:
+        pytest.skip("this torch wheel ships no cuBLASLt (a CPU-only wheel)")
+    server = start_server(model_flags(llama_dir), env=dict(os.environ, LD_PRELOAD=libs[0]))
+    metrics = scrape(server.metrics_url)
+    assert any(name == "strata_device_planned_bytes" for name, _ in metrics), server.output()
 
 
 def test_prints_one_serving_line(two_gpu_server):
