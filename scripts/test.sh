@@ -14,7 +14,7 @@ scripts/build.sh || exit 1
 logs=$(mktemp -d)
 ctest --test-dir "$STRATA_BUILD_DIR" --output-on-failure -j 2 2>&1 | tee "$logs/ctest.log"
 ctest_rc=${PIPESTATUS[0]}
-"$venv/bin/python" -m pytest tests -q -p no:cacheprovider 2>&1 | tee "$logs/pytest.log"
+"$venv/bin/python" -m pytest tests clients/python/tests -q -p no:cacheprovider 2>&1 | tee "$logs/pytest.log"
 pytest_rc=${PIPESTATUS[0]}
 
 # "N tests failed out of M" / "X% tests passed, N tests failed out of M"

@@ -3,6 +3,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -15,7 +16,9 @@ namespace {
 
 // Flags that take a value, in the order --help lists them.
 constexpr absl::string_view kValueFlags[] = {
-    "model", "module-tree", "device-map", "max-memory", "dtype", "kv-cache-tokens", "listen", "metrics-listen",
+    "model",          "module-tree",    "device-map",       "max-memory",       "dtype",       "kv-cache-tokens",
+    "listen",         "metrics-listen", "physical-devices", "max-batch",        "max-context", "max-queue",
+    "max-new-tokens", "micro-batches",  "prefill-chunk",    "intra-op-threads",
 };
 
 bool IsValueFlag(absl::string_view name) {
@@ -114,22 +117,48 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
     absl::StatusOr<planner::DeviceMapChoice> choice = planner::ParseDeviceMapChoice(*text);
     if (!choice.ok()) return ForFlag("device-map", choice.status());
     options.device_map = *std::move(choice);
+    options.device_map_text = *text;
   }
   if (const std::string* text = find("max-memory")) {
     absl::StatusOr<planner::MaxMemory> max_memory = planner::ParseMaxMemory(*text);
     if (!max_memory.ok()) return ForFlag("max-memory", max_memory.status());
     options.max_memory = *std::move(max_memory);
+    options.max_memory_text = *text;
   }
   if (const std::string* text = find("dtype")) {
     absl::StatusOr<planner::DType> dtype = planner::ParseDType(*text);
     if (!dtype.ok()) return ForFlag("dtype", dtype.status());
     options.dtype = *dtype;
+    options.dtype_text = *text;
   }
   if (const std::string* text = find("kv-cache-tokens")) {
     if (!absl::SimpleAtoi(*text, &options.kv_cache_tokens) || options.kv_cache_tokens < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("--kv-cache-tokens: \"", *text, "\" is not a non-negative integer"));
     }
+  }
+  if (const std::string* text = find("physical-devices")) options.physical_devices = *text;
+  // Integer flags: name, destination, smallest allowed value.
+  for (auto [flag, value, least] : {std::tuple{"max-batch", &options.max_batch, int64_t{1}},
+                                    std::tuple{"max-context", &options.max_context, int64_t{1}},
+                                    std::tuple{"max-queue", &options.max_queue, int64_t{0}},
+                                    std::tuple{"max-new-tokens", &options.max_new_tokens, int64_t{1}},
+                                    std::tuple{"micro-batches", &options.micro_batches, int64_t{0}},
+                                    std::tuple{"prefill-chunk", &options.prefill_chunk, int64_t{1}}}) {
+    if (const std::string* text = find(flag)) {
+      if (!absl::SimpleAtoi(*text, value) || *value < least) {
+        return absl::InvalidArgumentError(absl::StrCat("--", flag, ": \"", *text, "\" is not an integer >= ", least));
+      }
+    }
+  }
+  if (const std::string* text = find("intra-op-threads")) {
+    if (!absl::SimpleAtoi(*text, &options.intra_op_threads) || options.intra_op_threads < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--intra-op-threads: \"", *text, "\" is not an integer >= 0"));
+    }
+  }
+  if (options.max_new_tokens > options.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-new-tokens: ", options.max_new_tokens,
+                                                   " is more than --max-context ", options.max_context));
   }
   for (auto [flag, address] :
        {std::pair{"listen", &options.listen}, std::pair{"metrics-listen", &options.metrics_listen}}) {
@@ -147,6 +176,8 @@ std::string ServerUsage() {
 
 Plans where every module of a model lives (transformers' device_map semantics) and serves the plan
 over gRPC (strata.v1.InferenceService/GetDeviceMap, health checking, reflection) and Prometheus.
+When --model DIR holds safetensors weights, the server also loads them onto the planned devices and
+serves Generate (health is NOT_SERVING until the weights are loaded); otherwise it only plans.
 
   --model DIR             checkpoint directory: config.json, optionally *.safetensors (headers are
                           checked against the config)
@@ -157,7 +188,19 @@ over gRPC (strata.v1.InferenceService/GetDeviceMap, health checking, reflection)
                           (default: 90% of the available host memory, on cpu)
   --dtype D               size the weights in D (float16, bfloat16, float32, ...); default: the
                           checkpoint's torch_dtype
-  --kv-cache-tokens N     reserve KV cache for N tokens on every GPU that holds decoder layers (0)
+  --kv-cache-tokens N     reserve KV cache for N tokens on every GPU that holds decoder layers (0);
+                          when serving weights the reserve is --max-batch x --max-context instead
+Serving (weights present):
+  --physical-devices MAP  run plan GPUs on these devices: 0=cpu,1=cpu or 0=cuda:0,1=cuda:0
+                          (default: GPU i is cuda:i)
+  --max-batch N           KV-cache slots: sequences generating at once (16)
+  --max-context N         KV-cache positions per slot: prompt + new tokens (2048)
+  --max-queue N           requests waiting for a slot before RESOURCE_EXHAUSTED (256)
+  --max-new-tokens N      most new tokens a request may ask for (default: --max-context)
+  --micro-batches N       micro-batches in flight across the stages; 1 runs one stage at a time
+                          (default 0: one per stage of the plan)
+  --prefill-chunk N       prompt tokens per prefill chunk (256)
+  --intra-op-threads N    LibTorch intra-op threads per stage worker (default: LibTorch's)
   --listen HOST:PORT      gRPC address (0.0.0.0:50051)
   --metrics-listen HOST:PORT
                           Prometheus /metrics address (0.0.0.0:9464)

@@ -33,12 +33,25 @@ struct ServerOptions {
   // tree JSON file.
   std::optional<std::filesystem::path> model_dir;
   std::optional<std::filesystem::path> module_tree;
-  planner::DeviceMapChoice device_map;           // default: balanced_low_0, as transformers' examples use
+  planner::DeviceMapChoice device_map;             // default: balanced_low_0, as transformers' examples use
+  std::string device_map_text = "balanced_low_0";  // the flag as given: the runtime plans from it again
+  std::string max_memory_text;
+  std::string dtype_text;
   std::optional<planner::MaxMemory> max_memory;  // absent: the planner's default (host memory)
   std::optional<planner::DType> dtype;           // absent: what the checkpoint declares
   int64_t kv_cache_tokens = 0;
   ListenAddress listen{"0.0.0.0", 50051};
   ListenAddress metrics_listen{"0.0.0.0", 9464};
+
+  // Serving (when --model DIR holds safetensors weights; see ServerUsage).
+  std::string physical_devices;  // "0=cpu,1=cpu"; checked by the runtime at load
+  int64_t max_batch = 16;        // KV slots: sequences generating at once
+  int64_t max_context = 2048;    // positions per slot: prompt + new tokens
+  int64_t max_queue = 256;       // requests waiting for a slot before RESOURCE_EXHAUSTED
+  int64_t max_new_tokens = 0;    // limit per request; 0: max_context
+  int64_t micro_batches = 0;     // micro-batches in flight across the stages (1: unpipelined; 0: one per stage)
+  int64_t prefill_chunk = 256;   // prompt tokens per prefill chunk
+  int32_t intra_op_threads = 0;  // LibTorch intra-op threads per stage worker; 0: LibTorch's default
 };
 
 // The command line asked either for usage or for a server.

@@ -2,9 +2,12 @@
 
 #include <string>
 
+#include "server/generate_reactor.h"
+
 namespace strata::server {
 
-v1::GetDeviceMapResponse DeviceMapResponse(const ServedPlan& served) {
+v1::GetDeviceMapResponse DeviceMapResponse(const ServedPlan& served,
+                                           const std::vector<runtime::DeviceMemory>* measured) {
   const planner::Plan& plan = served.plan;
   v1::GetDeviceMapResponse response;
   auto& device_map = *response.mutable_device_map();
@@ -18,6 +21,16 @@ v1::GetDeviceMapResponse DeviceMapResponse(const ServedPlan& served) {
     out.set_budget_bytes(usage.budget_bytes);
     out.set_planned_bytes(usage.planned_bytes);
     out.set_kv_cache_bytes(usage.kv_cache_bytes);
+    if (measured == nullptr) continue;
+    for (const runtime::DeviceMemory& m : *measured) {
+      if (m.device != out.device()) continue;
+      v1::DeviceMemory& mem = *out.mutable_measured();
+      mem.set_physical_device(m.physical_device);
+      mem.set_allocated_bytes(m.allocated_bytes);
+      mem.set_reserved_bytes(m.reserved_bytes);
+      mem.set_total_bytes(m.total_bytes);
+      mem.set_free_bytes(m.free_bytes);
+    }
   }
   for (const planner::Stage& stage : plan.stages) {
     v1::Stage& out = *response.add_stages();
@@ -30,15 +43,48 @@ v1::GetDeviceMapResponse DeviceMapResponse(const ServedPlan& served) {
   return response;
 }
 
-InferenceService::InferenceService(const ServedPlan& served) : device_map_(DeviceMapResponse(served)) {}
+void InferenceService::ServePlan(const ServedPlan* plan) {
+  std::lock_guard lock(mutex_);
+  plan_ = plan;
+  plan_response_ = DeviceMapResponse(*plan);
+}
+
+void InferenceService::ServeModel(ServedModel* model) {
+  std::lock_guard lock(mutex_);
+  model_ = model;
+  plan_ = &model->plan();
+}
+
+void InferenceService::Stop() {
+  std::lock_guard lock(mutex_);
+  model_ = nullptr;
+}
 
 grpc::ServerUnaryReactor* InferenceService::GetDeviceMap(grpc::CallbackServerContext* context,
                                                          const v1::GetDeviceMapRequest* /*request*/,
                                                          v1::GetDeviceMapResponse* response) {
-  *response = device_map_;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
+  std::lock_guard lock(mutex_);
+  if (plan_ == nullptr) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is still loading"));
+  } else if (model_ != nullptr) {
+    // Memory is measured per call: it changes as the caches and allocators fill.
+    const std::vector<runtime::DeviceMemory> measured = runtime::MeasureDeviceMemory(model_->model());
+    *response = DeviceMapResponse(*plan_, &measured);
+    reactor->Finish(grpc::Status::OK);
+  } else {
+    if (plan_response_) *response = *plan_response_;
+    reactor->Finish(plan_response_ ? grpc::Status::OK : grpc::Status(grpc::StatusCode::UNAVAILABLE, "shutting down"));
+  }
   return reactor;
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(grpc::CallbackServerContext* context,
+                                                                       const grpc::ByteBuffer* request) {
+  std::lock_guard lock(mutex_);
+  // Under the lock: Stop() cannot take the model away while the request is submitted.
+  const bool plan_only = plan_ != nullptr && model_ == nullptr && plan_response_.has_value();
+  return new GenerateReactor(context, *request, model_, plan_only, metrics_);
 }
 
 }  // namespace strata::server

@@ -1,26 +1,56 @@
 #pragma once
-// strata.v1.InferenceService: the gRPC face of the server (callback API).
+// strata.v1.InferenceService: the gRPC face of the server (callback API). Generate is registered raw
+// (ByteBuffer in and out) so that its validation can read the request bytes itself: see
+// server/generate_validation.h.
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "runtime/device_memory.h"
+#include "server/metrics.h"
+#include "server/served_model.h"
 #include "server/served_plan.h"
 #include "strata/v1/strata.grpc.pb.h"
 
 namespace strata::server {
 
-// The plan as the wire carries it.
-v1::GetDeviceMapResponse DeviceMapResponse(const ServedPlan& served);
+// The plan as the wire carries it, with each device's measured memory when `measured` is given.
+v1::GetDeviceMapResponse DeviceMapResponse(const ServedPlan& served,
+                                           const std::vector<runtime::DeviceMemory>* measured = nullptr);
 
-class InferenceService final : public v1::InferenceService::CallbackService {
+using InferenceServiceBase = v1::InferenceService::WithCallbackMethod_GetDeviceMap<
+    v1::InferenceService::WithRawCallbackMethod_Generate<v1::InferenceService::Service>>;
+
+class InferenceService final : public InferenceServiceBase {
  public:
-  explicit InferenceService(const ServedPlan& served);
+  // Generate calls record into `metrics` (may be null) from now on.
+  void SetMetrics(Metrics* metrics) {
+    std::lock_guard lock(mutex_);
+    metrics_ = metrics;
+  }
+
+  // The server only plans (no weights): GetDeviceMap answers, Generate is FAILED_PRECONDITION.
+  void ServePlan(const ServedPlan* plan);
+  // The model is loaded: both answer. `model` must outlive the service or a later Stop().
+  void ServeModel(ServedModel* model);
+  // New Generate calls are UNAVAILABLE from now on (shutdown).
+  void Stop();
 
   grpc::ServerUnaryReactor* GetDeviceMap(grpc::CallbackServerContext* context, const v1::GetDeviceMapRequest* request,
                                          v1::GetDeviceMapResponse* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request) override;
 
  private:
-  // Built once: the plan does not change while the server runs.
-  const v1::GetDeviceMapResponse device_map_;
+  Metrics* metrics_ = nullptr;
+  std::mutex mutex_;
+  const ServedPlan* plan_ = nullptr;
+  ServedModel* model_ = nullptr;
+  std::optional<v1::GetDeviceMapResponse> plan_response_;  // plan-only: built once
 };
 
 }  // namespace strata::server

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "planner/plan.h"
 #include "server/flags.h"
 #include "server/running_server.h"
+#include "server/served_model.h"
 #include "server/served_plan.h"
 
 namespace {
@@ -33,21 +35,48 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
     return 0;
   }
 
-  absl::StatusOr<strata::server::ServedPlan> served = strata::server::MakeServedPlan(command->options);
-  if (!served.ok()) {
-    std::cerr << "strata-server: " << served.status().message() << "\n";
-    return kExitBadInput;
+  const strata::server::ServerOptions& options = command->options;
+  const bool serve_weights = options.model_dir && strata::server::HasWeights(*options.model_dir);
+  std::optional<strata::server::ServedPlan> plan;
+  if (!serve_weights) {
+    absl::StatusOr<strata::server::ServedPlan> served = strata::server::MakeServedPlan(options);
+    if (!served.ok()) {
+      std::cerr << "strata-server: " << served.status().message() << "\n";
+      return kExitBadInput;
+    }
+    plan = *std::move(served);
   }
-  std::cout << strata::planner::PlanToTable(served->spec, served->plan);
 
-  absl::StatusOr<std::unique_ptr<strata::server::RunningServer>> server =
-      strata::server::RunningServer::Start(*served, command->options);
+  // The port opens before the weights load: health says NOT_SERVING and Generate UNAVAILABLE meanwhile.
+  absl::StatusOr<std::unique_ptr<strata::server::RunningServer>> server = strata::server::RunningServer::Start(options);
   if (!server.ok()) {
     std::cerr << "strata-server: " << server.status().message() << "\n";
     return kExitFailure;
   }
-  std::cout << "strata-server: serving GetDeviceMap on " << (*server)->grpc_address().ToString() << ", metrics on "
-            << (*server)->metrics_address().ToString() << "/metrics" << std::endl;
+  if (plan) {
+    std::cout << strata::planner::PlanToTable(plan->spec, plan->plan);
+    (*server)->ServePlan(*std::move(plan));
+    std::cout << "strata-server: serving GetDeviceMap on " << (*server)->grpc_address().ToString() << ", metrics on "
+              << (*server)->metrics_address().ToString() << "/metrics" << std::endl;
+  } else {
+    std::cout << "strata-server: loading " << options.model_dir->string() << " (NOT_SERVING on "
+              << (*server)->grpc_address().ToString() << " until loaded)" << std::endl;
+    // Signals wait (blocked) until the load ends: a load is seconds to minutes, and stopping halfway
+    // would leave nothing to clean up that exiting does not.
+    absl::StatusOr<std::unique_ptr<strata::server::ServedModel>> model = strata::server::ServedModel::Load(options);
+    if (!model.ok()) {
+      std::cerr << "strata-server: " << model.status().message() << "\n";
+      (*server)->Shutdown();
+      return model.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
+    }
+    const strata::runtime::LoadReport& report = (*model)->model().report();
+    std::cout << strata::planner::PlanToTable(report.spec, report.plan) << report.stages << "\n"
+              << "strata-server: loaded in " << report.seconds << " s (" << report.dtype << ", "
+              << ((*model)->tokenizer() != nullptr ? "tokenizer.json" : "no tokenizer: token ids only") << ")\n";
+    (*server)->ServeModel(*std::move(model));
+    std::cout << "strata-server: serving Generate and GetDeviceMap on " << (*server)->grpc_address().ToString()
+              << ", metrics on " << (*server)->metrics_address().ToString() << "/metrics" << std::endl;
+  }
 
   int signal_number = 0;
   if (int error = sigwait(&stop_signals, &signal_number); error != 0) {

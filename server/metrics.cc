@@ -1,5 +1,7 @@
 #include "server/metrics.h"
 
+#include <exception>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -7,6 +9,37 @@
 #include "absl/strings/str_cat.h"
 
 namespace strata::server {
+namespace {
+
+// Latency buckets from 1 ms to about 1 minute.
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+}
+
+const char* CodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK:
+      return "OK";
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::INTERNAL:
+      return "INTERNAL";
+    default:
+      return "OTHER";
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const ListenAddress& address) {
   auto registry = std::make_shared<prometheus::Registry>();
@@ -33,7 +66,60 @@ Metrics::Metrics(ListenAddress address, std::shared_ptr<prometheus::Registry> re
       device_kv_cache_bytes_(prometheus::BuildGauge()
                                  .Name("strata_device_kv_cache_bytes")
                                  .Help("KV cache bytes the plan reserves on a device")
-                                 .Register(*registry_)) {}
+                                 .Register(*registry_)),
+      device_memory_bytes_(prometheus::BuildGauge()
+                               .Name("strata_device_memory_bytes")
+                               .Help("Measured memory of a device: kind allocated, reserved, total or free "
+                                     "(CUDA allocator and cudaMemGetInfo; process RSS and host memory for cpu)")
+                               .Register(*registry_)),
+      requests_total_(prometheus::BuildCounter()
+                          .Name("strata_requests_total")
+                          .Help("Generate calls by their final gRPC status code")
+                          .Register(*registry_)),
+      request_duration_(prometheus::BuildHistogram()
+                            .Name("strata_request_duration_seconds")
+                            .Help("Generate calls from arrival to their final status")
+                            .Register(*registry_)
+                            .Add({}, LatencyBuckets())),
+      time_to_first_token_(prometheus::BuildHistogram()
+                               .Name("strata_time_to_first_token_seconds")
+                               .Help("From a Generate call's arrival to its first generated token")
+                               .Register(*registry_)
+                               .Add({}, LatencyBuckets())),
+      inter_token_latency_(prometheus::BuildHistogram()
+                               .Name("strata_inter_token_latency_seconds")
+                               .Help("Between consecutive generated tokens of one request")
+                               .Register(*registry_)
+                               .Add({}, LatencyBuckets())),
+      prompt_tokens_(prometheus::BuildCounter()
+                         .Name("strata_prompt_tokens_total")
+                         .Help("Prompt tokens of accepted Generate calls")
+                         .Register(*registry_)
+                         .Add({})),
+      generated_tokens_(prometheus::BuildCounter()
+                            .Name("strata_generated_tokens_total")
+                            .Help("Tokens generated")
+                            .Register(*registry_)
+                            .Add({})),
+      queue_depth_(prometheus::BuildGauge()
+                       .Name("strata_queue_depth")
+                       .Help("Requests waiting for a KV slot")
+                       .Register(*registry_)
+                       .Add({})),
+      active_sequences_(prometheus::BuildGauge()
+                            .Name("strata_active_sequences")
+                            .Help("Sequences holding a KV slot")
+                            .Register(*registry_)
+                            .Add({})),
+      batch_size_(prometheus::BuildHistogram()
+                      .Name("strata_batch_size")
+                      .Help("Rows of each micro-batch the engine runs")
+                      .Register(*registry_)
+                      .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128, 256})),
+      stage_busy_seconds_(prometheus::BuildCounter()
+                              .Name("strata_stage_busy_seconds_total")
+                              .Help("Wall time a pipeline stage spent running micro-batches (on CUDA: issuing them)")
+                              .Register(*registry_)) {}
 
 void Metrics::RecordPlan(const planner::Plan& plan) {
   for (const planner::DeviceUsage& usage : plan.devices) {
@@ -41,6 +127,37 @@ void Metrics::RecordPlan(const planner::Plan& plan) {
     device_budget_bytes_.Add(labels).Set(usage.budget_bytes);
     device_planned_bytes_.Add(labels).Set(static_cast<double>(usage.planned_bytes));
     device_kv_cache_bytes_.Add(labels).Set(static_cast<double>(usage.kv_cache_bytes));
+  }
+}
+
+void Metrics::RecordRequest(grpc::StatusCode code, double seconds) {
+  requests_total_.Add({{"code", CodeName(code)}}).Increment();
+  request_duration_.Observe(seconds);
+}
+void Metrics::RecordPromptTokens(int64_t tokens) { prompt_tokens_.Increment(static_cast<double>(tokens)); }
+void Metrics::RecordGeneratedTokens(int64_t tokens) { generated_tokens_.Increment(static_cast<double>(tokens)); }
+void Metrics::ObserveTimeToFirstToken(double seconds) { time_to_first_token_.Observe(seconds); }
+void Metrics::ObserveInterTokenLatency(double seconds) { inter_token_latency_.Observe(seconds); }
+void Metrics::ObserveBatchSize(int64_t rows) { batch_size_.Observe(static_cast<double>(rows)); }
+
+void Metrics::RecordEngine(const runtime::EngineStats& stats) {
+  queue_depth_.Set(static_cast<double>(stats.queued));
+  active_sequences_.Set(static_cast<double>(stats.active));
+  for (size_t s = 0; s < stats.stages.size(); ++s) {
+    prometheus::Counter& counter =
+        stage_busy_seconds_.Add({{"stage", std::to_string(s)}, {"device", stats.stages[s].device}});
+    // Counters only go up: add what accumulated since the last sample.
+    const double delta = stats.stages[s].busy_seconds - counter.Value();
+    if (delta > 0) counter.Increment(delta);
+  }
+}
+
+void Metrics::RecordDeviceMemory(const std::vector<runtime::DeviceMemory>& devices) {
+  for (const runtime::DeviceMemory& d : devices) {
+    for (auto [kind, value] : {std::pair{"allocated", d.allocated_bytes}, std::pair{"reserved", d.reserved_bytes},
+                               std::pair{"total", d.total_bytes}, std::pair{"free", d.free_bytes}}) {
+      device_memory_bytes_.Add({{"device", d.device}, {"kind", kind}}).Set(static_cast<double>(value));
+    }
   }
 }
 

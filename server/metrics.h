@@ -1,13 +1,22 @@
 #pragma once
-// server::Metrics: the Prometheus registry (prometheus-cpp) and its /metrics endpoint.
+// server::Metrics: the Prometheus registry and its /metrics endpoint (prometheus-cpp). The plan's
+// gauges are set once; request metrics as requests go; engine and device gauges by RunningServer's
+// sampler thread (a few times a second). Every method is thread-safe (prometheus-cpp's metrics are).
+
+#include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "planner/plan.h"
+#include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "runtime/device_memory.h"
+#include "runtime/engine.h"
 #include "server/flags.h"
 #include "server/metrics_endpoint.h"
 
@@ -20,6 +29,17 @@ class Metrics {
 
   // Publishes, per device of the plan, its budget, its planned bytes and its KV cache reserve.
   void RecordPlan(const planner::Plan& plan);
+
+  // Generate requests.
+  void RecordRequest(grpc::StatusCode code, double seconds);
+  void RecordPromptTokens(int64_t tokens);
+  void RecordGeneratedTokens(int64_t tokens);
+  void ObserveTimeToFirstToken(double seconds);
+  void ObserveInterTokenLatency(double seconds);
+  void ObserveBatchSize(int64_t rows);
+  // The engine's state and each device's measured memory, as sampled now.
+  void RecordEngine(const runtime::EngineStats& stats);
+  void RecordDeviceMemory(const std::vector<runtime::DeviceMemory>& devices);
 
   // The address /metrics is served on, with the port the system picked when asked for port 0.
   const ListenAddress& address() const { return address_; }
@@ -34,6 +54,17 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& device_budget_bytes_;
   prometheus::Family<prometheus::Gauge>& device_planned_bytes_;
   prometheus::Family<prometheus::Gauge>& device_kv_cache_bytes_;
+  prometheus::Family<prometheus::Gauge>& device_memory_bytes_;
+  prometheus::Family<prometheus::Counter>& requests_total_;
+  prometheus::Histogram& request_duration_;
+  prometheus::Histogram& time_to_first_token_;
+  prometheus::Histogram& inter_token_latency_;
+  prometheus::Counter& prompt_tokens_;
+  prometheus::Counter& generated_tokens_;
+  prometheus::Gauge& queue_depth_;
+  prometheus::Gauge& active_sequences_;
+  prometheus::Histogram& batch_size_;
+  prometheus::Family<prometheus::Counter>& stage_busy_seconds_;
 };
 
 }  // namespace strata::server

@@ -11,10 +11,9 @@
 
 namespace strata::server {
 
-absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const ServedPlan& served,
-                                                                    const ServerOptions& options) {
+absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const ServerOptions& options) {
   std::unique_ptr<RunningServer> running(new RunningServer());
-  running->service_ = std::make_unique<InferenceService>(served);
+  running->service_ = std::make_unique<InferenceService>();
 
   // Both are process-wide settings read when a builder is made, so they come first.
   grpc::EnableDefaultHealthCheckService(true);
@@ -33,18 +32,50 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const Served
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", options.listen.ToString(), " (port in use?)"));
   }
   running->grpc_address_ = ListenAddress{options.listen.host, port};
-
   absl::StatusOr<std::unique_ptr<Metrics>> metrics = Metrics::Start(options.metrics_listen);
   if (!metrics.ok()) return metrics.status();
   running->metrics_ = *std::move(metrics);
-  running->metrics_->RecordPlan(served.plan);
-
-  // The plan is made before the server starts, so the service is ready as soon as it is reachable.
-  // When weights are loaded after start-up, this is where readiness will be announced instead.
+  running->service_->SetMetrics(running->metrics_.get());
   grpc::HealthCheckServiceInterface* health = running->server_->GetHealthCheckService();
+  health->SetServingStatus(v1::InferenceService::service_full_name(), false);
+  health->SetServingStatus("", false);
+  return running;
+}
+
+void RunningServer::SetServing() {
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   health->SetServingStatus(v1::InferenceService::service_full_name(), true);
   health->SetServingStatus("", true);
-  return running;
+}
+
+void RunningServer::ServePlan(ServedPlan plan) {
+  plan_ = std::make_unique<ServedPlan>(std::move(plan));
+  metrics_->RecordPlan(plan_->plan);
+  service_->ServePlan(plan_.get());
+  SetServing();
+}
+
+void RunningServer::ServeModel(std::unique_ptr<ServedModel> model) {
+  model_ = std::move(model);
+  metrics_->RecordPlan(model_->plan().plan);
+  Metrics* metrics = metrics_.get();
+  model_->engine().SetMicroBatchObserver([metrics](int64_t rows) { metrics->ObserveBatchSize(rows); });
+  SampleGauges();
+  sampler_ = std::thread([this] {
+    std::unique_lock lock(mutex_);
+    while (!stop_sampling_.wait_for(lock, std::chrono::milliseconds(250), [this] { return stopping_; })) {
+      lock.unlock();
+      SampleGauges();
+      lock.lock();
+    }
+  });
+  service_->ServeModel(model_.get());
+  SetServing();
+}
+
+void RunningServer::SampleGauges() {
+  metrics_->RecordEngine(model_->engine().Stats());
+  metrics_->RecordDeviceMemory(runtime::MeasureDeviceMemory(model_->model()));
 }
 
 RunningServer::~RunningServer() { Shutdown(); }
@@ -55,9 +86,24 @@ void RunningServer::Shutdown() {
   if (server_ != nullptr) {
     // Health first, so that load balancers watching it stop sending calls before the port closes.
     if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) health->Shutdown();
+    // No new generations; running ones end CANCELLED, which finishes their calls.
+    service_->Stop();
+  }
+  if (sampler_.joinable()) {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    stop_sampling_.notify_all();
+    sampler_.join();
+  }
+  if (model_ != nullptr) model_->StopEngine();
+  if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
     server_->Wait();
   }
+  model_.reset();
+  if (service_ != nullptr) service_->SetMetrics(nullptr);
   metrics_.reset();
 }
 

@@ -1,29 +1,39 @@
 #pragma once
 // A started strata-server: the gRPC server (InferenceService, health checking, reflection) and the
-// /metrics endpoint, for one ServedPlan.
+// /metrics endpoint. It starts NOT_SERVING; ServePlan (plan only) or ServeModel (weights loaded) makes
+// it SERVING.
 
 #include <grpcpp/grpcpp.h>
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "server/flags.h"
 #include "server/inference_service.h"
 #include "server/metrics.h"
+#include "server/served_model.h"
 #include "server/served_plan.h"
 
 namespace strata::server {
 
 class RunningServer {
  public:
-  // Binds both addresses and starts serving `served` (which must outlive the server). Unavailable when
-  // an address cannot be bound.
-  static absl::StatusOr<std::unique_ptr<RunningServer>> Start(const ServedPlan& served, const ServerOptions& options);
+  // Binds both addresses and starts serving, NOT_SERVING: GetDeviceMap and Generate answer UNAVAILABLE
+  // until ServePlan or ServeModel. Unavailable when an address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<RunningServer>> Start(const ServerOptions& options);
 
   ~RunningServer();  // Shuts down if Shutdown was not called.
 
-  // Marks every service NOT_SERVING, finishes in-flight calls (waiting a few seconds at most) and
-  // stops /metrics. Idempotent.
+  // Serves a plan without weights (Generate is FAILED_PRECONDITION), then reports SERVING.
+  void ServePlan(ServedPlan plan);
+  // Serves a loaded model, then reports SERVING; samples engine and device gauges for /metrics.
+  void ServeModel(std::unique_ptr<ServedModel> model);
+
+  // Marks every service NOT_SERVING, ends running generations (CANCELLED), finishes in-flight calls
+  // (waiting a few seconds at most) and stops /metrics. Idempotent.
   void Shutdown();
 
   // The bound addresses, with the ports the system picked where port 0 was asked for.
@@ -32,11 +42,19 @@ class RunningServer {
 
  private:
   RunningServer() = default;
+  void SetServing();
+  void SampleGauges();
 
+  std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<Metrics> metrics_;
   ListenAddress grpc_address_;
+  std::unique_ptr<ServedPlan> plan_;
+  std::unique_ptr<ServedModel> model_;
+  std::mutex mutex_;
+  std::condition_variable stop_sampling_;
+  bool stopping_ = false;
+  std::thread sampler_;
   bool shut_down_ = false;
 };
 

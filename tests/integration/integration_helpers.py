@@ -12,7 +12,10 @@ import os
 import signal
 import socket
 import subprocess
+import importlib
+import sys
 import time
+import types
 from pathlib import Path
 
 import grpc
@@ -183,3 +186,34 @@ class ServerProcess:
         return self.process.returncode
 
 
+
+
+def generate_stubs(src: Path, out: Path) -> types.SimpleNamespace:
+    """strata_pb2/_grpc, health_pb2/_grpc and reflection_pb2/_grpc, generated with grpc_tools.protoc from
+    proto/strata/v1/strata.proto and the public protos above (written into `src`), into `out`."""
+    from grpc_tools import protoc
+
+    (src / "strata_health.proto").write_text(HEALTH_PROTO)
+    (src / "strata_reflection.proto").write_text(REFLECTION_PROTO)
+    jobs = [
+        (REPO / "proto", "strata/v1/strata.proto"),
+        (src, "strata_health.proto"),
+        (src, "strata_reflection.proto"),
+    ]
+    for include, proto in jobs:
+        rc = protoc.main(
+            ["protoc", f"-I{include}", f"--python_out={out}", f"--grpc_python_out={out}", str(include / proto)]
+        )
+        assert rc == 0, f"grpc_tools.protoc failed on {proto}"
+    sys.path.insert(0, str(out))
+    try:
+        return types.SimpleNamespace(
+            strata=importlib.import_module("strata.v1.strata_pb2"),
+            strata_grpc=importlib.import_module("strata.v1.strata_pb2_grpc"),
+            health=importlib.import_module("strata_health_pb2"),
+            health_grpc=importlib.import_module("strata_health_pb2_grpc"),
+            reflection=importlib.import_module("strata_reflection_pb2"),
+            reflection_grpc=importlib.import_module("strata_reflection_pb2_grpc"),
+        )
+    finally:
+        sys.path.remove(str(out))

@@ -126,7 +126,7 @@ def test_reflection_lists_and_describes_the_service(two_gpu_server, stubs):
              for b in described.file_descriptor_response.file_descriptor_proto]
     strata_file = next(f for f in files if f.package == "strata.v1")
     service = next(s for s in strata_file.service if s.name == "InferenceService")
-    assert [m.name for m in service.method] == ["GetDeviceMap"]
+    assert [m.name for m in service.method] == ["GetDeviceMap", "Generate"]
 
 
 METRIC_LINE = re.compile(r'^(strata_device_\w+)\{device="([^"]+)"\} (\S+)$')

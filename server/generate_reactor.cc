@@ -1,0 +1,185 @@
+#include "server/generate_reactor.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/generate_validation.h"
+#include "strata/v1/strata.pb.h"
+
+namespace strata::server {
+namespace {
+
+grpc::StatusCode ToGrpc(absl::StatusCode code) {
+  // absl and gRPC share the canonical code numbers.
+  return static_cast<grpc::StatusCode>(static_cast<int>(code));
+}
+
+std::string BufferToString(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (!buffer.Dump(&slices).ok()) return out;
+  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
+
+v1::GenerateResponse::FinishReason ToProto(runtime::FinishReason reason) {
+  switch (reason) {
+    case runtime::FinishReason::kLength:
+      return v1::GenerateResponse::LENGTH;
+    case runtime::FinishReason::kStop:
+      return v1::GenerateResponse::STOP;
+    case runtime::FinishReason::kEos:
+      return v1::GenerateResponse::EOS;
+    case runtime::FinishReason::kCancelled:
+      return v1::GenerateResponse::CANCELLED;
+  }
+  return v1::GenerateResponse::FINISH_REASON_UNSPECIFIED;
+}
+
+}  // namespace
+
+GenerateReactor::GenerateReactor(grpc::CallbackServerContext* context, const grpc::ByteBuffer& request,
+                                 ServedModel* model, bool plan_only, Metrics* metrics)
+    : context_(context), metrics_(metrics), start_(std::chrono::steady_clock::now()) {
+  if (model == nullptr) {
+    FinishWith(plan_only ? grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                        "the server only plans: --model DIR holds no safetensors weights")
+                         : grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is still loading"));
+    Finish(*std::exchange(finish_status_, std::nullopt));
+    return;
+  }
+  absl::StatusOr<runtime::GenerationRequest> valid =
+      ValidateGenerateRequest(BufferToString(request), model->limits(), model->tokenizer());
+  if (!valid.ok()) {
+    FinishWith(grpc::Status(ToGrpc(valid.status().code()), std::string(valid.status().message())));
+    Finish(*std::exchange(finish_status_, std::nullopt));
+    return;
+  }
+  request_id_ = valid->request_id;
+  const int64_t prompt_tokens = static_cast<int64_t>(valid->prompt.size());
+  absl::StatusOr<std::shared_ptr<runtime::RequestHandle>> handle =
+      model->engine().Submit(*std::move(valid), [this](runtime::GenerationChunk chunk) { OnChunk(std::move(chunk)); });
+  if (!handle.ok()) {
+    FinishWith(grpc::Status(ToGrpc(handle.status().code()), std::string(handle.status().message())));
+    Finish(*std::exchange(finish_status_, std::nullopt));
+    return;
+  }
+  if (metrics_ != nullptr) metrics_->RecordPromptTokens(prompt_tokens);
+  std::lock_guard lock(mutex_);
+  handle_ = *std::move(handle);
+  // A cancellation that came before the handle existed.
+  if (client_gone_) handle_->Cancel();
+}
+
+void GenerateReactor::OnChunk(runtime::GenerationChunk chunk) {
+  const auto now = std::chrono::steady_clock::now();
+  if (metrics_ != nullptr && !chunk.tokens.empty()) {
+    if (!last_token_) {
+      metrics_->ObserveTimeToFirstToken(std::chrono::duration<double>(now - start_).count());
+    } else {
+      metrics_->ObserveInterTokenLatency(std::chrono::duration<double>(now - *last_token_).count());
+    }
+    metrics_->RecordGeneratedTokens(static_cast<int64_t>(chunk.tokens.size()));
+    last_token_ = now;
+  }
+  std::unique_lock lock(mutex_);
+  pending_.push_back(std::move(chunk));
+  if (!writing_) WriteNextLocked();
+  FinishAfterUnlock(lock);
+}
+
+void GenerateReactor::WriteNextLocked() {
+  if (pending_.empty() || final_written_) return;
+  if (client_gone_) {
+    // Nobody reads any more: wait for the engine's last chunk (it comes, the request is cancelled) and end.
+    if (pending_.back().finish) FinishWith(grpc::Status::CANCELLED);
+    pending_.clear();
+    return;
+  }
+  v1::GenerateResponse response;
+  response.set_request_id(request_id_);
+  std::optional<runtime::FinishReason> finish;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  for (runtime::GenerationChunk& chunk : pending_) {
+    response.mutable_text()->append(chunk.text);
+    for (const runtime::GeneratedToken& token : chunk.tokens) {
+      response.add_token_ids(token.id);
+      v1::TokenLogprob* lp = response.add_logprobs();
+      lp->set_token_id(token.id);
+      lp->set_logprob(static_cast<float>(token.logprob));
+      for (const auto& [id, value] : token.top) {
+        v1::TopLogprob* top = lp->add_top_logprobs();
+        top->set_token_id(id);
+        top->set_logprob(static_cast<float>(value));
+      }
+    }
+    if (chunk.finish) finish = chunk.finish;
+    prompt_tokens = chunk.prompt_tokens;
+    completion_tokens = chunk.completion_tokens;
+  }
+  pending_.clear();
+  if (finish) {
+    response.set_finish_reason(ToProto(*finish));
+    response.mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(prompt_tokens));
+    response.mutable_usage()->set_completion_tokens(static_cast<uint32_t>(completion_tokens));
+    final_written_ = true;
+  }
+  std::string bytes = response.SerializeAsString();
+  grpc::Slice slice(bytes);
+  buffer_ = grpc::ByteBuffer(&slice, 1);
+  writing_ = true;
+  StartWrite(&buffer_);
+}
+
+void GenerateReactor::OnWriteDone(bool ok) {
+  std::unique_lock lock(mutex_);
+  writing_ = false;
+  if (!ok) {
+    client_gone_ = true;
+    if (handle_) handle_->Cancel();
+    if (final_written_) {
+      FinishWith(grpc::Status::CANCELLED);
+    } else {
+      // Ends the call if the engine's last chunk is already here; otherwise that chunk ends it.
+      WriteNextLocked();
+    }
+  } else if (final_written_) {
+    FinishWith(grpc::Status::OK);
+  } else {
+    WriteNextLocked();
+  }
+  FinishAfterUnlock(lock);
+}
+
+void GenerateReactor::OnCancel() {
+  // The client cancelled or its deadline passed: the engine drops the request within one iteration and
+  // then sends its last chunk, which ends the call.
+  std::unique_lock lock(mutex_);
+  client_gone_ = true;
+  if (handle_) handle_->Cancel();
+  if (!writing_ && !pending_.empty() && pending_.back().finish) WriteNextLocked();
+  FinishAfterUnlock(lock);
+}
+
+void GenerateReactor::FinishWith(const grpc::Status& status) {
+  if (finished_) return;
+  finished_ = true;
+  if (metrics_ != nullptr) {
+    metrics_->RecordRequest(status.error_code(),
+                            std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
+  finish_status_ = status;
+}
+
+void GenerateReactor::FinishAfterUnlock(std::unique_lock<std::mutex>& lock) {
+  // Finish may run OnDone, which deletes this reactor (and its mutex), on another thread at once: it is
+  // called with the mutex released, as the last thing the caller does.
+  std::optional<grpc::Status> status = std::move(finish_status_);
+  finish_status_.reset();
+  lock.unlock();
+  if (status) Finish(*status);
+}
+
+void GenerateReactor::OnDone() { delete this; }
+
+}  // namespace strata::server

@@ -1,0 +1,133 @@
+#include "server/generate_validation.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/unknown_field_set.h>
+
+#include <cmath>
+#include <map>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "runtime/tokenizer/utf8.h"
+
+namespace strata::server {
+namespace {
+
+absl::Status Invalid(absl::string_view field, absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
+}
+
+// Which string field of a request that protobuf could not parse is not UTF-8.
+absl::Status DiagnoseUnparsable(std::string_view wire) {
+  google::protobuf::UnknownFieldSet fields;
+  if (fields.ParseFromArray(wire.data(), static_cast<int>(wire.size()))) {
+    const std::map<int, std::string> names = {{1, "prompt"}, {9, "stop"}, {12, "request_id"}};
+    int stop_index = 0;
+    for (int i = 0; i < fields.field_count(); ++i) {
+      const google::protobuf::UnknownField& field = fields.field(i);
+      auto name = names.find(field.number());
+      if (name == names.end() || field.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
+      const std::string& bytes = field.length_delimited();
+      const std::string label = field.number() == 9 ? absl::StrCat("stop[", stop_index++, "]") : name->second;
+      if (size_t at = tokenizer::FindInvalidUtf8(bytes); at != std::string_view::npos) {
+        return Invalid(label, absl::StrCat("invalid UTF-8 at byte ", at));
+      }
+    }
+  }
+  return Invalid("request", "not a valid strata.v1.GenerateRequest");
+}
+
+}  // namespace
+
+absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(std::string_view wire, const GenerateLimits& limits,
+                                                                   const tokenizer::Tokenizer* tokenizer) {
+  v1::GenerateRequest request;
+  if (!request.ParseFromArray(wire.data(), static_cast<int>(wire.size()))) return DiagnoseUnparsable(wire);
+  return ValidateGenerateRequest(request, limits, tokenizer);
+}
+
+absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
+                                                                   const GenerateLimits& limits,
+                                                                   const tokenizer::Tokenizer* tokenizer) {
+  runtime::GenerationRequest out;
+  out.request_id = request.request_id();
+  const bool has_text = !request.prompt().empty();
+  const bool has_ids = request.prompt_ids_size() > 0;
+  if (has_text && has_ids) return Invalid("prompt", "give prompt or prompt_ids, not both");
+  if (!has_text && !has_ids) return Invalid("prompt", "empty: give prompt text or prompt_ids");
+  const char* prompt_field = has_text ? "prompt" : "prompt_ids";
+  if (has_text) {
+    if (tokenizer == nullptr) return Invalid("prompt", "the model has no tokenizer.json: send prompt_ids");
+    absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(request.prompt(), request.add_special_tokens());
+    if (!ids.ok()) return Invalid("prompt", ids.status().message());
+    if (ids->empty()) return Invalid("prompt", "encodes to no tokens");
+    out.prompt = *std::move(ids);
+  } else {
+    out.prompt.assign(request.prompt_ids().begin(), request.prompt_ids().end());
+  }
+  for (size_t i = 0; i < out.prompt.size(); ++i) {
+    if (out.prompt[i] < 0 || out.prompt[i] >= limits.vocab_size) {
+      return Invalid(
+          has_text ? "prompt" : absl::StrCat("prompt_ids[", i, "]"),
+          absl::StrCat("token id ", out.prompt[i], " is outside the vocabulary [0, ", limits.vocab_size, ")"));
+    }
+  }
+
+  runtime::SamplingParams& s = out.sampling;
+  if (request.max_new_tokens() == 0) return Invalid("max_new_tokens", "must be at least 1");
+  if (request.max_new_tokens() > limits.max_new_tokens) {
+    return Invalid("max_new_tokens",
+                   absl::StrCat(request.max_new_tokens(), " is above the server's limit ", limits.max_new_tokens));
+  }
+  s.max_new_tokens = static_cast<int32_t>(request.max_new_tokens());
+  // The last new token is never fed back, so prompt + max_new_tokens - 1 positions are needed.
+  const int64_t needed = static_cast<int64_t>(out.prompt.size()) + s.max_new_tokens - 1;
+  if (needed > limits.max_context) {
+    return Invalid(prompt_field,
+                   absl::StrCat(out.prompt.size(), " tokens and max_new_tokens ", s.max_new_tokens, " need ", needed,
+                                " positions, more than the max context ", limits.max_context));
+  }
+  if (!(request.temperature() >= 0) || std::isinf(request.temperature())) {
+    return Invalid("temperature", absl::StrCat(request.temperature(), " is not a finite number >= 0"));
+  }
+  s.temperature = request.temperature();
+  if (request.has_top_p()) {
+    if (!(request.top_p() > 0 && request.top_p() <= 1)) {
+      return Invalid("top_p", absl::StrCat(request.top_p(), " is outside (0, 1]"));
+    }
+    s.top_p = request.top_p();
+  }
+  if (request.has_repetition_penalty()) {
+    if (!(request.repetition_penalty() > 0) || std::isinf(request.repetition_penalty())) {
+      return Invalid("repetition_penalty", absl::StrCat(request.repetition_penalty(), " is not a finite number > 0"));
+    }
+    s.repetition_penalty = request.repetition_penalty();
+  }
+  s.top_k = static_cast<int32_t>(std::min<int64_t>(request.top_k(), limits.vocab_size));
+  if (request.has_seed()) s.seed = request.seed();
+  if (request.top_logprobs() > limits.max_top_logprobs) {
+    return Invalid("top_logprobs",
+                   absl::StrCat(request.top_logprobs(), " is above the limit ", limits.max_top_logprobs));
+  }
+  s.top_logprobs = static_cast<int32_t>(request.top_logprobs());
+  if (request.stop_size() > limits.max_stop_strings) {
+    return Invalid("stop",
+                   absl::StrCat(request.stop_size(), " stop strings, more than the limit ", limits.max_stop_strings));
+  }
+  if (request.stop_size() > 0 && tokenizer == nullptr) {
+    return Invalid("stop", "the model has no tokenizer.json to decode text with");
+  }
+  for (int i = 0; i < request.stop_size(); ++i) {
+    const std::string& stop = request.stop(i);
+    if (stop.empty()) return Invalid(absl::StrCat("stop[", i, "]"), "empty");
+    if (static_cast<int64_t>(stop.size()) > limits.max_stop_bytes) {
+      return Invalid(absl::StrCat("stop[", i, "]"),
+                     absl::StrCat(stop.size(), " bytes, more than ", limits.max_stop_bytes));
+    }
+    s.stop.push_back(stop);
+  }
+  return out;
+}
+
+}  // namespace strata::server

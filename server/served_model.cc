@@ -1,0 +1,78 @@
+#include "server/served_model.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/generation_config.h"
+
+namespace strata::server {
+
+bool HasWeights(const std::filesystem::path& dir) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.path().extension() == ".safetensors" || name == "model.safetensors.index.json") return true;
+  }
+  return false;
+}
+
+absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptions& options) {
+  if (!options.model_dir) return absl::InvalidArgumentError("--model: a checkpoint directory is needed to serve");
+  if (options.kv_cache_tokens != 0) {
+    return absl::InvalidArgumentError(
+        "--kv-cache-tokens: a served model reserves --max-batch x --max-context tokens of KV cache; "
+        "set those instead");
+  }
+  std::unique_ptr<ServedModel> served(new ServedModel());
+  runtime::LoadOptions load;
+  load.model_dir = *options.model_dir;
+  load.device_map = options.device_map_text;
+  load.max_memory = options.max_memory_text;
+  load.physical_devices = options.physical_devices;
+  load.dtype = options.dtype_text;
+  load.max_batch = options.max_batch;
+  load.max_context = options.max_context;
+  absl::StatusOr<std::unique_ptr<runtime::LoadedModel>> model = runtime::LoadedModel::Load(load);
+  if (!model.ok()) {
+    return absl::Status(model.status().code(),
+                        absl::StrCat("--model ", options.model_dir->string(), ": ", model.status().message()));
+  }
+  served->model_ = *std::move(model);
+
+  if (std::filesystem::exists(*options.model_dir / "tokenizer.json")) {
+    absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tok =
+        tokenizer::Tokenizer::FromPath(options.model_dir->string());
+    if (!tok.ok()) return tok.status();
+    served->tokenizer_ = *std::move(tok);
+  }
+  absl::StatusOr<std::vector<int32_t>> eos = runtime::ReadEosTokenIds(*options.model_dir);
+  if (!eos.ok()) return eos.status();
+
+  runtime::EngineOptions engine_options;
+  engine_options.max_queue = options.max_queue;
+  // One micro-batch per stage keeps every stage busy; more only cut the batch finer, and each micro-batch
+  // reads every weight of its stage again (a one-stage plan loses half its decode speed with two).
+  engine_options.micro_batches =
+      options.micro_batches > 0
+          ? options.micro_batches
+          : std::max<int64_t>(1, static_cast<int64_t>(served->model_->report().plan.stages.size()));
+  engine_options.prefill_chunk_tokens = options.prefill_chunk;
+  engine_options.micro_batch_tokens = std::max<int64_t>(options.prefill_chunk, 512);
+  engine_options.intra_op_threads = options.intra_op_threads;
+  absl::StatusOr<std::unique_ptr<runtime::Engine>> engine =
+      runtime::Engine::Start(*served->model_, served->tokenizer_.get(), *std::move(eos), engine_options);
+  if (!engine.ok()) return engine.status();
+  served->engine_ = *std::move(engine);
+
+  served->limits_.vocab_size = served->model_->vocab_size();
+  served->limits_.max_context = options.max_context;
+  served->limits_.max_new_tokens = options.max_new_tokens > 0 ? options.max_new_tokens : options.max_context;
+  served->plan_.spec = served->model_->report().spec;
+  served->plan_.plan = served->model_->report().plan;
+  served->plan_.kv_cache_tokens = options.max_batch * options.max_context;
+  return served;
+}
+
+}  // namespace strata::server

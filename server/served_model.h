@@ -1,0 +1,55 @@
+#pragma once
+// The weights strata-server generates with: the loaded model (runtime::LoadedModel, placed by the
+// runtime's own plan with a KV reserve of --max-batch x --max-context), the checkpoint's tokenizer and
+// the engine. Plain C++ from runtime/: no torch headers reach server/.
+
+#include <filesystem>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "runtime/engine.h"
+#include "runtime/loaded_model.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "server/flags.h"
+#include "server/served_plan.h"
+
+namespace strata::server {
+
+// What a GenerateRequest may ask for, from the flags and the loaded model (server/generate_validation.h).
+struct GenerateLimits {
+  int64_t vocab_size = 0;
+  int64_t max_context = 0;
+  int64_t max_new_tokens = 0;
+  int64_t max_stop_strings = 16;
+  int64_t max_stop_bytes = 256;  // per stop string
+  int64_t max_top_logprobs = 20;
+};
+
+// Whether `dir` holds weights to load (*.safetensors or an index); without them the server only plans.
+bool HasWeights(const std::filesystem::path& dir);
+
+class ServedModel {
+ public:
+  // Loads --model DIR (weights, tokenizer.json when present, EOS ids) and starts the engine. Errors name
+  // the flag or file (InvalidArgument for bad input).
+  static absl::StatusOr<std::unique_ptr<ServedModel>> Load(const ServerOptions& options);
+
+  runtime::Engine& engine() { return *engine_; }
+  runtime::LoadedModel& model() { return *model_; }
+  const tokenizer::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  const GenerateLimits& limits() const { return limits_; }
+  // The runtime's plan, as GetDeviceMap and /metrics show it.
+  const ServedPlan& plan() const { return plan_; }
+  // Stops the engine (every running request ends CANCELLED). Idempotent.
+  void StopEngine() { engine_.reset(); }
+
+ private:
+  ServedModel() = default;
+  std::unique_ptr<runtime::LoadedModel> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<runtime::Engine> engine_;
+  GenerateLimits limits_;
+  ServedPlan plan_;
+};
+
+}  // namespace strata::server

@@ -1,0 +1,70 @@
+"""Shared by the Generate tests: the 2-stage logical plan, the tokenizer the tests train, and calls that
+collect one Generate stream."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+
+import grpc
+
+# Layers 0-1 (and the embedding) on logical GPU 0, layers 2-3, norm and head on logical GPU 1; both run
+# on the CPU (--physical-devices), so a 2-stage pipeline is tested without a GPU.
+TWO_STAGE_MAP = {"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 0, "model.layers.2": 1,
+                 "model.layers.3": 1, "model.norm": 1, "model.rotary_emb": 1, "lm_head": 1}
+TWO_STAGE_FLAGS = ["--device-map", json.dumps(TWO_STAGE_MAP), "--physical-devices", "0=cpu,1=cpu",
+                   "--max-memory", "0=1GiB,1=1GiB,cpu=1GiB"]
+
+
+def train_tokenizer(vocab_size: int):
+    """A byte-level BPE with <bos>/<eos> specials and a <bos> post-processor, as
+    tests/runtime_parity/test_generate_prompt.py trains it."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<bos>", "<eos>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    corpus = [f"The quick brown fox jumps over the lazy dog {i}. Hello, world! Ünïcödé 🚀" for i in range(200)]
+    tok.train_from_iterator(corpus, trainer)
+    bos = tok.token_to_id("<bos>")
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", bos)])
+    return tok
+
+
+def generate(stubs, channel, timeout: float = 60, **fields) -> dict:
+    """One Generate call read to its end: ids, text, logprobs, finish reason, usage, message count."""
+    stub = stubs.strata_grpc.InferenceServiceStub(channel)
+    out = {"ids": [], "text": "", "logprobs": [], "top": [], "messages": 0, "finish": None, "usage": None}
+    for response in stub.Generate(stubs.strata.GenerateRequest(**fields), timeout=timeout):
+        out["messages"] += 1
+        out["ids"] += list(response.token_ids)
+        out["text"] += response.text
+        out["logprobs"] += [lp.logprob for lp in response.logprobs]
+        out["top"] += [[(t.token_id, t.logprob) for t in lp.top_logprobs] for lp in response.logprobs]
+        if response.finish_reason:
+            out["finish"] = stubs.strata.GenerateResponse.FinishReason.Name(response.finish_reason)
+            out["usage"] = (response.usage.prompt_tokens, response.usage.completion_tokens)
+    return out
+
+
+def metric(url: str, sample: str, default: float | None = None) -> float:
+    """The value of one sample on /metrics, named with its labels as Prometheus prints them:
+    'strata_queue_depth', 'strata_requests_total{code="OK"}'. `default` when absent (else a failure)."""
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    match = re.search(rf"^{re.escape(sample)} (\S+)$", text, re.M)
+    if match is None and default is not None:
+        return default
+    assert match, f"{sample} is not on {url}"
+    return float(match.group(1))
+
+
+def status_of(call_fn) -> tuple[grpc.StatusCode, str]:
+    """Runs a call expected to fail and returns its status code and details."""
+    try:
+        call_fn()
+    except grpc.RpcError as e:
+        return e.code(), e.details()
+    raise AssertionError("the call succeeded")

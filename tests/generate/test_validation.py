@@ -1,0 +1,170 @@
+"""Every Generate request the server refuses, with its status code and the field named: validation at the
+edge (INVALID_ARGUMENT), a full queue (RESOURCE_EXHAUSTED), a model still loading (UNAVAILABLE) and a
+server that only plans (FAILED_PRECONDITION)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+
+import grpc
+import pytest
+
+import generate_helpers as GH
+import integration_helpers as IH
+
+GENERATE = "/strata.v1.InferenceService/Generate"
+
+# (case, request fields, the field the message must start with)
+INVALID = [
+    ("empty prompt", dict(max_new_tokens=4), "prompt"),
+    ("prompt and prompt_ids", dict(prompt="Hello", prompt_ids=[1, 2], max_new_tokens=4), "prompt"),
+    ("prompt too long", dict(prompt_ids=[7] * 1000, max_new_tokens=100), "prompt_ids"),
+    ("text prompt too long", dict(prompt="Hello, world! " * 400, max_new_tokens=4), "prompt"),
+    ("token id >= vocab", dict(prompt_ids=[1, 320], max_new_tokens=4), "prompt_ids[1]"),
+    ("negative token id", dict(prompt_ids=[-1], max_new_tokens=4), "prompt_ids[0]"),
+    ("temperature < 0", dict(prompt_ids=[1], max_new_tokens=4, temperature=-0.5), "temperature"),
+    ("top_p 0", dict(prompt_ids=[1], max_new_tokens=4, top_p=0.0), "top_p"),
+    ("top_p > 1", dict(prompt_ids=[1], max_new_tokens=4, top_p=1.5), "top_p"),
+    ("max_new_tokens 0", dict(prompt_ids=[1]), "max_new_tokens"),
+    ("max_new_tokens above the limit", dict(prompt_ids=[1], max_new_tokens=1001), "max_new_tokens"),
+    ("too many stop strings", dict(prompt_ids=[1], max_new_tokens=4, stop=["x"] * 17), "stop"),
+    ("empty stop string", dict(prompt_ids=[1], max_new_tokens=4, stop=["ok", ""]), "stop[1]"),
+    ("repetition_penalty 0", dict(prompt_ids=[1], max_new_tokens=4, repetition_penalty=0.0), "repetition_penalty"),
+    ("top_logprobs above the limit", dict(prompt_ids=[1], max_new_tokens=4, top_logprobs=21), "top_logprobs"),
+]
+
+
+@pytest.mark.parametrize("case,fields,field", INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_request_names_the_field(stubs, two_stage_server, case, fields, field):
+    code, details = GH.status_of(lambda: GH.generate(stubs, two_stage_server.channel, **fields))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT, (case, details)
+    assert details.startswith(f"{field}: "), (case, details)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _string_field(number: int, raw: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(raw)) + raw
+
+
+@pytest.mark.parametrize("wire,field", [
+    (_string_field(1, b"Hello \xff\xfe world") + _varint(3 << 3) + _varint(4), "prompt"),
+    (_varint(2 << 3) + _varint(5) + _varint(3 << 3) + _varint(4) + _string_field(9, b"fine")
+     + _string_field(9, b"bad \xc3"), "stop[1]"),
+], ids=["prompt", "stop"])
+def test_invalid_utf8_names_the_field(two_stage_server, wire, field):
+    # Python's protobuf cannot build such a message (str is always valid Unicode): the bytes are sent raw.
+    call = two_stage_server.channel.unary_stream(GENERATE, request_serializer=lambda b: b,
+                                                 response_deserializer=lambda b: b)
+    code, details = GH.status_of(lambda: list(call(wire, timeout=10)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+    assert details.startswith(f"{field}: invalid UTF-8"), details
+
+
+def test_full_queue_is_resource_exhausted(stubs, server_factory, text_model):
+    directory, _ = text_model
+    server = server_factory(["--model", str(directory), *GH.TWO_STAGE_FLAGS, "--max-batch", "1",
+                             "--max-queue", "1", "--max-context", "1024"])
+    stub = stubs.strata_grpc.InferenceServiceStub(server.channel)
+    long = stubs.strata.GenerateRequest(prompt_ids=[1, 2, 3], max_new_tokens=1000, temperature=1.0)
+    running = stub.Generate(long, timeout=60)
+    next(running)  # admitted: it holds the only slot
+    waiting = stub.Generate(long, timeout=60)  # the one request the queue holds
+    deadline = time.monotonic() + 10
+    while GH.metric(server.metrics_url, "strata_queue_depth") < 1:
+        assert time.monotonic() < deadline, "the second request never queued"
+        time.sleep(0.005)
+    code, details = GH.status_of(lambda: GH.generate(stubs, server.channel, prompt_ids=[1], max_new_tokens=2))
+    running.cancel()
+    waiting.cancel()
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
+    assert "--max-queue 1" in details
+
+
+def _big_zero_checkpoint(directory):
+    """A Llama of about 200M parameters, all zero, in bfloat16: its load (a cast to float32 on the CPU)
+    lasts long enough to be watched. Zeros keep writing it fast."""
+    import torch
+    from safetensors.torch import save_file
+
+    hidden, inter, layers, vocab, heads, kv_heads = 1024, 4096, 8, 32000, 16, 4
+    head_dim = hidden // heads
+    config = dict(IH.SMALL_LLAMA_CONFIG, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                  num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=vocab, torch_dtype="bfloat16")
+    (directory / "config.json").write_text(json.dumps(config))
+    z = lambda *shape: torch.zeros(shape, dtype=torch.bfloat16)  # noqa: E731
+    tensors = {"model.embed_tokens.weight": z(vocab, hidden), "model.norm.weight": z(hidden),
+               "lm_head.weight": z(vocab, hidden)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        tensors.update({
+            p + "self_attn.q_proj.weight": z(heads * head_dim, hidden),
+            p + "self_attn.k_proj.weight": z(kv_heads * head_dim, hidden),
+            p + "self_attn.v_proj.weight": z(kv_heads * head_dim, hidden),
+            p + "self_attn.o_proj.weight": z(hidden, heads * head_dim),
+            p + "mlp.gate_proj.weight": z(inter, hidden),
+            p + "mlp.up_proj.weight": z(inter, hidden),
+            p + "mlp.down_proj.weight": z(hidden, inter),
+            p + "input_layernorm.weight": z(hidden),
+            p + "post_attention_layernorm.weight": z(hidden),
+        })
+    save_file(tensors, str(directory / "model.safetensors"))
+    return directory
+
+
+def test_unavailable_and_not_serving_until_loaded(stubs, server_bin, tmp_path):
+    model = _big_zero_checkpoint(tmp_path)
+    server = IH.ServerProcess(server_bin, ["--model", str(model), "--device-map", '{"": "cpu"}',
+                                           "--dtype", "float32", "--max-batch", "1", "--max-context", "64"],
+                              tmp_path / "logs")
+    with open(server.stdout_path, "w") as out, open(server.stderr_path, "w") as err:
+        server.process = subprocess.Popen(server.args, stdout=out, stderr=err)
+    try:
+        # Wait for the port with plain connects: a gRPC channel refused at first would back off for a second.
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.process.poll() is None and time.monotonic() < deadline, server.output()
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", server.grpc_port)) == 0:
+                    break
+            time.sleep(0.005)
+        channel = grpc.insecure_channel(server.grpc_address)
+        health = stubs.health_grpc.HealthStub(channel)
+        check = stubs.health.HealthCheckRequest(service="strata.v1.InferenceService")
+        # Until the load ends: health NOT_SERVING and Generate UNAVAILABLE; a Generate that succeeds ends it.
+        seen_not_serving, seen_unavailable = False, False
+        while True:
+            assert server.process.poll() is None and time.monotonic() < deadline, server.output()
+            if health.Check(check, timeout=5).status == stubs.health.HealthCheckResponse.NOT_SERVING:
+                seen_not_serving = True
+            try:
+                GH.generate(stubs, channel, prompt_ids=[1], max_new_tokens=1)
+                break
+            except grpc.RpcError as e:
+                assert (e.code(), e.details()) == (grpc.StatusCode.UNAVAILABLE, "the model is still loading")
+                seen_unavailable = True
+        assert seen_not_serving and seen_unavailable, "the load ended before the port answered"
+        assert health.Check(check, timeout=5).status == stubs.health.HealthCheckResponse.SERVING
+        got = GH.generate(stubs, channel, prompt_ids=[1, 2], max_new_tokens=2)
+        assert got["finish"] == "LENGTH" and len(got["ids"]) == 2
+        channel.close()
+    finally:
+        server.stop()
+
+
+def test_plan_only_server_refuses_generate(stubs, server_factory, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(IH.SMALL_LLAMA_CONFIG))
+    server = server_factory(["--model", str(tmp_path)])
+    code, details = GH.status_of(lambda: GH.generate(stubs, server.channel, prompt_ids=[1], max_new_tokens=2))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION, details
+    assert "no safetensors weights" in details
