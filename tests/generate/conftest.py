@@ -35,7 +35,7 @@ def text_model(tmp_path_factory):
     """(directory, tokenizers.Tokenizer): the llama_text checkpoint (vocab 320, 4 layers, no EOS) and
     its tokenizer.json."""
     directory = RH.make_checkpoint(tmp_path_factory.mktemp("llama_text"), "llama_text")
-    tok = GH.train_tokenizer(vocab_size=300)
+    tok = RH.train_tokenizer(vocab_size=300)
     tok.save(str(directory / "tokenizer.json"))
     return directory, tok
 

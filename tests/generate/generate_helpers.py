@@ -17,23 +17,6 @@ TWO_STAGE_FLAGS = ["--device-map", json.dumps(TWO_STAGE_MAP), "--physical-device
                    "--max-memory", "0=1GiB,1=1GiB,cpu=1GiB"]
 
 
-def train_tokenizer(vocab_size: int):
-    """A byte-level BPE with <bos>/<eos> specials and a <bos> post-processor, as
-    tests/runtime_parity/test_generate_prompt.py trains it."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<bos>", "<eos>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    corpus = [f"The quick brown fox jumps over the lazy dog {i}. Hello, world! Ünïcödé 🚀" for i in range(200)]
-    tok.train_from_iterator(corpus, trainer)
-    bos = tok.token_to_id("<bos>")
-    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", bos)])
-    return tok
-
-
 def generate(stubs, channel, timeout: float = 60, **fields) -> dict:
     """One Generate call read to its end: ids, text, logprobs, finish reason, usage, message count."""
     stub = stubs.strata_grpc.InferenceServiceStub(channel)

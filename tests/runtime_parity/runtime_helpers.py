@@ -107,3 +107,20 @@ def run_generate(model_dir: pathlib.Path, prompts: list[list[int]], new_tokens: 
         return proc
     assert proc.returncode == 0, f"strata-generate failed ({proc.returncode}): {proc.stderr}"
     return json.loads(proc.stdout)
+
+
+def train_tokenizer(vocab_size: int):
+    """A byte-level BPE with <bos>/<eos> specials and a <bos> post-processor (Llama-3's layout),
+    trained on text written here; for the tests that need text in and out beside a tiny checkpoint."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<bos>", "<eos>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    corpus = [f"The quick brown fox jumps over the lazy dog {i}. Hello, world! Ünïcödé 🚀" for i in range(200)]
+    tok.train_from_iterator(corpus, trainer)
+    bos = tok.token_to_id("<bos>")
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", bos)])
+    return tok

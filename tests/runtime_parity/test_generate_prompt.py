@@ -1,7 +1,7 @@
 """strata-generate --prompt: text in, text out, equal to transformers with the same tokenizer.
 
-The tokenizer is trained by the test (byte-level BPE with a BOS template, as Llama-3 lays it out) on
-text the test writes, and saved beside a tiny random checkpoint as tokenizer.json."""
+The tokenizer is trained by the test (runtime_helpers.train_tokenizer) on text the test writes, and saved
+beside a tiny random checkpoint as tokenizer.json."""
 
 from __future__ import annotations
 
@@ -16,25 +16,10 @@ import runtime_helpers as H
 PROMPTS = ["The quick brown fox", "Hello, world!", "Ünïcödé and emoji 🚀 test", "a"]
 
 
-def _train_tokenizer(vocab_size: int):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<bos>", "<eos>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    corpus = [f"The quick brown fox jumps over the lazy dog {i}. Hello, world! Ünïcödé 🚀" for i in range(200)]
-    tok.train_from_iterator(corpus, trainer)
-    bos = tok.token_to_id("<bos>")
-    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", bos)])
-    return tok
-
-
 @pytest.fixture(scope="module")
 def model_with_tokenizer(checkpoint):
     directory = checkpoint("llama_text")
-    tok = _train_tokenizer(vocab_size=300)
+    tok = H.train_tokenizer(vocab_size=300)
     assert 258 < tok.get_vocab_size() <= 320  # merges exist, and every id is in the model's vocab
     tok.save(str(directory / "tokenizer.json"))
     return directory, tok

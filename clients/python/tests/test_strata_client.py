@@ -10,7 +10,6 @@ from pathlib import Path
 import grpc
 import pytest
 
-import generate_helpers as GH
 import integration_helpers as IH
 import runtime_helpers as RH
 from strata_client import Client
@@ -21,7 +20,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "example.py"
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     directory = RH.make_checkpoint(tmp_path_factory.mktemp("model"), "llama_text")
-    GH.train_tokenizer(vocab_size=300).save(str(directory / "tokenizer.json"))
+    RH.train_tokenizer(vocab_size=300).save(str(directory / "tokenizer.json"))
     stubs = IH.generate_stubs(tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("py"))
     server = IH.ServerProcess(IH.require_binary(IH.SERVER_BIN), ["--model", str(directory), "--device-map",
                               '{"": "cpu"}', "--max-batch", "4", "--max-context", "128"],
