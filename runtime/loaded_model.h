@@ -69,7 +69,8 @@ class LoadedModel {
   static absl::StatusOr<std::unique_ptr<LoadedModel>> Load(const LoadOptions& options);
   ~LoadedModel();
 
-  // Greedy decoding of every prompt for exactly max_new_tokens (no stop tokens yet), the prompts run
+  // Greedy decoding of every prompt for exactly max_new_tokens (EOS and stop strings are the Engine's, in
+  // engine.h: this is the offline path of strata-generate and the parity tests), the prompts run
   // together in batches of up to max_batch. A prompt that does not fit max_context with its new tokens, or
   // holds a token id outside [0, vocab_size), is InvalidArgument naming the prompt.
   absl::StatusOr<std::vector<GreedyResult>> Greedy(const GreedyRequest& request, GenerateTiming* timing = nullptr);
