@@ -91,7 +91,7 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Block SIGINT and SIGTERM before any thread exists: gRPC's and civetweb's threads inherit the mask,
+  // Block SIGINT and SIGTERM before any thread exists: gRPC's, the engine's and /metrics' threads inherit the mask,
   // so the signals wait for sigwait in Run instead of killing the process mid-call.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
