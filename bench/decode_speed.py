@@ -19,6 +19,7 @@ import json
 import os
 import pathlib
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -71,14 +72,20 @@ def strata(binary, model_dir, prompt, new_tokens, *extra):
     return json.loads(proc.stdout), peak_kib * 1024
 
 
-def transformers_decode(model_dir, prompt, new_tokens):
+def transformers_load(model_dir):
     import torch
     import transformers
 
     torch.set_num_threads(THREADS)
     t = time.perf_counter()
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, device_map={"": "cpu"})
-    load = time.perf_counter() - t
+    return model, time.perf_counter() - t
+
+
+def transformers_decode(model, prompt, new_tokens):
+    """Decode tokens/s of generate(): the time of N new tokens minus that of the first (the prefill)."""
+    import torch
+
     ids = torch.tensor([prompt])
     kwargs = dict(do_sample=False, pad_token_id=0, eos_token_id=None)
     with torch.no_grad():
@@ -89,7 +96,7 @@ def transformers_decode(model_dir, prompt, new_tokens):
         t = time.perf_counter()
         out = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **kwargs)
         total = time.perf_counter() - t
-    return out[0, len(prompt):].tolist(), (new_tokens - 1) / (total - prefill), load
+    return out[0, len(prompt):].tolist(), (new_tokens - 1) / (total - prefill)
 
 
 def main(argv=None) -> int:
@@ -98,6 +105,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1,
                     help="intra-op threads for both sides (default 1: on a shared 2-core machine, spinning OpenMP "
                          "threads compete with other work and make both sides erratic)")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="decode runs per side, alternating strata and transformers; medians are compared, so "
+                         "that a burst of other work on the machine does not decide the ratio")
     ap.add_argument("--skip-rss", action="store_true", help="skip the >= 1 GB loading-memory measurement")
     ap.add_argument("--strata-generate", default=str(H.generate_path()))
     args = ap.parse_args(argv)
@@ -112,18 +122,26 @@ def main(argv=None) -> int:
         d = pathlib.Path(tmp) / "m100"
         params = save(d, MODEL_100M)
         strata(binary, d, prompt, 4)  # warm the page cache for both sides
-        got, _ = strata(binary, d, prompt, args.new_tokens)
-        s_tps = got["timing"]["decode_steps"] / got["timing"]["decode_seconds"]
-        ref_ids, t_tps, t_load = transformers_decode(d, prompt, args.new_tokens)
-        same = ref_ids == got["results"][0]["ids"]
+        model, t_load = transformers_load(d)
+        s_runs, t_runs, same = [], [], True
+        for _ in range(max(1, args.repeats)):
+            got, _ = strata(binary, d, prompt, args.new_tokens)
+            s_runs.append(got["timing"]["decode_steps"] / got["timing"]["decode_seconds"])
+            ref_ids, t_tps = transformers_decode(model, prompt, args.new_tokens)
+            t_runs.append(t_tps)
+            same = same and ref_ids == got["results"][0]["ids"]
+        s_tps, t_tps = statistics.median(s_runs), statistics.median(t_runs)
         # Weight bytes read per decoded token: every parameter once, except the embedding (one row).
         weight_bytes = (params - MODEL_100M["vocab_size"] * MODEL_100M["hidden_size"]) * 4
         bandwidth = copy_bandwidth()
         roofline = bandwidth / weight_bytes
         print(f"model: Llama {params / 1e6:.0f}M parameters, float32, CPU ({os.cpu_count()} cores, {THREADS} thread(s) each side), "
-              f"prompt {len(prompt)} tokens, {args.new_tokens} new tokens, batch 1, ids equal: {same}")
+              f"prompt {len(prompt)} tokens, {args.new_tokens} new tokens, batch 1, ids equal: {same}; "
+              f"median of {len(s_runs)} alternating runs per side")
         print(f"{'':28}{'strata':>12}{'transformers':>14}{'ratio':>8}")
         print(f"{'decode tokens/s':28}{s_tps:12.1f}{t_tps:14.1f}{s_tps / t_tps:7.2f}x")
+        print(f"{'  (range over the runs)':28}{f'{min(s_runs):.1f}-{max(s_runs):.1f}':>12}"
+              f"{f'{min(t_runs):.1f}-{max(t_runs):.1f}':>14}")
         print(f"{'load seconds':28}{got['load']['seconds']:12.3f}{t_load:14.3f}{t_load / got['load']['seconds']:7.1f}x")
         print(f"roofline: {weight_bytes / 2**20:.0f} MiB of weights per token / {bandwidth / 2**30:.1f} GiB/s copy traffic "
               f"bandwidth = {roofline:.1f} tokens/s; strata reaches {100 * s_tps / roofline:.0f}%, "
