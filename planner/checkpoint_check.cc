@@ -30,9 +30,6 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-constexpr char kSingleFile[] = "model.safetensors";
-constexpr char kIndexFile[] = "model.safetensors.index.json";
-
 struct HeaderTensor {
   std::vector<int64_t> shape;
   std::string dtype;
@@ -74,14 +71,14 @@ absl::Status ReadHeader(const fs::path& dir, const std::string& file, std::map<s
 
 absl::Status CheckTensors(const ModelSpec& spec, const CheckpointFiles& files,
                           const std::map<std::string, HeaderTensor>& found) {
-  const std::string source =
-      files.weight_map.empty() ? std::string(kSingleFile) : absl::StrCat("the shards of ", kIndexFile);
+  const std::string source = files.weight_map.empty() ? std::string(kSafetensorsSingleFile)
+                                                      : absl::StrCat("the shards of ", kSafetensorsIndexFile);
 
   // The index must tell the truth about where each tensor is: the loader opens only the shard it names.
   for (const auto& [name, shard] : files.weight_map) {
     auto it = found.find(name);
     if (it == found.end() || it->second.file != shard) {
-      return CheckpointError(absl::StrCat("tensor ", name, " is listed in ", kIndexFile, " under ", shard,
+      return CheckpointError(absl::StrCat("tensor ", name, " is listed in ", kSafetensorsIndexFile, " under ", shard,
                                           ", but that shard does not hold it"));
     }
   }

@@ -22,9 +22,6 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-constexpr char kSingleFile[] = "model.safetensors";
-constexpr char kIndexFile[] = "model.safetensors.index.json";
-
 // Element sizes of the safetensors dtypes with whole-byte elements.
 constexpr std::pair<absl::string_view, int64_t> kSafetensorsDTypes[] = {
     {"BOOL", 1}, {"U8", 1},   {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"F8_E8M0", 1}, {"I16", 2}, {"U16", 2},
@@ -185,29 +182,30 @@ absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const fs::path& dir, con
 absl::StatusOr<std::optional<CheckpointFiles>> FindCheckpointFiles(const fs::path& dir) {
   CheckpointFiles found;
   std::error_code ec;
-  if (fs::exists(dir / kIndexFile, ec)) {
-    std::ifstream in(dir / kIndexFile, std::ios::binary);
+  if (fs::exists(dir / kSafetensorsIndexFile, ec)) {
+    std::ifstream in(dir / kSafetensorsIndexFile, std::ios::binary);
     std::stringstream text;
     text << in.rdbuf();
     json index;
     try {
       index = json::parse(text.str());
     } catch (const json::exception& e) {
-      return CheckpointError(absl::StrCat((dir / kIndexFile).string(), ": invalid JSON: ", e.what()));
+      return CheckpointError(absl::StrCat((dir / kSafetensorsIndexFile).string(), ": invalid JSON: ", e.what()));
     }
     auto map_it = index.is_object() ? index.find("weight_map") : index.end();
     if (!index.is_object() || map_it == index.end() || !map_it->is_object()) {
-      return CheckpointError(absl::StrCat(kIndexFile, ": expected an object with a \"weight_map\" object"));
+      return CheckpointError(absl::StrCat(kSafetensorsIndexFile, ": expected an object with a \"weight_map\" object"));
     }
     std::set<std::string> seen;
     for (const auto& [tensor, shard] : map_it->items()) {
       if (!shard.is_string()) {
-        return CheckpointError(absl::StrCat(kIndexFile, ": weight_map[\"", tensor, "\"] is not a file name"));
+        return CheckpointError(
+            absl::StrCat(kSafetensorsIndexFile, ": weight_map[\"", tensor, "\"] is not a file name"));
       }
       const std::string file = shard.get<std::string>();
       // Shards are plain names in the directory; anything else would read outside the checkpoint.
       if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..") {
-        return CheckpointError(absl::StrCat(kIndexFile, ": weight_map[\"", tensor, "\"] = \"", file,
+        return CheckpointError(absl::StrCat(kSafetensorsIndexFile, ": weight_map[\"", tensor, "\"] = \"", file,
                                             "\" is not a file name in the checkpoint directory"));
       }
       found.weight_map[tensor] = file;
@@ -215,13 +213,13 @@ absl::StatusOr<std::optional<CheckpointFiles>> FindCheckpointFiles(const fs::pat
     }
     for (const std::string& file : found.files) {
       if (!fs::is_regular_file(dir / file, ec)) {
-        return CheckpointError(absl::StrCat("shard ", file, " listed in ", kIndexFile, " is missing"));
+        return CheckpointError(absl::StrCat("shard ", file, " listed in ", kSafetensorsIndexFile, " is missing"));
       }
     }
     return std::optional<CheckpointFiles>(std::move(found));
   }
-  if (fs::is_regular_file(dir / kSingleFile, ec)) {
-    found.files.push_back(std::string(kSingleFile));
+  if (fs::is_regular_file(dir / kSafetensorsSingleFile, ec)) {
+    found.files.push_back(std::string(kSafetensorsSingleFile));
     return std::optional<CheckpointFiles>(std::move(found));
   }
   return std::optional<CheckpointFiles>();

@@ -27,8 +27,8 @@ struct SafetensorsEntry {
 };
 
 struct SafetensorsHeader {
-  uint64_t data_offset = 0;  // 8 + header length: where the data section starts in the file
-  uint64_t data_size = 0;    // bytes from data_offset to the end of the file
+  uint64_t data_offset = 0;               // 8 + header length: where the data section starts in the file
+  uint64_t data_size = 0;                 // bytes from data_offset to the end of the file
   std::vector<SafetensorsEntry> tensors;  // in name order
 };
 
@@ -49,6 +49,10 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view file,
 
 // Reads and parses the header of DIR/FILE without touching the data section.
 absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const std::filesystem::path& dir, const std::string& file);
+
+// The file names transformers' save_pretrained writes.
+inline constexpr char kSafetensorsSingleFile[] = "model.safetensors";
+inline constexpr char kSafetensorsIndexFile[] = "model.safetensors.index.json";
 
 // The weight files of a checkpoint directory: model.safetensors, or the shards that
 // model.safetensors.index.json lists (which must exist and be plain names in the directory).
