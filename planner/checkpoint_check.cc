@@ -1,6 +1,6 @@
 // LoadModelSpec: config.json plus a check of the checkpoint's safetensors headers against the spec.
 //
-// Only headers are read (planner/safetensors_header.h), never tensor data, so checking a 100 GB checkpoint
+// Only headers are read (checkpoint/safetensors_header.h), never tensor data, so checking a 100 GB checkpoint
 // costs a few reads.
 
 #include <algorithm>
@@ -22,9 +22,17 @@
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 #include "planner/model_spec.h"
-#include "planner/safetensors_header.h"
+#include "checkpoint/safetensors_header.h"
 
 namespace strata::planner {
+
+using checkpoint::CheckpointFiles;
+using checkpoint::FindCheckpointFiles;
+using checkpoint::kSafetensorsIndexFile;
+using checkpoint::kSafetensorsSingleFile;
+using checkpoint::ReadSafetensorsHeader;
+using checkpoint::SafetensorsEntry;
+using checkpoint::SafetensorsHeader;
 namespace {
 
 using json = nlohmann::json;

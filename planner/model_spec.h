@@ -11,15 +11,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "checkpoint/dtype.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace strata::planner {
 
-enum class DType { kFloat32, kFloat16, kBFloat16, kFloat64, kInt64, kInt32, kInt8, kUInt8, kBool };
-
-absl::StatusOr<DType> ParseDType(std::string_view name);  // "float16", "bfloat16", "float32", ...
-std::string_view DTypeName(DType dtype);                  // torch's name: "bfloat16"
-int64_t DTypeSize(DType dtype);                            // bytes per element
+// Element types live with the checkpoint reader (checkpoint/dtype.h); the planner speaks them too.
+using checkpoint::DType;
+using checkpoint::DTypeName;
+using checkpoint::DTypeSize;
+using checkpoint::ParseDType;
 
 // A parameter or buffer. `name` is local to its module ("weight", "inv_freq").
 struct TensorSpec {

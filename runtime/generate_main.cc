@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
-#include "runtime/loaded_model.h"
-#include "runtime/tokenizer/tokenizer.h"
+#include "runtime/executor/loaded_model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include <optional>
 #include <string>
 
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 #include "server/metrics.h"
 #include "server/served_model.h"
 

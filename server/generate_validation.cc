@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "runtime/tokenizer/utf8.h"
+#include "tokenizer/utf8.h"
 
 namespace strata::server {
 namespace {

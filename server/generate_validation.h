@@ -6,8 +6,8 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "runtime/engine.h"
-#include "runtime/tokenizer/tokenizer.h"
+#include "runtime/engine/engine.h"
+#include "tokenizer/tokenizer.h"
 #include "server/served_model.h"
 #include "strata/v1/strata.pb.h"
 

@@ -10,7 +10,7 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/device_memory.h"
+#include "runtime/executor/device_memory.h"
 #include "server/metrics.h"
 #include "server/served_model.h"
 #include "server/served_plan.h"

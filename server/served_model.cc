@@ -5,7 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/generation_config.h"
+#include "runtime/engine/generation_config.h"
 
 namespace strata::server {
 

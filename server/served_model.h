@@ -7,9 +7,9 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "runtime/engine.h"
-#include "runtime/loaded_model.h"
-#include "runtime/tokenizer/tokenizer.h"
+#include "runtime/engine/engine.h"
+#include "runtime/executor/loaded_model.h"
+#include "tokenizer/tokenizer.h"
 #include "server/flags.h"
 #include "server/served_plan.h"
 

@@ -1,7 +1,7 @@
 // The engine over a real (tiny, random) Llama checkpoint written by the test: continuous batching and
 // micro-batch pipelining must not change what a request produces.
 
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 #include <mutex>
 
 #include "nlohmann/json.hpp"
-#include "runtime/loaded_model.h"
+#include "runtime/executor/loaded_model.h"
 
 namespace strata::runtime {
 namespace {

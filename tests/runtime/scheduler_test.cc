@@ -1,6 +1,6 @@
 // The scheduler alone: plain numbers in, micro-batches out (no tensors, no model).
 
-#include "runtime/scheduler.h"
+#include "runtime/engine/scheduler.h"
 
 #include <gtest/gtest.h>
 

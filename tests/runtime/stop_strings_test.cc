@@ -1,4 +1,4 @@
-#include "runtime/stop_strings.h"
+#include "runtime/engine/stop_strings.h"
 
 #include <gtest/gtest.h>
 

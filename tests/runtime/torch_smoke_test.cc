@@ -7,7 +7,7 @@
 
 #include <iostream>
 
-#include "runtime/torch_info.h"
+#include "runtime/executor/torch_info.h"
 
 namespace strata::runtime {
 namespace {

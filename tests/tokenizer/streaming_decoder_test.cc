@@ -1,4 +1,4 @@
-#include "runtime/tokenizer/streaming_decoder.h"
+#include "tokenizer/streaming_decoder.h"
 
 #include <string>
 #include <vector>

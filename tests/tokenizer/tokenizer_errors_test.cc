@@ -5,7 +5,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "runtime/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace strata::tokenizer {
 namespace {

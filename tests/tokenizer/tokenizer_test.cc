@@ -1,6 +1,6 @@
 // Behaviour of the tokenizer's components on small hand-written tokenizer.json files, each pinning one
 // upstream rule. Parity on real layouts is tests/tokenizer_parity (pytest, live against `tokenizers`).
-#include "runtime/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <string>
 #include <vector>

@@ -1,6 +1,6 @@
 """Fixtures and the session summary of the tokenizer parity tests.
 
-The tests compare `strata-tokenize` ($STRATA_BUILD_DIR/runtime/tokenizer/strata-tokenize, default
+The tests compare `strata-tokenize` ($STRATA_BUILD_DIR/tokenizer/strata-tokenize, default
 <repo>/build) with the `tokenizers` library, live in this process, on tokenizers trained here (see
 tokenizer_fixtures.py). A missing binary is a failure, not a skip.
 """

@@ -36,7 +36,7 @@ ALL_SPECIAL_STRINGS = [
 
 def strata_tokenize_path() -> pathlib.Path:
     build = pathlib.Path(os.environ.get("STRATA_BUILD_DIR", REPO / "build"))
-    return build / "runtime" / "tokenizer" / "strata-tokenize"
+    return build / "tokenizer" / "strata-tokenize"
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,0 +1,136 @@
+#pragma once
+// The serving engine's plain-C++ face (no torch headers): requests in, streamed tokens out, with
+// continuous batching across the KV slots and micro-batches pipelined across the plan's stages.
+//
+//   Engine thread:  queue -> Scheduler (which sequences, how many tokens; never a tensor)
+//                   -> ForwardBatch per micro-batch -> StageWorkers (one thread per stage, so stage s
+//                   runs micro-batch m while stage s+1 runs m-1) -> logits -> Sampler -> callbacks.
+//
+// Requests reaching Submit are trusted: the server validates them once, at the edge (server/
+// generate_validation.h); Submit only refuses what depends on the engine's state (a full queue).
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/executor/loaded_model.h"
+
+namespace strata::tokenizer {
+class Tokenizer;
+}
+
+namespace strata::runtime {
+
+// transformers' generate semantics: repetition_penalty, then temperature, top_k, top_p on the logits;
+// temperature 0 is greedy (argmax of the penalised logits).
+struct SamplingParams {
+  float temperature = 0;
+  float top_p = 1;
+  int32_t top_k = 0;  // 0: off
+  float repetition_penalty = 1;
+  // A seeded request draws from its own generator, so its output does not depend on what else runs
+  // in its batch; unseeded requests draw a seed from the engine's generator.
+  std::optional<uint64_t> seed;
+  int32_t max_new_tokens = 16;
+  int32_t top_logprobs = 0;
+  std::vector<std::string> stop;  // matched on decoded text, not emitted
+  bool ignore_eos = false;
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;  // token ids, each in [0, vocab)
+  SamplingParams sampling;
+  std::string request_id;
+};
+
+enum class FinishReason { kLength, kStop, kEos, kCancelled };
+const char* FinishReasonName(FinishReason reason);
+
+struct GeneratedToken {
+  int32_t id = 0;
+  // log_softmax of the model's raw logits (before penalty, temperature and truncation), as
+  // transformers' output_logits and vLLM's default logprobs report them.
+  double logprob = 0;
+  std::vector<std::pair<int32_t, double>> top;  // top_logprobs (id, logprob), best first
+};
+
+// One message of a request's stream: the tokens of one step (or several, when the consumer is slower
+// than the engine and chunks are merged), the text they completed, and on the last one the reason.
+struct GenerationChunk {
+  std::vector<GeneratedToken> tokens;
+  std::string text;
+  std::optional<FinishReason> finish;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;  // so far
+};
+
+// Called on the engine thread, once per step with new tokens and exactly once with `finish` set. It must
+// not block (queue and return).
+using ChunkCallback = std::function<void(GenerationChunk)>;
+
+// Returned by Submit: cancelling makes the request leave its batch and free its slot within one
+// iteration; the callback then gets its final chunk with kCancelled.
+class RequestHandle {
+ public:
+  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+};
+
+struct EngineOptions {
+  int64_t max_queue = 256;           // queued (not yet admitted) requests beyond which Submit refuses
+  int64_t micro_batches = 2;         // micro-batches in flight across the stages (1: one stage at a time)
+  int64_t prefill_chunk_tokens = 256;
+  int64_t micro_batch_tokens = 512;
+  int32_t intra_op_threads = 0;      // per stage worker (and sampler); 0: leave LibTorch's setting
+  bool stage_threads = true;         // one worker thread per stage; false: stages run on the engine thread
+};
+
+struct StageBusy {
+  std::string device;           // the plan's device of the stage: "0", "1", "cpu", "disk"
+  std::string physical_device;  // where it runs: "cpu", "cuda:0"
+  double busy_seconds = 0;      // wall time spent running micro-batches (on CUDA: issuing them)
+};
+
+struct EngineStats {
+  int64_t queued = 0;
+  int64_t active = 0;      // admitted, holding a KV slot
+  int64_t free_slots = 0;
+  int64_t slots = 0;
+  uint64_t micro_batches_run = 0;
+  std::vector<StageBusy> stages;
+};
+
+class Engine {
+ public:
+  // Starts the engine thread (and one worker per stage) over `model`, which must outlive the engine.
+  // `tokenizer` (may be null: then stop strings cannot be used and no text is produced) likewise.
+  // `eos_ids` end a sequence (ReadEosTokenIds).
+  static absl::StatusOr<std::unique_ptr<Engine>> Start(LoadedModel& model, const tokenizer::Tokenizer* tokenizer,
+                                                      std::vector<int32_t> eos_ids, const EngineOptions& options);
+  ~Engine();  // Cancels what runs, finishes every callback, joins the threads.
+
+  // Queues a validated request. ResourceExhausted when max_queue requests are already waiting.
+  absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(GenerationRequest request, ChunkCallback callback);
+
+  EngineStats Stats() const;
+  int64_t max_context() const;
+  int64_t vocab_size() const;
+  // Called on the engine thread with the rows of each micro-batch it runs (for a batch-size histogram).
+  void SetMicroBatchObserver(std::function<void(int64_t rows)> observer);
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::runtime

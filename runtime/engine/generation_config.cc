@@ -1,0 +1,59 @@
+#include "runtime/engine/generation_config.h"
+
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace strata::runtime {
+namespace {
+
+// The file's eos_token_id, or nothing when the file is absent or does not set it.
+absl::StatusOr<std::optional<std::vector<int32_t>>> EosFrom(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) return std::optional<std::vector<int32_t>>();
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(file.string(), ": invalid JSON: ", e.what()));
+  }
+  if (!json.is_object() || !json.contains("eos_token_id")) return std::optional<std::vector<int32_t>>();
+  const nlohmann::json& eos = json["eos_token_id"];
+  std::vector<int32_t> ids;
+  auto add = [&](const nlohmann::json& value) -> absl::Status {
+    if (!value.is_number_integer() || value.get<int64_t>() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file.string(), ": eos_token_id: ", value.dump(), " is not a non-negative integer"));
+    }
+    ids.push_back(value.get<int32_t>());
+    return absl::OkStatus();
+  };
+  if (eos.is_null()) return std::optional<std::vector<int32_t>>(ids);
+  if (eos.is_array()) {
+    for (const nlohmann::json& value : eos) {
+      if (absl::Status s = add(value); !s.ok()) return s;
+    }
+  } else if (absl::Status s = add(eos); !s.ok()) {
+    return s;
+  }
+  return std::optional<std::vector<int32_t>>(ids);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int32_t>> ReadEosTokenIds(const std::filesystem::path& model_dir) {
+  for (const char* name : {"generation_config.json", "config.json"}) {
+    absl::StatusOr<std::optional<std::vector<int32_t>>> ids = EosFrom(model_dir / name);
+    if (!ids.ok()) return ids.status();
+    if (ids->has_value()) return **ids;
+  }
+  return std::vector<int32_t>();
+}
+
+}  // namespace strata::runtime

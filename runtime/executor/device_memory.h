@@ -1,0 +1,27 @@
+#pragma once
+// Measured memory per device of a loaded plan (plain C++), for GetDeviceMap and /metrics.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/executor/loaded_model.h"
+
+namespace strata::runtime {
+
+struct DeviceMemory {
+  std::string device;           // the plan's device: "0", "1", "cpu", "disk"
+  std::string physical_device;  // where it runs: "cuda:0", "cpu"
+  // CUDA: the caching allocator's allocated and reserved bytes, cudaMemGetInfo's total and free.
+  // CPU (a "cpu"/"disk" entry, or a logical GPU mapped to the CPU): the process's resident set for
+  // allocated and reserved (one process: every CPU device shows the same), MemTotal and MemAvailable.
+  int64_t allocated_bytes = 0;
+  int64_t reserved_bytes = 0;
+  int64_t total_bytes = 0;
+  int64_t free_bytes = 0;
+};
+
+// One entry per device of the plan, in the plan's order.
+std::vector<DeviceMemory> MeasureDeviceMemory(LoadedModel& model);
+
+}  // namespace strata::runtime

@@ -1,0 +1,116 @@
+#pragma once
+// The executor's plain-C++ face (no torch headers): micro-batches of rows in, sampled tokens out.
+// The engine (runtime/engine/) decides which sequences run and how many tokens each feeds; the executor
+// runs them through the stages on their devices and picks each row's next token on the device of the
+// last stage (vLLM's split: scheduler / executor / model).
+//
+//   Submit (engine thread): the micro-batch's inputs are staged in (pinned) host memory, once.
+//   Stage workers: each stage copies what it needs onto its device (non_blocking, on its stream),
+//     derives positions, masks and RoPE there, runs its units and hands the activation on with an event.
+//   Last stage: sampling for every row at once, one device-to-host copy of ids and logprobs, an event.
+//   WaitCompleted (engine thread): waits on that micro-batch's event only (never a device-wide sync).
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "runtime/executor/loaded_model.h"
+
+namespace strata::runtime {
+
+// How one row picks its token, in transformers' order: repetition penalty over the row's context, then
+// temperature, top_k, top_p. temperature 0 is greedy (argmax of the penalised logits).
+struct RowSampling {
+  float temperature = 0;
+  int32_t top_k = 0;  // 0: off
+  float top_p = 1;
+  float repetition_penalty = 1;
+  // The request's draw for this step, in [0, 1), from its own generator: the token is where the
+  // cumulative probability (in vocabulary order) first exceeds uniform x total, so a seeded request
+  // samples the same whatever else runs in its batch.
+  double uniform = 0;
+  int32_t top_logprobs = 0;
+};
+
+struct SampledToken {
+  int32_t id = 0;
+  // log_softmax of the raw logits (before penalty, temperature and truncation).
+  double logprob = 0;
+  std::vector<std::pair<int32_t, double>> top;  // top_logprobs (id, logprob), best first
+};
+
+// One row of a micro-batch: a sequence's KV slot and the tokens it feeds at positions
+// [start, start + tokens.size()). Every row of a micro-batch feeds the same number of tokens.
+struct BatchRow {
+  int64_t slot = 0;
+  int64_t start = 0;
+  std::vector<int32_t> tokens;
+  bool samples = false;  // the last fed token is the sequence's newest: choose the next one
+  RowSampling sampling;
+  std::vector<int32_t> context;  // prompt + generated so far; needed only with a repetition penalty
+};
+
+struct MicroBatchWork {
+  uint64_t id = 0;
+  std::vector<BatchRow> rows;
+};
+
+struct MicroBatchResult {
+  uint64_t id = 0;
+  std::vector<std::optional<SampledToken>> tokens;  // per row; set where the row samples
+  // Not OK when a stage (or the sampler) failed: INTERNAL naming the stage, its device and the error.
+  absl::Status status;
+  std::string failed_stage;   // the plan's device of the stage that failed ("0", "cpu"), for metrics
+  std::string failed_device;  // where it ran ("cuda:1", "cpu")
+  // The failure left the device unusable (a sticky CUDA error: illegal address, device-side assert):
+  // nothing more can run in this process.
+  bool device_lost = false;
+};
+
+// A failure the tests can arm (the fault seam): stage `stage` throws on its `call`-th micro-batch
+// (1-based) and on every later one when `repeat`. `device_lost` makes it look like a sticky CUDA error.
+struct FaultInjection {
+  int64_t stage = 0;
+  int64_t call = 1;
+  bool repeat = false;
+  bool device_lost = false;
+};
+
+// "stage=1,call=3[,repeat][,device_lost]". The error names the field.
+absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text);
+
+struct ExecutorOptions {
+  bool stage_threads = true;      // one worker thread per stage; false: stages run on the caller's thread
+  int32_t intra_op_threads = 0;   // per stage worker; 0: leave LibTorch's setting
+  std::optional<FaultInjection> fault;
+};
+
+struct StageBusy {
+  std::string device;           // the plan's device of the stage: "0", "1", "cpu", "disk"
+  std::string physical_device;  // where it runs: "cpu", "cuda:0"
+  double busy_seconds = 0;      // wall time spent running micro-batches (on CUDA: issuing them)
+};
+
+class Executor {
+ public:
+  // Starts the stage workers over `model`, which must outlive the executor.
+  static absl::StatusOr<std::unique_ptr<Executor>> Start(LoadedModel& model, const ExecutorOptions& options);
+  ~Executor();  // joins the workers (micro-batches still in flight are finished first)
+
+  void Submit(MicroBatchWork work);
+  // The next micro-batch that went through every stage and the sampler; blocks until one does.
+  MicroBatchResult WaitCompleted();
+  std::vector<StageBusy> Busy() const;
+
+ private:
+  struct Impl;
+  explicit Executor(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::runtime

@@ -1,0 +1,244 @@
+#include "runtime/executor/loaded_model.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "runtime/model/model_config.h"
+#include "runtime/executor/physical_devices.h"
+#include "runtime/executor/pipeline.h"
+#include "checkpoint/safetensors.h"
+#include "runtime/executor/sampler.h"
+#include "runtime/executor/torch_info.h"
+
+namespace strata::runtime {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+absl::StatusOr<nlohmann::json> ReadConfig(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "config.json");
+  if (!in) return absl::InvalidArgumentError(absl::StrCat((dir / "config.json").string(), ": cannot open"));
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat((dir / "config.json").string(), ": invalid JSON: ", e.what()));
+  }
+}
+
+}  // namespace
+
+struct LoadedModel::Impl {
+  LoadReport report;
+  LoadOptions options;
+  Checkpoint checkpoint;
+  std::unique_ptr<Pipeline> pipeline;
+};
+
+LoadedModel::LoadedModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LoadedModel::~LoadedModel() = default;
+const LoadReport& LoadedModel::report() const { return impl_->report; }
+int64_t LoadedModel::vocab_size() const { return impl_->pipeline->dims().vocab; }
+int64_t LoadedModel::max_batch() const { return impl_->options.max_batch; }
+int64_t LoadedModel::max_context() const { return impl_->options.max_context; }
+Pipeline& LoadedModel::pipeline() { return *impl_->pipeline; }
+
+absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  if (options.max_batch < 1) return absl::InvalidArgumentError("--max-batch: must be at least 1");
+  if (options.max_context < 1) return absl::InvalidArgumentError("--max-context: must be at least 1");
+  PhysicalDeviceMap physical;
+  if (!options.physical_devices.empty()) {
+    absl::StatusOr<PhysicalDeviceMap> parsed = ParsePhysicalDevices(options.physical_devices);
+    if (!parsed.ok()) return parsed.status();
+    physical = *std::move(parsed);
+  }
+
+  // Serving dtype: as asked; else the checkpoint's when a GPU will run it, float32 on the CPU.
+  std::optional<planner::DType> dtype;
+  absl::StatusOr<nlohmann::json> config = ReadConfig(options.model_dir);
+  if (!config.ok()) return config.status();
+  if (!options.dtype.empty()) {
+    absl::StatusOr<planner::DType> parsed = planner::ParseDType(options.dtype);
+    if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--dtype: ", parsed.status().message()));
+    dtype = *parsed;
+  } else {
+    bool gpu = physical.empty() ? QueryTorch().cuda_available : false;
+    for (const auto& [index, device] : physical) gpu = gpu || device.cuda;
+    if (gpu) {
+      absl::StatusOr<planner::DType> declared = planner::ConfigDType(*config);
+      if (!declared.ok()) return declared.status();
+      dtype = *declared;
+    } else {
+      dtype = planner::DType::kFloat32;
+    }
+  }
+  if (*dtype != planner::DType::kFloat32 && *dtype != planner::DType::kFloat16 &&
+      *dtype != planner::DType::kBFloat16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype: ", std::string(planner::DTypeName(*dtype)), " is not a serving dtype (float32, float16, bfloat16)"));
+  }
+
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  LoadReport& report = impl->report;
+  report.dtype = std::string(planner::DTypeName(*dtype));
+  // The spec checks every checkpoint header against the expected tensors (missing, unexpected,
+  // mis-shaped): the one list of what the model needs.
+  absl::StatusOr<planner::ModelSpec> spec = planner::LoadModelSpec(options.model_dir, *dtype);
+  if (!spec.ok()) return spec.status();
+  report.spec = *std::move(spec);
+  absl::StatusOr<DecoderConfig> decoder = DecoderConfigFromJson(*config);
+  if (!decoder.ok()) return decoder.status();
+
+  planner::PlanRequest request;
+  absl::StatusOr<planner::DeviceMapChoice> choice = planner::ParseDeviceMapChoice(options.device_map);
+  if (!choice.ok()) return choice.status();
+  request.device_map = *std::move(choice);
+  if (!options.max_memory.empty()) {
+    absl::StatusOr<planner::MaxMemory> max_memory = planner::ParseMaxMemory(options.max_memory);
+    if (!max_memory.ok()) return max_memory.status();
+    request.max_memory = *std::move(max_memory);
+  }
+  request.kv_cache_tokens = options.max_batch * options.max_context;
+  absl::StatusOr<planner::Plan> plan = planner::MakePlan(report.spec, request);
+  if (!plan.ok()) return plan.status();
+  report.plan = *std::move(plan);
+
+  absl::StatusOr<Checkpoint> checkpoint = Checkpoint::Open(options.model_dir);
+  if (!checkpoint.ok()) return checkpoint.status();
+  impl->checkpoint = *std::move(checkpoint);
+  report.checkpoint_bytes = impl->checkpoint.total_bytes();
+
+  PipelineOptions pipeline_options;
+  pipeline_options.dtype = ToScalarType(*dtype);
+  pipeline_options.max_batch = options.max_batch;
+  pipeline_options.max_context = options.max_context;
+  pipeline_options.physical = physical;
+  try {
+    absl::StatusOr<std::unique_ptr<Pipeline>> pipeline =
+        Pipeline::Build(report.spec, *decoder, report.plan, impl->checkpoint, pipeline_options);
+    if (!pipeline.ok()) return pipeline.status();
+    impl->pipeline = *std::move(pipeline);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("loading ", options.model_dir.string(), ": ", e.what_without_backtrace()));
+  }
+  const WeightLoadStats& stats = impl->pipeline->load_stats();
+  report.zero_copy_tensors = stats.zero_copy;
+  report.copied_tensors = stats.copied;
+  report.disk_tensors = stats.on_disk;
+  report.kv_cache_bytes = impl->pipeline->kv_cache_bytes();
+  report.stages = impl->pipeline->Describe();
+  report.seconds = SecondsSince(start);
+  return std::unique_ptr<LoadedModel>(new LoadedModel(std::move(impl)));
+}
+
+absl::StatusOr<std::vector<GreedyResult>> LoadedModel::Greedy(const GreedyRequest& request, GenerateTiming* timing) {
+  const int64_t vocab = vocab_size();
+  const int64_t max_context = impl_->options.max_context;
+  if (request.max_new_tokens < 0) return absl::InvalidArgumentError("--max-new-tokens: must not be negative");
+  if (request.top_logprobs < 0) return absl::InvalidArgumentError("--top-logprobs: must not be negative");
+  for (size_t p = 0; p < request.prompts.size(); ++p) {
+    const std::vector<int64_t>& prompt = request.prompts[p];
+    if (prompt.empty()) return absl::InvalidArgumentError(absl::StrCat("prompt ", p, ": no token ids"));
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      if (prompt[i] < 0 || prompt[i] >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat("prompt ", p, ": token id ", prompt[i], " at position ", i,
+                                                       " is outside the vocabulary [0, ", vocab, ")"));
+      }
+    }
+    const int64_t needed = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(request.max_new_tokens - 1, 0);
+    if (needed > max_context) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt ", p, ": ", prompt.size(), " tokens and ",
+                                                     request.max_new_tokens, " new tokens need ", needed,
+                                                     " positions, more than --max-context ", max_context));
+    }
+  }
+
+  std::vector<GreedyResult> results(request.prompts.size());
+  GenerateTiming local;
+  GenerateTiming& t = timing != nullptr ? *timing : local;
+  try {
+    const int64_t max_batch = impl_->options.max_batch;
+    for (size_t begin = 0; begin < request.prompts.size(); begin += static_cast<size_t>(max_batch)) {
+      const size_t end = std::min(request.prompts.size(), begin + static_cast<size_t>(max_batch));
+      const int64_t rows = static_cast<int64_t>(end - begin);
+      std::vector<int64_t> lengths;
+      int64_t longest = 0;
+      for (size_t p = begin; p < end; ++p) {
+        lengths.push_back(static_cast<int64_t>(request.prompts[p].size()));
+        longest = std::max(longest, lengths.back());
+      }
+      if (request.max_new_tokens == 0) continue;
+      // Prefill: prompts right-padded into one [rows, longest] batch, each in KV slot = its row.
+      ForwardBatch batch;
+      batch.ids = at::zeros({rows, longest}, at::kLong);
+      for (int64_t r = 0; r < rows; ++r) {
+        const std::vector<int64_t>& prompt = request.prompts[begin + static_cast<size_t>(r)];
+        std::copy(prompt.begin(), prompt.end(), batch.ids.data_ptr<int64_t>() + r * longest);
+      }
+      batch.positions = at::arange(longest, at::kLong).unsqueeze(0).expand({rows, longest}).contiguous();
+      batch.slots = at::arange(rows, at::kLong);
+      batch.last = at::from_blob(lengths.data(), {rows}, at::kLong).clone() - 1;
+      batch.key_length = longest;
+
+      auto record = [&](const GreedyStep& step) {
+        for (int64_t r = 0; r < rows; ++r) {
+          GreedyResult& out = results[begin + static_cast<size_t>(r)];
+          out.ids.push_back(step.ids[r]);
+          out.logprobs.push_back(step.logprobs[r]);
+          if (request.top_logprobs > 0) {
+            std::vector<TokenLogprob> top;
+            for (const auto& [id, lp] : step.top[r]) top.push_back({id, lp});
+            out.top_logprobs.push_back(std::move(top));
+          }
+        }
+      };
+      auto start = std::chrono::steady_clock::now();
+      GreedyStep step = SampleGreedy(impl_->pipeline->Forward(batch), request.top_logprobs);
+      record(step);
+      t.prefill_seconds += SecondsSince(start);
+
+      start = std::chrono::steady_clock::now();
+      for (int64_t n = 1; n < request.max_new_tokens; ++n) {
+        // Decode: each row's newest token at its own next position.
+        ForwardBatch decode;
+        decode.ids = at::from_blob(step.ids.data(), {rows, 1}, at::kLong).clone();
+        decode.positions = at::empty({rows, 1}, at::kLong);
+        int64_t key_length = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t position = lengths[r] + n - 1;
+          decode.positions.data_ptr<int64_t>()[r] = position;
+          key_length = std::max(key_length, position + 1);
+        }
+        decode.slots = batch.slots;
+        decode.last = at::zeros({rows}, at::kLong);
+        decode.key_length = key_length;
+        step = SampleGreedy(impl_->pipeline->Forward(decode), request.top_logprobs);
+        record(step);
+        ++t.decode_steps;
+      }
+      t.decode_seconds += SecondsSince(start);
+    }
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("forward: ", e.what_without_backtrace()));
+  }
+  return results;
+}
+
+}  // namespace strata::runtime

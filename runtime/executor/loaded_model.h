@@ -1,0 +1,91 @@
+#pragma once
+// The runtime's plain-C++ face (no torch headers): load a checkpoint onto the devices a plan gives it,
+// then run greedy generation for a batch of token-id prompts. server/ and strata-generate include this.
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "planner/model_spec.h"
+#include "planner/plan.h"
+
+namespace strata::runtime {
+
+class Pipeline;  // internal (ATen): runtime/executor/pipeline.h
+
+struct LoadOptions {
+  std::filesystem::path model_dir;
+  std::string device_map = "balanced_low_0";  // strategy, JSON map or @FILE (planner::ParseDeviceMapChoice)
+  std::string max_memory;                      // "0=20GiB,cpu=64GiB"; empty: the planner's default
+  std::string physical_devices;                // "0=cpu,1=cuda:0"; empty: GPU i is cuda:i
+  std::string dtype;  // float32 | float16 | bfloat16; empty: the checkpoint's on GPUs, float32 on the CPU
+  int64_t max_batch = 1;      // KV-cache sequence slots
+  int64_t max_context = 2048;  // KV-cache positions per slot
+};
+
+struct LoadReport {
+  planner::ModelSpec spec;
+  planner::Plan plan;
+  std::string dtype;
+  double seconds = 0;               // wall time of Load
+  uint64_t checkpoint_bytes = 0;    // sum of the safetensors files
+  int64_t zero_copy_tensors = 0;    // CPU weights used in place from the mapping
+  int64_t copied_tensors = 0;
+  int64_t disk_tensors = 0;
+  int64_t kv_cache_bytes = 0;
+  std::string stages;  // one line per stage
+};
+
+struct GreedyRequest {
+  std::vector<std::vector<int64_t>> prompts;
+  int64_t max_new_tokens = 16;
+  int64_t top_logprobs = 0;
+};
+
+struct TokenLogprob {
+  int64_t id = 0;
+  double logprob = 0;
+};
+
+struct GreedyResult {
+  std::vector<int64_t> ids;  // the new tokens only
+  std::vector<double> logprobs;
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // per new token, best first
+};
+
+struct GenerateTiming {
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+  int64_t decode_steps = 0;  // forward passes after the prefill
+};
+
+class LoadedModel {
+ public:
+  // Plans (LoadModelSpec + MakePlan, with a KV reserve of max_batch x max_context tokens) and loads.
+  // Bad input (checkpoint, config, plan, devices) is InvalidArgument naming the thing.
+  static absl::StatusOr<std::unique_ptr<LoadedModel>> Load(const LoadOptions& options);
+  ~LoadedModel();
+
+  // Greedy decoding of every prompt for exactly max_new_tokens (EOS and stop strings are the Engine's, in
+  // engine.h: this is the offline path of strata-generate and the parity tests), the prompts run
+  // together in batches of up to max_batch. A prompt that does not fit max_context with its new tokens, or
+  // holds a token id outside [0, vocab_size), is InvalidArgument naming the prompt.
+  absl::StatusOr<std::vector<GreedyResult>> Greedy(const GreedyRequest& request, GenerateTiming* timing = nullptr);
+
+  const LoadReport& report() const;
+  int64_t vocab_size() const;
+  int64_t max_batch() const;    // KV-cache sequence slots
+  int64_t max_context() const;  // positions per slot
+  // The stages and their KV caches, for the engine (runtime/engine/engine.h). Internal: its header has ATen.
+  Pipeline& pipeline();
+
+ private:
+  struct Impl;
+  explicit LoadedModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::runtime

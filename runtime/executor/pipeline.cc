@@ -1,0 +1,278 @@
+#include "runtime/executor/pipeline.h"
+
+#include <ATen/ops/empty.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <algorithm>
+#include <map>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/executor/torch_info.h"
+
+namespace strata::runtime {
+namespace {
+
+using planner::Device;
+
+// The map entry that covers a tensor: the longest key that is "" or a dotted prefix of its name, as
+// accelerate resolves a parameter's device from hf_device_map.
+absl::StatusOr<Device> PlannedDevice(const planner::DeviceMap& map, const std::string& tensor) {
+  const std::pair<std::string, Device>* best = nullptr;
+  for (const auto& entry : map) {
+    const std::string& key = entry.first;
+    const bool covers = key.empty() || tensor == key || (tensor.size() > key.size() &&
+                                                         tensor.compare(0, key.size(), key) == 0 &&
+                                                         tensor[key.size()] == '.');
+    if (covers && (best == nullptr || key.size() > best->first.size())) best = &entry;
+  }
+  if (best == nullptr) return absl::InvalidArgumentError(absl::StrCat("device_map: no entry covers tensor ", tensor));
+  return best->second;
+}
+
+c10::Stream CudaStreamFromPool(at::Device device) {
+  c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  return impl.getStreamFromGlobalPool(device, /*isHighPriority=*/false);
+}
+
+c10::Stream CurrentStream(at::Device device) {
+  c10::impl::VirtualGuardImpl impl(device.type());
+  return impl.getStream(device);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSpec& spec, const DecoderConfig& config,
+                                                          const planner::Plan& plan, const Checkpoint& checkpoint,
+                                                          const PipelineOptions& options) {
+  auto pipeline = std::make_unique<Pipeline>();
+  pipeline->options_ = options;
+  ModelDims& dims = pipeline->dims_;
+  const std::map<std::string, planner::ExpectedTensor> expected = planner::CheckpointTensors(spec);
+  auto shape = [&](const std::string& name) -> const std::vector<int64_t>& { return expected.at(name).shape; };
+  if (!expected.contains("model.embed_tokens.weight") || !expected.contains("model.layers.0.self_attn.q_proj.weight")) {
+    return absl::InvalidArgumentError(absl::StrCat(spec.architecture, ": the spec has no Llama-family tensors"));
+  }
+  dims.vocab = shape("model.embed_tokens.weight")[0];
+  dims.hidden = shape("model.embed_tokens.weight")[1];
+  dims.head_dim = spec.head_dim;
+  dims.num_kv_heads = spec.num_key_value_heads;
+  dims.num_heads = shape("model.layers.0.self_attn.q_proj.weight")[0] / spec.head_dim;
+  dims.rms_norm_eps = config.rms_norm_eps;
+  dims.qkv_bias = expected.contains("model.layers.0.self_attn.q_proj.bias");
+  const bool tied = spec.tied_weights.contains("lm_head.weight");
+
+  // Physical devices: plan GPU i runs on --physical-devices' choice, else cuda:i, which must exist.
+  const TorchInfo torch_info = QueryTorch();
+  auto physical = [&](int gpu) -> absl::StatusOr<at::Device> {
+    PhysicalDevice p{true, gpu};
+    if (auto it = options.physical.find(gpu); it != options.physical.end()) p = it->second;
+    if (!p.cuda) return at::Device(at::kCPU);
+    if (!torch_info.cuda_available || p.index >= torch_info.cuda_device_count) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device ", gpu, " of the plan runs on ", p.ToString(), ", but ",
+          torch_info.cuda_available ? absl::StrCat("only ", torch_info.cuda_device_count, " CUDA devices are visible")
+                                    : std::string("no CUDA device is visible"),
+          " (map it with --physical-devices, e.g. ", gpu, "=cpu)"));
+    }
+    return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(p.index));
+  };
+  // "cpu" and "disk" entries execute on the main device: the first GPU of the plan when it is a CUDA
+  // device (weights fetched there on use), else the CPU.
+  at::Device main_device = at::kCPU;
+  {
+    std::optional<int> first_gpu;
+    for (const auto& [module, device] : plan.device_map) {
+      if (device.is_gpu() && (!first_gpu || device.index < *first_gpu)) first_gpu = device.index;
+    }
+    if (first_gpu) {
+      absl::StatusOr<at::Device> d = physical(*first_gpu);
+      if (!d.ok()) return d.status();
+      main_device = *d;
+    }
+  }
+
+  WeightLoader loader(checkpoint, options.dtype);
+  std::vector<std::pair<UnitKind, int64_t>> order = {{UnitKind::kEmbedding, -1}};
+  for (int64_t i = 0; i < config.num_layers; ++i) order.push_back({UnitKind::kDecoderLayer, i});
+  order.push_back({UnitKind::kFinalNorm, -1});
+  order.push_back({UnitKind::kLmHead, -1});
+  std::vector<std::string> labels;
+  for (const auto& [kind, layer] : order) {
+    Unit unit;
+    unit.kind = kind;
+    unit.layer = layer;
+    unit.module = kind == UnitKind::kEmbedding   ? "model.embed_tokens"
+                  : kind == UnitKind::kFinalNorm ? "model.norm"
+                  : kind == UnitKind::kLmHead    ? "lm_head"
+                                                 : absl::StrCat("model.layers.", layer);
+    if (kind == UnitKind::kDecoderLayer) unit.window = config.sliding_window.at(static_cast<size_t>(layer));
+    std::optional<at::Device> exec;
+    std::string label;
+    for (const std::string& name : UnitTensorNames(kind, layer, dims, tied)) {
+      // The tied head shares the embedding's storage: reuse the loaded tensor, not a second copy.
+      if (kind == UnitKind::kLmHead && tied) {
+        unit.weights.push_back(pipeline->units_.front().weights.front());
+        exec = pipeline->units_.front().device;
+        label = labels.front();
+        break;
+      }
+      absl::StatusOr<Device> planned = PlannedDevice(plan.device_map, name);
+      if (!planned.ok()) return planned.status();
+      Residency residency = Residency::kResident;
+      at::Device device = main_device;
+      if (planned->is_gpu()) {
+        absl::StatusOr<at::Device> d = physical(planned->index);
+        if (!d.ok()) return d.status();
+        device = *d;
+      } else if (planned->kind == Device::Kind::kDisk) {
+        residency = Residency::kDisk;
+      } else if (main_device.is_cuda()) {
+        residency = Residency::kHost;
+      }
+      if (exec && *exec != device) {
+        return absl::InvalidArgumentError(absl::StrCat("device_map: module ", unit.module, " would execute on both ",
+                                                       exec->str(), " and ", device.str(), " (tensor ", name,
+                                                       "); the runtime runs a module on one device"));
+      }
+      exec = device;
+      if (label.empty()) label = planned->ToString();
+      absl::StatusOr<Weight> weight = loader.Load(name, residency, device);
+      if (!weight.ok()) return weight.status();
+      unit.weights.push_back(*std::move(weight));
+    }
+    unit.device = *exec;
+    labels.push_back(label);
+    pipeline->units_.push_back(std::move(unit));
+  }
+  pipeline->load_stats_ = loader.stats();
+
+  // Stages: consecutive units with the same plan device (and so the same executing device).
+  std::vector<Stage>& stages = pipeline->stages_;
+  for (size_t i = 0; i < pipeline->units_.size(); ++i) {
+    const Unit& unit = pipeline->units_[i];
+    if (stages.empty() || stages.back().label != labels[i] || stages.back().device != unit.device) {
+      Stage stage;
+      stage.label = labels[i];
+      stage.device = unit.device;
+      stage.inv_freq = RopeInvFreq(config.rope, dims.head_dim).to(unit.device);
+      if (unit.device.is_cuda()) stage.stream = CudaStreamFromPool(unit.device);
+      stages.push_back(std::move(stage));
+    }
+    Stage& stage = stages.back();
+    stage.units.push_back(i);
+    if (unit.kind == UnitKind::kDecoderLayer) {
+      stage.windows.insert(unit.window);
+      stage.kv.AddLayer(unit.layer, unit.device, options.dtype, options.max_batch, options.max_context,
+                        dims.num_kv_heads, dims.head_dim);
+    }
+    if (unit.offloaded() && unit.device.is_cuda() && !stage.copy_stream) {
+      stage.copy_stream = CudaStreamFromPool(unit.device);
+    }
+  }
+  return pipeline;
+}
+
+at::Tensor Pipeline::Forward(const ForwardBatch& batch) {
+  StageActivation activation;
+  activation.hidden = batch.ids;
+  for (size_t s = 0; s < stages_.size(); ++s) RunStage(s, batch, activation);
+  AwaitOutput(activation);
+  return activation.hidden;
+}
+
+void Pipeline::AwaitOutput(StageActivation& activation) {
+  // Whoever reads the logits next runs on the device's current stream: order it after the last stage.
+  if (activation.produced && activation.producer != nullptr) {
+    activation.produced->block(CurrentStream(activation.producer->device));
+  }
+}
+
+void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation& activation) {
+  Stage& stage = stages_.at(index);
+  const int64_t rows = batch.slots.size(0);
+  const int64_t* slots = batch.slots.data_ptr<int64_t>();
+  bool contiguous = true;
+  for (int64_t i = 1; i < rows; ++i) contiguous = contiguous && slots[i] == slots[0] + i;
+
+  const Stage* previous = activation.producer;
+  std::optional<c10::StreamGuard> guard;
+  if (stage.stream) guard.emplace(*stage.stream);
+  // Transfer: wait for the producer's event on this stage's stream (a CPU consumer waits on the host),
+  // then copy onto this device.
+  if (previous != nullptr && activation.produced) {
+    if (stage.stream) {
+      activation.produced->block(*stage.stream);
+    } else {
+      activation.produced->synchronize();
+    }
+  }
+  const at::Tensor source = activation.hidden;
+  at::Tensor hidden = source.to(stage.device, /*non_blocking=*/stage.device.is_cuda() && source.is_cuda());
+  if (source.is_cuda() && stage.stream && previous != nullptr && previous->stream) {
+    // The producer's buffer is read by this stream's copy (or compute, on the same device): the
+    // allocator must not hand it out again before this stream's work on it is done.
+    at::Tensor(source).record_stream(*stage.stream);
+  }
+
+  AttentionBatch attention;
+  attention.positions = batch.positions.to(stage.device);
+  attention.slots = batch.slots.to(stage.device);
+  attention.slots_contiguous = contiguous;
+  attention.first_slot = rows > 0 ? slots[0] : 0;
+  attention.key_length = batch.key_length;
+  attention.rope = RopeForPositions(stage.inv_freq, attention.positions, options_.dtype);
+  for (int64_t window : stage.windows) {
+    attention.masks[window] = AttentionMask(attention.positions, batch.key_length, window);
+  }
+  const at::Tensor last = batch.last.to(stage.device);
+
+  Prefetch prefetch;
+  for (size_t k = 0; k < stage.units.size(); ++k) {
+    const Unit& unit = units_[stage.units[k]];
+    std::vector<at::Tensor> weights;
+    if (prefetch.started()) {
+      weights = prefetch.Take(stage.stream);
+    } else {
+      for (const Weight& w : unit.weights) weights.push_back(w.Use());
+    }
+    // Offload: start fetching the next unit's weights while this one computes.
+    if (stage.copy_stream && k + 1 < stage.units.size()) {
+      const Unit& next = units_[stage.units[k + 1]];
+      if (next.offloaded()) prefetch.Start(next.weight_ptrs(), stage.copy_stream);
+    }
+    KvLayer* cache = unit.kind == UnitKind::kDecoderLayer ? &stage.kv.layer(unit.layer) : nullptr;
+    hidden = RunUnit(unit, weights, dims_, hidden, attention, cache, last);
+  }
+  activation.hidden = hidden;
+  if (stage.stream) {
+    activation.produced.emplace(c10::DeviceType::CUDA);
+    activation.produced->record(*stage.stream);
+  } else {
+    activation.produced.reset();
+  }
+  activation.producer = &stage;
+}
+
+int64_t Pipeline::kv_cache_bytes() const {
+  int64_t total = 0;
+  for (const Stage& stage : stages_) total += stage.kv.bytes();
+  return total;
+}
+
+std::string Pipeline::Describe() const {
+  std::vector<std::string> lines;
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    const Stage& stage = stages_[s];
+    std::vector<std::string> modules;
+    for (size_t i : stage.units) modules.push_back(units_[i].module);
+    lines.push_back(absl::StrCat("stage ", s, " (plan device ", stage.label, " on ", stage.device.str(),
+                                 "): ", modules.front(), modules.size() > 1 ? " .. " + modules.back() : ""));
+  }
+  return absl::StrJoin(lines, "\n");
+}
+
+}  // namespace strata::runtime

@@ -1,0 +1,99 @@
+#pragma once
+// Internal (ATen): the model's units grouped into stages (consecutive units on one logical device), the
+// transfers between them, and each stage's KV cache (GUIDE.md: Stages, Transfers, Offload, KV cache).
+//
+// CUDA stages each own a stream: a stage's work is issued on its stream; the producer records an event
+// after writing its output, the consumer's stream waits on it and copies (non_blocking) onto its own
+// device; the producer's buffer is marked as used by the consumer's stream (record_stream), so the
+// caching allocator reuses it only after that copy completed. Nothing synchronises a device in the
+// forward path. CPU stages run the same code with the stream and event operations skipped.
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Stream.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "planner/model_spec.h"
+#include "planner/plan.h"
+#include "runtime/model/kv_cache.h"
+#include "runtime/model/llama_model.h"
+#include "runtime/model/model_config.h"
+#include "runtime/executor/physical_devices.h"
+#include "checkpoint/safetensors.h"
+#include "runtime/model/weights.h"
+
+namespace strata::runtime {
+
+struct Stage {
+  std::string label;  // the plan's device: "0", "1", "cpu", "disk"
+  at::Device device = at::kCPU;
+  std::optional<c10::Stream> stream;       // compute stream (CUDA stages)
+  std::optional<c10::Stream> copy_stream;  // offloaded weights' prefetch (CUDA stages with offload)
+  std::vector<size_t> units;               // indices into Pipeline::units_
+  std::set<int64_t> windows;               // sliding windows of its layers (0: full)
+  at::Tensor inv_freq;                     // RoPE inverse frequencies on `device`
+  KvCache kv;
+};
+
+struct PipelineOptions {
+  at::ScalarType dtype = at::kFloat;
+  int64_t max_batch = 1;
+  int64_t max_context = 0;
+  PhysicalDeviceMap physical;  // plan GPU -> device; missing entries default to cuda:i
+};
+
+// One forward pass's input, on the host: ids and positions [batch, tokens] (right-padded), the KV slot
+// of each row and the index of its last real token.
+struct ForwardBatch {
+  at::Tensor ids;
+  at::Tensor positions;
+  at::Tensor slots;
+  at::Tensor last;
+  int64_t key_length = 0;
+};
+
+// What flows from one stage to the next: the activation and, when its producer runs on a CUDA stream,
+// the event recorded after writing it.
+struct StageActivation {
+  at::Tensor hidden;                 // ids before the first stage; logits after the last
+  std::optional<c10::Event> produced;
+  const Stage* producer = nullptr;   // the stage that wrote `hidden`
+};
+
+class Pipeline {
+ public:
+  // Loads every unit's weights onto the devices `plan` gives them and allocates the KV caches.
+  static absl::StatusOr<std::unique_ptr<Pipeline>> Build(const planner::ModelSpec& spec, const DecoderConfig& config,
+                                                         const planner::Plan& plan, const Checkpoint& checkpoint,
+                                                         const PipelineOptions& options);
+  // float32 logits [batch, vocab] of each row's last token, on the last stage's device.
+  at::Tensor Forward(const ForwardBatch& batch);
+  // One stage of a forward pass: reads `activation` (the previous stage's output, or the batch's ids when
+  // `stage` is 0) and replaces it with this stage's output. Stages of different forward passes may run
+  // at the same time on different threads (micro-batch pipelining): a stage touches only its own
+  // units, KV cache and stream. Passes whose rows share a KV slot must not overlap.
+  void RunStage(size_t stage, const ForwardBatch& batch, StageActivation& activation);
+  // After the last stage: order the caller's current stream after the logits' producer.
+  void AwaitOutput(StageActivation& activation);
+
+  const ModelDims& dims() const { return dims_; }
+  const std::vector<Stage>& stages() const { return stages_; }
+  const WeightLoadStats& load_stats() const { return load_stats_; }
+  int64_t kv_cache_bytes() const;
+  std::string Describe() const;  // "stage 0 (plan device 0 on cpu): model.embed_tokens, layers 0-1"
+
+ private:
+  ModelDims dims_;
+  PipelineOptions options_;
+  std::vector<Unit> units_;
+  std::vector<Stage> stages_;
+  WeightLoadStats load_stats_;
+};
+
+}  // namespace strata::runtime

@@ -1,0 +1,93 @@
+#include "runtime/executor/stage_workers.h"
+
+#include <ATen/Parallel.h>
+
+#include <chrono>
+
+namespace strata::runtime {
+
+StageWorkers::StageWorkers(Pipeline& pipeline, bool threaded, int intra_op_threads)
+    : pipeline_(pipeline), threaded_(threaded), intra_op_threads_(intra_op_threads) {
+  lanes_ = std::vector<Lane>(pipeline_.stages().size());
+  if (threaded_) {
+    for (size_t s = 0; s < lanes_.size(); ++s) threads_.emplace_back([this, s] { Work(s); });
+  }
+}
+
+StageWorkers::~StageWorkers() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void StageWorkers::RunOne(size_t stage, MicroBatch& batch) {
+  if (batch.error) return;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    if (stage == 0) batch.activation.hidden = batch.batch.ids;
+    pipeline_.RunStage(stage, batch.batch, batch.activation);
+  } catch (...) {
+    batch.error = std::current_exception();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard lock(mutex_);
+  lanes_[stage].busy_seconds += seconds;
+}
+
+void StageWorkers::Submit(std::unique_ptr<MicroBatch> batch) {
+  if (!threaded_) {
+    for (size_t s = 0; s < lanes_.size(); ++s) RunOne(s, *batch);
+    std::lock_guard lock(mutex_);
+    completed_.push_back(std::move(batch));
+    return;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    lanes_.front().queue.push_back(std::move(batch));
+  }
+  changed_.notify_all();
+}
+
+void StageWorkers::Work(size_t stage) {
+  if (intra_op_threads_ > 0) at::set_num_threads(intra_op_threads_);
+  while (true) {
+    std::unique_ptr<MicroBatch> batch;
+    {
+      std::unique_lock lock(mutex_);
+      changed_.wait(lock, [&] { return stopping_ || !lanes_[stage].queue.empty(); });
+      if (stopping_) return;
+      batch = std::move(lanes_[stage].queue.front());
+      lanes_[stage].queue.pop_front();
+    }
+    RunOne(stage, *batch);
+    {
+      std::lock_guard lock(mutex_);
+      if (stage + 1 < lanes_.size()) {
+        lanes_[stage + 1].queue.push_back(std::move(batch));
+      } else {
+        completed_.push_back(std::move(batch));
+      }
+    }
+    changed_.notify_all();
+  }
+}
+
+std::unique_ptr<MicroBatch> StageWorkers::WaitCompleted() {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return !completed_.empty(); });
+  std::unique_ptr<MicroBatch> batch = std::move(completed_.front());
+  completed_.pop_front();
+  return batch;
+}
+
+std::vector<double> StageWorkers::BusySeconds() const {
+  std::lock_guard lock(mutex_);
+  std::vector<double> out;
+  for (const Lane& lane : lanes_) out.push_back(lane.busy_seconds);
+  return out;
+}
+
+}  // namespace strata::runtime

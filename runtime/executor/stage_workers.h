@@ -1,0 +1,66 @@
+#pragma once
+// Internal (ATen): micro-batch pipelining across the stages (GUIDE.md, Pipelining). One worker thread
+// per stage, each with a queue: a micro-batch enters stage 0's queue, each worker runs its stage and
+// hands the activation to the next stage's queue, and the last stage's output lands in `completed`.
+// With several micro-batches in flight, stage s works on micro-batch m while stage s+1 works on m-1.
+//
+// Worker threads (rather than one launcher issuing async CUDA work in wavefront order) because the same
+// code must overlap CPU stages, where there is no asynchronous queue to issue into; on CUDA a worker's
+// launches go to its stage's stream, and transfers wait on events, so GPU work overlaps as well.
+
+#include <ATen/core/Tensor.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "runtime/executor/pipeline.h"
+#include "runtime/engine/scheduler.h"
+
+namespace strata::runtime {
+
+struct MicroBatch {
+  ScheduledMicroBatch schedule;
+  ForwardBatch batch;
+  StageActivation activation;  // after the last stage: float32 logits [rows, vocab]
+  std::exception_ptr error;    // a stage threw (the batch skips the remaining stages)
+};
+
+class StageWorkers {
+ public:
+  // `threaded`: one worker per stage; otherwise Submit runs every stage on the caller's thread (one stage
+  // at a time, as accelerate runs a dispatched model). `intra_op_threads` > 0 sets LibTorch's intra-op
+  // thread count in each worker.
+  StageWorkers(Pipeline& pipeline, bool threaded, int intra_op_threads);
+  ~StageWorkers();
+
+  void Submit(std::unique_ptr<MicroBatch> batch);
+  // The next micro-batch that went through every stage; blocks until one does.
+  std::unique_ptr<MicroBatch> WaitCompleted();
+  std::vector<double> BusySeconds() const;  // per stage
+
+ private:
+  struct Lane {
+    std::deque<std::unique_ptr<MicroBatch>> queue;
+    double busy_seconds = 0;
+  };
+  void Work(size_t stage);
+  void RunOne(size_t stage, MicroBatch& batch);
+
+  Pipeline& pipeline_;
+  bool threaded_;
+  int intra_op_threads_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<Lane> lanes_;
+  std::deque<std::unique_ptr<MicroBatch>> completed_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace strata::runtime

@@ -1,0 +1,43 @@
+#include "runtime/model/attention.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+
+#include <cmath>
+
+namespace strata::runtime {
+
+at::Tensor AttentionMask(const at::Tensor& positions, int64_t key_length, int64_t window) {
+  at::Tensor keys = at::arange(key_length, positions.options());        // [K]
+  at::Tensor query = positions.unsqueeze(-1);                             // [B, T, 1]
+  at::Tensor visible = keys <= query;                                     // [B, T, K]
+  if (window > 0) visible = visible.logical_and(keys > query - window);
+  return visible.unsqueeze(1);                                            // [B, 1, T, K]
+}
+
+at::Tensor SelfAttention(const at::Tensor& hidden, const AttentionWeights& w, int64_t num_heads, int64_t num_kv_heads,
+                         int64_t head_dim, int64_t window, AttentionBatch& batch, KvLayer& cache) {
+  const int64_t b = hidden.size(0);
+  const int64_t t = hidden.size(1);
+  auto project = [&](const at::Tensor& weight, const at::Tensor& bias, int64_t heads) {
+    at::Tensor out = bias.defined() ? at::linear(hidden, weight, bias) : at::linear(hidden, weight);
+    return out.view({b, t, heads, head_dim}).transpose(1, 2);  // [B, heads, T, D]
+  };
+  at::Tensor q = ApplyRope(project(w.q, w.q_bias, num_heads), batch.rope);
+  at::Tensor k = ApplyRope(project(w.k, w.k_bias, num_kv_heads), batch.rope);
+  at::Tensor v = project(w.v, w.v_bias, num_kv_heads);
+
+  auto [keys, values] =
+      KvAppend(cache, batch.slots, batch.slots_contiguous, batch.first_slot, batch.positions, k, v, batch.key_length);
+  const at::Tensor& mask = batch.masks.at(window);
+  // GQA: SDPA repeats each KV head for its group of query heads (enable_gqa), as repeat_kv does upstream.
+  at::Tensor out = at::scaled_dot_product_attention(q, keys, values, mask, /*dropout_p=*/0.0, /*is_causal=*/false,
+                                                    /*scale=*/1.0 / std::sqrt(static_cast<double>(head_dim)),
+                                                    /*enable_gqa=*/num_kv_heads != num_heads);
+  out = out.transpose(1, 2).reshape({b, t, num_heads * head_dim});
+  return at::linear(out, w.o);
+}
+
+}  // namespace strata::runtime

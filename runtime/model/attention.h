@@ -1,0 +1,43 @@
+#pragma once
+// Internal (ATen): causal self-attention with GQA, RoPE, an optional sliding window and the KV cache,
+// through LibTorch's scaled-dot-product attention.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+
+#include "runtime/model/kv_cache.h"
+#include "runtime/model/rope.h"
+
+namespace strata::runtime {
+
+// One forward pass's batch as a stage sees it, on that stage's device. Sequences of different lengths
+// share the batch right-padded: row b holds tokens at positions[b] (a sequence's own positions from
+// 0), written to its KV slot at those positions; padding rows are computed and ignored.
+struct AttentionBatch {
+  at::Tensor positions;  // [batch, tokens] int64
+  at::Tensor slots;      // [batch] int64
+  bool slots_contiguous = false;
+  int64_t first_slot = 0;
+  int64_t key_length = 0;  // keys [0, key_length) of every slot take part
+  RopeTables rope;
+  // Boolean masks [batch, 1, tokens, key_length] per sliding window (0: full causal).
+  std::map<int64_t, at::Tensor> masks;
+};
+
+// True where key position j is visible to the query at position p: j <= p, and p - j < window when
+// window > 0 (transformers' causal mask and sliding_window_overlay).
+at::Tensor AttentionMask(const at::Tensor& positions, int64_t key_length, int64_t window);
+
+struct AttentionWeights {
+  at::Tensor q, k, v, o;           // projection weights [out, in]
+  at::Tensor q_bias, k_bias, v_bias;  // undefined when the model has none (Llama, Mistral)
+};
+
+// hidden [batch, tokens, hidden] -> [batch, tokens, hidden]: projections, RoPE, KV append, SDPA with the
+// layer's mask and scale head_dim^-0.5, output projection.
+at::Tensor SelfAttention(const at::Tensor& hidden, const AttentionWeights& w, int64_t num_heads, int64_t num_kv_heads,
+                         int64_t head_dim, int64_t window, AttentionBatch& batch, KvLayer& cache);
+
+}  // namespace strata::runtime

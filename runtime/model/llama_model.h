@@ -1,0 +1,61 @@
+#pragma once
+// Internal (ATen): the Llama family (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM) as a list of
+// execution units in forward order — embedding, decoder layers, final norm, LM head — each with its
+// weights already on their planned devices. Differences between the three are data: q/k/v biases
+// (Qwen2), sliding windows per layer (Mistral, Qwen2), tied embeddings.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/model/attention.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/weights.h"
+
+namespace strata::runtime {
+
+struct ModelDims {
+  int64_t hidden = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t vocab = 0;
+  double rms_norm_eps = 1e-6;
+  bool qkv_bias = false;
+};
+
+enum class UnitKind { kEmbedding, kDecoderLayer, kFinalNorm, kLmHead };
+
+// Weight order of a decoder layer's unit.
+enum LayerWeight : int {
+  kInputNorm, kQ, kK, kV, kO, kPostNorm, kGate, kUp, kDown, kQBias, kKBias, kVBias,
+};
+
+struct Unit {
+  UnitKind kind = UnitKind::kEmbedding;
+  std::string module;  // HF module name: "model.embed_tokens", "model.layers.3", "model.norm", "lm_head"
+  int64_t layer = -1;  // decoder layer index
+  int64_t window = 0;  // sliding window of a decoder layer (0: full)
+  std::vector<Weight> weights;
+  at::Device device = at::kCPU;  // where it executes
+
+  bool offloaded() const;  // some weight is fetched on use
+  std::vector<const Weight*> weight_ptrs() const;
+};
+
+// The checkpoint tensor names a unit holds, in its weight order (for a decoder layer: LayerWeight order,
+// biases only when `dims.qkv_bias`). The tied LM head names the embedding.
+std::vector<std::string> UnitTensorNames(UnitKind kind, int64_t layer, const ModelDims& dims, bool tied_head);
+
+// Runs one unit. `weights` are the unit's tensors on its device (Weight::Use or a Prefetch).
+// Embedding: `hidden` is ids [B, T] int64. Final norm first keeps each row's `last` token ([B] int64):
+// logits are needed for one position per sequence. LM head returns float32 logits [B, vocab].
+at::Tensor RunUnit(const Unit& unit, const std::vector<at::Tensor>& weights, const ModelDims& dims,
+                   const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last);
+
+// transformers' LlamaRMSNorm: in float32, cast back before the weight multiplies.
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+}  // namespace strata::runtime

@@ -1,0 +1,165 @@
+#include "runtime/model/model_config.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace strata::runtime {
+namespace {
+
+using json = nlohmann::json;
+
+absl::Status FieldError(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("config.json: ", field, ": ", what));
+}
+
+absl::StatusOr<double> NumberOr(const json& object, const std::string& prefix, const char* key, double fallback) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return fallback;
+  if (!it->is_number()) return FieldError(absl::StrCat(prefix, key), absl::StrCat("expected a number, got ", it->dump()));
+  return it->get<double>();
+}
+
+// PreTrainedConfig.convert_rope_params_to_dict / standardize_rope_params: a truthy legacy `rope_scaling`
+// wins over `rope_parameters`; `rope_theta` may sit in the dict (transformers 5 writes it there) or at
+// the top level (older exports).
+absl::StatusOr<RopeConfig> ParseRope(const json& config) {
+  RopeConfig rope;
+  const json* params = nullptr;
+  std::string field;
+  for (const char* name : {"rope_scaling", "rope_parameters"}) {
+    auto it = config.find(name);
+    if (it != config.end() && it->is_object() && !it->empty()) {
+      params = &*it;
+      field = name;
+      break;
+    }
+  }
+  absl::StatusOr<double> top_theta = NumberOr(config, "", "rope_theta", 10000.0);
+  if (!top_theta.ok()) return top_theta.status();
+  rope.theta = *top_theta;
+  absl::StatusOr<double> top_partial = NumberOr(config, "", "partial_rotary_factor", 1.0);
+  if (!top_partial.ok()) return top_partial.status();
+  double partial = *top_partial;
+  if (params != nullptr) {
+    const std::string prefix = field + ".";
+    std::string type = "default";
+    for (const char* key : {"rope_type", "type"}) {
+      if (auto it = params->find(key); it != params->end() && it->is_string()) {
+        type = it->get<std::string>();
+        break;
+      }
+    }
+    absl::StatusOr<double> theta = NumberOr(*params, prefix, "rope_theta", rope.theta);
+    if (!theta.ok()) return theta.status();
+    rope.theta = *theta;
+    absl::StatusOr<double> p = NumberOr(*params, prefix, "partial_rotary_factor", partial);
+    if (!p.ok()) return p.status();
+    partial = *p;
+    if (type == "default") {
+      rope.type = RopeConfig::Type::kDefault;
+    } else if (type == "linear" || type == "llama3") {
+      rope.type = type == "linear" ? RopeConfig::Type::kLinear : RopeConfig::Type::kLlama3;
+      if (!params->contains("factor")) return FieldError(prefix + "factor", "required for rope_type " + type);
+      absl::StatusOr<double> factor = NumberOr(*params, prefix, "factor", 1.0);
+      if (!factor.ok()) return factor.status();
+      rope.factor = *factor;
+      if (rope.factor <= 0) return FieldError(prefix + "factor", "must be positive");
+      if (rope.type == RopeConfig::Type::kLlama3) {
+        absl::StatusOr<double> low = NumberOr(*params, prefix, "low_freq_factor", 1.0);
+        absl::StatusOr<double> high = NumberOr(*params, prefix, "high_freq_factor", 4.0);
+        absl::StatusOr<double> max_positions = NumberOr(config, "", "max_position_embeddings", 8192);
+        if (!low.ok()) return low.status();
+        if (!high.ok()) return high.status();
+        if (!max_positions.ok()) return max_positions.status();
+        absl::StatusOr<double> original = NumberOr(*params, prefix, "original_max_position_embeddings", *max_positions);
+        if (!original.ok()) return original.status();
+        if (*high <= *low) return FieldError(prefix + "high_freq_factor", "must exceed low_freq_factor");
+        rope.low_freq_factor = *low;
+        rope.high_freq_factor = *high;
+        rope.original_max_positions = *original;
+      }
+    } else {
+      return FieldError(prefix + "rope_type", absl::StrCat("RoPE type \"", type,
+                                                           "\" is not supported by the runtime (default, linear, llama3)"));
+    }
+  }
+  // Llama-family attention rotates the whole head; a partial factor would make transformers' own
+  // forward fail for scaled types and is ignored by the default type, so only 1 is meaningful here.
+  if (partial != 1.0 && rope.type != RopeConfig::Type::kDefault) {
+    return FieldError("partial_rotary_factor", "only 1.0 is supported");
+  }
+  return rope;
+}
+
+}  // namespace
+
+absl::StatusOr<DecoderConfig> DecoderConfigFromJson(const json& config) {
+  DecoderConfig out;
+  if (!config.is_object()) return FieldError("(root)", "expected a JSON object");
+  auto arch = config.find("architectures");
+  if (arch != config.end() && arch->is_array() && !arch->empty() && (*arch)[0].is_string()) {
+    out.architecture = (*arch)[0].get<std::string>();
+  }
+  const bool mistral = out.architecture == "MistralForCausalLM";
+  const bool qwen2 = out.architecture == "Qwen2ForCausalLM";
+  if (!mistral && !qwen2 && out.architecture != "LlamaForCausalLM") {
+    return FieldError("architectures", absl::StrCat("\"", out.architecture,
+                                                    "\" is not one the runtime runs (LlamaForCausalLM, "
+                                                    "MistralForCausalLM, Qwen2ForCausalLM)"));
+  }
+  auto layers = config.find("num_hidden_layers");
+  if (layers == config.end() || !layers->is_number_integer()) return FieldError("num_hidden_layers", "required");
+  out.num_layers = layers->get<int64_t>();
+
+  absl::StatusOr<double> eps = NumberOr(config, "", "rms_norm_eps", 1e-6);
+  if (!eps.ok()) return eps.status();
+  out.rms_norm_eps = *eps;
+
+  if (auto act = config.find("hidden_act"); act != config.end() && !act->is_null()) {
+    if (!act->is_string() || act->get<std::string>() != "silu") {
+      return FieldError("hidden_act", absl::StrCat(act->dump(), " is not supported (silu)"));
+    }
+  }
+
+  absl::StatusOr<RopeConfig> rope = ParseRope(config);
+  if (!rope.ok()) return rope.status();
+  out.rope = *rope;
+
+  // Sliding windows: Mistral applies `sliding_window` to every layer when set; Qwen2 only with
+  // use_sliding_window, to the layers that layer_types (or, absent, max_window_layers) marks sliding.
+  // Llama has none.
+  int64_t window = 0;
+  if (mistral || qwen2) {
+    if (auto it = config.find("sliding_window"); it != config.end() && !it->is_null()) {
+      if (!it->is_number_integer() || it->get<int64_t>() <= 0) {
+        return FieldError("sliding_window", absl::StrCat("expected a positive integer, got ", it->dump()));
+      }
+      window = it->get<int64_t>();
+    } else if (qwen2 && !config.contains("sliding_window")) {
+      window = 4096;  // Qwen2Config's default
+    }
+  }
+  bool use_window = mistral;
+  if (qwen2) use_window = config.value("use_sliding_window", false);
+  out.sliding_window.assign(static_cast<size_t>(out.num_layers), 0);
+  if (use_window && window > 0) {
+    auto types = config.find("layer_types");
+    if (qwen2 && types != config.end() && types->is_array()) {
+      if (static_cast<int64_t>(types->size()) != out.num_layers) {
+        return FieldError("layer_types", "must have one entry per hidden layer");
+      }
+      for (int64_t i = 0; i < out.num_layers; ++i) {
+        if ((*types)[i] == "sliding_attention") out.sliding_window[i] = window;
+      }
+    } else if (qwen2) {
+      const int64_t first = config.value("max_window_layers", int64_t{28});
+      for (int64_t i = first; i < out.num_layers; ++i) out.sliding_window[i] = window;
+    } else {
+      for (int64_t& w : out.sliding_window) w = window;
+    }
+  }
+  return out;
+}
+
+}  // namespace strata::runtime

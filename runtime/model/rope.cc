@@ -1,0 +1,49 @@
+#include "runtime/model/rope.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/cos.h>
+#include <ATen/ops/pow.h>
+#include <ATen/ops/reciprocal.h>
+#include <ATen/ops/sin.h>
+#include <ATen/ops/where.h>
+
+#include <cmath>
+#include <numbers>
+
+namespace strata::runtime {
+
+at::Tensor RopeInvFreq(const RopeConfig& rope, int64_t head_dim) {
+  // 1 / base ** (arange(0, dim, 2).float() / dim), in float32 like upstream.
+  at::Tensor exponent = at::arange(0, head_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(head_dim);
+  at::Tensor inv_freq = at::reciprocal(at::pow(rope.theta, exponent));
+  if (rope.type == RopeConfig::Type::kLinear) return inv_freq / rope.factor;
+  if (rope.type != RopeConfig::Type::kLlama3) return inv_freq;
+
+  const double old_context = rope.original_max_positions;
+  const double low_freq_wavelen = old_context / rope.low_freq_factor;
+  const double high_freq_wavelen = old_context / rope.high_freq_factor;
+  at::Tensor wavelen = (2 * std::numbers::pi) / inv_freq;
+  at::Tensor scaled = at::where(wavelen > low_freq_wavelen, inv_freq / rope.factor, inv_freq);
+  at::Tensor smooth = (old_context / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor);
+  at::Tensor smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled;
+  at::Tensor medium = (wavelen >= high_freq_wavelen).logical_and(wavelen <= low_freq_wavelen);
+  return at::where(medium, smoothed, scaled);
+}
+
+RopeTables RopeForPositions(const at::Tensor& inv_freq, const at::Tensor& positions, at::ScalarType dtype) {
+  at::Tensor freqs = positions.unsqueeze(-1).to(at::kFloat) * inv_freq;  // [B, T, D/2]
+  at::Tensor emb = at::cat({freqs, freqs}, -1);
+  return {at::cos(emb).to(dtype), at::sin(emb).to(dtype)};
+}
+
+at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& tables) {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor cos = tables.cos.unsqueeze(1);
+  at::Tensor sin = tables.sin.unsqueeze(1);
+  at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos + rotated * sin;
+}
+
+}  // namespace strata::runtime

@@ -1,0 +1,28 @@
+#pragma once
+// Internal (ATen): rotary position embeddings as transformers computes them for the Llama family,
+// operation for operation, so that float32 results match to rounding.
+
+#include <ATen/core/Tensor.h>
+
+#include "runtime/model/model_config.h"
+
+namespace strata::runtime {
+
+// inv_freq (float32, CPU, head_dim / 2 entries) for the default, "linear" and "llama3" RoPE types, as
+// transformers' rope init functions compute it (llama3: divide low frequencies by `factor`, keep high
+// ones, interpolate between).
+at::Tensor RopeInvFreq(const RopeConfig& rope, int64_t head_dim);
+
+struct RopeTables {
+  at::Tensor cos;  // [batch, tokens, head_dim], in the activations' dtype
+  at::Tensor sin;
+};
+
+// cos/sin for `positions` ([batch, tokens], int64) on inv_freq's device: float32 angles, cast to `dtype`
+// at the end, as LlamaRotaryEmbedding.forward.
+RopeTables RopeForPositions(const at::Tensor& inv_freq, const at::Tensor& positions, at::ScalarType dtype);
+
+// x * cos + rotate_half(x) * sin for x [batch, heads, tokens, head_dim].
+at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& tables);
+
+}  // namespace strata::runtime

@@ -1,0 +1,117 @@
+#include "runtime/model/weights.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <c10/core/StreamGuard.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace strata::runtime {
+
+at::ScalarType ToScalarType(checkpoint::DType dtype) {
+  switch (dtype) {
+    case checkpoint::DType::kFloat16: return at::kHalf;
+    case checkpoint::DType::kBFloat16: return at::kBFloat16;
+    case checkpoint::DType::kFloat64: return at::kDouble;
+    case checkpoint::DType::kInt64: return at::kLong;
+    case checkpoint::DType::kInt32: return at::kInt;
+    case checkpoint::DType::kInt8: return at::kChar;
+    case checkpoint::DType::kUInt8: return at::kByte;
+    case checkpoint::DType::kBool: return at::kBool;
+    case checkpoint::DType::kFloat32: break;
+  }
+  return at::kFloat;
+}
+
+bool Weight::needs_fetch() const {
+  return residency != Residency::kResident && (stored.device() != exec_device || stored.scalar_type() != dtype);
+}
+
+at::Tensor Weight::Use() const {
+  if (!needs_fetch()) return stored;
+  // Pinned host memory copies asynchronously on the current stream; mapped pages are read as they are
+  // touched by the copy (and cast in the same pass).
+  return stored.to(exec_device, dtype, /*non_blocking=*/residency == Residency::kHost, /*copy=*/false);
+}
+
+void Prefetch::Start(const std::vector<const Weight*>& weights, std::optional<c10::Stream> copy_stream) {
+  started_ = true;
+  tensors_.clear();
+  copy_stream_ = copy_stream;
+  std::optional<c10::StreamGuard> guard;
+  if (copy_stream) guard.emplace(*copy_stream);
+  for (const Weight* w : weights) tensors_.push_back(w->Use());
+  if (copy_stream) {
+    ready_.emplace(copy_stream->device_type());
+    ready_->record(*copy_stream);
+  }
+}
+
+std::vector<at::Tensor> Prefetch::Take(std::optional<c10::Stream> compute_stream) {
+  if (ready_ && compute_stream) {
+    ready_->block(*compute_stream);
+    // The copies were allocated on the copy stream; the compute stream uses them, so the allocator must
+    // not recycle them until its work is done.
+    for (at::Tensor& t : tensors_) {
+      if (t.defined() && t.is_cuda()) t.record_stream(*compute_stream);
+    }
+  }
+  started_ = false;
+  ready_.reset();
+  return std::move(tensors_);
+}
+
+absl::StatusOr<Weight> WeightLoader::Load(const std::string& name, Residency residency, at::Device exec_device) {
+  const TensorView* view = checkpoint_.Find(name);
+  if (view == nullptr) return absl::InvalidArgumentError(absl::StrCat("checkpoint: tensor ", name, " is missing"));
+  Weight w{name, {}, residency, exec_device, dtype_};
+  const at::ScalarType file_dtype = ToScalarType(view->dtype);
+  // The mapping is read-only: a view of it must never be written. Weights never are; the deleter is a
+  // no-op because the shared_ptr captured here keeps the mapping alive instead.
+  auto keep_alive = view->file;
+  const bool aligned = reinterpret_cast<uintptr_t>(view->data()) % at::elementSize(file_dtype) == 0;
+  at::Tensor mapped;
+  if (aligned) {
+    mapped = at::from_blob(
+        const_cast<std::byte*>(view->data()), view->shape, [keep_alive](void*) {},
+        at::TensorOptions().dtype(file_dtype).device(at::kCPU));
+  } else {
+    // safetensors writers align data to the element size; a file that does not is read through a copy.
+    mapped = at::empty(view->shape, at::TensorOptions().dtype(file_dtype));
+    std::memcpy(mapped.data_ptr(), view->data(), view->bytes);
+  }
+
+  const bool cpu_target = exec_device.is_cpu() || residency == Residency::kDisk;
+  if (residency == Residency::kDisk) {
+    w.stored = mapped;  // paged in on use, cast by Use() when the dtypes differ
+    ++stats_.on_disk;
+    return w;
+  }
+  if (cpu_target && residency == Residency::kResident && file_dtype == dtype_ && aligned) {
+    view->file->WillNeed(view->offset, view->bytes);
+    w.stored = mapped;
+    ++stats_.zero_copy;
+    return w;
+  }
+  at::Tensor out;
+  if (residency == Residency::kHost) {
+    // Offloaded to host while a GPU runs it: pinned so the per-use copy is asynchronous.
+    out = at::empty(view->shape, at::TensorOptions().dtype(dtype_).pinned_memory(true));
+    out.copy_(mapped);
+  } else if (exec_device.is_cpu()) {
+    out = at::empty(view->shape, at::TensorOptions().dtype(dtype_));
+    out.copy_(mapped);  // one pass reads the file bytes and casts
+  } else {
+    // To the GPU in the file's dtype, then cast there: no host-side cast copy.
+    out = mapped.to(exec_device, file_dtype, /*non_blocking=*/false, /*copy=*/true);
+    if (file_dtype != dtype_) out = out.to(dtype_);
+  }
+  view->file->Release(view->offset, view->bytes);
+  ++stats_.copied;
+  stats_.bytes_on_devices += static_cast<uint64_t>(out.nbytes());
+  w.stored = out;
+  return w;
+}
+
+}  // namespace strata::runtime

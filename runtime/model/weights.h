@@ -1,0 +1,85 @@
+#pragma once
+// Internal (includes ATen): weights loaded from the mapped checkpoint onto the device the plan gave
+// them, in the serving dtype. Not for server/ (see runtime/executor/loaded_model.h).
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "checkpoint/safetensors.h"
+
+namespace strata::runtime {
+
+// The checkpoint reader (checkpoint/) is torch-free; the runtime names its types directly.
+using checkpoint::Checkpoint;
+using checkpoint::MappedFile;
+using checkpoint::TensorView;
+
+// Where a weight lives between uses (GUIDE.md, Offload).
+enum class Residency {
+  kResident,  // on its executing device, in the serving dtype
+  kHost,      // a "cpu" entry while the executing device is a GPU: pinned host memory, copied in before use
+  kDisk,      // a "disk" entry: the mapped checkpoint bytes in the file's dtype, paged in (and cast) on use
+};
+
+struct Weight {
+  std::string name;
+  at::Tensor stored;
+  Residency residency = Residency::kResident;
+  at::Device exec_device = at::kCPU;
+  at::ScalarType dtype = at::kFloat;  // serving dtype
+
+  // The weight on its executing device in the serving dtype. Resident weights are returned as they are;
+  // others are copied (non_blocking from pinned memory) on the current stream.
+  at::Tensor Use() const;
+  bool needs_fetch() const;  // Use() copies
+};
+
+// Weights of one module fetched to their executing device ahead of use, on a copy stream, so that
+// the copy of layer i+1 overlaps the compute of layer i. Without CUDA, Fetch() copies in place.
+class Prefetch {
+ public:
+  // Starts copying `weights` (if any needs it) on `copy_stream` when one is given.
+  void Start(const std::vector<const Weight*>& weights, std::optional<c10::Stream> copy_stream);
+  // The fetched tensors, after making `compute_stream` wait for their copy.
+  std::vector<at::Tensor> Take(std::optional<c10::Stream> compute_stream);
+  bool started() const { return started_; }
+
+ private:
+  bool started_ = false;
+  std::vector<at::Tensor> tensors_;
+  std::optional<c10::Event> ready_;
+  std::optional<c10::Stream> copy_stream_;
+};
+
+struct WeightLoadStats {
+  int64_t zero_copy = 0;    // CPU tensors that are views of the mapped file
+  int64_t copied = 0;       // tensors copied (and cast where needed) to their device
+  int64_t on_disk = 0;      // "disk" entries left in the mapping
+  uint64_t bytes_on_devices = 0;  // bytes allocated for weights outside the mapping
+};
+
+// Loads checkpoint tensors one at a time, each straight to its place: a CPU tensor already in the
+// serving dtype is the mapped bytes themselves (zero copy); a cast happens on the way, on the target
+// device; nothing builds a whole-model copy in host memory.
+class WeightLoader {
+ public:
+  WeightLoader(const Checkpoint& checkpoint, at::ScalarType dtype) : checkpoint_(checkpoint), dtype_(dtype) {}
+  absl::StatusOr<Weight> Load(const std::string& name, Residency residency, at::Device exec_device);
+  const WeightLoadStats& stats() const { return stats_; }
+
+ private:
+  const Checkpoint& checkpoint_;
+  at::ScalarType dtype_;
+  WeightLoadStats stats_;
+};
+
+at::ScalarType ToScalarType(checkpoint::DType dtype);
+
+}  // namespace strata::runtime

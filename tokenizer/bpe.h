@@ -1,0 +1,69 @@
+// The BPE model: vocab, ranked merges, byte_fallback, unk_token/fuse_unk, ignore_merges,
+// continuing_subword_prefix/end_of_word_suffix, as HF tokenizers' `models::bpe::BPE` defines them.
+#ifndef STRATA_RUNTIME_TOKENIZER_BPE_H_
+#define STRATA_RUNTIME_TOKENIZER_BPE_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "tokenizer/json_path.h"
+
+namespace strata::tokenizer {
+
+class BpeModel {
+ public:
+  // Parses the "model" object at `json`; rejects models other than BPE, merges naming unknown tokens,
+  // and dropout (a sampling feature, not reproducible token for token).
+  static absl::StatusOr<std::unique_ptr<BpeModel>> Parse(const JsonAt& json);
+
+  // Appends the ids of one pre-tokenized piece. Thread-safe.
+  void Tokenize(std::string_view word, std::vector<int32_t>& ids) const;
+
+  std::optional<int32_t> TokenToId(std::string_view token) const;
+  // The vocab entry for `id`, or null when the vocab has none.
+  const std::string* IdToToken(int32_t id) const;
+  int32_t MaxId() const { return static_cast<int32_t>(id_to_token_.size()) - 1; }
+
+ private:
+  struct MergeRule {
+    int32_t rank;
+    int32_t new_id;
+  };
+  static uint64_t PairKey(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+  // The initial symbols of `word` (characters, byte-fallback bytes, unk), then every merge.
+  void MergeWord(std::string_view word, std::vector<int32_t>& ids) const;
+
+  absl::flat_hash_map<std::string, int32_t> vocab_;
+  std::vector<std::string> id_to_token_;
+  std::vector<bool> has_token_;
+  absl::flat_hash_map<uint64_t, MergeRule> merges_;
+  std::optional<int32_t> unk_id_;
+  bool fuse_unk_ = false;
+  bool byte_fallback_ = false;
+  bool ignore_merges_ = false;
+  std::string continuing_subword_prefix_;
+  std::string end_of_word_suffix_;
+  std::array<int32_t, 256> byte_ids_;  // "<0xAB>" tokens for byte_fallback; -1 where missing
+
+  // Word cache: a piece's ids once merged. Real text repeats its words, and merging dominates the
+  // cost of a miss. Bounded; when full, new words are merged but not remembered (as upstream does).
+  mutable absl::Mutex cache_mu_;
+  mutable absl::flat_hash_map<std::string, std::pair<uint32_t, uint32_t>> cache_ ABSL_GUARDED_BY(cache_mu_);
+  mutable std::vector<int32_t> cache_ids_ ABSL_GUARDED_BY(cache_mu_);
+};
+
+}  // namespace strata::tokenizer
+
+#endif  // STRATA_RUNTIME_TOKENIZER_BPE_H_

@@ -1,0 +1,218 @@
+// strata-tokenize: encode or decode JSON Lines with a Hugging Face tokenizer.json, token for token as
+// the `tokenizers` library does. Exit codes: 0 ok, 2 bad input (message on stderr), 1 anything else.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "tokenizer/absl_compat.h"
+#include "tokenizer/streaming_decoder.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
+
+namespace {
+
+using strata::tokenizer::StrCat;
+
+constexpr char kUsage[] = R"(usage: strata-tokenize --tokenizer PATH [options] < input.jsonl
+
+Reads JSON Lines on stdin and writes one JSON line per input line.
+  encode (default): each line a JSON string; writes its token ids, e.g. [15496, 995]
+  --decode:         each line a JSON array of ids; writes the decoded text as a JSON string
+
+  --tokenizer PATH         tokenizer.json, or a checkpoint directory holding tokenizer.json
+                           (and tokenizer_config.json)
+  --add-special-tokens     encode: add the post-processor's special tokens (BOS, ...)
+  --decode                 decode ids instead of encoding text
+  --skip-special-tokens    decode: leave special tokens out
+  --stream                 decode through the streaming decoder, one id at a time; writes the JSON
+                           array of the chunks it emitted (their concatenation is the decoded text)
+  --bench FILE             time encoding every line of FILE (JSON Lines of strings), one thread;
+                           prints {"lines", "bytes", "runs", "median_s", "min_s", "mb_per_s"}
+  --runs N                 --bench repetitions (default 5; one untimed warm-up run comes first)
+  --help                   this text
+)";
+
+struct Flags {
+  std::string tokenizer;
+  std::string bench;
+  std::string runs = "5";
+  bool add_special_tokens = false;
+  bool decode = false;
+  bool skip_special_tokens = false;
+  bool stream = false;
+};
+
+int Fail(int code, std::string_view message) {
+  std::cerr << "strata-tokenize: " << message << "\n";
+  return code;
+}
+
+// Bad input (exit 2) is what the caller can fix: flags, files, the lines they send. The rest is 1.
+int FailStatus(const absl::Status& status) {
+  const bool bad_input = absl::IsInvalidArgument(status) || absl::IsNotFound(status);
+  return Fail(bad_input ? 2 : 1, std::string(status.message()));
+}
+
+std::string ParseFlags(int argc, char** argv, Flags& flags) {
+  std::map<std::string, std::string*> with_value = {
+      {"--tokenizer", &flags.tokenizer}, {"--bench", &flags.bench}, {"--runs", &flags.runs}};
+  std::map<std::string, bool*> switches = {{"--add-special-tokens", &flags.add_special_tokens},
+                                           {"--decode", &flags.decode},
+                                           {"--skip-special-tokens", &flags.skip_special_tokens},
+                                           {"--stream", &flags.stream}};
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::optional<std::string> inline_value;
+    if (size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string::npos) {
+      inline_value = arg.substr(eq + 1);
+      arg.resize(eq);
+    }
+    if (auto it = switches.find(arg); it != switches.end() && !inline_value) {
+      *it->second = true;
+      continue;
+    }
+    auto it = with_value.find(arg);
+    if (it == with_value.end()) return StrCat("unknown flag ", argv[i], " (see --help)");
+    if (inline_value) {
+      *it->second = *inline_value;
+    } else if (i + 1 < argc) {
+      *it->second = argv[++i];
+    } else {
+      return StrCat(arg, " needs a value");
+    }
+  }
+  if (flags.tokenizer.empty()) return "--tokenizer PATH is required";
+  if (flags.stream && !flags.decode) return "--stream applies to --decode";
+  return "";
+}
+
+std::string Dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+// Reads a JSON Lines file of strings (the --bench corpus).
+absl::StatusOr<std::vector<std::string>> ReadCorpus(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(StrCat(path, ": cannot open"));
+  std::vector<std::string> lines;
+  std::string line;
+  for (size_t n = 1; std::getline(in, line); ++n) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_string()) {
+      return absl::InvalidArgumentError(StrCat(path, ": line ", n, ": expected a JSON string"));
+    }
+    lines.push_back(j.get<std::string>());
+  }
+  return lines;
+}
+
+int Bench(const strata::tokenizer::Tokenizer& tok, const Flags& flags) {
+  int runs;
+  if (!absl::SimpleAtoi(flags.runs, &runs) || runs < 1) return Fail(2, "--runs: expected a positive integer");
+  auto lines = ReadCorpus(flags.bench);
+  if (!lines.ok()) return FailStatus(lines.status());
+  size_t bytes = 0;
+  for (const auto& l : *lines) bytes += l.size();
+  std::vector<double> seconds;
+  size_t tokens = 0;
+  for (int r = 0; r <= runs; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    size_t n = 0;
+    for (const auto& l : *lines) {
+      auto ids = tok.Encode(l, flags.add_special_tokens);
+      if (!ids.ok()) return FailStatus(ids.status());
+      n += ids->size();
+    }
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    if (r > 0) seconds.push_back(took.count());  // run 0 warms the word cache, as upstream's is warm too
+    tokens = n;
+  }
+  std::sort(seconds.begin(), seconds.end());
+  const double median = seconds[seconds.size() / 2];
+  std::cout << Dump({{"lines", lines->size()},
+                     {"bytes", bytes},
+                     {"tokens", tokens},
+                     {"runs", runs},
+                     {"median_s", median},
+                     {"min_s", seconds.front()},
+                     {"mb_per_s", static_cast<double>(bytes) / 1e6 / median}})
+            << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+      std::cout << kUsage;
+      return 0;
+    }
+  }
+  Flags flags;
+  if (std::string error = ParseFlags(argc, argv, flags); !error.empty()) return Fail(2, error);
+  auto loaded = strata::tokenizer::Tokenizer::FromPath(flags.tokenizer);
+  if (!loaded.ok()) return FailStatus(loaded.status());
+  const strata::tokenizer::Tokenizer& tok = **loaded;
+  if (!flags.bench.empty()) return Bench(tok, flags);
+
+  std::string line;
+  for (size_t n = 1; std::getline(std::cin, line); ++n) {
+    const std::string where = StrCat("stdin line ", n, ": ");
+    // Checked before parsing so the message says where, and stderr never echoes the bad bytes.
+    if (const size_t bad = strata::tokenizer::FindInvalidUtf8(line); bad != std::string::npos) {
+      return Fail(2, StrCat(where, "invalid UTF-8 at byte ", bad));
+    }
+    nlohmann::json input;
+    try {
+      // nlohmann rejects escapes of lone surrogates ("\ud800"), which are not text either.
+      input = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      return Fail(2, StrCat(where, "not valid JSON: ", e.what()));
+    }
+    std::string out;
+    if (!flags.decode) {
+      if (!input.is_string()) return Fail(2, StrCat(where, "expected a JSON string to encode"));
+      auto ids = tok.Encode(input.get_ref<const std::string&>(), flags.add_special_tokens);
+      if (!ids.ok()) return FailStatus(absl::Status(ids.status().code(), StrCat(where, ids.status().message())));
+      out = Dump(*ids);
+    } else {
+      if (!input.is_array()) return Fail(2, StrCat(where, "expected a JSON array of token ids to decode"));
+      std::vector<int32_t> ids;
+      ids.reserve(input.size());
+      for (size_t i = 0; i < input.size(); ++i) {
+        const auto& v = input[i];
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
+          return Fail(2, StrCat(where, "element ", i, ": expected a token id (an integer >= 0), got ", v.dump()));
+        }
+        ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+      }
+      if (flags.stream) {
+        strata::tokenizer::StreamingDecoder stream(tok, flags.skip_special_tokens);
+        nlohmann::json chunks = nlohmann::json::array();
+        for (int32_t id : ids) {
+          std::string piece = stream.Step(id);
+          if (!piece.empty()) chunks.push_back(std::move(piece));
+        }
+        if (std::string rest = stream.Finish(); !rest.empty()) chunks.push_back(std::move(rest));
+        out = Dump(chunks);
+      } else {
+        out = Dump(tok.Decode(ids, flags.skip_special_tokens));
+      }
+    }
+    out.push_back('\n');
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fflush(stdout);  // one answer per line as it comes: callers may drive it interactively
+  }
+  if (std::cin.bad()) return Fail(1, "error reading stdin");
+  return 0;
+}

@@ -1,0 +1,242 @@
+#include "tokenizer/tokenizer.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+#include "tokenizer/absl_compat.h"
+#include "tokenizer/added_tokens.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/decoders.h"
+#include "tokenizer/json_path.h"
+#include "tokenizer/normalizers.h"
+#include "tokenizer/pieces.h"
+#include "tokenizer/post_processors.h"
+#include "tokenizer/pre_tokenizers.h"
+#include "tokenizer/utf8.h"
+
+namespace strata::tokenizer {
+
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(StrCat(path.string(), ": cannot open"));
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(StrCat(path.string(), ": read error"));
+  return s.str();
+}
+
+absl::StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view source) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(StrCat(source, ": not valid JSON: ", e.what()));
+  }
+  if (!json.is_object()) return absl::InvalidArgumentError(StrCat(source, ": expected a JSON object"));
+  return json;
+}
+
+// A token named in tokenizer_config.json: "<s>" or {"content": "<s>", ...}.
+absl::StatusOr<std::string> ConfigTokenContent(const JsonAt& config, std::string_view key) {
+  JsonAt f = config.Field(key);
+  if (f.value.is_string()) return f.value.get<std::string>();
+  if (f.value.is_object()) return f.String("content");
+  return f.Error("expected a token string or an object with \"content\"");
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer() = default;
+Tokenizer::~Tokenizer() = default;
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromPath(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p(path);
+  if (std::filesystem::is_directory(p, ec)) {
+    auto json = ReadFile(p / "tokenizer.json");
+    if (!json.ok()) return json.status();
+    std::string config;
+    if (std::filesystem::exists(p / "tokenizer_config.json", ec)) {
+      auto read = ReadFile(p / "tokenizer_config.json");
+      if (!read.ok()) return read.status();
+      config = *std::move(read);
+    }
+    return FromJson(*json, config, (p / "tokenizer.json").string());
+  }
+  auto json = ReadFile(p);
+  if (!json.ok()) return json.status();
+  return FromJson(*json, {}, path);
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokenizer_json,
+                                                               std::string_view config_json, std::string_view source) {
+  auto parsed = ParseJson(tokenizer_json, source);
+  if (!parsed.ok()) return parsed.status();
+  const JsonAt root{*parsed, "", source};
+  std::unique_ptr<Tokenizer> tok(new Tokenizer());
+
+  // Truncation and padding change the ids of a single encode; strata does neither, so a file that
+  // asks for them is refused rather than encoded differently.
+  for (const char* key : {"truncation", "padding"}) {
+    if (root.Has(key)) return root.FieldError(key, "unsupported: must be null (strata does not truncate or pad)");
+  }
+  if (root.Has("normalizer")) {
+    auto n = ParseNormalizer(root.Field("normalizer"));
+    if (!n.ok()) return n.status();
+    tok->normalizer_ = *std::move(n);
+  }
+  if (root.Has("pre_tokenizer")) {
+    auto p = ParsePreTokenizer(root.Field("pre_tokenizer"));
+    if (!p.ok()) return p.status();
+    tok->pre_tokenizer_ = *std::move(p);
+  }
+  auto model = BpeModel::Parse(root.Field("model"));
+  if (!model.ok()) return model.status();
+  tok->model_ = *std::move(model);
+  if (root.Has("post_processor")) {
+    auto p = ParsePostProcessor(root.Field("post_processor"));
+    if (!p.ok()) return p.status();
+    tok->post_processor_ = *std::move(p);
+  }
+  if (root.Has("decoder")) {
+    auto d = ParseDecoder(root.Field("decoder"));
+    if (!d.ok()) return d.status();
+    tok->decoder_ = *std::move(d);
+  }
+  auto added = AddedVocabulary::Parse(root.Field("added_tokens"), tok->normalizer_.get());
+  if (!added.ok()) return added.status();
+  tok->added_ = std::make_unique<AddedVocabulary>(*std::move(added));
+
+  if (!config_json.empty() && tok->post_processor_ == nullptr) {
+    // transformers adds BOS/EOS itself for files without a post-processor when the config asks.
+    auto config = ParseJson(config_json, "tokenizer_config.json");
+    if (!config.ok()) return config.status();
+    const JsonAt c{*config, "", "tokenizer_config.json"};
+    std::vector<int32_t> prefix, suffix;
+    for (auto [flag, token_key, to] :
+         {std::tuple{"add_bos_token", "bos_token", &prefix}, std::tuple{"add_eos_token", "eos_token", &suffix}}) {
+      auto add = c.Bool(flag, false);
+      if (!add.ok()) return add.status();
+      if (!*add) continue;
+      auto content = ConfigTokenContent(c, token_key);
+      if (!content.ok()) return content.status();
+      auto id = tok->TokenToId(*content);
+      if (!id.has_value()) {
+        return c.FieldError(token_key, StrCat("\"", *content, "\" is not a token of ", source));
+      }
+      to->push_back(*id);
+    }
+    if (!prefix.empty() || !suffix.empty()) tok->post_processor_ = MakeBosEosProcessor(prefix, suffix);
+  }
+  return tok;
+}
+
+std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
+  if (auto id = added_->IdOf(token)) return id;
+  return model_->TokenToId(token);
+}
+
+std::optional<std::string> Tokenizer::IdToToken(int32_t id) const {
+  if (const AddedToken* t = added_->ById(id)) return t->content;
+  if (const std::string* t = model_->IdToToken(id)) return *t;
+  return std::nullopt;
+}
+
+bool Tokenizer::IsSpecial(int32_t id) const {
+  const AddedToken* t = added_->ById(id);
+  if (t != nullptr) return added_->IsSpecialContent(t->content);
+  const std::string* m = model_->IdToToken(id);
+  return m != nullptr && added_->IsSpecialContent(*m);
+}
+
+bool Tokenizer::HasByteFallbackDecoder() const { return decoder_ != nullptr && decoder_->HasByteFallback(); }
+
+absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool add_special_tokens) const {
+  if (const size_t bad = FindInvalidUtf8(text); bad != std::string_view::npos) {
+    return absl::InvalidArgumentError(StrCat("text: invalid UTF-8 at byte ", bad));
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  EncodeText(text, ids);
+  if (post_processor_ != nullptr) post_processor_->Process(ids, add_special_tokens);
+  return ids;
+}
+
+void Tokenizer::EncodeText(std::string_view text, std::vector<int32_t>& ids) const {
+  // Scratch reused by every call on this thread: after warm-up an encode allocates only its result.
+  thread_local PieceArena arena;
+  thread_local std::vector<Segment> raw_segments;
+  thread_local std::vector<Segment> norm_segments;
+  thread_local std::vector<Piece> pieces;
+  thread_local std::string normalized;
+  arena.Reset();
+  raw_segments.clear();
+
+  // 1. Added tokens that match the raw input, 2. normalisation of the text between them, 3. added
+  // tokens that match normalised text, 4. pre-tokenization, 5. the model, piece by piece.
+  if (added_->has_raw_tokens()) {
+    added_->Split(text, /*normalized_tokens=*/false, raw_segments);
+  } else {
+    raw_segments.push_back(Segment{0, text.size(), -1});
+  }
+  for (const Segment& seg : raw_segments) {
+    if (seg.id >= 0) {
+      ids.push_back(seg.id);
+      continue;
+    }
+    if (seg.end == seg.start) continue;
+    std::string_view part = text.substr(seg.start, seg.end - seg.start);
+    if (normalizer_ != nullptr) {
+      normalized.assign(part);
+      normalizer_->Normalize(normalized);
+      std::string& kept = arena.NewBuffer(normalized.size());  // pieces point into it
+      kept.append(normalized);
+      part = kept;
+    }
+    norm_segments.clear();
+    if (added_->has_normalized_tokens()) {
+      added_->Split(part, /*normalized_tokens=*/true, norm_segments);
+    } else {
+      norm_segments.push_back(Segment{0, part.size(), -1});
+    }
+    for (const Segment& sub : norm_segments) {
+      if (sub.id >= 0) {
+        ids.push_back(sub.id);
+        continue;
+      }
+      if (sub.end == sub.start) continue;
+      pieces.clear();
+      pieces.push_back(Piece{part.substr(sub.start, sub.end - sub.start), seg.start == 0 && sub.start == 0});
+      if (pre_tokenizer_ != nullptr) pre_tokenizer_->PreTokenize(pieces, arena);
+      for (const Piece& p : pieces) model_->Tokenize(p.text, ids);
+    }
+  }
+}
+
+std::string Tokenizer::Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const {
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int32_t id : ids) {
+    const std::string* token = nullptr;
+    if (const AddedToken* t = added_->ById(id)) {
+      token = &t->content;
+    } else {
+      token = model_->IdToToken(id);
+    }
+    if (token == nullptr) continue;
+    if (skip_special_tokens && added_->IsSpecialContent(*token)) continue;
+    tokens.push_back(*token);
+  }
+  if (decoder_ == nullptr) return absl::StrJoin(tokens, " ");
+  decoder_->DecodeChain(tokens);
+  return absl::StrJoin(tokens, "");
+}
+
+}  // namespace strata::tokenizer
