@@ -18,7 +18,7 @@ namespace {
 constexpr absl::string_view kValueFlags[] = {
     "model",          "module-tree",    "device-map",       "max-memory",       "dtype",       "kv-cache-tokens",
     "listen",         "metrics-listen", "physical-devices", "max-batch",        "max-context", "max-queue",
-    "max-new-tokens", "micro-batches",  "prefill-chunk",    "intra-op-threads",
+    "max-new-tokens", "micro-batches",  "prefill-chunk",    "intra-op-threads", "inject-fault",
 };
 
 bool IsValueFlag(absl::string_view name) {
@@ -156,6 +156,11 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
       return absl::InvalidArgumentError(absl::StrCat("--intra-op-threads: \"", *text, "\" is not an integer >= 0"));
     }
   }
+  if (const std::string* text = find("inject-fault")) {
+    absl::StatusOr<runtime::FaultInjection> fault = runtime::ParseFaultInjection(*text);
+    if (!fault.ok()) return ForFlag("inject-fault", fault.status());
+    options.fault = *fault;
+  }
   if (options.max_new_tokens > options.max_context) {
     return absl::InvalidArgumentError(absl::StrCat("--max-new-tokens: ", options.max_new_tokens,
                                                    " is more than --max-context ", options.max_context));
@@ -201,13 +206,15 @@ Serving (weights present):
                           (default 0: one per stage of the plan)
   --prefill-chunk N       prompt tokens per prefill chunk (256)
   --intra-op-threads N    LibTorch intra-op threads per stage worker (default: LibTorch's)
+  --inject-fault SPEC     testing only: stage=N,call=M[,repeat][,device_lost] makes stage N throw on
+                          its M-th micro-batch (device_lost: as a sticky CUDA error would)
   --listen HOST:PORT      gRPC address (0.0.0.0:50051)
   --metrics-listen HOST:PORT
                           Prometheus /metrics address (0.0.0.0:9464)
   --help                  this text
 
 Exit status: 0 after SIGINT/SIGTERM, 2 on a bad flag or plan (the message names it), 1 otherwise
-(for example a port already in use).
+(for example a port already in use, or a device that became unusable while serving).
 )";
 }
 

@@ -13,6 +13,7 @@
 #include "planner/device.h"
 #include "planner/model_spec.h"
 #include "planner/plan.h"
+#include "runtime/executor/executor.h"
 
 namespace strata::server {
 
@@ -52,6 +53,7 @@ struct ServerOptions {
   int64_t micro_batches = 0;     // micro-batches in flight across the stages (1: unpipelined; 0: one per stage)
   int64_t prefill_chunk = 256;   // prompt tokens per prefill chunk
   int32_t intra_op_threads = 0;  // LibTorch intra-op threads per stage worker; 0: LibTorch's default
+  std::optional<runtime::FaultInjection> fault;  // --inject-fault: the engine's test seam
 };
 
 // The command line asked either for usage or for a server.

@@ -32,6 +32,8 @@ v1::GenerateResponse::FinishReason ToProto(runtime::FinishReason reason) {
       return v1::GenerateResponse::EOS;
     case runtime::FinishReason::kCancelled:
       return v1::GenerateResponse::CANCELLED;
+    case runtime::FinishReason::kError:
+      break;  // never written: the call ends with INTERNAL instead
   }
   return v1::GenerateResponse::FINISH_REASON_UNSPECIFIED;
 }
@@ -89,10 +91,20 @@ void GenerateReactor::OnChunk(runtime::GenerationChunk chunk) {
 }
 
 void GenerateReactor::WriteNextLocked() {
-  if (pending_.empty() || final_written_) return;
+  if (final_written_) return;
+  // A failed generation ends the call with INTERNAL (the message names the stage, its device and the
+  // error) once the tokens streamed before it are written; it is never a normal last message.
+  if (!pending_.empty() && pending_.back().finish == runtime::FinishReason::kError) {
+    failure_ = pending_.back().error;
+    pending_.pop_back();
+  }
+  if (pending_.empty()) {
+    if (failure_) FinishWith(grpc::Status(grpc::StatusCode::INTERNAL, std::string(failure_->message())));
+    return;
+  }
   if (client_gone_) {
     // Nobody reads any more: wait for the engine's last chunk (it comes, the request is cancelled) and end.
-    if (pending_.back().finish) FinishWith(grpc::Status::CANCELLED);
+    if (failure_ || pending_.back().finish) FinishWith(grpc::Status::CANCELLED);
     pending_.clear();
     return;
   }

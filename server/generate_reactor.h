@@ -49,6 +49,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   grpc::ByteBuffer buffer_;  // the message being written
   bool writing_ = false;
   bool final_written_ = false;
+  std::optional<absl::Status> failure_;  // the engine ended the request with kError
   bool client_gone_ = false;
   bool finished_ = false;
   std::optional<grpc::Status> finish_status_;

@@ -1,8 +1,10 @@
 // strata-server: plans a model's placement at start-up and serves it over gRPC and /metrics.
-// Exit status: 0 after SIGINT/SIGTERM, 2 on a bad flag or plan, 1 on any other failure.
+// Exit status: 0 after SIGINT/SIGTERM, 2 on a bad flag or plan, 1 on any other failure (a device that
+// became unusable while serving included: a supervisor restarts the process).
 
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <iostream>
@@ -21,6 +23,8 @@ namespace {
 
 constexpr int kExitBadInput = 2;
 constexpr int kExitFailure = 1;
+// Raised by the engine's device-lost callback; blocked in every thread like SIGINT/SIGTERM, so sigwait takes it.
+constexpr int kDeviceLostSignal = SIGUSR1;
 
 int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
   using strata::server::ServerCommand;
@@ -63,7 +67,15 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
               << (*server)->grpc_address().ToString() << " until loaded)" << std::endl;
     // Signals wait (blocked) until the load ends: a load is seconds to minutes, and stopping halfway
     // would leave nothing to clean up that exiting does not.
-    absl::StatusOr<std::unique_ptr<strata::server::ServedModel>> model = strata::server::ServedModel::Load(options);
+    // A sticky device error: report NOT_SERVING at once, then let the main thread shut down (answering
+    // what is in flight, every generation having ended INTERNAL) and exit 1.
+    strata::server::RunningServer* running = server->get();
+    auto on_device_lost = [running](const absl::Status&) {
+      running->MarkNotServing();
+      kill(getpid(), kDeviceLostSignal);
+    };
+    absl::StatusOr<std::unique_ptr<strata::server::ServedModel>> model =
+        strata::server::ServedModel::Load(options, on_device_lost);
     if (!model.ok()) {
       std::cerr << "strata-server: " << model.status().message() << "\n";
       (*server)->Shutdown();
@@ -83,6 +95,11 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
     std::cerr << "strata-server: sigwait: " << std::strerror(error) << "\n";
     return kExitFailure;
   }
+  if (signal_number == kDeviceLostSignal) {
+    std::cerr << "strata-server: a device is unusable, shutting down\n";
+    (*server)->Shutdown();
+    return kExitFailure;
+  }
   std::cerr << "strata-server: " << (signal_number == SIGINT ? "SIGINT" : "SIGTERM") << ", shutting down\n";
   (*server)->Shutdown();
   return 0;
@@ -97,6 +114,7 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, kDeviceLostSignal);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   std::vector<std::string> args(argv + 1, argv + argc);

@@ -119,7 +119,12 @@ Metrics::Metrics(ListenAddress address, std::shared_ptr<prometheus::Registry> re
       stage_busy_seconds_(prometheus::BuildCounter()
                               .Name("strata_stage_busy_seconds_total")
                               .Help("Wall time a pipeline stage spent running micro-batches (on CUDA: issuing them)")
-                              .Register(*registry_)) {}
+                              .Register(*registry_)),
+      engine_errors_total_(prometheus::BuildCounter()
+                               .Name("strata_engine_errors_total")
+                               .Help("Micro-batches whose forward pass or sampling failed, by stage; their requests "
+                                     "ended INTERNAL")
+                               .Register(*registry_)) {}
 
 void Metrics::RecordPlan(const planner::Plan& plan) {
   for (const planner::DeviceUsage& usage : plan.devices) {
@@ -148,6 +153,11 @@ void Metrics::RecordEngine(const runtime::EngineStats& stats) {
         stage_busy_seconds_.Add({{"stage", std::to_string(s)}, {"device", stats.stages[s].device}});
     // Counters only go up: add what accumulated since the last sample.
     const double delta = stats.stages[s].busy_seconds - counter.Value();
+    if (delta > 0) counter.Increment(delta);
+  }
+  for (const runtime::StageErrors& e : stats.errors) {
+    prometheus::Counter& counter = engine_errors_total_.Add({{"stage", e.stage}, {"device", e.device}});
+    const double delta = static_cast<double>(e.count) - counter.Value();
     if (delta > 0) counter.Increment(delta);
   }
 }

@@ -65,6 +65,7 @@ class Metrics {
   prometheus::Gauge& active_sequences_;
   prometheus::Histogram& batch_size_;
   prometheus::Family<prometheus::Counter>& stage_busy_seconds_;
+  prometheus::Family<prometheus::Counter>& engine_errors_total_;
 };
 
 }  // namespace strata::server

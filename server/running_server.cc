@@ -42,6 +42,12 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const Server
   return running;
 }
 
+void RunningServer::MarkNotServing() {
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  health->SetServingStatus(v1::InferenceService::service_full_name(), false);
+  health->SetServingStatus("", false);
+}
+
 void RunningServer::SetServing() {
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   health->SetServingStatus(v1::InferenceService::service_full_name(), true);

@@ -35,6 +35,8 @@ class RunningServer {
   // Marks every service NOT_SERVING, ends running generations (CANCELLED), finishes in-flight calls
   // (waiting a few seconds at most) and stops /metrics. Idempotent.
   void Shutdown();
+  // Reports NOT_SERVING (health) while the server finishes what it answers: a device became unusable.
+  void MarkNotServing();
 
   // The bound addresses, with the ports the system picked where port 0 was asked for.
   const ListenAddress& grpc_address() const { return grpc_address_; }

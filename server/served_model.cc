@@ -18,7 +18,8 @@ bool HasWeights(const std::filesystem::path& dir) {
   return false;
 }
 
-absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptions& options) {
+absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptions& options,
+                                                               std::function<void(const absl::Status&)> on_device_lost) {
   if (!options.model_dir) return absl::InvalidArgumentError("--model: a checkpoint directory is needed to serve");
   if (options.kv_cache_tokens != 0) {
     return absl::InvalidArgumentError(
@@ -61,6 +62,8 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptio
   engine_options.prefill_chunk_tokens = options.prefill_chunk;
   engine_options.micro_batch_tokens = std::max<int64_t>(options.prefill_chunk, 512);
   engine_options.intra_op_threads = options.intra_op_threads;
+  engine_options.fault = options.fault;
+  engine_options.on_device_lost = std::move(on_device_lost);
   absl::StatusOr<std::unique_ptr<runtime::Engine>> engine =
       runtime::Engine::Start(*served->model_, served->tokenizer_.get(), *std::move(eos), engine_options);
   if (!engine.ok()) return engine.status();

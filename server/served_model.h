@@ -4,6 +4,7 @@
 // the engine. Plain C++ from runtime/: no torch headers reach server/.
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -32,7 +33,9 @@ class ServedModel {
  public:
   // Loads --model DIR (weights, tokenizer.json when present, EOS ids) and starts the engine. Errors name
   // the flag or file (InvalidArgument for bad input).
-  static absl::StatusOr<std::unique_ptr<ServedModel>> Load(const ServerOptions& options);
+  // `on_device_lost` is called (on the engine thread) when a failure leaves a device unusable.
+  static absl::StatusOr<std::unique_ptr<ServedModel>> Load(const ServerOptions& options,
+                                                          std::function<void(const absl::Status&)> on_device_lost = {});
 
   runtime::Engine& engine() { return *engine_; }
   runtime::LoadedModel& model() { return *model_; }

@@ -1,10 +1,5 @@
 #include "runtime/engine/engine.h"
 
-#include <ATen/Parallel.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/from_blob.h>
-#include <c10/util/Exception.h>
-
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -14,12 +9,10 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <variant>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "runtime/executor/stage_workers.h"
-#include "runtime/executor/pipeline.h"
-#include "runtime/executor/sampler.h"
 #include "runtime/engine/scheduler.h"
 #include "runtime/engine/stop_strings.h"
 #include "tokenizer/streaming_decoder.h"
@@ -32,50 +25,83 @@ const char* FinishReasonName(FinishReason reason) {
     case FinishReason::kStop: return "stop";
     case FinishReason::kEos: return "eos";
     case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
   }
   return "unknown";
 }
 
 namespace {
 
+// A request as the engine thread sees it: tokens and sampling state, no text.
 struct Sequence {
   uint64_t id = 0;
   GenerationRequest request;
-  ChunkCallback callback;
+  ChunkCallback callback;  // handed to the output thread at admission
   std::shared_ptr<RequestHandle> handle;
+  // Set by the output thread when a stop string ended the request: the engine frees its slot.
+  std::shared_ptr<std::atomic<bool>> stopped = std::make_shared<std::atomic<bool>>(false);
   std::vector<int32_t> tokens;  // prompt, then generated
   int64_t generated = 0;
   std::mt19937_64 random;
-  std::optional<tokenizer::StreamingDecoder> decoder;
-  std::optional<StopStringMatcher> stop;
   bool done = false;
 };
+
+// A request as the output thread sees it: its text state and where its chunks go.
+struct OutputStream {
+  ChunkCallback callback;
+  std::shared_ptr<std::atomic<bool>> stopped;
+  std::optional<tokenizer::StreamingDecoder> decoder;
+  std::optional<StopStringMatcher> stop;
+  int64_t prompt_tokens = 0;
+  int64_t emitted = 0;  // tokens sent to the callback
+  bool ended = false;   // its final chunk was sent
+};
+
+// Engine thread -> output thread, in order: a stream opens, then its tokens and its end.
+struct OpenStream {
+  uint64_t sequence = 0;
+  std::unique_ptr<OutputStream> stream;
+};
+struct SequenceStep {
+  uint64_t sequence = 0;
+  std::optional<GeneratedToken> token;
+  std::optional<FinishReason> finish;
+  absl::Status error;
+};
+using OutputEvent = std::variant<OpenStream, SequenceStep>;
 
 }  // namespace
 
 struct Engine::Impl {
-  Impl(LoadedModel& m, Pipeline& p, const tokenizer::Tokenizer* t, std::vector<int32_t> eos, const EngineOptions& o,
+  Impl(LoadedModel& m, const tokenizer::Tokenizer* t, std::vector<int32_t> eos, const EngineOptions& o,
        const SchedulerOptions& so)
-      : model(m), pipeline(p), tokenizer(t), eos_ids(eos.begin(), eos.end()), options(o), scheduler(so) {}
+      : model(m), tokenizer(t), eos_ids(eos.begin(), eos.end()), options(o), scheduler(so) {}
 
   void Run();
   void Admit();
-  void Build(MicroBatch& batch) const;
-  void Process(MicroBatch& batch);
-  void Finish(Sequence& sequence, FinishReason reason, GenerationChunk chunk);
+  MicroBatchWork Build(uint64_t id, const ScheduledMicroBatch& batch);
+  void Process(MicroBatchResult result);
+  void Finish(Sequence& sequence, FinishReason reason, absl::Status error = absl::OkStatus());
+  void LoseDevice(const absl::Status& status);
   void Publish();
+  void Emit(OutputEvent event);
+
+  void RunOutput();
+  void Deliver(SequenceStep& step);
 
   LoadedModel& model;
-  Pipeline& pipeline;
   const tokenizer::Tokenizer* tokenizer;
   const std::set<int32_t> eos_ids;
   const EngineOptions options;
+  std::unique_ptr<Executor> executor;
 
   // Engine thread only.
   Scheduler scheduler;
   std::map<uint64_t, std::unique_ptr<Sequence>> sequences;
+  std::map<uint64_t, ScheduledMicroBatch> in_flight;  // by micro-batch id
+  uint64_t next_batch = 1;
   std::mt19937_64 seeds{std::random_device{}()};
-  std::unique_ptr<StageWorkers> workers;
+  bool device_lost = false;
 
   // Shared with Submit and Stats.
   mutable std::mutex mutex;
@@ -83,13 +109,24 @@ struct Engine::Impl {
   std::deque<std::unique_ptr<Sequence>> incoming;
   uint64_t next_id = 1;
   bool stopping = false;
+  bool refusing = false;  // a device was lost: Submit answers Unavailable
+  absl::Status lost_status;
   int64_t scheduler_queued = 0;
   int64_t active = 0;
   int64_t free_slots = 0;
   uint64_t micro_batches_run = 0;
+  std::map<std::pair<std::string, std::string>, uint64_t> errors;  // (stage, device) -> failed micro-batches
   std::function<void(int64_t)> observer;
 
+  // Output thread.
+  std::mutex output_mutex;
+  std::condition_variable output_wake;
+  std::deque<OutputEvent> output_queue;
+  bool output_closing = false;
+  std::map<uint64_t, std::unique_ptr<OutputStream>> streams;  // output thread only
+
   std::thread thread;
+  std::thread output_thread;
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -105,10 +142,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(LoadedModel& model, const 
   so.prefill_chunk_tokens = options.prefill_chunk_tokens;
   so.micro_batch_tokens = options.micro_batch_tokens;
   so.micro_batches = options.micro_batches;
-  auto impl = std::make_unique<Impl>(model, model.pipeline(), tokenizer, std::move(eos_ids), options, so);
+  auto impl = std::make_unique<Impl>(model, tokenizer, std::move(eos_ids), options, so);
   impl->free_slots = so.slots;
-  impl->workers = std::make_unique<StageWorkers>(impl->pipeline, options.stage_threads, options.intra_op_threads);
+  ExecutorOptions eo;
+  eo.stage_threads = options.stage_threads;
+  eo.intra_op_threads = options.intra_op_threads;
+  eo.fault = options.fault;
+  absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Start(model, eo);
+  if (!executor.ok()) return executor.status();
+  impl->executor = *std::move(executor);
   Impl* raw = impl.get();
+  impl->output_thread = std::thread([raw] { raw->RunOutput(); });
   impl->thread = std::thread([raw] { raw->Run(); });
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -119,8 +163,14 @@ Engine::~Engine() {
     impl_->stopping = true;
   }
   impl_->wake.notify_all();
-  impl_->thread.join();
-  impl_->workers.reset();
+  impl_->thread.join();  // every request has been finished and its last event queued
+  {
+    std::lock_guard lock(impl_->output_mutex);
+    impl_->output_closing = true;
+  }
+  impl_->output_wake.notify_all();
+  impl_->output_thread.join();
+  impl_->executor.reset();
 }
 
 int64_t Engine::max_context() const { return impl_->model.max_context(); }
@@ -141,6 +191,9 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(GenerationRequest 
   {
     std::lock_guard lock(impl_->mutex);
     if (impl_->stopping) return absl::UnavailableError("the engine is shutting down");
+    if (impl_->refusing) {
+      return absl::UnavailableError(absl::StrCat("the engine lost a device: ", impl_->lost_status.message()));
+    }
     const int64_t queued = static_cast<int64_t>(impl_->incoming.size()) + impl_->scheduler_queued;
     if (queued >= impl_->options.max_queue) {
       return absl::ResourceExhaustedError(
@@ -161,14 +214,20 @@ EngineStats Engine::Stats() const {
     stats.active = impl_->active;
     stats.free_slots = impl_->free_slots;
     stats.micro_batches_run = impl_->micro_batches_run;
+    stats.device_lost = impl_->refusing;
+    for (const auto& [where, count] : impl_->errors) stats.errors.push_back({where.first, where.second, count});
   }
   stats.slots = impl_->model.max_batch();
-  const std::vector<double> busy = impl_->workers->BusySeconds();
-  const std::vector<Stage>& stages = impl_->pipeline.stages();
-  for (size_t s = 0; s < stages.size(); ++s) {
-    stats.stages.push_back({stages[s].label, stages[s].device.str(), busy[s]});
-  }
+  stats.stages = impl_->executor->Busy();
   return stats;
+}
+
+void Engine::Impl::Emit(OutputEvent event) {
+  {
+    std::lock_guard lock(output_mutex);
+    output_queue.push_back(std::move(event));
+  }
+  output_wake.notify_one();
 }
 
 void Engine::Impl::Admit() {
@@ -180,9 +239,15 @@ void Engine::Impl::Admit() {
   for (std::unique_ptr<Sequence>& s : arrived) {
     const SamplingParams& p = s->request.sampling;
     s->random.seed(p.seed ? *p.seed : seeds());
-    if (tokenizer != nullptr) s->decoder.emplace(*tokenizer, /*skip_special_tokens=*/true);
-    if (!p.stop.empty()) s->stop.emplace(p.stop);
+    auto stream = std::make_unique<OutputStream>();
+    stream->callback = std::move(s->callback);
+    stream->stopped = s->stopped;
+    if (tokenizer != nullptr) stream->decoder.emplace(*tokenizer, /*skip_special_tokens=*/true);
+    if (!p.stop.empty()) stream->stop.emplace(p.stop);
+    stream->prompt_tokens = static_cast<int64_t>(s->request.prompt.size());
+    Emit(OpenStream{s->id, std::move(stream)});
     scheduler.Add(s->id, static_cast<int64_t>(s->tokens.size()));
+    if (device_lost) Finish(*s, FinishReason::kError, lost_status);
     sequences.emplace(s->id, std::move(s));
   }
 }
@@ -194,135 +259,88 @@ void Engine::Impl::Publish() {
   free_slots = scheduler.free_slots();
 }
 
-void Engine::Impl::Build(MicroBatch& mb) const {
-  const std::vector<ScheduledRow>& rows = mb.schedule.rows;
-  const int64_t n = static_cast<int64_t>(rows.size());
-  const int64_t count = rows.front().count;
-  ForwardBatch& b = mb.batch;
-  b.ids = at::empty({n, count}, at::kLong);
-  b.positions = at::empty({n, count}, at::kLong);
-  b.slots = at::empty({n}, at::kLong);
-  b.last = at::empty({n}, at::kLong);
-  int64_t* ids = b.ids.data_ptr<int64_t>();
-  int64_t* positions = b.positions.data_ptr<int64_t>();
-  b.key_length = 0;
-  for (int64_t r = 0; r < n; ++r) {
-    const ScheduledRow& row = rows[r];
-    const Sequence& s = *sequences.at(row.sequence);
-    for (int64_t j = 0; j < count; ++j) {
-      ids[r * count + j] = s.tokens[row.start + j];
-      positions[r * count + j] = row.start + j;
+MicroBatchWork Engine::Impl::Build(uint64_t id, const ScheduledMicroBatch& batch) {
+  MicroBatchWork work;
+  work.id = id;
+  for (const ScheduledRow& row : batch.rows) {
+    Sequence& s = *sequences.at(row.sequence);
+    const SamplingParams& p = s.request.sampling;
+    BatchRow r;
+    r.slot = row.slot;
+    r.start = row.start;
+    r.tokens.assign(s.tokens.begin() + row.start, s.tokens.begin() + row.start + row.count);
+    r.samples = row.samples;
+    if (row.samples) {
+      r.sampling.temperature = p.temperature;
+      r.sampling.top_k = p.top_k;
+      r.sampling.top_p = p.top_p;
+      r.sampling.repetition_penalty = p.repetition_penalty;
+      r.sampling.uniform = std::uniform_real_distribution<double>(0.0, 1.0)(s.random);
+      r.sampling.top_logprobs = p.top_logprobs;
+      if (p.repetition_penalty != 1.0f) r.context = s.tokens;
     }
-    b.slots.data_ptr<int64_t>()[r] = row.slot;
-    b.last.data_ptr<int64_t>()[r] = count - 1;
-    b.key_length = std::max(b.key_length, row.start + count);
+    work.rows.push_back(std::move(r));
   }
+  return work;
 }
 
-void Engine::Impl::Finish(Sequence& s, FinishReason reason, GenerationChunk chunk) {
-  // What the detokenizer and stop matcher still hold comes out with the last chunk, unless a stop
-  // string ended the text.
-  if (reason != FinishReason::kStop && reason != FinishReason::kCancelled) {
-    std::string rest = s.decoder ? s.decoder->Finish() : std::string();
-    if (s.stop) {
-      StopStringMatcher::Result r = s.stop->Push(rest);
-      chunk.text += r.text;
-      if (r.stopped) {
-        reason = FinishReason::kStop;
-      } else {
-        chunk.text += s.stop->Flush();
-      }
-    } else {
-      chunk.text += rest;
-    }
-  }
-  chunk.finish = reason;
-  chunk.prompt_tokens = static_cast<int64_t>(s.request.prompt.size());
-  chunk.completion_tokens = s.generated;
+void Engine::Impl::Finish(Sequence& s, FinishReason reason, absl::Status error) {
+  if (s.done) return;
   s.done = true;
   scheduler.Finish(s.id);
-  s.callback(std::move(chunk));
+  Emit(SequenceStep{s.id, std::nullopt, reason, std::move(error)});
 }
 
-void Engine::Impl::Process(MicroBatch& mb) {
-  if (mb.error) {
-    try {
-      std::rethrow_exception(mb.error);
-    } catch (const c10::Error& e) {
-      std::cerr << "strata engine: forward failed: " << e.what_without_backtrace() << "\n";
-    } catch (const std::exception& e) {
-      std::cerr << "strata engine: forward failed: " << e.what() << "\n";
-    }
+void Engine::Impl::LoseDevice(const absl::Status& status) {
+  if (device_lost) return;
+  device_lost = true;
+  {
+    std::lock_guard lock(mutex);
+    refusing = true;
+    lost_status = status;
   }
-  pipeline.AwaitOutput(mb.activation);
-  std::vector<size_t> sampled;  // rows of the micro-batch that sample
-  std::vector<RowSampling> params;
-  for (size_t r = 0; r < mb.schedule.rows.size(); ++r) {
-    const ScheduledRow& row = mb.schedule.rows[r];
+  std::cerr << "strata engine: a device is unusable, no more requests are served: " << status.message() << "\n";
+  for (auto& [id, s] : sequences) Finish(*s, FinishReason::kError, status);
+  if (options.on_device_lost) options.on_device_lost(status);
+}
+
+void Engine::Impl::Process(MicroBatchResult result) {
+  auto node = in_flight.extract(result.id);
+  const ScheduledMicroBatch& schedule = node.mapped();
+  if (!result.status.ok()) {
+    std::cerr << "strata engine: " << result.status.message() << "\n";
+    {
+      std::lock_guard lock(mutex);
+      ++errors[{result.failed_stage, result.failed_device}];
+    }
+    for (const ScheduledRow& row : schedule.rows) Finish(*sequences.at(row.sequence), FinishReason::kError, result.status);
+    if (result.device_lost) LoseDevice(result.status);
+    scheduler.Complete(schedule);
+    return;
+  }
+  for (size_t r = 0; r < schedule.rows.size(); ++r) {
+    const ScheduledRow& row = schedule.rows[r];
     Sequence& s = *sequences.at(row.sequence);
-    if (s.done) continue;
-    if (mb.error) {
-      Finish(s, FinishReason::kCancelled, {});
-      continue;
+    if (s.done || !result.tokens[r]) continue;
+    const SampledToken& sampled = *result.tokens[r];
+    GeneratedToken token{sampled.id, sampled.logprob, sampled.top};
+    s.tokens.push_back(sampled.id);
+    ++s.generated;
+    std::optional<FinishReason> finish;
+    if (!s.request.sampling.ignore_eos && eos_ids.contains(sampled.id)) finish = FinishReason::kEos;
+    if (!finish && s.generated >= s.request.sampling.max_new_tokens) finish = FinishReason::kLength;
+    if (finish) {
+      s.done = true;
+      scheduler.Finish(s.id);
+    } else {
+      scheduler.Append(s.id);
     }
-    if (!row.samples) continue;
-    const SamplingParams& p = s.request.sampling;
-    RowSampling rs;
-    rs.temperature = p.temperature;
-    rs.top_k = p.top_k;
-    rs.top_p = p.top_p;
-    rs.repetition_penalty = p.repetition_penalty;
-    rs.context = &s.tokens;
-    rs.uniform = std::uniform_real_distribution<double>(0.0, 1.0)(s.random);
-    rs.top_logprobs = p.top_logprobs;
-    sampled.push_back(r);
-    params.push_back(rs);
+    Emit(SequenceStep{s.id, std::move(token), finish, absl::OkStatus()});
   }
-  if (!sampled.empty()) {
-    std::vector<int64_t> index(sampled.begin(), sampled.end());
-    at::Tensor logits = mb.activation.hidden;
-    if (sampled.size() != mb.schedule.rows.size()) {
-      logits = logits.index_select(
-          0, at::from_blob(index.data(), {static_cast<int64_t>(index.size())}, at::kLong).to(logits.device()));
-    }
-    GreedyStep step = SampleRows(logits, params);
-    for (size_t k = 0; k < sampled.size(); ++k) {
-      Sequence& s = *sequences.at(mb.schedule.rows[sampled[k]].sequence);
-      const int32_t id = static_cast<int32_t>(step.ids[k]);
-      GenerationChunk chunk;
-      GeneratedToken token{id, step.logprobs[k], {}};
-      for (const auto& [top_id, lp] : step.top[k]) token.top.push_back({static_cast<int32_t>(top_id), lp});
-      chunk.tokens.push_back(std::move(token));
-      s.tokens.push_back(id);
-      ++s.generated;
-      std::optional<FinishReason> finish;
-      if (s.decoder) {
-        std::string piece = s.decoder->Step(id);
-        if (s.stop) {
-          StopStringMatcher::Result r = s.stop->Push(piece);
-          chunk.text = std::move(r.text);
-          if (r.stopped) finish = FinishReason::kStop;
-        } else {
-          chunk.text = std::move(piece);
-        }
-      }
-      if (!finish && !s.request.sampling.ignore_eos && eos_ids.contains(id)) finish = FinishReason::kEos;
-      if (!finish && s.generated >= s.request.sampling.max_new_tokens) finish = FinishReason::kLength;
-      if (finish) {
-        Finish(s, *finish, std::move(chunk));
-      } else {
-        scheduler.Append(s.id);
-        chunk.prompt_tokens = static_cast<int64_t>(s.request.prompt.size());
-        chunk.completion_tokens = s.generated;
-        s.callback(std::move(chunk));
-      }
-    }
-  }
-  scheduler.Complete(mb.schedule);
+  scheduler.Complete(schedule);
 }
 
 void Engine::Impl::Run() {
-  if (options.intra_op_threads > 0) at::set_num_threads(options.intra_op_threads);
   while (true) {
     Admit();
     bool stop_now;
@@ -330,29 +348,34 @@ void Engine::Impl::Run() {
       std::lock_guard lock(mutex);
       stop_now = stopping;
     }
-    // Cancelled (or, at shutdown, every) request leaves now: its slot is free as soon as it is not in a
-    // micro-batch still flowing through the stages.
+    // Cancelled (or, at shutdown, every) request leaves now, as does one the output thread ended with a
+    // stop string: its slot is free as soon as it is not in a micro-batch still flowing through the stages.
     for (auto& [id, s] : sequences) {
-      if (!s->done && (stop_now || s->handle->cancelled())) Finish(*s, FinishReason::kCancelled, {});
+      if (s->done) continue;
+      if (stop_now || s->handle->cancelled()) {
+        Finish(*s, FinishReason::kCancelled);
+      } else if (s->stopped->load(std::memory_order_acquire)) {
+        Finish(*s, FinishReason::kStop);  // the output thread already sent the final chunk
+      }
     }
     for (auto it = sequences.begin(); it != sequences.end();) {
       it = it->second->done && !scheduler.InFlight(it->first) ? sequences.erase(it) : std::next(it);
     }
-    if (!stop_now) {
+    if (!stop_now && !device_lost) {
       while (scheduler.in_flight() < options.micro_batches) {
         std::optional<ScheduledMicroBatch> next = scheduler.Next();
         if (!next) break;
-        auto mb = std::make_unique<MicroBatch>();
-        mb->schedule = *std::move(next);
-        Build(*mb);
+        const uint64_t id = next_batch++;
+        MicroBatchWork work = Build(id, *next);
         std::function<void(int64_t)> observe;
         {
           std::lock_guard lock(mutex);
           ++micro_batches_run;
           observe = observer;
         }
-        if (observe) observe(static_cast<int64_t>(mb->schedule.rows.size()));
-        workers->Submit(std::move(mb));
+        if (observe) observe(static_cast<int64_t>(next->rows.size()));
+        in_flight.emplace(id, *std::move(next));
+        executor->Submit(std::move(work));
       }
     }
     Publish();
@@ -363,18 +386,83 @@ void Engine::Impl::Run() {
       wake.wait_for(lock, std::chrono::milliseconds(20), [&] { return stopping || !incoming.empty(); });
       continue;
     }
-    std::unique_ptr<MicroBatch> done = workers->WaitCompleted();
-    try {
-      Process(*done);
-    } catch (const c10::Error& e) {
-      std::cerr << "strata engine: sampling failed: " << e.what_without_backtrace() << "\n";
-      for (const ScheduledRow& row : done->schedule.rows) {
-        Sequence& s = *sequences.at(row.sequence);
-        if (!s.done) Finish(s, FinishReason::kCancelled, {});
+    Process(executor->WaitCompleted());
+  }
+}
+
+void Engine::Impl::RunOutput() {
+  while (true) {
+    std::deque<OutputEvent> events;
+    {
+      std::unique_lock lock(output_mutex);
+      output_wake.wait(lock, [&] { return output_closing || !output_queue.empty(); });
+      if (output_queue.empty()) return;  // closing, and everything was delivered
+      events.swap(output_queue);
+    }
+    for (OutputEvent& event : events) {
+      if (auto* open = std::get_if<OpenStream>(&event)) {
+        streams[open->sequence] = std::move(open->stream);
+      } else {
+        Deliver(std::get<SequenceStep>(event));
       }
-      scheduler.Complete(done->schedule);
     }
   }
+}
+
+void Engine::Impl::Deliver(SequenceStep& step) {
+  auto it = streams.find(step.sequence);
+  if (it == streams.end()) return;
+  OutputStream& out = *it->second;
+  if (out.ended) {
+    // A stop string ended it here; what the engine produced after that is dropped.
+    if (step.finish) streams.erase(it);
+    return;
+  }
+  GenerationChunk chunk;
+  std::optional<FinishReason> finish = step.finish;
+  if (step.token) {
+    const int32_t id = step.token->id;
+    chunk.tokens.push_back(*std::move(step.token));
+    ++out.emitted;
+    if (out.decoder) {
+      std::string piece = out.decoder->Step(id);
+      if (out.stop) {
+        StopStringMatcher::Result r = out.stop->Push(piece);
+        chunk.text = std::move(r.text);
+        if (r.stopped) finish = FinishReason::kStop;
+      } else {
+        chunk.text = std::move(piece);
+      }
+    }
+  }
+  if (finish && *finish != FinishReason::kStop && *finish != FinishReason::kCancelled &&
+      *finish != FinishReason::kError) {
+    // What the detokenizer and stop matcher still hold comes out with the last chunk, unless a stop
+    // string is in it.
+    std::string rest = out.decoder ? out.decoder->Finish() : std::string();
+    if (out.stop) {
+      StopStringMatcher::Result r = out.stop->Push(rest);
+      chunk.text += r.text;
+      if (r.stopped) {
+        finish = FinishReason::kStop;
+      } else {
+        chunk.text += out.stop->Flush();
+      }
+    } else {
+      chunk.text += rest;
+    }
+  }
+  chunk.prompt_tokens = out.prompt_tokens;
+  chunk.completion_tokens = out.emitted;
+  if (finish) {
+    chunk.finish = finish;
+    if (*finish == FinishReason::kError) chunk.error = step.error;
+    out.ended = true;
+    // Ended here by a stop string while the engine runs on: tell it to free the slot.
+    if (!step.finish) out.stopped->store(true, std::memory_order_release);
+  }
+  out.callback(std::move(chunk));
+  if (step.finish) streams.erase(it);
 }
 
 }  // namespace strata::runtime

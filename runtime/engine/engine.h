@@ -3,8 +3,11 @@
 // continuous batching across the KV slots and micro-batches pipelined across the plan's stages.
 //
 //   Engine thread:  queue -> Scheduler (which sequences, how many tokens; never a tensor)
-//                   -> ForwardBatch per micro-batch -> StageWorkers (one thread per stage, so stage s
-//                   runs micro-batch m while stage s+1 runs m-1) -> logits -> Sampler -> callbacks.
+//                   -> MicroBatchWork -> Executor (runtime/executor: stages on their devices, one worker
+//                   per stage, so stage s runs micro-batch m while stage s+1 runs m-1; sampling on the
+//                   last stage's device) -> sampled ids -> EOS / length -> output queue.
+//   Output thread:  detokenization, stop strings, GenerationChunks -> callbacks. A stop string found
+//                   here ends the request; the engine frees its slot when it next looks.
 //
 // Requests reaching Submit are trusted: the server validates them once, at the edge (server/
 // generate_validation.h); Submit only refuses what depends on the engine's state (a full queue).
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/executor/executor.h"
 #include "runtime/executor/loaded_model.h"
 
 namespace strata::tokenizer {
@@ -49,7 +53,8 @@ struct GenerationRequest {
   std::string request_id;
 };
 
-enum class FinishReason { kLength, kStop, kEos, kCancelled };
+// kError: the forward pass or the sampler failed (GenerationChunk::error says where and why).
+enum class FinishReason { kLength, kStop, kEos, kCancelled, kError };
 const char* FinishReasonName(FinishReason reason);
 
 struct GeneratedToken {
@@ -68,10 +73,11 @@ struct GenerationChunk {
   std::optional<FinishReason> finish;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;  // so far
+  absl::Status error;  // with kError: INTERNAL naming the stage, its device and the failure
 };
 
-// Called on the engine thread, once per step with new tokens and exactly once with `finish` set. It must
-// not block (queue and return).
+// Called on the engine's output thread, once per step with new tokens and exactly once with `finish` set.
+// It must not block (queue and return).
 using ChunkCallback = std::function<void(GenerationChunk)>;
 
 // Returned by Submit: cancelling makes the request leave its batch and free its slot within one
@@ -92,12 +98,17 @@ struct EngineOptions {
   int64_t micro_batch_tokens = 512;
   int32_t intra_op_threads = 0;      // per stage worker (and sampler); 0: leave LibTorch's setting
   bool stage_threads = true;         // one worker thread per stage; false: stages run on the engine thread
+  std::optional<FaultInjection> fault;  // the test seam (runtime/executor/executor.h)
+  // Called once, on the engine thread, when a failure left a device unusable (a sticky CUDA error):
+  // every request has then ended with kError and Submit refuses new ones. The server stops serving.
+  std::function<void(const absl::Status&)> on_device_lost;
 };
 
-struct StageBusy {
-  std::string device;           // the plan's device of the stage: "0", "1", "cpu", "disk"
-  std::string physical_device;  // where it runs: "cpu", "cuda:0"
-  double busy_seconds = 0;      // wall time spent running micro-batches (on CUDA: issuing them)
+// Failed micro-batches per stage.
+struct StageErrors {
+  std::string stage;   // its index, "0", "1", ...
+  std::string device;  // the plan's device of the stage
+  uint64_t count = 0;
 };
 
 struct EngineStats {
@@ -107,6 +118,8 @@ struct EngineStats {
   int64_t slots = 0;
   uint64_t micro_batches_run = 0;
   std::vector<StageBusy> stages;
+  std::vector<StageErrors> errors;  // stages that failed at least once
+  bool device_lost = false;
 };
 
 class Engine {
@@ -118,7 +131,8 @@ class Engine {
                                                       std::vector<int32_t> eos_ids, const EngineOptions& options);
   ~Engine();  // Cancels what runs, finishes every callback, joins the threads.
 
-  // Queues a validated request. ResourceExhausted when max_queue requests are already waiting.
+  // Queues a validated request. ResourceExhausted when max_queue requests are already waiting;
+  // Unavailable once a device was lost or the engine is stopping.
   absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(GenerationRequest request, ChunkCallback callback);
 
   EngineStats Stats() const;

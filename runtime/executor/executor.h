@@ -65,8 +65,8 @@ struct MicroBatchResult {
   std::vector<std::optional<SampledToken>> tokens;  // per row; set where the row samples
   // Not OK when a stage (or the sampler) failed: INTERNAL naming the stage, its device and the error.
   absl::Status status;
-  std::string failed_stage;   // the plan's device of the stage that failed ("0", "cpu"), for metrics
-  std::string failed_device;  // where it ran ("cuda:1", "cpu")
+  std::string failed_stage;   // the index of the stage that failed ("1"), for metrics
+  std::string failed_device;  // the plan's device of that stage ("1", "cpu"), as stage busy time names it
   // The failure left the device unusable (a sticky CUDA error: illegal address, device-side assert):
   // nothing more can run in this process.
   bool device_lost = false;

@@ -185,17 +185,22 @@ absl::StatusOr<std::vector<GreedyResult>> LoadedModel::Greedy(const GreedyReques
         longest = std::max(longest, lengths.back());
       }
       if (request.max_new_tokens == 0) continue;
-      // Prefill: prompts right-padded into one [rows, longest] batch, each in KV slot = its row.
+      // Prefill: prompts right-padded into one [rows, longest] batch from position 0, each in KV slot =
+      // its row. Inputs are staged on the host (pinned when a stage is CUDA) and copied by each stage.
+      Pipeline& pipeline = *impl_->pipeline;
       ForwardBatch batch;
-      batch.ids = at::zeros({rows, longest}, at::kLong);
+      batch.ids = pipeline.HostBuffer({rows, longest}, at::kLong).zero_();
+      batch.starts = pipeline.HostBuffer({rows}, at::kLong).zero_();
+      batch.slots = pipeline.HostBuffer({rows}, at::kLong);
+      batch.last = pipeline.HostBuffer({rows}, at::kLong);
       for (int64_t r = 0; r < rows; ++r) {
         const std::vector<int64_t>& prompt = request.prompts[begin + static_cast<size_t>(r)];
         std::copy(prompt.begin(), prompt.end(), batch.ids.data_ptr<int64_t>() + r * longest);
+        batch.slots.data_ptr<int64_t>()[r] = r;
+        batch.last.data_ptr<int64_t>()[r] = lengths[r] - 1;
       }
-      batch.positions = at::arange(longest, at::kLong).unsqueeze(0).expand({rows, longest}).contiguous();
-      batch.slots = at::arange(rows, at::kLong);
-      batch.last = at::from_blob(lengths.data(), {rows}, at::kLong).clone() - 1;
       batch.key_length = longest;
+      Pipeline::DescribeSlots(batch);
 
       auto record = [&](const GreedyStep& step) {
         for (int64_t r = 0; r < rows; ++r) {
@@ -210,7 +215,7 @@ absl::StatusOr<std::vector<GreedyResult>> LoadedModel::Greedy(const GreedyReques
         }
       };
       auto start = std::chrono::steady_clock::now();
-      GreedyStep step = SampleGreedy(impl_->pipeline->Forward(batch), request.top_logprobs);
+      GreedyStep step = SampleGreedy(pipeline.Forward(batch), request.top_logprobs);
       record(step);
       t.prefill_seconds += SecondsSince(start);
 
@@ -218,18 +223,21 @@ absl::StatusOr<std::vector<GreedyResult>> LoadedModel::Greedy(const GreedyReques
       for (int64_t n = 1; n < request.max_new_tokens; ++n) {
         // Decode: each row's newest token at its own next position.
         ForwardBatch decode;
-        decode.ids = at::from_blob(step.ids.data(), {rows, 1}, at::kLong).clone();
-        decode.positions = at::empty({rows, 1}, at::kLong);
+        decode.ids = pipeline.HostBuffer({rows, 1}, at::kLong);
+        decode.starts = pipeline.HostBuffer({rows}, at::kLong);
+        decode.last = pipeline.HostBuffer({rows}, at::kLong).zero_();
         int64_t key_length = 0;
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t position = lengths[r] + n - 1;
-          decode.positions.data_ptr<int64_t>()[r] = position;
+          decode.ids.data_ptr<int64_t>()[r] = step.ids[r];
+          decode.starts.data_ptr<int64_t>()[r] = position;
           key_length = std::max(key_length, position + 1);
         }
         decode.slots = batch.slots;
-        decode.last = at::zeros({rows}, at::kLong);
+        decode.slots_contiguous = batch.slots_contiguous;
+        decode.first_slot = batch.first_slot;
         decode.key_length = key_length;
-        step = SampleGreedy(impl_->pipeline->Forward(decode), request.top_logprobs);
+        step = SampleGreedy(pipeline.Forward(decode), request.top_logprobs);
         record(step);
         ++t.decode_steps;
       }
@@ -237,6 +245,8 @@ absl::StatusOr<std::vector<GreedyResult>> LoadedModel::Greedy(const GreedyReques
     }
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("forward: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("forward: ", e.what()));
   }
   return results;
 }

@@ -1,5 +1,7 @@
 #include "runtime/executor/pipeline.h"
 
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
@@ -159,7 +161,10 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
       stage.label = labels[i];
       stage.device = unit.device;
       stage.inv_freq = RopeInvFreq(config.rope, dims.head_dim).to(unit.device);
-      if (unit.device.is_cuda()) stage.stream = CudaStreamFromPool(unit.device);
+      if (unit.device.is_cuda()) {
+        stage.stream = CudaStreamFromPool(unit.device);
+        pipeline->uses_cuda_ = true;
+      }
       stages.push_back(std::move(stage));
     }
     Stage& stage = stages.back();
@@ -191,18 +196,26 @@ void Pipeline::AwaitOutput(StageActivation& activation) {
   }
 }
 
-void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation& activation) {
-  Stage& stage = stages_.at(index);
+at::Tensor Pipeline::HostBuffer(at::IntArrayRef sizes, at::ScalarType dtype) const {
+  return at::empty(sizes, at::TensorOptions().dtype(dtype).pinned_memory(uses_cuda_));
+}
+
+void Pipeline::DescribeSlots(ForwardBatch& batch) {
   const int64_t rows = batch.slots.size(0);
   const int64_t* slots = batch.slots.data_ptr<int64_t>();
   bool contiguous = true;
   for (int64_t i = 1; i < rows; ++i) contiguous = contiguous && slots[i] == slots[0] + i;
+  batch.slots_contiguous = contiguous;
+  batch.first_slot = rows > 0 ? slots[0] : 0;
+}
 
+void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation& activation) {
+  Stage& stage = stages_.at(index);
   const Stage* previous = activation.producer;
   std::optional<c10::StreamGuard> guard;
   if (stage.stream) guard.emplace(*stage.stream);
-  // Transfer: wait for the producer's event on this stage's stream (a CPU consumer waits on the host),
-  // then copy onto this device.
+  // Transfer: wait for the producer's event on this stage's stream (a CPU consumer waits on the host
+  // for that event alone), then copy onto this device.
   if (previous != nullptr && activation.produced) {
     if (stage.stream) {
       activation.produced->block(*stage.stream);
@@ -210,25 +223,30 @@ void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation
       activation.produced->synchronize();
     }
   }
+  // Every copy is non_blocking: host inputs are pinned when this stage is CUDA (asynchronous on this
+  // stream), a CUDA producer's output is ordered by the event above, and a copy onto the CPU is a no-op.
+  auto on_device = [&](const at::Tensor& t) { return t.to(stage.device, /*non_blocking=*/true); };
   const at::Tensor source = activation.hidden;
-  at::Tensor hidden = source.to(stage.device, /*non_blocking=*/stage.device.is_cuda() && source.is_cuda());
+  at::Tensor hidden = on_device(source);
   if (source.is_cuda() && stage.stream && previous != nullptr && previous->stream) {
     // The producer's buffer is read by this stream's copy (or compute, on the same device): the
     // allocator must not hand it out again before this stream's work on it is done.
     at::Tensor(source).record_stream(*stage.stream);
   }
 
+  const int64_t tokens = batch.ids.size(1);
   AttentionBatch attention;
-  attention.positions = batch.positions.to(stage.device);
-  attention.slots = batch.slots.to(stage.device);
-  attention.slots_contiguous = contiguous;
-  attention.first_slot = rows > 0 ? slots[0] : 0;
+  attention.positions =
+      on_device(batch.starts).unsqueeze(1) + at::arange(tokens, at::TensorOptions().dtype(at::kLong).device(stage.device));
+  attention.slots = on_device(batch.slots);
+  attention.slots_contiguous = batch.slots_contiguous;
+  attention.first_slot = batch.first_slot;
   attention.key_length = batch.key_length;
   attention.rope = RopeForPositions(stage.inv_freq, attention.positions, options_.dtype);
   for (int64_t window : stage.windows) {
     attention.masks[window] = AttentionMask(attention.positions, batch.key_length, window);
   }
-  const at::Tensor last = batch.last.to(stage.device);
+  const at::Tensor last = on_device(batch.last);
 
   Prefetch prefetch;
   for (size_t k = 0; k < stage.units.size(); ++k) {

@@ -48,14 +48,19 @@ struct PipelineOptions {
   PhysicalDeviceMap physical;  // plan GPU -> device; missing entries default to cuda:i
 };
 
-// One forward pass's input, on the host: ids and positions [batch, tokens] (right-padded), the KV slot
-// of each row and the index of its last real token.
+// One forward pass's input, staged on the host once (in pinned memory when a stage runs on CUDA, so
+// every stage's copy is non_blocking on its own stream): the ids [rows, tokens] (right-padded), each
+// row's first position (its positions are start, start + 1, ...), KV slot and index of its last real
+// token. Positions, masks and RoPE tables are derived on each stage's device from these.
 struct ForwardBatch {
-  at::Tensor ids;
-  at::Tensor positions;
-  at::Tensor slots;
-  at::Tensor last;
+  at::Tensor ids;     // int64 [rows, tokens]
+  at::Tensor starts;  // int64 [rows]
+  at::Tensor slots;   // int64 [rows]
+  at::Tensor last;    // int64 [rows]
   int64_t key_length = 0;
+  // What the host knows about `slots` without reading a device: consecutive slots are a slice of the cache.
+  bool slots_contiguous = false;
+  int64_t first_slot = 0;
 };
 
 // What flows from one stage to the next: the activation and, when its producer runs on a CUDA stream,
@@ -82,6 +87,13 @@ class Pipeline {
   // After the last stage: order the caller's current stream after the logits' producer.
   void AwaitOutput(StageActivation& activation);
 
+  // A host tensor to stage inputs in: pinned when a stage runs on CUDA (its copies are then asynchronous
+  // and the caching host allocator keeps the block until they complete), pageable otherwise.
+  at::Tensor HostBuffer(at::IntArrayRef sizes, at::ScalarType dtype) const;
+  // Fills ForwardBatch's host-side facts about its slots.
+  static void DescribeSlots(ForwardBatch& batch);
+  bool uses_cuda() const { return uses_cuda_; }
+
   const ModelDims& dims() const { return dims_; }
   const std::vector<Stage>& stages() const { return stages_; }
   const WeightLoadStats& load_stats() const { return load_stats_; }
@@ -94,6 +106,7 @@ class Pipeline {
   std::vector<Unit> units_;
   std::vector<Stage> stages_;
   WeightLoadStats load_stats_;
+  bool uses_cuda_ = false;
 };
 
 }  // namespace strata::runtime

@@ -35,7 +35,7 @@ void FillTop(const at::Tensor& logprobs, int64_t top_k, GreedyStep& step) {
 }
 
 // One row's processed scores [vocab] -> the chosen id.
-int64_t ChooseOne(at::Tensor scores, const RowSampling& row) {
+int64_t ChooseOne(at::Tensor scores, const RowChoice& row) {
   if (row.repetition_penalty != 1.0 && row.context != nullptr && !row.context->empty()) {
     std::set<int64_t> unique(row.context->begin(), row.context->end());
     std::vector<int64_t> ids(unique.begin(), unique.end());
@@ -94,10 +94,10 @@ GreedyStep SampleGreedy(const at::Tensor& logits, int64_t top_k) {
   return step;
 }
 
-GreedyStep SampleRows(const at::Tensor& logits, const std::vector<RowSampling>& rows) {
+GreedyStep SampleRows(const at::Tensor& logits, const std::vector<RowChoice>& rows) {
   int64_t top_k = 0;
   bool plain = true;  // every row greedy without penalty: one batched argmax
-  for (const RowSampling& row : rows) {
+  for (const RowChoice& row : rows) {
     top_k = std::max(top_k, row.top_logprobs);
     plain = plain && row.temperature <= 0 && row.repetition_penalty == 1.0;
   }
@@ -106,7 +106,7 @@ GreedyStep SampleRows(const at::Tensor& logits, const std::vector<RowSampling>& 
     at::Tensor logprobs = at::log_softmax(logits, -1);
     std::vector<int64_t> ids = step.ids;
     for (size_t r = 0; r < rows.size(); ++r) {
-      const RowSampling& row = rows[r];
+      const RowChoice& row = rows[r];
       if (row.temperature <= 0 && row.repetition_penalty == 1.0) continue;
       ids[r] = ChooseOne(logits.select(0, static_cast<int64_t>(r)), row);
     }
@@ -122,5 +122,40 @@ GreedyStep SampleRows(const at::Tensor& logits, const std::vector<RowSampling>& 
   }
   return step;
 }
+
+SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, bool) {
+  SamplingInputs inputs;
+  for (const BatchRow* row : rows) {
+    inputs.rows.push_back(row->sampling);
+    inputs.contexts.push_back(row->context);
+  }
+  return inputs;
+}
+
+PendingSamples SampleAsync(const at::Tensor& logits, const SamplingInputs& inputs) {
+  std::vector<RowChoice> choices;
+  for (size_t r = 0; r < inputs.rows.size(); ++r) {
+    const RowSampling& s = inputs.rows[r];
+    RowChoice c;
+    c.temperature = s.temperature;
+    c.top_k = s.top_k;
+    c.top_p = s.top_p;
+    c.repetition_penalty = s.repetition_penalty;
+    c.context = &inputs.contexts[r];
+    c.uniform = s.uniform;
+    c.top_logprobs = s.top_logprobs;
+    choices.push_back(c);
+  }
+  GreedyStep step = SampleRows(logits, choices);
+  PendingSamples pending;
+  for (size_t r = 0; r < choices.size(); ++r) {
+    SampledToken token{static_cast<int32_t>(step.ids[r]), step.logprobs[r], {}};
+    for (const auto& [id, lp] : step.top[r]) token.top.push_back({static_cast<int32_t>(id), lp});
+    pending.done.push_back(std::move(token));
+  }
+  return pending;
+}
+
+std::vector<SampledToken> FinishSamples(PendingSamples& pending, const SamplingInputs&) { return pending.done; }
 
 }  // namespace strata::runtime

@@ -4,6 +4,10 @@
 // log_softmax of the float32 logits.
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Event.h>
+
+#include <optional>
+#include "runtime/executor/executor.h"
 
 #include <cstdint>
 #include <utility>
@@ -26,7 +30,7 @@ GreedyStep SampleGreedy(const at::Tensor& logits, int64_t top_k);
 // temperature 0 the choice is the argmax of the penalised logits; otherwise the token where the
 // cumulative probability (in vocabulary order) first exceeds `uniform` of the total — one uniform draw
 // per step from the request's own generator, so a seeded request samples the same whatever its batch.
-struct RowSampling {
+struct RowChoice {
   float temperature = 0;
   int64_t top_k = 0;
   double top_p = 1;
@@ -37,6 +41,18 @@ struct RowSampling {
 };
 
 // logits: float32 [rows, vocab]; `rows` one per logits row. Log-probabilities are of the raw logits.
-GreedyStep SampleRows(const at::Tensor& logits, const std::vector<RowSampling>& rows);
+GreedyStep SampleRows(const at::Tensor& logits, const std::vector<RowChoice>& rows);
+
+// PROVISIONAL (replaced by the device sampler): the executor's interface to sampling.
+struct SamplingInputs {
+  std::vector<RowSampling> rows;
+  std::vector<std::vector<int32_t>> contexts;
+};
+SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, bool pinned);
+struct PendingSamples {
+  std::vector<SampledToken> done;
+};
+PendingSamples SampleAsync(const at::Tensor& logits, const SamplingInputs& inputs);
+std::vector<SampledToken> FinishSamples(PendingSamples& pending, const SamplingInputs& inputs);
 
 }  // namespace strata::runtime

@@ -3,11 +3,20 @@
 #include <ATen/Parallel.h>
 
 #include <chrono>
+#include <stdexcept>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
 
 namespace strata::runtime {
 
-StageWorkers::StageWorkers(Pipeline& pipeline, bool threaded, int intra_op_threads)
-    : pipeline_(pipeline), threaded_(threaded), intra_op_threads_(intra_op_threads) {
+StageWorkers::StageWorkers(Pipeline& pipeline, bool threaded, int intra_op_threads,
+                           std::function<void(MicroBatch&)> after_last, std::optional<FaultInjection> fault)
+    : pipeline_(pipeline),
+      threaded_(threaded),
+      intra_op_threads_(intra_op_threads),
+      after_last_(std::move(after_last)),
+      fault_(fault) {
   lanes_ = std::vector<Lane>(pipeline_.stages().size());
   if (threaded_) {
     for (size_t s = 0; s < lanes_.size(); ++s) threads_.emplace_back([this, s] { Work(s); });
@@ -27,10 +36,20 @@ void StageWorkers::RunOne(size_t stage, MicroBatch& batch) {
   if (batch.error) return;
   const auto start = std::chrono::steady_clock::now();
   try {
+    if (fault_ && static_cast<size_t>(fault_->stage) == stage) {
+      ++fault_calls_;
+      if (fault_calls_ == fault_->call || (fault_->repeat && fault_calls_ > fault_->call)) {
+        throw std::runtime_error(fault_->device_lost
+                                     ? "CUDA error: an illegal memory access was encountered (injected fault)"
+                                     : absl::StrCat("injected fault on micro-batch ", fault_calls_));
+      }
+    }
     if (stage == 0) batch.activation.hidden = batch.batch.ids;
     pipeline_.RunStage(stage, batch.batch, batch.activation);
+    if (stage + 1 == lanes_.size() && after_last_) after_last_(batch);
   } catch (...) {
     batch.error = std::current_exception();
+    batch.failed_stage = stage;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard lock(mutex_);

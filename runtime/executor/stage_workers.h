@@ -14,29 +14,39 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "runtime/executor/executor.h"
 #include "runtime/executor/pipeline.h"
-#include "runtime/engine/scheduler.h"
+#include "runtime/executor/sampler.h"
 
 namespace strata::runtime {
 
 struct MicroBatch {
-  ScheduledMicroBatch schedule;
+  MicroBatchWork work;
   ForwardBatch batch;
+  SamplingInputs sampling;     // the rows that sample, staged with the batch
+  int64_t sampling_rows = 0;
+  at::Tensor sample_index;     // host int64 [sampling_rows] when only some rows sample
   StageActivation activation;  // after the last stage: float32 logits [rows, vocab]
+  PendingSamples samples;      // after the last stage: the sampler's results on their way to the host
   std::exception_ptr error;    // a stage threw (the batch skips the remaining stages)
+  size_t failed_stage = 0;
 };
 
 class StageWorkers {
  public:
   // `threaded`: one worker per stage; otherwise Submit runs every stage on the caller's thread (one stage
   // at a time, as accelerate runs a dispatched model). `intra_op_threads` > 0 sets LibTorch's intra-op
-  // thread count in each worker.
-  StageWorkers(Pipeline& pipeline, bool threaded, int intra_op_threads);
+  // thread count in each worker. `after_last` runs on the last stage's worker, on its stream, after the
+  // last stage (the sampler). `fault` arms the test seam (executor.h).
+  StageWorkers(Pipeline& pipeline, bool threaded, int intra_op_threads, std::function<void(MicroBatch&)> after_last,
+               std::optional<FaultInjection> fault);
   ~StageWorkers();
 
   void Submit(std::unique_ptr<MicroBatch> batch);
@@ -55,6 +65,9 @@ class StageWorkers {
   Pipeline& pipeline_;
   bool threaded_;
   int intra_op_threads_;
+  std::function<void(MicroBatch&)> after_last_;
+  std::optional<FaultInjection> fault_;
+  int64_t fault_calls_ = 0;  // micro-batches the armed stage has started (its worker only)
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<Lane> lanes_;

@@ -1,0 +1,202 @@
+#include "runtime/executor/executor.h"
+
+#include <ATen/ops/index_select.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <exception>
+#include <stdexcept>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "runtime/executor/pipeline.h"
+#include "runtime/executor/sampler.h"
+#include "runtime/executor/stage_workers.h"
+
+namespace strata::runtime {
+namespace {
+
+std::string Describe(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+// CUDA errors after which the context is unusable: every later call on it fails too (the CUDA
+// runtime's "sticky" errors). An out-of-memory error is not one of them: the next micro-batch may fit.
+bool IsStickyCudaError(const std::string& message) {
+  constexpr const char* kSticky[] = {
+      "an illegal memory access was encountered", "device-side assert triggered", "unspecified launch failure",
+      "an illegal instruction was encountered",    "misaligned address",           "hardware stack error",
+      "invalid program counter",                  "uncorrectable ECC error",      "the launch timed out",
+  };
+  return std::any_of(std::begin(kSticky), std::end(kSticky),
+                     [&](const char* s) { return message.find(s) != std::string::npos; });
+}
+
+}  // namespace
+
+absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text) {
+  FaultInjection fault;
+  bool has_stage = false;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
+    if (kv.first == "repeat" && kv.second.empty()) {
+      fault.repeat = true;
+    } else if (kv.first == "device_lost" && kv.second.empty()) {
+      fault.device_lost = true;
+    } else if (kv.first == "stage" || kv.first == "call") {
+      int64_t value = 0;
+      if (!absl::SimpleAtoi(kv.second, &value) || value < (kv.first == "call" ? 1 : 0)) {
+        return absl::InvalidArgumentError(absl::StrCat("fault injection: ", kv.first, "=\"", kv.second,
+                                                       "\" is not a ", kv.first == "call" ? "positive" : "non-negative",
+                                                       " integer"));
+      }
+      (kv.first == "stage" ? fault.stage : fault.call) = value;
+      has_stage = has_stage || kv.first == "stage";
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("fault injection: unknown field \"", std::string(part),
+                                                     "\" (expected stage=N, call=N, repeat, device_lost)"));
+    }
+  }
+  if (!has_stage) return absl::InvalidArgumentError("fault injection: stage=N is required");
+  return fault;
+}
+
+struct Executor::Impl {
+  Impl(LoadedModel& m) : model(m), pipeline(m.pipeline()) {}
+
+  // On the last stage's worker, after its units: sample the rows that sample, on its stream.
+  void Sample(MicroBatch& mb) {
+    if (mb.sampling_rows == 0) return;
+    const Stage& last = pipeline.stages().back();
+    std::optional<c10::StreamGuard> guard;
+    if (last.stream) guard.emplace(*last.stream);
+    at::Tensor logits = mb.activation.hidden;
+    if (mb.sample_index.defined()) {
+      logits = logits.index_select(0, mb.sample_index.to(logits.device(), /*non_blocking=*/true));
+    }
+    mb.samples = SampleAsync(logits, mb.sampling);
+  }
+
+  LoadedModel& model;
+  Pipeline& pipeline;
+  std::unique_ptr<StageWorkers> workers;
+};
+
+Executor::Executor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Executor::~Executor() { impl_->workers.reset(); }
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Start(LoadedModel& model, const ExecutorOptions& options) {
+  auto impl = std::make_unique<Impl>(model);
+  const size_t stages = impl->pipeline.stages().size();
+  if (options.fault && (options.fault->stage < 0 || static_cast<size_t>(options.fault->stage) >= stages)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fault injection: stage ", options.fault->stage, " does not exist (the plan has ", stages, ")"));
+  }
+  Impl* raw = impl.get();
+  impl->workers = std::make_unique<StageWorkers>(
+      impl->pipeline, options.stage_threads, options.intra_op_threads, [raw](MicroBatch& mb) { raw->Sample(mb); },
+      options.fault);
+  return std::unique_ptr<Executor>(new Executor(std::move(impl)));
+}
+
+void Executor::Submit(MicroBatchWork work) {
+  auto mb = std::make_unique<MicroBatch>();
+  mb->work = std::move(work);
+  try {
+    // Stage every input once, in (pinned) host memory: stages copy what they need, non_blocking.
+    Pipeline& pipeline = impl_->pipeline;
+    const std::vector<BatchRow>& rows = mb->work.rows;
+    const int64_t n = static_cast<int64_t>(rows.size());
+    const int64_t count = n > 0 ? static_cast<int64_t>(rows.front().tokens.size()) : 0;
+    ForwardBatch& b = mb->batch;
+    b.ids = pipeline.HostBuffer({n, count}, at::kLong);
+    b.starts = pipeline.HostBuffer({n}, at::kLong);
+    b.slots = pipeline.HostBuffer({n}, at::kLong);
+    b.last = pipeline.HostBuffer({n}, at::kLong);
+    int64_t* ids = b.ids.data_ptr<int64_t>();
+    std::vector<const BatchRow*> sampling;
+    std::vector<int64_t> sample_rows;
+    for (int64_t r = 0; r < n; ++r) {
+      const BatchRow& row = rows[r];
+      if (static_cast<int64_t>(row.tokens.size()) != count) {
+        throw std::invalid_argument(absl::StrCat("micro-batch row ", r, " feeds ", row.tokens.size(),
+                                                 " tokens, row 0 feeds ", count));
+      }
+      std::copy(row.tokens.begin(), row.tokens.end(), ids + r * count);
+      b.starts.data_ptr<int64_t>()[r] = row.start;
+      b.slots.data_ptr<int64_t>()[r] = row.slot;
+      b.last.data_ptr<int64_t>()[r] = count - 1;
+      b.key_length = std::max(b.key_length, row.start + count);
+      if (row.samples) {
+        sampling.push_back(&row);
+        sample_rows.push_back(r);
+      }
+    }
+    Pipeline::DescribeSlots(b);
+    mb->sampling_rows = static_cast<int64_t>(sampling.size());
+    if (!sampling.empty()) {
+      mb->sampling = StageSamplingInputs(sampling, pipeline.uses_cuda());
+      if (mb->sampling_rows != n) {
+        mb->sample_index = pipeline.HostBuffer({mb->sampling_rows}, at::kLong);
+        std::copy(sample_rows.begin(), sample_rows.end(), mb->sample_index.data_ptr<int64_t>());
+      }
+    }
+  } catch (...) {
+    mb->error = std::current_exception();
+    mb->failed_stage = 0;
+  }
+  impl_->workers->Submit(std::move(mb));
+}
+
+MicroBatchResult Executor::WaitCompleted() {
+  std::unique_ptr<MicroBatch> mb = impl_->workers->WaitCompleted();
+  MicroBatchResult result;
+  result.id = mb->work.id;
+  result.tokens.resize(mb->work.rows.size());
+  const std::vector<Stage>& stages = impl_->pipeline.stages();
+  if (!mb->error && mb->sampling_rows > 0) {
+    try {
+      // Waits on this micro-batch's copy event only.
+      std::vector<SampledToken> tokens = FinishSamples(mb->samples, mb->sampling);
+      size_t k = 0;
+      for (size_t r = 0; r < mb->work.rows.size(); ++r) {
+        if (mb->work.rows[r].samples) result.tokens[r] = std::move(tokens.at(k++));
+      }
+    } catch (...) {
+      mb->error = std::current_exception();
+      mb->failed_stage = stages.size() - 1;
+    }
+  }
+  if (mb->error) {
+    const Stage& stage = stages.at(mb->failed_stage);
+    const std::string message = Describe(mb->error);
+    result.failed_stage = std::to_string(mb->failed_stage);
+    result.failed_device = stage.label;
+    result.device_lost = IsStickyCudaError(message);
+    result.status = absl::InternalError(absl::StrCat("stage ", mb->failed_stage, " (plan device ", stage.label, " on ",
+                                                     stage.device.str(), ") failed: ", message));
+    result.tokens.assign(mb->work.rows.size(), std::nullopt);
+  }
+  return result;
+}
+
+std::vector<StageBusy> Executor::Busy() const {
+  const std::vector<double> busy = impl_->workers->BusySeconds();
+  const std::vector<Stage>& stages = impl_->pipeline.stages();
+  std::vector<StageBusy> out;
+  for (size_t s = 0; s < stages.size(); ++s) out.push_back({stages[s].label, stages[s].device.str(), busy[s]});
+  return out;
+}
+
+}  // namespace strata::runtime
