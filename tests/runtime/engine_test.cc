@@ -3,7 +3,6 @@
 
 #include "runtime/engine/engine.h"
 
-#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -13,115 +12,11 @@
 #include <map>
 #include <mutex>
 
-#include "nlohmann/json.hpp"
 #include "runtime/executor/loaded_model.h"
+#include "tests/runtime/engine_fixture.h"
 
 namespace strata::runtime {
 namespace {
-
-constexpr int64_t kVocab = 96, kHidden = 32, kInter = 64, kHeads = 4, kKvHeads = 2, kLayers = 3;
-
-// A Llama checkpoint (config.json + model.safetensors) with random weights scaled so that the top
-// logits are well apart.
-std::filesystem::path WriteTinyLlama() {
-  static const std::filesystem::path dir = [] {
-    std::filesystem::path d = std::filesystem::temp_directory_path() / ("strata_engine_test_" + std::to_string(getpid()));
-    std::filesystem::create_directories(d);
-    nlohmann::json config = {
-        {"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"hidden_size", kHidden},
-        {"intermediate_size", kInter}, {"num_hidden_layers", kLayers}, {"num_attention_heads", kHeads},
-        {"num_key_value_heads", kKvHeads}, {"vocab_size", kVocab}, {"max_position_embeddings", 256},
-        {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0}, {"tie_word_embeddings", false}, {"hidden_act", "silu"},
-        {"torch_dtype", "float32"}};
-    std::ofstream(d / "config.json") << config.dump();
-    const int64_t head_dim = kHidden / kHeads;
-    std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {{"model.embed_tokens.weight", {kVocab, kHidden}}};
-    for (int64_t l = 0; l < kLayers; ++l) {
-      const std::string p = "model.layers." + std::to_string(l) + ".";
-      shapes.push_back({p + "input_layernorm.weight", {kHidden}});
-      shapes.push_back({p + "self_attn.q_proj.weight", {kHeads * head_dim, kHidden}});
-      shapes.push_back({p + "self_attn.k_proj.weight", {kKvHeads * head_dim, kHidden}});
-      shapes.push_back({p + "self_attn.v_proj.weight", {kKvHeads * head_dim, kHidden}});
-      shapes.push_back({p + "self_attn.o_proj.weight", {kHidden, kHeads * head_dim}});
-      shapes.push_back({p + "post_attention_layernorm.weight", {kHidden}});
-      shapes.push_back({p + "mlp.gate_proj.weight", {kInter, kHidden}});
-      shapes.push_back({p + "mlp.up_proj.weight", {kInter, kHidden}});
-      shapes.push_back({p + "mlp.down_proj.weight", {kHidden, kInter}});
-    }
-    shapes.push_back({"model.norm.weight", {kHidden}});
-    shapes.push_back({"lm_head.weight", {kVocab, kHidden}});
-    at::manual_seed(0);
-    nlohmann::json header = nlohmann::json::object();
-    std::string data;
-    for (const auto& [name, shape] : shapes) {
-      at::Tensor t = shape.size() == 1 ? at::ones(shape) : at::randn(shape) * 0.3;
-      const size_t begin = data.size();
-      data.append(static_cast<const char*>(t.contiguous().data_ptr()), t.nbytes());
-      header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {begin, data.size()}}};
-    }
-    std::string text = header.dump();
-    while (text.size() % 8 != 0) text += ' ';
-    std::ofstream out(d / "model.safetensors", std::ios::binary);
-    uint64_t length = text.size();
-    out.write(reinterpret_cast<const char*>(&length), 8);
-    out << text << data;
-    return d;
-  }();
-  return dir;
-}
-
-std::unique_ptr<LoadedModel> Load(int64_t max_batch) {
-  LoadOptions o;
-  o.model_dir = WriteTinyLlama();
-  // Two logical GPUs on the CPU: a two-stage plan.
-  o.device_map = R"({"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 1, "model.layers.2": 1,
-                     "model.norm": 1, "lm_head": 1})";
-  o.physical_devices = "0=cpu,1=cpu";
-  o.max_memory = "0=1GiB,1=1GiB,cpu=1GiB";
-  o.max_batch = max_batch;
-  o.max_context = 64;
-  auto model = LoadedModel::Load(o);
-  EXPECT_TRUE(model.ok()) << model.status();
-  return model.ok() ? *std::move(model) : nullptr;
-}
-
-// Collects every request's chunks; Wait() returns once all have finished.
-struct Collector {
-  std::mutex mutex;
-  std::condition_variable done;
-  std::map<int, std::vector<GenerationChunk>> chunks;
-  int finished = 0;
-
-  ChunkCallback For(int index) {
-    return [this, index](GenerationChunk chunk) {
-      std::lock_guard lock(mutex);
-      if (chunk.finish) ++finished;
-      chunks[index].push_back(std::move(chunk));
-      done.notify_all();
-    };
-  }
-  void Wait(int count) {
-    std::unique_lock lock(mutex);
-    ASSERT_TRUE(done.wait_for(lock, std::chrono::seconds(60), [&] { return finished >= count; }));
-  }
-  std::vector<int32_t> Ids(int index) {
-    std::vector<int32_t> ids;
-    for (const auto& c : chunks[index]) {
-      for (const auto& t : c.tokens) ids.push_back(t.id);
-    }
-    return ids;
-  }
-  FinishReason Reason(int index) { return *chunks[index].back().finish; }
-};
-
-// The engine publishes its counts after it processed a micro-batch, which is after the callbacks of
-// that micro-batch ran: wait (bounded) for every slot to be free again.
-EngineStats StatsWhenIdle(Engine& engine, int64_t slots) {
-  for (int tries = 0; tries < 500 && engine.Stats().free_slots != slots; ++tries) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return engine.Stats();
-}
 
 std::vector<std::vector<int32_t>> Prompts() {
   return {{1, 5, 9}, {4}, {7, 7, 2, 3, 11, 40, 41}, {90, 3}, {12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22}};

@@ -1,0 +1,63 @@
+"""Failures are failures: a stage that throws (the server's --inject-fault test seam) ends its requests
+with gRPC INTERNAL naming the stage, its device and the error, counts them in
+strata_requests_total{code="INTERNAL"} and strata_engine_errors_total{stage,device}, and the server keeps
+serving; a sticky device error (device_lost) turns health NOT_SERVING and the process exits 1 after
+answering what was in flight, so a supervisor restarts it."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+
+import generate_helpers as GH
+
+
+def test_failed_forward_is_internal_and_counted_and_the_server_serves_on(server_factory, text_model, stubs):
+    directory, _ = text_model
+    # Stage 1 (logical GPU 1) throws on its 3rd micro-batch: the prefill and one decode step succeed.
+    server = server_factory(["--model", str(directory), *GH.TWO_STAGE_FLAGS, "--micro-batches", "1",
+                             "--inject-fault", "stage=1,call=3"])
+    stub = stubs.strata_grpc.InferenceServiceStub(server.channel)
+    received = []
+    try:
+        for response in stub.Generate(stubs.strata.GenerateRequest(prompt_ids=[5, 6, 7], max_new_tokens=8),
+                                      timeout=60):
+            received += list(response.token_ids)
+        raise AssertionError("the failed generation ended normally")
+    except grpc.RpcError as e:
+        assert e.code() == grpc.StatusCode.INTERNAL, (e.code(), e.details())
+        assert "stage 1 (plan device 1 on cpu) failed" in e.details(), e.details()
+        assert "injected fault" in e.details(), e.details()
+    assert len(received) == 2  # the tokens before the failure reached the client
+
+    assert GH.metric(server.metrics_url, 'strata_requests_total{code="INTERNAL"}') == 1
+    # Engine counters are sampled a few times a second: wait (bounded) for the sample.
+    errors = 'strata_engine_errors_total{device="1",stage="1"}'
+    deadline = time.monotonic() + 10
+    while GH.metric(server.metrics_url, errors, default=0) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert GH.metric(server.metrics_url, errors) == 1
+
+    # Not sticky: health stays SERVING and the next request is served in full.
+    health = stubs.health_grpc.HealthStub(server.channel)
+    reply = health.Check(stubs.health.HealthCheckRequest(service="strata.v1.InferenceService"), timeout=10)
+    assert reply.status == stubs.health.HealthCheckResponse.SERVING
+    out = GH.generate(stubs, server.channel, prompt_ids=[9, 10], max_new_tokens=5)
+    assert out["finish"] == "LENGTH" and len(out["ids"]) == 5
+    assert server.stop() == 0
+
+
+def test_sticky_device_error_sets_not_serving_and_exits_nonzero(server_factory, text_model, stubs):
+    directory, _ = text_model
+    server = server_factory(["--model", str(directory), *GH.TWO_STAGE_FLAGS,
+                             "--inject-fault", "stage=0,call=2,device_lost"])
+    code, details = GH.status_of(lambda: GH.generate(stubs, server.channel, prompt_ids=[5, 6], max_new_tokens=8))
+    assert code == grpc.StatusCode.INTERNAL, (code, details)
+    assert "illegal memory access" in details and "stage 0 (plan device 0 on cpu)" in details, details
+    # The process answers what was in flight, then exits 1 by itself (bounded wait).
+    deadline = time.monotonic() + 30
+    while server.process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert server.process.returncode == 1, server.output()
+    assert "a device is unusable" in server.output()
