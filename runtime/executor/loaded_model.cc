@@ -120,6 +120,8 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
     impl->pipeline = *std::move(pipeline);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("loading ", options.model_dir.string(), ": ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("loading ", options.model_dir.string(), ": ", e.what()));
   }
   const WeightLoadStats& stats = impl->pipeline->load_stats();
   report.zero_copy_tensors = stats.zero_copy;
