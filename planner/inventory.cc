@@ -28,9 +28,9 @@ absl::StatusOr<MachineInventory> ParseInventory(absl::string_view spec) {
     switch (e.device.kind) {
       case Device::Kind::kGpu:
         if (e.device.index != static_cast<int>(inventory.gpus.size())) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "inventory: GPU ", inventory.gpus.size(), " is missing before entry \"", e.device.ToString(),
-              "\" (visible GPUs are numbered 0..n-1, as CUDA_VISIBLE_DEVICES renumbers them)"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("inventory: GPU ", inventory.gpus.size(), " is missing before entry \"", e.device.ToString(),
+                           "\" (visible GPUs are numbered 0..n-1, as CUDA_VISIBLE_DEVICES renumbers them)"));
         }
         inventory.gpus.push_back({e.bytes, e.bytes, false});
         break;
@@ -58,8 +58,7 @@ std::string InventoryToString(const MachineInventory& inventory) {
                                  FormatBytes(static_cast<double>(gpu.total_bytes)),
                                  gpu.integrated ? " (integrated)" : ""));
   }
-  parts.push_back(
-      absl::StrCat("cpu=", FormatBytes(static_cast<double>(inventory.host_available_bytes)), " available"));
+  parts.push_back(absl::StrCat("cpu=", FormatBytes(static_cast<double>(inventory.host_available_bytes)), " available"));
   return absl::StrJoin(parts, ", ");
 }
 
