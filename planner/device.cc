@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <fstream>
 #include <set>
 #include <string>
 
@@ -91,43 +90,39 @@ absl::StatusOr<int64_t> ParseMemorySize(absl::string_view text) {
   return bytes;
 }
 
-absl::StatusOr<MaxMemory> ParseMaxMemory(absl::string_view spec) {
-  MaxMemory result;
+absl::StatusOr<std::vector<DeviceSize>> ParseDeviceSizes(absl::string_view spec, absl::string_view what) {
+  std::vector<DeviceSize> result;
   std::set<Device> seen;
   for (absl::string_view entry : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
     std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(entry, absl::MaxSplits('=', 1));
     if (!absl::StrContains(entry, '=')) {
       return absl::InvalidArgumentError(
-          absl::StrCat("max_memory: entry \"", entry, "\" is not DEVICE=SIZE (e.g. 0=20GiB, cpu=64GiB)"));
+          absl::StrCat(what, ": entry \"", entry, "\" is not DEVICE=SIZE (e.g. 0=20GiB, cpu=64GiB)"));
     }
     absl::StatusOr<Device> device = ParseDevice(kv.first);
-    if (!device.ok()) return absl::InvalidArgumentError(absl::StrCat("max_memory: ", device.status().message()));
+    if (!device.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", device.status().message()));
     absl::StatusOr<int64_t> bytes = ParseMemorySize(absl::StripAsciiWhitespace(kv.second));
     if (!bytes.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("max_memory: ", bytes.status().message(), " for device ", device->ToString()));
+          absl::StrCat(what, ": ", bytes.status().message(), " for device ", device->ToString()));
     }
     if (!seen.insert(*device).second) {
-      return absl::InvalidArgumentError(absl::StrCat("max_memory: device ", device->ToString(), " is given twice"));
+      return absl::InvalidArgumentError(absl::StrCat(what, ": device ", device->ToString(), " is given twice"));
     }
-    result.push_back({*device, static_cast<double>(*bytes)});
+    result.push_back({*device, *bytes});
   }
-  if (result.empty()) return absl::InvalidArgumentError("max_memory: no devices given (e.g. 0=20GiB,cpu=64GiB)");
+  if (result.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": no devices given (e.g. 0=20GiB,cpu=64GiB)"));
   std::stable_sort(result.begin(), result.end(),
-                   [](const DeviceBudget& a, const DeviceBudget& b) { return a.device < b.device; });
+                   [](const DeviceSize& a, const DeviceSize& b) { return a.device < b.device; });
   return result;
 }
 
-MaxMemory DefaultHostMaxMemory() {
-  // psutil.virtual_memory().available is MemAvailable on Linux.
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") break;
-  }
-  return {{Device::Cpu(), static_cast<double>(kib) * 1024.0 * 0.90}};
+absl::StatusOr<MaxMemory> ParseMaxMemory(absl::string_view spec) {
+  absl::StatusOr<std::vector<DeviceSize>> entries = ParseDeviceSizes(spec, "max_memory");
+  if (!entries.ok()) return entries.status();
+  MaxMemory result;
+  for (const DeviceSize& e : *entries) result.push_back({e.device, static_cast<double>(e.bytes)});
+  return result;
 }
 
 std::string FormatBytes(double bytes) {

@@ -49,13 +49,19 @@ using MaxMemory = std::vector<DeviceBudget>;
 // TiB and TB are accepted too (accelerate has no terabyte units).
 absl::StatusOr<int64_t> ParseMemorySize(absl::string_view text);
 
-// "0=20GiB,1=20GiB,cpu=64GiB,disk=1TB" -> MaxMemory (sorted as accelerate sorts it). Errors name the
-// entry: a missing "=", an unknown device, an unparsable size, a device given twice.
-absl::StatusOr<MaxMemory> ParseMaxMemory(absl::string_view spec);
+// One "DEVICE=SIZE" entry of a list such as max_memory or an inventory.
+struct DeviceSize {
+  Device device;
+  int64_t bytes = 0;
+};
 
-// What transformers uses when no max_memory is given on a machine without GPUs: 90% of the
-// available host memory (MemAvailable) for "cpu".
-MaxMemory DefaultHostMaxMemory();
+// "0=20GiB,1=20GiB,cpu=64GiB,disk=1TB" -> entries sorted as accelerate sorts max_memory (GPUs by
+// index, then cpu, then disk). Errors start with `what` ("max_memory", "inventory") and name the
+// entry: a missing "=", an unknown device, an unparsable size, a device given twice, no entry at all.
+absl::StatusOr<std::vector<DeviceSize>> ParseDeviceSizes(absl::string_view spec, absl::string_view what);
+
+// ParseDeviceSizes(spec, "max_memory") as accelerate's `max_memory`.
+absl::StatusOr<MaxMemory> ParseMaxMemory(absl::string_view spec);
 
 // "20.00 GiB" style, for tables and messages.
 std::string FormatBytes(double bytes);

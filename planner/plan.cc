@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "planner/auto_device_map.h"
 #include "planner/manual_device_map.h"
 
@@ -89,6 +90,45 @@ std::map<Device, int64_t> KvCacheBytes(const ModelSpec& spec, const DeviceMap& m
   return kv;
 }
 
+// A plan whose budgets list GPUs but whose decoder layers all run from cpu or disk is valid, and almost
+// never what the person wanted: say which budgets and which KV reserve left the GPUs without a layer.
+std::optional<std::string> NoLayerOnAGpuWarning(const ModelSpec& spec, const DeviceMap& map,
+                                                const MaxMemory& max_memory, const std::map<Device, int64_t>& kv_reserve,
+                                                int64_t kv_cache_tokens) {
+  std::vector<std::string> gpus;
+  for (const DeviceBudget& b : max_memory) {
+    if (!b.device.is_gpu()) continue;
+    std::string text = absl::StrCat("GPU ", b.device.ToString(), " budget ", FormatBytes(b.bytes));
+    if (kv_cache_tokens > 0) {
+      auto kv = kv_reserve.find(b.device);
+      absl::StrAppend(&text, " (KV reserve ", FormatBytes(kv == kv_reserve.end() ? 0 : kv->second), ")");
+    }
+    gpus.push_back(std::move(text));
+  }
+  const std::vector<std::string> layers = DecoderLayers(spec);
+  if (gpus.empty() || layers.empty()) return std::nullopt;
+  DeviceResolver resolver(map);
+  std::map<Device, int> where;
+  for (const std::string& layer : layers) {
+    auto entry = resolver.Find(layer);
+    if (!entry) continue;
+    if (entry->second.is_gpu()) return std::nullopt;
+    ++where[entry->second];
+  }
+  std::vector<std::string> counts;
+  for (const auto& [device, n] : where) counts.push_back(absl::StrCat(n, " on ", device.ToString()));
+  std::string warning = absl::StrCat("no decoder layer is on a GPU (", absl::StrJoin(counts, ", "),
+                                     "): ", absl::StrJoin(gpus, ", "));
+  if (kv_cache_tokens > 0) {
+    absl::StrAppend(&warning, "; the KV reserve is for ", kv_cache_tokens,
+                    " tokens: give the GPUs more memory or reserve fewer KV tokens");
+  } else {
+    absl::StrAppend(&warning, "; the GPU budgets are too small for a decoder layer (with the room kept for "
+                              "offloaded layers): give the GPUs more memory");
+  }
+  return warning;
+}
+
 std::vector<Stage> Stages(const ModelSpec& spec, const DeviceMap& map) {
   DeviceMap sorted = map;
   internal::SortByDefinition(spec, sorted);
@@ -127,10 +167,22 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request)
     return absl::InvalidArgumentError(
         "kv_cache_tokens: the model description has no num_key_value_heads/head_dim to size a KV cache with");
   }
-  const MaxMemory max_memory = request.max_memory ? *request.max_memory : DefaultHostMaxMemory();
-  const ModuleSizes sizes(spec);
   Plan plan;
   plan.strategy = request.device_map.strategy;
+  MaxMemory max_memory;
+  if (request.max_memory) {
+    max_memory = *request.max_memory;
+  } else {
+    if (request.inventory) {
+      plan.inventory = request.inventory;
+    } else {
+      absl::StatusOr<MachineInventory> discovered = DiscoverInventory();
+      if (!discovered.ok()) return discovered.status();
+      plan.inventory = *std::move(discovered);
+    }
+    max_memory = DefaultMaxMemory(*plan.inventory, plan.strategy);
+  }
+  const ModuleSizes sizes(spec);
 
   MaxMemory placed_with;  // the budgets the placement ran with
   std::map<Device, int64_t> kv_reserve;
@@ -183,6 +235,10 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request)
         plan.explanation.push_back(absl::StrCat("kv cache: ", FormatBytes(bytes), " reserved on GPU ",
                                                 device.ToString(), " for ", request.kv_cache_tokens, " tokens"));
       }
+    }
+    if (std::optional<std::string> warning =
+            NoLayerOnAGpuWarning(spec, plan.device_map, max_memory, kv_reserve, request.kv_cache_tokens)) {
+      plan.warnings.push_back(*std::move(warning));
     }
   }
 

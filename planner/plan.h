@@ -4,13 +4,14 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "nlohmann/json_fwd.hpp"
 #include "planner/device.h"
+#include "planner/inventory.h"
 #include "planner/model_spec.h"
 
 namespace strata::planner {
@@ -36,7 +37,13 @@ absl::StatusOr<DeviceMapChoice> ParseDeviceMapChoice(absl::string_view text);
 
 struct PlanRequest {
   DeviceMapChoice device_map;
-  std::optional<MaxMemory> max_memory;  // absent: DefaultHostMaxMemory()
+  // The budgets, as transformers' max_memory. Absent: DefaultMaxMemory(inventory, strategy), what
+  // transformers computes from the machine when it is given no max_memory.
+  std::optional<MaxMemory> max_memory;
+  // The machine, discovered once by the caller (DiscoverInventory) or given by hand. Read only when
+  // max_memory is absent; when both are absent MakePlan discovers the machine itself (callers that
+  // plan more than once should discover once and pass it here).
+  std::optional<MachineInventory> inventory;
   // Beyond transformers: reserve on each GPU the KV cache its decoder layers need for this many
   // tokens (in the spec's dtype), iterating placement and reserve to a fixed point.
   int64_t kv_cache_tokens = 0;
@@ -64,6 +71,11 @@ struct Plan {
   std::vector<Stage> stages;
   // With PlanRequest::explain: one line per placement decision, why each module went where it went.
   std::vector<std::string> explanation;
+  // The machine the budgets came from (absent when the request gave max_memory).
+  std::optional<MachineInventory> inventory;
+  // Things a person should know about a valid plan, e.g. budgets listing GPUs on which no decoder
+  // layer ended up (too small, or taken by the KV reserve).
+  std::vector<std::string> warnings;
 };
 
 // Places the model. Strategies reproduce transformers' from_pretrained(device_map=...) exactly;
@@ -71,7 +83,8 @@ struct Plan {
 // InvalidArgument naming the module or device.
 absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request);
 
-// {"device_map": {...}, "devices": [...], "stages": [...]} (see planner/README.md), keys in plan order.
+// {"strategy", "device_map": {...}, "devices": [...], "stages": [...], "inventory" (when the plan has one),
+// "warnings": [...]} (see planner/README.md), map keys in plan order.
 nlohmann::ordered_json PlanToJson(const Plan& plan);
 // A table a person reads at a glance: per device, layers, planned GiB, budget GiB, % used.
 std::string PlanToTable(const ModelSpec& spec, const Plan& plan);

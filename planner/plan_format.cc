@@ -102,6 +102,18 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   for (const Stage& s : plan.stages) stages.push_back({{"device", s.device.ToString()}, {"modules", s.modules}});
   json["stages"] = std::move(stages);
+  if (plan.inventory) {
+    nlohmann::ordered_json gpus = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < plan.inventory->gpus.size(); ++i) {
+      const GpuMemory& gpu = plan.inventory->gpus[i];
+      gpus.push_back({{"device", std::to_string(i)},
+                      {"free_bytes", gpu.free_bytes},
+                      {"total_bytes", gpu.total_bytes},
+                      {"integrated", gpu.integrated}});
+    }
+    json["inventory"] = {{"gpus", std::move(gpus)}, {"cpu_available_bytes", plan.inventory->host_available_bytes}};
+  }
+  json["warnings"] = plan.warnings;
   return json;
 }
 

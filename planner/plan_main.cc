@@ -29,7 +29,13 @@ from_pretrained(device_map=..., max_memory=...) would, and beyond it.
   --device-map S         auto | balanced | balanced_low_0 (default) | sequential |
                          a JSON map ('{"": 0}', '{"model": 0, "lm_head": "cpu"}') | @FILE
   --max-memory SPEC      0=20GiB,1=20GiB,cpu=64GiB,disk=1TB (accelerate's sizes);
-                         default: cpu = 90% of available host memory
+                         default: what transformers takes from the machine (each
+                         GPU's free memory, 90% of the available host memory;
+                         90% of the GPU when one GPU has memory, unless sequential)
+  --inventory SPEC       plan for this machine instead of the one found here:
+                         each GPU's free memory and the host's available memory,
+                         0=79GiB,1=79GiB,cpu=200GiB (GPUs 0..n-1, cpu required);
+                         ignored with --max-memory
   --dtype D              float32 | float16 | bfloat16 (default: the checkpoint's dtype)
   --kv-cache-tokens N    reserve on each GPU the KV cache of its decoder layers for N tokens
   --json                 machine-readable plan (device_map in hf_device_map form)
@@ -44,6 +50,7 @@ struct Flags {
   std::string module_tree;
   std::string device_map = "balanced_low_0";
   std::string max_memory;
+  std::string inventory;
   std::string dtype;
   std::string kv_cache_tokens;
   std::string bench;
@@ -62,8 +69,8 @@ std::string ParseFlags(int argc, char** argv, Flags& flags) {
   std::map<std::string, std::string*> with_value = {
       {"--model", &flags.model},           {"--module-tree", &flags.module_tree},
       {"--device-map", &flags.device_map}, {"--max-memory", &flags.max_memory},
-      {"--dtype", &flags.dtype},           {"--kv-cache-tokens", &flags.kv_cache_tokens},
-      {"--bench", &flags.bench}};
+      {"--inventory", &flags.inventory},   {"--dtype", &flags.dtype},
+      {"--kv-cache-tokens", &flags.kv_cache_tokens}, {"--bench", &flags.bench}};
   std::map<std::string, bool*> switches = {
       {"--json", &flags.json}, {"--explain", &flags.explain}, {"--print-module-tree", &flags.print_module_tree}};
   for (int i = 1; i < argc; ++i) {
@@ -127,6 +134,19 @@ int main(int argc, char** argv) {
     if (!max_memory.ok()) return BadInput(max_memory.status().message());
     request.max_memory = *std::move(max_memory);
   }
+  if (!flags.inventory.empty()) {
+    absl::StatusOr<MachineInventory> inventory = ParseInventory(flags.inventory);
+    if (!inventory.ok()) return BadInput(inventory.status().message());
+    request.inventory = *std::move(inventory);
+  } else if (!request.max_memory) {
+    // Discovered once, here, rather than by MakePlan on every --bench run.
+    absl::StatusOr<MachineInventory> inventory = DiscoverInventory();
+    if (!inventory.ok()) {
+      std::cerr << "strata-plan: cannot find this machine's memory: " << inventory.status().message() << "\n";
+      return 1;
+    }
+    request.inventory = *std::move(inventory);
+  }
   if (!flags.kv_cache_tokens.empty() && !absl::SimpleAtoi(flags.kv_cache_tokens, &request.kv_cache_tokens)) {
     return BadInput(absl::StrCat("--kv-cache-tokens: not an integer: \"", flags.kv_cache_tokens, "\""));
   }
@@ -152,12 +172,14 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<Plan> plan = MakePlan(*spec, request);
   if (!plan.ok()) return BadInput(plan.status().message());
+  for (const std::string& warning : plan->warnings) std::cerr << "strata-plan: warning: " << warning << "\n";
   if (flags.json) {
     nlohmann::ordered_json json = PlanToJson(*plan);
     if (flags.explain) json["explanation"] = plan->explanation;
     std::cout << json.dump(1) << "\n";
     return 0;
   }
+  if (plan->inventory) std::cout << "machine: " << InventoryToString(*plan->inventory) << "\n";
   std::cout << PlanToTable(*spec, *plan);
   if (flags.explain) {
     std::cout << "\nwhy:\n";

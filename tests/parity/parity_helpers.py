@@ -187,6 +187,74 @@ def stub_accelerators(n_gpus: int):
         yield
 
 
+@contextlib.contextmanager
+def stub_machine(gpus_free: list[int], host_available: int):
+    """A machine whose CUDA devices have `gpus_free` bytes free (and as many in total) and whose host
+    has `host_available` bytes available, as the installed transformers/accelerate see it when
+    from_pretrained gets no max_memory: accelerate's get_max_memory(None) probes each device with a
+    tiny tensor (made harmless here), reads torch.cuda.mem_get_info(i)[0] and
+    get_device_properties(i).is_integrated, and psutil.virtual_memory().available; transformers'
+    wrapper adds torch.cuda.memory_reserved(i) - memory_allocated(i) (zero: a fresh process). Every
+    other accelerator (npu, mlu, sdaa, musa, xpu, hpu, mps) is absent, as on a CUDA host."""
+    import types
+
+    import accelerate.utils.modeling as accelerate_modeling
+    import psutil
+    import torch
+    import transformers.integrations.accelerate as hf_accelerate
+
+    n = len(gpus_free)
+    real_tensor = torch.tensor
+
+    def tensor(*args, device=None, **kwargs):  # the probe torch.tensor([0], device=i)
+        if isinstance(device, int):
+            assert 0 <= device < n, device
+            return real_tensor(*args, **kwargs)
+        return real_tensor(*args, device=device, **kwargs)
+
+    def mem_get_info(i):
+        return gpus_free[i], gpus_free[i]
+
+    real_vm = psutil.virtual_memory()
+    with contextlib.ExitStack() as stack:
+        patch = lambda target, name, value: stack.enter_context(mock.patch.object(target, name, value))
+        for name in ["is_npu_available", "is_mlu_available", "is_sdaa_available", "is_musa_available",
+                     "is_xpu_available", "is_hpu_available", "is_mps_available"]:
+            patch(accelerate_modeling, name, lambda *a, **k: False)
+        patch(hf_accelerate, "is_torch_xpu_available", lambda *a, **k: False)
+        patch(torch, "tensor", tensor)
+        patch(torch.cuda, "is_available", lambda: True)
+        patch(torch.cuda, "device_count", lambda: n)
+        patch(torch.cuda, "mem_get_info", mem_get_info)
+        patch(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(is_integrated=False))
+        patch(torch.cuda, "memory_reserved", lambda i=None: 0)
+        patch(torch.cuda, "memory_allocated", lambda i=None: 0)
+        patch(psutil, "virtual_memory", lambda: real_vm._replace(available=host_available))
+        yield
+
+
+def reference_default_placement(model, strategy: str, gpus_free: list[int], host_available: int):
+    """transformers' from_pretrained placement with NO max_memory on the stubbed machine:
+    (device map in hf_device_map JSON form, the max_memory infer_auto_device_map was given)."""
+    import transformers.integrations.accelerate as hf_accelerate
+
+    seen = {}
+    real_infer = hf_accelerate.infer_auto_device_map
+
+    def infer(model, max_memory=None, **kwargs):
+        seen["max_memory"] = dict(max_memory)
+        return real_infer(model, max_memory=max_memory, **kwargs)
+
+    with stub_machine(gpus_free, host_available), mock.patch.object(hf_accelerate, "infer_auto_device_map", infer):
+        dm = hf_accelerate._get_device_map(model, strategy, None, None)
+    return {k: normalise_device(v) for k, v in dm.items()}, seen["max_memory"]
+
+
+def inventory_arg(gpus_free: list[int], host_available: int) -> str:
+    """[100, 200], 300 -> "0=100,1=200,cpu=300" (strata-plan --inventory)."""
+    return ",".join([f"{i}={int(b)}" for i, b in enumerate(gpus_free)] + [f"cpu={int(host_available)}"])
+
+
 @functools.lru_cache(maxsize=None)
 def meta_model(name: str, dtype: str):
     """The model as from_pretrained builds it before placing it: on the meta device, in `dtype`."""
