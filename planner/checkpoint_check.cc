@@ -171,6 +171,7 @@ absl::StatusOr<ModelSpec> LoadModelSpec(const std::filesystem::path& checkpoint_
   }
   absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(*config, *dtype);
   if (!spec.ok()) return in_config_file(spec.status());
+  spec->config = std::make_shared<const json>(*std::move(config));
 
   absl::StatusOr<std::optional<CheckpointFiles>> files = FindCheckpointFiles(checkpoint_dir);
   if (!files.ok()) return files.status();

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -58,6 +59,9 @@ struct ModelSpec {
   int64_t num_hidden_layers = 0;
   int64_t num_key_value_heads = 0;
   int64_t head_dim = 0;
+  // The parsed config.json the spec came from (LoadModelSpec; null for module trees): the runtime reads
+  // what the forward pass needs from it instead of reading the file again.
+  std::shared_ptr<const nlohmann::json> config;
 };
 
 // Builds the tree transformers builds for LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM

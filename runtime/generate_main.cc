@@ -181,18 +181,38 @@ int main(int argc, char** argv) {
   request.max_new_tokens = new_tokens.value_or(16);
   request.top_logprobs = top.value_or(0);
 
-  LoadOptions options;
-  options.model_dir = flags.values["--model"];
-  if (flags.values.contains("--device-map")) options.device_map = flags.values["--device-map"];
-  options.max_memory = flags.values["--max-memory"];
-  options.physical_devices = flags.values["--physical-devices"];
-  options.dtype = flags.values["--dtype"];
+  ServingRequest serving;
+  serving.model_dir = flags.values["--model"];
+  if (flags.values.contains("--device-map")) {
+    absl::StatusOr<strata::planner::DeviceMapChoice> choice = strata::planner::ParseDeviceMapChoice(flags.values["--device-map"]);
+    if (!choice.ok()) return Fail(2, absl::StrCat("--device-map: ", choice.status().message()));
+    serving.device_map = *std::move(choice);
+  }
+  if (!flags.values["--max-memory"].empty()) {
+    absl::StatusOr<strata::planner::MaxMemory> max_memory = strata::planner::ParseMaxMemory(flags.values["--max-memory"]);
+    if (!max_memory.ok()) return Fail(2, absl::StrCat("--max-memory: ", max_memory.status().message()));
+    serving.max_memory = *std::move(max_memory);
+  }
+  if (!flags.values["--physical-devices"].empty()) {
+    absl::StatusOr<PhysicalDeviceMap> physical = ParsePhysicalDevices(flags.values["--physical-devices"]);
+    if (!physical.ok()) return Fail(2, absl::StrCat("--physical-devices: ", physical.status().message()));
+    serving.physical = *std::move(physical);
+  }
+  if (!flags.values["--dtype"].empty()) {
+    absl::StatusOr<strata::planner::DType> dtype = strata::planner::ParseDType(flags.values["--dtype"]);
+    if (!dtype.ok()) return Fail(2, absl::StrCat("--dtype: ", dtype.status().message()));
+    serving.dtype = *dtype;
+  }
   size_t longest = 0;
   for (const auto& prompt : request.prompts) longest = std::max(longest, prompt.size());
-  options.max_batch = max_batch.value_or(static_cast<int64_t>(request.prompts.size()));
-  options.max_context = max_context.value_or(static_cast<int64_t>(longest) + request.max_new_tokens);
+  serving.max_batch = max_batch.value_or(static_cast<int64_t>(request.prompts.size()));
+  serving.max_context = max_context.value_or(static_cast<int64_t>(longest) + request.max_new_tokens);
+  absl::StatusOr<LoadOptions> options = PlanServing(serving);
+  if (!options.ok()) {
+    return Fail(options.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1, options.status().message());
+  }
 
-  absl::StatusOr<std::unique_ptr<LoadedModel>> model = LoadedModel::Load(options);
+  absl::StatusOr<std::unique_ptr<LoadedModel>> model = LoadedModel::Load(*options);
   if (!model.ok()) {
     return Fail(model.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1, model.status().message());
   }

@@ -117,19 +117,16 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
     absl::StatusOr<planner::DeviceMapChoice> choice = planner::ParseDeviceMapChoice(*text);
     if (!choice.ok()) return ForFlag("device-map", choice.status());
     options.device_map = *std::move(choice);
-    options.device_map_text = *text;
   }
   if (const std::string* text = find("max-memory")) {
     absl::StatusOr<planner::MaxMemory> max_memory = planner::ParseMaxMemory(*text);
     if (!max_memory.ok()) return ForFlag("max-memory", max_memory.status());
     options.max_memory = *std::move(max_memory);
-    options.max_memory_text = *text;
   }
   if (const std::string* text = find("dtype")) {
     absl::StatusOr<planner::DType> dtype = planner::ParseDType(*text);
     if (!dtype.ok()) return ForFlag("dtype", dtype.status());
     options.dtype = *dtype;
-    options.dtype_text = *text;
   }
   if (const std::string* text = find("kv-cache-tokens")) {
     if (!absl::SimpleAtoi(*text, &options.kv_cache_tokens) || options.kv_cache_tokens < 0) {
@@ -137,7 +134,11 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
           absl::StrCat("--kv-cache-tokens: \"", *text, "\" is not a non-negative integer"));
     }
   }
-  if (const std::string* text = find("physical-devices")) options.physical_devices = *text;
+  if (const std::string* text = find("physical-devices")) {
+    absl::StatusOr<runtime::PhysicalDeviceMap> physical = runtime::ParsePhysicalDevices(*text);
+    if (!physical.ok()) return ForFlag("physical-devices", physical.status());
+    options.physical_devices = *std::move(physical);
+  }
   // Integer flags: name, destination, smallest allowed value.
   for (auto [flag, value, least] : {std::tuple{"max-batch", &options.max_batch, int64_t{1}},
                                     std::tuple{"max-context", &options.max_context, int64_t{1}},

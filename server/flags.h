@@ -14,6 +14,7 @@
 #include "planner/model_spec.h"
 #include "planner/plan.h"
 #include "runtime/executor/executor.h"
+#include "runtime/executor/physical_devices.h"
 
 namespace strata::server {
 
@@ -34,10 +35,7 @@ struct ServerOptions {
   // tree JSON file.
   std::optional<std::filesystem::path> model_dir;
   std::optional<std::filesystem::path> module_tree;
-  planner::DeviceMapChoice device_map;             // default: balanced_low_0, as transformers' examples use
-  std::string device_map_text = "balanced_low_0";  // the flag as given: the runtime plans from it again
-  std::string max_memory_text;
-  std::string dtype_text;
+  planner::DeviceMapChoice device_map;  // default: balanced_low_0, as transformers' examples use
   std::optional<planner::MaxMemory> max_memory;  // absent: the planner's default (host memory)
   std::optional<planner::DType> dtype;           // absent: what the checkpoint declares
   int64_t kv_cache_tokens = 0;
@@ -45,7 +43,7 @@ struct ServerOptions {
   ListenAddress metrics_listen{"0.0.0.0", 9464};
 
   // Serving (when --model DIR holds safetensors weights; see ServerUsage).
-  std::string physical_devices;  // "0=cpu,1=cpu"; checked by the runtime at load
+  runtime::PhysicalDeviceMap physical_devices;  // --physical-devices 0=cpu,1=cpu; empty: GPU i is cuda:i
   int64_t max_batch = 16;        // KV slots: sequences generating at once
   int64_t max_context = 2048;    // positions per slot: prompt + new tokens
   int64_t max_queue = 256;       // requests waiting for a slot before RESOURCE_EXHAUSTED

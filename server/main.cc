@@ -41,8 +41,17 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
 
   const strata::server::ServerOptions& options = command->options;
   const bool serve_weights = options.model_dir && strata::server::HasWeights(*options.model_dir);
+  // One plan per process, made before anything starts: a bad plan exits 2 at once.
   std::optional<strata::server::ServedPlan> plan;
-  if (!serve_weights) {
+  std::optional<strata::runtime::LoadOptions> load;
+  if (serve_weights) {
+    absl::StatusOr<strata::runtime::LoadOptions> planned = strata::server::PlanServedModel(options);
+    if (!planned.ok()) {
+      std::cerr << "strata-server: " << planned.status().message() << "\n";
+      return planned.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
+    }
+    load = *std::move(planned);
+  } else {
     absl::StatusOr<strata::server::ServedPlan> served = strata::server::MakeServedPlan(options);
     if (!served.ok()) {
       std::cerr << "strata-server: " << served.status().message() << "\n";
@@ -75,7 +84,7 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
       kill(getpid(), kDeviceLostSignal);
     };
     absl::StatusOr<std::unique_ptr<strata::server::ServedModel>> model =
-        strata::server::ServedModel::Load(options, on_device_lost);
+        strata::server::ServedModel::Load(options, *load, on_device_lost);
     if (!model.ok()) {
       std::cerr << "strata-server: " << model.status().message() << "\n";
       (*server)->Shutdown();

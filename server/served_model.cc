@@ -18,27 +18,37 @@ bool HasWeights(const std::filesystem::path& dir) {
   return false;
 }
 
-absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptions& options,
-                                                               std::function<void(const absl::Status&)> on_device_lost) {
+absl::StatusOr<runtime::LoadOptions> PlanServedModel(const ServerOptions& options) {
   if (!options.model_dir) return absl::InvalidArgumentError("--model: a checkpoint directory is needed to serve");
   if (options.kv_cache_tokens != 0) {
     return absl::InvalidArgumentError(
         "--kv-cache-tokens: a served model reserves --max-batch x --max-context tokens of KV cache; "
         "set those instead");
   }
+  runtime::ServingRequest request;
+  request.model_dir = *options.model_dir;
+  request.device_map = options.device_map;
+  request.max_memory = options.max_memory;
+  request.physical = options.physical_devices;
+  request.dtype = options.dtype;
+  request.max_batch = options.max_batch;
+  request.max_context = options.max_context;
+  absl::StatusOr<runtime::LoadOptions> load = runtime::PlanServing(request);
+  if (!load.ok()) {
+    return absl::Status(load.status().code(),
+                        absl::StrCat("--model ", options.model_dir->string(), ": ", load.status().message()));
+  }
+  return load;
+}
+
+absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptions& options,
+                                                               const runtime::LoadOptions& load,
+                                                               std::function<void(const absl::Status&)> on_device_lost) {
   std::unique_ptr<ServedModel> served(new ServedModel());
-  runtime::LoadOptions load;
-  load.model_dir = *options.model_dir;
-  load.device_map = options.device_map_text;
-  load.max_memory = options.max_memory_text;
-  load.physical_devices = options.physical_devices;
-  load.dtype = options.dtype_text;
-  load.max_batch = options.max_batch;
-  load.max_context = options.max_context;
   absl::StatusOr<std::unique_ptr<runtime::LoadedModel>> model = runtime::LoadedModel::Load(load);
   if (!model.ok()) {
     return absl::Status(model.status().code(),
-                        absl::StrCat("--model ", options.model_dir->string(), ": ", model.status().message()));
+                        absl::StrCat("--model ", load.model_dir.string(), ": ", model.status().message()));
   }
   served->model_ = *std::move(model);
 

@@ -29,12 +29,17 @@ struct GenerateLimits {
 // Whether `dir` holds weights to load (*.safetensors or an index); without them the server only plans.
 bool HasWeights(const std::filesystem::path& dir);
 
+// The one plan a serving process uses (GetDeviceMap shows it, the weights are placed by it): the spec in
+// the serving dtype and its placement with a KV reserve of --max-batch x --max-context tokens. Errors
+// name the flag or file.
+absl::StatusOr<runtime::LoadOptions> PlanServedModel(const ServerOptions& options);
+
 class ServedModel {
  public:
-  // Loads --model DIR (weights, tokenizer.json when present, EOS ids) and starts the engine. Errors name
-  // the flag or file (InvalidArgument for bad input).
-  // `on_device_lost` is called (on the engine thread) when a failure leaves a device unusable.
-  static absl::StatusOr<std::unique_ptr<ServedModel>> Load(const ServerOptions& options,
+  // Loads the weights by `load` (PlanServedModel), the tokenizer.json when present and the EOS ids, and
+  // starts the engine. `on_device_lost` is called (on the engine thread) when a failure leaves a device
+  // unusable.
+  static absl::StatusOr<std::unique_ptr<ServedModel>> Load(const ServerOptions& options, const runtime::LoadOptions& load,
                                                           std::function<void(const absl::Status&)> on_device_lost = {});
 
   runtime::Engine& engine() { return *engine_; }

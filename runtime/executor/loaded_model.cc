@@ -9,8 +9,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -27,18 +25,6 @@ namespace {
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-absl::StatusOr<nlohmann::json> ReadConfig(const std::filesystem::path& dir) {
-  std::ifstream in(dir / "config.json");
-  if (!in) return absl::InvalidArgumentError(absl::StrCat((dir / "config.json").string(), ": cannot open"));
-  std::stringstream text;
-  text << in.rdbuf();
-  try {
-    return nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat((dir / "config.json").string(), ": invalid JSON: ", e.what()));
-  }
 }
 
 }  // namespace
@@ -58,67 +44,64 @@ int64_t LoadedModel::max_batch() const { return impl_->options.max_batch; }
 int64_t LoadedModel::max_context() const { return impl_->options.max_context; }
 Pipeline& LoadedModel::pipeline() { return *impl_->pipeline; }
 
+absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
+  if (request.max_batch < 1) return absl::InvalidArgumentError("--max-batch: must be at least 1");
+  if (request.max_context < 1) return absl::InvalidArgumentError("--max-context: must be at least 1");
+  // Serving dtype: as asked; else the checkpoint's when a GPU will run it, float32 on the CPU.
+  std::optional<planner::DType> dtype = request.dtype;
+  if (!dtype) {
+    bool gpu = request.physical.empty() ? QueryTorch().cuda_available : false;
+    for (const auto& [index, device] : request.physical) gpu = gpu || device.cuda;
+    if (!gpu) dtype = planner::DType::kFloat32;  // else LoadModelSpec takes the config's
+  }
+  if (dtype && *dtype != planner::DType::kFloat32 && *dtype != planner::DType::kFloat16 &&
+      *dtype != planner::DType::kBFloat16) {
+    return absl::InvalidArgumentError(absl::StrCat("--dtype: ", std::string(planner::DTypeName(*dtype)),
+                                                   " is not a serving dtype (float32, float16, bfloat16)"));
+  }
+  LoadOptions options;
+  options.model_dir = request.model_dir;
+  options.physical = request.physical;
+  options.max_batch = request.max_batch;
+  options.max_context = request.max_context;
+  // The spec checks every checkpoint header against the expected tensors (missing, unexpected,
+  // mis-shaped): the one list of what the model needs.
+  absl::StatusOr<planner::ModelSpec> spec = planner::LoadModelSpec(request.model_dir, dtype);
+  if (!spec.ok()) return spec.status();
+  options.spec = *std::move(spec);
+  const planner::DType serving = options.spec.dtype;
+  if (serving != planner::DType::kFloat32 && serving != planner::DType::kFloat16 &&
+      serving != planner::DType::kBFloat16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        (request.model_dir / "config.json").string(), ": dtype ", std::string(planner::DTypeName(serving)),
+        " is not a serving dtype (float32, float16, bfloat16); pass --dtype"));
+  }
+  planner::PlanRequest plan_request;
+  plan_request.device_map = request.device_map;
+  plan_request.max_memory = request.max_memory;
+  plan_request.kv_cache_tokens = request.max_batch * request.max_context;
+  absl::StatusOr<planner::Plan> plan = planner::MakePlan(options.spec, plan_request);
+  if (!plan.ok()) return plan.status();
+  options.plan = *std::move(plan);
+  return options;
+}
+
 absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   if (options.max_batch < 1) return absl::InvalidArgumentError("--max-batch: must be at least 1");
   if (options.max_context < 1) return absl::InvalidArgumentError("--max-context: must be at least 1");
-  PhysicalDeviceMap physical;
-  if (!options.physical_devices.empty()) {
-    absl::StatusOr<PhysicalDeviceMap> parsed = ParsePhysicalDevices(options.physical_devices);
-    if (!parsed.ok()) return parsed.status();
-    physical = *std::move(parsed);
-  }
-
-  // Serving dtype: as asked; else the checkpoint's when a GPU will run it, float32 on the CPU.
-  std::optional<planner::DType> dtype;
-  absl::StatusOr<nlohmann::json> config = ReadConfig(options.model_dir);
-  if (!config.ok()) return config.status();
-  if (!options.dtype.empty()) {
-    absl::StatusOr<planner::DType> parsed = planner::ParseDType(options.dtype);
-    if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--dtype: ", parsed.status().message()));
-    dtype = *parsed;
-  } else {
-    bool gpu = physical.empty() ? QueryTorch().cuda_available : false;
-    for (const auto& [index, device] : physical) gpu = gpu || device.cuda;
-    if (gpu) {
-      absl::StatusOr<planner::DType> declared = planner::ConfigDType(*config);
-      if (!declared.ok()) return declared.status();
-      dtype = *declared;
-    } else {
-      dtype = planner::DType::kFloat32;
-    }
-  }
-  if (*dtype != planner::DType::kFloat32 && *dtype != planner::DType::kFloat16 &&
-      *dtype != planner::DType::kBFloat16) {
+  if (options.spec.config == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--dtype: ", std::string(planner::DTypeName(*dtype)), " is not a serving dtype (float32, float16, bfloat16)"));
+        absl::StrCat(options.model_dir.string(), ": the spec has no config.json (a module tree cannot be loaded)"));
   }
-
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   LoadReport& report = impl->report;
-  report.dtype = std::string(planner::DTypeName(*dtype));
-  // The spec checks every checkpoint header against the expected tensors (missing, unexpected,
-  // mis-shaped): the one list of what the model needs.
-  absl::StatusOr<planner::ModelSpec> spec = planner::LoadModelSpec(options.model_dir, *dtype);
-  if (!spec.ok()) return spec.status();
-  report.spec = *std::move(spec);
-  absl::StatusOr<DecoderConfig> decoder = DecoderConfigFromJson(*config);
+  report.spec = options.spec;
+  report.plan = options.plan;
+  report.dtype = std::string(planner::DTypeName(options.spec.dtype));
+  absl::StatusOr<DecoderConfig> decoder = DecoderConfigFromJson(*options.spec.config);
   if (!decoder.ok()) return decoder.status();
-
-  planner::PlanRequest request;
-  absl::StatusOr<planner::DeviceMapChoice> choice = planner::ParseDeviceMapChoice(options.device_map);
-  if (!choice.ok()) return choice.status();
-  request.device_map = *std::move(choice);
-  if (!options.max_memory.empty()) {
-    absl::StatusOr<planner::MaxMemory> max_memory = planner::ParseMaxMemory(options.max_memory);
-    if (!max_memory.ok()) return max_memory.status();
-    request.max_memory = *std::move(max_memory);
-  }
-  request.kv_cache_tokens = options.max_batch * options.max_context;
-  absl::StatusOr<planner::Plan> plan = planner::MakePlan(report.spec, request);
-  if (!plan.ok()) return plan.status();
-  report.plan = *std::move(plan);
 
   absl::StatusOr<Checkpoint> checkpoint = Checkpoint::Open(options.model_dir);
   if (!checkpoint.ok()) return checkpoint.status();
@@ -126,10 +109,10 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
   report.checkpoint_bytes = impl->checkpoint.total_bytes();
 
   PipelineOptions pipeline_options;
-  pipeline_options.dtype = ToScalarType(*dtype);
+  pipeline_options.dtype = ToScalarType(options.spec.dtype);
   pipeline_options.max_batch = options.max_batch;
   pipeline_options.max_context = options.max_context;
-  pipeline_options.physical = physical;
+  pipeline_options.physical = options.physical;
   try {
     absl::StatusOr<std::unique_ptr<Pipeline>> pipeline =
         Pipeline::Build(report.spec, *decoder, report.plan, impl->checkpoint, pipeline_options);
@@ -137,6 +120,8 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
     impl->pipeline = *std::move(pipeline);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("loading ", options.model_dir.string(), ": ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("loading ", options.model_dir.string(), ": ", e.what()));
   }
   const WeightLoadStats& stats = impl->pipeline->load_stats();
   report.zero_copy_tensors = stats.zero_copy;

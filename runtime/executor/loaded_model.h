@@ -5,26 +5,45 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "planner/model_spec.h"
 #include "planner/plan.h"
+#include "runtime/executor/physical_devices.h"
 
 namespace strata::runtime {
 
 class Pipeline;  // internal (ATen): runtime/executor/pipeline.h
 
-struct LoadOptions {
+// What to serve, parsed and validated at the edge (flags), once.
+struct ServingRequest {
   std::filesystem::path model_dir;
-  std::string device_map = "balanced_low_0";  // strategy, JSON map or @FILE (planner::ParseDeviceMapChoice)
-  std::string max_memory;                      // "0=20GiB,cpu=64GiB"; empty: the planner's default
-  std::string physical_devices;                // "0=cpu,1=cuda:0"; empty: GPU i is cuda:i
-  std::string dtype;  // float32 | float16 | bfloat16; empty: the checkpoint's on GPUs, float32 on the CPU
-  int64_t max_batch = 1;      // KV-cache sequence slots
+  planner::DeviceMapChoice device_map;           // default: balanced_low_0
+  std::optional<planner::MaxMemory> max_memory;  // absent: the planner's default budgets
+  PhysicalDeviceMap physical;                    // plan GPU -> device; missing entries are cuda:i
+  std::optional<planner::DType> dtype;  // absent: the checkpoint's when a GPU runs it, float32 on the CPU
+  int64_t max_batch = 1;       // KV-cache sequence slots
   int64_t max_context = 2048;  // KV-cache positions per slot
 };
+
+// A model ready to load: its spec in the serving dtype (every checkpoint header checked) and the one
+// plan the process serves, with a KV reserve of max_batch x max_context tokens. GetDeviceMap shows this
+// plan; LoadedModel::Load places the weights by it.
+struct LoadOptions {
+  std::filesystem::path model_dir;
+  planner::ModelSpec spec;
+  planner::Plan plan;
+  PhysicalDeviceMap physical;
+  int64_t max_batch = 1;
+  int64_t max_context = 2048;
+};
+
+// Resolves the serving dtype, builds the spec (LoadModelSpec) and places it (MakePlan). Bad input is
+// InvalidArgument naming the flag, file, module or device.
+absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request);
 
 struct LoadReport {
   planner::ModelSpec spec;
@@ -64,8 +83,8 @@ struct GenerateTiming {
 
 class LoadedModel {
  public:
-  // Plans (LoadModelSpec + MakePlan, with a KV reserve of max_batch x max_context tokens) and loads.
-  // Bad input (checkpoint, config, plan, devices) is InvalidArgument naming the thing.
+  // Loads the weights where options.plan puts them and allocates the KV caches. Bad input (checkpoint
+  // bytes, config fields the forward needs, devices) is InvalidArgument naming the thing.
   static absl::StatusOr<std::unique_ptr<LoadedModel>> Load(const LoadOptions& options);
   ~LoadedModel();
 

@@ -214,24 +214,28 @@ void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation
   const Stage* previous = activation.producer;
   std::optional<c10::StreamGuard> guard;
   if (stage.stream) guard.emplace(*stage.stream);
-  // Transfer: wait for the producer's event on this stage's stream (a CPU consumer waits on the host
-  // for that event alone), then copy onto this device.
-  if (previous != nullptr && activation.produced) {
-    if (stage.stream) {
-      activation.produced->block(*stage.stream);
-    } else {
-      activation.produced->synchronize();
-    }
-  }
-  // Every copy is non_blocking: host inputs are pinned when this stage is CUDA (asynchronous on this
-  // stream), a CUDA producer's output is ordered by the event above, and a copy onto the CPU is a no-op.
+  // Every input copy is non_blocking: host inputs are pinned when a stage is CUDA (asynchronous on this
+  // stage's stream), and a copy onto the CPU of a CPU tensor is a no-op.
   auto on_device = [&](const at::Tensor& t) { return t.to(stage.device, /*non_blocking=*/true); };
   const at::Tensor source = activation.hidden;
-  at::Tensor hidden = on_device(source);
-  if (source.is_cuda() && stage.stream && previous != nullptr && previous->stream) {
-    // The producer's buffer is read by this stream's copy (or compute, on the same device): the
-    // allocator must not hand it out again before this stream's work on it is done.
-    at::Tensor(source).record_stream(*stage.stream);
+  at::Tensor hidden;
+  if (source.is_cuda() && !stage.stream) {
+    // A CPU stage after a CUDA one: copy on the producer's stream (ordered after its work) into pinned
+    // host memory, then wait for that copy's event alone; the CPU cannot start before the data is there.
+    c10::StreamGuard producer(*previous->stream);
+    hidden = source.to(stage.device, /*non_blocking=*/true);
+    c10::Event copied(c10::DeviceType::CUDA);
+    copied.record(*previous->stream);
+    copied.synchronize();
+  } else {
+    // Transfer between CUDA stages: this stream waits for the producer's event, then copies; the
+    // producer's buffer is marked as used by this stream (record_stream), so the caching allocator
+    // hands it out again only after this stream's work on it is done.
+    if (stage.stream && activation.produced) activation.produced->block(*stage.stream);
+    hidden = on_device(source);
+    if (source.is_cuda() && stage.stream && previous != nullptr && previous->stream) {
+      at::Tensor(source).record_stream(*stage.stream);
+    }
   }
 
   const int64_t tokens = batch.ids.size(1);

@@ -74,16 +74,21 @@ inline std::filesystem::path WriteTinyLlama() {
 }
 
 inline std::unique_ptr<LoadedModel> Load(int64_t max_batch) {
-  LoadOptions o;
-  o.model_dir = WriteTinyLlama();
+  ServingRequest r;
+  r.model_dir = WriteTinyLlama();
   // Two logical GPUs on the CPU: a two-stage plan.
-  o.device_map = R"({"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 1, "model.layers.2": 1,
-                     "model.norm": 1, "lm_head": 1})";
-  o.physical_devices = "0=cpu,1=cpu";
-  o.max_memory = "0=1GiB,1=1GiB,cpu=1GiB";
-  o.max_batch = max_batch;
-  o.max_context = 64;
-  auto model = LoadedModel::Load(o);
+  auto map = planner::ParseDeviceMapChoice(R"({"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 1,
+                                              "model.layers.2": 1, "model.norm": 1, "lm_head": 1})");
+  EXPECT_TRUE(map.ok()) << map.status();
+  r.device_map = *map;
+  r.physical = {{0, PhysicalDevice{false, 0}}, {1, PhysicalDevice{false, 0}}};
+  r.max_memory = *planner::ParseMaxMemory("0=1GiB,1=1GiB,cpu=1GiB");
+  r.max_batch = max_batch;
+  r.max_context = 64;
+  auto options = PlanServing(r);
+  EXPECT_TRUE(options.ok()) << options.status();
+  if (!options.ok()) return nullptr;
+  auto model = LoadedModel::Load(*options);
   EXPECT_TRUE(model.ok()) << model.status();
   return model.ok() ? *std::move(model) : nullptr;
 }
