@@ -142,7 +142,8 @@ SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, boo
     std::fill(context, context + n * longest, -1);
     for (int64_t r = 0; r < n; ++r) {
       const BatchRow& row = *rows[r];
-      if (row.sampling.repetition_penalty != 1) std::copy(row.context.begin(), row.context.end(), context + r * longest);
+      if (row.sampling.repetition_penalty != 1)
+        std::copy(row.context.begin(), row.context.end(), context + r * longest);
     }
   }
   return inputs;
@@ -163,8 +164,8 @@ PendingSamples SampleAsync(const at::Tensor& logits, const SamplingInputs& input
   const int64_t vocab = logits.size(1);
   at::Tensor params = OnDevice(inputs.params, device);
   at::Tensor scores = Penalised(logits, inputs, params);
-  at::Tensor ids = inputs.greedy_only ? at::argmax(scores, 1, /*keepdim=*/true)
-                                      : Choose(Warped(scores, inputs, params), params);
+  at::Tensor ids =
+      inputs.greedy_only ? at::argmax(scores, 1, /*keepdim=*/true) : Choose(Warped(scores, inputs, params), params);
   at::Tensor logprobs = at::log_softmax(logits, 1);
   // Packed as float64 (ids are exact below 2^53): one copy brings everything back.
   std::vector<at::Tensor> parts{ids.to(at::kDouble), logprobs.gather(1, ids).to(at::kDouble)};

@@ -71,14 +71,14 @@ std::vector<SampledToken> Sample(const at::Tensor& logits, const std::vector<Bat
 
 std::vector<BatchRow> MixedRows() {
   return {
-      Row(0, 0, 1, 1, 0.3, 0),                              // greedy
-      Row(0.8f, 0, 1, 1, 0.42, 3),                          // temperature only (on the peaked row)
-      Row(0, 0, 1, 1.3f, 0.9, 2, {1, 2, 3, 40, 40, 7}),     // greedy + penalty
-      Row(0.7f, 20, 1, 1, 0.77, 0),                         // top_k
-      Row(1.0f, 0, 0.9f, 1, 0.123, 5),                      // top_p
-      Row(1.3f, 50, 0.8f, 1.2f, 0.999, 1, {9, 8, 5, 17}),   // everything
-      Row(0.5f, 1, 1, 1, 0.5, 0),                           // top_k 1: greedy by another road
-      Row(2.0f, 0, 1, 0.7f, 0.01, 4, {0, 1, 2, 3, 4, 5}),   // penalty < 1 rewards the context
+      Row(0, 0, 1, 1, 0.3, 0),                             // greedy
+      Row(0.8f, 0, 1, 1, 0.42, 3),                         // temperature only (on the peaked row)
+      Row(0, 0, 1, 1.3f, 0.9, 2, {1, 2, 3, 40, 40, 7}),    // greedy + penalty
+      Row(0.7f, 20, 1, 1, 0.77, 0),                        // top_k
+      Row(1.0f, 0, 0.9f, 1, 0.123, 5),                     // top_p
+      Row(1.3f, 50, 0.8f, 1.2f, 0.999, 1, {9, 8, 5, 17}),  // everything
+      Row(0.5f, 1, 1, 1, 0.5, 0),                          // top_k 1: greedy by another road
+      Row(2.0f, 0, 1, 0.7f, 0.01, 4, {0, 1, 2, 3, 4, 5}),  // penalty < 1 rewards the context
   };
 }
 
@@ -198,8 +198,7 @@ TEST(Sampler, TopLogprobsPerRowOfTheRawLogits) {
 TEST(Sampler, SampleGreedyIsTheAllGreedyBatch) {
   at::Tensor logits = RandomLogits(4, 321, 19);
   const GreedyStep step = SampleGreedy(logits, 3);
-  const std::vector<SampledToken> tokens =
-      Sample(logits, std::vector<BatchRow>(4, Row(0, 0, 1, 1, 0.5, 3)));
+  const std::vector<SampledToken> tokens = Sample(logits, std::vector<BatchRow>(4, Row(0, 0, 1, 1, 0.5, 3)));
   for (size_t r = 0; r < 4; ++r) {
     EXPECT_EQ(step.ids[r], tokens[r].id);
     EXPECT_EQ(step.logprobs[r], tokens[r].logprob);
