@@ -64,7 +64,8 @@ def transformers_map(model_dir: pathlib.Path, strategy: str) -> dict:
     import transformers
 
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, device_map=strategy)
-    result = dict(model.hf_device_map)
+    # transformers sets hf_device_map only when it dispatched the model; otherwise it is all on one device.
+    result = dict(getattr(model, "hf_device_map", None) or {"": model.device.index if model.device.type == "cuda" else "cpu"})
     del model
     gc.collect()
     torch.cuda.empty_cache()
