@@ -88,7 +88,11 @@ if [[ $dir != "$here/.gpu-bundle" ]]; then
 fi
 cat <<'EOF'
 
-Next, with the device tool (all steps, about 10 minutes; results come back from $OUT):
+Next, with the device tool: two calls made back to back (one command may run 10 minutes; the second
+reuses the warm machine's build-gpu/). Results come back from $OUT: summary.md, summary.json,
+logs.tar.gz, default_plan.{md,json}, gpu_bench.{md,json}.
   run(kind="nvidia-h100-x1", timeout_s=600, carry=[".gpu-bundle"],
-      command="scripts/gpu-check.sh $OUT")
+      command="scripts/gpu-check.sh --steps build,gtest,parity,sync,sanitizer $OUT")
+  run(timeout_s=600, carry=[".gpu-bundle"],
+      command="scripts/gpu-check.sh --steps build,plan,bench $OUT")
 EOF
