@@ -40,6 +40,18 @@ v1::GetDeviceMapResponse DeviceMapResponse(const ServedPlan& served,
   response.set_architecture(served.spec.architecture);
   response.set_dtype(std::string(planner::DTypeName(served.spec.dtype)));
   response.set_kv_cache_tokens(served.kv_cache_tokens);
+  if (plan.inventory) {
+    for (size_t i = 0; i < plan.inventory->gpus.size(); ++i) {
+      v1::InventoryDevice& out = *response.add_inventory();
+      out.set_device(std::to_string(i));
+      out.set_free_bytes(plan.inventory->gpus[i].free_bytes);
+      out.set_total_bytes(plan.inventory->gpus[i].total_bytes);
+    }
+    v1::InventoryDevice& cpu = *response.add_inventory();
+    cpu.set_device("cpu");
+    cpu.set_free_bytes(plan.inventory->host_available_bytes);
+  }
+  for (const std::string& warning : plan.warnings) response.add_warnings(warning);
   return response;
 }
 

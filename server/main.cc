@@ -41,23 +41,40 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
 
   const strata::server::ServerOptions& options = command->options;
   const bool serve_weights = options.model_dir && strata::server::HasWeights(*options.model_dir);
+  // The machine, discovered once (what transformers reads when it gets no max_memory): every visible
+  // GPU's free memory and the host's available memory.
+  std::optional<strata::planner::MachineInventory> inventory;
+  if (!options.max_memory) {
+    absl::StatusOr<strata::planner::MachineInventory> discovered = strata::planner::DiscoverInventory();
+    if (!discovered.ok()) {
+      std::cerr << "strata-server: " << discovered.status().message() << "\n";
+      return kExitFailure;
+    }
+    inventory = *std::move(discovered);
+    std::cout << "strata-server: machine: " << strata::planner::InventoryToString(*inventory) << std::endl;
+  }
   // One plan per process, made before anything starts: a bad plan exits 2 at once.
   std::optional<strata::server::ServedPlan> plan;
   std::optional<strata::runtime::LoadOptions> load;
   if (serve_weights) {
-    absl::StatusOr<strata::runtime::LoadOptions> planned = strata::server::PlanServedModel(options);
+    absl::StatusOr<strata::runtime::LoadOptions> planned = strata::server::PlanServedModel(options, inventory);
     if (!planned.ok()) {
       std::cerr << "strata-server: " << planned.status().message() << "\n";
       return planned.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
     }
     load = *std::move(planned);
   } else {
-    absl::StatusOr<strata::server::ServedPlan> served = strata::server::MakeServedPlan(options);
+    absl::StatusOr<strata::server::ServedPlan> served = strata::server::MakeServedPlan(options, inventory);
     if (!served.ok()) {
       std::cerr << "strata-server: " << served.status().message() << "\n";
       return kExitBadInput;
     }
     plan = *std::move(served);
+  }
+
+  // Loudly: a plan that names GPUs but serves from the CPU is almost never what the operator wants.
+  for (const std::string& warning : plan ? plan->plan.warnings : load->plan.warnings) {
+    std::cerr << "strata-server: WARNING: " << warning << "\n";
   }
 
   // The port opens before the weights load: health says NOT_SERVING and Generate UNAVAILABLE meanwhile.

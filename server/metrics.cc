@@ -120,6 +120,21 @@ Metrics::Metrics(ListenAddress address, std::shared_ptr<prometheus::Registry> re
                               .Name("strata_stage_busy_seconds_total")
                               .Help("Wall time a pipeline stage spent running micro-batches (on CUDA: issuing them)")
                               .Register(*registry_)),
+      inventory_free_bytes_(prometheus::BuildGauge()
+                                .Name("strata_device_inventory_free_bytes")
+                                .Help("Free memory the plan's default budgets came from, at start-up (GPUs: "
+                                      "cudaMemGetInfo; cpu: MemAvailable); absent with --max-memory")
+                                .Register(*registry_)),
+      inventory_total_bytes_(prometheus::BuildGauge()
+                                 .Name("strata_device_inventory_total_bytes")
+                                 .Help("Total memory of each visible GPU at start-up (cudaMemGetInfo)")
+                                 .Register(*registry_)),
+      plan_warnings_(prometheus::BuildGauge()
+                         .Name("strata_plan_warnings")
+                         .Help("Warnings about the served plan (e.g. GPUs in the budgets holding no decoder "
+                               "layer); GetDeviceMap lists them")
+                         .Register(*registry_)
+                         .Add({})),
       engine_errors_total_(prometheus::BuildCounter()
                                .Name("strata_engine_errors_total")
                                .Help("Micro-batches whose forward pass or sampling failed, by stage; their requests "
@@ -133,6 +148,15 @@ void Metrics::RecordPlan(const planner::Plan& plan) {
     device_planned_bytes_.Add(labels).Set(static_cast<double>(usage.planned_bytes));
     device_kv_cache_bytes_.Add(labels).Set(static_cast<double>(usage.kv_cache_bytes));
   }
+  if (plan.inventory) {
+    for (size_t i = 0; i < plan.inventory->gpus.size(); ++i) {
+      const prometheus::Labels labels{{"device", std::to_string(i)}};
+      inventory_free_bytes_.Add(labels).Set(static_cast<double>(plan.inventory->gpus[i].free_bytes));
+      inventory_total_bytes_.Add(labels).Set(static_cast<double>(plan.inventory->gpus[i].total_bytes));
+    }
+    inventory_free_bytes_.Add({{"device", "cpu"}}).Set(static_cast<double>(plan.inventory->host_available_bytes));
+  }
+  plan_warnings_.Set(static_cast<double>(plan.warnings.size()));
 }
 
 void Metrics::RecordRequest(grpc::StatusCode code, double seconds) {

@@ -65,6 +65,9 @@ class Metrics {
   prometheus::Gauge& active_sequences_;
   prometheus::Histogram& batch_size_;
   prometheus::Family<prometheus::Counter>& stage_busy_seconds_;
+  prometheus::Family<prometheus::Gauge>& inventory_free_bytes_;
+  prometheus::Family<prometheus::Gauge>& inventory_total_bytes_;
+  prometheus::Gauge& plan_warnings_;
   prometheus::Family<prometheus::Counter>& engine_errors_total_;
 };
 

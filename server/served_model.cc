@@ -18,7 +18,8 @@ bool HasWeights(const std::filesystem::path& dir) {
   return false;
 }
 
-absl::StatusOr<runtime::LoadOptions> PlanServedModel(const ServerOptions& options) {
+absl::StatusOr<runtime::LoadOptions> PlanServedModel(const ServerOptions& options,
+                                                     const std::optional<planner::MachineInventory>& inventory) {
   if (!options.model_dir) return absl::InvalidArgumentError("--model: a checkpoint directory is needed to serve");
   if (options.kv_cache_tokens != 0) {
     return absl::InvalidArgumentError(
@@ -29,6 +30,7 @@ absl::StatusOr<runtime::LoadOptions> PlanServedModel(const ServerOptions& option
   request.model_dir = *options.model_dir;
   request.device_map = options.device_map;
   request.max_memory = options.max_memory;
+  request.inventory = inventory;
   request.physical = options.physical_devices;
   request.dtype = options.dtype;
   request.max_batch = options.max_batch;

@@ -32,7 +32,9 @@ bool HasWeights(const std::filesystem::path& dir);
 // The one plan a serving process uses (GetDeviceMap shows it, the weights are placed by it): the spec in
 // the serving dtype and its placement with a KV reserve of --max-batch x --max-context tokens. Errors
 // name the flag or file.
-absl::StatusOr<runtime::LoadOptions> PlanServedModel(const ServerOptions& options);
+// `inventory`: the machine as discovered at start-up (used when --max-memory is absent).
+absl::StatusOr<runtime::LoadOptions> PlanServedModel(const ServerOptions& options,
+                                                     const std::optional<planner::MachineInventory>& inventory);
 
 class ServedModel {
  public:

@@ -8,7 +8,8 @@
 
 namespace strata::server {
 
-absl::StatusOr<ServedPlan> MakeServedPlan(const ServerOptions& options) {
+absl::StatusOr<ServedPlan> MakeServedPlan(const ServerOptions& options,
+                                          const std::optional<planner::MachineInventory>& inventory) {
   ServedPlan served;
   if (options.model_dir.has_value()) {
     absl::StatusOr<planner::ModelSpec> spec = planner::LoadModelSpec(*options.model_dir, options.dtype);
@@ -29,6 +30,7 @@ absl::StatusOr<ServedPlan> MakeServedPlan(const ServerOptions& options) {
   planner::PlanRequest request;
   request.device_map = options.device_map;
   request.max_memory = options.max_memory;
+  request.inventory = inventory;
   request.kv_cache_tokens = options.kv_cache_tokens;
   absl::StatusOr<planner::Plan> plan = planner::MakePlan(served.spec, request);
   if (!plan.ok()) {

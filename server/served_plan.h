@@ -3,6 +3,7 @@
 // start-up from validated ServerOptions.
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "planner/model_spec.h"
@@ -19,6 +20,8 @@ struct ServedPlan {
 
 // Loads the model's spec (--model or --module-tree) and places it. Errors keep the planner's code and
 // message, prefixed with the flag that led to them ("--model /x: ...", "--device-map: ...").
-absl::StatusOr<ServedPlan> MakeServedPlan(const ServerOptions& options);
+// `inventory`: the machine as discovered at start-up (used when --max-memory is absent).
+absl::StatusOr<ServedPlan> MakeServedPlan(const ServerOptions& options,
+                                          const std::optional<planner::MachineInventory>& inventory);
 
 }  // namespace strata::server

@@ -300,8 +300,10 @@ void Engine::Impl::LoseDevice(const absl::Status& status) {
     lost_status = status;
   }
   std::cerr << "strata engine: a device is unusable, no more requests are served: " << status.message() << "\n";
-  for (auto& [id, s] : sequences) Finish(*s, FinishReason::kError, status);
+  // First the callback (the server reports NOT_SERVING), then the requests end: a client that sees its
+  // INTERNAL finds the server already unhealthy.
   if (options.on_device_lost) options.on_device_lost(status);
+  for (auto& [id, s] : sequences) Finish(*s, FinishReason::kError, status);
 }
 
 void Engine::Impl::Process(MicroBatchResult result) {

@@ -79,6 +79,14 @@ absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
   planner::PlanRequest plan_request;
   plan_request.device_map = request.device_map;
   plan_request.max_memory = request.max_memory;
+  plan_request.inventory = request.inventory;
+  if (!request.max_memory && !request.inventory) {
+    // What transformers reads when from_pretrained gets no max_memory: every visible GPU's free memory
+    // and the host's available memory, queried once here.
+    absl::StatusOr<planner::MachineInventory> inventory = planner::DiscoverInventory();
+    if (!inventory.ok()) return inventory.status();
+    plan_request.inventory = *std::move(inventory);
+  }
   plan_request.kv_cache_tokens = request.max_batch * request.max_context;
   absl::StatusOr<planner::Plan> plan = planner::MakePlan(options.spec, plan_request);
   if (!plan.ok()) return plan.status();

@@ -22,7 +22,9 @@ class Pipeline;  // internal (ATen): runtime/executor/pipeline.h
 struct ServingRequest {
   std::filesystem::path model_dir;
   planner::DeviceMapChoice device_map;           // default: balanced_low_0
-  std::optional<planner::MaxMemory> max_memory;  // absent: the planner's default budgets
+  std::optional<planner::MaxMemory> max_memory;  // absent: DefaultMaxMemory(inventory), as transformers
+  // The machine, discovered once by the caller; absent (and no max_memory): PlanServing discovers it.
+  std::optional<planner::MachineInventory> inventory;
   PhysicalDeviceMap physical;                    // plan GPU -> device; missing entries are cuda:i
   std::optional<planner::DType> dtype;  // absent: the checkpoint's when a GPU runs it, float32 on the CPU
   int64_t max_batch = 1;       // KV-cache sequence slots

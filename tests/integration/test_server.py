@@ -250,3 +250,42 @@ def test_help_exits_0(server_bin):
     for flag in ["--model", "--module-tree", "--device-map", "--max-memory", "--dtype", "--kv-cache-tokens",
                  "--listen", "--metrics-listen"]:
         assert flag in done.stdout
+
+
+def test_default_plan_shows_the_discovered_machine(start_server, stubs, plan_bin, llama_dir):
+    """No --max-memory: the server discovers the machine once (GPUs through the CUDA driver, the host's
+    MemAvailable), plans with transformers' default budgets for it, and shows what it planned with."""
+    server = start_server(model_flags(llama_dir))
+    response = get_device_map(server, stubs)
+    inventory = {d.device: d for d in response.inventory}
+    assert "cpu" in inventory and inventory["cpu"].free_bytes > 0
+    gpus = sorted(k for k in inventory if k != "cpu")
+    assert gpus == [str(i) for i in range(len(gpus))]
+    for gpu in gpus:
+        assert 0 < inventory[gpu].free_bytes <= inventory[gpu].total_bytes
+    # The same machine given to strata-plan by hand plans the same map (the host's available memory moves
+    # a little between the two reads, which these small budgets never feel).
+    spec = ",".join([f"{g}={inventory[g].free_bytes}" for g in gpus] + [f"cpu={inventory['cpu'].free_bytes}"])
+    plan = run_plan(plan_bin, model_flags(llama_dir) + ["--inventory", spec])
+    assert dict(response.device_map) == {name: str(device) for name, device in plan["device_map"].items()}
+    assert "strata-server: machine: " in server.stdout_path.read_text()
+    text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
+    match = re.search(r'^strata_device_inventory_free_bytes\{device="cpu"\} (\S+)$', text, re.M)
+    assert match and float(match.group(1)) == inventory["cpu"].free_bytes
+    assert re.search(r"^strata_plan_warnings 0$", text, re.M)
+
+
+def test_plan_that_leaves_the_gpus_empty_is_a_loud_warning(start_server, stubs, llama_dir):
+    """Budgets that name GPUs but whose KV reserve leaves no decoder layer on them: served from the CPU,
+    and said so at start-up, in GetDeviceMap and on /metrics."""
+    server = start_server(model_flags(llama_dir) + ["--max-memory", "0=300KB,1=300KB,cpu=1GB",
+                                                    "--kv-cache-tokens", "100000"])
+    response = get_device_map(server, stubs)
+    layers = {name: device for name, device in response.device_map.items() if name.startswith("model.layers")}
+    assert layers and all(device in ("cpu", "disk") for device in layers.values()), layers
+    assert list(response.inventory) == []  # --max-memory: no machine was consulted
+    assert len(response.warnings) == 1, response
+    assert "no decoder layer is on a GPU" in response.warnings[0] and "KV reserve" in response.warnings[0]
+    assert "WARNING" in server.stderr_path.read_text()
+    text = urllib.request.urlopen(server.metrics_url, timeout=10).read().decode()
+    assert re.search(rf"^strata_plan_warnings {len(response.warnings)}$", text, re.M)
