@@ -1,161 +1,234 @@
 #include "runtime/executor/sampler.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/argmax.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/cummax.h>
 #include <ATen/ops/cumsum.h>
-#include <ATen/ops/empty_like.h>
-#include <ATen/ops/from_blob.h>
-#include <ATen/ops/full_like.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/gather.h>
 #include <ATen/ops/log_softmax.h>
+#include <ATen/ops/masked_fill.h>
+#include <ATen/ops/scatter.h>
+#include <ATen/ops/searchsorted.h>
 #include <ATen/ops/softmax.h>
 #include <ATen/ops/sort.h>
 #include <ATen/ops/topk.h>
 #include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <limits>
-#include <set>
 
 namespace strata::runtime {
 namespace {
 
-void FillTop(const at::Tensor& logprobs, int64_t top_k, GreedyStep& step) {
-  if (top_k <= 0) return;
-  auto [values, indices] = at::topk(logprobs, std::min(top_k, logprobs.size(-1)), -1);
-  at::Tensor v = values.to(at::kCPU, at::kDouble).contiguous();
-  at::Tensor i = indices.to(at::kCPU).contiguous();
-  const int64_t k = v.size(1);
-  for (int64_t r = 0; r < logprobs.size(0); ++r) {
-    step.top[r].clear();
-    for (int64_t j = 0; j < k; ++j) {
-      step.top[r].push_back({i.data_ptr<int64_t>()[r * k + j], v.data_ptr<double>()[r * k + j]});
-    }
-  }
+// Columns of SamplingInputs::params.
+enum ParamColumn : int64_t { kTemperature = 0, kTopK = 1, kTopP = 2, kPenalty = 3, kUniform = 4 };
+
+constexpr double kNegativeInfinity = -std::numeric_limits<double>::infinity();
+
+// A staged host tensor on `device`: pinned sources make this an asynchronous copy on the current stream.
+at::Tensor OnDevice(const at::Tensor& host, at::Device device) {
+  return host.to(at::TensorOptions().device(device), /*non_blocking=*/true);
 }
 
-// One row's processed scores [vocab] -> the chosen id.
-int64_t ChooseOne(at::Tensor scores, const RowChoice& row) {
-  if (row.repetition_penalty != 1.0 && row.context != nullptr && !row.context->empty()) {
-    std::set<int64_t> unique(row.context->begin(), row.context->end());
-    std::vector<int64_t> ids(unique.begin(), unique.end());
-    at::Tensor index = at::from_blob(ids.data(), {static_cast<int64_t>(ids.size())}, at::kLong).to(scores.device());
-    at::Tensor picked = scores.index_select(0, index);
-    picked = at::where(picked < 0, picked * row.repetition_penalty, picked / row.repetition_penalty);
-    scores = scores.clone();
-    scores.index_put_({index}, picked);
+// One parameter of every row, [rows, 1], to broadcast against [rows, vocab].
+at::Tensor Param(const at::Tensor& params, ParamColumn column) { return params.select(1, column).unsqueeze(1); }
+
+c10::Stream CurrentStream(at::Device device) {
+  c10::impl::VirtualGuardImpl impl(device.type());
+  return impl.getStream(device);
+}
+
+// transformers' RepetitionPenaltyLogitsProcessor: every token id present in the row's context has its
+// logit l replaced by l * p when l < 0 and l / p otherwise (float32, as transformers computes it).
+at::Tensor Penalised(const at::Tensor& logits, const SamplingInputs& inputs, const at::Tensor& params) {
+  if (!inputs.any_penalty) return logits;
+  const int64_t vocab = logits.size(1);
+  at::Tensor context = OnDevice(inputs.context, logits.device());
+  // Padding (-1) and ids beyond the logits land in one extra column, dropped below.
+  context = at::where(context.ge(0).logical_and(context.lt(vocab)), context, vocab);
+  at::Tensor present =
+      at::zeros({logits.size(0), vocab + 1}, logits.options().dtype(at::kBool)).scatter_(1, context, true);
+  present = present.narrow(1, 0, vocab);
+  at::Tensor penalty = Param(params, kPenalty).to(at::kFloat);
+  return at::where(present, at::where(logits.lt(0), logits * penalty, logits / penalty), logits);
+}
+
+// transformers' warpers in generate's order, each row with its own parameters; rows with temperature 0
+// keep their (penalised) scores, as generate applies no warper without do_sample.
+at::Tensor Warped(const at::Tensor& scores, const SamplingInputs& inputs, const at::Tensor& params) {
+  const int64_t vocab = scores.size(1);
+  at::Tensor sampled = Param(params, kTemperature).gt(0);
+  at::Tensor temperature = at::where(sampled, Param(params, kTemperature), 1.0).to(at::kFloat);
+  at::Tensor warped = scores / temperature;
+  if (inputs.any_top_k) {
+    // TopKLogitsWarper: drop what is below the k-th largest score (k clamped to the vocabulary; ties
+    // with the k-th all stay). Rows without top_k take k = vocab: nothing is below the smallest score.
+    at::Tensor k = Param(params, kTopK).to(at::kLong);
+    k = at::where(sampled.logical_and(k.gt(0)), k.clamp(1, vocab), vocab);
+    at::Tensor kth = std::get<0>(at::sort(warped, /*dim=*/1, /*descending=*/true)).gather(1, k - 1);
+    warped = warped.masked_fill(warped.lt(kth), kNegativeInfinity);
   }
-  if (row.temperature <= 0) return at::argmax(scores).item<int64_t>();
-  scores = scores / static_cast<double>(row.temperature);
-  const double negative_infinity = -std::numeric_limits<double>::infinity();
-  const int64_t vocab = scores.size(0);
-  if (row.top_k > 0 && row.top_k < vocab) {
-    at::Tensor kth = std::get<0>(at::topk(scores, row.top_k)).select(0, row.top_k - 1);
-    scores = at::where(scores < kth, at::full_like(scores, negative_infinity), scores);
+  if (inputs.any_top_p) {
+    // TopPLogitsWarper: sort ascending, drop the tokens whose cumulative probability stays at or below
+    // 1 - top_p, always keep the most likely one. The limit is 1 - top_p in double rounded to float32,
+    // as transformers' comparison of a float32 tensor with a Python float; rows without top_p get -1.
+    at::Tensor top_p = Param(params, kTopP);
+    at::Tensor limit = at::where(sampled.logical_and(top_p.lt(1)), (-top_p) + 1.0, -1.0).to(at::kFloat);
+    auto [sorted, order] = at::sort(warped, /*dim=*/1, /*descending=*/false);
+    at::Tensor remove = at::softmax(sorted, 1).cumsum(1).le(limit);
+    remove.narrow(1, vocab - 1, 1).fill_(false);
+    warped = warped.masked_fill(remove.scatter(1, order, remove), kNegativeInfinity);
   }
-  if (row.top_p < 1.0) {
-    // transformers' TopPLogitsWarper: sort ascending, drop tokens whose cumulative probability stays at
-    // or below 1 - top_p, always keep the most likely one.
-    auto [sorted, order] = at::sort(scores, /*dim=*/0, /*descending=*/false);
-    at::Tensor cumulative = at::softmax(sorted, 0).cumsum(0);
-    at::Tensor remove = cumulative <= (1.0 - row.top_p);
-    remove.select(0, vocab - 1).fill_(false);
-    at::Tensor removed = at::empty_like(remove).scatter_(0, order, remove);
-    scores = at::where(removed, at::full_like(scores, negative_infinity), scores);
-  }
-  at::Tensor cdf = at::softmax(scores.to(at::kDouble), 0).cumsum(0).to(at::kCPU).contiguous();
-  const double* c = cdf.data_ptr<double>();
-  const double target = row.uniform * c[vocab - 1];
-  int64_t id = std::upper_bound(c, c + vocab, target) - c;
-  id = std::min(id, vocab - 1);
-  // Never a token of probability zero (target landing on a flat end of the cdf).
-  while (id > 0 && c[id] == c[id - 1]) --id;
-  return id;
+  return at::where(sampled, warped, scores);
+}
+
+// Per row [rows, 1]: sampled rows take the first token, in vocabulary order, whose cumulative probability
+// (float64) exceeds uniform x total; the others the argmax (the first of equal maxima).
+at::Tensor Choose(const at::Tensor& scores, const at::Tensor& params) {
+  const int64_t vocab = scores.size(1);
+  at::Tensor probabilities = at::softmax(scores.to(at::kDouble), 1);
+  at::Tensor cdf = probabilities.cumsum(1);
+  at::Tensor target = Param(params, kUniform) * cdf.narrow(1, vocab - 1, 1);
+  at::Tensor index = at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).clamp_max(vocab - 1);
+  // Never a token of probability zero: uniform x total can round up to the total, and a parallel scan on
+  // a device need not keep the cdf flat over zeros. Step back to the last positive token at or before
+  // the index (the first positive one when there is none before).
+  at::Tensor positive = probabilities.gt(0);
+  at::Tensor positions = at::arange(vocab, scores.options().dtype(at::kLong));
+  at::Tensor last_positive = std::get<0>(at::cummax(at::where(positive, positions, -1), 1)).gather(1, index);
+  at::Tensor first_positive = at::argmax(positive.to(at::kInt), 1, /*keepdim=*/true);
+  at::Tensor drawn = at::where(last_positive.lt(0), first_positive, last_positive);
+  return at::where(Param(params, kTemperature).gt(0), drawn, at::argmax(scores, 1, /*keepdim=*/true));
 }
 
 }  // namespace
 
-GreedyStep SampleGreedy(const at::Tensor& logits, int64_t top_k) {
-  at::Tensor logprobs = at::log_softmax(logits, -1);
-  at::Tensor ids = at::argmax(logits, -1, /*keepdim=*/true);
-  at::Tensor chosen = logprobs.gather(-1, ids);
-  at::Tensor ids_cpu = ids.to(at::kCPU).contiguous();
-  at::Tensor chosen_cpu = chosen.to(at::kCPU, at::kDouble).contiguous();
-  const int64_t rows = logits.size(0);
-  GreedyStep step;
-  step.ids.resize(rows);
-  step.logprobs.resize(rows);
-  step.top.resize(rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    step.ids[r] = ids_cpu.data_ptr<int64_t>()[r];
-    step.logprobs[r] = chosen_cpu.data_ptr<double>()[r];
-  }
-  FillTop(logprobs, top_k, step);
-  return step;
-}
-
-GreedyStep SampleRows(const at::Tensor& logits, const std::vector<RowChoice>& rows) {
-  int64_t top_k = 0;
-  bool plain = true;  // every row greedy without penalty: one batched argmax
-  for (const RowChoice& row : rows) {
-    top_k = std::max(top_k, row.top_logprobs);
-    plain = plain && row.temperature <= 0 && row.repetition_penalty == 1.0;
-  }
-  GreedyStep step = SampleGreedy(logits, top_k);
-  if (!plain) {
-    at::Tensor logprobs = at::log_softmax(logits, -1);
-    std::vector<int64_t> ids = step.ids;
-    for (size_t r = 0; r < rows.size(); ++r) {
-      const RowChoice& row = rows[r];
-      if (row.temperature <= 0 && row.repetition_penalty == 1.0) continue;
-      ids[r] = ChooseOne(logits.select(0, static_cast<int64_t>(r)), row);
-    }
-    at::Tensor index = at::from_blob(ids.data(), {static_cast<int64_t>(ids.size()), 1}, at::kLong).to(logits.device());
-    at::Tensor chosen = logprobs.gather(-1, index).to(at::kCPU, at::kDouble).contiguous();
-    for (size_t r = 0; r < rows.size(); ++r) {
-      step.ids[r] = ids[r];
-      step.logprobs[r] = chosen.data_ptr<double>()[r];
-    }
-  }
-  for (size_t r = 0; r < rows.size(); ++r) {
-    if (static_cast<int64_t>(step.top[r].size()) > rows[r].top_logprobs) step.top[r].resize(rows[r].top_logprobs);
-  }
-  return step;
-}
-
-SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, bool) {
+SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, bool pinned) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const at::TensorOptions host = at::TensorOptions().pinned_memory(pinned);
   SamplingInputs inputs;
-  for (const BatchRow* row : rows) {
-    inputs.rows.push_back(row->sampling);
-    inputs.contexts.push_back(row->context);
+  inputs.params = at::empty({n, kSamplingParams}, host.dtype(at::kDouble));
+  double* params = inputs.params.data_ptr<double>();
+  int64_t longest = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const BatchRow& row = *rows[r];
+    const RowSampling& s = row.sampling;
+    double* p = params + r * kSamplingParams;
+    p[kTemperature] = s.temperature;
+    p[kTopK] = s.top_k;
+    p[kTopP] = s.top_p;
+    p[kPenalty] = s.repetition_penalty;
+    p[kUniform] = s.uniform;
+    const bool sampled = s.temperature > 0;
+    inputs.greedy_only = inputs.greedy_only && !sampled;
+    inputs.any_top_k = inputs.any_top_k || (sampled && s.top_k > 0);
+    inputs.any_top_p = inputs.any_top_p || (sampled && s.top_p < 1);
+    if (s.repetition_penalty != 1 && !row.context.empty()) {
+      inputs.any_penalty = true;
+      longest = std::max(longest, static_cast<int64_t>(row.context.size()));
+    }
+    inputs.row_top_logprobs.push_back(std::max<int32_t>(0, s.top_logprobs));
+    inputs.top_logprobs = std::max<int64_t>(inputs.top_logprobs, inputs.row_top_logprobs.back());
+  }
+  if (inputs.any_penalty) {
+    inputs.context = at::empty({n, longest}, host.dtype(at::kLong));
+    int64_t* context = inputs.context.data_ptr<int64_t>();
+    std::fill(context, context + n * longest, -1);
+    for (int64_t r = 0; r < n; ++r) {
+      const BatchRow& row = *rows[r];
+      if (row.sampling.repetition_penalty != 1)
+        std::copy(row.context.begin(), row.context.end(), context + r * longest);
+    }
   }
   return inputs;
 }
 
+at::Tensor ProcessedScores(const at::Tensor& logits, const SamplingInputs& inputs) {
+  TORCH_CHECK(logits.dim() == 2 && logits.size(0) == inputs.rows(), "sampler: logits ", logits.sizes(), " for ",
+              inputs.rows(), " sampling rows");
+  at::Tensor params = OnDevice(inputs.params, logits.device());
+  at::Tensor scores = Penalised(logits, inputs, params);
+  return inputs.greedy_only ? scores : Warped(scores, inputs, params);
+}
+
 PendingSamples SampleAsync(const at::Tensor& logits, const SamplingInputs& inputs) {
-  std::vector<RowChoice> choices;
-  for (size_t r = 0; r < inputs.rows.size(); ++r) {
-    const RowSampling& s = inputs.rows[r];
-    RowChoice c;
-    c.temperature = s.temperature;
-    c.top_k = s.top_k;
-    c.top_p = s.top_p;
-    c.repetition_penalty = s.repetition_penalty;
-    c.context = &inputs.contexts[r];
-    c.uniform = s.uniform;
-    c.top_logprobs = s.top_logprobs;
-    choices.push_back(c);
+  TORCH_CHECK(logits.dim() == 2 && logits.size(0) == inputs.rows(), "sampler: logits ", logits.sizes(), " for ",
+              inputs.rows(), " sampling rows");
+  const at::Device device = logits.device();
+  const int64_t vocab = logits.size(1);
+  at::Tensor params = OnDevice(inputs.params, device);
+  at::Tensor scores = Penalised(logits, inputs, params);
+  at::Tensor ids =
+      inputs.greedy_only ? at::argmax(scores, 1, /*keepdim=*/true) : Choose(Warped(scores, inputs, params), params);
+  at::Tensor logprobs = at::log_softmax(logits, 1);
+  // Packed as float64 (ids are exact below 2^53): one copy brings everything back.
+  std::vector<at::Tensor> parts{ids.to(at::kDouble), logprobs.gather(1, ids).to(at::kDouble)};
+  const int64_t top = std::min(inputs.top_logprobs, vocab);
+  if (top > 0) {
+    auto [values, indices] = at::topk(logprobs, top, 1);
+    parts.push_back(indices.to(at::kDouble));
+    parts.push_back(values.to(at::kDouble));
   }
-  GreedyStep step = SampleRows(logits, choices);
+  at::Tensor packed = at::cat(parts, 1);
   PendingSamples pending;
-  for (size_t r = 0; r < choices.size(); ++r) {
-    SampledToken token{static_cast<int32_t>(step.ids[r]), step.logprobs[r], {}};
-    for (const auto& [id, lp] : step.top[r]) token.top.push_back({static_cast<int32_t>(id), lp});
-    pending.done.push_back(std::move(token));
+  if (device.is_cpu()) {
+    pending.host = packed.contiguous();
+    return pending;
   }
+  pending.host = at::empty(packed.sizes(), at::TensorOptions().dtype(at::kDouble).pinned_memory(device.is_cuda()));
+  pending.host.copy_(packed, /*non_blocking=*/true);
+  pending.ready.emplace(device.type());
+  pending.ready->record(CurrentStream(device));
   return pending;
 }
 
-std::vector<SampledToken> FinishSamples(PendingSamples& pending, const SamplingInputs&) { return pending.done; }
+std::vector<SampledToken> FinishSamples(PendingSamples& pending, const SamplingInputs& inputs) {
+  if (pending.ready) pending.ready->synchronize();
+  const at::Tensor& host = pending.host;
+  TORCH_CHECK(host.dim() == 2 && host.size(0) == inputs.rows(), "sampler: results for ", host.size(0), " rows, ",
+              inputs.rows(), " expected");
+  const int64_t width = host.size(1);
+  const int64_t top = (width - 2) / 2;
+  const double* data = host.data_ptr<double>();
+  std::vector<SampledToken> tokens(static_cast<size_t>(inputs.rows()));
+  for (int64_t r = 0; r < inputs.rows(); ++r) {
+    const double* row = data + r * width;
+    SampledToken& token = tokens[r];
+    token.id = static_cast<int32_t>(row[0]);
+    token.logprob = row[1];
+    const int64_t wanted = std::min<int64_t>(top, inputs.row_top_logprobs[r]);
+    for (int64_t j = 0; j < wanted; ++j) token.top.push_back({static_cast<int32_t>(row[2 + j]), row[2 + top + j]});
+  }
+  return tokens;
+}
+
+GreedyStep SampleGreedy(const at::Tensor& logits, int64_t top_k) {
+  const int64_t rows = logits.size(0);
+  std::vector<BatchRow> batch(static_cast<size_t>(rows));
+  std::vector<const BatchRow*> pointers;
+  for (BatchRow& row : batch) {
+    row.samples = true;
+    row.sampling.top_logprobs = static_cast<int32_t>(top_k);
+    pointers.push_back(&row);
+  }
+  const SamplingInputs inputs = StageSamplingInputs(pointers, logits.is_cuda());
+  PendingSamples pending = SampleAsync(logits, inputs);
+  std::vector<SampledToken> tokens = FinishSamples(pending, inputs);
+  GreedyStep step;
+  for (const SampledToken& token : tokens) {
+    step.ids.push_back(token.id);
+    step.logprobs.push_back(token.logprob);
+    std::vector<std::pair<int64_t, double>> top;
+    for (const auto& [id, logprob] : token.top) top.push_back({id, logprob});
+    step.top.push_back(std::move(top));
+  }
+  return step;
+}
 
 }  // namespace strata::runtime

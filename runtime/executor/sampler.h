@@ -1,58 +1,78 @@
 #pragma once
-// Internal (ATen): choosing the next token from logits. Greedy (strata-generate) and the engine's
-// per-row sampling with transformers' logits processors, with the log-probabilities transformers reports:
-// log_softmax of the float32 logits.
+// Internal (ATen): choosing the next token of every sampling row of a micro-batch, on the device of the
+// logits, in one pass over the whole batch: no .item(), no synchronous copy, no host loop over the
+// vocabulary. The rows' parameters travel to the device as tensors staged (pinned) with the micro-batch;
+// the results (ids, logprobs, top logprobs) come back in ONE non_blocking copy followed by an event.
+//
+// Semantics (transformers' generate): repetition penalty over the row's context, then temperature,
+// top_k, top_p (RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper,
+// TopPLogitsWarper); temperature 0 is greedy: the argmax of the penalised logits, the first index among
+// equal maxima (torch.argmax). A sampled row takes the first token, in vocabulary order, whose
+// cumulative probability exceeds uniform x total (RowSampling::uniform: the request's own draw), never a
+// token of probability zero. Every operation is row-wise, so a row's token does not depend on the other
+// rows of its batch. Log-probabilities are log_softmax of the raw float32 logits.
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Event.h>
 
-#include <optional>
-#include "runtime/executor/executor.h"
-
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
+#include "runtime/executor/executor.h"
+
 namespace strata::runtime {
 
+// Everything sampling needs for the rows that sample, staged on the host when the micro-batch is built
+// (engine thread), in pinned memory when `pinned` (the last stage is CUDA) so the device copies are
+// non_blocking. Rows are in the order given to StageSamplingInputs, one per logits row.
+struct SamplingInputs {
+  // float64 [rows, kSamplingParams]: temperature, top_k, top_p, repetition_penalty, uniform.
+  at::Tensor params;
+  // int64 [rows, longest context], -1 past a row's end; rows without a penalty are all -1. Undefined
+  // when no row has a penalty.
+  at::Tensor context;
+  std::vector<int32_t> row_top_logprobs;  // per row, for unpacking
+  int64_t top_logprobs = 0;               // the largest of row_top_logprobs: columns copied back
+  bool greedy_only = true;                // every row has temperature 0: no warpers, no draw
+  bool any_penalty = false;
+  bool any_top_k = false;  // some sampled row has 0 < top_k
+  bool any_top_p = false;  // some sampled row has top_p < 1
+  int64_t rows() const { return static_cast<int64_t>(row_top_logprobs.size()); }
+};
+inline constexpr int64_t kSamplingParams = 5;
+
+SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, bool pinned);
+
+// The packed results of SampleAsync on their way to the host: float64 [rows, 2 + 2 * top_logprobs]
+// (id, logprob, top ids, top logprobs); `ready` is recorded after the copy (none on the CPU, where the
+// tensor is complete on return).
+struct PendingSamples {
+  at::Tensor host;
+  std::optional<c10::Event> ready;
+};
+
+// Enqueues every step on logits' device, on its current stream, and ends with one non_blocking copy into
+// pinned host memory. logits: float32 [inputs.rows(), vocab].
+PendingSamples SampleAsync(const at::Tensor& logits, const SamplingInputs& inputs);
+
+// Waits on `ready` (that event only: no device or stream synchronisation) and unpacks one token per row,
+// each with its own top_logprobs.
+std::vector<SampledToken> FinishSamples(PendingSamples& pending, const SamplingInputs& inputs);
+
+// The processed scores of every row, float32 [rows, vocab] on logits' device: penalty, then (sampled
+// rows only) temperature, top_k and top_p with removed tokens at -inf. Greedy rows get the penalised
+// logits (generate applies no warper without do_sample). SampleAsync draws from exactly these.
+at::Tensor ProcessedScores(const at::Tensor& logits, const SamplingInputs& inputs);
+
+// The offline path (LoadedModel::Greedy): every row greedy, without penalty, through SampleAsync and
+// FinishSamples.
 struct GreedyStep {
-  std::vector<int64_t> ids;       // per row: argmax (the first index among equal maxima, as torch.argmax)
-  std::vector<double> logprobs;   // per row: log-probability of that id
+  std::vector<int64_t> ids;      // per row: argmax (the first index among equal maxima, as torch.argmax)
+  std::vector<double> logprobs;  // per row: log-probability of that id
   std::vector<std::vector<std::pair<int64_t, double>>> top;  // per row: the top_k (id, logprob), best first
 };
-
-// logits: float32 [rows, vocab] on any device; one copy of the small results reaches the host.
 GreedyStep SampleGreedy(const at::Tensor& logits, int64_t top_k);
-
-// How one row picks its token, in transformers' order: repetition penalty over `context` (the prompt and
-// what was generated: a logit l becomes l / p when positive, l * p otherwise), then temperature, top_k,
-// top_p (the smallest set of most likely tokens whose probability reaches top_p; at least one). With
-// temperature 0 the choice is the argmax of the penalised logits; otherwise the token where the
-// cumulative probability (in vocabulary order) first exceeds `uniform` of the total — one uniform draw
-// per step from the request's own generator, so a seeded request samples the same whatever its batch.
-struct RowChoice {
-  float temperature = 0;
-  int64_t top_k = 0;
-  double top_p = 1;
-  double repetition_penalty = 1;
-  const std::vector<int32_t>* context = nullptr;  // needed when repetition_penalty != 1
-  double uniform = 0;                             // in [0, 1)
-  int64_t top_logprobs = 0;
-};
-
-// logits: float32 [rows, vocab]; `rows` one per logits row. Log-probabilities are of the raw logits.
-GreedyStep SampleRows(const at::Tensor& logits, const std::vector<RowChoice>& rows);
-
-// PROVISIONAL (replaced by the device sampler): the executor's interface to sampling.
-struct SamplingInputs {
-  std::vector<RowSampling> rows;
-  std::vector<std::vector<int32_t>> contexts;
-};
-SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, bool pinned);
-struct PendingSamples {
-  std::vector<SampledToken> done;
-};
-PendingSamples SampleAsync(const at::Tensor& logits, const SamplingInputs& inputs);
-std::vector<SampledToken> FinishSamples(PendingSamples& pending, const SamplingInputs& inputs);
 
 }  // namespace strata::runtime

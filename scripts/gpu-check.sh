@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# Runs ON THE GPU MACHINE, in the repository root (the device tool's working directory): builds strata
+# there against the Debian packages of .gpu-bundle/ (scripts/gpu-bundle.sh, unpacked with dpkg -x into
+# a private prefix, never into /) and that machine's torch wheel, then runs the GPU checks and records
+# them into OUTDIR: summary.md and summary.json (each step's pass/fail), logs.tar.gz (every step's
+# log), gpu_bench.{md,json} and default_plan.{md,json}. A failing step does not stop the later ones;
+# the exit status is 1 if any step failed or did not run, 2 on bad arguments.
+#
+# Steps (--steps, comma-separated; default all, in this order):
+#   build      unpack the bundle, configure (no server: gRPC is not bundled), build planner, checkpoint,
+#              tokenizer, runtime, strata-plan, strata-generate and the gtest suites
+#   gtest      every gtest suite through ctest (TorchSmoke and CudaSync use the GPU)
+#   parity     tests/runtime_parity/test_cuda_parity.py (+ the CPU suite's one CUDA case) vs
+#              transformers on the same GPU
+#   sync       CudaSync: the engine's decode loop under LibTorch's sync-debug mode "error"
+#   sanitizer  compute-sanitizer memcheck and racecheck on a short 2-stage decode on cuda:0
+#   plan       bench/gpu_default_plan.py: the default plan (no --max-memory) vs from_pretrained(device_map=S)
+#   bench      bench/gpu_bench.py: decode tok/s vs transformers, HBM roofline, offload vs accelerate
+# A device-tool command may run 10 minutes: --deadline (default 560 s) stops starting steps that would
+# not finish, marks them "not run", and writes the summary in time. All steps take longer than one
+# call; split them over two calls made back to back (the machine stays warm, build-gpu/ is reused):
+#   scripts/gpu-check.sh --steps build,gtest,parity,sync,sanitizer $OUT
+#   scripts/gpu-check.sh --steps build,plan,bench $OUT
+set -euo pipefail
+
+usage() {
+  cat >&2 <<'EOF'
+usage: scripts/gpu-check.sh [--steps LIST] [--bundle DIR] [--build-dir DIR] [--python PY] [--deadline SECONDS]
+                           [--configure-only] OUTDIR
+  Builds strata on the GPU machine against the .debs of --bundle (default .gpu-bundle/) and runs the GPU
+  checks, writing summary.md, summary.json, logs.tar.gz and the bench tables into OUTDIR.
+  --steps      comma-separated subset of: build,gtest,parity,sync,sanitizer,plan,bench (default: all)
+  --build-dir  default build-gpu/ (ignored by git)
+  --python     the Python with torch, transformers, accelerate, pytest (default: python3)
+  --deadline   seconds after which no step starts and running ones are stopped (default 560)
+  --configure-only  the build step unpacks the bundle and configures, but builds nothing (to check a
+               bundle on another machine; the other steps then need an earlier build)
+EOF
+}
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+all_steps=(build gtest parity sync sanitizer plan bench)
+steps_arg=$(IFS=,; echo "${all_steps[*]}")
+bundle=$here/.gpu-bundle
+build=$here/build-gpu
+python=python3
+deadline=560
+configure_only=
+outdir=
+
+need_value() { [[ $# -ge 2 && -n $2 ]] || { echo "gpu-check.sh: $1 needs a value" >&2; usage; exit 2; }; }
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --steps) need_value "$@"; steps_arg=$2; shift 2 ;;
+    --bundle) need_value "$@"; bundle=$2; shift 2 ;;
+    --build-dir) need_value "$@"; build=$2; shift 2 ;;
+    --python) need_value "$@"; python=$2; shift 2 ;;
+    --deadline) need_value "$@"; deadline=$2; shift 2 ;;
+    --configure-only) configure_only=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    -*) echo "gpu-check.sh: unknown option: $1" >&2; usage; exit 2 ;;
+    *)
+      [[ -z $outdir ]] || { echo "gpu-check.sh: one OUTDIR only (got '$outdir' and '$1')" >&2; usage; exit 2; }
+      outdir=$1
+      shift
+      ;;
+  esac
+done
+[[ -n $outdir ]] || { echo "gpu-check.sh: OUTDIR is required" >&2; usage; exit 2; }
+[[ $deadline =~ ^[0-9]+$ ]] || { echo "gpu-check.sh: --deadline: '$deadline' is not a number of seconds" >&2; exit 2; }
+IFS=, read -r -a steps <<<"$steps_arg"
+for s in "${steps[@]}"; do
+  [[ " ${all_steps[*]} " == *" $s "* ]] || { echo "gpu-check.sh: --steps: unknown step '$s'" >&2; usage; exit 2; }
+done
+wants() { [[ ",$steps_arg," == *",$1,"* ]]; }
+
+mkdir -p "$outdir"
+outdir=$(cd "$outdir" && pwd)
+logs=$(mktemp -d)
+work=$build/gpu-check-work  # checkpoints made by the steps
+prefix=$build/bundle-prefix
+mkdir -p "$build" "$work"
+started=$SECONDS
+
+# ---- steps: each runs in a subshell with its log as stdout/stderr; $budget is its time limit -------
+
+step_build() {
+  [[ -d $bundle ]] && compgen -G "$bundle/*.deb" >/dev/null ||
+    { echo "no .deb files in $bundle: run scripts/gpu-bundle.sh on the development machine and carry .gpu-bundle"; return 1; }
+  [[ -f $bundle/MANIFEST ]] && cat "$bundle/MANIFEST"
+  rm -rf "$prefix" && mkdir -p "$prefix"
+  for f in "$bundle"/*.deb; do dpkg -x "$f" "$prefix"; done
+  # The .pc files name /usr: point them at the prefix.
+  find "$prefix" -name '*.pc' -exec sed -i "s#=/usr#=$prefix/usr#g; s#-I/usr#-I$prefix/usr#g; s#-L/usr#-L$prefix/usr#g" {} +
+  local torch_prefix
+  torch_prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+  "$python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())'
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
+  cmake --version | head -n 1
+  if [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+  command -v nvcc && nvcc --version | tail -n 1
+  # The machine's pkg-config if it has one (PKG_CONFIG names another), else the bundle's pkgconf; either
+  # way only the prefix's .pc files are searched.
+  local pkg_config=${PKG_CONFIG:-$(command -v pkg-config || true)}
+  [[ -n $pkg_config ]] || pkg_config=$prefix/usr/bin/pkgconf
+  export PKG_CONFIG_LIBDIR=$prefix/usr/lib/x86_64-linux-gnu/pkgconfig:$prefix/usr/share/pkgconfig
+  export PKG_CONFIG_PATH=$PKG_CONFIG_LIBDIR
+  echo "pkg-config: $pkg_config; oniguruma $("$pkg_config" --modversion oniguruma), libutf8proc $("$pkg_config" --modversion libutf8proc)"
+  timeout "$budget" cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_PREFIX_PATH="$prefix/usr;$torch_prefix" -DPKG_CONFIG_EXECUTABLE="$pkg_config" \
+    -DPython3_EXECUTABLE="$(command -v "$python")" -DSTRATA_BUILD_SERVER=OFF -DTORCH_CUDA_ARCH_LIST=9.0
+  grep -E '^(absl_DIR|GTest_DIR|nlohmann_json_DIR|Torch_DIR|pkgcfg_lib_)' "$build/CMakeCache.txt"
+  if [[ -n $configure_only ]]; then return 0; fi
+  timeout "$((budget - (SECONDS - step_started)))" cmake --build "$build" -j "$(nproc)"
+  grep -q '^STRATA_BUILD_SERVER:BOOL=OFF' "$build/CMakeCache.txt"
+  ls -la "$build/runtime/strata-generate" "$build/planner/strata-plan"
+}
+
+step_gtest() {
+  # CudaSync has its own step; every other test, CUDA ones included.
+  timeout "$budget" ctest --test-dir "$build" --output-on-failure -j 8 --timeout 120 -E '^CudaSync\.'
+  "$build/tests/runtime/strata_runtime_tests" --gtest_filter='TorchSmoke.*' 2>&1 | tee "$logs/torch_smoke.txt"
+  # The GPU half must have run here, not skipped.
+  ! grep -q 'SKIPPED ] TorchSmoke' "$logs/torch_smoke.txt"
+}
+
+step_parity() {
+  STRATA_BUILD_DIR=$build timeout "$budget" "$python" -m pytest -v -rs -p no:cacheprovider \
+    tests/runtime_parity/test_cuda_parity.py \
+    "tests/runtime_parity/test_generate_parity.py::test_two_logical_stages_on_one_gpu" 2>&1 |
+    tee "$logs/parity_pytest.txt"
+  local rc=${PIPESTATUS[0]}
+  # Skips here mean the GPU was not used: a failure of this step.
+  if grep -qE '[0-9]+ skipped' "$logs/parity_pytest.txt"; then echo "parity: cases were skipped on the GPU machine"; return 1; fi
+  return "$rc"
+}
+
+step_sync() {
+  timeout "$budget" "$build/tests/runtime/strata_runtime_tests" --gtest_filter='CudaSync.*' 2>&1 | tee "$logs/sync.txt"
+  local rc=${PIPESTATUS[0]}
+  if grep -q 'SKIPPED ] CudaSync' "$logs/sync.txt"; then echo "sync: the test skipped on the GPU machine"; return 1; fi
+  return "$rc"
+}
+
+step_sanitizer() {
+  command -v compute-sanitizer || { echo "compute-sanitizer is not on PATH"; return 1; }
+  local model=$work/sanitizer-model
+  if [[ ! -f $model/config.json ]]; then
+    "$python" -c "import sys, pathlib; sys.path.insert(0, 'tests/runtime_parity'); import runtime_helpers as H; \
+H.make_checkpoint(pathlib.Path(sys.argv[1]), 'llama_llama3_gqa')" "$model"
+  fi
+  local map='{"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 0, "model.layers.2": 1, "model.layers.3": 1, "model.norm": 1, "model.rotary_emb": 1, "lm_head": 1}'
+  local args=("$build/runtime/strata-generate" --model "$model" --prompt-ids 5,6,7,8 --prompt-ids 3,4
+    --max-new-tokens 4 --max-batch 2 --max-context 64 --device-map "$map"
+    --physical-devices 0=cuda:0,1=cuda:0 --max-memory 0=1GiB,1=1GiB,cpu=1GiB --dtype float32)
+  local rc=0 tool each=$((budget / 2))
+  for tool in memcheck racecheck; do
+    # No caching allocator: memcheck then sees every allocation's real bounds.
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "$each" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+      --log-file "$logs/sanitizer_$tool.txt" "${args[@]}" || rc=1
+    echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logs/sanitizer_$tool.txt" | tail -n 1)"
+    grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logs/sanitizer_$tool.txt" | tail -n 1 >>"$logs/sanitizer_summary.txt" || true
+  done
+  return "$rc"
+}
+
+step_plan() {
+  timeout "$budget" "$python" bench/gpu_default_plan.py --strata-plan "$build/planner/strata-plan" \
+    --work "$work" --out "$outdir"
+}
+
+step_bench() {
+  timeout "$budget" "$python" bench/gpu_bench.py --strata-generate "$build/runtime/strata-generate" \
+    --work "$work" --out "$outdir"
+}
+
+# ---- driver ---------------------------------------------------------------------------------------
+
+declare -A limit=([build]=300 [gtest]=150 [parity]=240 [sync]=90 [sanitizer]=240 [plan]=240 [bench]=360)
+declare -A least=([build]=30 [gtest]=30 [parity]=60 [sync]=20 [sanitizer]=60 [plan]=90 [bench]=150)
+results=()
+failed=0
+export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=9.0 CMAKE_POLICY_VERSION_MINIMUM=3.5
+
+for s in "${all_steps[@]}"; do
+  wants "$s" || continue
+  left=$((deadline - (SECONDS - started)))
+  if ((left < least[$s])); then
+    status="not run"
+    secs=0
+    echo "gpu-check: $s: not run ($left s left before the deadline)"
+  else
+    budget=$((left < limit[$s] ? left : limit[$s]))
+    step_started=$SECONDS
+    echo "gpu-check: $s (at most $budget s) ..."
+    set +e
+    (set -euo pipefail; "step_$s") >"$logs/$s.log" 2>&1
+    rc=$?
+    set -e
+    secs=$((SECONDS - step_started))
+    if ((rc == 0)); then status=pass; elif ((rc == 124 || rc == 137)); then status="fail (timeout)"; else status="fail (exit $rc)"; fi
+    echo "gpu-check: $s: $status in $secs s"
+    [[ $rc -eq 0 ]] || tail -n 15 "$logs/$s.log" | sed 's/^/    /'
+  fi
+  [[ $status == pass ]] || failed=1
+  results+=("$s|$status|$secs")
+done
+
+# ---- summary --------------------------------------------------------------------------------------
+{
+  echo "# strata GPU check"
+  echo
+  echo "$(date -u +%Y-%m-%dT%H:%M:%SZ), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1),"\
+    "$("$python" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null), commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo
+  echo "| step | result | seconds |"
+  echo "|---|---|---|"
+  for r in "${results[@]}"; do IFS='|' read -r s st secs <<<"$r"; echo "| $s | $st | $secs |"; done
+  if [[ -f $logs/sanitizer_summary.txt ]]; then echo; echo "compute-sanitizer:"; sed 's/^/    /' "$logs/sanitizer_summary.txt"; fi
+  for table in default_plan gpu_bench; do
+    if [[ -f $outdir/$table.md ]]; then echo; cat "$outdir/$table.md"; fi
+  done
+  echo
+  echo "Logs: logs.tar.gz (one log per step)."
+} >"$outdir/summary.md"
+"$python" - "$outdir/summary.json" "${results[@]}" <<'EOF' || echo '{"error": "could not write JSON"}' >"$outdir/summary.json"
+import json, sys
+steps = [dict(zip(("step", "result", "seconds"), r.split("|"))) for r in sys.argv[2:]]
+for s in steps:
+    s["seconds"] = int(s["seconds"])
+json.dump({"steps": steps, "passed": all(s["result"] == "pass" for s in steps)}, open(sys.argv[1], "w"), indent=1)
+EOF
+tar -czf "$outdir/logs.tar.gz" -C "$logs" .
+rm -rf "$logs"
+cat "$outdir/summary.md"
+exit "$failed"

@@ -1,0 +1,144 @@
+// The engine's decode loop on CUDA under LibTorch's sync-debug mode "error": once warmed up (the first
+// steps may allocate and synchronise), a step must not make a synchronizing CUDA call from LibTorch
+// (a blocking device-to-host copy, `.item()`, a stream synchronisation): each one would be raised as a
+// c10::Error inside the executor and end the request with kError. Two logical stages on one GPU
+// (`0=cuda:0,1=cuda:0`), so the stage-to-stage transfer (streams and events) is on the path.
+// Skips, saying why, where LibTorch has no CUDA or no device is visible.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/engine/engine.h"
+#include "runtime/executor/loaded_model.h"
+#include "runtime/executor/torch_info.h"
+#include "tests/runtime/engine_fixture.h"
+
+#ifdef STRATA_TORCH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+namespace strata::runtime {
+namespace {
+
+#ifdef STRATA_TORCH_CUDA
+// Sets LibTorch's process-wide sync-debug mode for its lifetime (engine threads see it too) and puts
+// back what was there, also when an assertion returns early.
+class SyncDebugModeScope {
+ public:
+  explicit SyncDebugModeScope(c10::cuda::SyncDebugMode mode)
+      : previous_(c10::cuda::warning_state().get_sync_debug_mode()) {
+    c10::cuda::warning_state().set_sync_debug_mode(mode);
+  }
+  ~SyncDebugModeScope() { c10::cuda::warning_state().set_sync_debug_mode(previous_); }
+  SyncDebugModeScope(const SyncDebugModeScope&) = delete;
+  SyncDebugModeScope& operator=(const SyncDebugModeScope&) = delete;
+
+ private:
+  c10::cuda::SyncDebugMode previous_;
+};
+
+std::unique_ptr<LoadedModel> LoadOnOneGpuAsTwoStages(int64_t max_batch) {
+  ServingRequest r;
+  r.model_dir = WriteTinyLlama();
+  auto map = planner::ParseDeviceMapChoice(R"({"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 1,
+                                              "model.layers.2": 1, "model.norm": 1, "lm_head": 1})");
+  EXPECT_TRUE(map.ok()) << map.status();
+  r.device_map = *map;
+  r.physical = {{0, PhysicalDevice{true, 0}}, {1, PhysicalDevice{true, 0}}};
+  r.max_memory = *planner::ParseMaxMemory("0=1GiB,1=1GiB,cpu=1GiB");
+  r.dtype = planner::DType::kFloat32;
+  r.max_batch = max_batch;
+  r.max_context = 64;
+  auto options = PlanServing(r);
+  EXPECT_TRUE(options.ok()) << options.status();
+  if (!options.ok()) return nullptr;
+  auto model = LoadedModel::Load(*options);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? *std::move(model) : nullptr;
+}
+
+// Greedy requests of different prompt lengths and seeded sampling requests, submitted together.
+std::vector<GenerationRequest> Requests() {
+  std::vector<GenerationRequest> requests;
+  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9}, {4}, {7, 7, 2, 3, 11, 40, 41}, {90, 3}};
+  for (const auto& p : prompts) {
+    GenerationRequest r;
+    r.prompt = p;
+    r.sampling.max_new_tokens = 12;
+    r.sampling.top_logprobs = 2;
+    requests.push_back(r);
+  }
+  for (uint64_t seed : {1234u, 99u}) {
+    GenerationRequest r;
+    r.prompt = {3, 1, 4, 1, 5};
+    r.sampling.temperature = 1.3f;
+    r.sampling.top_p = 0.9f;
+    r.sampling.top_k = 30;
+    r.sampling.repetition_penalty = 1.2f;
+    r.sampling.seed = seed;
+    r.sampling.max_new_tokens = 12;
+    requests.push_back(r);
+  }
+  return requests;
+}
+
+void RunAll(Engine& engine, Collector& c, const std::vector<GenerationRequest>& requests) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto handle = engine.Submit(requests[i], c.For(static_cast<int>(i)));
+    ASSERT_TRUE(handle.ok()) << handle.status();
+  }
+  c.Wait(static_cast<int>(requests.size()));
+}
+#endif  // STRATA_TORCH_CUDA
+
+TEST(CudaSync, DecodeLoopMakesNoSynchronizingCallAfterWarmUp) {
+#ifndef STRATA_TORCH_CUDA
+  GTEST_SKIP() << "LibTorch was built without CUDA (no torch_cuda target): nothing to check";
+#else
+  if (!QueryTorch().cuda_available) {
+    GTEST_SKIP() << "no CUDA device here; this test runs on a GPU machine (scripts/gpu-check.sh)";
+  }
+  auto model = LoadOnOneGpuAsTwoStages(8);
+  ASSERT_TRUE(model);
+  EngineOptions options;
+  options.micro_batches = 2;
+  auto engine = Engine::Start(*model, nullptr, {}, options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<GenerationRequest> requests = Requests();
+
+  // Warm-up, with synchronisation allowed: allocator growth, kernels' first launches.
+  Collector warm;
+  RunAll(**engine, warm, requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_EQ(warm.Reason(static_cast<int>(i)), FinishReason::kLength)
+        << "warm-up request " << i << ": " << warm.chunks[static_cast<int>(i)].back().error;
+  }
+
+  SyncDebugModeScope error_on_sync(c10::cuda::SyncDebugMode::L_ERROR);
+  // The mode is seen by LibTorch itself (one static shared across the libraries): a deliberate
+  // synchronizing call from this thread raises.
+  EXPECT_THROW((void)at::ones({1}, at::TensorOptions().device(at::kCUDA)).sum().item<float>(), c10::Error)
+      << "sync-debug mode L_ERROR did not take effect: the rest of this test would prove nothing";
+
+  Collector c;
+  RunAll(**engine, c, requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const int index = static_cast<int>(i);
+    EXPECT_EQ(c.Reason(index), FinishReason::kLength)
+        << "request " << i << " (" << (requests[i].sampling.temperature > 0 ? "seeded sampling" : "greedy")
+        << ") did not finish normally under sync-debug mode L_ERROR: " << c.chunks[index].back().error;
+    // Same requests, same seeds: the same tokens as in the warm-up.
+    EXPECT_EQ(c.Ids(index), warm.Ids(index)) << "request " << i;
+  }
+  EngineStats stats = StatsWhenIdle(**engine, 8);
+  EXPECT_TRUE(stats.errors.empty()) << "a stage failed under sync-debug mode L_ERROR: stage "
+                                    << stats.errors.front().stage << " on " << stats.errors.front().device;
+  EXPECT_FALSE(stats.device_lost);
+#endif
+}
+
+}  // namespace
+}  // namespace strata::runtime

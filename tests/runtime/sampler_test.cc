@@ -1,0 +1,235 @@
+// The device sampler (runtime/executor/sampler.h): batch invariance of mixed micro-batches, greedy ties,
+// the edges of top_k / top_p, the zero-probability guard of the inverse CDF, per-row top logprobs. The
+// comparison with transformers' own processors is in tests/sampling_parity (pytest, live).
+#include "runtime/executor/sampler.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/isfinite.h>
+#include <ATen/ops/log_softmax.h>
+#include <ATen/ops/randn.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "runtime/executor/torch_info.h"
+
+namespace strata::runtime {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+at::Tensor Logits(const std::vector<std::vector<float>>& rows) {
+  const int64_t vocab = static_cast<int64_t>(rows.front().size());
+  at::Tensor t = at::empty({static_cast<int64_t>(rows.size()), vocab}, at::kFloat);
+  for (size_t r = 0; r < rows.size(); ++r) std::copy(rows[r].begin(), rows[r].end(), t.data_ptr<float>() + r * vocab);
+  return t;
+}
+
+// Deterministic random logits [rows, vocab], with a few exact ties and one very peaked row.
+at::Tensor RandomLogits(int64_t rows, int64_t vocab, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.f, 3.f);
+  std::vector<std::vector<float>> values(rows, std::vector<float>(vocab));
+  for (auto& row : values) {
+    for (float& v : row) v = normal(gen);
+    row[5] = row[17] = row[40];  // ties
+  }
+  if (rows > 1) values[1][33] = 80.f;  // peaked: the rest underflows to probability 0 in float32
+  return Logits(values);
+}
+
+BatchRow Row(float temperature, int32_t top_k, float top_p, float penalty, double uniform, int32_t top_logprobs,
+             std::vector<int32_t> context = {}) {
+  BatchRow row;
+  row.samples = true;
+  row.sampling.temperature = temperature;
+  row.sampling.top_k = top_k;
+  row.sampling.top_p = top_p;
+  row.sampling.repetition_penalty = penalty;
+  row.sampling.uniform = uniform;
+  row.sampling.top_logprobs = top_logprobs;
+  row.context = std::move(context);
+  return row;
+}
+
+SamplingInputs Stage(const std::vector<BatchRow>& rows, bool pinned = false) {
+  std::vector<const BatchRow*> pointers;
+  for (const BatchRow& row : rows) pointers.push_back(&row);
+  return StageSamplingInputs(pointers, pinned);
+}
+
+std::vector<SampledToken> Sample(const at::Tensor& logits, const std::vector<BatchRow>& rows) {
+  SamplingInputs inputs = Stage(rows, logits.is_cuda());
+  PendingSamples pending = SampleAsync(logits, inputs);
+  return FinishSamples(pending, inputs);
+}
+
+std::vector<BatchRow> MixedRows() {
+  return {
+      Row(0, 0, 1, 1, 0.3, 0),                             // greedy
+      Row(0.8f, 0, 1, 1, 0.42, 3),                         // temperature only (on the peaked row)
+      Row(0, 0, 1, 1.3f, 0.9, 2, {1, 2, 3, 40, 40, 7}),    // greedy + penalty
+      Row(0.7f, 20, 1, 1, 0.77, 0),                        // top_k
+      Row(1.0f, 0, 0.9f, 1, 0.123, 5),                     // top_p
+      Row(1.3f, 50, 0.8f, 1.2f, 0.999, 1, {9, 8, 5, 17}),  // everything
+      Row(0.5f, 1, 1, 1, 0.5, 0),                          // top_k 1: greedy by another road
+      Row(2.0f, 0, 1, 0.7f, 0.01, 4, {0, 1, 2, 3, 4, 5}),  // penalty < 1 rewards the context
+  };
+}
+
+void ExpectSameToken(const SampledToken& a, const SampledToken& b, const std::string& what) {
+  EXPECT_EQ(a.id, b.id) << what;
+  EXPECT_EQ(a.logprob, b.logprob) << what;
+  EXPECT_EQ(a.top, b.top) << what;
+}
+
+TEST(Sampler, MixedBatchRowsEqualEachRowSampledAlone) {
+  const std::vector<BatchRow> rows = MixedRows();
+  at::Tensor logits = RandomLogits(static_cast<int64_t>(rows.size()), 1000, 7);
+  const std::vector<SampledToken> together = Sample(logits, rows);
+  const at::Tensor scores = ProcessedScores(logits, Stage(rows));
+  ASSERT_EQ(together.size(), rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const at::Tensor one = logits.narrow(0, static_cast<int64_t>(r), 1).clone();
+    const std::vector<SampledToken> alone = Sample(one, {rows[r]});
+    ExpectSameToken(together[r], alone[0], "row " + std::to_string(r));
+    EXPECT_TRUE(at::equal(scores.narrow(0, static_cast<int64_t>(r), 1), ProcessedScores(one, Stage({rows[r]}))))
+        << "row " << r;
+  }
+}
+
+TEST(Sampler, GreedyTiesTakeTheFirstIndexAsTorchArgmax) {
+  at::Tensor logits = Logits({{1, 5, 2, 5, 5}, {3, 1, 6, 0, 3}});
+  // Row 1: a penalty of 2 on token 2 (6 -> 3) ties it with tokens 0 and 4: token 0 wins.
+  const std::vector<SampledToken> tokens = Sample(logits, {Row(0, 0, 1, 1, 0.9, 0), Row(0, 0, 1, 2, 0.9, 0, {2})});
+  EXPECT_EQ(tokens[0].id, 1);
+  EXPECT_EQ(tokens[1].id, 0);
+  EXPECT_EQ(SampleGreedy(logits, 0).ids, (std::vector<int64_t>{1, 2}));
+}
+
+TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
+  at::Tensor logits = Logits({{2, -2, 1, 0, 4}});
+  at::Tensor scores = ProcessedScores(logits, Stage({Row(0, 0, 1, 2, 0, 0, {0, 1, 1, 3, 99, -5})}));
+  // Ids outside the vocabulary (99, -5) are ignored; 1 counts once however often it appears.
+  EXPECT_TRUE(at::equal(scores, Logits({{1, -4, 1, 0, 4}})));
+}
+
+TEST(Sampler, TopKAtLeastTheVocabularyKeepsEveryToken) {
+  at::Tensor logits = RandomLogits(1, 64, 3);
+  for (int32_t k : {64, 65, 1000}) {
+    at::Tensor scores = ProcessedScores(logits, Stage({Row(1, k, 1, 1, 0.5, 0)}));
+    EXPECT_TRUE(at::equal(scores, logits)) << "top_k " << k;
+  }
+}
+
+TEST(Sampler, TopPOneRemovesNothingEvenTokensOfProbabilityZero) {
+  // The peaked row: every other token has probability 0 in float32, yet transformers adds no top_p
+  // warper at 1, so none is removed.
+  at::Tensor logits = RandomLogits(2, 64, 5).narrow(0, 1, 1).clone();
+  at::Tensor scores = ProcessedScores(logits, Stage({Row(1, 0, 1, 1, 0.5, 0)}));
+  EXPECT_TRUE(at::equal(scores, logits));
+}
+
+TEST(Sampler, TinyTopPKeepsOnlyTheMostLikelyToken) {
+  at::Tensor logits = RandomLogits(1, 500, 11);
+  const int64_t best = SampleGreedy(logits, 0).ids[0];
+  for (double uniform : {0.0, 0.5, 0.999999}) {
+    const std::vector<BatchRow> rows{Row(1.5f, 0, 1e-6f, 1, uniform, 0)};
+    at::Tensor scores = ProcessedScores(logits, Stage(rows));
+    EXPECT_EQ(at::isfinite(scores).sum().item<int64_t>(), 1);
+    EXPECT_EQ(Sample(logits, rows)[0].id, best) << "uniform " << uniform;
+  }
+}
+
+TEST(Sampler, InverseCdfInVocabularyOrder) {
+  at::Tensor logits = Logits({{std::log(0.1f), std::log(0.2f), std::log(0.3f), std::log(0.4f)}});
+  const std::vector<std::pair<double, int32_t>> cases{{0.0, 0}, {0.05, 0}, {0.15, 1}, {0.35, 2}, {0.65, 3}, {0.99, 3}};
+  for (const auto& [uniform, id] : cases) {
+    EXPECT_EQ(Sample(logits, {Row(1, 0, 1, 1, uniform, 0)})[0].id, id) << "uniform " << uniform;
+  }
+}
+
+TEST(Sampler, UniformNearOneNeverPicksAZeroProbabilityToken) {
+  const double almost_one = std::nextafter(1.0, 0.0);
+  std::vector<float> row(100, -kInf);
+  row[10] = 1;
+  row[20] = 2;
+  row[30] = 3;
+  at::Tensor logits = Logits({row});
+  // Only 10, 20, 30 are possible; the cdf is flat from 30 to the end.
+  EXPECT_EQ(Sample(logits, {Row(1, 0, 1, 1, almost_one, 0)})[0].id, 30);
+  EXPECT_EQ(Sample(logits, {Row(1, 0, 1, 1, 0.0, 0)})[0].id, 10);
+  // top_k removes tokens with finite logits: the last kept one, not the vocabulary's last.
+  at::Tensor random = RandomLogits(1, 300, 13);
+  const std::vector<BatchRow> rows{Row(1, 5, 1, 1, almost_one, 0)};
+  const int32_t id = Sample(random, rows)[0].id;
+  at::Tensor scores = ProcessedScores(random, Stage(rows));
+  EXPECT_TRUE(std::isfinite(scores[0][id].item<float>()));
+  EXPECT_FALSE(at::isfinite(scores[0].narrow(0, id + 1, 300 - id - 1)).any().item<bool>())
+      << "a kept token lies after the chosen one";
+}
+
+TEST(Sampler, TopLogprobsPerRowOfTheRawLogits) {
+  const std::vector<BatchRow> rows{Row(0, 0, 1, 1, 0, 0), Row(0, 0, 1, 1.5f, 0, 2, {1}), Row(1.7f, 3, 1, 1, 0.6, 5)};
+  at::Tensor logits = RandomLogits(3, 50, 17);
+  const std::vector<SampledToken> tokens = Sample(logits, rows);
+  at::Tensor logprobs = at::log_softmax(logits, 1);
+  const std::vector<size_t> sizes{0, 2, 5};
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const SampledToken& t = tokens[r];
+    ASSERT_EQ(t.top.size(), sizes[r]) << "row " << r;
+    EXPECT_DOUBLE_EQ(t.logprob, logprobs[r][t.id].item<float>()) << "row " << r;
+    for (size_t j = 0; j < t.top.size(); ++j) {
+      EXPECT_DOUBLE_EQ(t.top[j].second, logprobs[r][t.top[j].first].item<float>());
+      if (j > 0) {
+        EXPECT_GE(t.top[j - 1].second, t.top[j].second);
+      }
+    }
+  }
+  // Top logprobs are of the raw logits, not of the penalised ones.
+  EXPECT_EQ(tokens[1].top[0].first, SampleGreedy(logits, 1).top[1][0].first);
+}
+
+TEST(Sampler, SampleGreedyIsTheAllGreedyBatch) {
+  at::Tensor logits = RandomLogits(4, 321, 19);
+  const GreedyStep step = SampleGreedy(logits, 3);
+  const std::vector<SampledToken> tokens = Sample(logits, std::vector<BatchRow>(4, Row(0, 0, 1, 1, 0.5, 3)));
+  for (size_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(step.ids[r], tokens[r].id);
+    EXPECT_EQ(step.logprobs[r], tokens[r].logprob);
+    ASSERT_EQ(step.top[r].size(), 3u);
+    EXPECT_EQ(step.top[r][0].first, step.ids[r]);
+  }
+}
+
+TEST(SamplerCuda, SamplesOnTheDeviceAsOnTheCpuWithOneEvent) {
+  if (!QueryTorch().cuda_available) GTEST_SKIP() << "torch cuda not available";
+  const std::vector<BatchRow> rows = MixedRows();
+  at::Tensor logits = RandomLogits(static_cast<int64_t>(rows.size()), 32000, 23);
+  at::Tensor device_logits = logits.to(at::Device(at::kCUDA, 0));
+  SamplingInputs inputs = Stage(rows, /*pinned=*/true);
+  EXPECT_TRUE(inputs.params.is_pinned());
+  PendingSamples pending = SampleAsync(device_logits, inputs);
+  EXPECT_TRUE(pending.ready.has_value());
+  EXPECT_TRUE(pending.host.is_pinned());
+  const std::vector<SampledToken> on_device = FinishSamples(pending, inputs);
+  const std::vector<SampledToken> on_cpu = Sample(logits, rows);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    EXPECT_EQ(on_device[r].id, on_cpu[r].id) << "row " << r;
+    EXPECT_NEAR(on_device[r].logprob, on_cpu[r].logprob, 1e-4) << "row " << r;
+    ASSERT_EQ(on_device[r].top.size(), on_cpu[r].top.size());
+  }
+  // Batch invariance on the device too.
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const std::vector<SampledToken> alone = Sample(device_logits.narrow(0, static_cast<int64_t>(r), 1), {rows[r]});
+    EXPECT_EQ(alone[0].id, on_device[r].id) << "row " << r;
+  }
+}
+
+}  // namespace
+}  // namespace strata::runtime
