@@ -5,138 +5,118 @@
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "cli/flags.h"
 #include "nlohmann/json.hpp"
 #include "planner/model_spec.h"
 #include "planner/plan.h"
 
+ABSL_FLAG(std::string, model, "",
+          "checkpoint directory: config.json (Llama, Mistral, Qwen2), and *.safetensors headers checked against it "
+          "when present");
+ABSL_FLAG(std::string, module_tree, "", "any architecture: a module tree JSON (tools/export_module_tree.py)");
+ABSL_FLAG(std::string, device_map, "balanced_low_0",
+          "auto | balanced | balanced_low_0 | sequential | a JSON map ('{\"\": 0}', '{\"model\": 0, \"lm_head\": "
+          "\"cpu\"}') | @FILE");
+ABSL_FLAG(std::string, max_memory, "", "0=20GiB,1=20GiB,cpu=64GiB,disk=1TB (accelerate's sizes)");
+ABSL_FLAG(std::string, inventory, "",
+          "plan for this machine instead of the one found here: each GPU's free memory and the host's available "
+          "memory, 0=79GiB,1=79GiB,cpu=200GiB (GPUs 0..n-1, cpu required); ignored with --max-memory");
+ABSL_FLAG(std::string, dtype, "", "float32 | float16 | bfloat16");
+ABSL_FLAG(int64_t, kv_cache_tokens, 0, "reserve on each GPU the KV cache of its decoder layers for N tokens");
+ABSL_FLAG(bool, json, false, "machine-readable plan (device_map in hf_device_map form)");
+ABSL_FLAG(bool, explain, false, "say why each module went where it went");
+ABSL_FLAG(bool, print_module_tree, false, "print the model's module tree JSON instead of a plan");
+ABSL_FLAG(int32_t, bench, 0, "time N plannings; print {\"bench_runs\", \"median_us\", \"min_us\"}");
+
 namespace {
 
-constexpr char kUsage[] = R"(usage: strata-plan (--model DIR | --module-tree FILE) [options]
+using strata::cli::Flag;
+
+const strata::cli::CommandLine& Command() {
+  static const strata::cli::CommandLine command = [] {
+    strata::cli::CommandLine command;
+    command.usage = R"(usage: strata-plan (--model DIR | --module-tree FILE) [options]
 
 Plans where each module of a model lives (GPUs, cpu, disk) exactly as transformers'
 from_pretrained(device_map=..., max_memory=...) would, and beyond it.
-
-  --model DIR            checkpoint directory: config.json (Llama, Mistral, Qwen2), and
-                         *.safetensors headers checked against it when present
-  --module-tree FILE     any architecture: a module tree JSON (tools/export_module_tree.py)
-  --device-map S         auto | balanced | balanced_low_0 (default) | sequential |
-                         a JSON map ('{"": 0}', '{"model": 0, "lm_head": "cpu"}') | @FILE
-  --max-memory SPEC      0=20GiB,1=20GiB,cpu=64GiB,disk=1TB (accelerate's sizes);
-                         default: what transformers takes from the machine (each
-                         GPU's free memory, 90% of the available host memory;
-                         90% of the GPU when one GPU has memory, unless sequential)
-  --inventory SPEC       plan for this machine instead of the one found here:
-                         each GPU's free memory and the host's available memory,
-                         0=79GiB,1=79GiB,cpu=200GiB (GPUs 0..n-1, cpu required);
-                         ignored with --max-memory
-  --dtype D              float32 | float16 | bfloat16 (default: the checkpoint's dtype)
-  --kv-cache-tokens N    reserve on each GPU the KV cache of its decoder layers for N tokens
-  --json                 machine-readable plan (device_map in hf_device_map form)
-  --explain              say why each module went where it went
-  --print-module-tree    print the model's module tree JSON instead of a plan
-  --bench N              time N plannings; print {"bench_runs", "median_us", "min_us"}
-  --help                 this text
 )";
-
-struct Flags {
-  std::string model;
-  std::string module_tree;
-  std::string device_map = "balanced_low_0";
-  std::string max_memory;
-  std::string inventory;
-  std::string dtype;
-  std::string kv_cache_tokens;
-  std::string bench;
-  bool json = false;
-  bool explain = false;
-  bool print_module_tree = false;
-};
+    command.flags = {Flag(FLAGS_model, "DIR"),
+                     Flag(FLAGS_module_tree, "FILE"),
+                     Flag(FLAGS_device_map, "S"),
+                     Flag(FLAGS_max_memory, "SPEC")
+                         .ShowDefault("what transformers takes from the machine (each GPU's free memory, 90% of the "
+                                      "available host memory; 90% of the GPU when one GPU has memory, unless "
+                                      "sequential)"),
+                     Flag(FLAGS_inventory, "SPEC"),
+                     Flag(FLAGS_dtype, "D").ShowDefault("the checkpoint's dtype"),
+                     Flag(FLAGS_kv_cache_tokens, "N"),
+                     Flag(FLAGS_json),
+                     Flag(FLAGS_explain),
+                     Flag(FLAGS_print_module_tree),
+                     Flag(FLAGS_bench, "N").ShowDefault("none")};
+    return command;
+  }();
+  return command;
+}
 
 int BadInput(absl::string_view message) {
   std::cerr << "strata-plan: " << message << "\n";
   return 2;
 }
 
-// Returns an error message, or empty when the flags parsed.
-std::string ParseFlags(int argc, char** argv, Flags& flags) {
-  std::map<std::string, std::string*> with_value = {
-      {"--model", &flags.model},           {"--module-tree", &flags.module_tree},
-      {"--device-map", &flags.device_map}, {"--max-memory", &flags.max_memory},
-      {"--inventory", &flags.inventory},   {"--dtype", &flags.dtype},
-      {"--kv-cache-tokens", &flags.kv_cache_tokens}, {"--bench", &flags.bench}};
-  std::map<std::string, bool*> switches = {
-      {"--json", &flags.json}, {"--explain", &flags.explain}, {"--print-module-tree", &flags.print_module_tree}};
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::optional<std::string> inline_value;
-    if (size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      inline_value = arg.substr(eq + 1);
-      arg.resize(eq);
-    }
-    if (auto it = switches.find(arg); it != switches.end() && !inline_value) {
-      *it->second = true;
-      continue;
-    }
-    auto it = with_value.find(arg);
-    if (it == with_value.end()) return absl::StrCat("unknown argument \"", argv[i], "\" (see --help)");
-    if (inline_value) {
-      *it->second = *inline_value;
-    } else {
-      if (i + 1 >= argc) return absl::StrCat(arg, " needs a value");
-      *it->second = argv[++i];
-    }
-  }
-  if (flags.model.empty() == flags.module_tree.empty()) return "give exactly one of --model DIR or --module-tree FILE";
-  return "";
+// A check of a flag's value failed: exit 2 with the message naming the flag.
+template <typename T>
+int BadFlag(const absl::Flag<T>& flag, const absl::Status& status) {
+  return BadInput(strata::cli::FlagError(flag, status).message());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace strata::planner;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::cout << kUsage;
-      return 0;
-    }
+  absl::StatusOr<strata::cli::ParsedArgs> parsed = strata::cli::Parse(Command(), argc, argv);
+  if (!parsed.ok()) return BadInput(absl::StrCat(parsed.status().message(), " (see --help)"));
+  if (parsed->help) {
+    std::cout << strata::cli::Help(Command());
+    return 0;
   }
-  Flags flags;
-  if (std::string error = ParseFlags(argc, argv, flags); !error.empty()) return BadInput(error);
+  const std::string model = absl::GetFlag(FLAGS_model);
+  const std::string module_tree = absl::GetFlag(FLAGS_module_tree);
+  if (model.empty() == module_tree.empty()) return BadInput("give exactly one of --model DIR or --module-tree FILE");
+  const bool explain = absl::GetFlag(FLAGS_explain);
 
   std::optional<DType> dtype;
-  if (!flags.dtype.empty()) {
-    absl::StatusOr<DType> parsed = ParseDType(flags.dtype);
-    if (!parsed.ok()) return BadInput(parsed.status().message());
-    dtype = *parsed;
+  if (const std::string text = absl::GetFlag(FLAGS_dtype); !text.empty()) {
+    absl::StatusOr<DType> parsed_dtype = ParseDType(text);
+    if (!parsed_dtype.ok()) return BadFlag(FLAGS_dtype, parsed_dtype.status());
+    dtype = *parsed_dtype;
   }
-  absl::StatusOr<ModelSpec> spec =
-      flags.model.empty() ? LoadModuleTree(flags.module_tree, dtype) : LoadModelSpec(flags.model, dtype);
+  absl::StatusOr<ModelSpec> spec = model.empty() ? LoadModuleTree(module_tree, dtype) : LoadModelSpec(model, dtype);
   if (!spec.ok()) return BadInput(spec.status().message());
-  if (flags.print_module_tree) {
+  if (absl::GetFlag(FLAGS_print_module_tree)) {
     std::cout << ModuleTreeToJson(*spec).dump(1) << "\n";
     return 0;
   }
 
   PlanRequest request;
-  absl::StatusOr<DeviceMapChoice> choice = ParseDeviceMapChoice(flags.device_map);
-  if (!choice.ok()) return BadInput(choice.status().message());
+  absl::StatusOr<DeviceMapChoice> choice = ParseDeviceMapChoice(absl::GetFlag(FLAGS_device_map));
+  if (!choice.ok()) return BadFlag(FLAGS_device_map, choice.status());
   request.device_map = *std::move(choice);
-  request.explain = flags.explain;
-  if (!flags.max_memory.empty()) {
-    absl::StatusOr<MaxMemory> max_memory = ParseMaxMemory(flags.max_memory);
-    if (!max_memory.ok()) return BadInput(max_memory.status().message());
+  request.explain = explain;
+  if (const std::string text = absl::GetFlag(FLAGS_max_memory); !text.empty()) {
+    absl::StatusOr<MaxMemory> max_memory = ParseMaxMemory(text);
+    if (!max_memory.ok()) return BadFlag(FLAGS_max_memory, max_memory.status());
     request.max_memory = *std::move(max_memory);
   }
-  if (!flags.inventory.empty()) {
-    absl::StatusOr<MachineInventory> inventory = ParseInventory(flags.inventory);
-    if (!inventory.ok()) return BadInput(inventory.status().message());
+  if (const std::string text = absl::GetFlag(FLAGS_inventory); !text.empty()) {
+    absl::StatusOr<MachineInventory> inventory = ParseInventory(text);
+    if (!inventory.ok()) return BadFlag(FLAGS_inventory, inventory.status());
     request.inventory = *std::move(inventory);
   } else if (!request.max_memory) {
     // Discovered once, here, rather than by MakePlan on every --bench run.
@@ -147,15 +127,11 @@ int main(int argc, char** argv) {
     }
     request.inventory = *std::move(inventory);
   }
-  if (!flags.kv_cache_tokens.empty() && !absl::SimpleAtoi(flags.kv_cache_tokens, &request.kv_cache_tokens)) {
-    return BadInput(absl::StrCat("--kv-cache-tokens: not an integer: \"", flags.kv_cache_tokens, "\""));
-  }
+  request.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
 
-  if (!flags.bench.empty()) {
-    int runs = 0;
-    if (!absl::SimpleAtoi(flags.bench, &runs) || runs <= 0) {
-      return BadInput(absl::StrCat("--bench: expected a positive number of runs, got \"", flags.bench, "\""));
-    }
+  if (parsed->Given(FLAGS_bench)) {
+    const int runs = absl::GetFlag(FLAGS_bench);
+    if (runs <= 0) return BadInput(absl::StrCat("--bench: expected a positive number of runs, got \"", runs, "\""));
     std::vector<double> micros;
     for (int i = 0; i < runs; ++i) {
       auto start = std::chrono::steady_clock::now();
@@ -165,7 +141,8 @@ int main(int argc, char** argv) {
       micros.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
     }
     std::sort(micros.begin(), micros.end());
-    nlohmann::ordered_json out = {{"bench_runs", runs}, {"median_us", micros[micros.size() / 2]}, {"min_us", micros[0]}};
+    nlohmann::ordered_json out = {
+        {"bench_runs", runs}, {"median_us", micros[micros.size() / 2]}, {"min_us", micros[0]}};
     std::cout << out.dump() << "\n";
     return 0;
   }
@@ -173,15 +150,15 @@ int main(int argc, char** argv) {
   absl::StatusOr<Plan> plan = MakePlan(*spec, request);
   if (!plan.ok()) return BadInput(plan.status().message());
   for (const std::string& warning : plan->warnings) std::cerr << "strata-plan: warning: " << warning << "\n";
-  if (flags.json) {
+  if (absl::GetFlag(FLAGS_json)) {
     nlohmann::ordered_json json = PlanToJson(*plan);
-    if (flags.explain) json["explanation"] = plan->explanation;
+    if (explain) json["explanation"] = plan->explanation;
     std::cout << json.dump(1) << "\n";
     return 0;
   }
   if (plan->inventory) std::cout << "machine: " << InventoryToString(*plan->inventory) << "\n";
   std::cout << PlanToTable(*spec, *plan);
-  if (flags.explain) {
+  if (explain) {
     std::cout << "\nwhy:\n";
     for (const std::string& line : plan->explanation) std::cout << "  " << line << "\n";
   }

@@ -6,56 +6,73 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "cli/flags.h"
 #include "nlohmann/json.hpp"
 #include "runtime/executor/loaded_model.h"
 #include "tokenizer/tokenizer.h"
 
+ABSL_FLAG(std::string, model, "", "checkpoint directory (config.json + safetensors [+ tokenizer.json])");
+ABSL_FLAG(std::string, prompt, "",
+          "a text prompt, encoded with the checkpoint's tokenizer.json; repeat for more prompts (may be mixed with "
+          "--prompt-ids, order is kept)");
+ABSL_FLAG(std::string, prompt_ids, "", "comma-separated token ids; repeat for more prompts");
+ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json or a directory holding one (default: --model DIR)");
+ABSL_FLAG(bool, no_special_tokens, false, "encode --prompt text without the tokenizer's special tokens (BOS...)");
+ABSL_FLAG(int64_t, max_new_tokens, 16, "tokens to generate per prompt");
+ABSL_FLAG(int64_t, top_logprobs, 0, "also report the K most likely tokens at each step");
+ABSL_FLAG(std::string, device_map, "", "auto | balanced | balanced_low_0 (default) | sequential | JSON map | @FILE");
+ABSL_FLAG(std::string, max_memory, "", "0=20GiB,1=20GiB,cpu=64GiB,disk=1TB");
+ABSL_FLAG(std::string, physical_devices, "",
+          "run plan GPUs on these devices: 0=cpu,1=cpu or 0=cuda:0,1=cuda:0 (default: GPU i is cuda:i)");
+ABSL_FLAG(std::string, dtype, "",
+          "float32 | float16 | bfloat16 (default: the checkpoint's on GPUs, float32 on the CPU)");
+ABSL_FLAG(int64_t, max_batch, 0, "KV-cache sequence slots");
+ABSL_FLAG(int64_t, max_context, 0, "KV-cache positions per slot");
+ABSL_FLAG(bool, json, false,
+          "print {\"results\": [{\"ids\", \"text\", \"logprobs\", \"top_logprobs\"}], \"load\", \"timing\"} "
+          "(\"text\": the new tokens decoded, special tokens skipped; present when a tokenizer is found)");
+
 namespace {
 
-constexpr char kUsage[] = R"(usage: strata-generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [...] [options]
+using strata::cli::Flag;
+
+const strata::cli::CommandLine& Command() {
+  static const strata::cli::CommandLine command = [] {
+    strata::cli::CommandLine command;
+    command.usage = R"(usage: strata-generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [...] [options]
 
 Greedy decoding of prompts (run together as one batch) on the devices a plan gives the model.
-
-  --model DIR               checkpoint directory (config.json + safetensors [+ tokenizer.json])
-  --prompt TEXT             a text prompt, encoded with the checkpoint's tokenizer.json; repeat for
-                            more prompts (may be mixed with --prompt-ids, order is kept)
-  --prompt-ids IDS          comma-separated token ids; repeat for more prompts
-  --tokenizer PATH          tokenizer.json or a directory holding one (default: --model DIR)
-  --no-special-tokens       encode --prompt text without the tokenizer's special tokens (BOS...)
-  --max-new-tokens N        tokens to generate per prompt (default 16)
-  --top-logprobs K          also report the K most likely tokens at each step
-  --device-map S            auto | balanced | balanced_low_0 (default) | sequential | JSON map | @FILE
-  --max-memory SPEC         0=20GiB,1=20GiB,cpu=64GiB,disk=1TB
-  --physical-devices MAP    run plan GPUs on these devices: 0=cpu,1=cpu or 0=cuda:0,1=cuda:0
-                            (default: GPU i is cuda:i)
-  --dtype D                 float32 | float16 | bfloat16 (default: the checkpoint's on GPUs,
-                            float32 on the CPU)
-  --max-batch N             KV-cache sequence slots (default: the number of prompts)
-  --max-context N           KV-cache positions per slot (default: longest prompt + new tokens)
-  --json                    print {"results": [{"ids", "text", "logprobs", "top_logprobs"}], "load", "timing"}
-                            ("text": the new tokens decoded, special tokens skipped; present when
-                            a tokenizer is found)
-  --help                    this text
 )";
+    command.flags = {Flag(FLAGS_model, "DIR"),
+                     Flag(FLAGS_prompt, "TEXT").Repeatable(),
+                     Flag(FLAGS_prompt_ids, "IDS").Repeatable(),
+                     Flag(FLAGS_tokenizer, "PATH"),
+                     Flag(FLAGS_no_special_tokens),
+                     Flag(FLAGS_max_new_tokens, "N"),
+                     Flag(FLAGS_top_logprobs, "K"),
+                     Flag(FLAGS_device_map, "S"),
+                     Flag(FLAGS_max_memory, "SPEC"),
+                     Flag(FLAGS_physical_devices, "MAP"),
+                     Flag(FLAGS_dtype, "D"),
+                     Flag(FLAGS_max_batch, "N").ShowDefault("the number of prompts"),
+                     Flag(FLAGS_max_context, "N").ShowDefault("longest prompt + new tokens"),
+                     Flag(FLAGS_json)};
+    return command;
+  }();
+  return command;
+}
 
 struct PromptArg {
   bool is_text = false;
   std::string value;  // the text, or comma-separated ids
-};
-
-struct Flags {
-  std::map<std::string, std::string> values;
-  std::vector<PromptArg> prompts;
-  bool json = false;
-  bool special_tokens = true;
 };
 
 int Fail(int code, absl::string_view message) {
@@ -63,54 +80,26 @@ int Fail(int code, absl::string_view message) {
   return code;
 }
 
-std::string ParseFlags(int argc, char** argv, Flags& flags) {
-  const std::vector<std::string> with_value = {"--model",      "--max-new-tokens", "--top-logprobs",
-                                               "--device-map", "--max-memory",     "--physical-devices",
-                                               "--dtype",      "--max-batch",      "--max-context",
-                                               "--tokenizer"};
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::optional<std::string> value;
-    if (size_t eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg.resize(eq);
-    }
-    if (arg == "--json" && !value) {
-      flags.json = true;
-      continue;
-    }
-    if (arg == "--no-special-tokens" && !value) {
-      flags.special_tokens = false;
-      continue;
-    }
-    const bool prompt = arg == "--prompt-ids" || arg == "--prompt";
-    if (!prompt && std::find(with_value.begin(), with_value.end(), arg) == with_value.end()) {
-      return absl::StrCat("unknown argument \"", argv[i], "\" (see --help)");
-    }
-    if (!value) {
-      if (i + 1 >= argc) return absl::StrCat(arg, " needs a value");
-      value = argv[++i];
-    }
-    if (prompt) {
-      flags.prompts.push_back({arg == "--prompt", *value});
-    } else {
-      flags.values[arg] = *value;
-    }
+// The prompts in the order they were given: --prompt and --prompt-ids may be mixed.
+std::vector<PromptArg> Prompts(const strata::cli::ParsedArgs& parsed) {
+  const absl::string_view text_flag = absl::GetFlagReflectionHandle(FLAGS_prompt).Name();
+  const absl::string_view ids_flag = absl::GetFlagReflectionHandle(FLAGS_prompt_ids).Name();
+  std::vector<PromptArg> prompts;
+  for (const auto& [name, value] : parsed.given) {
+    if (name == text_flag || name == ids_flag) prompts.push_back({name == text_flag, value});
   }
-  if (!flags.values.contains("--model")) return "--model DIR is required";
-  if (flags.prompts.empty()) return "give at least one --prompt TEXT or --prompt-ids IDS";
-  return "";
+  return prompts;
 }
 
-std::optional<int64_t> ParseCount(const Flags& flags, const std::string& flag, std::string& error) {
-  auto it = flags.values.find(flag);
-  if (it == flags.values.end()) return std::nullopt;
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(it->second, &v) || v < 0) {
-    error = absl::StrCat(flag, ": \"", it->second, "\" is not a non-negative integer");
-    return std::nullopt;
+// A count flag's value when given; an error naming it when it is negative.
+absl::StatusOr<std::optional<int64_t>> Count(const strata::cli::ParsedArgs& parsed, const absl::Flag<int64_t>& flag) {
+  if (!parsed.Given(flag)) return std::nullopt;
+  const int64_t value = absl::GetFlag(flag);
+  if (value < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(strata::cli::Spelling(flag), ": \"", value, "\" is not a non-negative integer"));
   }
-  return v;
+  return value;
 }
 
 // The generated text: the new ids decoded as HF's decode(skip_special_tokens=True) does. Invalid
@@ -124,23 +113,22 @@ std::string DecodeNew(const strata::tokenizer::Tokenizer& tokenizer, const std::
 
 int main(int argc, char** argv) {
   using namespace strata::runtime;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::cout << kUsage;
-      return 0;
-    }
+  absl::StatusOr<strata::cli::ParsedArgs> parsed = strata::cli::Parse(Command(), argc, argv);
+  if (!parsed.ok()) return Fail(2, absl::StrCat(parsed.status().message(), " (see --help)"));
+  if (parsed->help) {
+    std::cout << strata::cli::Help(Command());
+    return 0;
   }
-  Flags flags;
-  if (std::string error = ParseFlags(argc, argv, flags); !error.empty()) return Fail(2, error);
+  const std::vector<PromptArg> prompts = Prompts(*parsed);
+  if (!parsed->Given(FLAGS_model)) return Fail(2, "--model DIR is required");
+  if (prompts.empty()) return Fail(2, "give at least one --prompt TEXT or --prompt-ids IDS");
 
   // The tokenizer: required for text prompts, used for "text" in the output whenever one is found.
-  const bool any_text = std::any_of(flags.prompts.begin(), flags.prompts.end(), [](const PromptArg& p) {
-    return p.is_text;
-  });
+  const bool any_text = std::any_of(prompts.begin(), prompts.end(), [](const PromptArg& p) { return p.is_text; });
   std::unique_ptr<strata::tokenizer::Tokenizer> tokenizer;
   {
-    const bool explicit_path = flags.values.contains("--tokenizer");
-    const std::string path = explicit_path ? flags.values["--tokenizer"] : flags.values["--model"];
+    const bool explicit_path = parsed->Given(FLAGS_tokenizer);
+    const std::string path = absl::GetFlag(explicit_path ? FLAGS_tokenizer : FLAGS_model);
     const bool present = explicit_path || std::filesystem::exists(std::filesystem::path(path) / "tokenizer.json");
     if (present) {
       absl::StatusOr<std::unique_ptr<strata::tokenizer::Tokenizer>> loaded =
@@ -154,15 +142,16 @@ int main(int argc, char** argv) {
   }
 
   GreedyRequest request;
-  for (size_t p = 0; p < flags.prompts.size(); ++p) {
+  for (size_t p = 0; p < prompts.size(); ++p) {
     std::vector<int64_t> ids;
-    if (flags.prompts[p].is_text) {
-      absl::StatusOr<std::vector<int32_t>> encoded = tokenizer->Encode(flags.prompts[p].value, flags.special_tokens);
+    if (prompts[p].is_text) {
+      absl::StatusOr<std::vector<int32_t>> encoded =
+          tokenizer->Encode(prompts[p].value, !absl::GetFlag(FLAGS_no_special_tokens));
       if (!encoded.ok()) return Fail(2, absl::StrCat("--prompt (prompt ", p, "): ", encoded.status().message()));
       if (encoded->empty()) return Fail(2, absl::StrCat("--prompt (prompt ", p, "): encodes to no tokens"));
       ids.assign(encoded->begin(), encoded->end());
     } else {
-      for (absl::string_view piece : absl::StrSplit(flags.prompts[p].value, ',', absl::SkipWhitespace())) {
+      for (absl::string_view piece : absl::StrSplit(prompts[p].value, ',', absl::SkipWhitespace())) {
         int64_t id = 0;
         if (!absl::SimpleAtoi(piece, &id)) {
           return Fail(2, absl::StrCat("--prompt-ids (prompt ", p, "): \"", piece, "\" is not an integer token id"));
@@ -172,41 +161,43 @@ int main(int argc, char** argv) {
     }
     request.prompts.push_back(std::move(ids));
   }
-  std::string error;
-  std::optional<int64_t> new_tokens = ParseCount(flags, "--max-new-tokens", error);
-  std::optional<int64_t> top = ParseCount(flags, "--top-logprobs", error);
-  std::optional<int64_t> max_batch = ParseCount(flags, "--max-batch", error);
-  std::optional<int64_t> max_context = ParseCount(flags, "--max-context", error);
-  if (!error.empty()) return Fail(2, error);
-  request.max_new_tokens = new_tokens.value_or(16);
-  request.top_logprobs = top.value_or(0);
+  absl::StatusOr<std::optional<int64_t>> new_tokens = Count(*parsed, FLAGS_max_new_tokens);
+  absl::StatusOr<std::optional<int64_t>> top = Count(*parsed, FLAGS_top_logprobs);
+  absl::StatusOr<std::optional<int64_t>> max_batch = Count(*parsed, FLAGS_max_batch);
+  absl::StatusOr<std::optional<int64_t>> max_context = Count(*parsed, FLAGS_max_context);
+  for (const auto* count : {&new_tokens, &top, &max_batch, &max_context}) {
+    if (!count->ok()) return Fail(2, count->status().message());
+  }
+  request.max_new_tokens = new_tokens->value_or(absl::GetFlag(FLAGS_max_new_tokens));
+  request.top_logprobs = top->value_or(0);
 
   ServingRequest serving;
-  serving.model_dir = flags.values["--model"];
-  if (flags.values.contains("--device-map")) {
-    absl::StatusOr<strata::planner::DeviceMapChoice> choice = strata::planner::ParseDeviceMapChoice(flags.values["--device-map"]);
+  serving.model_dir = absl::GetFlag(FLAGS_model);
+  if (parsed->Given(FLAGS_device_map)) {
+    absl::StatusOr<strata::planner::DeviceMapChoice> choice =
+        strata::planner::ParseDeviceMapChoice(absl::GetFlag(FLAGS_device_map));
     if (!choice.ok()) return Fail(2, absl::StrCat("--device-map: ", choice.status().message()));
     serving.device_map = *std::move(choice);
   }
-  if (!flags.values["--max-memory"].empty()) {
-    absl::StatusOr<strata::planner::MaxMemory> max_memory = strata::planner::ParseMaxMemory(flags.values["--max-memory"]);
+  if (const std::string text = absl::GetFlag(FLAGS_max_memory); !text.empty()) {
+    absl::StatusOr<strata::planner::MaxMemory> max_memory = strata::planner::ParseMaxMemory(text);
     if (!max_memory.ok()) return Fail(2, absl::StrCat("--max-memory: ", max_memory.status().message()));
     serving.max_memory = *std::move(max_memory);
   }
-  if (!flags.values["--physical-devices"].empty()) {
-    absl::StatusOr<PhysicalDeviceMap> physical = ParsePhysicalDevices(flags.values["--physical-devices"]);
+  if (const std::string text = absl::GetFlag(FLAGS_physical_devices); !text.empty()) {
+    absl::StatusOr<PhysicalDeviceMap> physical = ParsePhysicalDevices(text);
     if (!physical.ok()) return Fail(2, absl::StrCat("--physical-devices: ", physical.status().message()));
     serving.physical = *std::move(physical);
   }
-  if (!flags.values["--dtype"].empty()) {
-    absl::StatusOr<strata::planner::DType> dtype = strata::planner::ParseDType(flags.values["--dtype"]);
+  if (const std::string text = absl::GetFlag(FLAGS_dtype); !text.empty()) {
+    absl::StatusOr<strata::planner::DType> dtype = strata::planner::ParseDType(text);
     if (!dtype.ok()) return Fail(2, absl::StrCat("--dtype: ", dtype.status().message()));
     serving.dtype = *dtype;
   }
   size_t longest = 0;
   for (const auto& prompt : request.prompts) longest = std::max(longest, prompt.size());
-  serving.max_batch = max_batch.value_or(static_cast<int64_t>(request.prompts.size()));
-  serving.max_context = max_context.value_or(static_cast<int64_t>(longest) + request.max_new_tokens);
+  serving.max_batch = max_batch->value_or(static_cast<int64_t>(request.prompts.size()));
+  serving.max_context = max_context->value_or(static_cast<int64_t>(longest) + request.max_new_tokens);
   absl::StatusOr<LoadOptions> options = PlanServing(serving);
   if (!options.ok()) {
     return Fail(options.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1, options.status().message());
@@ -223,7 +214,7 @@ int main(int argc, char** argv) {
   }
 
   const LoadReport& report = (*model)->report();
-  if (flags.json) {
+  if (absl::GetFlag(FLAGS_json)) {
     nlohmann::ordered_json out;
     out["results"] = nlohmann::json::array();
     for (const GreedyResult& r : *results) {

@@ -7,53 +7,69 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
 #include <limits>
-#include <map>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "cli/flags.h"
 #include "strata/v1/strata.grpc.pb.h"
 
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "strata-server's gRPC address");
+ABSL_FLAG(std::string, prompt, "", "text, encoded with the served checkpoint's tokenizer.json");
+ABSL_FLAG(std::string, prompt_ids, "", "token ids instead of text");
+ABSL_FLAG(uint32_t, max_new_tokens, 64, "new tokens to generate");
+ABSL_FLAG(float, temperature, 0, "0 is greedy; otherwise sample from softmax(logits / T)");
+ABSL_FLAG(float, top_p, 1, "sample from the most likely tokens whose probabilities add up to P, in (0, 1]");
+ABSL_FLAG(uint32_t, top_k, 0, "sample from the K most likely tokens; 0: all");
+ABSL_FLAG(float, repetition_penalty, 1, "divide the logits of tokens already seen by R (transformers' rule)");
+ABSL_FLAG(uint64_t, seed, 0, "sampling seed: the same request with the same seed gives the same tokens");
+ABSL_FLAG(std::string, stop, "", "stop before this text (repeatable)");
+ABSL_FLAG(bool, no_special_tokens, false, "do not add BOS and the like to a text prompt");
+ABSL_FLAG(bool, ids, false, "also print the generated token ids (stderr)");
+ABSL_FLAG(double, timeout, 600, "deadline of the call, in seconds");
+
 namespace {
+
+using strata::cli::Flag;
 
 constexpr int kExitBadInput = 2;
 constexpr int kExitFailure = 1;
 
-constexpr char kUsage[] = R"(usage: strata-client [--server HOST:PORT] COMMAND [options]
-
-  --server HOST:PORT        strata-server's gRPC address (default 127.0.0.1:50051)
+const strata::cli::CommandLine& Command() {
+  static const strata::cli::CommandLine command = [] {
+    strata::cli::CommandLine command;
+    command.usage = R"(usage: strata-client [--server HOST:PORT] COMMAND [options]
 
 commands:
-  generate                  stream a continuation of a prompt to stdout
-    --prompt TEXT           text, encoded with the served checkpoint's tokenizer.json
-    --prompt-ids 1,2,3      token ids instead of text
-    --max-new-tokens N      (default 64)
-    --temperature T         0 (default) is greedy
-    --top-p P  --top-k K  --repetition-penalty R  --seed S
-    --stop STR              stop before this text (repeatable)
-    --no-special-tokens     do not add BOS and the like to a text prompt
-    --ids                   also print the generated token ids (stderr)
-    --timeout SECONDS       deadline of the call (default 600)
+  generate                  stream a continuation of a prompt to stdout (options below)
   device-map                print the served plan and each device's memory
 )";
-
-// "--name value" or "--name=value" flags after the command; bare flags map to "".
-struct Flags {
-  std::multimap<std::string, std::string> values;
-  const std::string* Find(const std::string& name) const {
-    auto it = values.find(name);
-    return it == values.end() ? nullptr : &it->second;
-  }
-};
+    command.flags = {Flag(FLAGS_server, "HOST:PORT"),
+                     Flag(FLAGS_prompt, "TEXT").Section("generate:"),
+                     Flag(FLAGS_prompt_ids, "1,2,3"),
+                     Flag(FLAGS_max_new_tokens, "N"),
+                     Flag(FLAGS_temperature, "T"),
+                     Flag(FLAGS_top_p, "P"),
+                     Flag(FLAGS_top_k, "K"),
+                     Flag(FLAGS_repetition_penalty, "R").ShowDefault("1, none"),
+                     Flag(FLAGS_seed, "S").ShowDefault("none"),
+                     Flag(FLAGS_stop, "STR").Repeatable(),
+                     Flag(FLAGS_no_special_tokens),
+                     Flag(FLAGS_ids),
+                     Flag(FLAGS_timeout, "SECONDS")};
+    command.max_positional = 1;  // the command
+    return command;
+  }();
+  return command;
+}
 
 int BadInput(const std::string& message) {
   std::cerr << "strata-client: " << message << "\nRun strata-client --help for usage.\n";
@@ -65,27 +81,11 @@ int RpcFailed(const char* what, const grpc::Status& status) {
   return status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ? kExitBadInput : kExitFailure;
 }
 
-template <typename T>
-bool ParseNumber(const Flags& flags, const std::string& name, T* out, std::string* error) {
-  const std::string* text = flags.Find(name);
-  if (text == nullptr) return true;
-  bool ok = false;
-  if constexpr (std::is_floating_point_v<T>) {
-    double value = 0;
-    ok = absl::SimpleAtod(*text, &value);
-    *out = static_cast<T>(value);
-  } else {
-    ok = absl::SimpleAtoi(*text, out);
-  }
-  if (!ok) *error = "--" + name + ": \"" + *text + "\" is not a number";
-  return ok;
-}
-
-int Generate(strata::v1::InferenceService::Stub& stub, const Flags& flags) {
+int Generate(strata::v1::InferenceService::Stub& stub, const strata::cli::ParsedArgs& flags) {
   strata::v1::GenerateRequest request;
-  if (const std::string* prompt = flags.Find("prompt")) request.set_prompt(*prompt);
-  if (const std::string* ids = flags.Find("prompt-ids")) {
-    for (absl::string_view piece : absl::StrSplit(*ids, ',')) {
+  request.set_prompt(absl::GetFlag(FLAGS_prompt));
+  if (flags.Given(FLAGS_prompt_ids)) {
+    for (absl::string_view piece : absl::StrSplit(absl::GetFlag(FLAGS_prompt_ids), ',')) {
       int32_t id = 0;
       if (!absl::SimpleAtoi(piece, &id))
         return BadInput("--prompt-ids: \"" + std::string(piece) + "\" is not a token id");
@@ -94,33 +94,16 @@ int Generate(strata::v1::InferenceService::Stub& stub, const Flags& flags) {
   }
   if (request.prompt().empty() && request.prompt_ids_size() == 0)
     return BadInput("generate: give --prompt or --prompt-ids");
-  uint32_t max_new_tokens = 64, top_k = 0;
-  float temperature = 0;
-  double timeout_s = 600;
-  std::string error;
-  float value = 0;
-  if (!ParseNumber(flags, "max-new-tokens", &max_new_tokens, &error) || !ParseNumber(flags, "top-k", &top_k, &error) ||
-      !ParseNumber(flags, "temperature", &temperature, &error) || !ParseNumber(flags, "timeout", &timeout_s, &error)) {
-    return BadInput(error);
-  }
-  request.set_max_new_tokens(max_new_tokens);
-  request.set_top_k(top_k);
-  request.set_temperature(temperature);
-  if (flags.Find("top-p")) {
-    if (!ParseNumber(flags, "top-p", &value, &error)) return BadInput(error);
-    request.set_top_p(value);
-  }
-  if (flags.Find("repetition-penalty")) {
-    if (!ParseNumber(flags, "repetition-penalty", &value, &error)) return BadInput(error);
-    request.set_repetition_penalty(value);
-  }
-  if (flags.Find("seed")) {
-    uint64_t seed = 0;
-    if (!ParseNumber(flags, "seed", &seed, &error)) return BadInput(error);
-    request.set_seed(seed);
-  }
-  for (auto [it, end] = flags.values.equal_range("stop"); it != end; ++it) request.add_stop(it->second);
-  request.set_add_special_tokens(flags.Find("no-special-tokens") == nullptr);
+  const double timeout_s = absl::GetFlag(FLAGS_timeout);
+  request.set_max_new_tokens(absl::GetFlag(FLAGS_max_new_tokens));
+  request.set_top_k(absl::GetFlag(FLAGS_top_k));
+  request.set_temperature(absl::GetFlag(FLAGS_temperature));
+  // Optional fields stay absent unless given: the server's default applies then.
+  if (flags.Given(FLAGS_top_p)) request.set_top_p(absl::GetFlag(FLAGS_top_p));
+  if (flags.Given(FLAGS_repetition_penalty)) request.set_repetition_penalty(absl::GetFlag(FLAGS_repetition_penalty));
+  if (flags.Given(FLAGS_seed)) request.set_seed(absl::GetFlag(FLAGS_seed));
+  for (const std::string& stop : flags.Values(FLAGS_stop)) request.add_stop(stop);
+  request.set_add_special_tokens(!absl::GetFlag(FLAGS_no_special_tokens));
 
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
@@ -145,7 +128,7 @@ int Generate(strata::v1::InferenceService::Stub& stub, const Flags& flags) {
   // A server without a tokenizer sends ids only: they are the output then.
   if (!any_text)
     std::cout << id_list.str() << "\n";
-  else if (flags.Find("ids"))
+  else if (absl::GetFlag(FLAGS_ids))
     std::cerr << "ids: " << id_list.str() << "\n";
   std::cerr << "[" << strata::v1::GenerateResponse::FinishReason_Name(last.finish_reason()) << ": "
             << last.usage().prompt_tokens() << " prompt tokens, " << last.usage().completion_tokens()
@@ -202,49 +185,23 @@ int DeviceMap(strata::v1::InferenceService::Stub& stub) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  std::string server = "127.0.0.1:50051";
-  std::string command;
-  Flags flags;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      return 0;
-    }
-    if (arg.rfind("--", 0) != 0) {
-      if (!command.empty()) return BadInput("unexpected argument \"" + arg + "\"");
-      command = arg;
-      continue;
-    }
-    std::string name = arg.substr(2), value;
-    static const std::vector<std::string> kBare = {"no-special-tokens", "ids"};
-    if (size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else if (std::find(kBare.begin(), kBare.end(), name) == kBare.end()) {
-      if (i + 1 >= args.size()) return BadInput("--" + name + ": needs a value");
-      value = args[++i];
-    }
-    if (name == "server") {
-      server = value;
-    } else {
-      flags.values.emplace(name, value);
-    }
+  absl::StatusOr<strata::cli::ParsedArgs> parsed = strata::cli::Parse(Command(), argc, argv);
+  if (!parsed.ok()) return BadInput(std::string(parsed.status().message()));
+  if (parsed->help) {
+    std::cout << strata::cli::Help(Command());
+    return 0;
   }
-  static const std::map<std::string, std::vector<std::string>> kKnown = {
-      {"generate",
-       {"prompt", "prompt-ids", "max-new-tokens", "temperature", "top-p", "top-k", "repetition-penalty", "seed", "stop",
-        "no-special-tokens", "ids", "timeout"}},
-      {"device-map", {}}};
-  auto known = kKnown.find(command);
-  if (known == kKnown.end())
+  const std::string command = parsed->positional.empty() ? "" : parsed->positional.front();
+  if (command != "generate" && command != "device-map")
     return BadInput(command.empty() ? "give a command: generate or device-map" : "unknown command \"" + command + "\"");
-  for (const auto& [name, value] : flags.values) {
-    if (std::find(known->second.begin(), known->second.end(), name) == known->second.end()) {
-      return BadInput("--" + name + ": not a flag of " + command);
+  // Every flag but --server belongs to generate.
+  const absl::string_view server_flag = absl::GetFlagReflectionHandle(FLAGS_server).Name();
+  for (const auto& [name, value] : parsed->given) {
+    if (command != "generate" && name != server_flag) {
+      return BadInput(strata::cli::Spelling(name) + ": not a flag of " + command);
     }
   }
-  auto stub = strata::v1::InferenceService::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
-  return command == "generate" ? Generate(*stub, flags) : DeviceMap(*stub);
+  auto stub = strata::v1::InferenceService::NewStub(
+      grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials()));
+  return command == "generate" ? Generate(*stub, *parsed) : DeviceMap(*stub);
 }

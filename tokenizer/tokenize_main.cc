@@ -6,51 +6,66 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "cli/flags.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/absl_compat.h"
 #include "tokenizer/streaming_decoder.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
+ABSL_FLAG(std::string, tokenizer, "",
+          "tokenizer.json, or a checkpoint directory holding tokenizer.json (and tokenizer_config.json)");
+ABSL_FLAG(bool, add_special_tokens, false, "encode: add the post-processor's special tokens (BOS, ...)");
+ABSL_FLAG(bool, decode, false, "decode ids instead of encoding text");
+ABSL_FLAG(bool, skip_special_tokens, false, "decode: leave special tokens out");
+ABSL_FLAG(bool, stream, false,
+          "decode through the streaming decoder, one id at a time; writes the JSON array of the chunks it emitted "
+          "(their concatenation is the decoded text)");
+ABSL_FLAG(std::string, bench, "",
+          "time encoding every line of FILE (JSON Lines of strings), one thread; prints {\"lines\", \"bytes\", "
+          "\"runs\", \"median_s\", \"min_s\", \"mb_per_s\"}");
+ABSL_FLAG(int32_t, runs, 5, "--bench repetitions (one untimed warm-up run comes first)");
+
 namespace {
 
 using strata::tokenizer::StrCat;
 
-constexpr char kUsage[] = R"(usage: strata-tokenize --tokenizer PATH [options] < input.jsonl
+const strata::cli::CommandLine& Command() {
+  static const strata::cli::CommandLine command = [] {
+    strata::cli::CommandLine command;
+    command.usage = R"(usage: strata-tokenize --tokenizer PATH [options] < input.jsonl
 
 Reads JSON Lines on stdin and writes one JSON line per input line.
   encode (default): each line a JSON string; writes its token ids, e.g. [15496, 995]
   --decode:         each line a JSON array of ids; writes the decoded text as a JSON string
-
-  --tokenizer PATH         tokenizer.json, or a checkpoint directory holding tokenizer.json
-                           (and tokenizer_config.json)
-  --add-special-tokens     encode: add the post-processor's special tokens (BOS, ...)
-  --decode                 decode ids instead of encoding text
-  --skip-special-tokens    decode: leave special tokens out
-  --stream                 decode through the streaming decoder, one id at a time; writes the JSON
-                           array of the chunks it emitted (their concatenation is the decoded text)
-  --bench FILE             time encoding every line of FILE (JSON Lines of strings), one thread;
-                           prints {"lines", "bytes", "runs", "median_s", "min_s", "mb_per_s"}
-  --runs N                 --bench repetitions (default 5; one untimed warm-up run comes first)
-  --help                   this text
 )";
+    command.flags = {strata::cli::Flag(FLAGS_tokenizer, "PATH"),
+                     strata::cli::Flag(FLAGS_add_special_tokens),
+                     strata::cli::Flag(FLAGS_decode),
+                     strata::cli::Flag(FLAGS_skip_special_tokens),
+                     strata::cli::Flag(FLAGS_stream),
+                     strata::cli::Flag(FLAGS_bench, "FILE"),
+                     strata::cli::Flag(FLAGS_runs, "N")};
+    return command;
+  }();
+  return command;
+}
 
+// The flags' values, read once after parsing.
 struct Flags {
-  std::string tokenizer;
-  std::string bench;
-  std::string runs = "5";
-  bool add_special_tokens = false;
-  bool decode = false;
-  bool skip_special_tokens = false;
-  bool stream = false;
+  std::string tokenizer = absl::GetFlag(FLAGS_tokenizer);
+  std::string bench = absl::GetFlag(FLAGS_bench);
+  int runs = absl::GetFlag(FLAGS_runs);
+  bool add_special_tokens = absl::GetFlag(FLAGS_add_special_tokens);
+  bool decode = absl::GetFlag(FLAGS_decode);
+  bool skip_special_tokens = absl::GetFlag(FLAGS_skip_special_tokens);
+  bool stream = absl::GetFlag(FLAGS_stream);
 };
 
 int Fail(int code, std::string_view message) {
@@ -64,34 +79,8 @@ int FailStatus(const absl::Status& status) {
   return Fail(bad_input ? 2 : 1, std::string(status.message()));
 }
 
-std::string ParseFlags(int argc, char** argv, Flags& flags) {
-  std::map<std::string, std::string*> with_value = {
-      {"--tokenizer", &flags.tokenizer}, {"--bench", &flags.bench}, {"--runs", &flags.runs}};
-  std::map<std::string, bool*> switches = {{"--add-special-tokens", &flags.add_special_tokens},
-                                           {"--decode", &flags.decode},
-                                           {"--skip-special-tokens", &flags.skip_special_tokens},
-                                           {"--stream", &flags.stream}};
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::optional<std::string> inline_value;
-    if (size_t eq = arg.find('='); arg.starts_with("--") && eq != std::string::npos) {
-      inline_value = arg.substr(eq + 1);
-      arg.resize(eq);
-    }
-    if (auto it = switches.find(arg); it != switches.end() && !inline_value) {
-      *it->second = true;
-      continue;
-    }
-    auto it = with_value.find(arg);
-    if (it == with_value.end()) return StrCat("unknown flag ", argv[i], " (see --help)");
-    if (inline_value) {
-      *it->second = *inline_value;
-    } else if (i + 1 < argc) {
-      *it->second = argv[++i];
-    } else {
-      return StrCat(arg, " needs a value");
-    }
-  }
+// The checks between flags; empty when they agree.
+std::string CheckFlags(const Flags& flags) {
   if (flags.tokenizer.empty()) return "--tokenizer PATH is required";
   if (flags.stream && !flags.decode) return "--stream applies to --decode";
   return "";
@@ -116,8 +105,8 @@ absl::StatusOr<std::vector<std::string>> ReadCorpus(const std::string& path) {
 }
 
 int Bench(const strata::tokenizer::Tokenizer& tok, const Flags& flags) {
-  int runs;
-  if (!absl::SimpleAtoi(flags.runs, &runs) || runs < 1) return Fail(2, "--runs: expected a positive integer");
+  const int runs = flags.runs;
+  if (runs < 1) return Fail(2, StrCat("--runs: expected a positive integer, got ", runs));
   auto lines = ReadCorpus(flags.bench);
   if (!lines.ok()) return FailStatus(lines.status());
   size_t bytes = 0;
@@ -152,14 +141,14 @@ int Bench(const strata::tokenizer::Tokenizer& tok, const Flags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
-      std::cout << kUsage;
-      return 0;
-    }
+  absl::StatusOr<strata::cli::ParsedArgs> parsed = strata::cli::Parse(Command(), argc, argv);
+  if (!parsed.ok()) return Fail(2, StrCat(parsed.status().message(), " (see --help)"));
+  if (parsed->help) {
+    std::cout << strata::cli::Help(Command());
+    return 0;
   }
-  Flags flags;
-  if (std::string error = ParseFlags(argc, argv, flags); !error.empty()) return Fail(2, error);
+  const Flags flags;
+  if (std::string error = CheckFlags(flags); !error.empty()) return Fail(2, error);
   auto loaded = strata::tokenizer::Tokenizer::FromPath(flags.tokenizer);
   if (!loaded.ok()) return FailStatus(loaded.status());
   const strata::tokenizer::Tokenizer& tok = **loaded;

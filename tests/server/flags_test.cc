@@ -62,6 +62,37 @@ TEST(ServerFlags, HelpIsReadInOrderWithTheOtherFlags) {
   EXPECT_NE(ServerUsage().find("--metrics-listen"), std::string::npos);
 }
 
+TEST(ServerFlags, EachParseStartsFromTheDefaults) {
+  ASSERT_TRUE(Parse({"--model", "m", "--max-batch", "4", "--listen", "127.0.0.1:1", "--max-memory", "cpu=1GiB"}).ok());
+  absl::StatusOr<ServerCommand> command = Parse({"--model", "m"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->options.max_batch, 16);
+  EXPECT_EQ(command->options.listen.ToString(), "0.0.0.0:50051");
+  EXPECT_FALSE(command->options.max_memory.has_value());
+}
+
+TEST(ServerFlags, ServingLimitsAreCheckedAgainstEachOther) {
+  absl::StatusOr<ServerCommand> command = Parse({"--model", "m", "--max-context", "8", "--max-new-tokens", "8"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->options.max_new_tokens, 8);
+  command = Parse({"--model", "m", "--max-context", "8", "--max-new-tokens", "9"});
+  ASSERT_FALSE(command.ok());
+  EXPECT_NE(command.status().message().find("more than --max-context 8"), std::string::npos) << command.status();
+}
+
+TEST(ServerFlags, UsageListsEveryFlagWithItsDefault) {
+  const std::string usage = ServerUsage();
+  for (const char* flag :
+       {"--model DIR", "--module-tree FILE", "--device-map S", "--max-memory SPEC", "--dtype D", "--kv-cache-tokens N",
+        "--physical-devices MAP", "--max-batch N", "--max-context N", "--max-queue N", "--max-new-tokens N",
+        "--micro-batches N", "--prefill-chunk N", "--intra-op-threads N", "--inject-fault SPEC", "--listen HOST:PORT",
+        "--metrics-listen HOST:PORT", "--help"}) {
+    EXPECT_NE(usage.find(flag), std::string::npos) << flag;
+  }
+  EXPECT_NE(usage.find("(default: 0.0.0.0:50051)"), std::string::npos) << usage;
+  EXPECT_NE(usage.find("(default: balanced_low_0)"), std::string::npos) << usage;
+}
+
 // Every bad command line is InvalidArgument, and the message names what was wrong.
 struct BadFlags {
   std::vector<std::string> args;
@@ -89,6 +120,11 @@ INSTANTIATE_TEST_SUITE_P(
                     BadFlags{{"--model", "a", "--dtype", "float13"}, "float13"},
                     BadFlags{{"--model", "a", "--kv-cache-tokens", "-1"}, "--kv-cache-tokens"},
                     BadFlags{{"--model", "a", "--kv-cache-tokens", "many"}, "many"},
+                    BadFlags{{"--model", "a", "--max-batch", "0"}, "--max-batch: \"0\" is not an integer >= 1"},
+                    BadFlags{{"--model", "a", "--max-new-tokens", "0"}, "--max-new-tokens"},
+                    BadFlags{{"--model", "a", "--intra-op-threads", "-2"}, "--intra-op-threads"},
+                    BadFlags{{"--model", "a", "--inject-fault", "stage=x"}, "--inject-fault"},
+                    BadFlags{{"--model", "a", "--physical-devices", "0=tpu"}, "--physical-devices"},
                     BadFlags{{"--model", "a", "--listen", "50051"}, "--listen"},
                     BadFlags{{"--model", "a", "--listen", ":50051"}, "no host"},
                     BadFlags{{"--model", "a", "--listen", "::1:50051"}, "brackets"},
