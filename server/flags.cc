@@ -57,7 +57,9 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
         Flag(FLAGS_model, "DIR"),
         Flag(FLAGS_module_tree, "FILE"),
         Flag(FLAGS_device_map, "S"),
-        Flag(FLAGS_max_memory, "SPEC").ShowDefault("90% of the available host memory, on cpu"),
+        Flag(FLAGS_max_memory, "SPEC")
+            .ShowDefault("what transformers computes from this machine: each visible GPU's free memory, 90% of "
+                         "the available host memory"),
         Flag(FLAGS_dtype, "D").ShowDefault("the checkpoint's torch_dtype"),
         Flag(FLAGS_kv_cache_tokens, "N"),
         Flag(FLAGS_physical_devices, "MAP").ShowDefault("GPU i is cuda:i").Section("Serving (weights present):"),
