@@ -7,10 +7,13 @@ failure, not a skip: CI builds it before running these tests.
 
 from __future__ import annotations
 
-import collections
 import pathlib
+import sys
 
 import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from case_counts import CaseCounts  # noqa: E402
 
 import parity_helpers as H
 
@@ -21,7 +24,7 @@ _COUNTED = {
     "test_module_tree_parity.py::test_other_architecture_plan_matches_transformers": "any-architecture parity (--module-tree): {passed}/{total} maps identical to transformers",
     "test_inventory_parity.py::test_default_budgets_match_transformers": "inventory parity: {passed}/{total} maps identical to transformers",
 }
-_results: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+COUNTS = CaseCounts(_COUNTED)
 
 
 @pytest.fixture(scope="session")
@@ -47,33 +50,9 @@ def checkpoint_dir(tmp_path_factory):
     return get
 
 
-def _counted_kind(nodeid: str) -> str | None:
-    for prefix in _COUNTED:
-        if prefix in nodeid.replace("\\", "/"):
-            return prefix
-    return None
-
-
 def pytest_runtest_logreport(report):
-    kind = _counted_kind(report.nodeid)
-    if kind is None:
-        return
-    if report.when == "call":
-        _results[kind]["total"] += 1
-        _results[kind]["passed" if report.passed else "failed"] += 1
-    elif report.when == "setup" and not report.passed:  # e.g. the binary is missing
-        _results[kind]["total"] += 1
-        _results[kind]["failed"] += 1
+    COUNTS.record(report)
 
 
 def pytest_terminal_summary(terminalreporter):
-    if not _results:
-        return
-    terminalreporter.section("strata parity")
-    for kind, fmt in _COUNTED.items():
-        counts = _results.get(kind)
-        if counts:
-            line = fmt.format(passed=counts["passed"], total=counts["total"])
-            if counts["failed"]:
-                line += f" ({counts['failed']} differ or failed)"
-            terminalreporter.write_line(line)
+    COUNTS.write(terminalreporter, "strata parity")

@@ -40,26 +40,6 @@ class SyncDebugModeScope {
   c10::cuda::SyncDebugMode previous_;
 };
 
-std::unique_ptr<LoadedModel> LoadOnOneGpuAsTwoStages(int64_t max_batch) {
-  ServingRequest r;
-  r.model_dir = WriteTinyLlama();
-  auto map = planner::ParseDeviceMapChoice(R"({"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 1,
-                                              "model.layers.2": 1, "model.norm": 1, "lm_head": 1})");
-  EXPECT_TRUE(map.ok()) << map.status();
-  r.device_map = *map;
-  r.physical = {{0, PhysicalDevice{true, 0}}, {1, PhysicalDevice{true, 0}}};
-  r.max_memory = *planner::ParseMaxMemory("0=1GiB,1=1GiB,cpu=1GiB");
-  r.dtype = planner::DType::kFloat32;
-  r.max_batch = max_batch;
-  r.max_context = 64;
-  auto options = PlanServing(r);
-  EXPECT_TRUE(options.ok()) << options.status();
-  if (!options.ok()) return nullptr;
-  auto model = LoadedModel::Load(*options);
-  EXPECT_TRUE(model.ok()) << model.status();
-  return model.ok() ? *std::move(model) : nullptr;
-}
-
 // Greedy requests of different prompt lengths and seeded sampling requests, submitted together.
 std::vector<GenerationRequest> Requests() {
   std::vector<GenerationRequest> requests;
@@ -101,7 +81,7 @@ TEST(CudaSync, DecodeLoopMakesNoSynchronizingCallAfterWarmUp) {
   if (!QueryTorch().cuda_available) {
     GTEST_SKIP() << "no CUDA device here; this test runs on a GPU machine (scripts/gpu-check.sh)";
   }
-  auto model = LoadOnOneGpuAsTwoStages(8);
+  auto model = Load(8, PhysicalDevice{true, 0});
   ASSERT_TRUE(model);
   EngineOptions options;
   options.micro_batches = 2;

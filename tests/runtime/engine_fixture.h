@@ -73,15 +73,17 @@ inline std::filesystem::path WriteTinyLlama() {
   return dir;
 }
 
-inline std::unique_ptr<LoadedModel> Load(int64_t max_batch) {
+// The checkpoint as a two-stage plan on two logical GPUs that both run on `device` (the CPU by default;
+// {true, 0} puts both stages on cuda:0), in float32.
+inline std::unique_ptr<LoadedModel> Load(int64_t max_batch, PhysicalDevice device = {false, 0}) {
   ServingRequest r;
   r.model_dir = WriteTinyLlama();
-  // Two logical GPUs on the CPU: a two-stage plan.
   auto map = planner::ParseDeviceMapChoice(R"({"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 1,
                                               "model.layers.2": 1, "model.norm": 1, "lm_head": 1})");
   EXPECT_TRUE(map.ok()) << map.status();
   r.device_map = *map;
-  r.physical = {{0, PhysicalDevice{false, 0}}, {1, PhysicalDevice{false, 0}}};
+  r.physical = {{0, device}, {1, device}};
+  r.dtype = planner::DType::kFloat32;
   r.max_memory = *planner::ParseMaxMemory("0=1GiB,1=1GiB,cpu=1GiB");
   r.max_batch = max_batch;
   r.max_context = 64;

@@ -67,45 +67,14 @@ def plan_args(name: str, plan: str) -> list[str]:
 PLANS = ["one_gpu", "two_stages_one_gpu", "four_stages_one_gpu", "cpu_entries", "disk_entries"]
 
 
-def reference_generate_cuda(directory, prompts, new_tokens, dtype):
-    """runtime_helpers.reference_generate's oracle, with the model and inputs on cuda:0."""
-    import transformers
-
-    model = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, device_map={"": "cuda:0"})
-    model.eval()
-    longest = max(len(p) for p in prompts)
-    ids = torch.zeros((len(prompts), longest), dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, longest - len(p):] = torch.tensor(p)
-        mask[i, longest - len(p):] = 1
-    with torch.no_grad():
-        out = model.generate(input_ids=ids.cuda(), attention_mask=mask.cuda(), do_sample=False,
-                             max_new_tokens=new_tokens, min_new_tokens=new_tokens, output_logits=True,
-                             return_dict_in_generate=True, pad_token_id=0, eos_token_id=None)
-    results = []
-    for i in range(len(prompts)):
-        new = out.sequences[i, longest:].tolist()
-        logprobs, margins, top1 = [], [], []
-        for step, logits in enumerate(out.logits):
-            row = logits[i].float().cpu()
-            logprobs.append(torch.log_softmax(row, -1)[new[step]].item())
-            two = torch.topk(row, 2).values
-            margins.append((two[0] - two[1]).item())
-            top1.append(two[0].item())
-        results.append({"ids": new, "logprobs": logprobs, "margins": margins, "top1": top1})
-    del model
-    torch.cuda.empty_cache()
-    return results
-
-
 @pytest.fixture(scope="module")
 def cuda_references(checkpoint):
     cache = {}
 
     def get(name, dtype):
         if (name, dtype) not in cache:
-            cache[(name, dtype)] = reference_generate_cuda(checkpoint(name, dtype), PROMPTS, NEW_TOKENS, dtype)
+            cache[(name, dtype)] = H.reference_generate(checkpoint(name, dtype), PROMPTS, NEW_TOKENS, dtype,
+                                                         device="cuda:0")
         return cache[(name, dtype)]
 
     return get
@@ -133,20 +102,12 @@ def test_cuda_float32_matches_transformers_on_the_same_gpu(strata_generate, chec
 @pytest.mark.parametrize("name", ["llama_llama3_gqa", "qwen2_bias_tied", "mistral_sliding"])
 def test_cuda_bfloat16_agrees_where_the_margin_exceeds_bf16_noise(strata_generate, checkpoint, cuda_references,
                                                                   name, plan):
-    """The rule of test_generate_parity.test_bfloat16_agrees_where_the_margin_exceeds_bf16_noise: ids
-    compared until transformers' top-1/top-2 margin is below 2^-6 x max(1, |top-1 logit|)."""
+    """bfloat16 on the GPU, ids compared where transformers' margin exceeds bf16 noise
+    (runtime_helpers.compare_bfloat16_by_margin)."""
     reference = cuda_references(name, torch.bfloat16)
     got = H.run_generate(checkpoint(name, torch.bfloat16), PROMPTS, NEW_TOKENS, "--dtype", "bfloat16",
                          *plan_args(name, plan))
     _check_load(got, "bfloat16")
-    compared = 0
-    for i, (ref, res) in enumerate(zip(reference, got["results"])):
-        for step in range(NEW_TOKENS):
-            if ref["margins"][step] < 2 ** -6 * max(1.0, abs(ref["top1"][step])):
-                break
-            assert res["ids"][step] == ref["ids"][step], f"prompt {i} step {step}: margin {ref['margins'][step]}"
-            assert abs(res["logprobs"][step] - ref["logprobs"][step]) < 0.1
-            compared += 1
-    assert compared >= len(PROMPTS), f"only {compared} steps were above the bf16 noise margin"
+    compared = H.compare_bfloat16_by_margin(reference, got["results"], NEW_TOKENS)
     print(f"bfloat16 {name} {plan}: {compared} of {NEW_TOKENS * len(PROMPTS)} steps above the noise margin, "
           f"all identical")

@@ -15,6 +15,9 @@ import sys
 
 import pytest
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from case_counts import CaseCounts  # noqa: E402
+
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "integration"))
 sys.path.insert(0, str(HERE.parent / "runtime_parity"))
@@ -33,7 +36,7 @@ _COUNTED = {
     "test_sampling_parity.py::test_greedy_repetition_penalty_equals_generate":
         "repetition penalty parity (strata-server): {passed}/{total} greedy generations equal to generate()",
 }
-_results: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+COUNTS = CaseCounts(_COUNTED)
 # Filled by the tests: rows compared, and sampled ids that differ where the uniform lands within 1e-6 of
 # a CDF step (allowed, counted).
 STATS: collections.Counter = collections.Counter()
@@ -82,36 +85,15 @@ def two_stage_server(server_bin, stubs, text_model, tmp_path_factory):
         server.stop()
 
 
-def _counted_kind(nodeid: str) -> str | None:
-    for prefix in _COUNTED:
-        if prefix in nodeid.replace("\\", "/"):
-            return prefix
-    return None
-
-
 def pytest_runtest_logreport(report):
-    kind = _counted_kind(report.nodeid)
-    if kind is None:
-        return
-    if report.when == "call":
-        _results[kind]["total"] += 1
-        _results[kind]["passed" if report.passed else "failed"] += 1
-    elif report.when == "setup" and not report.passed:  # e.g. the binary is missing
-        _results[kind]["total"] += 1
-        _results[kind]["failed"] += 1
+    COUNTS.record(report)
 
 
 def pytest_terminal_summary(terminalreporter):
-    if not _results:
-        return
-    terminalreporter.section("strata sampling parity")
-    for kind, fmt in _COUNTED.items():
-        counts = _results.get(kind)
-        if counts:
-            line = fmt.format(passed=counts["passed"], total=counts["total"])
-            if kind.endswith("processors"):
-                line += (f"; {STATS['rows']} rows ({STATS['sampled']} sampled), "
-                         f"{STATS['near_step']} ids differ within 1e-6 of a CDF step")
-            if counts["failed"]:
-                line += f" ({counts['failed']} differ or failed)"
-            terminalreporter.write_line(line)
+    def extra(kind: str) -> str:
+        if not kind.endswith("processors"):
+            return ""
+        return (f"; {STATS['rows']} rows ({STATS['sampled']} sampled), "
+                f"{STATS['near_step']} ids differ within 1e-6 of a CDF step")
+
+    COUNTS.write(terminalreporter, "strata sampling parity", extra)
