@@ -10,12 +10,8 @@ import sys
 import pytest
 import yaml
 
-HERE = pathlib.Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-K8S = REPO / "deploy" / "k8s"
-OVERLAYS = ("cpu", "gpu", "multi-gpu")
-
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from manifest_checks import K8S, OVERLAYS, REPO  # noqa: E402
 
 
 def kubectl() -> str:

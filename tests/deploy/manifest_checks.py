@@ -1,6 +1,11 @@
 """Small readers over rendered manifests, shared by the deploy tests."""
 
+import pathlib
 import re
+
+REPO = pathlib.Path(__file__).resolve().parent.parent.parent
+K8S = REPO / "deploy" / "k8s"
+OVERLAYS = ("cpu", "gpu", "multi-gpu")
 
 GRPC_PORT_NAME = "grpc"
 METRICS_PORT_NAME = "metrics"

@@ -10,8 +10,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import K8S, OVERLAYS, REPO
-from manifest_checks import (GRPC_PORT_NAME, METRICS_PORT_NAME, by_kind, container_port, duration_seconds, flag,
+from manifest_checks import (OVERLAYS, REPO, GRPC_PORT_NAME, METRICS_PORT_NAME, by_kind, container_port, duration_seconds, flag,
                              max_memory, metrics_in_source, one, promql_metric_names, quantity_bytes, selects,
                              server_container)
 
