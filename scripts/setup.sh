@@ -3,10 +3,11 @@
 # (a few seconds) when everything is already there.
 #
 #   Debian packages: the C++ toolchain's libraries (gRPC, Protobuf, Abseil, prometheus-cpp,
-#                    nlohmann-json, Oniguruma, GoogleTest) and ccache; prometheus (prometheus and
-#                    promtool, for tests/observe: deploy/prometheus and the dashboard checked live).
+#                    nlohmann-json, Oniguruma, GoogleTest), ccache, prometheus (prometheus and
+#                    promtool) and kubectl (kustomize; where an apt source offers it).
 #   PyPI (a virtualenv): torch (its LibTorch is the project's LibTorch) and the test oracles
-#                    (transformers, accelerate, tokenizers, safetensors, grpcio, pytest).
+#                    (transformers, accelerate, tokenizers, safetensors, grpcio, pytest), and
+#                    kubernetes-validate for the manifests.
 #
 # The virtualenv lives outside the checkout (STRATA_VENV, default ~/.cache/strata/venv) so that
 # fresh clones, CI included, share the multi-gigabyte torch install.
@@ -36,6 +37,20 @@ if ((${#missing[@]})); then
   [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
   "${sudo_cmd[@]}" apt-get update -q
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# kubectl (kustomize v5) for tests/deploy: the apt package `kubectl` (Google Cloud's or Kubernetes'
+# apt repository). Debian's own kubernetes-client is 1.20, too old for kustomize components, so only
+# `kubectl` is installed, where an apt source offers it; without it tests/deploy skips and says so.
+if ! command -v kubectl >/dev/null; then
+  if apt-cache policy kubectl 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+    log "installing kubectl"
+    sudo_cmd=()
+    [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends kubectl
+  else
+    log "kubectl: no apt source offers it (add packages.cloud.google.com or pkgs.k8s.io); tests/deploy will skip"
+  fi
 fi
 
 # The virtualenv is current when its stamp records the hash of requirements.txt.

@@ -1,0 +1,122 @@
+"""`podman kube play` of the CPU overlay's rendered Deployment, with the strata image the image test
+builds: the pod starts under the manifest's own args, user and read-only root, and answers gRPC
+health and /metrics. podman ignores probes, GPUs and CRDs, so only the Deployment is played; the
+checkpoint PVC becomes a hostPath onto a plan-only model (config.json, no weights: health is SERVING
+once the plan is made), and hostPorts publish the two ports on loopback."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import yaml
+
+from manifest_checks import GRPC_PORT_NAME, METRICS_PORT_NAME, REPO, container_port, one, server_container
+
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+from integration_helpers import free_port, generate_stubs  # noqa: E402
+
+# The settings these VMs need (issue 9): runc, cgroupfs, and ulimits within what the host allows.
+CONTAINERS_CONF = """[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+"""
+
+
+def podman(args: list[str], env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(["podman", *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.fixture
+def podman_env(tmp_path) -> dict:
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed")
+    env = dict(os.environ)
+    if "CONTAINERS_CONF" not in env:
+        conf = tmp_path / "containers.conf"
+        conf.write_text(CONTAINERS_CONF)
+        env["CONTAINERS_CONF"] = str(conf)
+    return env
+
+
+def playable_deployment(deployment: dict, image: str, model_dir, grpc_host_port: int, metrics_host_port: int) -> dict:
+    played = yaml.safe_load(yaml.safe_dump(deployment))
+    played["metadata"].pop("namespace", None)
+    pod = played["spec"]["template"]["spec"]
+    container = server_container(played)
+    container["image"] = image
+    for port in container["ports"]:
+        port["hostIP"] = "127.0.0.1"
+        port["hostPort"] = {GRPC_PORT_NAME: grpc_host_port, METRICS_PORT_NAME: metrics_host_port}[port["name"]]
+    for volume in pod["volumes"]:
+        if "persistentVolumeClaim" in volume:
+            del volume["persistentVolumeClaim"]
+            volume["hostPath"] = {"path": str(model_dir), "type": "Directory"}
+    return played
+
+
+def health_status(stubs, channel, service: str) -> int | None:
+    try:
+        return stubs.health_grpc.HealthStub(channel).Check(
+            stubs.health.HealthCheckRequest(service=service), timeout=1.0).status
+    except Exception:  # noqa: BLE001 - not up yet
+        return None
+
+
+def test_cpu_deployment_runs_under_podman_kube_play(docs, strata_image, podman_env, tmp_path):
+    import grpc
+
+    help_text = podman(["run", "--rm", strata_image, "--help"], podman_env)
+    if "--drain-timeout" not in help_text.stdout + help_text.stderr:
+        pytest.skip(f"the image's strata-server has no --drain-timeout (branch drain not merged): {strata_image}")
+
+    # A plan-only model, readable by the manifest's non-root user through the hostPath.
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    shutil.copy(REPO / "server" / "example_model" / "config.json", model_dir / "config.json")
+    for path in (tmp_path, model_dir):
+        path.chmod(0o755)
+    (model_dir / "config.json").chmod(0o644)
+
+    deployment = one(docs["cpu"], "Deployment")
+    grpc_host_port, metrics_host_port = free_port(), free_port()
+    played = playable_deployment(deployment, strata_image, model_dir, grpc_host_port, metrics_host_port)
+    manifest = tmp_path / "strata.yaml"
+    manifest.write_text(yaml.safe_dump(played))
+
+    play = podman(["kube", "play", "--replace", str(manifest)], podman_env, timeout=300)
+    assert play.returncode == 0, play.stdout + play.stderr
+    try:
+        stubs = generate_stubs(REPO / "proto", tmp_path / "stubs")
+        channel = grpc.insecure_channel(f"127.0.0.1:{grpc_host_port}")
+        serving = stubs.health.HealthCheckResponse.SERVING
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if health_status(stubs, channel, "strata.v1.InferenceService") == serving:
+                break
+            time.sleep(0.5)
+        # podman names the pod NAME-pod-0 (4.3) or NAME-pod, and the container POD-CONTAINER.
+        containers = podman(["ps", "-a", "--format", "{{.Names}}"], podman_env).stdout.split()
+        name = [c for c in containers if c.startswith(played["metadata"]["name"] + "-pod") and c.endswith("-strata")][0]
+        logs = podman(["logs", name], podman_env).stderr
+        assert health_status(stubs, channel, "strata.v1.InferenceService") == serving, logs
+        assert health_status(stubs, channel, "") == serving, logs
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_host_port}/metrics", timeout=5) as reply:
+            assert "strata_device_budget_bytes" in reply.read().decode()
+
+        # The container runs as the manifest says: its args, a non-root user, a read-only root.
+        inspect = yaml.safe_load(podman(["inspect", name, "--format", "json"], podman_env).stdout)[0]
+        config = server_container(deployment)
+        assert inspect["Config"]["User"].split(":")[0] == str(deployment["spec"]["template"]["spec"]
+                                                             ["securityContext"]["runAsUser"])
+        assert inspect["HostConfig"]["ReadonlyRootfs"] is True
+        assert all(arg in inspect["Args"] for arg in config["args"])
+        assert container_port(config, GRPC_PORT_NAME) == 50051
+        channel.close()
+    finally:
+        podman(["kube", "down", str(manifest)], podman_env, timeout=120)
