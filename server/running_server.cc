@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -82,6 +83,22 @@ void RunningServer::ServeModel(std::unique_ptr<ServedModel> model) {
 void RunningServer::SampleGauges() {
   metrics_->RecordEngine(model_->engine().Stats());
   metrics_->RecordDeviceMemory(runtime::MeasureDeviceMemory(model_->model()));
+}
+
+int64_t RunningServer::BeginDrain(std::function<void()> on_drained) {
+  // Health's Shutdown sets every status NOT_SERVING and ignores later changes: a load or a ServeModel
+  // racing with the drain cannot make it SERVING again.
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) health->Shutdown();
+  return service_->BeginDrain(std::move(on_drained));
+}
+
+DrainCounts RunningServer::EndDrain() {
+  InFlightGenerations& in_flight = service_->in_flight();
+  in_flight.CutAll();
+  // A cancelled request leaves the engine within one iteration; its call ends when the client has read
+  // what came before. A client that stops reading is left to Shutdown's deadline.
+  in_flight.WaitEmpty(std::chrono::seconds(5));
+  return in_flight.counts();
 }
 
 RunningServer::~RunningServer() { Shutdown(); }
