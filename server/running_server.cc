@@ -33,13 +33,12 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const Server
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", options.listen.ToString(), " (port in use?)"));
   }
   running->grpc_address_ = ListenAddress{options.listen.host, port};
+  // At once: gRPC's default health service starts with "" SERVING and the service unknown (NOT_FOUND).
+  running->MarkNotServing();
   absl::StatusOr<std::unique_ptr<Metrics>> metrics = Metrics::Start(options.metrics_listen);
   if (!metrics.ok()) return metrics.status();
   running->metrics_ = *std::move(metrics);
   running->service_->SetMetrics(running->metrics_.get());
-  grpc::HealthCheckServiceInterface* health = running->server_->GetHealthCheckService();
-  health->SetServingStatus(v1::InferenceService::service_full_name(), false);
-  health->SetServingStatus("", false);
   return running;
 }
 
