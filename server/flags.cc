@@ -1,5 +1,7 @@
 #include "server/flags.h"
 
+#include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -34,6 +36,9 @@ ABSL_FLAG(int32_t, intra_op_threads, 0, "LibTorch intra-op threads per stage wor
 ABSL_FLAG(std::string, inject_fault, "",
           "testing only: stage=N,call=M[,repeat][,device_lost] makes stage N throw on its M-th micro-batch "
           "(device_lost: as a sticky CUDA error would)");
+ABSL_FLAG(double, drain_timeout, 20,
+          "after SIGINT/SIGTERM, seconds that generations in flight may run to their end (health NOT_SERVING and "
+          "new Generate calls UNAVAILABLE meanwhile) before they are cut with UNAVAILABLE; 0 cuts them at once");
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "gRPC address");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464", "Prometheus /metrics address");
 
@@ -71,10 +76,11 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
         Flag(FLAGS_prefill_chunk, "N"),
         Flag(FLAGS_intra_op_threads, "N").ShowDefault("LibTorch's"),
         Flag(FLAGS_inject_fault, "SPEC"),
+        Flag(FLAGS_drain_timeout, "SECONDS"),
         Flag(FLAGS_listen, "HOST:PORT"),
         Flag(FLAGS_metrics_listen, "HOST:PORT")};
     command.epilogue = R"(
-Exit status: 0 after SIGINT/SIGTERM, 2 on a bad flag or plan (the message names it), 1 otherwise
+Exit status: 0 after SIGINT/SIGTERM (once drained; at once when it comes during the load), 2 on a bad flag or plan (the message names it), 1 otherwise
 (for example a port already in use, or a device that became unusable while serving).
 )";
     return command;
@@ -188,6 +194,15 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
     if (!fault.ok()) return FlagError(FLAGS_inject_fault, fault.status());
     options.fault = *fault;
   }
+  // Seconds, fractions allowed; "nan" and "inf" parse as doubles, so finiteness is checked here. A day is
+  // far beyond any grace period a supervisor gives.
+  constexpr double kMaxDrainSeconds = 86'400;
+  const double drain_seconds = absl::GetFlag(FLAGS_drain_timeout);
+  if (!std::isfinite(drain_seconds) || drain_seconds < 0 || drain_seconds > kMaxDrainSeconds) {
+    return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_drain_timeout), ": \"", drain_seconds,
+                                                   "\" is not a number of seconds from 0 to ", kMaxDrainSeconds));
+  }
+  options.drain_timeout = std::chrono::milliseconds(std::llround(drain_seconds * 1000));
   if (options.max_new_tokens > options.max_context) {
     return absl::InvalidArgumentError(absl::StrCat("--max-new-tokens: ", options.max_new_tokens,
                                                    " is more than --max-context ", options.max_context));

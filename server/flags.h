@@ -2,6 +2,7 @@
 // strata-server's command line: parsed and validated here, once, into ServerOptions. Everything after
 // ParseServerFlags may trust the options it gets (STYLE.md, validation in one place).
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -52,6 +53,10 @@ struct ServerOptions {
   int64_t prefill_chunk = 256;   // prompt tokens per prefill chunk
   int32_t intra_op_threads = 0;  // LibTorch intra-op threads per stage worker; 0: LibTorch's default
   std::optional<runtime::FaultInjection> fault;  // --inject-fault: the engine's test seam
+
+  // After SIGINT/SIGTERM, how long generations in flight may run to their end before they are cut
+  // (UNAVAILABLE). Inside Kubernetes' default 30 s terminationGracePeriodSeconds; 0 cuts at once.
+  std::chrono::milliseconds drain_timeout{20'000};
 };
 
 // The command line asked either for usage or for a server.

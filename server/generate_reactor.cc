@@ -41,12 +41,11 @@ v1::GenerateResponse::FinishReason ToProto(runtime::FinishReason reason) {
 }  // namespace
 
 GenerateReactor::GenerateReactor(grpc::CallbackServerContext* context, const grpc::ByteBuffer& request,
-                                 ServedModel* model, bool plan_only, Metrics* metrics)
+                                 ServedModel* model, const grpc::Status& refusal, Metrics* metrics,
+                                 InFlightGenerations* in_flight)
     : context_(context), metrics_(metrics), start_(std::chrono::steady_clock::now()) {
-  if (model == nullptr) {
-    FinishWith(plan_only ? grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                                        "the server only plans: --model DIR holds no safetensors weights")
-                         : grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is still loading"));
+  if (!refusal.ok()) {
+    FinishWith(refusal);
     Finish(*std::exchange(finish_status_, std::nullopt));
     return;
   }
@@ -67,10 +66,22 @@ GenerateReactor::GenerateReactor(grpc::CallbackServerContext* context, const grp
     return;
   }
   if (metrics_ != nullptr) metrics_->RecordPromptTokens(prompt_tokens);
+  {
+    std::lock_guard lock(mutex_);
+    handle_ = *std::move(handle);
+    // A cancellation that came before the handle existed.
+    if (client_gone_) handle_->Cancel();
+  }
+  // OnDone (which removes it) cannot run before this constructor returns: gRPC holds a Finish called
+  // earlier until the reactor is bound to its call.
+  in_flight_ = in_flight;
+  if (in_flight_ != nullptr) in_flight_->Add(this);
+}
+
+void GenerateReactor::Cut() {
   std::lock_guard lock(mutex_);
-  handle_ = *std::move(handle);
-  // A cancellation that came before the handle existed.
-  if (client_gone_) handle_->Cancel();
+  cut_ = true;
+  if (handle_) handle_->Cancel();
 }
 
 void GenerateReactor::OnChunk(runtime::GenerationChunk chunk) {
@@ -93,18 +104,27 @@ void GenerateReactor::OnChunk(runtime::GenerationChunk chunk) {
 void GenerateReactor::WriteNextLocked() {
   if (final_written_) return;
   // A failed generation ends the call with INTERNAL (the message names the stage, its device and the
-  // error) once the tokens streamed before it are written; it is never a normal last message.
+  // error) once the tokens streamed before it are written; it is never a normal last message. Nor is a
+  // generation cut by the drain: its call ends UNAVAILABLE (the client may retry elsewhere), not CANCELLED.
   if (!pending_.empty() && pending_.back().finish == runtime::FinishReason::kError) {
-    failure_ = pending_.back().error;
+    error_end_ = grpc::Status(grpc::StatusCode::INTERNAL, std::string(pending_.back().error.message()));
     pending_.pop_back();
+  } else if (!pending_.empty() && pending_.back().finish == runtime::FinishReason::kCancelled && cut_ &&
+             !client_gone_) {
+    error_end_ = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              "the server is draining: its --drain-timeout ended this generation");
+    ended_by_cut_ = true;
+    runtime::GenerationChunk& last = pending_.back();
+    last.finish.reset();
+    if (last.tokens.empty() && last.text.empty()) pending_.pop_back();
   }
   if (pending_.empty()) {
-    if (failure_) FinishWith(grpc::Status(grpc::StatusCode::INTERNAL, std::string(failure_->message())));
+    if (error_end_) FinishWith(*error_end_);
     return;
   }
   if (client_gone_) {
     // Nobody reads any more: wait for the engine's last chunk (it comes, the request is cancelled) and end.
-    if (failure_ || pending_.back().finish) FinishWith(grpc::Status::CANCELLED);
+    if (error_end_ || pending_.back().finish) FinishWith(grpc::Status::CANCELLED);
     pending_.clear();
     return;
   }
@@ -192,6 +212,9 @@ void GenerateReactor::FinishAfterUnlock(std::unique_lock<std::mutex>& lock) {
   if (status) Finish(*status);
 }
 
-void GenerateReactor::OnDone() { delete this; }
+void GenerateReactor::OnDone() {
+  if (in_flight_ != nullptr) in_flight_->Remove(this, ended_by_cut_);
+  delete this;
+}
 
 }  // namespace strata::server

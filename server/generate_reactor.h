@@ -3,7 +3,8 @@
 // it to the engine and streams the engine's chunks as GenerateResponse messages. The engine calls back
 // on its own thread; chunks that arrive while a write is in flight are merged into the next message,
 // so a slow client never blocks the engine. The reactor deletes itself in OnDone, which can only come
-// after the engine's last callback (Finish is called from it).
+// after the engine's last callback (Finish is called from it). While it generates it is listed in
+// InFlightGenerations, so that a drain can wait for it and, at its timeout, cut it (UNAVAILABLE).
 
 #include <grpcpp/grpcpp.h>
 
@@ -15,6 +16,7 @@
 #include <string>
 
 #include "runtime/engine/engine.h"
+#include "server/in_flight_generations.h"
 #include "server/metrics.h"
 #include "server/served_model.h"
 
@@ -22,9 +24,14 @@ namespace strata::server {
 
 class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  // `model` null: not loaded yet (UNAVAILABLE); `plan_only`: the server has no weights.
+  // `refusal` not OK: the call ends with it at once (still loading, plan only, draining); otherwise `model`
+  // generates and the call is listed in `in_flight` until it ends.
   GenerateReactor(grpc::CallbackServerContext* context, const grpc::ByteBuffer& request, ServedModel* model,
-                  bool plan_only, Metrics* metrics);
+                  const grpc::Status& refusal, Metrics* metrics, InFlightGenerations* in_flight);
+
+  // The drain timeout passed: the request is cancelled and the call ends UNAVAILABLE once the tokens
+  // generated before are written (unless it ended first). Any thread.
+  void Cut();
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -39,6 +46,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
 
   grpc::CallbackServerContext* context_;
   Metrics* metrics_;
+  InFlightGenerations* in_flight_ = nullptr;  // set once the request is submitted
   std::string request_id_;
   std::shared_ptr<runtime::RequestHandle> handle_;
   std::chrono::steady_clock::time_point start_;
@@ -49,7 +57,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   grpc::ByteBuffer buffer_;  // the message being written
   bool writing_ = false;
   bool final_written_ = false;
-  std::optional<absl::Status> failure_;  // the engine ended the request with kError
+  // The call ends with this error once the tokens before it are written: INTERNAL when the engine ended the
+  // request with kError, UNAVAILABLE when it was cancelled by Cut().
+  std::optional<grpc::Status> error_end_;
+  bool cut_ = false;
+  bool ended_by_cut_ = false;  // the call's status came from Cut(): read in OnDone
   bool client_gone_ = false;
   bool finished_ = false;
   std::optional<grpc::Status> finish_status_;

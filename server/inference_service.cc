@@ -1,6 +1,7 @@
 #include "server/inference_service.h"
 
 #include <string>
+#include <utility>
 
 #include "server/generate_reactor.h"
 
@@ -67,8 +68,16 @@ void InferenceService::ServeModel(ServedModel* model) {
   plan_ = &model->plan();
 }
 
+int64_t InferenceService::BeginDrain(std::function<void()> on_drained) {
+  // Under the mutex, as Generate adds its calls: none is added once this returns.
+  std::lock_guard lock(mutex_);
+  draining_ = true;
+  return in_flight_.BeginDrain(std::move(on_drained));
+}
+
 void InferenceService::Stop() {
   std::lock_guard lock(mutex_);
+  draining_ = true;
   model_ = nullptr;
 }
 
@@ -94,9 +103,17 @@ grpc::ServerUnaryReactor* InferenceService::GetDeviceMap(grpc::CallbackServerCon
 grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(grpc::CallbackServerContext* context,
                                                                        const grpc::ByteBuffer* request) {
   std::lock_guard lock(mutex_);
-  // Under the lock: Stop() cannot take the model away while the request is submitted.
-  const bool plan_only = plan_ != nullptr && model_ == nullptr && plan_response_.has_value();
-  return new GenerateReactor(context, *request, model_, plan_only, metrics_);
+  // Under the lock: Stop() cannot take the model away while the request is submitted, nor a drain begin.
+  grpc::Status refusal = grpc::Status::OK;
+  if (draining_) {
+    refusal = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is draining");
+  } else if (plan_ != nullptr && model_ == nullptr && plan_response_.has_value()) {
+    refusal = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                           "the server only plans: --model DIR holds no safetensors weights");
+  } else if (model_ == nullptr) {
+    refusal = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is still loading");
+  }
+  return new GenerateReactor(context, *request, model_, refusal, metrics_, &in_flight_);
 }
 
 }  // namespace strata::server

@@ -6,11 +6,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <vector>
 
 #include "runtime/executor/device_memory.h"
+#include "server/in_flight_generations.h"
 #include "server/metrics.h"
 #include "server/served_model.h"
 #include "server/served_plan.h"
@@ -37,7 +39,12 @@ class InferenceService final : public InferenceServiceBase {
   void ServePlan(const ServedPlan* plan);
   // The model is loaded: both answer. `model` must outlive the service or a later Stop().
   void ServeModel(ServedModel* model);
-  // New Generate calls are UNAVAILABLE from now on (shutdown).
+  // The drain begins: new Generate calls are UNAVAILABLE ("the server is draining"), those in flight go on
+  // (in_flight() counts them; `on_drained` is called when none is left) and GetDeviceMap still answers.
+  // Returns the generations in flight.
+  int64_t BeginDrain(std::function<void()> on_drained);
+  InFlightGenerations& in_flight() { return in_flight_; }
+  // New Generate calls are UNAVAILABLE from now on, and GetDeviceMap too once the model is gone (shutdown).
   void Stop();
 
   grpc::ServerUnaryReactor* GetDeviceMap(grpc::CallbackServerContext* context, const v1::GetDeviceMapRequest* request,
@@ -51,6 +58,8 @@ class InferenceService final : public InferenceServiceBase {
   const ServedPlan* plan_ = nullptr;
   ServedModel* model_ = nullptr;
   std::optional<v1::GetDeviceMapResponse> plan_response_;  // plan-only: built once
+  bool draining_ = false;
+  InFlightGenerations in_flight_;
 };
 
 }  // namespace strata::server

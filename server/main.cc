@@ -1,16 +1,24 @@
 // strata-server: plans a model's placement at start-up and serves it over gRPC and /metrics.
-// Exit status: 0 after SIGINT/SIGTERM, 2 on a bad flag or plan, 1 on any other failure (a device that
-// became unusable while serving included: a supervisor restarts the process).
+// Exit status: 0 after SIGINT/SIGTERM (after the graceful drain; at once when the stop comes during the
+// load), 2 on a bad flag or plan, 1 on any other failure (a device that became unusable while serving
+// included: a supervisor restarts the process).
 
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <iostream>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "planner/plan.h"
@@ -25,6 +33,74 @@ constexpr int kExitBadInput = 2;
 constexpr int kExitFailure = 1;
 // Raised by the engine's device-lost callback; blocked in every thread like SIGINT/SIGTERM, so sigwait takes it.
 constexpr int kDeviceLostSignal = SIGUSR1;
+// Raised by this process's own threads to wake the main thread: the load ended, or the drain has nothing
+// left in flight. The main thread then looks at the state again.
+constexpr int kLookAgainSignal = SIGUSR2;
+
+using Clock = std::chrono::steady_clock;
+
+const char* SignalName(int signal_number) { return signal_number == SIGINT ? "SIGINT" : "SIGTERM"; }
+
+// The next of `signals` (all blocked in every thread), or 0 once `deadline` passed; -1 when waiting failed.
+int WaitForSignal(const sigset_t& signals, std::optional<Clock::time_point> deadline) {
+  for (;;) {
+    int signal_number = 0;
+    if (!deadline) {
+      const int error = sigwait(&signals, &signal_number);
+      if (error == 0) return signal_number;
+      if (error == EINTR) continue;
+      std::cerr << "strata-server: sigwait: " << std::strerror(error) << "\n";
+      return -1;
+    }
+    const auto left = std::max(Clock::duration::zero(), *deadline - Clock::now());
+    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(left);
+    const timespec timeout{static_cast<time_t>(seconds.count()),
+                           static_cast<long>(std::chrono::nanoseconds(left - seconds).count())};
+    signal_number = sigtimedwait(&signals, nullptr, &timeout);
+    if (signal_number > 0) return signal_number;
+    if (errno == EAGAIN) return 0;
+    if (errno == EINTR) continue;
+    std::cerr << "strata-server: sigtimedwait: " << std::strerror(errno) << "\n";
+    return -1;
+  }
+}
+
+// The result of the load thread, read by the main thread once `done`.
+struct ModelLoad {
+  std::mutex mutex;
+  bool done = false;
+  absl::StatusOr<std::unique_ptr<strata::server::ServedModel>> model = absl::UnknownError("not loaded");
+};
+
+// The graceful drain after the first SIGINT/SIGTERM: health NOT_SERVING and new Generate calls
+// UNAVAILABLE at once; generations in flight run to their end for up to `timeout` (a second stop signal
+// ends the wait early), then the rest are cut (UNAVAILABLE). 0, or 1 when a device was lost meanwhile.
+int Drain(strata::server::RunningServer& running, std::chrono::milliseconds timeout, int stop_signal,
+          const sigset_t& signals) {
+  const auto deadline = Clock::now() + timeout;
+  const int64_t in_flight = running.BeginDrain([] { kill(getpid(), kLookAgainSignal); });
+  std::cerr << "strata-server: " << SignalName(stop_signal) << ", draining: NOT_SERVING, " << in_flight
+            << " generations in flight, --drain-timeout " << std::chrono::duration<double>(timeout).count() << " s"
+            << std::endl;
+  bool device_lost = false;
+  while (running.generations_in_flight() > 0) {
+    const int signal_number = WaitForSignal(signals, deadline);
+    if (signal_number <= 0) break;  // the timeout (or waiting failed): cut what runs
+    if (signal_number == kDeviceLostSignal) {
+      // Every generation ends INTERNAL: the drain ends by itself; the process then exits 1.
+      std::cerr << "strata-server: a device is unusable\n";
+      device_lost = true;
+    } else if (signal_number == SIGINT || signal_number == SIGTERM) {
+      std::cerr << "strata-server: " << SignalName(signal_number) << " again: cutting what is in flight now\n";
+      break;
+    }
+  }
+  const strata::server::DrainCounts counts = running.EndDrain();
+  std::cerr << "strata-server: drained: " << counts.finished << " of " << counts.in_flight << " generations finished, "
+            << counts.cut << " cut (UNAVAILABLE); shutting down" << std::endl;
+  running.Shutdown();
+  return device_lost ? kExitFailure : 0;
+}
 
 int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
   using strata::server::ServerCommand;
@@ -83,64 +159,107 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
     std::cerr << "strata-server: " << server.status().message() << "\n";
     return kExitFailure;
   }
+  strata::server::RunningServer& running = **server;
   if (plan) {
     std::cout << strata::planner::PlanToTable(plan->spec, plan->plan);
-    (*server)->ServePlan(*std::move(plan));
-    std::cout << "strata-server: serving GetDeviceMap on " << (*server)->grpc_address().ToString() << ", metrics on "
-              << (*server)->metrics_address().ToString() << "/metrics" << std::endl;
+    running.ServePlan(*std::move(plan));
+    std::cout << "strata-server: serving GetDeviceMap on " << running.grpc_address().ToString() << ", metrics on "
+              << running.metrics_address().ToString() << "/metrics" << std::endl;
   } else {
     std::cout << "strata-server: loading " << options.model_dir->string() << " (NOT_SERVING on "
-              << (*server)->grpc_address().ToString() << " until loaded)" << std::endl;
-    // Signals wait (blocked) until the load ends: a load is seconds to minutes, and stopping halfway
-    // would leave nothing to clean up that exiting does not.
+              << running.grpc_address().ToString() << " until loaded)" << std::endl;
     // A sticky device error: report NOT_SERVING at once, then let the main thread shut down (answering
     // what is in flight, every generation having ended INTERNAL) and exit 1.
-    strata::server::RunningServer* running = server->get();
-    auto on_device_lost = [running](const absl::Status&) {
-      running->MarkNotServing();
+    auto on_device_lost = [&running](const absl::Status&) {
+      running.MarkNotServing();
       kill(getpid(), kDeviceLostSignal);
     };
-    absl::StatusOr<std::unique_ptr<strata::server::ServedModel>> model =
-        strata::server::ServedModel::Load(options, *load, on_device_lost);
+    // The load runs on its own thread while this one waits for signals, so that a stop during a load of
+    // minutes is obeyed at once.
+    ModelLoad load_state;
+    std::thread loader([&] {
+      absl::StatusOr<std::unique_ptr<strata::server::ServedModel>> loaded =
+          strata::server::ServedModel::Load(options, *load, on_device_lost);
+      {
+        std::lock_guard lock(load_state.mutex);
+        load_state.model = std::move(loaded);
+        load_state.done = true;
+      }
+      kill(getpid(), kLookAgainSignal);
+    });
+    int stop_during_load = 0;
+    for (;;) {
+      const int signal_number = WaitForSignal(stop_signals, std::nullopt);
+      if (signal_number < 0) {
+        loader.join();
+        running.Shutdown();
+        return kExitFailure;
+      }
+      std::lock_guard lock(load_state.mutex);
+      if (load_state.done) {
+        if (signal_number == SIGINT || signal_number == SIGTERM) stop_during_load = signal_number;
+        break;
+      }
+      if (signal_number != SIGINT && signal_number != SIGTERM) continue;
+      // The load cannot be interrupted (it is inside LibTorch and the checkpoint reader), and waiting for
+      // it is what a stop must not do. Close the port (clients see the server go), then end the process
+      // without running destructors or atexit handlers: _Exit ends the loader thread with it, so nothing
+      // frees state that thread still uses, and the kernel and the GPU driver reclaim its memory and
+      // mappings. Nothing was served, so nothing is lost.
+      std::cerr << "strata-server: " << SignalName(signal_number) << " while loading: exiting without waiting for "
+                << "the load" << std::endl;
+      running.Shutdown();
+      std::cout.flush();
+      std::cerr.flush();
+      std::_Exit(0);
+    }
+    loader.join();
+    absl::StatusOr<std::unique_ptr<strata::server::ServedModel>>& model = load_state.model;
     if (!model.ok()) {
       std::cerr << "strata-server: " << model.status().message() << "\n";
-      (*server)->Shutdown();
+      running.Shutdown();
       return model.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
+    }
+    if (stop_during_load != 0) {
+      // The stop came as the load ended: nothing was served, so there is nothing to drain.
+      std::cerr << "strata-server: " << SignalName(stop_during_load) << " while loading, shutting down\n";
+      running.Shutdown();
+      return 0;
     }
     const strata::runtime::LoadReport& report = (*model)->model().report();
     std::cout << strata::planner::PlanToTable(report.spec, report.plan) << report.stages << "\n"
               << "strata-server: loaded in " << report.seconds << " s (" << report.dtype << ", "
               << ((*model)->tokenizer() != nullptr ? "tokenizer.json" : "no tokenizer: token ids only") << ")\n";
-    (*server)->ServeModel(*std::move(model));
-    std::cout << "strata-server: serving Generate and GetDeviceMap on " << (*server)->grpc_address().ToString()
-              << ", metrics on " << (*server)->metrics_address().ToString() << "/metrics" << std::endl;
+    running.ServeModel(*std::move(model));
+    std::cout << "strata-server: serving Generate and GetDeviceMap on " << running.grpc_address().ToString()
+              << ", metrics on " << running.metrics_address().ToString() << "/metrics" << std::endl;
   }
 
-  int signal_number = 0;
-  if (int error = sigwait(&stop_signals, &signal_number); error != 0) {
-    std::cerr << "strata-server: sigwait: " << std::strerror(error) << "\n";
-    return kExitFailure;
+  int stop_signal = 0;
+  while (stop_signal == 0) {
+    const int signal_number = WaitForSignal(stop_signals, std::nullopt);
+    if (signal_number < 0) return kExitFailure;
+    if (signal_number == kDeviceLostSignal) {
+      std::cerr << "strata-server: a device is unusable, shutting down\n";
+      running.Shutdown();
+      return kExitFailure;
+    }
+    if (signal_number == SIGINT || signal_number == SIGTERM) stop_signal = signal_number;
   }
-  if (signal_number == kDeviceLostSignal) {
-    std::cerr << "strata-server: a device is unusable, shutting down\n";
-    (*server)->Shutdown();
-    return kExitFailure;
-  }
-  std::cerr << "strata-server: " << (signal_number == SIGINT ? "SIGINT" : "SIGTERM") << ", shutting down\n";
-  (*server)->Shutdown();
-  return 0;
+  return Drain(running, options.drain_timeout, stop_signal, stop_signals);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Block SIGINT and SIGTERM before any thread exists: gRPC's, the engine's and /metrics' threads inherit the mask,
-  // so the signals wait for sigwait in Run instead of killing the process mid-call.
+  // Block SIGINT, SIGTERM and our own two before any thread exists: gRPC's, the engine's and /metrics' threads inherit
+  // the mask, so the signals wait for sigwait in Run instead of killing the process mid-call.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, kDeviceLostSignal);
+  sigaddset(&stop_signals, kLookAgainSignal);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   std::vector<std::string> args(argv + 1, argv + argc);

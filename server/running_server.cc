@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -32,13 +33,12 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const Server
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", options.listen.ToString(), " (port in use?)"));
   }
   running->grpc_address_ = ListenAddress{options.listen.host, port};
+  // At once: gRPC's default health service starts with "" SERVING and the service unknown (NOT_FOUND).
+  running->MarkNotServing();
   absl::StatusOr<std::unique_ptr<Metrics>> metrics = Metrics::Start(options.metrics_listen);
   if (!metrics.ok()) return metrics.status();
   running->metrics_ = *std::move(metrics);
   running->service_->SetMetrics(running->metrics_.get());
-  grpc::HealthCheckServiceInterface* health = running->server_->GetHealthCheckService();
-  health->SetServingStatus(v1::InferenceService::service_full_name(), false);
-  health->SetServingStatus("", false);
   return running;
 }
 
@@ -82,6 +82,22 @@ void RunningServer::ServeModel(std::unique_ptr<ServedModel> model) {
 void RunningServer::SampleGauges() {
   metrics_->RecordEngine(model_->engine().Stats());
   metrics_->RecordDeviceMemory(runtime::MeasureDeviceMemory(model_->model()));
+}
+
+int64_t RunningServer::BeginDrain(std::function<void()> on_drained) {
+  // Health's Shutdown sets every status NOT_SERVING and ignores later changes: a load or a ServeModel
+  // racing with the drain cannot make it SERVING again.
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) health->Shutdown();
+  return service_->BeginDrain(std::move(on_drained));
+}
+
+DrainCounts RunningServer::EndDrain() {
+  InFlightGenerations& in_flight = service_->in_flight();
+  in_flight.CutAll();
+  // A cancelled request leaves the engine within one iteration; its call ends when the client has read
+  // what came before. A client that stops reading is left to Shutdown's deadline.
+  in_flight.WaitEmpty(std::chrono::seconds(5));
+  return in_flight.counts();
 }
 
 RunningServer::~RunningServer() { Shutdown(); }

@@ -1,11 +1,12 @@
 #pragma once
 // A started strata-server: the gRPC server (InferenceService, health checking, reflection) and the
 // /metrics endpoint. It starts NOT_SERVING; ServePlan (plan only) or ServeModel (weights loaded) makes
-// it SERVING.
+// it SERVING. On SIGINT/SIGTERM main.cc drains it (BeginDrain, wait, EndDrain) and then shuts it down.
 
 #include <grpcpp/grpcpp.h>
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -31,6 +32,16 @@ class RunningServer {
   void ServePlan(ServedPlan plan);
   // Serves a loaded model, then reports SERVING; samples engine and device gauges for /metrics.
   void ServeModel(std::unique_ptr<ServedModel> model);
+
+  // The graceful drain begins: health NOT_SERVING for good (both "" and the service, so readiness fails and
+  // load balancers stop sending), new Generate calls UNAVAILABLE, GetDeviceMap answers on, generations in
+  // flight go on. `on_drained` is called (on any thread, or here) once none is in flight. Returns how many
+  // are in flight.
+  int64_t BeginDrain(std::function<void()> on_drained);
+  int64_t generations_in_flight() { return service_->in_flight().size(); }
+  // The drain ends: generations still running are cut (each call ends UNAVAILABLE once the tokens before
+  // are written) and waited for, a few seconds at most. What the drain did.
+  DrainCounts EndDrain();
 
   // Marks every service NOT_SERVING, ends running generations (CANCELLED), finishes in-flight calls
   // (waiting a few seconds at most) and stops /metrics. Idempotent.

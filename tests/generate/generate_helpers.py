@@ -9,6 +9,8 @@ import urllib.request
 
 import grpc
 
+import integration_helpers as IH
+
 # Layers 0-1 (and the embedding) on logical GPU 0, layers 2-3, norm and head on logical GPU 1; both run
 # on the CPU (--physical-devices), so a 2-stage pipeline is tested without a GPU.
 TWO_STAGE_MAP = {"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 0, "model.layers.2": 1,
@@ -51,3 +53,34 @@ def status_of(call_fn) -> tuple[grpc.StatusCode, str]:
     except grpc.RpcError as e:
         return e.code(), e.details()
     raise AssertionError("the call succeeded")
+
+
+def big_zero_checkpoint(directory):
+    """A Llama of about 200M parameters, all zero, in bfloat16: its load (a cast to float32 on the CPU)
+    lasts long enough to be watched. Zeros keep writing it fast."""
+    import torch
+    from safetensors.torch import save_file
+
+    hidden, inter, layers, vocab, heads, kv_heads = 1024, 4096, 8, 32000, 16, 4
+    head_dim = hidden // heads
+    config = dict(IH.SMALL_LLAMA_CONFIG, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                  num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=vocab, torch_dtype="bfloat16")
+    (directory / "config.json").write_text(json.dumps(config))
+    z = lambda *shape: torch.zeros(shape, dtype=torch.bfloat16)  # noqa: E731
+    tensors = {"model.embed_tokens.weight": z(vocab, hidden), "model.norm.weight": z(hidden),
+               "lm_head.weight": z(vocab, hidden)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        tensors.update({
+            p + "self_attn.q_proj.weight": z(heads * head_dim, hidden),
+            p + "self_attn.k_proj.weight": z(kv_heads * head_dim, hidden),
+            p + "self_attn.v_proj.weight": z(kv_heads * head_dim, hidden),
+            p + "self_attn.o_proj.weight": z(hidden, heads * head_dim),
+            p + "mlp.gate_proj.weight": z(inter, hidden),
+            p + "mlp.up_proj.weight": z(inter, hidden),
+            p + "mlp.down_proj.weight": z(hidden, inter),
+            p + "input_layernorm.weight": z(hidden),
+            p + "post_attention_layernorm.weight": z(hidden),
+        })
+    save_file(tensors, str(directory / "model.safetensors"))
+    return directory

@@ -91,39 +91,8 @@ def test_full_queue_is_resource_exhausted(stubs, server_factory, text_model):
     assert "--max-queue 1" in details
 
 
-def _big_zero_checkpoint(directory):
-    """A Llama of about 200M parameters, all zero, in bfloat16: its load (a cast to float32 on the CPU)
-    lasts long enough to be watched. Zeros keep writing it fast."""
-    import torch
-    from safetensors.torch import save_file
-
-    hidden, inter, layers, vocab, heads, kv_heads = 1024, 4096, 8, 32000, 16, 4
-    head_dim = hidden // heads
-    config = dict(IH.SMALL_LLAMA_CONFIG, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-                  num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=vocab, torch_dtype="bfloat16")
-    (directory / "config.json").write_text(json.dumps(config))
-    z = lambda *shape: torch.zeros(shape, dtype=torch.bfloat16)  # noqa: E731
-    tensors = {"model.embed_tokens.weight": z(vocab, hidden), "model.norm.weight": z(hidden),
-               "lm_head.weight": z(vocab, hidden)}
-    for i in range(layers):
-        p = f"model.layers.{i}."
-        tensors.update({
-            p + "self_attn.q_proj.weight": z(heads * head_dim, hidden),
-            p + "self_attn.k_proj.weight": z(kv_heads * head_dim, hidden),
-            p + "self_attn.v_proj.weight": z(kv_heads * head_dim, hidden),
-            p + "self_attn.o_proj.weight": z(hidden, heads * head_dim),
-            p + "mlp.gate_proj.weight": z(inter, hidden),
-            p + "mlp.up_proj.weight": z(inter, hidden),
-            p + "mlp.down_proj.weight": z(hidden, inter),
-            p + "input_layernorm.weight": z(hidden),
-            p + "post_attention_layernorm.weight": z(hidden),
-        })
-    save_file(tensors, str(directory / "model.safetensors"))
-    return directory
-
-
 def test_unavailable_and_not_serving_until_loaded(stubs, server_bin, tmp_path):
-    model = _big_zero_checkpoint(tmp_path)
+    model = GH.big_zero_checkpoint(tmp_path)
     server = IH.ServerProcess(server_bin, ["--model", str(model), "--device-map", '{"": "cpu"}',
                                            "--dtype", "float32", "--max-batch", "1", "--max-context", "64"],
                               tmp_path / "logs")

@@ -204,6 +204,8 @@ def run_bad(server_bin: Path, flags: list[str]) -> subprocess.CompletedProcess:
         pytest.param(["--dtype", "float13"], "float13", id="bad-dtype"),
         pytest.param(["--kv-cache-tokens", "-5"], "--kv-cache-tokens", id="bad-kv-cache-tokens"),
         pytest.param(["--listen", "127.0.0.1:99999"], "127.0.0.1:99999", id="bad-listen"),
+        pytest.param(["--drain-timeout", "-1"], "--drain-timeout", id="negative-drain-timeout"),
+        pytest.param(["--drain-timeout", "soon"], "--drain-timeout", id="bad-drain-timeout"),
         pytest.param(["--no-such-flag", "1"], "--no-such-flag", id="unknown-flag"),
         pytest.param(
             ["--device-map", '{"model.embed_tokens": 0, "model.layers": 0, "model.norm": 0, "model.rotary_emb": 0}'],

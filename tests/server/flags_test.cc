@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -86,11 +87,24 @@ TEST(ServerFlags, UsageListsEveryFlagWithItsDefault) {
        {"--model DIR", "--module-tree FILE", "--device-map S", "--max-memory SPEC", "--dtype D", "--kv-cache-tokens N",
         "--physical-devices MAP", "--max-batch N", "--max-context N", "--max-queue N", "--max-new-tokens N",
         "--micro-batches N", "--prefill-chunk N", "--intra-op-threads N", "--inject-fault SPEC", "--listen HOST:PORT",
-        "--metrics-listen HOST:PORT", "--help"}) {
+        "--drain-timeout SECONDS", "--metrics-listen HOST:PORT", "--help"}) {
     EXPECT_NE(usage.find(flag), std::string::npos) << flag;
   }
   EXPECT_NE(usage.find("(default: 0.0.0.0:50051)"), std::string::npos) << usage;
   EXPECT_NE(usage.find("(default: balanced_low_0)"), std::string::npos) << usage;
+  EXPECT_NE(usage.find("(default: 20)"), std::string::npos) << usage;
+}
+
+TEST(ServerFlags, DrainTimeoutIsSecondsDefaultingInsideKubernetesGrace) {
+  absl::StatusOr<ServerCommand> command = Parse({"--model", "m"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->options.drain_timeout, std::chrono::seconds(20));
+  command = Parse({"--model", "m", "--drain-timeout", "2.5"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->options.drain_timeout, std::chrono::milliseconds(2500));
+  command = Parse({"--model", "m", "--drain-timeout=0"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->options.drain_timeout, std::chrono::milliseconds(0));
 }
 
 // Every bad command line is InvalidArgument, and the message names what was wrong.
@@ -125,6 +139,12 @@ INSTANTIATE_TEST_SUITE_P(
                     BadFlags{{"--model", "a", "--intra-op-threads", "-2"}, "--intra-op-threads"},
                     BadFlags{{"--model", "a", "--inject-fault", "stage=x"}, "--inject-fault"},
                     BadFlags{{"--model", "a", "--physical-devices", "0=tpu"}, "--physical-devices"},
+                    BadFlags{{"--model", "a", "--drain-timeout", "-1"}, "--drain-timeout: \"-1\" is not a number"},
+                    BadFlags{{"--model", "a", "--drain-timeout", "soon"}, "--drain-timeout"},
+                    BadFlags{{"--model", "a", "--drain-timeout", "20s"}, "--drain-timeout"},
+                    BadFlags{{"--model", "a", "--drain-timeout", "nan"}, "--drain-timeout"},
+                    BadFlags{{"--model", "a", "--drain-timeout", "inf"}, "--drain-timeout"},
+                    BadFlags{{"--model", "a", "--drain-timeout", "100000"}, "--drain-timeout"},
                     BadFlags{{"--model", "a", "--listen", "50051"}, "--listen"},
                     BadFlags{{"--model", "a", "--listen", ":50051"}, "no host"},
                     BadFlags{{"--model", "a", "--listen", "::1:50051"}, "brackets"},

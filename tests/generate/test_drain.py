@@ -1,0 +1,203 @@
+"""The graceful drain (server/README.md, "Behaviour"): on SIGTERM health goes NOT_SERVING at once, new
+Generate calls are UNAVAILABLE, GetDeviceMap answers on, the streams in flight run to their end within
+--drain-timeout and the rest are cut with UNAVAILABLE; the process exits 0. A SIGTERM during the load
+exits at once. Real servers on loopback; every wait is bounded."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import grpc
+import pytest
+
+import generate_helpers as GH
+import integration_helpers as IH
+
+SERVICE = "strata.v1.InferenceService"
+LONG = 1000  # new tokens per stream: about a second alone on this machine's CPU, several when batched
+SHORT = 100  # well under a second, even with 8 streams batched
+
+
+class Stream:
+    """One Generate stream read on its own thread: its tokens, finish reason, or the status it ended with."""
+
+    def __init__(self, stubs, channel, index: int, new_tokens: int = LONG):
+        self.new_tokens = new_tokens
+        self.ids: list[int] = []
+        self.finish: str | None = None
+        self.code: grpc.StatusCode | None = None
+        self.details = ""
+        self.first = threading.Event()
+        stub = stubs.strata_grpc.InferenceServiceStub(channel)
+        request = stubs.strata.GenerateRequest(prompt_ids=[1, 2, 3 + index], max_new_tokens=new_tokens)
+        names = stubs.strata.GenerateResponse.FinishReason
+
+        def read():
+            try:
+                for response in stub.Generate(request, timeout=120):
+                    self.ids += list(response.token_ids)
+                    self.first.set()
+                    if response.finish_reason:
+                        self.finish = names.Name(response.finish_reason)
+            except grpc.RpcError as e:
+                self.code, self.details = e.code(), e.details()
+            self.first.set()
+
+        self.thread = threading.Thread(target=read, daemon=True)
+        self.thread.start()
+
+    def join(self, timeout: float) -> None:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "a stream did not end"
+
+
+def start_streams(stubs, server, count: int, new_tokens: int = LONG) -> list[Stream]:
+    streams = [Stream(stubs, server.channel, i, new_tokens) for i in range(count)]
+    for stream in streams:
+        assert stream.first.wait(30), "a stream never started"
+        assert stream.code is None and stream.finish is None, (stream.code, stream.details)
+    return streams
+
+
+def health(stubs, channel, service: str) -> int:
+    stub = stubs.health_grpc.HealthStub(channel)
+    return stub.Check(stubs.health.HealthCheckRequest(service=service), timeout=5).status
+
+
+def wait_exit(server: IH.ServerProcess, within: float) -> tuple[int, float]:
+    started = time.monotonic()
+    try:
+        server.process.wait(timeout=within)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        raise AssertionError(f"strata-server still running {within}s after SIGTERM\n{server.output()}")
+    return server.process.returncode, time.monotonic() - started
+
+
+def drained_line(server: IH.ServerProcess) -> tuple[int, int, int]:
+    """(finished, in flight, cut) from the server's 'drained:' line."""
+    match = re.search(r"drained: (\d+) of (\d+) generations finished, (\d+) cut", server.output())
+    assert match, server.output()
+    return int(match.group(1)), int(match.group(2)), int(match.group(3))
+
+
+def serve(server_factory, text_model, drain_timeout: str):
+    directory, _ = text_model
+    return server_factory(["--model", str(directory), *GH.TWO_STAGE_FLAGS, "--max-batch", "8",
+                           "--max-context", "1024", "--max-new-tokens", str(LONG), "--drain-timeout", drain_timeout])
+
+
+def test_sigterm_lets_streams_in_flight_finish(server_factory, text_model, stubs):
+    server = serve(server_factory, text_model, "60")
+    streams = start_streams(stubs, server, 4)
+    sent = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+
+    # Health goes NOT_SERVING at once, under both names, while the streams still run.
+    while health(stubs, server.channel, SERVICE) != stubs.health.HealthCheckResponse.NOT_SERVING:
+        assert time.monotonic() - sent < 3, "health still SERVING 3 s after SIGTERM"
+        time.sleep(0.01)
+    not_serving_after = time.monotonic() - sent
+    assert health(stubs, server.channel, "") == stubs.health.HealthCheckResponse.NOT_SERVING
+    assert any(s.finish is None and s.code is None for s in streams), "the streams ended before the check"
+    # New calls are refused; the plan still answers.
+    code, details = GH.status_of(lambda: GH.generate(stubs, server.channel, prompt_ids=[1], max_new_tokens=2))
+    assert (code, details) == (grpc.StatusCode.UNAVAILABLE, "the server is draining")
+    device_map = stubs.strata_grpc.InferenceServiceStub(server.channel).GetDeviceMap(
+        stubs.strata.GetDeviceMapRequest(), timeout=10)
+    assert device_map.device_map["lm_head"] == "1"
+
+    for stream in streams:
+        stream.join(60)
+        assert (stream.code, stream.finish, len(stream.ids)) == (None, "LENGTH", LONG), stream.details
+    assert wait_exit(server, 30)[0] == 0, server.output()
+    assert drained_line(server) == (4, 4, 0)
+    print(f"\ndrain with a 60 s timeout: NOT_SERVING {not_serving_after * 1000:.0f} ms after SIGTERM, 4 of 4 "
+          f"streams finished (LENGTH, {LONG} tokens), 0 cut, exit 0 {time.monotonic() - sent:.1f} s after it")
+
+
+@pytest.mark.parametrize("drain_timeout", [0.0, 1.5])
+def test_drain_timeout_cuts_long_streams_unavailable(drain_timeout, server_factory, text_model, stubs):
+    server = serve(server_factory, text_model, str(drain_timeout))
+    # 4 long streams (4000 tokens batched: several seconds) and 4 short ones (a fraction of a second).
+    streams = start_streams(stubs, server, 4) + start_streams(stubs, server, 4, SHORT)
+    sent = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    rc, seconds = wait_exit(server, drain_timeout + 10)
+    assert rc == 0, server.output()
+    assert seconds < drain_timeout + 5, f"exited {seconds:.1f} s after SIGTERM"
+    for stream in streams:
+        stream.join(10)
+    finished = [s for s in streams if s.code is None]
+    cut = [s for s in streams if s.code is not None]
+    for stream in finished:
+        assert (stream.finish, len(stream.ids)) == ("LENGTH", stream.new_tokens)
+    for stream in cut:
+        # UNAVAILABLE (retryable elsewhere), not CANCELLED, and no normal last message; the tokens before
+        # the cut were delivered.
+        assert stream.code == grpc.StatusCode.UNAVAILABLE, (stream.code, stream.details)
+        assert "draining" in stream.details and "--drain-timeout" in stream.details, stream.details
+        assert stream.finish is None and 0 < len(stream.ids) < stream.new_tokens
+    if drain_timeout == 0:
+        assert len(cut) == 8
+    else:
+        assert [s.new_tokens for s in finished] == [SHORT] * 4 and [s.new_tokens for s in cut] == [LONG] * 4
+    # The server's own count agrees with what the clients saw.
+    assert drained_line(server) == (len(finished), 8, len(cut))
+    print(f"\n--drain-timeout {drain_timeout:g}: {len(finished)} of 8 streams finished, {len(cut)} cut "
+          f"(UNAVAILABLE after {sorted(len(s.ids) for s in cut)} tokens), exit 0 {seconds:.1f} s after SIGTERM")
+
+
+def test_second_sigterm_cuts_at_once(server_factory, text_model, stubs):
+    server = serve(server_factory, text_model, "60")
+    streams = start_streams(stubs, server, 8)
+    server.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 3
+    while health(stubs, server.channel, SERVICE) != stubs.health.HealthCheckResponse.NOT_SERVING:
+        assert time.monotonic() < deadline, "health still SERVING 3 s after SIGTERM"
+        time.sleep(0.01)
+    sent = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    rc, seconds = wait_exit(server, 10)
+    assert rc == 0 and seconds < 5, (rc, seconds, server.output())
+    for stream in streams:
+        stream.join(10)
+    assert any(s.code == grpc.StatusCode.UNAVAILABLE for s in streams)
+    assert "SIGTERM again" in server.output()
+    assert sum(drained_line(server)[::2]) == 8
+    print(f"\nsecond SIGTERM: exit 0 {time.monotonic() - sent:.1f} s after it")
+
+
+def test_sigterm_while_loading_exits_at_once(stubs, server_bin, tmp_path):
+    model = GH.big_zero_checkpoint(tmp_path)
+    server = IH.ServerProcess(server_bin, ["--model", str(model), "--device-map", '{"": "cpu"}',
+                                           "--dtype", "float32", "--max-batch", "1", "--max-context", "64"],
+                              tmp_path / "logs")
+    with open(server.stdout_path, "w") as out, open(server.stderr_path, "w") as err:
+        server.process = subprocess.Popen(server.args, stdout=out, stderr=err)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.process.poll() is None and time.monotonic() < deadline, server.output()
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", server.grpc_port)) == 0:
+                    break
+            time.sleep(0.005)
+        channel = grpc.insecure_channel(server.grpc_address)
+        assert health(stubs, channel, SERVICE) == stubs.health.HealthCheckResponse.NOT_SERVING
+        channel.close()
+        server.process.send_signal(signal.SIGTERM)
+        rc, seconds = wait_exit(server, 10)
+    finally:
+        if server.process.poll() is None:
+            server.process.kill()
+    assert rc == 0, server.output()
+    assert seconds < 3, f"exited {seconds:.1f} s after SIGTERM"
+    assert "SIGTERM while loading: exiting without waiting for the load" in server.output()
+    assert "loaded in" not in server.output(), "the load ended first: the test proves nothing"
+    print(f"\nSIGTERM while loading: exit 0 {seconds:.2f} s after it")
