@@ -3,7 +3,9 @@
 # (a few seconds) when everything is already there.
 #
 #   Debian packages: the C++ toolchain's libraries (gRPC, Protobuf, Abseil, prometheus-cpp,
-#                    nlohmann-json, Oniguruma, GoogleTest) and ccache.
+#                    nlohmann-json, Oniguruma, GoogleTest) and ccache; for the image test (tests/image):
+#                    podman, buildah, runc, catatonit, netavark, aardvark-dns, iptables, debootstrap,
+#                    and prometheus (its promtool checks /metrics).
 #   PyPI (a virtualenv): torch (its LibTorch is the project's LibTorch) and the test oracles
 #                    (transformers, accelerate, tokenizers, safetensors, grpcio, pytest).
 #
@@ -19,6 +21,7 @@ debian_packages=(
   build-essential cmake ninja-build pkg-config ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev nlohmann-json3-dev libonig-dev libutf8proc-dev libgtest-dev libgmock-dev
+  podman buildah runc catatonit netavark aardvark-dns iptables debootstrap prometheus
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
