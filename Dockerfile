@@ -38,17 +38,18 @@ COPY scripts/requirements.txt /tmp/requirements.txt
 RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -m venv /opt/venv \
     && spec=${TORCH_SPEC:-$(grep -E '^torch==' /tmp/requirements.txt)} \
-    && /opt/venv/bin/pip install -q --disable-pip-version-check ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$spec"
+    && /opt/venv/bin/pip install -q --disable-pip-version-check --cache-dir /root/.cache/pip --no-compile ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$spec"
 
 # The wheel's CMake config (Caffe2's cuda.cmake) wants a CUDA toolkit even though strata compiles no CUDA:
 # nvcc (enable_language(CUDA)), headers, and link names for cudart, cuBLAS, cuRAND, ... NVIDIA's PyPI
 # wheels at the version of the wheel's own CUDA runtime install into the same nvidia/cu13 prefix, so that
 # prefix becomes the toolkit (/usr/local/cuda), on any base image. libcuda.so is a link-time stub only
-# (strata does not link the driver; the NVIDIA container runtime mounts the real one).
+# (strata does not link the driver; the NVIDIA container runtime mounts the real one). A CPU wheel
+# (TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu) needs none of this.
 RUN --mount=type=cache,target=/root/.cache/pip \
-    cuda=$(echo /opt/venv/lib/python3*/site-packages/nvidia/cu13) \
-    && v=$(/opt/venv/bin/pip show nvidia-cuda-runtime | sed -n 's/^Version: //p') \
-    && /opt/venv/bin/pip install -q --disable-pip-version-check --no-compile "nvidia-cuda-nvcc==$v" "nvidia-cuda-crt==$v" \
+    v=$(/opt/venv/bin/pip show nvidia-cuda-runtime 2>/dev/null | sed -n 's/^Version: //p'); [ -n "$v" ] || exit 0 \
+    && cuda=$(echo /opt/venv/lib/python3*/site-packages/nvidia/cu[0-9]*) \
+    && /opt/venv/bin/pip install -q --disable-pip-version-check --cache-dir /root/.cache/pip --no-compile "nvidia-cuda-nvcc==$v" "nvidia-cuda-crt==$v" \
          "nvidia-nvvm==$v" "nvidia-curand~=10.4" \
     && for lib in "$cuda"/lib/lib*.so.*; do \
          base=${lib%%.so.*}.so; [ -e "$base" ] || ln -s "$(basename "$lib")" "$base"; done \
