@@ -4,7 +4,9 @@
 #
 #   Debian packages: the C++ toolchain's libraries (gRPC, Protobuf, Abseil, prometheus-cpp,
 #                    nlohmann-json, Oniguruma, GoogleTest), ccache, prometheus (prometheus and
-#                    promtool) and kubectl (kustomize; where an apt source offers it).
+#                    promtool: tests/observe, tests/image), kubectl (kustomize; where an apt source
+#                    offers it) and, for the image test (tests/image): podman, buildah, runc, catatonit,
+#                    netavark, aardvark-dns, iptables, debootstrap.
 #   PyPI (a virtualenv): torch (its LibTorch is the project's LibTorch) and the test oracles
 #                    (transformers, accelerate, tokenizers, safetensors, grpcio, pytest), and
 #                    kubernetes-validate for the manifests.
@@ -21,7 +23,7 @@ debian_packages=(
   build-essential cmake ninja-build pkg-config ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev nlohmann-json3-dev libonig-dev libutf8proc-dev libgtest-dev libgmock-dev
-  prometheus
+  prometheus podman buildah runc catatonit netavark aardvark-dns iptables debootstrap
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }

@@ -1,0 +1,101 @@
+# syntax=docker/dockerfile:1
+# strata's image: strata-server (ENTRYPOINT), strata-client and strata-plan, built from source.
+#
+#   docker build -t strata .                                   # GPU hosts (CUDA base images below)
+#   podman build --build-arg BASE_IMAGE=localhost/strata-base:bookworm \
+#                --build-arg RUNTIME_IMAGE=localhost/strata-base:bookworm -t strata .
+#   docker run --gpus all -v /models/x:/model:ro -p 50051:50051 -p 9464:9464 strata
+#
+# Two stages. The builder installs Debian's/Ubuntu's -dev packages (gRPC, Protobuf, Abseil,
+# prometheus-cpp, nlohmann-json, Oniguruma, utf8proc), the PyPI torch wheel pinned in
+# scripts/requirements.txt (its LibTorch is what strata links; PyPI's Linux wheel is the CUDA build and
+# brings its CUDA libraries as nvidia-* wheels) and builds with CMake + Ninja + ccache. The runtime stage
+# gets the binaries, the wheel's shared libraries the binaries load (ldd's closure, plus the ones torch
+# dlopens: cuDNN's engines, NVRTC's builtins) in /opt/strata/lib, and the distribution packages that own
+# the other libraries ldd names, found by dpkg in the builder. No Python, no compiler, no torch/include.
+#
+# Base images: the torch wheel carries its own CUDA runtime, so the CUDA image only needs to be a
+# matching Ubuntu with the NVIDIA container hooks' labels and NVIDIA_REQUIRE_CUDA (the host driver must
+# support CUDA 13); the -base flavour (no cuBLAS/cuDNN of its own) is enough for both stages. Any Debian
+# 12 or Ubuntu 24.04 image works (the tests use a debootstrapped Debian 12: scripts/make_base_image.sh).
+ARG BASE_IMAGE=docker.io/nvidia/cuda:13.0.2-base-ubuntu24.04
+ARG RUNTIME_IMAGE=docker.io/nvidia/cuda:13.0.2-base-ubuntu24.04
+
+FROM ${BASE_IMAGE} AS builder
+ARG DEBIAN_FRONTEND=noninteractive
+RUN apt-get update -q && apt-get install -y -q --no-install-recommends \
+      build-essential cmake ninja-build pkg-config ccache ca-certificates python3 python3-venv binutils \
+      libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev prometheus-cpp-dev \
+      nlohmann-json3-dev libonig-dev libutf8proc-dev \
+    && rm -rf /var/lib/apt/lists/*
+
+# torch, at the version scripts/requirements.txt pins (TORCH_SPEC overrides: e.g. a CPU wheel from
+# --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu). Only torch: the test oracles in
+# requirements.txt are not needed to build.
+ARG TORCH_SPEC=
+ARG TORCH_INDEX_URL=
+COPY scripts/requirements.txt /tmp/requirements.txt
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python3 -m venv /opt/venv \
+    && spec=${TORCH_SPEC:-$(grep -E '^torch==' /tmp/requirements.txt)} \
+    && /opt/venv/bin/pip install -q --disable-pip-version-check --cache-dir /root/.cache/pip --no-compile ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$spec"
+
+# The wheel's CMake config (Caffe2's cuda.cmake) wants a CUDA toolkit even though strata compiles no CUDA:
+# nvcc (enable_language(CUDA)), headers, and link names for cudart, cuBLAS, cuRAND, ... NVIDIA's PyPI
+# wheels at the version of the wheel's own CUDA runtime install into the same nvidia/cu13 prefix, so that
+# prefix becomes the toolkit (/usr/local/cuda), on any base image. libcuda.so is a link-time stub only
+# (strata does not link the driver; the NVIDIA container runtime mounts the real one). A CPU wheel
+# (TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu) needs none of this.
+RUN --mount=type=cache,target=/root/.cache/pip \
+    v=$(/opt/venv/bin/pip show nvidia-cuda-runtime 2>/dev/null | sed -n 's/^Version: //p'); [ -n "$v" ] || exit 0 \
+    && cuda=$(echo /opt/venv/lib/python3*/site-packages/nvidia/cu[0-9]*) \
+    && /opt/venv/bin/pip install -q --disable-pip-version-check --cache-dir /root/.cache/pip --no-compile "nvidia-cuda-nvcc==$v" "nvidia-cuda-crt==$v" \
+         "nvidia-nvvm==$v" "nvidia-curand~=10.4" \
+    && for lib in "$cuda"/lib/lib*.so.*; do \
+         base=${lib%%.so.*}.so; [ -e "$base" ] || ln -s "$(basename "$lib")" "$base"; done \
+    && mkdir -p "$cuda/lib/stubs" && ln -sfn lib "$cuda/lib64" \
+    && gcc -shared -o "$cuda/lib/stubs/libcuda.so" -Wl,-soname,libcuda.so.1 -x c /dev/null \
+    && ln -sfn "$cuda" /usr/local/cuda
+ENV PATH=/usr/local/cuda/bin:$PATH CUDA_HOME=/usr/local/cuda
+
+# Sources only (tests/, docs/, bench/ stay out, so editing them does not rebuild).
+WORKDIR /src
+COPY CMakeLists.txt ./
+COPY cli cli
+COPY checkpoint checkpoint
+COPY planner planner
+COPY tokenizer tokenizer
+COPY runtime runtime
+COPY proto proto
+COPY server server
+# -O2 without debug information: the optimisation the tests run (RelWithDebInfo), a smaller binary.
+# TORCH_CUDA_ARCH_LIST only answers the wheel's CMake config (strata compiles no CUDA code).
+ARG TORCH_CUDA_ARCH_LIST=9.0
+ENV CCACHE_DIR=/root/.cache/ccache CCACHE_BASEDIR=/src CCACHE_COMPILERCHECK=content CCACHE_MAXSIZE=2G
+RUN --mount=type=cache,target=/root/.cache/ccache \
+    cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" \
+      -DCMAKE_C_FLAGS_RELEASE="-O2 -DNDEBUG" -DSTRATA_BUILD_TESTS=OFF \
+      -DCMAKE_PREFIX_PATH="$(/opt/venv/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')" \
+      -DPython3_EXECUTABLE=/opt/venv/bin/python >/tmp/configure.log 2>&1 || { cat /tmp/configure.log; exit 1; } \
+    && cmake --build /build --target strata-server strata-client strata-plan \
+    && ccache --show-stats | grep -iE 'hit|miss' || true
+
+# What the runtime stage needs: the binaries (stripped), the wheel's libraries they load, and the
+# distribution packages that own every other library ldd names.
+COPY scripts/collect_runtime.sh /tmp/collect_runtime.sh
+RUN sh /tmp/collect_runtime.sh /build /opt/venv /opt/strata
+
+FROM ${RUNTIME_IMAGE}
+ARG DEBIAN_FRONTEND=noninteractive
+COPY --from=builder /opt/strata/runtime-packages.txt /tmp/runtime-packages.txt
+RUN apt-get update -q \
+    && apt-get install -y -q --no-install-recommends catatonit $(cat /tmp/runtime-packages.txt) \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /tmp/runtime-packages.txt \
+    && useradd --system --uid 10001 --user-group --home-dir /nonexistent --shell /usr/sbin/nologin strata
+COPY --from=builder /opt/strata /opt/strata
+ENV PATH=/opt/strata/bin:$PATH LD_LIBRARY_PATH=/opt/strata/lib
+USER 10001:10001
+EXPOSE 50051 9464
+# catatonit as PID 1 forwards SIGTERM/SIGINT to strata-server (which drains) and reaps.
+ENTRYPOINT ["catatonit", "--", "strata-server"]
+CMD ["--model", "/model", "--listen", "0.0.0.0:50051", "--metrics-listen", "0.0.0.0:9464"]
