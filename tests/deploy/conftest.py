@@ -1,7 +1,6 @@
 """Fixtures for the deploy/k8s tests: every overlay rendered once with `kubectl kustomize`, and the
-strata image (built by tests/image's `strata_image` fixture) for `podman kube play`."""
+strata image (built by tests/image/image_helpers.py) for `podman kube play`."""
 
-import importlib.util
 import pathlib
 import shutil
 import subprocess
@@ -42,21 +41,12 @@ def docs(rendered) -> dict[str, list[dict]]:
     return {overlay: [d for d in yaml.safe_load_all(path.read_text()) if d] for overlay, path in rendered.items()}
 
 
-# The image is built by the image test's session fixture (tests/image/conftest.py). Its fixtures are
-# re-exported here so that tests/deploy can ask for `strata_image`; where that file is not in the
-# checkout, `strata_image` skips and says why.
-_IMAGE_CONFTEST = REPO / "tests" / "image" / "conftest.py"
-if _IMAGE_CONFTEST.exists():
-    _spec = importlib.util.spec_from_file_location("strata_image_conftest", _IMAGE_CONFTEST)
-    _image_conftest = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_image_conftest)
-    for _name in dir(_image_conftest):
-        _value = getattr(_image_conftest, _name)
-        if type(_value).__name__ == "FixtureFunctionDefinition" or hasattr(_value, "_pytestfixturefunction"):
-            globals()[_name] = _value
-if "strata_image" not in globals():
+# The image: tests/image/image_helpers.py builds ./Dockerfile once per pytest process (the same module
+# object as tests/image's, so a run of both builds it once) and skips, saying why, where podman cannot run.
+sys.path.insert(0, str(REPO / "tests" / "image"))
+import image_helpers as IMG  # noqa: E402
 
-    @pytest.fixture(scope="session")
-    def strata_image() -> str:
-        pytest.skip(f"no strata image to run: {_IMAGE_CONFTEST.relative_to(REPO)} (the image test's "
-                    "`strata_image` fixture, branch image) is not in this checkout")
+
+@pytest.fixture(scope="session")
+def strata_image() -> str:
+    return IMG.strata_image()

@@ -4,7 +4,6 @@ health and /metrics. podman ignores probes, GPUs and CRDs, so only the Deploymen
 checkpoint PVC becomes a hostPath onto a plan-only model (config.json, no weights: health is SERVING
 once the plan is made), and hostPorts publish the two ports on loopback."""
 
-import os
 import shutil
 import subprocess
 import sys
@@ -19,29 +18,11 @@ from manifest_checks import GRPC_PORT_NAME, METRICS_PORT_NAME, REPO, container_p
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 from integration_helpers import free_port, generate_stubs  # noqa: E402
 
-# The settings these VMs need (issue 9): runc, cgroupfs, and ulimits within what the host allows.
-CONTAINERS_CONF = """[containers]
-default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-"""
+import image_helpers as IMG  # noqa: E402  (tests/image, on sys.path from conftest.py)
 
 
-def podman(args: list[str], env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(["podman", *args], capture_output=True, text=True, env=env, timeout=timeout)
-
-
-@pytest.fixture
-def podman_env(tmp_path) -> dict:
-    if shutil.which("podman") is None:
-        pytest.skip("podman is not installed")
-    env = dict(os.environ)
-    if "CONTAINERS_CONF" not in env:
-        conf = tmp_path / "containers.conf"
-        conf.write_text(CONTAINERS_CONF)
-        env["CONTAINERS_CONF"] = str(conf)
-    return env
+def podman(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+    return IMG.podman(*args, timeout=timeout, check=False)
 
 
 def playable_deployment(deployment: dict, image: str, model_dir, grpc_host_port: int, metrics_host_port: int) -> dict:
@@ -68,12 +49,8 @@ def health_status(stubs, channel, service: str) -> int | None:
         return None
 
 
-def test_cpu_deployment_runs_under_podman_kube_play(docs, strata_image, podman_env, tmp_path):
+def test_cpu_deployment_runs_under_podman_kube_play(docs, strata_image, tmp_path):
     import grpc
-
-    help_text = podman(["run", "--rm", strata_image, "--help"], podman_env)
-    if "--drain-timeout" not in help_text.stdout + help_text.stderr:
-        pytest.skip(f"the image's strata-server has no --drain-timeout (branch drain not merged): {strata_image}")
 
     # A plan-only model, readable by the manifest's non-root user through the hostPath.
     model_dir = tmp_path / "model"
@@ -89,10 +66,12 @@ def test_cpu_deployment_runs_under_podman_kube_play(docs, strata_image, podman_e
     manifest = tmp_path / "strata.yaml"
     manifest.write_text(yaml.safe_dump(played))
 
-    play = podman(["kube", "play", "--replace", str(manifest)], podman_env, timeout=300)
+    play = podman(["kube", "play", "--replace", str(manifest)], timeout=300)
     assert play.returncode == 0, play.stdout + play.stderr
     try:
-        stubs = generate_stubs(REPO / "proto", tmp_path / "stubs")
+        (tmp_path / "proto").mkdir()
+        (tmp_path / "stubs").mkdir()
+        stubs = generate_stubs(tmp_path / "proto", tmp_path / "stubs")
         channel = grpc.insecure_channel(f"127.0.0.1:{grpc_host_port}")
         serving = stubs.health.HealthCheckResponse.SERVING
         deadline = time.monotonic() + 120
@@ -101,16 +80,16 @@ def test_cpu_deployment_runs_under_podman_kube_play(docs, strata_image, podman_e
                 break
             time.sleep(0.5)
         # podman names the pod NAME-pod-0 (4.3) or NAME-pod, and the container POD-CONTAINER.
-        containers = podman(["ps", "-a", "--format", "{{.Names}}"], podman_env).stdout.split()
+        containers = podman(["ps", "-a", "--format", "{{.Names}}"]).stdout.split()
         name = [c for c in containers if c.startswith(played["metadata"]["name"] + "-pod") and c.endswith("-strata")][0]
-        logs = podman(["logs", name], podman_env).stderr
+        logs = podman(["logs", name]).stderr
         assert health_status(stubs, channel, "strata.v1.InferenceService") == serving, logs
         assert health_status(stubs, channel, "") == serving, logs
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_host_port}/metrics", timeout=5) as reply:
             assert "strata_device_budget_bytes" in reply.read().decode()
 
         # The container runs as the manifest says: its args, a non-root user, a read-only root.
-        inspect = yaml.safe_load(podman(["inspect", name, "--format", "json"], podman_env).stdout)[0]
+        inspect = yaml.safe_load(podman(["inspect", name, "--format", "json"]).stdout)[0]
         config = server_container(deployment)
         assert inspect["Config"]["User"].split(":")[0] == str(deployment["spec"]["template"]["spec"]
                                                              ["securityContext"]["runAsUser"])
@@ -119,4 +98,4 @@ def test_cpu_deployment_runs_under_podman_kube_play(docs, strata_image, podman_e
         assert container_port(config, GRPC_PORT_NAME) == 50051
         channel.close()
     finally:
-        podman(["kube", "down", str(manifest)], podman_env, timeout=120)
+        podman(["kube", "down", str(manifest)], timeout=120)

@@ -51,12 +51,14 @@ def test_generate_greedy_equals_transformers(container, image_stubs, image_model
         got = GH.generate(image_stubs, container.channel, prompt_ids=prompt, max_new_tokens=NEW_TOKENS)
         assert got["ids"] == want["ids"], f"prompt {prompt}"
         assert got["finish"] == "LENGTH"
-    # A text prompt goes through the image's tokenizer (tokenizer.json on the read-only mount).
+    # A text prompt goes through the image's tokenizer (tokenizer.json on the read-only mount); with its
+    # special tokens (<bos>), as tokenizers' encode() adds them.
     text = "Hello, world! The quick brown fox"
     ids = tok.encode(text).ids
     want = RH.reference_generate(directory, [ids], NEW_TOKENS)[0]
-    got = GH.generate(image_stubs, container.channel, prompt=text, max_new_tokens=NEW_TOKENS)
-    assert got["ids"] == want["ids"]
+    got = GH.generate(image_stubs, container.channel, prompt=text, add_special_tokens=True,
+                      max_new_tokens=NEW_TOKENS)
+    assert got["ids"] == want["ids"], f"prompt {text!r} -> {ids}"
     assert got["usage"] == (len(ids), NEW_TOKENS)
 
 
