@@ -135,6 +135,12 @@ Metrics::Metrics(ListenAddress address, std::shared_ptr<prometheus::Registry> re
                                "layer); GetDeviceMap lists them")
                          .Register(*registry_)
                          .Add({})),
+      serving_(prometheus::BuildGauge()
+                   .Name("strata_serving")
+                   .Help("1 while the gRPC health service says SERVING; 0 while the weights load, during a "
+                         "drain and after a lost device")
+                   .Register(*registry_)
+                   .Add({})),
       engine_errors_total_(prometheus::BuildCounter()
                                .Name("strata_engine_errors_total")
                                .Help("Micro-batches whose forward pass or sampling failed, by stage; their requests "
@@ -194,5 +200,7 @@ void Metrics::RecordDeviceMemory(const std::vector<runtime::DeviceMemory>& devic
     }
   }
 }
+
+void Metrics::SetServing(bool serving) { serving_.Set(serving ? 1.0 : 0.0); }
 
 }  // namespace strata::server

@@ -41,6 +41,9 @@ class Metrics {
   void RecordEngine(const runtime::EngineStats& stats);
   void RecordDeviceMemory(const std::vector<runtime::DeviceMemory>& devices);
 
+  // What the gRPC health service says: 1 while SERVING, 0 while loading, draining or after a lost device.
+  void SetServing(bool serving);
+
   // The address /metrics is served on, with the port the system picked when asked for port 0.
   const ListenAddress& address() const { return address_; }
 
@@ -68,6 +71,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& inventory_free_bytes_;
   prometheus::Family<prometheus::Gauge>& inventory_total_bytes_;
   prometheus::Gauge& plan_warnings_;
+  prometheus::Gauge& serving_;
   prometheus::Family<prometheus::Counter>& engine_errors_total_;
 };
 

@@ -43,15 +43,27 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const Server
 }
 
 void RunningServer::MarkNotServing() {
+  std::lock_guard lock(health_mutex_);
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   health->SetServingStatus(v1::InferenceService::service_full_name(), false);
   health->SetServingStatus("", false);
+  if (metrics_ != nullptr) metrics_->SetServing(false);
 }
 
 void RunningServer::SetServing() {
+  std::lock_guard lock(health_mutex_);
+  if (health_shut_down_) return;
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   health->SetServingStatus(v1::InferenceService::service_full_name(), true);
   health->SetServingStatus("", true);
+  if (metrics_ != nullptr) metrics_->SetServing(true);
+}
+
+void RunningServer::ShutDownHealth() {
+  std::lock_guard lock(health_mutex_);
+  health_shut_down_ = true;
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) health->Shutdown();
+  if (metrics_ != nullptr) metrics_->SetServing(false);
 }
 
 void RunningServer::ServePlan(ServedPlan plan) {
@@ -87,7 +99,7 @@ void RunningServer::SampleGauges() {
 int64_t RunningServer::BeginDrain(std::function<void()> on_drained) {
   // Health's Shutdown sets every status NOT_SERVING and ignores later changes: a load or a ServeModel
   // racing with the drain cannot make it SERVING again.
-  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) health->Shutdown();
+  ShutDownHealth();
   return service_->BeginDrain(std::move(on_drained));
 }
 
@@ -107,7 +119,7 @@ void RunningServer::Shutdown() {
   shut_down_ = true;
   if (server_ != nullptr) {
     // Health first, so that load balancers watching it stop sending calls before the port closes.
-    if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) health->Shutdown();
+    ShutDownHealth();
     // No new generations; running ones end CANCELLED, which finishes their calls.
     service_->Stop();
   }

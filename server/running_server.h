@@ -56,6 +56,8 @@ class RunningServer {
  private:
   RunningServer() = default;
   void SetServing();
+  // For good: health's Shutdown (every status NOT_SERVING, later changes ignored) and strata_serving 0.
+  void ShutDownHealth();
   void SampleGauges();
 
   std::unique_ptr<Metrics> metrics_;
@@ -69,6 +71,9 @@ class RunningServer {
   bool stopping_ = false;
   std::thread sampler_;
   bool shut_down_ = false;
+  // Orders SetServing against ShutDownHealth, so a load ending during a drain cannot report SERVING.
+  std::mutex health_mutex_;
+  bool health_shut_down_ = false;
 };
 
 }  // namespace strata::server

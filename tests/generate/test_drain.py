@@ -11,6 +11,8 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import grpc
 import pytest
@@ -69,6 +71,23 @@ def health(stubs, channel, service: str) -> int:
     return stub.Check(stubs.health.HealthCheckRequest(service=service), timeout=5).status
 
 
+def serving_gauge(metrics_url: str) -> float:
+    """strata_serving from /metrics: 1 while health says SERVING, 0 otherwise. /metrics opens just after
+    the gRPC port: refused connections are retried for 5 s."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            with urllib.request.urlopen(metrics_url, timeout=5) as reply:
+                text = reply.read().decode()
+            break
+        except urllib.error.URLError:
+            assert time.monotonic() < deadline, f"{metrics_url} refused connections for 5 s"
+            time.sleep(0.01)
+    match = re.search(r"^strata_serving (\S+)$", text, re.M)
+    assert match, f"no strata_serving at {metrics_url}"
+    return float(match.group(1))
+
+
 def wait_exit(server: IH.ServerProcess, within: float) -> tuple[int, float]:
     started = time.monotonic()
     try:
@@ -95,6 +114,7 @@ def serve(server_factory, text_model, drain_timeout: str):
 def test_sigterm_lets_streams_in_flight_finish(server_factory, text_model, stubs):
     server = serve(server_factory, text_model, "60")
     streams = start_streams(stubs, server, 4)
+    assert serving_gauge(server.metrics_url) == 1
     sent = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
 
@@ -104,6 +124,7 @@ def test_sigterm_lets_streams_in_flight_finish(server_factory, text_model, stubs
         time.sleep(0.01)
     not_serving_after = time.monotonic() - sent
     assert health(stubs, server.channel, "") == stubs.health.HealthCheckResponse.NOT_SERVING
+    assert serving_gauge(server.metrics_url) == 0
     assert any(s.finish is None and s.code is None for s in streams), "the streams ended before the check"
     # New calls are refused; the plan still answers.
     code, details = GH.status_of(lambda: GH.generate(stubs, server.channel, prompt_ids=[1], max_new_tokens=2))
@@ -190,6 +211,7 @@ def test_sigterm_while_loading_exits_at_once(stubs, server_bin, tmp_path):
             time.sleep(0.005)
         channel = grpc.insecure_channel(server.grpc_address)
         assert health(stubs, channel, SERVICE) == stubs.health.HealthCheckResponse.NOT_SERVING
+        assert serving_gauge(server.metrics_url) == 0
         channel.close()
         server.process.send_signal(signal.SIGTERM)
         rc, seconds = wait_exit(server, 10)

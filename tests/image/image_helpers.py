@@ -93,9 +93,26 @@ def build_image(tag: str = IMAGE_TAG) -> dict:
     if done.returncode != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-60:])
         raise AssertionError(f"podman build failed ({done.returncode}) after {seconds:.0f}s; {log_path}:\n{tail}")
+    keep_only_current_layers(tag)
     size = image_size_bytes(tag)
     _log(f"built {tag} in {seconds:.0f}s, image size {size / 2**30:.2f} GiB ({size} bytes); log: {log_path}")
     return {"tag": tag, "seconds": seconds, "size": size}
+
+
+def keep_only_current_layers(tag: str) -> None:
+    """Each edit of the sources leaves the previous build's images behind (the builder stage alone is
+    ~10 GB): tags the builder stage of this build (`--target builder`, all cache hits) so its layers stay
+    the cache of the next build, then removes the images nothing tags any more. Keeps the disk from
+    filling up over repeated CI runs."""
+    podman("build", "--layers", "--target", "builder", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
+           "--build-arg", f"RUNTIME_IMAGE={BASE_IMAGE}", "-t", builder_tag(tag), "-f", str(REPO / "Dockerfile"),
+           str(REPO), timeout=600)
+    podman("image", "prune", "-f", timeout=600, check=False)
+
+
+def builder_tag(tag: str) -> str:
+    name, _, version = tag.rpartition(":")
+    return f"{name}-builder:{version}" if name else f"{tag}-builder"
 
 
 def strata_image() -> str:
