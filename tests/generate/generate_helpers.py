@@ -84,3 +84,28 @@ def big_zero_checkpoint(directory):
         })
     save_file(tensors, str(directory / "model.safetensors"))
     return directory
+
+
+def start_loading_server(server_bin, tmp_path, deadline_s: float = 60) -> IH.ServerProcess:
+    """strata-server on big_zero_checkpoint (a load that lasts), started and returned as soon as its gRPC
+    port accepts connections, i.e. while it loads. Plain connects, not a gRPC channel: a channel refused
+    at first would back off for a second. The caller stops it."""
+    import socket
+    import subprocess
+    import time
+
+    model = big_zero_checkpoint(tmp_path)
+    server = IH.ServerProcess(server_bin, ["--model", str(model), "--device-map", '{"": "cpu"}',
+                                           "--dtype", "float32", "--max-batch", "1", "--max-context", "64"],
+                              tmp_path / "logs")
+    with open(server.stdout_path, "w") as out, open(server.stderr_path, "w") as err:
+        server.process = subprocess.Popen(server.args, stdout=out, stderr=err)
+    deadline = time.monotonic() + deadline_s
+    while True:
+        if server.process.poll() is not None or time.monotonic() > deadline:
+            server.process.kill()
+            raise AssertionError(f"the gRPC port never opened\n{server.output()}")
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", server.grpc_port)) == 0:
+                return server
+        time.sleep(0.005)

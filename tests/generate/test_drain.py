@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -195,20 +194,8 @@ def test_second_sigterm_cuts_at_once(server_factory, text_model, stubs):
 
 
 def test_sigterm_while_loading_exits_at_once(stubs, server_bin, tmp_path):
-    model = GH.big_zero_checkpoint(tmp_path)
-    server = IH.ServerProcess(server_bin, ["--model", str(model), "--device-map", '{"": "cpu"}',
-                                           "--dtype", "float32", "--max-batch", "1", "--max-context", "64"],
-                              tmp_path / "logs")
-    with open(server.stdout_path, "w") as out, open(server.stderr_path, "w") as err:
-        server.process = subprocess.Popen(server.args, stdout=out, stderr=err)
+    server = GH.start_loading_server(server_bin, tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.process.poll() is None and time.monotonic() < deadline, server.output()
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", server.grpc_port)) == 0:
-                    break
-            time.sleep(0.005)
         channel = grpc.insecure_channel(server.grpc_address)
         assert health(stubs, channel, SERVICE) == stubs.health.HealthCheckResponse.NOT_SERVING
         assert serving_gauge(server.metrics_url) == 0

@@ -5,8 +5,6 @@ server that only plans (FAILED_PRECONDITION)."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
 import time
 
 import grpc
@@ -92,21 +90,9 @@ def test_full_queue_is_resource_exhausted(stubs, server_factory, text_model):
 
 
 def test_unavailable_and_not_serving_until_loaded(stubs, server_bin, tmp_path):
-    model = GH.big_zero_checkpoint(tmp_path)
-    server = IH.ServerProcess(server_bin, ["--model", str(model), "--device-map", '{"": "cpu"}',
-                                           "--dtype", "float32", "--max-batch", "1", "--max-context", "64"],
-                              tmp_path / "logs")
-    with open(server.stdout_path, "w") as out, open(server.stderr_path, "w") as err:
-        server.process = subprocess.Popen(server.args, stdout=out, stderr=err)
+    server = GH.start_loading_server(server_bin, tmp_path)
+    deadline = time.monotonic() + 60
     try:
-        # Wait for the port with plain connects: a gRPC channel refused at first would back off for a second.
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.process.poll() is None and time.monotonic() < deadline, server.output()
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", server.grpc_port)) == 0:
-                    break
-            time.sleep(0.005)
         channel = grpc.insecure_channel(server.grpc_address)
         health = stubs.health_grpc.HealthStub(channel)
         check = stubs.health.HealthCheckRequest(service="strata.v1.InferenceService")
