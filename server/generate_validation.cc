@@ -51,6 +51,10 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::Gen
                                                                    const GenerateLimits& limits,
                                                                    const tokenizer::Tokenizer* tokenizer) {
   runtime::GenerationRequest out;
+  if (static_cast<int64_t>(request.request_id().size()) > limits.max_request_id_bytes) {
+    return Invalid("request_id", absl::StrCat(request.request_id().size(), " bytes, more than the limit ",
+                                              limits.max_request_id_bytes));
+  }
   out.request_id = request.request_id();
   const bool has_text = !request.prompt().empty();
   const bool has_ids = request.prompt_ids_size() > 0;

@@ -32,6 +32,7 @@ INVALID = [
     ("empty stop string", dict(prompt_ids=[1], max_new_tokens=4, stop=["ok", ""]), "stop[1]"),
     ("repetition_penalty 0", dict(prompt_ids=[1], max_new_tokens=4, repetition_penalty=0.0), "repetition_penalty"),
     ("top_logprobs above the limit", dict(prompt_ids=[1], max_new_tokens=4, top_logprobs=21), "top_logprobs"),
+    ("request_id above 256 bytes", dict(prompt_ids=[1], max_new_tokens=4, request_id="r" * 257), "request_id"),
 ]
 
 

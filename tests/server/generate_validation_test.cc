@@ -123,6 +123,15 @@ TEST(GenerateValidation, StopStrings) {
   ExpectInvalid(one, "stop");
 }
 
+TEST(GenerateValidation, RequestIdIsBounded) {
+  v1::GenerateRequest at_limit = Valid();
+  at_limit.set_request_id(std::string(256, 'r'));
+  EXPECT_TRUE(ValidateGenerateRequest(at_limit, Limits(), nullptr).ok());
+  v1::GenerateRequest above = Valid();
+  above.set_request_id(std::string(257, 'r'));
+  ExpectInvalid(above, "request_id");
+}
+
 TEST(GenerateValidation, InvalidUtf8OnTheWireNamesTheField) {
   // field 1 (prompt), length 3, "a\xff" + "b"; field 3 (max_new_tokens) = 4.
   const std::string prompt_wire = std::string(
