@@ -188,14 +188,19 @@ void GenerateReactor::OnCancel() {
   // then sends its last chunk, which ends the call.
   std::unique_lock lock(mutex_);
   client_gone_ = true;
+  deadline_passed_ = std::chrono::system_clock::now() >= context_->deadline();
   if (handle_) handle_->Cancel();
   if (!writing_ && !pending_.empty() && pending_.back().finish) WriteNextLocked();
   FinishAfterUnlock(lock);
 }
 
-void GenerateReactor::FinishWith(const grpc::Status& status) {
+void GenerateReactor::FinishWith(const grpc::Status& given) {
   if (finished_) return;
   finished_ = true;
+  // Cancelled by gRPC because the deadline passed, not by the client: say so, and count it apart.
+  const grpc::Status status = given.error_code() == grpc::StatusCode::CANCELLED && deadline_passed_
+                                  ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the call's deadline passed")
+                                  : given;
   if (metrics_ != nullptr) {
     metrics_->RecordRequest(status.error_code(),
                             std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());

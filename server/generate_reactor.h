@@ -63,6 +63,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   bool cut_ = false;
   bool ended_by_cut_ = false;  // the call's status came from Cut(): read in OnDone
   bool client_gone_ = false;
+  // OnCancel came after the call's deadline: the call ends, and is counted, DEADLINE_EXCEEDED.
+  bool deadline_passed_ = false;
   bool finished_ = false;
   std::optional<grpc::Status> finish_status_;
 };

@@ -98,16 +98,20 @@ def _wait_idle(server, timeout: float = 30) -> None:
 
 
 def test_deadline_ends_a_long_generation(stubs, two_stage_server):
+    expired = 'strata_requests_total{code="DEADLINE_EXCEEDED"}'
     cancelled = 'strata_requests_total{code="CANCELLED"}'
-    before = GH.metric(two_stage_server.metrics_url, cancelled, default=0)
+    before = GH.metric(two_stage_server.metrics_url, expired, default=0)
+    cancelled_before = GH.metric(two_stage_server.metrics_url, cancelled, default=0)
     started = time.monotonic()
     code, _ = GH.status_of(lambda: GH.generate(stubs, two_stage_server.channel, timeout=0.1,
                                                prompt_ids=[1, 2, 3], max_new_tokens=1000, temperature=1.0))
     assert code == grpc.StatusCode.DEADLINE_EXCEEDED
     assert time.monotonic() - started < 5
     _wait_idle(two_stage_server)
-    # The server saw the deadline pass and dropped the request (it did not run its 1000 tokens out).
-    assert GH.metric(two_stage_server.metrics_url, cancelled) == before + 1
+    # The server saw the deadline pass and dropped the request (it did not run its 1000 tokens out), and
+    # counts it as an expired deadline, not as a client's cancel.
+    assert GH.metric(two_stage_server.metrics_url, expired) == before + 1
+    assert GH.metric(two_stage_server.metrics_url, cancelled, default=0) == cancelled_before
 
 
 def test_cancellation_storm_frees_every_slot(stubs, two_stage_server):
