@@ -23,6 +23,7 @@
 
 #include "planner/plan.h"
 #include "server/flags.h"
+#include "server/log_limiter.h"
 #include "server/running_server.h"
 #include "server/served_model.h"
 #include "server/served_plan.h"
@@ -261,6 +262,9 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, kDeviceLostSignal);
   sigaddset(&stop_signals, kLookAgainSignal);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // libprotobuf logs an ERROR line per request with invalid UTF-8 in a string field: identical lines at
+  // most once a minute, with a count.
+  strata::server::RateLimitProtobufLog();
 
   std::vector<std::string> args(argv + 1, argv + argc);
   return Run(args, stop_signals);

@@ -70,6 +70,19 @@ def test_invalid_utf8_names_the_field(two_stage_server, wire, field):
     assert details.startswith(f"{field}: invalid UTF-8"), details
 
 
+def test_invalid_utf8_is_logged_once_a_minute(server_factory, text_model):
+    # libprotobuf writes an ERROR line for each string field with invalid UTF-8 it parses: rate-limited.
+    directory, _ = text_model
+    server = server_factory(["--model", str(directory), *GH.TWO_STAGE_FLAGS])
+    call = server.channel.unary_stream(GENERATE, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    wire = _string_field(1, b"Hello \xff world") + _varint(3 << 3) + _varint(4)
+    for _ in range(50):
+        code, _details = GH.status_of(lambda: list(call(wire, timeout=10)))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+    lines = [line for line in server.output().splitlines() if "invalid UTF-8" in line and "libprotobuf" in line]
+    assert len(lines) == 1, lines
+
+
 def test_full_queue_is_resource_exhausted(stubs, server_factory, text_model):
     directory, _ = text_model
     server = server_factory(["--model", str(directory), *GH.TWO_STAGE_FLAGS, "--max-batch", "1",
