@@ -1,28 +1,36 @@
 #pragma once
 // server::MetricsEndpoint: serves GET /metrics (Prometheus text format, via prometheus-cpp's
-// TextSerializer) from its own thread.
+// TextSerializer) with GNU libmicrohttpd: one internal thread polling every connection with epoll, so a
+// client that trickles its request (or never finishes it) holds one connection slot, not the endpoint.
+// Limits: at most kMaxConnections connections at once (more are refused at accept), an idle connection
+// is closed after kIdleTimeoutSeconds, a request head of more than MHD's memory pool is answered 431.
 //
 // Why not prometheus-cpp's Exposer: it runs on civetweb, whose threads Debian's build starts with
 // 100 KiB stacks (civetweb's compile-time USE_STACK_SIZE). glibc puts every thread's static TLS in its
 // stack, and once the torch wheel's CUDA libraries are loaded (cuBLASLt alone has 94 KiB of static
-// TLS) no civetweb thread can start: the Exposer fails with "null context when constructing
-// CivetServer". This endpoint's thread has the default stack.
+// TLS) no civetweb thread can start ("null context when constructing CivetServer"). libmicrohttpd takes
+// the thread's stack size as an option (kThreadStackBytes).
 
-#include <atomic>
 #include <memory>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "prometheus/registry.h"
 #include "server/flags.h"
 
+struct MHD_Daemon;
+
 namespace strata::server {
 
 class MetricsEndpoint {
  public:
+  static constexpr unsigned kMaxConnections = 512;
+  static constexpr unsigned kIdleTimeoutSeconds = 10;
+  static constexpr size_t kThreadStackBytes = 8 << 20;
+
   // Binds `address` (Unavailable when it cannot: a port in use) and serves `registry` until destroyed.
   static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(const ListenAddress& address,
                                                                 std::shared_ptr<prometheus::Registry> registry);
+  // Stops the thread and closes every connection (slow ones included) at once.
   ~MetricsEndpoint();
   MetricsEndpoint(const MetricsEndpoint&) = delete;
   MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
@@ -31,15 +39,11 @@ class MetricsEndpoint {
   int port() const { return port_; }
 
  private:
-  MetricsEndpoint(int listen_fd, int port, std::shared_ptr<prometheus::Registry> registry);
-  void Serve();
-  void Answer(int connection) const;
+  explicit MetricsEndpoint(std::shared_ptr<prometheus::Registry> registry) : registry_(std::move(registry)) {}
 
-  const int listen_fd_;
-  const int port_;
   std::shared_ptr<prometheus::Registry> registry_;
-  std::atomic<bool> stopping_{false};
-  std::thread thread_;
+  MHD_Daemon* daemon_ = nullptr;
+  int port_ = 0;
 };
 
 }  // namespace strata::server
