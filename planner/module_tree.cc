@@ -2,11 +2,9 @@
 // ModelSpecFromConfig does not know are described, and what `strata-plan --print-module-tree` prints.
 
 #include <algorithm>
-#include <fstream>
 #include <limits>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "checkpoint/file_reader.h"
 #include "nlohmann/json.hpp"
 #include "planner/model_spec.h"
 
@@ -311,15 +310,13 @@ nlohmann::json ModuleTreeToJson(const ModelSpec& spec) {
 }
 
 absl::StatusOr<ModelSpec> LoadModuleTree(const std::filesystem::path& file, std::optional<DType> dtype) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("module tree ", file.string(), ": cannot open the file"));
-  std::stringstream text;
-  text << in.rdbuf();
+  absl::StatusOr<std::string> text = checkpoint::ReadRegularFile(file, checkpoint::kMaxModuleTreeFileBytes);
+  if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("module tree ", text.status().message()));
   // parse(..., allow_exceptions=false) yields a discarded value instead of throwing; keep the parser's
   // message by parsing with exceptions inside a catch.
   json tree;
   try {
-    tree = json::parse(text.str());
+    tree = json::parse(*text);
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("module tree ", file.string(), ": invalid JSON: ", e.what()));
   }

@@ -16,7 +16,8 @@ absl::Status FieldError(absl::string_view field, absl::string_view what) {
 absl::StatusOr<double> NumberOr(const json& object, const std::string& prefix, const char* key, double fallback) {
   auto it = object.find(key);
   if (it == object.end() || it->is_null()) return fallback;
-  if (!it->is_number()) return FieldError(absl::StrCat(prefix, key), absl::StrCat("expected a number, got ", it->dump()));
+  if (!it->is_number())
+    return FieldError(absl::StrCat(prefix, key), absl::StrCat("expected a number, got ", it->dump()));
   return it->get<double>();
 }
 
@@ -80,8 +81,9 @@ absl::StatusOr<RopeConfig> ParseRope(const json& config) {
         rope.original_max_positions = *original;
       }
     } else {
-      return FieldError(prefix + "rope_type", absl::StrCat("RoPE type \"", type,
-                                                           "\" is not supported by the runtime (default, linear, llama3)"));
+      return FieldError(
+          prefix + "rope_type",
+          absl::StrCat("RoPE type \"", type, "\" is not supported by the runtime (default, linear, llama3)"));
     }
   }
   // Llama-family attention rotates the whole head; a partial factor would make transformers' own
@@ -141,7 +143,16 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromJson(const json& config) {
     }
   }
   bool use_window = mistral;
-  if (qwen2) use_window = config.value("use_sliding_window", false);
+  if (qwen2) {
+    // Every field is type-checked before use: json::value() would throw type_error on a null or a string.
+    if (auto it = config.find("use_sliding_window"); it != config.end() && !it->is_null()) {
+      if (!it->is_boolean())
+        return FieldError("use_sliding_window", absl::StrCat("expected true or false, got ", it->dump()));
+      use_window = it->get<bool>();
+    } else {
+      use_window = false;
+    }
+  }
   out.sliding_window.assign(static_cast<size_t>(out.num_layers), 0);
   if (use_window && window > 0) {
     auto types = config.find("layer_types");
@@ -150,11 +161,21 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromJson(const json& config) {
         return FieldError("layer_types", "must have one entry per hidden layer");
       }
       for (int64_t i = 0; i < out.num_layers; ++i) {
-        if ((*types)[i] == "sliding_attention") out.sliding_window[i] = window;
+        const json& type = (*types)[static_cast<size_t>(i)];
+        if (!type.is_string()) {
+          return FieldError(absl::StrCat("layer_types[", i, "]"), absl::StrCat("expected a string, got ", type.dump()));
+        }
+        if (type == "sliding_attention") out.sliding_window[static_cast<size_t>(i)] = window;
       }
     } else if (qwen2) {
-      const int64_t first = config.value("max_window_layers", int64_t{28});
-      for (int64_t i = first; i < out.num_layers; ++i) out.sliding_window[i] = window;
+      int64_t first = 28;  // Qwen2Config's default
+      if (auto it = config.find("max_window_layers"); it != config.end() && !it->is_null()) {
+        if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+          return FieldError("max_window_layers", absl::StrCat("expected a non-negative integer, got ", it->dump()));
+        }
+        first = it->get<int64_t>();
+      }
+      for (int64_t i = first; i < out.num_layers; ++i) out.sliding_window[static_cast<size_t>(i)] = window;
     } else {
       for (int64_t& w : out.sliding_window) w = window;
     }
