@@ -279,14 +279,21 @@ absl::StatusOr<ModelSpec> ModelSpecFromModuleTree(const nlohmann::json& tree, st
 
   if (auto it = tree.find("kv_cache"); it != tree.end() && !it->is_null()) {
     if (!it->is_object()) return PathError("kv_cache", "expected an object");
-    for (auto [key, field] : {std::pair<const char*, int64_t*>{"num_hidden_layers", &spec.num_hidden_layers},
-                              {"num_key_value_heads", &spec.num_key_value_heads},
-                              {"head_dim", &spec.head_dim}}) {
+    struct KvField {
+      const char* key;
+      int64_t* field;
+      int64_t max;  // the same caps as config.json's fields (model_spec.h)
+    };
+    for (auto [key, field, max] : {KvField{"num_hidden_layers", &spec.num_hidden_layers, kMaxHiddenLayers},
+                                   KvField{"num_key_value_heads", &spec.num_key_value_heads, kMaxAttentionHeads},
+                                   KvField{"head_dim", &spec.head_dim, kMaxHeadDim}}) {
       absl::StatusOr<int64_t> v = NonNegativeIntAt(*it, key, "kv_cache");
       if (!v.ok()) return v.status();
+      if (*v > max) return PathError(Member("kv_cache", key), absl::StrCat("must be at most ", max));
       *field = *v;
     }
   }
+  if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) return PathError("", total.status().message());
   return spec;
 }
 

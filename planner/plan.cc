@@ -172,6 +172,17 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request)
     return absl::InvalidArgumentError(
         "kv_cache_tokens: the model description has no num_key_value_heads/head_dim to size a KV cache with");
   }
+  if (request.kv_cache_tokens > 0) {
+    // The whole model's KV cache, with checked arithmetic: each device's share is a part of it, so
+    // KvCacheBytes cannot overflow once this fits.
+    int64_t total = request.kv_cache_tokens;
+    for (int64_t factor : {int64_t{2}, spec.num_key_value_heads, spec.head_dim, DTypeSize(spec.dtype),
+                           static_cast<int64_t>(DecoderLayers(spec).size())}) {
+      absl::StatusOr<int64_t> next = CheckedMul(total, factor, "kv_cache_tokens: the KV cache's bytes");
+      if (!next.ok()) return next.status();
+      total = *next;
+    }
+  }
   if (!HasTensors(spec.root)) {
     return absl::InvalidArgumentError("model: the module tree holds no parameters or buffers: nothing to place");
   }

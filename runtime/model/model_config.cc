@@ -1,5 +1,7 @@
 #include "runtime/model/model_config.h"
 
+#include <cmath>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -86,6 +88,11 @@ absl::StatusOr<RopeConfig> ParseRope(const json& config) {
           absl::StrCat("RoPE type \"", type, "\" is not supported by the runtime (default, linear, llama3)"));
     }
   }
+  // inv_freq = theta ^ (-2i / d): theta <= 0 gives NaN or infinite frequencies.
+  if (!(rope.theta > 0) || !std::isfinite(rope.theta)) {
+    return FieldError(params != nullptr ? field + ".rope_theta" : "rope_theta",
+                      absl::StrCat("must be a positive finite number, got ", rope.theta));
+  }
   // Llama-family attention rotates the whole head; a partial factor would make transformers' own
   // forward fail for scaled types and is ignored by the default type, so only 1 is meaningful here.
   if (partial != 1.0 && rope.type != RopeConfig::Type::kDefault) {
@@ -117,6 +124,11 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromJson(const json& config) {
   absl::StatusOr<double> eps = NumberOr(config, "", "rms_norm_eps", 1e-6);
   if (!eps.ok()) return eps.status();
   out.rms_norm_eps = *eps;
+  // A zero or negative epsilon divides by zero (or takes the root of a negative) on a zero row: the model
+  // would stream garbage under status OK.
+  if (!(out.rms_norm_eps > 0) || !std::isfinite(out.rms_norm_eps)) {
+    return FieldError("rms_norm_eps", absl::StrCat("must be a positive finite number, got ", out.rms_norm_eps));
+  }
 
   if (auto act = config.find("hidden_act"); act != config.end() && !act->is_null()) {
     if (!act->is_string() || act->get<std::string>() != "silu") {

@@ -67,5 +67,22 @@ TEST(ModelConfig, NullSlidingWindowFieldsTakeTheDefaults) {
   EXPECT_EQ(parsed->sliding_window, (std::vector<int64_t>{0, 0, 0, 0}));
 }
 
+TEST(ModelConfig, ValuesThatCannotMakeAModelAreRefusedNamingTheField) {
+  // Before: accepted, and the model streamed token 0 with NaN logprobs under status OK.
+  for (double eps : {0.0, -1e-6}) {
+    nlohmann::json config = Qwen2();
+    config["rms_norm_eps"] = eps;
+    EXPECT_THAT(ErrorOf(config), HasSubstr("rms_norm_eps")) << eps;
+  }
+  for (double theta : {0.0, -10000.0}) {
+    nlohmann::json config = Qwen2();
+    config["rope_theta"] = theta;
+    EXPECT_THAT(ErrorOf(config), HasSubstr("rope_theta")) << theta;
+    config.erase("rope_theta");
+    config["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", theta}};
+    EXPECT_THAT(ErrorOf(config), HasSubstr("rope_parameters.rope_theta")) << theta;
+  }
+}
+
 }  // namespace
 }  // namespace strata::runtime
