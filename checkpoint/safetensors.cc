@@ -32,13 +32,18 @@ std::pair<uintptr_t, size_t> PageRange(const std::byte* base, uint64_t offset, u
 
 absl::StatusOr<std::shared_ptr<const MappedFile>> MappedFile::Open(const std::filesystem::path& path) {
   const std::string name = path.filename().string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO named like a shard must not block the open; the fstat below refuses it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return CheckpointError(absl::StrCat(name, ": cannot open (", std::strerror(errno), ")"));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
     return CheckpointError(absl::StrCat(name, ": cannot stat (", std::strerror(err), ")"));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return CheckpointError(absl::StrCat(name, ": not a regular file"));
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   void* data = nullptr;
@@ -96,7 +101,8 @@ absl::StatusOr<std::vector<TensorView>> OpenSafetensors(const std::filesystem::p
   views.reserve(header->tensors.size());
   for (SafetensorsEntry& entry : header->tensors) {
     absl::StatusOr<DType> dtype = RuntimeDType(entry.dtype);
-    if (!dtype.ok()) return CheckpointError(absl::StrCat(file, ": tensor ", entry.name, ": ", dtype.status().message()));
+    if (!dtype.ok())
+      return CheckpointError(absl::StrCat(file, ": tensor ", entry.name, ": ", dtype.status().message()));
     views.push_back(TensorView{std::move(entry.name), *dtype, std::move(entry.shape), *mapped,
                                header->data_offset + entry.begin, entry.end - entry.begin});
   }

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "checkpoint/file_reader.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::checkpoint {
@@ -182,13 +183,12 @@ absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const fs::path& dir, con
 absl::StatusOr<std::optional<CheckpointFiles>> FindCheckpointFiles(const fs::path& dir) {
   CheckpointFiles found;
   std::error_code ec;
-  if (fs::exists(dir / kSafetensorsIndexFile, ec)) {
-    std::ifstream in(dir / kSafetensorsIndexFile, std::ios::binary);
-    std::stringstream text;
-    text << in.rdbuf();
+  if (PathMayExist(dir / kSafetensorsIndexFile)) {
+    absl::StatusOr<std::string> text = ReadRegularFile(dir / kSafetensorsIndexFile, kMaxIndexFileBytes);
+    if (!text.ok()) return CheckpointError(text.status().message());
     json index;
     try {
-      index = json::parse(text.str());
+      index = json::parse(*text);
     } catch (const json::exception& e) {
       return CheckpointError(absl::StrCat((dir / kSafetensorsIndexFile).string(), ": invalid JSON: ", e.what()));
     }

@@ -5,12 +5,10 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -20,9 +18,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "checkpoint/file_reader.h"
+#include "checkpoint/safetensors_header.h"
 #include "nlohmann/json.hpp"
 #include "planner/model_spec.h"
-#include "checkpoint/safetensors_header.h"
 
 namespace strata::planner {
 
@@ -53,12 +52,10 @@ absl::Status CheckpointError(absl::string_view what) {
 }
 
 absl::StatusOr<json> ReadJsonFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(path.string(), ": cannot open the file"));
-  std::stringstream text;
-  text << in.rdbuf();
+  absl::StatusOr<std::string> text = checkpoint::ReadRegularFile(path, checkpoint::kMaxConfigFileBytes);
+  if (!text.ok()) return text.status();
   try {
-    return json::parse(text.str());
+    return json::parse(*text);
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(path.string(), ": invalid JSON: ", e.what()));
   }
@@ -151,7 +148,7 @@ absl::StatusOr<ModelSpec> LoadModelSpec(const std::filesystem::path& checkpoint_
     return absl::InvalidArgumentError(absl::StrCat("checkpoint ", checkpoint_dir.string(), ": not a directory"));
   }
   const fs::path config_path = checkpoint_dir / "config.json";
-  if (!fs::exists(config_path, ec)) {
+  if (!checkpoint::PathMayExist(config_path)) {
     return absl::InvalidArgumentError(absl::StrCat(config_path.string(), ": not found"));
   }
   absl::StatusOr<json> config = ReadJsonFile(config_path);
@@ -164,11 +161,11 @@ absl::StatusOr<ModelSpec> LoadModelSpec(const std::filesystem::path& checkpoint_
     if (message.substr(0, kPrefix.size()) == kPrefix) message.remove_prefix(kPrefix.size());
     return absl::Status(status.code(), absl::StrCat(config_path.string(), ": ", message));
   };
-  if (!dtype) {
-    absl::StatusOr<DType> declared = ConfigDType(*config);
-    if (!declared.ok()) return in_config_file(declared.status());
-    dtype = *declared;
-  }
+  // The declared dtype is checked even when the caller chose another: every binary gives the same
+  // verdict on the same config.json.
+  absl::StatusOr<DType> declared = ConfigDType(*config);
+  if (!declared.ok()) return in_config_file(declared.status());
+  if (!dtype) dtype = *declared;
   absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(*config, *dtype);
   if (!spec.ok()) return in_config_file(spec.status());
   spec->config = std::make_shared<const json>(*std::move(config));

@@ -3,12 +3,16 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace strata::planner {
+
+// The largest GPU index a device map or --max-memory may name: what Device::index holds. Larger
+// indices are errors, never truncated.
+inline constexpr int64_t kMaxGpuIndex = 2147483647;
 
 // A place a module can live: GPU `index`, host memory, or the checkpoint on disk. Written as in
 // transformers' hf_device_map: "0", "1", ... (JSON integers), "cpu", "disk".

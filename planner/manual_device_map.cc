@@ -3,6 +3,8 @@
 // about (unknown module names, tied weights split across devices) is an error here, as is a
 // parameter covered by two entries or a device over its max_memory.
 
+#include "planner/manual_device_map.h"
+
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -13,8 +15,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "checkpoint/file_reader.h"
 #include "nlohmann/json.hpp"
-#include "planner/manual_device_map.h"
 
 namespace strata::planner {
 
@@ -48,9 +50,12 @@ absl::StatusOr<DeviceMap> ParseDeviceMap(absl::string_view json_text) {
   for (const auto& [module, value] : json.items()) {
     absl::StatusOr<Device> device = absl::InvalidArgumentError("");
     if (value.is_number_integer()) {
-      const int64_t index = value.get<int64_t>();
-      device = index >= 0 ? absl::StatusOr<Device>(Device::Gpu(static_cast<int>(index)))
-                          : absl::InvalidArgumentError(absl::StrCat("unknown device ", index));
+      // An index past int's range must not wrap to a small one ({"": 4294967296} is not GPU 0).
+      const bool fits = value.is_number_unsigned() ? value.get<uint64_t>() <= uint64_t{kMaxGpuIndex}
+                                                   : value.get<int64_t>() >= 0 && value.get<int64_t>() <= kMaxGpuIndex;
+      device = fits ? absl::StatusOr<Device>(Device::Gpu(static_cast<int>(value.get<int64_t>())))
+                    : absl::InvalidArgumentError(
+                          absl::StrCat("unknown device ", value.dump(), " (GPU indices are 0 to ", kMaxGpuIndex, ")"));
     } else if (value.is_string()) {
       device = ParseDevice(value.get<std::string>());
     } else {
@@ -67,28 +72,25 @@ absl::StatusOr<DeviceMap> ParseDeviceMap(absl::string_view json_text) {
 
 absl::StatusOr<DeviceMapChoice> ParseDeviceMapChoice(absl::string_view text) {
   absl::string_view t = absl::StripAsciiWhitespace(text);
-  static constexpr std::pair<absl::string_view, Strategy> kStrategies[] = {
-      {"auto", Strategy::kAuto},
-      {"balanced", Strategy::kBalanced},
-      {"balanced_low_0", Strategy::kBalancedLow0},
-      {"sequential", Strategy::kSequential}};
+  static constexpr std::pair<absl::string_view, Strategy> kStrategies[] = {{"auto", Strategy::kAuto},
+                                                                           {"balanced", Strategy::kBalanced},
+                                                                           {"balanced_low_0", Strategy::kBalancedLow0},
+                                                                           {"sequential", Strategy::kSequential}};
   for (const auto& [name, strategy] : kStrategies) {
     if (t == name) return DeviceMapChoice{strategy, {}};
   }
   std::string json_text;
   if (absl::StartsWith(t, "@")) {
     std::string path(t.substr(1));
-    std::ifstream file(path);
-    if (!file) return absl::InvalidArgumentError(absl::StrCat("device_map: cannot read file ", path));
-    std::stringstream buffer;
-    buffer << file.rdbuf();
-    json_text = buffer.str();
+    absl::StatusOr<std::string> text = checkpoint::ReadRegularFile(path, checkpoint::kMaxDeviceMapFileBytes);
+    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("device_map: ", text.status().message()));
+    json_text = *std::move(text);
   } else if (absl::StartsWith(t, "{")) {
     json_text = std::string(t);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "device_map: unknown strategy \"", text,
-        "\": expected auto, balanced, balanced_low_0, sequential, a JSON map or @FILE holding one"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("device_map: unknown strategy \"", text,
+                     "\": expected auto, balanced, balanced_low_0, sequential, a JSON map or @FILE holding one"));
   }
   absl::StatusOr<DeviceMap> map = ParseDeviceMap(json_text);
   if (!map.ok()) return map.status();
@@ -163,8 +165,8 @@ absl::Status ValidateManualMap(const ModelSpec& spec, const DeviceMap& map, cons
       if (dot == std::string::npos) break;
       parent.resize(dot);
       if (keys.count(parent)) {
-        return absl::InvalidArgumentError(absl::StrCat("device_map: \"", key, "\" is covered by two entries: \"",
-                                                       parent, "\" and \"", key, "\""));
+        return absl::InvalidArgumentError(
+            absl::StrCat("device_map: \"", key, "\" is covered by two entries: \"", parent, "\" and \"", key, "\""));
       }
     }
   }
@@ -194,10 +196,9 @@ absl::Status ValidateManualMap(const ModelSpec& spec, const DeviceMap& map, cons
     auto a = resolver.Find(key);
     auto b = resolver.Find(target);
     if (a && b && !(a->second == b->second)) {
-      return absl::InvalidArgumentError(absl::StrCat("device_map: tied weights ", key, " (on ", a->second.ToString(),
-                                                     " via \"", a->first, "\") and ", target, " (on ",
-                                                     b->second.ToString(), " via \"", b->first,
-                                                     "\") must be on one device"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("device_map: tied weights ", key, " (on ", a->second.ToString(), " via \"", a->first, "\") and ",
+                       target, " (on ", b->second.ToString(), " via \"", b->first, "\") must be on one device"));
     }
   }
   // Budgets.

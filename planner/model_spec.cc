@@ -1,7 +1,9 @@
 #include "planner/model_spec.h"
 
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -25,6 +27,44 @@ int64_t TensorSpec::numel() const {
   int64_t n = 1;  // a 0-d tensor (shape []) holds one element
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+absl::StatusOr<int64_t> CheckedMul(int64_t a, int64_t b, absl::string_view what) {
+  int64_t product = 0;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &product)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", a, " x ", b, " does not fit in 64 bits"));
+  }
+  return product;
+}
+
+absl::StatusOr<int64_t> TensorSpec::CheckedBytes() const {
+  int64_t n = DTypeSize(dtype);
+  for (int64_t d : shape) {
+    absl::StatusOr<int64_t> next = CheckedMul(n, d, absl::StrCat("tensor ", name, " bytes"));
+    if (!next.ok()) return next.status();
+    n = *next;
+  }
+  return n;
+}
+
+absl::StatusOr<int64_t> SpecBytes(const ModelSpec& spec) {
+  int64_t total = 0;
+  std::vector<const ModuleSpec*> stack = {&spec.root};
+  while (!stack.empty()) {
+    const ModuleSpec* m = stack.back();
+    stack.pop_back();
+    for (const std::vector<TensorSpec>* tensors : {&m->parameters, &m->buffers}) {
+      for (const TensorSpec& t : *tensors) {
+        absl::StatusOr<int64_t> bytes = t.CheckedBytes();
+        if (!bytes.ok()) return bytes.status();
+        if (__builtin_add_overflow(total, *bytes, &total)) {
+          return absl::InvalidArgumentError("the model's total size in bytes does not fit in 64 bits");
+        }
+      }
+    }
+    for (const ModuleSpec& c : m->children) stack.push_back(&c);
+  }
+  return total;
 }
 
 std::string ModuleSpec::ChildName(std::string_view local) const {

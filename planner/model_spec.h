@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "checkpoint/dtype.h"
 #include "nlohmann/json_fwd.hpp"
 
@@ -23,6 +24,19 @@ using checkpoint::DTypeName;
 using checkpoint::DTypeSize;
 using checkpoint::ParseDType;
 
+// Caps on config.json's sizes, checked before anything is sized by them: a hostile or mistyped config is
+// an error naming the field, not an out-of-memory kill. Each is far above any released model (the
+// largest have ~130 layers, hidden sizes of ~16k, 128 heads, head_dim 256 and 256k-token vocabularies).
+inline constexpr int64_t kMaxHiddenLayers = 4096;                // num_hidden_layers
+inline constexpr int64_t kMaxHiddenSize = int64_t{1} << 20;      // hidden_size, intermediate_size
+inline constexpr int64_t kMaxAttentionHeads = int64_t{1} << 16;  // num_attention_heads, num_key_value_heads
+inline constexpr int64_t kMaxHeadDim = int64_t{1} << 16;         // head_dim
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;       // vocab_size
+
+// a * b, or an error "`what`: ... does not fit in 64 bits" when the product overflows or either is
+// negative. The one checked multiplication for byte counts (tensor sizes, KV cache, batch x context).
+absl::StatusOr<int64_t> CheckedMul(int64_t a, int64_t b, absl::string_view what);
+
 // A parameter or buffer. `name` is local to its module ("weight", "inv_freq").
 struct TensorSpec {
   std::string name;
@@ -30,8 +44,12 @@ struct TensorSpec {
   DType dtype = DType::kFloat32;
   bool persistent = true;  // false for non-persistent buffers (not in the checkpoint, still in memory)
 
+  // Unchecked: valid for tensors of a spec that ModelSpecFromConfig / ModelSpecFromModuleTree returned
+  // (SpecBytes checked their sum then). CheckedBytes for anything else.
   int64_t numel() const;
   int64_t bytes() const { return numel() * DTypeSize(dtype); }
+  // numel x dtype size, or an error naming the tensor when the product does not fit in int64.
+  absl::StatusOr<int64_t> CheckedBytes() const;
 };
 
 // A module. `name` is the full dotted HF name ("model.layers.0.self_attn"); the root's name is "".
@@ -48,7 +66,7 @@ struct ModuleSpec {
 };
 
 struct ModelSpec {
-  std::string architecture;  // "LlamaForCausalLM", or the module tree's root class
+  std::string architecture;       // "LlamaForCausalLM", or the module tree's root class
   DType dtype = DType::kFloat32;  // the dtype the parameters were sized in
   ModuleSpec root;
   std::vector<std::string> no_split_classes;  // e.g. {"LlamaDecoderLayer"}
@@ -63,6 +81,11 @@ struct ModelSpec {
   // what the forward pass needs from it instead of reading the file again.
   std::shared_ptr<const nlohmann::json> config;
 };
+
+// Every parameter and buffer's bytes summed with checked arithmetic: an error when a tensor's size or
+// the total does not fit in int64. Specs are checked with it once, so later sums of their parts cannot
+// overflow.
+absl::StatusOr<int64_t> SpecBytes(const ModelSpec& spec);
 
 // Builds the tree transformers builds for LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM
 // from a parsed config.json, with parameters in `dtype`. Errors name the config field.

@@ -77,44 +77,40 @@ constexpr std::pair<absl::string_view, absl::string_view> kActivations[] = {
     {"tanh", "Tanh"},
 };
 
-// Dimensions are capped so that products of two of them (a weight's numel, times a dtype size) fit int64.
-constexpr int64_t kMaxDimension = std::numeric_limits<int32_t>::max();
-
 absl::Status FieldError(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("config.json: ", field, " ", what));
 }
 
-std::optional<int64_t> AsPositiveInt(const json& value) {
+// A positive integer no larger than `max` (the field's cap, model_spec.h), else an error naming the field.
+absl::StatusOr<int64_t> PositiveIntAtMost(const json& value, absl::string_view field, int64_t max) {
   // Booleans are not integers here, and neither are floats such as 64.0: transformers' strict config
   // dataclasses reject both for int fields.
-  if (!value.is_number_integer()) return std::nullopt;
-  if (value.is_number_unsigned()) {
-    uint64_t v = value.get<uint64_t>();
-    if (v == 0 || v > static_cast<uint64_t>(kMaxDimension)) return std::nullopt;
-    return static_cast<int64_t>(v);
+  if (!value.is_number_integer() || (!value.is_number_unsigned() && value.get<int64_t>() <= 0) ||
+      (value.is_number_unsigned() && value.get<uint64_t>() == 0)) {
+    return FieldError(field, absl::StrCat("must be a positive integer, got ", value.dump()));
   }
-  int64_t v = value.get<int64_t>();
-  if (v <= 0 || v > kMaxDimension) return std::nullopt;
-  return v;
+  if ((value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(max)) ||
+      (!value.is_number_unsigned() && value.get<int64_t>() > max)) {
+    return FieldError(field, absl::StrCat("must be at most ", max, ", got ", value.dump()));
+  }
+  return value.get<int64_t>();
 }
 
-absl::StatusOr<int64_t> RequiredPositiveInt(const json& config, absl::string_view field) {
+absl::StatusOr<int64_t> RequiredPositiveInt(const json& config, absl::string_view field, int64_t max) {
   auto it = config.find(field);
   if (it == config.end()) return FieldError(field, "is missing (expected a positive integer)");
-  std::optional<int64_t> v = AsPositiveInt(*it);
-  if (!v) return FieldError(field, absl::StrCat("must be a positive integer, got ", it->dump()));
-  return *v;
+  return PositiveIntAtMost(*it, field, max);
 }
 
 // A positive integer, absent (nullopt) or, where `may_be_null`, null (also nullopt).
 absl::StatusOr<std::optional<int64_t>> OptionalPositiveInt(const json& config, absl::string_view field,
-                                                           bool may_be_null) {
+                                                           bool may_be_null, int64_t max) {
   auto it = config.find(field);
   if (it == config.end()) return std::optional<int64_t>();
   if (it->is_null() && may_be_null) return std::optional<int64_t>();
-  std::optional<int64_t> v = AsPositiveInt(*it);
-  if (!v) return FieldError(field, absl::StrCat("must be a positive integer, got ", it->dump()));
-  return v;
+  absl::StatusOr<int64_t> v = PositiveIntAtMost(*it, field, max);
+  if (!v.ok()) return v.status();
+  return std::optional<int64_t>(*v);
 }
 
 absl::StatusOr<bool> OptionalBool(const json& config, absl::string_view field, bool default_value) {
@@ -303,19 +299,19 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DTyp
 
   // Transformers would fall back to the config class's defaults (a 7B model's sizes) for these; a real
   // checkpoint always states them, so a missing one is a broken config rather than a wish for defaults.
-  absl::StatusOr<int64_t> hidden = RequiredPositiveInt(config, "hidden_size");
+  absl::StatusOr<int64_t> hidden = RequiredPositiveInt(config, "hidden_size", kMaxHiddenSize);
   if (!hidden.ok()) return hidden.status();
-  absl::StatusOr<int64_t> intermediate = RequiredPositiveInt(config, "intermediate_size");
+  absl::StatusOr<int64_t> intermediate = RequiredPositiveInt(config, "intermediate_size", kMaxHiddenSize);
   if (!intermediate.ok()) return intermediate.status();
-  absl::StatusOr<int64_t> layers = RequiredPositiveInt(config, "num_hidden_layers");
+  absl::StatusOr<int64_t> layers = RequiredPositiveInt(config, "num_hidden_layers", kMaxHiddenLayers);
   if (!layers.ok()) return layers.status();
-  absl::StatusOr<int64_t> heads = RequiredPositiveInt(config, "num_attention_heads");
+  absl::StatusOr<int64_t> heads = RequiredPositiveInt(config, "num_attention_heads", kMaxAttentionHeads);
   if (!heads.ok()) return heads.status();
-  absl::StatusOr<int64_t> vocab = RequiredPositiveInt(config, "vocab_size");
+  absl::StatusOr<int64_t> vocab = RequiredPositiveInt(config, "vocab_size", kMaxVocabSize);
   if (!vocab.ok()) return vocab.status();
 
   absl::StatusOr<std::optional<int64_t>> kv_heads_field =
-      OptionalPositiveInt(config, "num_key_value_heads", family.kv_heads_may_be_null);
+      OptionalPositiveInt(config, "num_key_value_heads", family.kv_heads_may_be_null, kMaxAttentionHeads);
   if (!kv_heads_field.ok()) return kv_heads_field.status();
   int64_t kv_heads = *heads;
   if (kv_heads_field->has_value()) {
@@ -325,7 +321,7 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DTyp
   }
 
   absl::StatusOr<std::optional<int64_t>> head_dim_field =
-      OptionalPositiveInt(config, "head_dim", family.declares_head_dim);
+      OptionalPositiveInt(config, "head_dim", family.declares_head_dim, kMaxHeadDim);
   if (!head_dim_field.ok()) return head_dim_field.status();
   const int64_t head_dim = head_dim_field->value_or(*hidden / *heads);
   // Whether the config object has a head_dim attribute, which is what RoPE validation looks at.
@@ -432,6 +428,9 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DTyp
   // With tie_word_embeddings, lm_head.weight is the embedding's Parameter object: it still appears under
   // lm_head (as named_parameters(recurse=False) shows) and tied_weights records the sharing.
   root.children.push_back(Linear(root, "lm_head", *hidden, *vocab, /*bias=*/false, dtype));
+  if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) {
+    return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
+  }
   return spec;
 }
 

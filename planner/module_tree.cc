@@ -2,11 +2,9 @@
 // ModelSpecFromConfig does not know are described, and what `strata-plan --print-module-tree` prints.
 
 #include <algorithm>
-#include <fstream>
 #include <limits>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "checkpoint/file_reader.h"
 #include "nlohmann/json.hpp"
 #include "planner/model_spec.h"
 
@@ -280,14 +279,21 @@ absl::StatusOr<ModelSpec> ModelSpecFromModuleTree(const nlohmann::json& tree, st
 
   if (auto it = tree.find("kv_cache"); it != tree.end() && !it->is_null()) {
     if (!it->is_object()) return PathError("kv_cache", "expected an object");
-    for (auto [key, field] : {std::pair<const char*, int64_t*>{"num_hidden_layers", &spec.num_hidden_layers},
-                              {"num_key_value_heads", &spec.num_key_value_heads},
-                              {"head_dim", &spec.head_dim}}) {
+    struct KvField {
+      const char* key;
+      int64_t* field;
+      int64_t max;  // the same caps as config.json's fields (model_spec.h)
+    };
+    for (auto [key, field, max] : {KvField{"num_hidden_layers", &spec.num_hidden_layers, kMaxHiddenLayers},
+                                   KvField{"num_key_value_heads", &spec.num_key_value_heads, kMaxAttentionHeads},
+                                   KvField{"head_dim", &spec.head_dim, kMaxHeadDim}}) {
       absl::StatusOr<int64_t> v = NonNegativeIntAt(*it, key, "kv_cache");
       if (!v.ok()) return v.status();
+      if (*v > max) return PathError(Member("kv_cache", key), absl::StrCat("must be at most ", max));
       *field = *v;
     }
   }
+  if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) return PathError("", total.status().message());
   return spec;
 }
 
@@ -311,15 +317,13 @@ nlohmann::json ModuleTreeToJson(const ModelSpec& spec) {
 }
 
 absl::StatusOr<ModelSpec> LoadModuleTree(const std::filesystem::path& file, std::optional<DType> dtype) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("module tree ", file.string(), ": cannot open the file"));
-  std::stringstream text;
-  text << in.rdbuf();
+  absl::StatusOr<std::string> text = checkpoint::ReadRegularFile(file, checkpoint::kMaxModuleTreeFileBytes);
+  if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("module tree ", text.status().message()));
   // parse(..., allow_exceptions=false) yields a discarded value instead of throwing; keep the parser's
   // message by parsing with exceptions inside a catch.
   json tree;
   try {
-    tree = json::parse(text.str());
+    tree = json::parse(*text);
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("module tree ", file.string(), ": invalid JSON: ", e.what()));
   }

@@ -4,8 +4,8 @@
 #include <limits>
 #include <map>
 #include <optional>
-#include <unordered_map>
 #include <string>
+#include <unordered_map>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -53,6 +53,11 @@ std::map<Device, int64_t> PlannedBytes(const ModelSpec& spec, const ModuleSizes&
   return planned;
 }
 
+bool HasTensors(const ModuleSpec& module) {
+  if (!module.parameters.empty() || !module.buffers.empty()) return true;
+  return std::any_of(module.children.begin(), module.children.end(), HasTensors);
+}
+
 // Decoder layers are the no-split modules; each holds one layer of KV cache.
 std::vector<std::string> DecoderLayers(const ModelSpec& spec) {
   std::vector<std::string> layers;
@@ -93,8 +98,8 @@ std::map<Device, int64_t> KvCacheBytes(const ModelSpec& spec, const DeviceMap& m
 // A plan whose budgets list GPUs but whose decoder layers all run from cpu or disk is valid, and almost
 // never what the person wanted: say which budgets and which KV reserve left the GPUs without a layer.
 std::optional<std::string> NoLayerOnAGpuWarning(const ModelSpec& spec, const DeviceMap& map,
-                                                const MaxMemory& max_memory, const std::map<Device, int64_t>& kv_reserve,
-                                                int64_t kv_cache_tokens) {
+                                                const MaxMemory& max_memory,
+                                                const std::map<Device, int64_t>& kv_reserve, int64_t kv_cache_tokens) {
   std::vector<std::string> gpus;
   for (const DeviceBudget& b : max_memory) {
     if (!b.device.is_gpu()) continue;
@@ -117,14 +122,15 @@ std::optional<std::string> NoLayerOnAGpuWarning(const ModelSpec& spec, const Dev
   }
   std::vector<std::string> counts;
   for (const auto& [device, n] : where) counts.push_back(absl::StrCat(n, " on ", device.ToString()));
-  std::string warning = absl::StrCat("no decoder layer is on a GPU (", absl::StrJoin(counts, ", "),
-                                     "): ", absl::StrJoin(gpus, ", "));
+  std::string warning =
+      absl::StrCat("no decoder layer is on a GPU (", absl::StrJoin(counts, ", "), "): ", absl::StrJoin(gpus, ", "));
   if (kv_cache_tokens > 0) {
     absl::StrAppend(&warning, "; the KV reserve is for ", kv_cache_tokens,
                     " tokens: give the GPUs more memory or reserve fewer KV tokens");
   } else {
-    absl::StrAppend(&warning, "; the GPU budgets are too small for a decoder layer (with the room kept for "
-                              "offloaded layers): give the GPUs more memory");
+    absl::StrAppend(&warning,
+                    "; the GPU budgets are too small for a decoder layer (with the room kept for "
+                    "offloaded layers): give the GPUs more memory");
   }
   return warning;
 }
@@ -160,12 +166,25 @@ absl::string_view StrategyName(Strategy strategy) {
 
 absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request) {
   if (request.kv_cache_tokens < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kv_cache_tokens: must be >= 0, got ", request.kv_cache_tokens));
+    return absl::InvalidArgumentError(absl::StrCat("kv_cache_tokens: must be >= 0, got ", request.kv_cache_tokens));
   }
   if (request.kv_cache_tokens > 0 && (spec.num_key_value_heads <= 0 || spec.head_dim <= 0)) {
     return absl::InvalidArgumentError(
         "kv_cache_tokens: the model description has no num_key_value_heads/head_dim to size a KV cache with");
+  }
+  if (request.kv_cache_tokens > 0) {
+    // The whole model's KV cache, with checked arithmetic: each device's share is a part of it, so
+    // KvCacheBytes cannot overflow once this fits.
+    int64_t total = request.kv_cache_tokens;
+    for (int64_t factor : {int64_t{2}, spec.num_key_value_heads, spec.head_dim, DTypeSize(spec.dtype),
+                           static_cast<int64_t>(DecoderLayers(spec).size())}) {
+      absl::StatusOr<int64_t> next = CheckedMul(total, factor, "kv_cache_tokens: the KV cache's bytes");
+      if (!next.ok()) return next.status();
+      total = *next;
+    }
+  }
+  if (!HasTensors(spec.root)) {
+    return absl::InvalidArgumentError("model: the module tree holds no parameters or buffers: nothing to place");
   }
   Plan plan;
   plan.strategy = request.device_map.strategy;
@@ -187,6 +206,7 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request)
   MaxMemory placed_with;  // the budgets the placement ran with
   std::map<Device, int64_t> kv_reserve;
   if (plan.strategy == Strategy::kManual) {
+    if (request.device_map.manual.empty()) return absl::InvalidArgumentError("device_map: the map is empty");
     plan.device_map = request.device_map.manual;
     placed_with = max_memory;
     kv_reserve = KvCacheBytes(spec, plan.device_map, max_memory, request.kv_cache_tokens);
@@ -194,8 +214,8 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request)
     std::optional<MaxMemory> limits;
     if (request.max_memory) limits = placed_with;
     Device fallback = plan.device_map.front().second;
-    absl::Status valid =
-        internal::ValidateManualMap(spec, plan.device_map, limits, PlannedBytes(spec, sizes, plan.device_map, fallback));
+    absl::Status valid = internal::ValidateManualMap(spec, plan.device_map, limits,
+                                                     PlannedBytes(spec, sizes, plan.device_map, fallback));
     if (!valid.ok()) return valid;
     plan.explanation.push_back("manual map: validated (every checkpoint tensor covered once, tied weights together)");
   } else {
@@ -209,8 +229,8 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request)
       if (plan.strategy == Strategy::kSequential) {
         placed_with = budgets;
       } else {
-        absl::StatusOr<MaxMemory> balanced = internal::BalancedMaxMemory(
-            spec, sizes, budgets, plan.strategy == Strategy::kBalancedLow0, explain);
+        absl::StatusOr<MaxMemory> balanced =
+            internal::BalancedMaxMemory(spec, sizes, budgets, plan.strategy == Strategy::kBalancedLow0, explain);
         if (!balanced.ok()) return balanced.status();
         placed_with = *std::move(balanced);
       }
@@ -220,8 +240,7 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request)
       plan.explanation = std::move(trace);
       if (request.kv_cache_tokens == 0) break;
       bool grew = false;
-      for (const auto& [device, bytes] :
-           KvCacheBytes(spec, plan.device_map, max_memory, request.kv_cache_tokens)) {
+      for (const auto& [device, bytes] : KvCacheBytes(spec, plan.device_map, max_memory, request.kv_cache_tokens)) {
         if (bytes > kv_reserve[device]) {
           kv_reserve[device] = bytes;
           grew = true;
@@ -242,6 +261,7 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request)
     }
   }
 
+  if (plan.device_map.empty()) return absl::InternalError("device map: the placement produced no entries");
   const std::map<Device, int64_t> planned = PlannedBytes(spec, sizes, plan.device_map, plan.device_map.front().second);
   for (const DeviceBudget& b : placed_with) {
     auto it = planned.find(b.device);
@@ -250,8 +270,8 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request)
   // Devices the map uses that max_memory did not list: disk (always allowed, unlimited) and, for
   // manual maps without max_memory, whatever the map names.
   for (const auto& [device, bytes] : planned) {
-    bool listed = std::any_of(placed_with.begin(), placed_with.end(),
-                              [&](const DeviceBudget& b) { return b.device == device; });
+    bool listed =
+        std::any_of(placed_with.begin(), placed_with.end(), [&](const DeviceBudget& b) { return b.device == device; });
     if (!listed) plan.devices.push_back({device, std::numeric_limits<double>::infinity(), bytes, 0});
   }
   std::stable_sort(plan.devices.begin(), plan.devices.end(),

@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "checkpoint/file_reader.h"
 #include "cli/flags.h"
 #include "nlohmann/json.hpp"
 #include "runtime/executor/loaded_model.h"
@@ -129,7 +130,8 @@ int main(int argc, char** argv) {
   {
     const bool explicit_path = parsed->Given(FLAGS_tokenizer);
     const std::string path = absl::GetFlag(explicit_path ? FLAGS_tokenizer : FLAGS_model);
-    const bool present = explicit_path || std::filesystem::exists(std::filesystem::path(path) / "tokenizer.json");
+    const bool present =
+        explicit_path || strata::checkpoint::PathMayExist(std::filesystem::path(path) / "tokenizer.json");
     if (present) {
       absl::StatusOr<std::unique_ptr<strata::tokenizer::Tokenizer>> loaded =
           strata::tokenizer::Tokenizer::FromPath(path);

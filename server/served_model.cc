@@ -5,15 +5,18 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/file_reader.h"
 #include "runtime/engine/generation_config.h"
 
 namespace strata::server {
 
 bool HasWeights(const std::filesystem::path& dir) {
+  // The error_code forms throughout: an unreadable directory is "no weights" here, and the load that
+  // follows names the problem.
   std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.path().extension() == ".safetensors" || name == "model.safetensors.index.json") return true;
+  for (std::filesystem::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    const std::filesystem::path& path = it->path();
+    if (path.extension() == ".safetensors" || path.filename() == "model.safetensors.index.json") return true;
   }
   return false;
 }
@@ -43,9 +46,9 @@ absl::StatusOr<runtime::LoadOptions> PlanServedModel(const ServerOptions& option
   return load;
 }
 
-absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptions& options,
-                                                               const runtime::LoadOptions& load,
-                                                               std::function<void(const absl::Status&)> on_device_lost) {
+absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(
+    const ServerOptions& options, const runtime::LoadOptions& load,
+    std::function<void(const absl::Status&)> on_device_lost) {
   std::unique_ptr<ServedModel> served(new ServedModel());
   absl::StatusOr<std::unique_ptr<runtime::LoadedModel>> model = runtime::LoadedModel::Load(load);
   if (!model.ok()) {
@@ -54,7 +57,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptio
   }
   served->model_ = *std::move(model);
 
-  if (std::filesystem::exists(*options.model_dir / "tokenizer.json")) {
+  if (checkpoint::PathMayExist(*options.model_dir / "tokenizer.json")) {
     absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tok =
         tokenizer::Tokenizer::FromPath(options.model_dir->string());
     if (!tok.ok()) return tok.status();

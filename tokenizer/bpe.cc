@@ -56,6 +56,12 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Parse(const JsonAt& json) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
       return vocab.Field(token).Error("expected a non-negative 32-bit integer id");
     }
+    // The id -> token table is sized by the largest id: a huge id would ask for gigabytes (or, at
+    // INT32_MAX, overflow max_id + 1).
+    if (id.get<int64_t>() > kMaxTokenId) {
+      return vocab.Field(token).Error(
+          StrCat("id ", id.get<int64_t>(), " is above the largest supported id (", kMaxTokenId, ")"));
+    }
     const auto i = static_cast<int32_t>(id.get<int64_t>());
     model->vocab_.emplace(token, i);
     max_id = std::max(max_id, i);

@@ -20,6 +20,10 @@
 
 namespace strata::tokenizer {
 
+// The largest token id model.vocab may use: 16x the largest vocabularies in use (262,144), and small
+// enough that the id -> token table stays within a few hundred MB.
+inline constexpr int64_t kMaxTokenId = (int64_t{1} << 22) - 1;
+
 class BpeModel {
  public:
   // Parses the "model" object at `json`; rejects models other than BPE, merges naming unknown tokens,

@@ -1,12 +1,11 @@
 #include "tokenizer/tokenizer.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "checkpoint/file_reader.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/absl_compat.h"
 #include "tokenizer/added_tokens.h"
@@ -22,15 +21,6 @@
 namespace strata::tokenizer {
 
 namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(StrCat(path.string(), ": cannot open"));
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(StrCat(path.string(), ": read error"));
-  return s.str();
-}
 
 absl::StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view source) {
   nlohmann::json json;
@@ -60,17 +50,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromPath(const std::string
   std::error_code ec;
   const std::filesystem::path p(path);
   if (std::filesystem::is_directory(p, ec)) {
-    auto json = ReadFile(p / "tokenizer.json");
+    auto json = checkpoint::ReadRegularFile(p / "tokenizer.json", checkpoint::kMaxTokenizerFileBytes);
     if (!json.ok()) return json.status();
-    std::string config;
-    if (std::filesystem::exists(p / "tokenizer_config.json", ec)) {
-      auto read = ReadFile(p / "tokenizer_config.json");
-      if (!read.ok()) return read.status();
-      config = *std::move(read);
-    }
-    return FromJson(*json, config, (p / "tokenizer.json").string());
+    auto config = checkpoint::ReadRegularFileIfPresent(p / "tokenizer_config.json", checkpoint::kMaxConfigFileBytes);
+    if (!config.ok()) return config.status();
+    return FromJson(*json, config->value_or(""), (p / "tokenizer.json").string());
   }
-  auto json = ReadFile(p);
+  auto json = checkpoint::ReadRegularFile(p, checkpoint::kMaxTokenizerFileBytes);
   if (!json.ok()) return json.status();
   return FromJson(*json, {}, path);
 }

@@ -1,11 +1,11 @@
 #include "runtime/engine/generation_config.h"
 
-#include <fstream>
+#include <cstdint>
 #include <optional>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/file_reader.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::runtime {
@@ -13,13 +13,13 @@ namespace {
 
 // The file's eos_token_id, or nothing when the file is absent or does not set it.
 absl::StatusOr<std::optional<std::vector<int32_t>>> EosFrom(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  if (!in) return std::optional<std::vector<int32_t>>();
-  std::stringstream text;
-  text << in.rdbuf();
+  absl::StatusOr<std::optional<std::string>> text =
+      checkpoint::ReadRegularFileIfPresent(file, checkpoint::kMaxConfigFileBytes);
+  if (!text.ok()) return text.status();
+  if (!text->has_value()) return std::optional<std::vector<int32_t>>();
   nlohmann::json json;
   try {
-    json = nlohmann::json::parse(text.str());
+    json = nlohmann::json::parse(**text);
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(file.string(), ": invalid JSON: ", e.what()));
   }
@@ -27,9 +27,9 @@ absl::StatusOr<std::optional<std::vector<int32_t>>> EosFrom(const std::filesyste
   const nlohmann::json& eos = json["eos_token_id"];
   std::vector<int32_t> ids;
   auto add = [&](const nlohmann::json& value) -> absl::Status {
-    if (!value.is_number_integer() || value.get<int64_t>() < 0) {
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > INT32_MAX) {
       return absl::InvalidArgumentError(
-          absl::StrCat(file.string(), ": eos_token_id: ", value.dump(), " is not a non-negative integer"));
+          absl::StrCat(file.string(), ": eos_token_id: ", value.dump(), " is not a non-negative 32-bit integer"));
     }
     ids.push_back(value.get<int32_t>());
     return absl::OkStatus();

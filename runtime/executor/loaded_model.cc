@@ -12,13 +12,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/safetensors.h"
 #include "nlohmann/json.hpp"
-#include "runtime/model/model_config.h"
 #include "runtime/executor/physical_devices.h"
 #include "runtime/executor/pipeline.h"
-#include "checkpoint/safetensors.h"
 #include "runtime/executor/sampler.h"
 #include "runtime/executor/torch_info.h"
+#include "runtime/model/model_config.h"
 
 namespace strata::runtime {
 namespace {
@@ -72,9 +72,9 @@ absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
   const planner::DType serving = options.spec.dtype;
   if (serving != planner::DType::kFloat32 && serving != planner::DType::kFloat16 &&
       serving != planner::DType::kBFloat16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        (request.model_dir / "config.json").string(), ": dtype ", std::string(planner::DTypeName(serving)),
-        " is not a serving dtype (float32, float16, bfloat16); pass --dtype"));
+    return absl::InvalidArgumentError(
+        absl::StrCat((request.model_dir / "config.json").string(), ": dtype ", std::string(planner::DTypeName(serving)),
+                     " is not a serving dtype (float32, float16, bfloat16); pass --dtype"));
   }
   planner::PlanRequest plan_request;
   plan_request.device_map = request.device_map;
@@ -87,7 +87,10 @@ absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
     if (!inventory.ok()) return inventory.status();
     plan_request.inventory = *std::move(inventory);
   }
-  plan_request.kv_cache_tokens = request.max_batch * request.max_context;
+  absl::StatusOr<int64_t> kv_tokens =
+      planner::CheckedMul(request.max_batch, request.max_context, "--max-batch x --max-context (KV cache tokens)");
+  if (!kv_tokens.ok()) return kv_tokens.status();
+  plan_request.kv_cache_tokens = *kv_tokens;
   absl::StatusOr<planner::Plan> plan = planner::MakePlan(options.spec, plan_request);
   if (!plan.ok()) return plan.status();
   options.plan = *std::move(plan);

@@ -1,5 +1,7 @@
 #include "runtime/model/model_config.h"
 
+#include <cmath>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -16,7 +18,8 @@ absl::Status FieldError(absl::string_view field, absl::string_view what) {
 absl::StatusOr<double> NumberOr(const json& object, const std::string& prefix, const char* key, double fallback) {
   auto it = object.find(key);
   if (it == object.end() || it->is_null()) return fallback;
-  if (!it->is_number()) return FieldError(absl::StrCat(prefix, key), absl::StrCat("expected a number, got ", it->dump()));
+  if (!it->is_number())
+    return FieldError(absl::StrCat(prefix, key), absl::StrCat("expected a number, got ", it->dump()));
   return it->get<double>();
 }
 
@@ -80,9 +83,15 @@ absl::StatusOr<RopeConfig> ParseRope(const json& config) {
         rope.original_max_positions = *original;
       }
     } else {
-      return FieldError(prefix + "rope_type", absl::StrCat("RoPE type \"", type,
-                                                           "\" is not supported by the runtime (default, linear, llama3)"));
+      return FieldError(
+          prefix + "rope_type",
+          absl::StrCat("RoPE type \"", type, "\" is not supported by the runtime (default, linear, llama3)"));
     }
+  }
+  // inv_freq = theta ^ (-2i / d): theta <= 0 gives NaN or infinite frequencies.
+  if (!(rope.theta > 0) || !std::isfinite(rope.theta)) {
+    return FieldError(params != nullptr ? field + ".rope_theta" : "rope_theta",
+                      absl::StrCat("must be a positive finite number, got ", rope.theta));
   }
   // Llama-family attention rotates the whole head; a partial factor would make transformers' own
   // forward fail for scaled types and is ignored by the default type, so only 1 is meaningful here.
@@ -115,6 +124,11 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromJson(const json& config) {
   absl::StatusOr<double> eps = NumberOr(config, "", "rms_norm_eps", 1e-6);
   if (!eps.ok()) return eps.status();
   out.rms_norm_eps = *eps;
+  // A zero or negative epsilon divides by zero (or takes the root of a negative) on a zero row: the model
+  // would stream garbage under status OK.
+  if (!(out.rms_norm_eps > 0) || !std::isfinite(out.rms_norm_eps)) {
+    return FieldError("rms_norm_eps", absl::StrCat("must be a positive finite number, got ", out.rms_norm_eps));
+  }
 
   if (auto act = config.find("hidden_act"); act != config.end() && !act->is_null()) {
     if (!act->is_string() || act->get<std::string>() != "silu") {
@@ -141,7 +155,16 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromJson(const json& config) {
     }
   }
   bool use_window = mistral;
-  if (qwen2) use_window = config.value("use_sliding_window", false);
+  if (qwen2) {
+    // Every field is type-checked before use: json::value() would throw type_error on a null or a string.
+    if (auto it = config.find("use_sliding_window"); it != config.end() && !it->is_null()) {
+      if (!it->is_boolean())
+        return FieldError("use_sliding_window", absl::StrCat("expected true or false, got ", it->dump()));
+      use_window = it->get<bool>();
+    } else {
+      use_window = false;
+    }
+  }
   out.sliding_window.assign(static_cast<size_t>(out.num_layers), 0);
   if (use_window && window > 0) {
     auto types = config.find("layer_types");
@@ -150,11 +173,21 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromJson(const json& config) {
         return FieldError("layer_types", "must have one entry per hidden layer");
       }
       for (int64_t i = 0; i < out.num_layers; ++i) {
-        if ((*types)[i] == "sliding_attention") out.sliding_window[i] = window;
+        const json& type = (*types)[static_cast<size_t>(i)];
+        if (!type.is_string()) {
+          return FieldError(absl::StrCat("layer_types[", i, "]"), absl::StrCat("expected a string, got ", type.dump()));
+        }
+        if (type == "sliding_attention") out.sliding_window[static_cast<size_t>(i)] = window;
       }
     } else if (qwen2) {
-      const int64_t first = config.value("max_window_layers", int64_t{28});
-      for (int64_t i = first; i < out.num_layers; ++i) out.sliding_window[i] = window;
+      int64_t first = 28;  // Qwen2Config's default
+      if (auto it = config.find("max_window_layers"); it != config.end() && !it->is_null()) {
+        if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+          return FieldError("max_window_layers", absl::StrCat("expected a non-negative integer, got ", it->dump()));
+        }
+        first = it->get<int64_t>();
+      }
+      for (int64_t i = first; i < out.num_layers; ++i) out.sliding_window[static_cast<size_t>(i)] = window;
     } else {
       for (int64_t& w : out.sliding_window) w = window;
     }

@@ -92,10 +92,21 @@ TEST(TokenizerErrors, NotJson) {
   EXPECT_THAT(std::string(tok.status().message()), HasSubstr("tokenizer.json: not valid JSON"));
 }
 
-TEST(TokenizerErrors, MissingFileIsNotFound) {
+TEST(TokenizerErrors, MissingFileIsBadInputNamingThePath) {
+  // Bad input like any other (every binary exits 2 on it), with the path and the reason.
   auto tok = Tokenizer::FromPath("/nonexistent/strata/tokenizer.json");
   ASSERT_FALSE(tok.ok());
-  EXPECT_EQ(tok.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(tok.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(tok.status().message()), HasSubstr("/nonexistent/strata/tokenizer.json: cannot open"));
+}
+
+TEST(TokenizerErrors, VocabularyIdNearInt32MaxIsAnErrorNamingTheToken) {
+  // Before: the id -> token table was resized to max_id + 1, which overflowed at INT32_MAX.
+  for (int64_t id : {int64_t{2147483647}, int64_t{2147483646}, int64_t{1} << 22}) {
+    auto j = Valid();
+    j["model"]["vocab"]["ab"] = id;
+    EXPECT_THAT(ErrorOf(j), HasSubstr("model.vocab.ab: id ")) << id;
+  }
 }
 
 }  // namespace
