@@ -39,8 +39,9 @@ ABSL_FLAG(std::string, inject_fault, "",
 ABSL_FLAG(double, drain_timeout, 20,
           "after SIGINT/SIGTERM, seconds that generations in flight may run to their end (health NOT_SERVING and "
           "new Generate calls UNAVAILABLE meanwhile) before they are cut with UNAVAILABLE; 0 cuts them at once");
-ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "gRPC address");
-ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464", "Prometheus /metrics address");
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address (0.0.0.0:50051 for all interfaces)");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
+          "Prometheus /metrics address (0.0.0.0:9464 for all interfaces)");
 
 namespace strata::server {
 namespace {

@@ -22,8 +22,9 @@ TEST(ServerFlags, DefaultsAreBalancedLow0OnTheStandardPorts) {
   EXPECT_FALSE(options.max_memory.has_value());
   EXPECT_FALSE(options.dtype.has_value());
   EXPECT_EQ(options.kv_cache_tokens, 0);
-  EXPECT_EQ(options.listen.ToString(), "0.0.0.0:50051");
-  EXPECT_EQ(options.metrics_listen.ToString(), "0.0.0.0:9464");
+  // Loopback unless told otherwise; the image and the manifests pass 0.0.0.0 on purpose.
+  EXPECT_EQ(options.listen.ToString(), "127.0.0.1:50051");
+  EXPECT_EQ(options.metrics_listen.ToString(), "127.0.0.1:9464");
 }
 
 TEST(ServerFlags, AcceptsSpaceAndEqualsForms) {
@@ -68,7 +69,7 @@ TEST(ServerFlags, EachParseStartsFromTheDefaults) {
   absl::StatusOr<ServerCommand> command = Parse({"--model", "m"});
   ASSERT_TRUE(command.ok()) << command.status();
   EXPECT_EQ(command->options.max_batch, 16);
-  EXPECT_EQ(command->options.listen.ToString(), "0.0.0.0:50051");
+  EXPECT_EQ(command->options.listen.ToString(), "127.0.0.1:50051");
   EXPECT_FALSE(command->options.max_memory.has_value());
 }
 
@@ -90,7 +91,7 @@ TEST(ServerFlags, UsageListsEveryFlagWithItsDefault) {
         "--drain-timeout SECONDS", "--metrics-listen HOST:PORT", "--help"}) {
     EXPECT_NE(usage.find(flag), std::string::npos) << flag;
   }
-  EXPECT_NE(usage.find("(default: 0.0.0.0:50051)"), std::string::npos) << usage;
+  EXPECT_NE(usage.find("(default: 127.0.0.1:50051)"), std::string::npos) << usage;
   EXPECT_NE(usage.find("(default: balanced_low_0)"), std::string::npos) << usage;
   EXPECT_NE(usage.find("(default: 20)"), std::string::npos) << usage;
 }
