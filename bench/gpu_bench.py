@@ -182,18 +182,26 @@ def same_prefix(a, b) -> int:
     return n
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def refusal(script: str, step: str, binary: pathlib.Path, flag: str) -> int:
+    """0 when a CUDA device and `binary` are there; otherwise says why on stderr and returns the exit code
+    (1: no GPU, 2: not built). Shared by the GPU benches."""
     import torch
 
     if not torch.cuda.is_available():
-        print("gpu_bench.py: needs a CUDA device and torch.cuda.is_available() is False here; run it on the "
-              "GPU machine (scripts/gpu-check.sh --steps build,bench OUTDIR)", file=sys.stderr)
+        print(f"{script}: needs a CUDA device and torch.cuda.is_available() is False here; run it on the "
+              f"GPU machine (scripts/gpu-check.sh --steps build,{step} OUTDIR)", file=sys.stderr)
         return 1
-    if not args.strata_generate.is_file():
-        print(f"gpu_bench.py: {args.strata_generate} does not exist (build first, or pass --strata-generate)",
-              file=sys.stderr)
+    if not binary.is_file():
+        print(f"{script}: {binary} does not exist (build first, or pass {flag})", file=sys.stderr)
         return 2
+    return 0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if rc := refusal("gpu_bench.py", "bench", args.strata_generate, "--strata-generate"):
+        return rc
+    import torch
     import transformers
 
     args.out.mkdir(parents=True, exist_ok=True)

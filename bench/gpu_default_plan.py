@@ -81,16 +81,9 @@ def describe(device_map: dict) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if rc := gpu_bench.refusal("gpu_default_plan.py", "plan", args.strata_plan, "--strata-plan"):
+        return rc
     import torch
-
-    if not torch.cuda.is_available():
-        print("gpu_default_plan.py: needs a CUDA device and torch.cuda.is_available() is False here; run it on "
-              "the GPU machine (scripts/gpu-check.sh --steps build,plan OUTDIR)", file=sys.stderr)
-        return 1
-    if not args.strata_plan.is_file():
-        print(f"gpu_default_plan.py: {args.strata_plan} does not exist (build first, or pass --strata-plan)",
-              file=sys.stderr)
-        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     config = dict(gpu_bench.MODEL_1B)
     model_dir = args.work / f"llama_1b_bf16_{config['num_hidden_layers']}l"

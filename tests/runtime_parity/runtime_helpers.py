@@ -147,3 +147,16 @@ def train_tokenizer(vocab_size: int):
     bos = tok.token_to_id("<bos>")
     tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", bos)])
     return tok
+
+
+def layer_device_map(name: str, layer_devices: list, head) -> str:
+    """A manual device_map (JSON) for CONFIGS[name]: embeddings with the first layer, layer i on
+    layer_devices[i], the final norm and rotary embedding on `head`; a tied LM head shares the embedding's
+    storage, so it sits with it (the planner checks), an untied one on `head`."""
+    entries = {"model.embed_tokens": layer_devices[0]}
+    for i, d in enumerate(layer_devices):
+        entries[f"model.layers.{i}"] = d
+    entries["model.norm"] = head
+    entries["model.rotary_emb"] = head
+    entries["lm_head"] = layer_devices[0] if CONFIGS[name][1].get("tie_word_embeddings") else head
+    return json.dumps(entries)

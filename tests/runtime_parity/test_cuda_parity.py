@@ -12,8 +12,6 @@ machine with STRATA_BUILD_DIR pointing at its build.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -32,35 +30,24 @@ FLOAT32_LOGPROB_TOLERANCE = 1e-3
 MEMORY = "0=8GiB,1=8GiB,2=8GiB,3=8GiB,cpu=8GiB,disk=8GiB"
 
 
-def _map(name: str, layer_devices: list, head) -> str:
-    entries = {"model.embed_tokens": layer_devices[0]}
-    for i, d in enumerate(layer_devices):
-        entries[f"model.layers.{i}"] = d
-    entries["model.norm"] = head
-    entries["model.rotary_emb"] = head
-    # A tied LM head shares the embedding's storage, so it sits with it (the planner checks).
-    entries["lm_head"] = layer_devices[0] if H.CONFIGS[name][1].get("tie_word_embeddings") else head
-    return json.dumps(entries)
-
-
 def plan_args(name: str, plan: str) -> list[str]:
     n = H.CONFIGS[name][1]["num_hidden_layers"]
     if plan == "one_gpu":
         return ["--device-map", '{"": 0}', "--physical-devices", "0=cuda:0", "--max-memory", MEMORY]
     if plan == "two_stages_one_gpu":
         devices = [0 if i < n // 2 else 1 for i in range(n)]
-        return ["--device-map", _map(name, devices, 1), "--physical-devices", "0=cuda:0,1=cuda:0",
+        return ["--device-map", H.layer_device_map(name, devices, 1), "--physical-devices", "0=cuda:0,1=cuda:0",
                 "--max-memory", MEMORY]
     if plan == "four_stages_one_gpu":
         devices = [min(3, i * 4 // n) for i in range(n)]
-        return ["--device-map", _map(name, devices, 3), "--physical-devices",
+        return ["--device-map", H.layer_device_map(name, devices, 3), "--physical-devices",
                 "0=cuda:0,1=cuda:0,2=cuda:0,3=cuda:0", "--max-memory", MEMORY]
     if plan == "cpu_entries":
         devices = [0] + ["cpu"] * (n - 2) + [0]
-        return ["--device-map", _map(name, devices, 0), "--physical-devices", "0=cuda:0", "--max-memory", MEMORY]
+        return ["--device-map", H.layer_device_map(name, devices, 0), "--physical-devices", "0=cuda:0", "--max-memory", MEMORY]
     if plan == "disk_entries":
         devices = [0, "disk"] + [0] * (n - 2)
-        return ["--device-map", _map(name, devices, 0), "--physical-devices", "0=cuda:0", "--max-memory", MEMORY]
+        return ["--device-map", H.layer_device_map(name, devices, 0), "--physical-devices", "0=cuda:0", "--max-memory", MEMORY]
     raise ValueError(plan)
 
 

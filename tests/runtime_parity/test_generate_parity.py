@@ -5,7 +5,6 @@ x 16 new tokens, under a single CPU plan, 2- and 4-stage plans on logical device
 
 from __future__ import annotations
 
-import json
 
 import pytest
 import torch
@@ -26,32 +25,21 @@ def _tied(name: str) -> bool:
     return bool(H.CONFIGS[name][1].get("tie_word_embeddings"))
 
 
-def _map(name: str, layer_devices: list, head) -> str:
-    entries = {"model.embed_tokens": layer_devices[0]}
-    for i, d in enumerate(layer_devices):
-        entries[f"model.layers.{i}"] = d
-    entries["model.norm"] = head
-    entries["model.rotary_emb"] = head
-    # A tied LM head shares the embedding's storage, so it must sit with it (the planner checks).
-    entries["lm_head"] = layer_devices[0] if _tied(name) else head
-    return json.dumps(entries)
-
-
 def plan_args(name: str, plan: str) -> list[str]:
     n = _layers(name)
     if plan == "cpu":
         return ["--device-map", '{"": "cpu"}']
     if plan == "two_stage":
         devices = [0 if i < n // 2 else 1 for i in range(n)]
-        return ["--device-map", _map(name, devices, 1), "--physical-devices", "0=cpu,1=cpu",
+        return ["--device-map", H.layer_device_map(name, devices, 1), "--physical-devices", "0=cpu,1=cpu",
                 "--max-memory", "0=1GiB,1=1GiB,cpu=1GiB"]
     if plan == "four_stage":
         devices = [min(3, i * 4 // n) for i in range(n)]
-        return ["--device-map", _map(name, devices, 3), "--physical-devices", "0=cpu,1=cpu,2=cpu,3=cpu",
+        return ["--device-map", H.layer_device_map(name, devices, 3), "--physical-devices", "0=cpu,1=cpu,2=cpu,3=cpu",
                 "--max-memory", "0=1GiB,1=1GiB,2=1GiB,3=1GiB,cpu=1GiB"]
     if plan == "offload":
         devices = [0, "cpu", "disk"] + [0] * (n - 3)
-        return ["--device-map", _map(name, devices, 0), "--physical-devices", "0=cpu",
+        return ["--device-map", H.layer_device_map(name, devices, 0), "--physical-devices", "0=cpu",
                 "--max-memory", "0=1GiB,cpu=1GiB,disk=1GiB"]
     if plan == "balanced":
         # The planner's own strategy over 3 logical GPUs with budgets too small for one.
@@ -156,7 +144,7 @@ def test_two_logical_stages_on_one_gpu(strata_generate, checkpoint, references, 
         pytest.skip("no CUDA device here: the streams-and-events path runs on a GPU machine")
     n = _layers(name)
     devices = [0 if i < n // 2 else 1 for i in range(n)]
-    got = H.run_generate(checkpoint(name), PROMPTS, NEW_TOKENS, "--device-map", _map(name, devices, 1),
+    got = H.run_generate(checkpoint(name), PROMPTS, NEW_TOKENS, "--device-map", H.layer_device_map(name, devices, 1),
                          "--physical-devices", "0=cuda:0,1=cuda:0", "--max-memory", "0=1GiB,1=1GiB,cpu=1GiB",
                          "--dtype", "float32")
     assert "cuda:0" in got["load"]["stages"]
