@@ -39,6 +39,17 @@ ABSL_FLAG(std::string, inject_fault, "",
 ABSL_FLAG(double, drain_timeout, 20,
           "after SIGINT/SIGTERM, seconds that generations in flight may run to their end (health NOT_SERVING and "
           "new Generate calls UNAVAILABLE meanwhile) before they are cut with UNAVAILABLE; 0 cuts them at once");
+ABSL_FLAG(int64_t, max_message_bytes, 4 << 20,
+          "largest GenerateRequest accepted, in bytes; a larger one is RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_prompt_bytes, 1 << 20, "largest prompt text, in bytes, checked before it is tokenized");
+ABSL_FLAG(int64_t, max_prompt_tokens, 0, "most prompt tokens a request may send (text or ids)");
+ABSL_FLAG(int64_t, max_streams, 1024,
+          "Generate calls open at once (validating, waiting, generating or being read); more are RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_streams_per_connection, 100,
+          "concurrent streams per HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS); more wait in the client");
+ABSL_FLAG(int64_t, max_stream_buffer_bytes, 1 << 20,
+          "response bytes a stream may hold for a client that does not read; beyond, the generation is cancelled "
+          "and the call ends RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address (0.0.0.0:50051 for all interfaces)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus /metrics address (0.0.0.0:9464 for all interfaces)");
@@ -78,6 +89,12 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
         Flag(FLAGS_intra_op_threads, "N").ShowDefault("LibTorch's"),
         Flag(FLAGS_inject_fault, "SPEC"),
         Flag(FLAGS_drain_timeout, "SECONDS"),
+        Flag(FLAGS_max_message_bytes, "N").Section("Limits (server/README.md, \"Limits\"):"),
+        Flag(FLAGS_max_prompt_bytes, "N"),
+        Flag(FLAGS_max_prompt_tokens, "N").ShowDefault("--max-context"),
+        Flag(FLAGS_max_streams, "N"),
+        Flag(FLAGS_max_streams_per_connection, "N"),
+        Flag(FLAGS_max_stream_buffer_bytes, "N"),
         Flag(FLAGS_listen, "HOST:PORT"),
         Flag(FLAGS_metrics_listen, "HOST:PORT")};
     command.epilogue = R"(
@@ -176,7 +193,15 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
                                     std::tuple{&options.max_context, &FLAGS_max_context, int64_t{1}},
                                     std::tuple{&options.max_queue, &FLAGS_max_queue, int64_t{0}},
                                     std::tuple{&options.micro_batches, &FLAGS_micro_batches, int64_t{0}},
-                                    std::tuple{&options.prefill_chunk, &FLAGS_prefill_chunk, int64_t{1}}}) {
+                                    std::tuple{&options.prefill_chunk, &FLAGS_prefill_chunk, int64_t{1}},
+                                    std::tuple{&options.max_message_bytes, &FLAGS_max_message_bytes, int64_t{1}},
+                                    std::tuple{&options.max_prompt_bytes, &FLAGS_max_prompt_bytes, int64_t{1}},
+                                    std::tuple{&options.max_prompt_tokens, &FLAGS_max_prompt_tokens, int64_t{0}},
+                                    std::tuple{&options.max_streams, &FLAGS_max_streams, int64_t{1}},
+                                    std::tuple{&options.max_streams_per_connection,
+                                               &FLAGS_max_streams_per_connection, int64_t{1}},
+                                    std::tuple{&options.max_stream_buffer_bytes, &FLAGS_max_stream_buffer_bytes,
+                                               int64_t{1}}}) {
     absl::StatusOr<int64_t> checked = AtLeast(*flag, least, absl::StrCat("an integer >= ", least));
     if (!checked.ok()) return checked.status();
     *value = *checked;
@@ -206,6 +231,21 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
   options.drain_timeout = std::chrono::milliseconds(std::llround(drain_seconds * 1000));
   if (options.max_new_tokens > options.max_context) {
     return absl::InvalidArgumentError(absl::StrCat("--max-new-tokens: ", options.max_new_tokens,
+                                                   " is more than --max-context ", options.max_context));
+  }
+  // gRPC takes its message limit and stream count as int; the transport's own ceiling is twice the
+  // message limit (server/README.md, "Limits").
+  constexpr int64_t kMaxMessageBytes = 1 << 30;
+  if (options.max_message_bytes > kMaxMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_max_message_bytes), ": ",
+                                                   options.max_message_bytes, " is more than ", kMaxMessageBytes));
+  }
+  if (options.max_streams_per_connection > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_max_streams_per_connection), ": ",
+                                                   options.max_streams_per_connection, " is more than ", INT32_MAX));
+  }
+  if (options.max_prompt_tokens > options.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-prompt-tokens: ", options.max_prompt_tokens,
                                                    " is more than --max-context ", options.max_context));
   }
   for (auto [flag, address] :

@@ -54,6 +54,16 @@ struct ServerOptions {
   int32_t intra_op_threads = 0;  // LibTorch intra-op threads per stage worker; 0: LibTorch's default
   std::optional<runtime::FaultInjection> fault;  // --inject-fault: the engine's test seam
 
+  // Limits on what clients may hold (server/README.md, "Limits"). Every refusal is counted under its code.
+  int64_t max_message_bytes = 4 << 20;       // a GenerateRequest on the wire; larger: RESOURCE_EXHAUSTED
+  int64_t max_prompt_bytes = 1 << 20;        // prompt text, checked before it is tokenized: INVALID_ARGUMENT
+  int64_t max_prompt_tokens = 0;             // prompt tokens (text or ids); 0: max_context
+  int64_t max_streams = 1024;                // Generate calls open at once; more: RESOURCE_EXHAUSTED
+  int64_t max_streams_per_connection = 100;  // HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS; more wait in the client
+  // Response bytes a stream may hold for a client that does not read them; beyond, its generation is
+  // cancelled and the call ends RESOURCE_EXHAUSTED.
+  int64_t max_stream_buffer_bytes = 1 << 20;
+
   // After SIGINT/SIGTERM, how long generations in flight may run to their end before they are cut
   // (UNAVAILABLE). Inside Kubernetes' default 30 s terminationGracePeriodSeconds; 0 cuts at once.
   std::chrono::milliseconds drain_timeout{20'000};

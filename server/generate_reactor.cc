@@ -3,24 +3,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/generate_validation.h"
 #include "strata/v1/strata.pb.h"
 
 namespace strata::server {
 namespace {
-
-grpc::StatusCode ToGrpc(absl::StatusCode code) {
-  // absl and gRPC share the canonical code numbers.
-  return static_cast<grpc::StatusCode>(static_cast<int>(code));
-}
-
-std::string BufferToString(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  std::string out;
-  if (!buffer.Dump(&slices).ok()) return out;
-  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return out;
-}
 
 v1::GenerateResponse::FinishReason ToProto(runtime::FinishReason reason) {
   switch (reason) {
@@ -38,44 +24,51 @@ v1::GenerateResponse::FinishReason ToProto(runtime::FinishReason reason) {
   return v1::GenerateResponse::FINISH_REASON_UNSPECIFIED;
 }
 
+// About what a chunk adds to a GenerateResponse on the wire: its text, and per token its id and logprob
+// (a TokenLogprob message) and its top logprobs. Bounds what a stream buffers, so it need not be exact.
+int64_t WireBytes(const runtime::GenerationChunk& chunk) {
+  int64_t bytes = static_cast<int64_t>(chunk.text.size()) + 8;
+  for (const runtime::GeneratedToken& token : chunk.tokens) bytes += 16 + 12 * static_cast<int64_t>(token.top.size());
+  return bytes;
+}
+
 }  // namespace
 
-GenerateReactor::GenerateReactor(grpc::CallbackServerContext* context, const grpc::ByteBuffer& request,
-                                 ServedModel* model, const grpc::Status& refusal, Metrics* metrics,
-                                 InFlightGenerations* in_flight)
-    : context_(context), metrics_(metrics), start_(std::chrono::steady_clock::now()) {
-  if (!refusal.ok()) {
-    FinishWith(refusal);
-    Finish(*std::exchange(finish_status_, std::nullopt));
-    return;
-  }
-  absl::StatusOr<runtime::GenerationRequest> valid =
-      ValidateGenerateRequest(BufferToString(request), model->limits(), model->tokenizer());
-  if (!valid.ok()) {
-    FinishWith(grpc::Status(ToGrpc(valid.status().code()), std::string(valid.status().message())));
-    Finish(*std::exchange(finish_status_, std::nullopt));
-    return;
-  }
-  request_id_ = valid->request_id;
-  const int64_t prompt_tokens = static_cast<int64_t>(valid->prompt.size());
+GenerateReactor::GenerateReactor(grpc::CallbackServerContext* context, Metrics* metrics,
+                                 std::atomic<int64_t>* open_streams, int64_t max_buffer_bytes)
+    : context_(context),
+      metrics_(metrics),
+      open_streams_(open_streams),
+      open_at_start_(open_streams->fetch_add(1) + 1),
+      max_buffer_bytes_(max_buffer_bytes),
+      start_(std::chrono::steady_clock::now()) {}
+
+void GenerateReactor::Refuse(const grpc::Status& status) {
+  // OnDone cannot run before the method handler returns: gRPC holds a Finish called earlier until the
+  // reactor is bound to its call.
+  std::unique_lock lock(mutex_);
+  FinishWith(status);
+  FinishAfterUnlock(lock);
+}
+
+absl::Status GenerateReactor::Submit(runtime::Engine& engine, runtime::GenerationRequest request,
+                                     InFlightGenerations* in_flight) {
+  request_id_ = request.request_id;
+  const int64_t prompt_tokens = static_cast<int64_t>(request.prompt.size());
   absl::StatusOr<std::shared_ptr<runtime::RequestHandle>> handle =
-      model->engine().Submit(*std::move(valid), [this](runtime::GenerationChunk chunk) { OnChunk(std::move(chunk)); });
-  if (!handle.ok()) {
-    FinishWith(grpc::Status(ToGrpc(handle.status().code()), std::string(handle.status().message())));
-    Finish(*std::exchange(finish_status_, std::nullopt));
-    return;
-  }
+      engine.Submit(std::move(request), [this](runtime::GenerationChunk chunk) { OnChunk(std::move(chunk)); });
+  if (!handle.ok()) return handle.status();
   if (metrics_ != nullptr) metrics_->RecordPromptTokens(prompt_tokens);
   {
     std::lock_guard lock(mutex_);
     handle_ = *std::move(handle);
-    // A cancellation that came before the handle existed.
-    if (client_gone_) handle_->Cancel();
+    // A cancellation (or a cut) that came before the handle existed.
+    if (client_gone_ || cut_) handle_->Cancel();
   }
-  // OnDone (which removes it) cannot run before this constructor returns: gRPC holds a Finish called
-  // earlier until the reactor is bound to its call.
+  // OnDone (which removes it) cannot run before the method handler returns (see Refuse).
   in_flight_ = in_flight;
   if (in_flight_ != nullptr) in_flight_->Add(this);
+  return absl::OkStatus();
 }
 
 void GenerateReactor::Cut() {
@@ -96,7 +89,24 @@ void GenerateReactor::OnChunk(runtime::GenerationChunk chunk) {
     last_token_ = now;
   }
   std::unique_lock lock(mutex_);
+  // Nobody reads any more: only the engine's last chunk matters (it ends the call).
+  if (client_gone_ && !chunk.finish) return;
+  pending_bytes_ += WireBytes(chunk);
   pending_.push_back(std::move(chunk));
+  if (!client_gone_ && pending_bytes_ > max_buffer_bytes_) {
+    // The client does not read (a zero flow-control window): its write is stuck and the chunks pile up.
+    // The generation stops, the call is cancelled (the stuck write cannot deliver a status) and counted
+    // RESOURCE_EXHAUSTED once the engine's last chunk is in.
+    overflow_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                             absl::StrCat("the client did not read: ", pending_bytes_,
+                                          " response bytes waiting, more than the server's limit of ",
+                                          max_buffer_bytes_, " bytes"));
+    client_gone_ = true;
+    cancel_call_ = true;
+    if (handle_) handle_->Cancel();
+    if (!pending_.back().finish) pending_.clear();
+    pending_bytes_ = 0;
+  }
   if (!writing_) WriteNextLocked();
   FinishAfterUnlock(lock);
 }
@@ -119,13 +129,14 @@ void GenerateReactor::WriteNextLocked() {
     if (last.tokens.empty() && last.text.empty()) pending_.pop_back();
   }
   if (pending_.empty()) {
-    if (error_end_) FinishWith(*error_end_);
+    if (error_end_) FinishWith(client_gone_ && overflow_ ? *overflow_ : *error_end_);
     return;
   }
   if (client_gone_) {
     // Nobody reads any more: wait for the engine's last chunk (it comes, the request is cancelled) and end.
-    if (error_end_ || pending_.back().finish) FinishWith(grpc::Status::CANCELLED);
+    if (error_end_ || pending_.back().finish) FinishWith(overflow_.value_or(grpc::Status::CANCELLED));
     pending_.clear();
+    pending_bytes_ = 0;
     return;
   }
   v1::GenerateResponse response;
@@ -150,6 +161,7 @@ void GenerateReactor::WriteNextLocked() {
     completion_tokens = chunk.completion_tokens;
   }
   pending_.clear();
+  pending_bytes_ = 0;
   if (finish) {
     response.set_finish_reason(ToProto(*finish));
     response.mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(prompt_tokens));
@@ -213,12 +225,16 @@ void GenerateReactor::FinishAfterUnlock(std::unique_lock<std::mutex>& lock) {
   // called with the mutex released, as the last thing the caller does.
   std::optional<grpc::Status> status = std::move(finish_status_);
   finish_status_.reset();
+  const bool cancel = std::exchange(cancel_call_, false);
   lock.unlock();
+  // TryCancel may run OnCancel on this thread, which takes the mutex.
+  if (cancel) context_->TryCancel();
   if (status) Finish(*status);
 }
 
 void GenerateReactor::OnDone() {
   if (in_flight_ != nullptr) in_flight_->Remove(this, ended_by_cut_);
+  open_streams_->fetch_sub(1);
   delete this;
 }
 

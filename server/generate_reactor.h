@@ -1,14 +1,18 @@
 #pragma once
-// One Generate call (gRPC callback API): validates the request (server/generate_validation.h), submits
-// it to the engine and streams the engine's chunks as GenerateResponse messages. The engine calls back
-// on its own thread; chunks that arrive while a write is in flight are merged into the next message,
-// so a slow client never blocks the engine. The reactor deletes itself in OnDone, which can only come
-// after the engine's last callback (Finish is called from it). While it generates it is listed in
-// InFlightGenerations, so that a drain can wait for it and, at its timeout, cut it (UNAVAILABLE).
+// One Generate call (gRPC callback API): InferenceService validates the request
+// (server/generate_validation.h) and submits it through the reactor, which streams the engine's chunks
+// as GenerateResponse messages. The engine calls back on its own thread; chunks that arrive while a
+// write is in flight are merged into the next message, so a slow client never blocks the engine; one
+// that leaves more than --max-stream-buffer-bytes unread has its generation cancelled (RESOURCE_EXHAUSTED).
+// The reactor deletes itself in OnDone, which can only come after the engine's last callback (Finish is
+// called from it). While it generates it is listed in InFlightGenerations, so that a drain can wait for
+// it and, at its timeout, cut it (UNAVAILABLE).
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -24,10 +28,18 @@ namespace strata::server {
 
 class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  // `refusal` not OK: the call ends with it at once (still loading, plan only, draining); otherwise `model`
-  // generates and the call is listed in `in_flight` until it ends.
-  GenerateReactor(grpc::CallbackServerContext* context, const grpc::ByteBuffer& request, ServedModel* model,
-                  const grpc::Status& refusal, Metrics* metrics, InFlightGenerations* in_flight);
+  // Counted in `open_streams` from here until OnDone. `max_buffer_bytes`: response bytes it may hold for a
+  // client that does not read them (--max-stream-buffer-bytes). `metrics` may be null.
+  GenerateReactor(grpc::CallbackServerContext* context, Metrics* metrics, std::atomic<int64_t>* open_streams,
+                  int64_t max_buffer_bytes);
+
+  // The Generate calls open with this one (counted by the constructor).
+  int64_t open_streams() const { return open_at_start_; }
+  // Ends the call with `status` at once (still loading, plan only, draining, an invalid request, ...).
+  void Refuse(const grpc::Status& status);
+  // Hands the validated request to `engine` and lists the call in `in_flight`. Not OK: the engine
+  // refused it (queue full, stopping); the caller then Refuses with it.
+  absl::Status Submit(runtime::Engine& engine, runtime::GenerationRequest request, InFlightGenerations* in_flight);
 
   // The drain timeout passed: the request is cancelled and the call ends UNAVAILABLE once the tokens
   // generated before are written (unless it ended first). Any thread.
@@ -46,6 +58,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
 
   grpc::CallbackServerContext* context_;
   Metrics* metrics_;
+  std::atomic<int64_t>* open_streams_;
+  int64_t open_at_start_ = 0;
+  const int64_t max_buffer_bytes_;
   InFlightGenerations* in_flight_ = nullptr;  // set once the request is submitted
   std::string request_id_;
   std::shared_ptr<runtime::RequestHandle> handle_;
@@ -54,6 +69,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
 
   std::mutex mutex_;
   std::deque<runtime::GenerationChunk> pending_;
+  int64_t pending_bytes_ = 0;  // about what pending_ will take on the wire
+  // The client left more than max_buffer_bytes_ unread: the generation is cancelled and the call ends
+  // with this RESOURCE_EXHAUSTED once the engine's last chunk is in.
+  std::optional<grpc::Status> overflow_;
+  bool cancel_call_ = false;  // FinishAfterUnlock cancels the call (a write stuck behind a client that does not read)
   grpc::ByteBuffer buffer_;  // the message being written
   bool writing_ = false;
   bool final_written_ = false;

@@ -63,12 +63,22 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::Gen
   const char* prompt_field = has_text ? "prompt" : "prompt_ids";
   if (has_text) {
     if (tokenizer == nullptr) return Invalid("prompt", "the model has no tokenizer.json: send prompt_ids");
+    // Before tokenizing: the work is bounded by the limit, not by what a client sends.
+    if (static_cast<int64_t>(request.prompt().size()) > limits.max_prompt_bytes) {
+      return Invalid("prompt", absl::StrCat(request.prompt().size(), " bytes, more than the server's limit of ",
+                                            limits.max_prompt_bytes, " bytes"));
+    }
     absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(request.prompt(), request.add_special_tokens());
     if (!ids.ok()) return Invalid("prompt", ids.status().message());
     if (ids->empty()) return Invalid("prompt", "encodes to no tokens");
     out.prompt = *std::move(ids);
   } else {
     out.prompt.assign(request.prompt_ids().begin(), request.prompt_ids().end());
+  }
+  const int64_t max_prompt_tokens = limits.max_prompt_tokens > 0 ? limits.max_prompt_tokens : limits.max_context;
+  if (static_cast<int64_t>(out.prompt.size()) > max_prompt_tokens) {
+    return Invalid(prompt_field, absl::StrCat(out.prompt.size(), " tokens, more than the server's limit of ",
+                                              max_prompt_tokens, " prompt tokens"));
   }
   for (size_t i = 0; i < out.prompt.size(); ++i) {
     if (out.prompt[i] < 0 || out.prompt[i] >= limits.vocab_size) {

@@ -3,9 +3,27 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "server/generate_reactor.h"
+#include "server/generate_validation.h"
 
 namespace strata::server {
+namespace {
+
+grpc::StatusCode ToGrpc(absl::StatusCode code) {
+  // absl and gRPC share the canonical code numbers.
+  return static_cast<grpc::StatusCode>(static_cast<int>(code));
+}
+
+std::string BufferToString(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (!buffer.Dump(&slices).ok()) return out;
+  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
+
+}  // namespace
 
 v1::GetDeviceMapResponse DeviceMapResponse(const ServedPlan& served,
                                            const std::vector<runtime::DeviceMemory>* measured) {
@@ -102,18 +120,59 @@ grpc::ServerUnaryReactor* InferenceService::GetDeviceMap(grpc::CallbackServerCon
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(grpc::CallbackServerContext* context,
                                                                        const grpc::ByteBuffer* request) {
-  std::lock_guard lock(mutex_);
-  // Under the lock: Stop() cannot take the model away while the request is submitted, nor a drain begin.
+  // Only the checks of the server's state and the hand-off to the engine hold the mutex. Validation and
+  // tokenization (up to --max-prompt-bytes of text) run on this gRPC thread, in parallel with other calls.
   grpc::Status refusal = grpc::Status::OK;
-  if (draining_) {
-    refusal = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is draining");
-  } else if (plan_ != nullptr && model_ == nullptr && plan_response_.has_value()) {
-    refusal = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                           "the server only plans: --model DIR holds no safetensors weights");
-  } else if (model_ == nullptr) {
-    refusal = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is still loading");
+  ServedModel* model = nullptr;
+  Metrics* metrics = nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    metrics = metrics_;
+    model = model_;
+    if (draining_) {
+      refusal = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is draining");
+    } else if (plan_ != nullptr && model_ == nullptr && plan_response_.has_value()) {
+      refusal = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                             "the server only plans: --model DIR holds no safetensors weights");
+    } else if (model_ == nullptr) {
+      refusal = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is still loading");
+    }
   }
-  return new GenerateReactor(context, *request, model_, refusal, metrics_, &in_flight_);
+  auto* reactor = new GenerateReactor(context, metrics, &open_streams_, limits_.max_stream_buffer_bytes);
+  if (refusal.ok() && reactor->open_streams() > limits_.max_streams) {
+    refusal = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           absl::StrCat(reactor->open_streams() - 1, " Generate calls are open, the server's limit is ",
+                                        limits_.max_streams));
+  }
+  const int64_t request_bytes = static_cast<int64_t>(request->Length());
+  if (refusal.ok() && request_bytes > limits_.max_message_bytes) {
+    refusal = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           absl::StrCat("request: ", request_bytes, " bytes, more than the server's limit of ",
+                                        limits_.max_message_bytes, " bytes"));
+  }
+  if (!refusal.ok()) {
+    reactor->Refuse(refusal);
+    return reactor;
+  }
+  absl::StatusOr<runtime::GenerationRequest> valid =
+      ValidateGenerateRequest(BufferToString(*request), model->limits(), model->tokenizer());
+  if (!valid.ok()) {
+    reactor->Refuse(grpc::Status(ToGrpc(valid.status().code()), std::string(valid.status().message())));
+    return reactor;
+  }
+  absl::Status submitted;
+  {
+    // Under the mutex: a drain that has begun counts this call, or the call is refused; Stop() cannot take
+    // the engine away during the hand-off. `model` itself lives until the server has shut down.
+    std::lock_guard lock(mutex_);
+    if (draining_) {
+      submitted = absl::UnavailableError(model_ == model ? "the server is draining" : "the server is shutting down");
+    } else {
+      submitted = reactor->Submit(model->engine(), *std::move(valid), &in_flight_);
+    }
+  }
+  if (!submitted.ok()) reactor->Refuse(grpc::Status(ToGrpc(submitted.code()), std::string(submitted.message())));
+  return reactor;
 }
 
 }  // namespace strata::server

@@ -27,8 +27,17 @@ v1::GetDeviceMapResponse DeviceMapResponse(const ServedPlan& served,
 using InferenceServiceBase = v1::InferenceService::WithCallbackMethod_GetDeviceMap<
     v1::InferenceService::WithRawCallbackMethod_Generate<v1::InferenceService::Service>>;
 
+// What the service refuses (server/README.md, "Limits"), from the flags.
+struct ServiceLimits {
+  int64_t max_message_bytes = 4 << 20;       // a GenerateRequest's bytes
+  int64_t max_streams = 1024;                // Generate calls open at once
+  int64_t max_stream_buffer_bytes = 1 << 20;  // response bytes a stream holds for a client that does not read
+};
+
 class InferenceService final : public InferenceServiceBase {
  public:
+  explicit InferenceService(const ServiceLimits& limits = {}) : limits_(limits) {}
+
   // Generate calls record into `metrics` (may be null) from now on.
   void SetMetrics(Metrics* metrics) {
     std::lock_guard lock(mutex_);
@@ -44,6 +53,8 @@ class InferenceService final : public InferenceServiceBase {
   // Returns the generations in flight.
   int64_t BeginDrain(std::function<void()> on_drained);
   InFlightGenerations& in_flight() { return in_flight_; }
+  // Generate calls open now: validating, waiting, generating or being read.
+  int64_t open_streams() const { return open_streams_.load(); }
   // New Generate calls are UNAVAILABLE from now on, and GetDeviceMap too once the model is gone (shutdown).
   void Stop();
 
@@ -53,6 +64,8 @@ class InferenceService final : public InferenceServiceBase {
                                                        const grpc::ByteBuffer* request) override;
 
  private:
+  const ServiceLimits limits_;
+  std::atomic<int64_t> open_streams_{0};
   Metrics* metrics_ = nullptr;
   std::mutex mutex_;
   const ServedPlan* plan_ = nullptr;

@@ -145,7 +145,17 @@ Metrics::Metrics(ListenAddress address, std::shared_ptr<prometheus::Registry> re
                                .Name("strata_engine_errors_total")
                                .Help("Micro-batches whose forward pass or sampling failed, by stage; their requests "
                                      "ended INTERNAL")
-                               .Register(*registry_)) {}
+                               .Register(*registry_)),
+      nonfinite_logits_total_(prometheus::BuildCounter()
+                                  .Name("strata_nonfinite_logits_total")
+                                  .Help("Rows whose logits were not finite (NaN or inf), by the stage that computed "
+                                        "them; each ended its request INTERNAL")
+                                  .Register(*registry_)),
+      open_streams_(prometheus::BuildGauge()
+                        .Name("strata_open_streams")
+                        .Help("Generate calls open: validating, waiting, generating or being read (--max-streams)")
+                        .Register(*registry_)
+                        .Add({})) {}
 
 void Metrics::RecordPlan(const planner::Plan& plan) {
   for (const planner::DeviceUsage& usage : plan.devices) {
@@ -185,10 +195,13 @@ void Metrics::RecordEngine(const runtime::EngineStats& stats) {
     const double delta = stats.stages[s].busy_seconds - counter.Value();
     if (delta > 0) counter.Increment(delta);
   }
-  for (const runtime::StageErrors& e : stats.errors) {
-    prometheus::Counter& counter = engine_errors_total_.Add({{"stage", e.stage}, {"device", e.device}});
-    const double delta = static_cast<double>(e.count) - counter.Value();
-    if (delta > 0) counter.Increment(delta);
+  for (auto [family, counts] : {std::pair{&engine_errors_total_, &stats.errors},
+                                 std::pair{&nonfinite_logits_total_, &stats.nonfinite_logits}}) {
+    for (const runtime::StageErrors& e : *counts) {
+      prometheus::Counter& counter = family->Add({{"stage", e.stage}, {"device", e.device}});
+      const double delta = static_cast<double>(e.count) - counter.Value();
+      if (delta > 0) counter.Increment(delta);
+    }
   }
 }
 
@@ -200,6 +213,8 @@ void Metrics::RecordDeviceMemory(const std::vector<runtime::DeviceMemory>& devic
     }
   }
 }
+
+void Metrics::SetOpenStreams(int64_t streams) { open_streams_.Set(static_cast<double>(streams)); }
 
 void Metrics::SetServing(bool serving) { serving_.Set(serving ? 1.0 : 0.0); }
 

@@ -41,6 +41,8 @@ class Metrics {
   void RecordEngine(const runtime::EngineStats& stats);
   void RecordDeviceMemory(const std::vector<runtime::DeviceMemory>& devices);
 
+  // Generate calls open now (InferenceService::open_streams).
+  void SetOpenStreams(int64_t streams);
   // What the gRPC health service says: 1 while SERVING, 0 while loading, draining or after a lost device.
   void SetServing(bool serving);
 
@@ -73,6 +75,8 @@ class Metrics {
   prometheus::Gauge& plan_warnings_;
   prometheus::Gauge& serving_;
   prometheus::Family<prometheus::Counter>& engine_errors_total_;
+  prometheus::Family<prometheus::Counter>& nonfinite_logits_total_;
+  prometheus::Gauge& open_streams_;
 };
 
 }  // namespace strata::server

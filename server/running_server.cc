@@ -3,7 +3,9 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
 #include <string>
 #include <utility>
 
@@ -14,7 +16,8 @@ namespace strata::server {
 
 absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const ServerOptions& options) {
   std::unique_ptr<RunningServer> running(new RunningServer());
-  running->service_ = std::make_unique<InferenceService>();
+  running->service_ = std::make_unique<InferenceService>(ServiceLimits{
+      options.max_message_bytes, options.max_streams, options.max_stream_buffer_bytes});
 
   // Both are process-wide settings read when a builder is made, so they come first.
   grpc::EnableDefaultHealthCheckService(true);
@@ -26,6 +29,10 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const Server
   // gRPC sets SO_REUSEPORT by default, which lets a second server bind a port that is already served
   // and split its traffic; a port in use must be an error instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, static_cast<int>(options.max_streams_per_connection));
+  // gRPC drops a message above its limit before any handler sees it (uncounted), so its limit is twice
+  // --max-message-bytes: up to there the service refuses and counts the message (RESOURCE_EXHAUSTED).
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(2 * options.max_message_bytes, INT32_MAX)));
   builder.RegisterService(running->service_.get());
   running->server_ = builder.BuildAndStart();
   // On failure `running` shuts down what did start as it goes out of scope.
@@ -93,6 +100,7 @@ void RunningServer::ServeModel(std::unique_ptr<ServedModel> model) {
 
 void RunningServer::SampleGauges() {
   metrics_->RecordEngine(model_->engine().Stats());
+  metrics_->SetOpenStreams(service_->open_streams());
   metrics_->RecordDeviceMemory(runtime::MeasureDeviceMemory(model_->model()));
 }
 

@@ -87,6 +87,8 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(
   served->limits_.vocab_size = served->model_->vocab_size();
   served->limits_.max_context = options.max_context;
   served->limits_.max_new_tokens = options.max_new_tokens > 0 ? options.max_new_tokens : options.max_context;
+  served->limits_.max_prompt_bytes = options.max_prompt_bytes;
+  served->limits_.max_prompt_tokens = options.max_prompt_tokens > 0 ? options.max_prompt_tokens : options.max_context;
   served->plan_.spec = served->model_->report().spec;
   served->plan_.plan = served->model_->report().plan;
   served->plan_.kv_cache_tokens = options.max_batch * options.max_context;

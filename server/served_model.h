@@ -21,6 +21,8 @@ struct GenerateLimits {
   int64_t vocab_size = 0;
   int64_t max_context = 0;
   int64_t max_new_tokens = 0;
+  int64_t max_prompt_bytes = 1 << 20;  // prompt text, checked before it is tokenized
+  int64_t max_prompt_tokens = 0;       // text prompts after tokenizing, prompt_ids as given; 0: max_context
   int64_t max_stop_strings = 16;
   int64_t max_stop_bytes = 256;  // per stop string
   int64_t max_top_logprobs = 20;

@@ -116,6 +116,7 @@ struct Engine::Impl {
   int64_t free_slots = 0;
   uint64_t micro_batches_run = 0;
   std::map<std::pair<std::string, std::string>, uint64_t> errors;  // (stage, device) -> failed micro-batches
+  std::map<std::pair<std::string, std::string>, uint64_t> nonfinite;  // (stage, device) -> rows with NaN/inf logits
   std::function<void(int64_t)> observer;
 
   // Output thread.
@@ -216,6 +217,7 @@ EngineStats Engine::Stats() const {
     stats.micro_batches_run = impl_->micro_batches_run;
     stats.device_lost = impl_->refusing;
     for (const auto& [where, count] : impl_->errors) stats.errors.push_back({where.first, where.second, count});
+    for (const auto& [where, count] : impl_->nonfinite) stats.nonfinite_logits.push_back({where.first, where.second, count});
   }
   stats.slots = impl_->model.max_batch();
   stats.stages = impl_->executor->Busy();
@@ -323,7 +325,17 @@ void Engine::Impl::Process(MicroBatchResult result) {
   for (size_t r = 0; r < schedule.rows.size(); ++r) {
     const ScheduledRow& row = schedule.rows[r];
     Sequence& s = *sequences.at(row.sequence);
-    if (s.done || !result.tokens[r]) continue;
+    if (s.done) continue;
+    if (r < result.row_errors.size() && !result.row_errors[r].ok()) {
+      std::cerr << "strata engine: request " << s.request.request_id << ": " << result.row_errors[r].message() << "\n";
+      {
+        std::lock_guard lock(mutex);
+        ++nonfinite[{result.last_stage, result.last_device}];
+      }
+      Finish(s, FinishReason::kError, result.row_errors[r]);
+      continue;
+    }
+    if (!result.tokens[r]) continue;
     const SampledToken& sampled = *result.tokens[r];
     GeneratedToken token{sampled.id, sampled.logprob, sampled.top};
     s.tokens.push_back(sampled.id);

@@ -119,6 +119,9 @@ struct EngineStats {
   uint64_t micro_batches_run = 0;
   std::vector<StageBusy> stages;
   std::vector<StageErrors> errors;  // stages that failed at least once
+  // Rows whose logits were not finite (NaN or inf), by the stage that computed them: each ended its
+  // request with kError.
+  std::vector<StageErrors> nonfinite_logits;
   bool device_lost = false;
 };
 

@@ -1,10 +1,12 @@
 #include "runtime/executor/executor.h"
 
+#include <cmath>
 #include <ATen/ops/index_select.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <stdexcept>
 #include <utility>
@@ -169,10 +171,24 @@ MicroBatchResult Executor::WaitCompleted() {
     try {
       // Waits on this micro-batch's copy event only.
       std::vector<SampledToken> tokens = FinishSamples(mb->samples, mb->sampling);
+      const Stage& last = stages.back();
       size_t k = 0;
       for (size_t r = 0; r < mb->work.rows.size(); ++r) {
-        if (mb->work.rows[r].samples) result.tokens[r] = std::move(tokens.at(k++));
+        if (!mb->work.rows[r].samples) continue;
+        SampledToken& token = tokens.at(k++);
+        if (std::isfinite(token.logprob)) {
+          result.tokens[r] = std::move(token);
+          continue;
+        }
+        result.row_errors.resize(mb->work.rows.size());
+        result.row_errors[r] = absl::InternalError(
+            absl::StrCat("stage ", stages.size() - 1, " (plan device ", last.label, " on ", last.device.str(),
+                         "): the logits are not finite (NaN or inf) at position ",
+                         mb->work.rows[r].start + static_cast<int64_t>(mb->work.rows[r].tokens.size()),
+                         ": the weights or the activations overflowed"));
       }
+      result.last_stage = std::to_string(stages.size() - 1);
+      result.last_device = last.label;
     } catch (...) {
       mb->error = std::current_exception();
       mb->failed_stage = stages.size() - 1;

@@ -70,6 +70,14 @@ struct MicroBatchResult {
   // The failure left the device unusable (a sticky CUDA error: illegal address, device-side assert):
   // nothing more can run in this process.
   bool device_lost = false;
+  // Per row, OK unless the row's logits were not finite (NaN or inf: overflowed weights or activations).
+  // Such a row has no token; its error is INTERNAL naming the last stage. The other rows are unaffected.
+  // The check costs nothing on the device: the sampled token's log-probability, which comes back in the
+  // micro-batch's one copy anyway, is finite exactly when every logit of its row is (a NaN or +inf logit
+  // makes the log-sum-exp, and so every log-probability, NaN or inf; finite logits give finite ones).
+  std::vector<absl::Status> row_errors;
+  std::string last_stage;   // the stage that computed the logits: row_errors name it, metrics count it
+  std::string last_device;
 };
 
 // A failure the tests can arm (the fault seam): stage `stage` throws on its `call`-th micro-batch

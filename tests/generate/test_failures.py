@@ -61,3 +61,45 @@ def test_sticky_device_error_sets_not_serving_and_exits_nonzero(server_factory, 
         time.sleep(0.1)
     assert server.process.returncode == 1, server.output()
     assert "a device is unusable" in server.output()
+
+
+def _with_nan_logit_row(source, target):
+    """A copy of the checkpoint at `source` whose output projection's row 7 is NaN: every step's logit 7
+    is NaN, whatever the prompt (lm_head, or the embedding it is tied to)."""
+    import shutil
+
+    import safetensors.torch
+    import torch
+
+    shutil.copytree(source, target)
+    path = target / "model.safetensors"
+    tensors = safetensors.torch.load_file(str(path))
+    name = "lm_head.weight" if "lm_head.weight" in tensors else "model.embed_tokens.weight"
+    tensors[name][7] = float("nan")
+    safetensors.torch.save_file(tensors, str(path), metadata={"format": "pt"})
+    return target
+
+
+def test_nonfinite_logits_end_the_request_internal_naming_the_stage_and_are_counted(server_factory, text_model,
+                                                                                     stubs, tmp_path):
+    directory, _ = text_model
+    broken = _with_nan_logit_row(directory, tmp_path / "nan_model")
+    server = server_factory(["--model", str(broken), *GH.TWO_STAGE_FLAGS])
+    code, details = GH.status_of(lambda: GH.generate(stubs, server.channel, prompt_ids=[5, 6, 9], max_new_tokens=4))
+    assert code == grpc.StatusCode.INTERNAL, (code, details)
+    # The last stage computed the logits: position 3 is the first new token's.
+    assert "stage 1 (plan device 1 on cpu): the logits are not finite (NaN or inf) at position 3" in details, details
+    assert GH.metric(server.metrics_url, 'strata_requests_total{code="INTERNAL"}') == 1
+    assert GH.metric(server.metrics_url, 'strata_requests_total{code="OK"}', default=0) == 0
+    counted = 'strata_nonfinite_logits_total{device="1",stage="1"}'
+    deadline = time.monotonic() + 10
+    while GH.metric(server.metrics_url, counted, default=0) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert GH.metric(server.metrics_url, counted) == 1
+    # Not a device failure: the server still serves (and refuses the next such request the same way).
+    health = stubs.health_grpc.HealthStub(server.channel)
+    reply = health.Check(stubs.health.HealthCheckRequest(service="strata.v1.InferenceService"), timeout=10)
+    assert reply.status == stubs.health.HealthCheckResponse.SERVING
+    code, _ = GH.status_of(lambda: GH.generate(stubs, server.channel, prompt_ids=[11], max_new_tokens=2))
+    assert code == grpc.StatusCode.INTERNAL
+    assert server.stop() == 0

@@ -85,6 +85,19 @@ TEST(GenerateValidation, PromptAndNewTokensMustFitTheContext) {
   ExpectInvalid(request, "prompt_ids");
 }
 
+TEST(GenerateValidation, PromptTokensAreBounded) {
+  GenerateLimits limits = Limits();
+  limits.max_prompt_tokens = 3;
+  v1::GenerateRequest request = Valid();
+  request.add_prompt_ids(3);
+  EXPECT_TRUE(ValidateGenerateRequest(request, limits, nullptr).ok());
+  request.add_prompt_ids(4);
+  absl::StatusOr<runtime::GenerationRequest> result = ValidateGenerateRequest(request, limits, nullptr);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(result.status().message(), "prompt_ids: 4 tokens, more than the server's limit of 3 prompt tokens");
+}
+
 TEST(GenerateValidation, SamplingParametersOutOfRange) {
   for (float t : {-0.1f, NAN, INFINITY}) {
     v1::GenerateRequest request = Valid();
