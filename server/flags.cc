@@ -89,14 +89,14 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
         Flag(FLAGS_intra_op_threads, "N").ShowDefault("LibTorch's"),
         Flag(FLAGS_inject_fault, "SPEC"),
         Flag(FLAGS_drain_timeout, "SECONDS"),
+        Flag(FLAGS_listen, "HOST:PORT"),
+        Flag(FLAGS_metrics_listen, "HOST:PORT"),
         Flag(FLAGS_max_message_bytes, "N").Section("Limits (server/README.md, \"Limits\"):"),
         Flag(FLAGS_max_prompt_bytes, "N"),
         Flag(FLAGS_max_prompt_tokens, "N").ShowDefault("--max-context"),
         Flag(FLAGS_max_streams, "N"),
         Flag(FLAGS_max_streams_per_connection, "N"),
-        Flag(FLAGS_max_stream_buffer_bytes, "N"),
-        Flag(FLAGS_listen, "HOST:PORT"),
-        Flag(FLAGS_metrics_listen, "HOST:PORT")};
+        Flag(FLAGS_max_stream_buffer_bytes, "N")};
     command.epilogue = R"(
 Exit status: 0 after SIGINT/SIGTERM (once drained; at once when it comes during the load), 2 on a bad flag or plan (the message names it), 1 otherwise
 (for example a port already in use, or a device that became unusable while serving).

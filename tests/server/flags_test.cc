@@ -96,6 +96,27 @@ TEST(ServerFlags, UsageListsEveryFlagWithItsDefault) {
   EXPECT_NE(usage.find("(default: 20)"), std::string::npos) << usage;
 }
 
+TEST(ServerFlags, LimitsHaveTheirDocumentedDefaults) {
+  absl::StatusOr<ServerCommand> command = Parse({"--model", "m"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->options.max_message_bytes, 4 << 20);  // gRPC's own default
+  EXPECT_EQ(command->options.max_prompt_bytes, 1 << 20);
+  EXPECT_EQ(command->options.max_prompt_tokens, 0);  // --max-context
+  EXPECT_EQ(command->options.max_streams, 1024);
+  EXPECT_EQ(command->options.max_streams_per_connection, 100);
+  EXPECT_EQ(command->options.max_stream_buffer_bytes, 1 << 20);
+  command = Parse({"--model", "m", "--max-message-bytes", "65536", "--max-prompt-tokens", "100", "--max-streams=7",
+                   "--max-streams-per-connection", "3", "--max-stream-buffer-bytes", "4096",
+                   "--max-prompt-bytes", "1000"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->options.max_message_bytes, 65536);
+  EXPECT_EQ(command->options.max_prompt_bytes, 1000);
+  EXPECT_EQ(command->options.max_prompt_tokens, 100);
+  EXPECT_EQ(command->options.max_streams, 7);
+  EXPECT_EQ(command->options.max_streams_per_connection, 3);
+  EXPECT_EQ(command->options.max_stream_buffer_bytes, 4096);
+}
+
 TEST(ServerFlags, DrainTimeoutIsSecondsDefaultingInsideKubernetesGrace) {
   absl::StatusOr<ServerCommand> command = Parse({"--model", "m"});
   ASSERT_TRUE(command.ok()) << command.status();
@@ -150,7 +171,18 @@ INSTANTIATE_TEST_SUITE_P(
                     BadFlags{{"--model", "a", "--listen", ":50051"}, "no host"},
                     BadFlags{{"--model", "a", "--listen", "::1:50051"}, "brackets"},
                     BadFlags{{"--model", "a", "--metrics-listen", "localhost:70000"}, "--metrics-listen"},
-                    BadFlags{{"--model", "a", "--metrics-listen", "localhost:9x"}, "localhost:9x"}));
+                    BadFlags{{"--model", "a", "--metrics-listen", "localhost:9x"}, "localhost:9x"},
+                    BadFlags{{"--model", "a", "--max-message-bytes", "0"}, "--max-message-bytes"},
+                    BadFlags{{"--model", "a", "--max-message-bytes", "2000000000"},
+                             "--max-message-bytes: 2000000000 is more than 1073741824"},
+                    BadFlags{{"--model", "a", "--max-prompt-bytes", "-5"}, "--max-prompt-bytes"},
+                    BadFlags{{"--model", "a", "--max-prompt-tokens", "4096"},
+                             "--max-prompt-tokens: 4096 is more than --max-context 2048"},
+                    BadFlags{{"--model", "a", "--max-streams", "0"}, "--max-streams"},
+                    BadFlags{{"--model", "a", "--max-streams-per-connection", "0"}, "--max-streams-per-connection"},
+                    BadFlags{{"--model", "a", "--max-streams-per-connection", "3000000000"},
+                             "--max-streams-per-connection"},
+                    BadFlags{{"--model", "a", "--max-stream-buffer-bytes", "none"}, "--max-stream-buffer-bytes"}));
 
 }  // namespace
 }  // namespace strata::server

@@ -1,0 +1,178 @@
+"""The limits an operator sets (server/README.md, "Limits"): each refusal names the limit and is counted
+under its code; a client that does not read cannot hold the server's memory; and admission runs off the
+service's lock, so a huge prompt being tokenized does not hold up anyone else's request."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import random
+import threading
+import time
+
+import grpc
+import pytest
+
+import generate_helpers as GH
+
+RESOURCE_EXHAUSTED = 'strata_requests_total{code="RESOURCE_EXHAUSTED"}'
+
+
+def wait_metric(url, sample, predicate, timeout_s=10.0):
+    """The sample's value once `predicate` holds for it (engine and stream gauges are sampled every 250 ms)."""
+    deadline = time.monotonic() + timeout_s
+    value = GH.metric(url, sample, default=0)
+    while not predicate(value) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        value = GH.metric(url, sample, default=0)
+    return value
+
+
+@pytest.fixture(scope="module")
+def limited(server_factory, text_model):
+    directory, _ = text_model
+    return server_factory(["--model", str(directory), "--max-message-bytes", "65536", "--max-prompt-bytes", "1000",
+                           "--max-prompt-tokens", "8"])
+
+
+def test_message_above_the_limit_is_resource_exhausted_and_counted(limited, stubs):
+    before = GH.metric(limited.metrics_url, RESOURCE_EXHAUSTED, default=0)
+    ids = list(range(200, 240)) * 1000  # 2 bytes each: about 80 kB on the wire
+    code, details = GH.status_of(lambda: GH.generate(stubs, limited.channel, prompt_ids=ids, max_new_tokens=1))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
+    assert "more than the server's limit of 65536 bytes" in details, details
+    assert GH.metric(limited.metrics_url, RESOURCE_EXHAUSTED) == before + 1
+    # Past twice the limit gRPC's transport drops the message itself (same code; no handler sees it).
+    code, details = GH.status_of(lambda: GH.generate(stubs, limited.channel, prompt="x" * 200_000, max_new_tokens=1))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
+
+
+def test_prompt_bytes_are_checked_before_tokenizing(limited, stubs):
+    # 1001 bytes: refused by its size (the message names bytes); it would also be too many tokens.
+    code, details = GH.status_of(lambda: GH.generate(stubs, limited.channel, prompt="ab " * 333 + "xy",
+                                                     max_new_tokens=1))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, details)
+    assert details == "prompt: 1001 bytes, more than the server's limit of 1000 bytes", details
+
+
+def test_prompt_tokens_are_bounded(limited, stubs):
+    out = GH.generate(stubs, limited.channel, prompt_ids=list(range(10, 18)), max_new_tokens=1)
+    assert out["finish"] == "LENGTH"
+    code, details = GH.status_of(lambda: GH.generate(stubs, limited.channel, prompt_ids=list(range(10, 19)),
+                                                     max_new_tokens=1))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, details)
+    assert details == "prompt_ids: 9 tokens, more than the server's limit of 8 prompt tokens", details
+
+
+def _hold_streams(stubs, channel, count, new_tokens):
+    """`count` Generate calls started on `channel` whose first message has arrived; returns the iterators."""
+    stub = stubs.strata_grpc.InferenceServiceStub(channel)
+    calls = []
+    for _ in range(count):
+        call = stub.Generate(stubs.strata.GenerateRequest(prompt_ids=[5, 6], max_new_tokens=new_tokens), timeout=120)
+        calls.append(call)
+    return calls
+
+
+def test_open_streams_above_max_streams_are_resource_exhausted(server_factory, text_model, stubs):
+    directory, _ = text_model
+    # One KV slot: the first call generates 2000 tokens, the second waits in the queue; both stay open.
+    server = server_factory(["--model", str(directory), "--max-streams", "2", "--max-batch", "1"])
+    calls = _hold_streams(stubs, server.channel, 2, 2000)
+    next(calls[0])  # generating
+    assert wait_metric(server.metrics_url, "strata_open_streams", lambda v: v == 2) == 2
+    code, details = GH.status_of(lambda: GH.generate(stubs, server.channel, prompt_ids=[5], max_new_tokens=1))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
+    assert details == "2 Generate calls are open, the server's limit is 2", details
+    assert GH.metric(server.metrics_url, RESOURCE_EXHAUSTED) == 1
+    for call in calls:
+        call.cancel()
+    assert wait_metric(server.metrics_url, "strata_open_streams", lambda v: v == 0) == 0
+    out = GH.generate(stubs, server.channel, prompt_ids=[5], max_new_tokens=1)
+    assert out["finish"] == "LENGTH"
+
+
+def test_streams_per_connection_wait_in_the_client(server_factory, text_model, stubs):
+    directory, _ = text_model
+    server = server_factory(["--model", str(directory), "--max-streams-per-connection", "2"])
+    channel = grpc.insecure_channel(server.grpc_address)  # one HTTP/2 connection
+    seen = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen.append(GH.metric(server.metrics_url, "strata_open_streams", default=0))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            outs = list(pool.map(lambda _: GH.generate(stubs, channel, prompt_ids=[5, 6], max_new_tokens=600),
+                                 range(6)))
+    finally:
+        stop.set()
+        watcher.join()
+        channel.close()
+    assert [o["finish"] for o in outs] == ["LENGTH"] * 6  # every call was served, none refused
+    assert max(seen) == 2, f"open streams seen: {sorted(set(seen))}"
+    assert GH.metric(server.metrics_url, RESOURCE_EXHAUSTED, default=0) == 0
+
+
+def test_client_that_does_not_read_is_cut_at_the_stream_buffer_limit(server_factory, text_model, stubs):
+    directory, _ = text_model
+    server = server_factory(["--model", str(directory), "--max-stream-buffer-bytes", "4096"])
+    # A client whose HTTP/2 window stays closed: gRPC grows it only as the application reads, and it
+    # reads one message.
+    channel = grpc.insecure_channel(server.grpc_address,
+                                    options=[("grpc.http2.lookahead_bytes", 1024), ("grpc.http2.bdp_probe", 0)])
+    stub = stubs.strata_grpc.InferenceServiceStub(channel)
+    call = stub.Generate(stubs.strata.GenerateRequest(prompt_ids=[5, 6], max_new_tokens=2000, top_logprobs=20),
+                         timeout=120)
+    next(call)
+    # The generation stops (its KV slot is free) and the call ends, counted RESOURCE_EXHAUSTED.
+    assert wait_metric(server.metrics_url, RESOURCE_EXHAUSTED, lambda v: v == 1) == 1
+    assert wait_metric(server.metrics_url, "strata_active_sequences", lambda v: v == 0) == 0
+    assert wait_metric(server.metrics_url, "strata_open_streams", lambda v: v == 0) == 0
+    # The write the client never read cannot carry a status: the call was cancelled.
+    with pytest.raises(grpc.RpcError) as error:
+        for _ in call:
+            pass
+    assert error.value.code() == grpc.StatusCode.CANCELLED
+    channel.close()
+    # A client that reads gets all of the same stream.
+    out = GH.generate(stubs, server.channel, prompt_ids=[5, 6], max_new_tokens=2000, top_logprobs=20)
+    assert out["finish"] == "LENGTH" and len(out["ids"]) == 2000
+
+
+def test_huge_prompt_being_tokenized_does_not_hold_up_a_small_request(server_factory, text_model, stubs):
+    directory, _ = text_model
+    server = server_factory(["--model", str(directory), "--max-message-bytes", str(8 << 20),
+                             "--max-prompt-bytes", str(8 << 20)])
+    words = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "hello", "world"]
+    rng = random.Random(0)
+    huge = " ".join(rng.choice(words) for _ in range(800_000))[: 4 << 20]  # 4 MiB of text
+
+    def small():
+        start = time.monotonic()
+        GH.generate(stubs, server.channel, prompt_ids=[5, 6, 7], max_new_tokens=1)
+        return time.monotonic() - start
+
+    alone = min(small() for _ in range(3))
+    done = {}
+
+    def big():
+        GH.status_of(lambda: GH.generate(stubs, server.channel, prompt=huge, max_new_tokens=1))
+        done["big"] = time.monotonic()
+
+    thread = threading.Thread(target=big)
+    started = time.monotonic()
+    thread.start()
+    time.sleep(0.1)  # the 4 MiB request is being tokenized
+    during = small()
+    done["small"] = time.monotonic()
+    thread.join()
+    big_s = done["big"] - started
+    print(f"small request alone {alone * 1000:.1f} ms, during the huge prompt's tokenization {during * 1000:.1f} ms; "
+          f"huge prompt refused after {big_s:.2f} s")
+    # The small request finished while the huge one was still being tokenized: it did not wait for it.
+    assert done["small"] < done["big"], (during, big_s)
