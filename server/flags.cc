@@ -50,6 +50,9 @@ ABSL_FLAG(int64_t, max_streams_per_connection, 100,
 ABSL_FLAG(int64_t, max_stream_buffer_bytes, 1 << 20,
           "response bytes a stream may hold for a client that does not read; beyond, the generation is cancelled "
           "and the call ends RESOURCE_EXHAUSTED");
+ABSL_FLAG(int32_t, tokenize_threads, 0,
+          "threads that validate and tokenize requests above 16 KiB, off gRPC's threads (smaller ones are "
+          "checked on the thread that received them)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address (0.0.0.0:50051 for all interfaces)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus /metrics address (0.0.0.0:9464 for all interfaces)");
@@ -96,7 +99,8 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
         Flag(FLAGS_max_prompt_tokens, "N").ShowDefault("--max-context"),
         Flag(FLAGS_max_streams, "N"),
         Flag(FLAGS_max_streams_per_connection, "N"),
-        Flag(FLAGS_max_stream_buffer_bytes, "N")};
+        Flag(FLAGS_max_stream_buffer_bytes, "N"),
+        Flag(FLAGS_tokenize_threads, "N").ShowDefault("half the cores, 1 to 4")};
     command.epilogue = R"(
 Exit status: 0 after SIGINT/SIGTERM (once drained; at once when it comes during the load), 2 on a bad flag or plan (the message names it), 1 otherwise
 (for example a port already in use, or a device that became unusable while serving).
@@ -215,6 +219,13 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
   absl::StatusOr<int32_t> threads = AtLeast(FLAGS_intra_op_threads, int32_t{0}, "an integer >= 0");
   if (!threads.ok()) return threads.status();
   options.intra_op_threads = *threads;
+  absl::StatusOr<int32_t> tokenize_threads = AtLeast(FLAGS_tokenize_threads, int32_t{0}, "an integer >= 0");
+  if (!tokenize_threads.ok()) return tokenize_threads.status();
+  if (*tokenize_threads > 256) {
+    return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_tokenize_threads), ": ", *tokenize_threads,
+                                                   " is more than 256"));
+  }
+  options.tokenize_threads = *tokenize_threads;
   if (parsed->Given(FLAGS_inject_fault)) {
     absl::StatusOr<runtime::FaultInjection> fault = runtime::ParseFaultInjection(absl::GetFlag(FLAGS_inject_fault));
     if (!fault.ok()) return FlagError(FLAGS_inject_fault, fault.status());

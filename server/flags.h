@@ -63,6 +63,9 @@ struct ServerOptions {
   // Response bytes a stream may hold for a client that does not read them; beyond, its generation is
   // cancelled and the call ends RESOURCE_EXHAUSTED.
   int64_t max_stream_buffer_bytes = 1 << 20;
+  // Threads that validate and tokenize requests above 16 KiB (server/admission_pool.h); 0: half the
+  // cores, from 1 to 4.
+  int32_t tokenize_threads = 0;
 
   // After SIGINT/SIGTERM, how long generations in flight may run to their end before they are cut
   // (UNAVAILABLE). Inside Kubernetes' default 30 s terminationGracePeriodSeconds; 0 cuts at once.

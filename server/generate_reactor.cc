@@ -44,8 +44,7 @@ GenerateReactor::GenerateReactor(grpc::CallbackServerContext* context, Metrics* 
       start_(std::chrono::steady_clock::now()) {}
 
 void GenerateReactor::Refuse(const grpc::Status& status) {
-  // OnDone cannot run before the method handler returns: gRPC holds a Finish called earlier until the
-  // reactor is bound to its call.
+  // The reactor may be gone when this returns (OnDone).
   std::unique_lock lock(mutex_);
   FinishWith(status);
   FinishAfterUnlock(lock);
@@ -53,22 +52,28 @@ void GenerateReactor::Refuse(const grpc::Status& status) {
 
 absl::Status GenerateReactor::Submit(runtime::Engine& engine, runtime::GenerationRequest request,
                                      InFlightGenerations* in_flight) {
-  request_id_ = request.request_id;
   const int64_t prompt_tokens = static_cast<int64_t>(request.prompt.size());
+  // Listed first, so that a drain beginning now counts it; OnDone removes it, however the call ends.
+  in_flight_ = in_flight;
+  if (in_flight_ != nullptr) in_flight_->Add(this);
+  // Held while the engine takes the request: its first callback (which may end the call, and then OnDone
+  // deletes the reactor) waits until the handle is stored. From an admission pool thread nothing else
+  // keeps the call alive meanwhile.
+  std::lock_guard lock(mutex_);
+  request_id_ = request.request_id;
   absl::StatusOr<std::shared_ptr<runtime::RequestHandle>> handle =
       engine.Submit(std::move(request), [this](runtime::GenerationChunk chunk) { OnChunk(std::move(chunk)); });
   if (!handle.ok()) return handle.status();
   if (metrics_ != nullptr) metrics_->RecordPromptTokens(prompt_tokens);
-  {
-    std::lock_guard lock(mutex_);
-    handle_ = *std::move(handle);
-    // A cancellation (or a cut) that came before the handle existed.
-    if (client_gone_ || cut_) handle_->Cancel();
-  }
-  // OnDone (which removes it) cannot run before the method handler returns (see Refuse).
-  in_flight_ = in_flight;
-  if (in_flight_ != nullptr) in_flight_->Add(this);
+  handle_ = *std::move(handle);
+  // A cancellation (or a cut) that came before the handle existed.
+  if (client_gone_ || cut_) handle_->Cancel();
   return absl::OkStatus();
+}
+
+bool GenerateReactor::abandoned() {
+  std::lock_guard lock(mutex_);
+  return client_gone_;
 }
 
 void GenerateReactor::Cut() {

@@ -37,9 +37,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   int64_t open_streams() const { return open_at_start_; }
   // Ends the call with `status` at once (still loading, plan only, draining, an invalid request, ...).
   void Refuse(const grpc::Status& status);
-  // Hands the validated request to `engine` and lists the call in `in_flight`. Not OK: the engine
-  // refused it (queue full, stopping); the caller then Refuses with it.
+  // Lists the call in `in_flight` and hands the validated request to `engine`. Not OK: the engine
+  // refused it (queue full, stopping); the caller then Refuses with it. Any thread.
   absl::Status Submit(runtime::Engine& engine, runtime::GenerationRequest request, InFlightGenerations* in_flight);
+  // The client cancelled (or its deadline passed) before the request was submitted: no need to tokenize it.
+  bool abandoned();
 
   // The drain timeout passed: the request is cancelled and the call ends UNAVAILABLE once the tokens
   // generated before are written (unless it ended first). Any thread.

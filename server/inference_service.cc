@@ -121,7 +121,7 @@ grpc::ServerUnaryReactor* InferenceService::GetDeviceMap(grpc::CallbackServerCon
 grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(grpc::CallbackServerContext* context,
                                                                        const grpc::ByteBuffer* request) {
   // Only the checks of the server's state and the hand-off to the engine hold the mutex. Validation and
-  // tokenization (up to --max-prompt-bytes of text) run on this gRPC thread, in parallel with other calls.
+  // tokenization run off it: here for a small request, on the admission pool for a large one.
   grpc::Status refusal = grpc::Status::OK;
   ServedModel* model = nullptr;
   Metrics* metrics = nullptr;
@@ -154,11 +154,27 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(grpc::Cal
     reactor->Refuse(refusal);
     return reactor;
   }
-  absl::StatusOr<runtime::GenerationRequest> valid =
-      ValidateGenerateRequest(BufferToString(*request), model->limits(), model->tokenizer());
+  if (request_bytes <= kInlineAdmissionBytes) {
+    Admit(reactor, model, BufferToString(*request));
+  } else {
+    // Off gRPC's threads: they serve every other call (health checks too). The ByteBuffer copy shares the
+    // received slices; the reactor stays alive until it is refused or its generation ends.
+    pool_->Post([this, reactor, model, bytes = grpc::ByteBuffer(*request)] {
+      if (reactor->abandoned()) {
+        reactor->Refuse(grpc::Status::CANCELLED);
+        return;
+      }
+      Admit(reactor, model, BufferToString(bytes));
+    });
+  }
+  return reactor;
+}
+
+void InferenceService::Admit(GenerateReactor* reactor, ServedModel* model, std::string_view wire) {
+  absl::StatusOr<runtime::GenerationRequest> valid = ValidateGenerateRequest(wire, model->limits(), model->tokenizer());
   if (!valid.ok()) {
     reactor->Refuse(grpc::Status(ToGrpc(valid.status().code()), std::string(valid.status().message())));
-    return reactor;
+    return;
   }
   absl::Status submitted;
   {
@@ -172,7 +188,6 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(grpc::Cal
     }
   }
   if (!submitted.ok()) reactor->Refuse(grpc::Status(ToGrpc(submitted.code()), std::string(submitted.message())));
-  return reactor;
 }
 
 }  // namespace strata::server

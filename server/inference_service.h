@@ -7,11 +7,14 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
+#include <string_view>
 #include <mutex>
 #include <optional>
 #include <vector>
 
 #include "runtime/executor/device_memory.h"
+#include "server/admission_pool.h"
 #include "server/in_flight_generations.h"
 #include "server/metrics.h"
 #include "server/served_model.h"
@@ -32,11 +35,19 @@ struct ServiceLimits {
   int64_t max_message_bytes = 4 << 20;       // a GenerateRequest's bytes
   int64_t max_streams = 1024;                // Generate calls open at once
   int64_t max_stream_buffer_bytes = 1 << 20;  // response bytes a stream holds for a client that does not read
+  int tokenize_threads = 1;                   // the admission pool's threads
 };
+
+// Requests of at most this many bytes are validated (and tokenized) on the gRPC thread that received
+// them: cheap, and never queued behind a large one. Larger ones go to the admission pool.
+inline constexpr int64_t kInlineAdmissionBytes = 16 << 10;
 
 class InferenceService final : public InferenceServiceBase {
  public:
-  explicit InferenceService(const ServiceLimits& limits = {}) : limits_(limits) {}
+  explicit InferenceService(const ServiceLimits& limits = {})
+      : limits_(limits), pool_(std::make_unique<AdmissionPool>(limits.tokenize_threads)) {}
+  // The admission pool first (it may still refuse calls), while the service's state is intact.
+  ~InferenceService() { pool_.reset(); }
 
   // Generate calls record into `metrics` (may be null) from now on.
   void SetMetrics(Metrics* metrics) {
@@ -64,7 +75,11 @@ class InferenceService final : public InferenceServiceBase {
                                                        const grpc::ByteBuffer* request) override;
 
  private:
+  // Validates `wire` (off the mutex) and hands the request to the engine (under it), or refuses the call.
+  void Admit(GenerateReactor* reactor, ServedModel* model, std::string_view wire);
+
   const ServiceLimits limits_;
+  std::unique_ptr<AdmissionPool> pool_;
   std::atomic<int64_t> open_streams_{0};
   Metrics* metrics_ = nullptr;
   std::mutex mutex_;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <climits>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -16,8 +17,11 @@ namespace strata::server {
 
 absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const ServerOptions& options) {
   std::unique_ptr<RunningServer> running(new RunningServer());
+  const int tokenize_threads = options.tokenize_threads > 0
+                                   ? options.tokenize_threads
+                                   : std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 4);
   running->service_ = std::make_unique<InferenceService>(ServiceLimits{
-      options.max_message_bytes, options.max_streams, options.max_stream_buffer_bytes});
+      options.max_message_bytes, options.max_streams, options.max_stream_buffer_bytes, tokenize_threads});
 
   // Both are process-wide settings read when a builder is made, so they come first.
   grpc::EnableDefaultHealthCheckService(true);

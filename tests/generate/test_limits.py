@@ -176,3 +176,51 @@ def test_huge_prompt_being_tokenized_does_not_hold_up_a_small_request(server_fac
           f"huge prompt refused after {big_s:.2f} s")
     # The small request finished while the huge one was still being tokenized: it did not wait for it.
     assert done["small"] < done["big"], (during, big_s)
+
+
+def test_a_flood_of_large_prompts_does_not_hold_up_health_checks_or_small_requests(server_factory, text_model, stubs):
+    # 16 clients sending 1 MiB prompts back to back (each tokenized, then refused: too many tokens) keep
+    # the admission pool busy; health checks and small requests are served on gRPC's threads meanwhile.
+    directory, _ = text_model
+    server = server_factory(["--model", str(directory)])
+    words = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "hello", "world"]
+    rng = random.Random(1)
+    large = " ".join(rng.choice(words) for _ in range(250_000))[: 1 << 20]
+    stop = threading.Event()
+    large_s = []
+
+    def flood():
+        channel = grpc.insecure_channel(server.grpc_address)
+        while not stop.is_set():
+            start = time.monotonic()
+            code, _ = GH.status_of(lambda: GH.generate(stubs, channel, prompt=large, max_new_tokens=1))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT
+            large_s.append(time.monotonic() - start)
+        channel.close()
+
+    health = stubs.health_grpc.HealthStub(server.channel)
+    check = stubs.health.HealthCheckRequest(service="strata.v1.InferenceService")
+
+    def timed(call):
+        start = time.monotonic()
+        call()
+        return time.monotonic() - start
+
+    clients = [threading.Thread(target=flood) for _ in range(16)]
+    for client in clients:
+        client.start()
+    try:
+        time.sleep(1.0)
+        health_s = sorted(timed(lambda: health.Check(check, timeout=30)) for _ in range(20))
+        small_s = sorted(timed(lambda: GH.generate(stubs, server.channel, prompt_ids=[5, 6], max_new_tokens=1))
+                         for _ in range(10))
+    finally:
+        stop.set()
+        for client in clients:
+            client.join()
+    large_median = sorted(large_s)[len(large_s) // 2]
+    print(f"under 16 clients of 1 MiB prompts: large request median {large_median * 1000:.0f} ms, health check "
+          f"median {health_s[10] * 1000:.1f} ms, small Generate median {small_s[5] * 1000:.1f} ms")
+    # Served beside the flood, not behind it (with tokenization on gRPC's threads, both waited ~1 s).
+    assert health_s[10] < large_median / 4, (health_s, large_median)
+    assert small_s[5] < large_median / 4, (small_s, large_median)

@@ -105,6 +105,7 @@ TEST(ServerFlags, LimitsHaveTheirDocumentedDefaults) {
   EXPECT_EQ(command->options.max_streams, 1024);
   EXPECT_EQ(command->options.max_streams_per_connection, 100);
   EXPECT_EQ(command->options.max_stream_buffer_bytes, 1 << 20);
+  EXPECT_EQ(command->options.tokenize_threads, 0);  // half the cores, 1 to 4
   command = Parse({"--model", "m", "--max-message-bytes", "65536", "--max-prompt-tokens", "100", "--max-streams=7",
                    "--max-streams-per-connection", "3", "--max-stream-buffer-bytes", "4096",
                    "--max-prompt-bytes", "1000"});
@@ -182,7 +183,9 @@ INSTANTIATE_TEST_SUITE_P(
                     BadFlags{{"--model", "a", "--max-streams-per-connection", "0"}, "--max-streams-per-connection"},
                     BadFlags{{"--model", "a", "--max-streams-per-connection", "3000000000"},
                              "--max-streams-per-connection"},
-                    BadFlags{{"--model", "a", "--max-stream-buffer-bytes", "none"}, "--max-stream-buffer-bytes"}));
+                    BadFlags{{"--model", "a", "--max-stream-buffer-bytes", "none"}, "--max-stream-buffer-bytes"},
+                    BadFlags{{"--model", "a", "--tokenize-threads", "-1"}, "--tokenize-threads"},
+                    BadFlags{{"--model", "a", "--tokenize-threads", "1000"}, "--tokenize-threads: 1000 is more than 256"}));
 
 }  // namespace
 }  // namespace strata::server
