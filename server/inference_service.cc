@@ -3,6 +3,8 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/string_view.h"
+#include "server/flags.h"
 #include "server/generate_reactor.h"
 
 namespace strata::server {
@@ -81,10 +83,29 @@ void InferenceService::Stop() {
   model_ = nullptr;
 }
 
+grpc::Status InferenceService::Authenticate(const grpc::CallbackServerContext& context, const char* method) const {
+  if (api_keys_ == nullptr || open_methods_.contains(method)) return grpc::Status::OK;
+  std::vector<absl::string_view> authorization;
+  const auto [begin, end] = context.client_metadata().equal_range("authorization");
+  for (auto it = begin; it != end; ++it) authorization.emplace_back(it->second.data(), it->second.size());
+  const absl::Status verdict = CheckAuthorization(*api_keys_, authorization);
+  if (verdict.ok()) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(verdict.message()));
+}
+
 grpc::ServerUnaryReactor* InferenceService::GetDeviceMap(grpc::CallbackServerContext* context,
                                                          const v1::GetDeviceMapRequest* /*request*/,
                                                          v1::GetDeviceMapResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // The key first: the plan shows the host's memory.
+  if (grpc::Status refusal = Authenticate(*context, kGetDeviceMapMethod); !refusal.ok()) {
+    {
+      std::lock_guard lock(mutex_);
+      if (metrics_ != nullptr) metrics_->RecordUnauthenticated();
+    }
+    reactor->Finish(refusal);
+    return reactor;
+  }
   std::lock_guard lock(mutex_);
   if (plan_ == nullptr) {
     reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is still loading"));
@@ -102,6 +123,11 @@ grpc::ServerUnaryReactor* InferenceService::GetDeviceMap(grpc::CallbackServerCon
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(grpc::CallbackServerContext* context,
                                                                        const grpc::ByteBuffer* request) {
+  // The key first: a caller without one learns nothing of the server's state.
+  if (grpc::Status refusal = Authenticate(*context, kGenerateMethod); !refusal.ok()) {
+    std::lock_guard lock(mutex_);
+    return new GenerateReactor(context, *request, nullptr, refusal, metrics_, nullptr);
+  }
   std::lock_guard lock(mutex_);
   // Under the lock: Stop() cannot take the model away while the request is submitted, nor a drain begin.
   grpc::Status refusal = grpc::Status::OK;

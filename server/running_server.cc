@@ -2,6 +2,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
 
 #include <chrono>
 #include <string>
@@ -11,10 +12,25 @@
 #include "absl/strings/str_cat.h"
 
 namespace strata::server {
+namespace {
+
+// Plaintext, TLS, or TLS that requires a client certificate signed by --tls-client-ca.
+std::shared_ptr<grpc::ServerCredentials> GrpcCredentials(const std::optional<ServerTls>& tls) {
+  if (!tls) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl(tls->client_ca.empty()
+                                            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  ssl.pem_root_certs = tls->client_ca;
+  ssl.pem_key_cert_pairs.push_back({tls->private_key, tls->certificate_chain});
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const ServerOptions& options) {
   std::unique_ptr<RunningServer> running(new RunningServer());
   running->service_ = std::make_unique<InferenceService>();
+  if (options.api_keys != nullptr) running->service_->RequireApiKeys(options.api_keys, options.auth_open_methods);
 
   // Both are process-wide settings read when a builder is made, so they come first.
   grpc::EnableDefaultHealthCheckService(true);
@@ -22,7 +38,7 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const Server
 
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen.ToString(), grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.listen.ToString(), GrpcCredentials(options.tls), &port);
   // gRPC sets SO_REUSEPORT by default, which lets a second server bind a port that is already served
   // and split its traffic; a port in use must be an error instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
