@@ -51,13 +51,15 @@ struct ServerOptions {
   // tree JSON file.
   std::optional<std::filesystem::path> model_dir;
   std::optional<std::filesystem::path> module_tree;
-  planner::DeviceMapChoice device_map;           // default: balanced_low_0, as transformers' examples use
+  planner::DeviceMapChoice device_map;  // default: balanced_low_0, as transformers' examples use
   std::optional<planner::MaxMemory> max_memory;  // absent: the planner's default (host memory)
   std::optional<planner::DType> dtype;           // absent: what the checkpoint declares
   int64_t kv_cache_tokens = 0;
   ListenAddress listen{"0.0.0.0", 50051};
   ListenAddress metrics_listen{"0.0.0.0", 9464};
-  std::optional<ServerTls> tls;  // absent: plaintext
+
+  // Transport security and API keys of the gRPC port. `tls` absent: plaintext.
+  std::optional<ServerTls> tls;
   // --api-key-file: strata's methods need "authorization: Bearer KEY" with one of these keys, except
   // `auth_open_methods` (full method names). Null: no key is needed. gRPC health checking and reflection
   // are always open (probes cannot send metadata).
@@ -66,10 +68,10 @@ struct ServerOptions {
 
   // Serving (when --model DIR holds safetensors weights; see ServerUsage).
   runtime::PhysicalDeviceMap physical_devices;  // --physical-devices 0=cpu,1=cpu; empty: GPU i is cuda:i
-  int64_t max_batch = 16;                       // KV slots: sequences generating at once
-  int64_t max_context = 2048;                   // positions per slot: prompt + new tokens
-  int64_t max_queue = 256;                      // requests waiting for a slot before RESOURCE_EXHAUSTED
-  int64_t max_new_tokens = 0;                   // limit per request; 0: max_context
+  int64_t max_batch = 16;        // KV slots: sequences generating at once
+  int64_t max_context = 2048;    // positions per slot: prompt + new tokens
+  int64_t max_queue = 256;       // requests waiting for a slot before RESOURCE_EXHAUSTED
+  int64_t max_new_tokens = 0;    // limit per request; 0: max_context
   int64_t micro_batches = 0;     // micro-batches in flight across the stages (1: unpipelined; 0: one per stage)
   int64_t prefill_chunk = 256;   // prompt tokens per prefill chunk
   int32_t intra_op_threads = 0;  // LibTorch intra-op threads per stage worker; 0: LibTorch's default
