@@ -48,6 +48,9 @@ ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of the gRPC port: se
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert (unencrypted)");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle: require client certificates signed by it (mTLS; needs --tls-cert)");
+ABSL_FLAG(std::string, health_listen, "",
+          "a second gRPC address, plaintext, for health probes (Kubernetes' gRPC probes speak no TLS): health "
+          "checking and reflection answer there, strata's methods are UNAUTHENTICATED; needs --tls-cert");
 ABSL_FLAG(std::string, api_key_file, "",
           "require \"authorization: Bearer KEY\" metadata on strata's methods, KEY one of this file's lines "
           "(blank lines and # comments skipped); others are UNAUTHENTICATED");
@@ -97,6 +100,7 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
             .Section("Security (the gRPC port; /metrics stays plaintext):"),
         Flag(FLAGS_tls_key, "FILE"),
         Flag(FLAGS_tls_client_ca, "FILE").ShowDefault("none, no client certificate asked"),
+        Flag(FLAGS_health_listen, "HOST:PORT").ShowDefault("none"),
         Flag(FLAGS_api_key_file, "FILE").ShowDefault("none, no key needed"),
         Flag(FLAGS_auth_open_methods, "M,M")
             .ShowDefault("none of strata's; gRPC health checking and reflection are always open")};
@@ -285,6 +289,14 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
   absl::StatusOr<std::optional<ServerTls>> tls = ReadServerTls(*parsed);
   if (!tls.ok()) return tls.status();
   options.tls = *std::move(tls);
+  if (parsed->Given(FLAGS_health_listen)) {
+    if (!options.tls) {
+      return absl::InvalidArgumentError("--health-listen needs --tls-cert: without TLS, probes use --listen");
+    }
+    absl::StatusOr<ListenAddress> health = ParseListenAddress(absl::GetFlag(FLAGS_health_listen));
+    if (!health.ok()) return FlagError(FLAGS_health_listen, health.status());
+    options.health_listen = *std::move(health);
+  }
   if (parsed->Given(FLAGS_api_key_file)) {
     absl::StatusOr<std::vector<std::string>> keys = ReadApiKeyFile(absl::GetFlag(FLAGS_api_key_file));
     if (!keys.ok()) return FlagError(FLAGS_api_key_file, keys.status());

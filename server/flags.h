@@ -60,6 +60,9 @@ struct ServerOptions {
 
   // Transport security and API keys of the gRPC port. `tls` absent: plaintext.
   std::optional<ServerTls> tls;
+  // --health-listen: a second, plaintext port for Kubernetes' gRPC probes (which speak no TLS); strata's
+  // methods refuse calls that come in there. Only with `tls`.
+  std::optional<ListenAddress> health_listen;
   // --api-key-file: strata's methods need "authorization: Bearer KEY" with one of these keys, except
   // `auth_open_methods` (full method names). Null: no key is needed. gRPC health checking and reflection
   // are always open (probes cannot send metadata).

@@ -1,5 +1,7 @@
 #include "server/inference_service.h"
 
+#include <grpc/grpc_security_constants.h>
+
 #include <string>
 #include <utility>
 
@@ -84,6 +86,15 @@ void InferenceService::Stop() {
 }
 
 grpc::Status InferenceService::Authenticate(const grpc::CallbackServerContext& context, const char* method) const {
+  if (tls_only_) {
+    const std::vector<grpc::string_ref> security =
+        context.auth_context()->FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME);
+    if (security.empty() || security.front() != GRPC_SSL_TRANSPORT_SECURITY_TYPE) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "this port is plaintext for health probes (--health-listen): call strata's methods over "
+                          "TLS on --listen");
+    }
+  }
   if (api_keys_ == nullptr || open_methods_.contains(method)) return grpc::Status::OK;
   std::vector<absl::string_view> authorization;
   const auto [begin, end] = context.client_metadata().equal_range("authorization");

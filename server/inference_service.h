@@ -47,6 +47,10 @@ class InferenceService final : public InferenceServiceBase {
     open_methods_ = std::move(open_methods);
   }
 
+  // Calls of strata's methods that did not come over TLS end UNAUTHENTICATED: the server has a plaintext
+  // port for health probes besides its TLS one. Called before the server starts, never after.
+  void RequireTls() { tls_only_ = true; }
+
   // The server only plans (no weights): GetDeviceMap answers, Generate is FAILED_PRECONDITION.
   void ServePlan(const ServedPlan* plan);
   // The model is loaded: both answer. `model` must outlive the service or a later Stop().
@@ -65,11 +69,13 @@ class InferenceService final : public InferenceServiceBase {
                                                        const grpc::ByteBuffer* request) override;
 
  private:
-  // OK, or UNAUTHENTICATED when `method` needs a key and the call does not carry a valid one. A check of
-  // the call's own metadata, so it works the same over plaintext and TLS.
+  // OK, or UNAUTHENTICATED when `method` needs a key and the call does not carry a valid one (a check of
+  // the call's own metadata, so it works the same over plaintext and TLS), or came in on the plaintext
+  // health port.
   grpc::Status Authenticate(const grpc::CallbackServerContext& context, const char* method) const;
 
   std::shared_ptr<const ApiKeys> api_keys_;  // null: no key needed
+  bool tls_only_ = false;
   std::set<std::string> open_methods_;
   Metrics* metrics_ = nullptr;
   std::mutex mutex_;

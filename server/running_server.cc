@@ -39,6 +39,11 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const Server
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options.listen.ToString(), GrpcCredentials(options.tls), &port);
+  int health_port = 0;
+  if (options.health_listen) {
+    builder.AddListeningPort(options.health_listen->ToString(), grpc::InsecureServerCredentials(), &health_port);
+    running->service_->RequireTls();
+  }
   // gRPC sets SO_REUSEPORT by default, which lets a second server bind a port that is already served
   // and split its traffic; a port in use must be an error instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -47,6 +52,10 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const Server
   // On failure `running` shuts down what did start as it goes out of scope.
   if (running->server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", options.listen.ToString(), " (port in use?)"));
+  }
+  if (options.health_listen && health_port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve health checks on ", options.health_listen->ToString(), " (port in use?)"));
   }
   running->grpc_address_ = ListenAddress{options.listen.host, port};
   // At once: gRPC's default health service starts with "" SERVING and the service unknown (NOT_FOUND).

@@ -13,6 +13,7 @@ import pytest
 
 import auth_helpers as AH
 import generate_helpers as GH
+import integration_helpers as IH
 
 PROMPT = dict(prompt_ids=[5, 6, 7, 8], max_new_tokens=10)
 UNAUTHENTICATED_SAMPLE = 'strata_requests_total{code="UNAUTHENTICATED"}'
@@ -74,6 +75,31 @@ def test_client_trusting_another_ca_is_refused(stubs, pki, tls):
 def test_tls_client_of_a_plaintext_server_fails(stubs, pki, plain):
     with grpc.secure_channel(plain.grpc_address, AH.credentials(pki.ca_cert)) as channel:
         assert AH.code_of(lambda: AH.generate_ids(stubs, channel, timeout=5, **PROMPT)) == grpc.StatusCode.UNAVAILABLE
+
+
+def test_plaintext_health_port_answers_probes_only(serve, stubs, pki, api_keys, expected_ids):
+    """--health-listen: Kubernetes' gRPC probes speak no TLS, so health has a plaintext port of its own, where
+    strata's methods are refused even with the right key."""
+    health_address = f"127.0.0.1:{IH.free_port()}"
+    server = serve(tls_flags(pki) + ["--health-listen", health_address, "--api-key-file", str(api_keys[0])],
+                   AH.credentials(pki.ca_cert))
+    with grpc.insecure_channel(health_address) as channel:
+        health = stubs.health_grpc.HealthStub(channel)
+        for service in ("", "strata.v1.InferenceService"):
+            reply = health.Check(stubs.health.HealthCheckRequest(service=service), timeout=10)
+            assert reply.status == stubs.health.HealthCheckResponse.SERVING
+        before = unauthenticated_count(server)
+        try:
+            AH.generate_ids(stubs, channel, AH.bearer(api_keys[1][0]), **PROMPT)
+            raise AssertionError("Generate succeeded on the plaintext health port")
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.UNAUTHENTICATED and "--health-listen" in error.details()
+        stub = stubs.strata_grpc.InferenceServiceStub(channel)
+        assert AH.code_of(lambda: stub.GetDeviceMap(stubs.strata.GetDeviceMapRequest(), timeout=10,
+                                                    metadata=AH.bearer(api_keys[1][0]))) == \
+            grpc.StatusCode.UNAUTHENTICATED
+        assert unauthenticated_count(server) == before + 2
+    assert AH.generate_ids(stubs, server.channel, AH.bearer(api_keys[1][0]), **PROMPT) == expected_ids
 
 
 # --- mTLS ------------------------------------------------------------------------------------------------
@@ -237,6 +263,8 @@ def test_strata_client_bad_security_flags_exit_2(client_bin, pki, tls, flags, na
     (["--api-key-file", "{comments_only}"], "--api-key-file: {comments_only}: holds no API key"),
     (["--api-key-file", "{short_key}"], "--api-key-file: {short_key}:2: an API key of 5 characters"),
     (["--auth-open-methods", "GetDeviceMap"], "--auth-open-methods needs --api-key-file"),
+    (["--health-listen", "127.0.0.1:0"], "--health-listen needs --tls-cert"),
+    (["--tls-cert", "{server_cert}", "--tls-key", "{server_key}", "--health-listen", "8080"], "--health-listen"),
     (["--api-key-file", "{keys}", "--auth-open-methods", "Generate,Health"],
      '--auth-open-methods: "Health" is not a strata method'),
 ])
