@@ -295,6 +295,9 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
     }
     absl::StatusOr<ListenAddress> health = ParseListenAddress(absl::GetFlag(FLAGS_health_listen));
     if (!health.ok()) return FlagError(FLAGS_health_listen, health.status());
+    if (health->port != 0 && health->ToString() == options.listen.ToString()) {
+      return absl::InvalidArgumentError("--health-listen: must differ from --listen (a second, plaintext port)");
+    }
     options.health_listen = *std::move(health);
   }
   if (parsed->Given(FLAGS_api_key_file)) {

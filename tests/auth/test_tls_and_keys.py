@@ -265,6 +265,8 @@ def test_strata_client_bad_security_flags_exit_2(client_bin, pki, tls, flags, na
     (["--auth-open-methods", "GetDeviceMap"], "--auth-open-methods needs --api-key-file"),
     (["--health-listen", "127.0.0.1:0"], "--health-listen needs --tls-cert"),
     (["--tls-cert", "{server_cert}", "--tls-key", "{server_key}", "--health-listen", "8080"], "--health-listen"),
+    (["--tls-cert", "{server_cert}", "--tls-key", "{server_key}", "--listen", "127.0.0.1:50999", "--health-listen",
+      "127.0.0.1:50999"], "--health-listen: must differ from --listen"),
     (["--api-key-file", "{keys}", "--auth-open-methods", "Generate,Health"],
      '--auth-open-methods: "Health" is not a strata method'),
 ])

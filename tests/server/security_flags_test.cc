@@ -74,6 +74,7 @@ TEST_F(SecurityFlags, BadCombinationsAndFilesNameTheFlag) {
       {{"--api-key-file", directory_.string()}, "--api-key-file: " + directory_.string() + ": is a directory"},
       {{"--api-key-file", "/dev/null"}, "--api-key-file: /dev/null: is a character device"},
       {{"--auth-open-methods", "Generate"}, "--auth-open-methods needs --api-key-file"},
+      {{"--health-listen", "127.0.0.1:50052"}, "--health-listen needs --tls-cert"},
       {{"--api-key-file", keys, "--auth-open-methods", "grpc.health.v1.Health"},
        "--auth-open-methods: \"grpc.health.v1.Health\" is not a strata method"},
   };

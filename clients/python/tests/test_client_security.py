@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import os
 import secrets
+import subprocess
+import sys
+from pathlib import Path
 
 import grpc
 import pytest
@@ -12,6 +16,8 @@ import auth_helpers as AH
 import integration_helpers as IH
 import runtime_helpers as RH
 from strata_client import Client
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "example.py"
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +55,20 @@ def test_mtls_and_key_generate_and_device_map(secured):
         assert client.device_map()["device_map"] == {"": "cpu"}
     with secure_client(server, pki, key, server_name="localhost") as client:
         assert client.generate([5, 6, 7, 8], max_new_tokens=6).token_ids == want["ids"]
+
+
+def test_example_over_mtls_with_the_key_from_the_environment(secured):
+    server, pki, key, _ = secured
+    command = [sys.executable, str(EXAMPLE), "--server", server.grpc_address, "--max-new-tokens", "4",
+               "--tls-ca", str(pki.ca_cert), "--tls-cert", str(pki.client_cert), "--tls-key", str(pki.client_key),
+               "Hello"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, STRATA_API_KEY=key))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith("[LENGTH: 4 tokens]")
+    environment = {k: v for k, v in os.environ.items() if k != "STRATA_API_KEY"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment)
+    assert done.returncode != 0 and "UNAUTHENTICATED" in done.stderr
 
 
 @pytest.mark.parametrize("key", [None, "not-the-key-0123456789"])
