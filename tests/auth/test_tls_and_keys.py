@@ -216,8 +216,14 @@ def test_strata_client_over_mtls_with_a_key(client_bin, pki, mtls_keyed, api_key
     done = run_client(client_bin, mtls_keyed, tls)
     assert done.returncode == 1 and "UNAUTHENTICATED" not in done.stdout
     assert "16 " in done.stderr and "API key" in done.stderr, done.stderr  # 16: UNAUTHENTICATED's number
-    # No client certificate, or a server name the certificate does not carry: refused at the handshake.
-    for flags in (["--tls-ca", str(pki.ca_cert)], tls + ["--tls-server-name", "elsewhere.example"]):
+    # A wrong key (from the environment): UNAUTHENTICATED too.
+    done = run_client(client_bin, mtls_keyed, tls, env={"STRATA_API_KEY": "f" * 32})
+    assert done.returncode == 1 and "failed: 16 the API key is not valid" in done.stderr, done.stderr
+    # No client certificate, a server name the certificate does not carry, or trusting another CA: refused
+    # at the handshake.
+    other_ca = ["--tls-ca", str(pki.other_ca_cert), "--tls-cert", str(pki.client_cert), "--tls-key",
+                str(pki.client_key)]
+    for flags in (["--tls-ca", str(pki.ca_cert)], tls + ["--tls-server-name", "elsewhere.example"], other_ca):
         done = run_client(client_bin, mtls_keyed, flags + ["--api-key-file", str(api_keys[0])])
         assert done.returncode == 1 and "failed: 14 " in done.stderr, done.stderr  # 14: UNAVAILABLE
 
