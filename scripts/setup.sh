@@ -23,6 +23,7 @@ debian_packages=(
   build-essential cmake ninja-build pkg-config ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libmicrohttpd-dev nlohmann-json3-dev libonig-dev libutf8proc-dev libgtest-dev libgmock-dev
+  libssl-dev openssl
   prometheus podman buildah runc catatonit netavark aardvark-dns iptables debootstrap
 )
 

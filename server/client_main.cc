@@ -3,12 +3,16 @@
 //       streams the generated text to stdout as it arrives; finish reason and usage go to stderr.
 //   strata-client [--server HOST:PORT] device-map
 //       prints the served plan: modules per stage, each device's budget, planned and measured memory.
+// Either command over TLS (--tls-ca; --tls-cert/--tls-key for mTLS) and with an API key (--api-key-file or
+// $STRATA_API_KEY), sent as "authorization: Bearer KEY" metadata on each call.
 // Exit status: 0 on success, 2 on bad input (a bad flag, or INVALID_ARGUMENT from the server), 1 otherwise.
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iomanip>
 #include <iostream>
 #include <limits>
@@ -18,8 +22,11 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cli/flags.h"
+#include "server/api_keys.h"
+#include "server/pem_files.h"
 #include "strata/v1/strata.grpc.pb.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "strata-server's gRPC address");
@@ -35,6 +42,12 @@ ABSL_FLAG(std::string, stop, "", "stop before this text (repeatable)");
 ABSL_FLAG(bool, no_special_tokens, false, "do not add BOS and the like to a text prompt");
 ABSL_FLAG(bool, ids, false, "also print the generated token ids (stderr)");
 ABSL_FLAG(double, timeout, 600, "deadline of the call, in seconds");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle that signed the server's certificate: connect over TLS");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate chain, for a server that requires one (mTLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
+ABSL_FLAG(std::string, tls_server_name, "", "the name the server's certificate must carry");
+ABSL_FLAG(std::string, api_key_file, "",
+          "send the file's first key as \"authorization: Bearer KEY\" (blank lines and # comments skipped)");
 
 namespace {
 
@@ -46,13 +59,19 @@ constexpr int kExitFailure = 1;
 const strata::cli::CommandLine& Command() {
   static const strata::cli::CommandLine command = [] {
     strata::cli::CommandLine command;
-    command.usage = R"(usage: strata-client [--server HOST:PORT] COMMAND [options]
+    command.usage =
+        R"(usage: strata-client [--server HOST:PORT] [--tls-ca FILE ...] [--api-key-file FILE] COMMAND [options]
 
 commands:
   generate                  stream a continuation of a prompt to stdout (options below)
   device-map                print the served plan and each device's memory
 )";
     command.flags = {Flag(FLAGS_server, "HOST:PORT"),
+                     Flag(FLAGS_tls_ca, "FILE").ShowDefault("none, plaintext"),
+                     Flag(FLAGS_tls_cert, "FILE"),
+                     Flag(FLAGS_tls_key, "FILE"),
+                     Flag(FLAGS_tls_server_name, "NAME").ShowDefault("--server's host"),
+                     Flag(FLAGS_api_key_file, "FILE").ShowDefault("$STRATA_API_KEY if set, else no key"),
                      Flag(FLAGS_prompt, "TEXT").Section("generate:"),
                      Flag(FLAGS_prompt_ids, "1,2,3"),
                      Flag(FLAGS_max_new_tokens, "N"),
@@ -81,7 +100,72 @@ int RpcFailed(const char* what, const grpc::Status& status) {
   return status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ? kExitBadInput : kExitFailure;
 }
 
-int Generate(strata::v1::InferenceService::Stub& stub, const strata::cli::ParsedArgs& flags) {
+// The channel to the server and what each call carries.
+struct Connection {
+  std::shared_ptr<grpc::Channel> channel;
+  std::string authorization;  // "Bearer KEY", or empty: no key
+
+  // A context for one call, with its deadline and the key.
+  void Prepare(grpc::ClientContext& context, std::chrono::milliseconds timeout) const {
+    context.set_deadline(std::chrono::system_clock::now() + timeout);
+    if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+  }
+};
+
+// The connection the flags ask for: plaintext, or TLS (--tls-ca), with a client certificate (mTLS) and
+// an API key. Errors name the flag, and its file.
+absl::StatusOr<Connection> Connect(const strata::cli::ParsedArgs& flags) {
+  using strata::cli::FlagError;
+  Connection connection;
+  const bool tls = flags.Given(FLAGS_tls_ca);
+  const bool cert = flags.Given(FLAGS_tls_cert), key = flags.Given(FLAGS_tls_key);
+  if (cert != key) {
+    return absl::InvalidArgumentError(cert ? "--tls-cert needs --tls-key" : "--tls-key needs --tls-cert");
+  }
+  if ((cert || flags.Given(FLAGS_tls_server_name)) && !tls) {
+    return absl::InvalidArgumentError(absl::StrCat(cert ? "--tls-cert" : "--tls-server-name",
+                                                   " needs --tls-ca (the CA that signed the server's certificate)"));
+  }
+  grpc::ChannelArguments arguments;
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (tls) {
+    grpc::SslCredentialsOptions ssl;
+    absl::StatusOr<std::string> ca = strata::server::ReadPemCertificates(absl::GetFlag(FLAGS_tls_ca));
+    if (!ca.ok()) return FlagError(FLAGS_tls_ca, ca.status());
+    ssl.pem_root_certs = *std::move(ca);
+    if (cert) {
+      absl::StatusOr<std::string> chain = strata::server::ReadPemCertificates(absl::GetFlag(FLAGS_tls_cert));
+      if (!chain.ok()) return FlagError(FLAGS_tls_cert, chain.status());
+      absl::StatusOr<std::string> private_key = strata::server::ReadPemPrivateKey(absl::GetFlag(FLAGS_tls_key));
+      if (!private_key.ok()) return FlagError(FLAGS_tls_key, private_key.status());
+      if (!strata::server::CheckKeyMatchesCertificate(*chain, *private_key).ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("--tls-key: ", absl::GetFlag(FLAGS_tls_key),
+                                                       " is not the private key of --tls-cert ",
+                                                       absl::GetFlag(FLAGS_tls_cert)));
+      }
+      ssl.pem_cert_chain = *std::move(chain);
+      ssl.pem_private_key = *std::move(private_key);
+    }
+    if (flags.Given(FLAGS_tls_server_name)) arguments.SetSslTargetNameOverride(absl::GetFlag(FLAGS_tls_server_name));
+    credentials = grpc::SslCredentials(ssl);
+  }
+  std::vector<std::string> keys;
+  if (flags.Given(FLAGS_api_key_file)) {
+    absl::StatusOr<std::vector<std::string>> read = strata::server::ReadApiKeyFile(absl::GetFlag(FLAGS_api_key_file));
+    if (!read.ok()) return FlagError(FLAGS_api_key_file, read.status());
+    keys = *std::move(read);
+  } else if (const char* env = std::getenv("STRATA_API_KEY"); env != nullptr && *env != '\0') {
+    absl::StatusOr<std::vector<std::string>> read = strata::server::ParseApiKeys(env, "$STRATA_API_KEY");
+    if (!read.ok()) return read.status();
+    keys = *std::move(read);
+  }
+  if (!keys.empty()) connection.authorization = "Bearer " + keys.front();
+  connection.channel = grpc::CreateCustomChannel(absl::GetFlag(FLAGS_server), credentials, arguments);
+  return connection;
+}
+
+int Generate(strata::v1::InferenceService::Stub& stub, const Connection& connection,
+             const strata::cli::ParsedArgs& flags) {
   strata::v1::GenerateRequest request;
   request.set_prompt(absl::GetFlag(FLAGS_prompt));
   if (flags.Given(FLAGS_prompt_ids)) {
@@ -106,8 +190,7 @@ int Generate(strata::v1::InferenceService::Stub& stub, const strata::cli::Parsed
   request.set_add_special_tokens(!absl::GetFlag(FLAGS_no_special_tokens));
 
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  connection.Prepare(context, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
   std::unique_ptr<grpc::ClientReader<strata::v1::GenerateResponse>> reader = stub.Generate(&context, request);
   strata::v1::GenerateResponse response;
   std::vector<int32_t> ids;
@@ -149,9 +232,9 @@ std::string Bytes(double bytes) {
   return out.str();
 }
 
-int DeviceMap(strata::v1::InferenceService::Stub& stub) {
+int DeviceMap(strata::v1::InferenceService::Stub& stub, const Connection& connection) {
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  connection.Prepare(context, std::chrono::seconds(30));
   strata::v1::GetDeviceMapResponse reply;
   const grpc::Status status = stub.GetDeviceMap(&context, strata::v1::GetDeviceMapRequest(), &reply);
   if (!status.ok()) return RpcFailed("GetDeviceMap", status);
@@ -194,14 +277,21 @@ int main(int argc, char** argv) {
   const std::string command = parsed->positional.empty() ? "" : parsed->positional.front();
   if (command != "generate" && command != "device-map")
     return BadInput(command.empty() ? "give a command: generate or device-map" : "unknown command \"" + command + "\"");
-  // Every flag but --server belongs to generate.
-  const absl::string_view server_flag = absl::GetFlagReflectionHandle(FLAGS_server).Name();
+  // Every flag but the connection's belongs to generate.
+  const std::vector<absl::string_view> connection_flags = {absl::GetFlagReflectionHandle(FLAGS_server).Name(),
+                                                           absl::GetFlagReflectionHandle(FLAGS_tls_ca).Name(),
+                                                           absl::GetFlagReflectionHandle(FLAGS_tls_cert).Name(),
+                                                           absl::GetFlagReflectionHandle(FLAGS_tls_key).Name(),
+                                                           absl::GetFlagReflectionHandle(FLAGS_tls_server_name).Name(),
+                                                           absl::GetFlagReflectionHandle(FLAGS_api_key_file).Name()};
   for (const auto& [name, value] : parsed->given) {
-    if (command != "generate" && name != server_flag) {
+    if (command != "generate" &&
+        std::find(connection_flags.begin(), connection_flags.end(), name) == connection_flags.end()) {
       return BadInput(strata::cli::Spelling(name) + ": not a flag of " + command);
     }
   }
-  auto stub = strata::v1::InferenceService::NewStub(
-      grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials()));
-  return command == "generate" ? Generate(*stub, *parsed) : DeviceMap(*stub);
+  absl::StatusOr<Connection> connection = Connect(*parsed);
+  if (!connection.ok()) return BadInput(std::string(connection.status().message()));
+  auto stub = strata::v1::InferenceService::NewStub(connection->channel);
+  return command == "generate" ? Generate(*stub, *connection, *parsed) : DeviceMap(*stub, *connection);
 }

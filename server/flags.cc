@@ -11,7 +11,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "cli/flags.h"
+#include "server/pem_files.h"
 
 // Declared at global scope, as ABSL_FLAG asks; only ParseServerFlags reads them.
 ABSL_FLAG(std::string, model, "",
@@ -56,6 +58,19 @@ ABSL_FLAG(int32_t, tokenize_threads, 0,
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address (0.0.0.0:50051 for all interfaces)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus /metrics address (0.0.0.0:9464 for all interfaces)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of the gRPC port: serve TLS (needs --tls-key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert (unencrypted)");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: require client certificates signed by it (mTLS; needs --tls-cert)");
+ABSL_FLAG(std::string, health_listen, "",
+          "a second gRPC address, plaintext, for health probes (Kubernetes' gRPC probes speak no TLS): health "
+          "checking and reflection answer there, strata's methods are UNAUTHENTICATED; needs --tls-cert");
+ABSL_FLAG(std::string, api_key_file, "",
+          "require \"authorization: Bearer KEY\" metadata on strata's methods, KEY one of this file's lines "
+          "(blank lines and # comments skipped); others are UNAUTHENTICATED");
+ABSL_FLAG(std::string, auth_open_methods, "",
+          "strata methods callable without a key: Generate, GetDeviceMap (comma-separated; full names "
+          "/strata.v1.InferenceService/M too)");
 
 namespace strata::server {
 namespace {
@@ -100,7 +115,16 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
         Flag(FLAGS_max_streams, "N"),
         Flag(FLAGS_max_streams_per_connection, "N"),
         Flag(FLAGS_max_stream_buffer_bytes, "N"),
-        Flag(FLAGS_tokenize_threads, "N").ShowDefault("half the cores, 1 to 4")};
+        Flag(FLAGS_tokenize_threads, "N").ShowDefault("half the cores, 1 to 4"),
+        Flag(FLAGS_tls_cert, "FILE")
+            .ShowDefault("none, plaintext")
+            .Section("Security (the gRPC port; /metrics stays plaintext):"),
+        Flag(FLAGS_tls_key, "FILE"),
+        Flag(FLAGS_tls_client_ca, "FILE").ShowDefault("none, no client certificate asked"),
+        Flag(FLAGS_health_listen, "HOST:PORT").ShowDefault("none"),
+        Flag(FLAGS_api_key_file, "FILE").ShowDefault("none, no key needed"),
+        Flag(FLAGS_auth_open_methods, "M,M")
+            .ShowDefault("none of strata's; gRPC health checking and reflection are always open")};
     command.epilogue = R"(
 Exit status: 0 after SIGINT/SIGTERM (once drained; at once when it comes during the load), 2 on a bad flag or plan (the message names it), 1 otherwise
 (for example a port already in use, or a device that became unusable while serving).
@@ -118,6 +142,53 @@ absl::StatusOr<T> AtLeast(const absl::Flag<T>& flag, T least, absl::string_view 
     return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(flag), ": \"", value, "\" is not ", what));
   }
   return value;
+}
+
+// A strata method as --auth-open-methods names it ("GetDeviceMap", "strata.v1.InferenceService/GetDeviceMap"
+// or with a leading "/"), as gRPC spells it.
+absl::StatusOr<std::string> OpenMethod(absl::string_view name) {
+  for (const char* method : {kGenerateMethod, kGetDeviceMapMethod}) {
+    const absl::string_view full(method);
+    if (name == full || name == full.substr(1) || name == full.substr(full.rfind('/') + 1)) return std::string(full);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("\"", name,
+                   "\" is not a strata method (Generate, GetDeviceMap); gRPC health checking and "
+                   "reflection are always open"));
+}
+
+// --tls-cert, --tls-key and --tls-client-ca, read and checked: every error names the flag and its file.
+absl::StatusOr<std::optional<ServerTls>> ReadServerTls(const cli::ParsedArgs& parsed) {
+  const bool cert = parsed.Given(FLAGS_tls_cert), key = parsed.Given(FLAGS_tls_key);
+  const bool client_ca = parsed.Given(FLAGS_tls_client_ca);
+  if (cert != key) {
+    return absl::InvalidArgumentError(cert ? "--tls-cert needs --tls-key (the certificate's private key)"
+                                           : "--tls-key needs --tls-cert (the certificate it belongs to)");
+  }
+  if (client_ca && !cert) {
+    return absl::InvalidArgumentError(
+        "--tls-client-ca needs --tls-cert and --tls-key: client certificates are "
+        "asked for only over TLS");
+  }
+  if (!cert) return std::nullopt;
+  ServerTls tls;
+  absl::StatusOr<std::string> chain = ReadPemCertificates(absl::GetFlag(FLAGS_tls_cert));
+  if (!chain.ok()) return FlagError(FLAGS_tls_cert, chain.status());
+  tls.certificate_chain = *std::move(chain);
+  absl::StatusOr<std::string> private_key = ReadPemPrivateKey(absl::GetFlag(FLAGS_tls_key));
+  if (!private_key.ok()) return FlagError(FLAGS_tls_key, private_key.status());
+  tls.private_key = *std::move(private_key);
+  if (absl::Status match = CheckKeyMatchesCertificate(tls.certificate_chain, tls.private_key); !match.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--tls-key: ", absl::GetFlag(FLAGS_tls_key),
+                                                   " is not the private key of --tls-cert ",
+                                                   absl::GetFlag(FLAGS_tls_cert)));
+  }
+  if (client_ca) {
+    absl::StatusOr<std::string> ca = ReadPemCertificates(absl::GetFlag(FLAGS_tls_client_ca));
+    if (!ca.ok()) return FlagError(FLAGS_tls_client_ca, ca.status());
+    tls.client_ca = *std::move(ca);
+  }
+  return tls;
 }
 
 }  // namespace
@@ -264,6 +335,36 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
     absl::StatusOr<ListenAddress> parsed_address = ParseListenAddress(absl::GetFlag(*flag));
     if (!parsed_address.ok()) return FlagError(*flag, parsed_address.status());
     *address = *std::move(parsed_address);
+  }
+
+  absl::StatusOr<std::optional<ServerTls>> tls = ReadServerTls(*parsed);
+  if (!tls.ok()) return tls.status();
+  options.tls = *std::move(tls);
+  if (parsed->Given(FLAGS_health_listen)) {
+    if (!options.tls) {
+      return absl::InvalidArgumentError("--health-listen needs --tls-cert: without TLS, probes use --listen");
+    }
+    absl::StatusOr<ListenAddress> health = ParseListenAddress(absl::GetFlag(FLAGS_health_listen));
+    if (!health.ok()) return FlagError(FLAGS_health_listen, health.status());
+    if (health->port != 0 && health->ToString() == options.listen.ToString()) {
+      return absl::InvalidArgumentError("--health-listen: must differ from --listen (a second, plaintext port)");
+    }
+    options.health_listen = *std::move(health);
+  }
+  if (parsed->Given(FLAGS_api_key_file)) {
+    absl::StatusOr<std::vector<std::string>> keys = ReadApiKeyFile(absl::GetFlag(FLAGS_api_key_file));
+    if (!keys.ok()) return FlagError(FLAGS_api_key_file, keys.status());
+    options.api_keys = std::make_shared<const ApiKeys>(*keys);
+  }
+  if (parsed->Given(FLAGS_auth_open_methods)) {
+    if (options.api_keys == nullptr) {
+      return absl::InvalidArgumentError("--auth-open-methods needs --api-key-file: without it every method is open");
+    }
+    for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_auth_open_methods), ',', absl::SkipEmpty())) {
+      absl::StatusOr<std::string> method = OpenMethod(name);
+      if (!method.ok()) return FlagError(FLAGS_auth_open_methods, method.status());
+      options.auth_open_methods.insert(*std::move(method));
+    }
   }
   return command;
 }

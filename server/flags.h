@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 
@@ -16,6 +18,7 @@
 #include "planner/plan.h"
 #include "runtime/executor/executor.h"
 #include "runtime/executor/physical_devices.h"
+#include "server/api_keys.h"
 
 namespace strata::server {
 
@@ -30,6 +33,18 @@ struct ListenAddress {
 // "0.0.0.0:50051", "127.0.0.1:0", "[::1]:9464", "localhost:50051". The error names the text.
 absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text);
 
+// TLS on the gRPC port: the PEM text of --tls-cert, --tls-key and --tls-client-ca, read and checked once
+// by ParseServerFlags.
+struct ServerTls {
+  std::string certificate_chain;
+  std::string private_key;
+  std::string client_ca;  // not empty: clients must present a certificate this CA signed (mTLS)
+};
+
+// The strata methods --auth-open-methods may name, as gRPC spells them.
+inline constexpr char kGenerateMethod[] = "/strata.v1.InferenceService/Generate";
+inline constexpr char kGetDeviceMapMethod[] = "/strata.v1.InferenceService/GetDeviceMap";
+
 // What strata-server runs with.
 struct ServerOptions {
   // Exactly one of the two: a checkpoint directory (config.json, optional *.safetensors) or a module
@@ -42,6 +57,17 @@ struct ServerOptions {
   int64_t kv_cache_tokens = 0;
   ListenAddress listen{"0.0.0.0", 50051};
   ListenAddress metrics_listen{"0.0.0.0", 9464};
+
+  // Transport security and API keys of the gRPC port. `tls` absent: plaintext.
+  std::optional<ServerTls> tls;
+  // --health-listen: a second, plaintext port for Kubernetes' gRPC probes (which speak no TLS); strata's
+  // methods refuse calls that come in there. Only with `tls`.
+  std::optional<ListenAddress> health_listen;
+  // --api-key-file: strata's methods need "authorization: Bearer KEY" with one of these keys, except
+  // `auth_open_methods` (full method names). Null: no key is needed. gRPC health checking and reflection
+  // are always open (probes cannot send metadata).
+  std::shared_ptr<const ApiKeys> api_keys;
+  std::set<std::string> auth_open_methods;
 
   // Serving (when --model DIR holds safetensors weights; see ServerUsage).
   runtime::PhysicalDeviceMap physical_devices;  // --physical-devices 0=cpu,1=cpu; empty: GPU i is cuda:i

@@ -1,9 +1,13 @@
 #include "server/inference_service.h"
 
+#include <grpc/grpc_security_constants.h>
+
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "server/flags.h"
 #include "server/generate_reactor.h"
 #include "server/generate_validation.h"
 
@@ -99,10 +103,38 @@ void InferenceService::Stop() {
   model_ = nullptr;
 }
 
+grpc::Status InferenceService::Authenticate(const grpc::CallbackServerContext& context, const char* method) const {
+  if (tls_only_) {
+    const std::vector<grpc::string_ref> security =
+        context.auth_context()->FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME);
+    if (security.empty() || security.front() != GRPC_SSL_TRANSPORT_SECURITY_TYPE) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "this port is plaintext for health probes (--health-listen): call strata's methods over "
+                          "TLS on --listen");
+    }
+  }
+  if (api_keys_ == nullptr || open_methods_.contains(method)) return grpc::Status::OK;
+  std::vector<absl::string_view> authorization;
+  const auto [begin, end] = context.client_metadata().equal_range("authorization");
+  for (auto it = begin; it != end; ++it) authorization.emplace_back(it->second.data(), it->second.size());
+  const absl::Status verdict = CheckAuthorization(*api_keys_, authorization);
+  if (verdict.ok()) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(verdict.message()));
+}
+
 grpc::ServerUnaryReactor* InferenceService::GetDeviceMap(grpc::CallbackServerContext* context,
                                                          const v1::GetDeviceMapRequest* /*request*/,
                                                          v1::GetDeviceMapResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // The key first: the plan shows the host's memory.
+  if (grpc::Status refusal = Authenticate(*context, kGetDeviceMapMethod); !refusal.ok()) {
+    {
+      std::lock_guard lock(mutex_);
+      if (metrics_ != nullptr) metrics_->RecordUnauthenticated();
+    }
+    reactor->Finish(refusal);
+    return reactor;
+  }
   std::lock_guard lock(mutex_);
   if (plan_ == nullptr) {
     reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is still loading"));
@@ -120,6 +152,17 @@ grpc::ServerUnaryReactor* InferenceService::GetDeviceMap(grpc::CallbackServerCon
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(grpc::CallbackServerContext* context,
                                                                        const grpc::ByteBuffer* request) {
+  // The key first: a caller without one learns nothing of the server's state.
+  if (grpc::Status refusal = Authenticate(*context, kGenerateMethod); !refusal.ok()) {
+    Metrics* metrics = nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      metrics = metrics_;
+    }
+    auto* reactor = new GenerateReactor(context, metrics, &open_streams_, limits_.max_stream_buffer_bytes);
+    reactor->Refuse(refusal);
+    return reactor;
+  }
   // Only the checks of the server's state and the hand-off to the engine hold the mutex. Validation and
   // tokenization run off it: here for a small request, on the admission pool for a large one.
   grpc::Status refusal = grpc::Status::OK;

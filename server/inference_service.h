@@ -8,13 +8,16 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <string_view>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/executor/device_memory.h"
 #include "server/admission_pool.h"
+#include "server/api_keys.h"
 #include "server/in_flight_generations.h"
 #include "server/metrics.h"
 #include "server/served_model.h"
@@ -55,6 +58,18 @@ class InferenceService final : public InferenceServiceBase {
     metrics_ = metrics;
   }
 
+  // Calls of strata's methods need "authorization: Bearer KEY" metadata with a key `keys` accepts, except
+  // `open_methods` (full names, as flags.h spells them); the others end UNAUTHENTICATED, counted in
+  // strata_requests_total. Called before the server starts, never after.
+  void RequireApiKeys(std::shared_ptr<const ApiKeys> keys, std::set<std::string> open_methods) {
+    api_keys_ = std::move(keys);
+    open_methods_ = std::move(open_methods);
+  }
+
+  // Calls of strata's methods that did not come over TLS end UNAUTHENTICATED: the server has a plaintext
+  // port for health probes besides its TLS one. Called before the server starts, never after.
+  void RequireTls() { tls_only_ = true; }
+
   // The server only plans (no weights): GetDeviceMap answers, Generate is FAILED_PRECONDITION.
   void ServePlan(const ServedPlan* plan);
   // The model is loaded: both answer. `model` must outlive the service or a later Stop().
@@ -81,6 +96,14 @@ class InferenceService final : public InferenceServiceBase {
   const ServiceLimits limits_;
   std::unique_ptr<AdmissionPool> pool_;
   std::atomic<int64_t> open_streams_{0};
+  // OK, or UNAUTHENTICATED when `method` needs a key and the call does not carry a valid one (a check of
+  // the call's own metadata, so it works the same over plaintext and TLS), or came in on the plaintext
+  // health port.
+  grpc::Status Authenticate(const grpc::CallbackServerContext& context, const char* method) const;
+
+  std::shared_ptr<const ApiKeys> api_keys_;  // null: no key needed
+  bool tls_only_ = false;
+  std::set<std::string> open_methods_;
   Metrics* metrics_ = nullptr;
   std::mutex mutex_;
   const ServedPlan* plan_ = nullptr;

@@ -34,6 +34,8 @@ const char* CodeName(grpc::StatusCode code) {
       return "UNAVAILABLE";
     case grpc::StatusCode::INTERNAL:
       return "INTERNAL";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
     default:
       return "OTHER";
   }
@@ -72,10 +74,11 @@ Metrics::Metrics(ListenAddress address, std::shared_ptr<prometheus::Registry> re
                                .Help("Measured memory of a device: kind allocated, reserved, total or free "
                                      "(CUDA allocator and cudaMemGetInfo; process RSS and host memory for cpu)")
                                .Register(*registry_)),
-      requests_total_(prometheus::BuildCounter()
-                          .Name("strata_requests_total")
-                          .Help("Generate calls by their final gRPC status code")
-                          .Register(*registry_)),
+      requests_total_(
+          prometheus::BuildCounter()
+              .Name("strata_requests_total")
+              .Help("Generate calls by their final gRPC status code, and GetDeviceMap calls refused UNAUTHENTICATED")
+              .Register(*registry_)),
       request_duration_(prometheus::BuildHistogram()
                             .Name("strata_request_duration_seconds")
                             .Help("Generate calls from arrival to their final status")
@@ -178,6 +181,9 @@ void Metrics::RecordPlan(const planner::Plan& plan) {
 void Metrics::RecordRequest(grpc::StatusCode code, double seconds) {
   requests_total_.Add({{"code", CodeName(code)}}).Increment();
   request_duration_.Observe(seconds);
+}
+void Metrics::RecordUnauthenticated() {
+  requests_total_.Add({{"code", CodeName(grpc::StatusCode::UNAUTHENTICATED)}}).Increment();
 }
 void Metrics::RecordPromptTokens(int64_t tokens) { prompt_tokens_.Increment(static_cast<double>(tokens)); }
 void Metrics::RecordGeneratedTokens(int64_t tokens) { generated_tokens_.Increment(static_cast<double>(tokens)); }

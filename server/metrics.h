@@ -32,6 +32,10 @@ class Metrics {
 
   // Generate requests.
   void RecordRequest(grpc::StatusCode code, double seconds);
+  // A call of another strata method (GetDeviceMap) refused for want of a valid API key: counted under
+  // strata_requests_total{code="UNAUTHENTICATED"} with Generate's refusals (a Generate call's own goes through
+  // RecordRequest).
+  void RecordUnauthenticated();
   void RecordPromptTokens(int64_t tokens);
   void RecordGeneratedTokens(int64_t tokens);
   void ObserveTimeToFirstToken(double seconds);

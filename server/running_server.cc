@@ -2,6 +2,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,6 +15,20 @@
 #include "absl/strings/str_cat.h"
 
 namespace strata::server {
+namespace {
+
+// Plaintext, TLS, or TLS that requires a client certificate signed by --tls-client-ca.
+std::shared_ptr<grpc::ServerCredentials> GrpcCredentials(const std::optional<ServerTls>& tls) {
+  if (!tls) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl(tls->client_ca.empty()
+                                            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  ssl.pem_root_certs = tls->client_ca;
+  ssl.pem_key_cert_pairs.push_back({tls->private_key, tls->certificate_chain});
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const ServerOptions& options) {
   std::unique_ptr<RunningServer> running(new RunningServer());
@@ -22,6 +37,7 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const Server
                                    : std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 4);
   running->service_ = std::make_unique<InferenceService>(ServiceLimits{
       options.max_message_bytes, options.max_streams, options.max_stream_buffer_bytes, tokenize_threads});
+  if (options.api_keys != nullptr) running->service_->RequireApiKeys(options.api_keys, options.auth_open_methods);
 
   // Both are process-wide settings read when a builder is made, so they come first.
   grpc::EnableDefaultHealthCheckService(true);
@@ -29,7 +45,12 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const Server
 
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen.ToString(), grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.listen.ToString(), GrpcCredentials(options.tls), &port);
+  int health_port = 0;
+  if (options.health_listen) {
+    builder.AddListeningPort(options.health_listen->ToString(), grpc::InsecureServerCredentials(), &health_port);
+    running->service_->RequireTls();
+  }
   // gRPC sets SO_REUSEPORT by default, which lets a second server bind a port that is already served
   // and split its traffic; a port in use must be an error instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -42,6 +63,10 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const Server
   // On failure `running` shuts down what did start as it goes out of scope.
   if (running->server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", options.listen.ToString(), " (port in use?)"));
+  }
+  if (options.health_listen && health_port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve health checks on ", options.health_listen->ToString(), " (port in use?)"));
   }
   running->grpc_address_ = ListenAddress{options.listen.host, port};
   // At once: gRPC's default health service starts with "" SERVING and the service unknown (NOT_FOUND).

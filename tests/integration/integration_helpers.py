@@ -121,10 +121,13 @@ def run_plan(plan_bin: Path, flags: list[str]) -> dict:
 
 
 class ServerProcess:
-    """A strata-server started with `flags` on free loopback ports; stdout/stderr go to files."""
+    """A strata-server started with `flags` on free loopback ports; stdout/stderr go to files. `credentials`:
+    the channel credentials its gRPC port needs (a server with --tls-cert); None: plaintext."""
 
-    def __init__(self, server_bin: Path, flags: list[str], log_dir: Path, env: dict | None = None):
+    def __init__(self, server_bin: Path, flags: list[str], log_dir: Path, env: dict | None = None,
+                 credentials: grpc.ChannelCredentials | None = None):
         self.env = env
+        self.credentials = credentials
         self.grpc_port = free_port()
         self.metrics_port = free_port()
         self.grpc_address = f"127.0.0.1:{self.grpc_port}"
@@ -149,7 +152,8 @@ class ServerProcess:
     def start(self, stubs) -> "ServerProcess":
         with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
             self.process = subprocess.Popen(self.args, stdout=out, stderr=err, env=self.env)
-        self.channel = grpc.insecure_channel(self.grpc_address)
+        self.channel = (grpc.secure_channel(self.grpc_address, self.credentials) if self.credentials is not None
+                        else grpc.insecure_channel(self.grpc_address))
         health = stubs.health_grpc.HealthStub(self.channel)
         request = stubs.health.HealthCheckRequest(service="strata.v1.InferenceService")
         deadline = time.monotonic() + STARTUP_TIMEOUT_S

@@ -5,6 +5,12 @@
         for piece in client.generate_stream("Once upon a time", max_new_tokens=32):
             print(piece.text, end="", flush=True)
 
+Over TLS, with a client certificate (mTLS) and an API key:
+
+    Client("strata.example:50051", root_certificates=open("ca.pem", "rb").read(),
+           certificate_chain=open("client.pem", "rb").read(), private_key=open("client.key", "rb").read(),
+           api_key=os.environ["STRATA_API_KEY"])
+
 The gRPC stubs are generated from proto/strata/v1/strata.proto with grpcio-tools the first time they
 are needed, into a cache folder keyed by the proto's hash, so the package never carries stale stubs.
 The proto is found through $STRATA_PROTO_DIR, else in the strata checkout this package lives in.
@@ -92,12 +98,34 @@ class Result:
 
 
 class Client:
-    """A channel to one strata-server. Errors are grpc.RpcError with the server's status and message."""
+    """A channel to one strata-server. Errors are grpc.RpcError with the server's status and message.
 
-    def __init__(self, address: str = "127.0.0.1:50051"):
+    Plaintext unless TLS is asked for: `root_certificates` (PEM bytes of the CA that signed the server's
+    certificate) or `tls=True` (the system's roots). `certificate_chain` and `private_key` (PEM bytes) are
+    the client certificate a server with --tls-client-ca requires; `server_name` overrides the name the
+    server's certificate must carry. `api_key` is sent as "authorization: Bearer KEY" on every call (a
+    server with --api-key-file answers UNAUTHENTICATED without it)."""
+
+    def __init__(self, address: str = "127.0.0.1:50051", *, root_certificates: Optional[bytes] = None,
+                 certificate_chain: Optional[bytes] = None, private_key: Optional[bytes] = None,
+                 server_name: Optional[str] = None, api_key: Optional[str] = None, tls: bool = False):
+        tls = tls or root_certificates is not None
+        if (certificate_chain is None) != (private_key is None):
+            raise ValueError("certificate_chain and private_key go together (the client certificate and its key)")
+        if not tls and (certificate_chain is not None or server_name is not None):
+            raise ValueError("a client certificate or server_name needs TLS: give root_certificates or tls=True")
+        if api_key is not None and (not api_key or not all("!" <= c <= "~" for c in api_key)):
+            raise ValueError("api_key must be printable ASCII without spaces")
         pb2, pb2_grpc = stubs()
         self._pb2 = pb2
-        self._channel = grpc.insecure_channel(address)
+        self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key is not None else ()
+        if tls:
+            credentials = grpc.ssl_channel_credentials(root_certificates=root_certificates, private_key=private_key,
+                                                       certificate_chain=certificate_chain)
+            options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+            self._channel = grpc.secure_channel(address, credentials, options=options)
+        else:
+            self._channel = grpc.insecure_channel(address)
         self._stub = pb2_grpc.InferenceServiceStub(self._channel)
 
     def close(self) -> None:
@@ -118,7 +146,8 @@ class Client:
         elif prompt is not None:
             options["prompt_ids"] = list(prompt)
         reasons = self._pb2.GenerateResponse.FinishReason
-        for response in self._stub.Generate(self._pb2.GenerateRequest(**options), timeout=timeout):
+        for response in self._stub.Generate(self._pb2.GenerateRequest(**options), timeout=timeout,
+                                            metadata=self._metadata):
             yield Chunk(text=response.text, token_ids=list(response.token_ids),
                         logprobs=[lp.logprob for lp in response.logprobs],
                         finish_reason=reasons.Name(response.finish_reason) if response.finish_reason else None,
@@ -139,7 +168,7 @@ class Client:
 
     def device_map(self, timeout: float = 30) -> dict:
         """The served plan: {"device_map": {module: device}, "stages": [(device, [modules])], "devices": [...]}."""
-        reply = self._stub.GetDeviceMap(self._pb2.GetDeviceMapRequest(), timeout=timeout)
+        reply = self._stub.GetDeviceMap(self._pb2.GetDeviceMapRequest(), timeout=timeout, metadata=self._metadata)
         return {
             "architecture": reply.architecture,
             "strategy": reply.strategy,
