@@ -1,5 +1,9 @@
 #include "server/admission_pool.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <utility>
 
 namespace strata::server {
@@ -26,6 +30,11 @@ void AdmissionPool::Post(std::function<void()> job) {
 }
 
 void AdmissionPool::Run() {
+  // Below the engine and the stage workers: tokenizing a large prompt is background work, and on a busy
+  // host a thread it takes from an intra-op pool stalls every parallel op of the running decodes (each
+  // barrier waits for the descheduled thread). Linux applies nice per thread. Best effort: a failure
+  // leaves the thread at the process's priority.
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kNice);
   while (true) {
     std::function<void()> job;
     {

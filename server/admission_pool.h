@@ -3,7 +3,7 @@
 // callback threads are few and shared by every call, health checks included: a handler that tokenizes
 // megabytes of text on one holds up everything behind it. Requests above a small size are handed here
 // instead; jobs run in arrival order on a fixed number of threads, so tokenizing work at once is bounded
-// too (each job's text by --max-prompt-bytes).
+// too (each job's text by --max-prompt-bytes). The threads run at nice 10 (kNice), below the engine.
 
 #include <condition_variable>
 #include <deque>
@@ -25,6 +25,7 @@ class AdmissionPool {
   void Post(std::function<void()> job);
 
  private:
+  static constexpr int kNice = 10;
   void Run();
 
   std::mutex mutex_;

@@ -146,8 +146,9 @@ def test_client_that_does_not_read_is_cut_at_the_stream_buffer_limit(server_fact
 
 def test_huge_prompt_being_tokenized_does_not_hold_up_a_small_request(server_factory, text_model, stubs):
     directory, _ = text_model
+    # One intra-op thread: on a loaded 2-core host an OpenMP pool's barriers, not admission, would decide.
     server = server_factory(["--model", str(directory), "--max-message-bytes", str(8 << 20),
-                             "--max-prompt-bytes", str(8 << 20)])
+                             "--max-prompt-bytes", str(8 << 20), "--intra-op-threads", "1"])
     words = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "hello", "world"]
     rng = random.Random(0)
     huge = " ".join(rng.choice(words) for _ in range(800_000))[: 4 << 20]  # 4 MiB of text
@@ -182,7 +183,7 @@ def test_a_flood_of_large_prompts_does_not_hold_up_health_checks_or_small_reques
     # 16 clients sending 1 MiB prompts back to back (each tokenized, then refused: too many tokens) keep
     # the admission pool busy; health checks and small requests are served on gRPC's threads meanwhile.
     directory, _ = text_model
-    server = server_factory(["--model", str(directory)])
+    server = server_factory(["--model", str(directory), "--intra-op-threads", "1"])
     words = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "hello", "world"]
     rng = random.Random(1)
     large = " ".join(rng.choice(words) for _ in range(250_000))[: 1 << 20]
