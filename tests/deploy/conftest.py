@@ -10,15 +10,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from manifest_checks import K8S, OVERLAYS, REPO  # noqa: E402
-
-
-def kubectl() -> str:
-    path = shutil.which("kubectl")
-    if path is None:
-        pytest.skip("kubectl is not installed (scripts/setup.sh installs the apt package kubectl where "
-                    "an apt source offers it; Debian's own kubernetes-client 1.20 is too old for kustomize v5)")
-    return path
+from manifest_checks import K8S, OVERLAYS, REPO, kubectl  # noqa: E402
 
 
 @pytest.fixture(scope="session")

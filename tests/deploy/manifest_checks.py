@@ -2,6 +2,9 @@
 
 import pathlib
 import re
+import shutil
+
+import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent.parent
 K8S = REPO / "deploy" / "k8s"
@@ -118,3 +121,11 @@ def metrics_in_source(source: str) -> set[str]:
         names.discard(h)  # a histogram is only its _bucket, _sum and _count series
         names |= {f"{h}_bucket", f"{h}_sum", f"{h}_count"}
     return names
+
+
+def kubectl() -> str:
+    path = shutil.which("kubectl")
+    if path is None:
+        pytest.skip("kubectl is not installed (scripts/setup.sh installs the apt package kubectl where "
+                    "an apt source offers it; Debian's own kubernetes-client 1.20 is too old for kustomize v5)")
+    return path

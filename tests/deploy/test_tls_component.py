@@ -11,8 +11,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import kubectl
-from manifest_checks import GRPC_PORT_NAME, K8S, container_port, flag, one, server_container
+from manifest_checks import GRPC_PORT_NAME, K8S, container_port, flag, kubectl, one, server_container
 from test_manifests import KUBERNETES_VERSIONS, kubernetes_validate
 
 SECRETS = {"tls-cert": "strata-tls", "tls-key": "strata-tls", "api-key-file": "strata-api-keys"}
