@@ -23,6 +23,7 @@ namespace strata::tokenizer {
 namespace {
 
 absl::StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view source) {
+  if (absl::Status depth = CheckJsonDepth(text, source); !depth.ok()) return depth;
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(text);
