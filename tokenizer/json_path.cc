@@ -63,29 +63,4 @@ absl::StatusOr<std::string> JsonAt::Type() const {
   return String("type");
 }
 
-absl::Status CheckJsonDepth(std::string_view text, std::string_view source) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;  // the escaped character cannot end the string
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth) {
-        return absl::InvalidArgumentError(
-            StrCat(source, ": JSON nests deeper than ", kMaxJsonDepth, " levels at byte ", i));
-      }
-    } else if (c == ']' || c == '}') {
-      --depth;  // unbalanced text is the parser's to report
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace strata::tokenizer

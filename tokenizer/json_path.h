@@ -32,16 +32,6 @@ struct JsonAt {
   absl::StatusOr<std::string> Type() const;                              // the required "type" string of a component
 };
 
-// The deepest nesting of arrays and objects a tokenizer.json may have: serde_json, which `tokenizers`
-// reads the file with, stops at 128 levels ("recursion limit exceeded"). The recursive readers of Sequence
-// normalizers, pre-tokenizers, post-processors and decoders rely on it: a file nested a million levels
-// deep would otherwise overflow the stack.
-inline constexpr int kMaxJsonDepth = 127;
-
-// An error "<source>: JSON nests deeper than 127 levels at byte N" when `text` (JSON, not yet parsed)
-// nests arrays and objects deeper than kMaxJsonDepth. Scans the bytes once, before any parsing.
-absl::Status CheckJsonDepth(std::string_view text, std::string_view source);
-
 }  // namespace strata::tokenizer
 
 #endif  // STRATA_RUNTIME_TOKENIZER_JSON_PATH_H_

@@ -26,12 +26,12 @@ def fuzz_build():
 
 
 @pytest.mark.parametrize("harness", HARNESSES)
-def test_fuzzer_finds_nothing_in_a_short_run(fuzz_build, harness, tmp_path):
+def test_fuzzer_finds_nothing_in_a_short_run(fuzz_build, harness, tmp_path, record):
     # A work dir of its own: each run starts from the seeds alone, so a CI failure is this tree's.
     env = dict(os.environ, STRATA_FUZZ_WORK=str(tmp_path))
     proc = subprocess.run([str(FUZZ), harness, str(SECONDS)], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=SECONDS + 600)
-    report = proc.stdout.strip().splitlines()
-    print(report[-1] if report else "")
+    lines = proc.stdout.strip().splitlines()
+    record(harness, lines[-1] if lines else f"fuzz {harness}: no output (exit {proc.returncode})")
     assert proc.returncode == 0, f"fuzz_{harness} found a problem:\n{proc.stdout[-8000:]}\n{proc.stderr[-2000:]}"
     assert "execs/s" in proc.stdout, proc.stdout[-2000:]
