@@ -323,7 +323,8 @@ absl::StatusOr<ModelSpec> LoadModuleTree(const std::filesystem::path& file, std:
   // parse(..., allow_exceptions=false) yields a discarded value instead of throwing; keep the parser's
   // message by parsing with exceptions inside a catch.
   // Modules nest kMaxDepth levels, each an object in a "children" array; a tensor's shape adds three more.
-  if (absl::Status s = checkpoint::CheckJsonDepth(*text, 2 * kMaxDepth + 5, absl::StrCat("module tree ", file.string()));
+  if (absl::Status s =
+          checkpoint::CheckJsonDepth(*text, 2 * kMaxDepth + 5, absl::StrCat("module tree ", file.string()));
       !s.ok()) {
     return s;
   }

@@ -26,8 +26,8 @@ void PlanSpec(const ModelSpec& spec, Strategy strategy, int64_t kv_cache_tokens,
   PlanRequest request;
   request.device_map.strategy = strategy;
   // Budgets by hand, as --max-memory gives them: MakePlan must never look at this machine's GPUs.
-  request.max_memory = MaxMemory{{Device::Gpu(0), 2e9}, {Device::Gpu(1), 2e9}, {Device::Cpu(), 8e9},
-                                 {Device::Disk(), 1e12}};
+  request.max_memory =
+      MaxMemory{{Device::Gpu(0), 2e9}, {Device::Gpu(1), 2e9}, {Device::Cpu(), 8e9}, {Device::Disk(), 1e12}};
   request.kv_cache_tokens = kv_cache_tokens;
   request.explain = explain;
   absl::StatusOr<Plan> plan = MakePlan(spec, request);

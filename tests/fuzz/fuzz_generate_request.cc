@@ -40,15 +40,24 @@ const Tokenizer& SmallTokenizer() {
     for (const char* merged : {"\u2581h", "he", "ll", "\u2581he", "llo", "\u2581hello"}) vocab[merged] = id++;
     // Pairs built one by one: a braced list of two-string lists would make nlohmann build an object.
     nlohmann::json merges = nlohmann::json::array();
-    for (const auto& [left, right] : {std::pair<const char*, const char*>{"\u2581", "h"}, {"h", "e"}, {"l", "l"},
-                                      {"\u2581h", "e"}, {"ll", "o"}, {"\u2581he", "llo"}}) {
+    for (const auto& [left, right] : {std::pair<const char*, const char*>{"\u2581", "h"},
+                                      {"h", "e"},
+                                      {"l", "l"},
+                                      {"\u2581h", "e"},
+                                      {"ll", "o"},
+                                      {"\u2581he", "llo"}}) {
       merges.push_back(nlohmann::json::array({left, right}));
     }
     nlohmann::json added = nlohmann::json::array();
     for (int i = 0; i < 3; ++i) {
       const char* content[] = {"<unk>", "<s>", "</s>"};
-      added.push_back({{"id", i}, {"content", content[i]}, {"single_word", false}, {"lstrip", false},
-                       {"rstrip", false}, {"normalized", false}, {"special", true}});
+      added.push_back({{"id", i},
+                       {"content", content[i]},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", false},
+                       {"special", true}});
     }
     const nlohmann::json json = {
         {"version", "1.0"},
@@ -56,13 +65,16 @@ const Tokenizer& SmallTokenizer() {
         {"padding", nullptr},
         {"added_tokens", added},
         {"normalizer", nullptr},
-        {"pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"},
-                           {"split", false}}},
+        {"pre_tokenizer",
+         {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", false}}},
         {"post_processor",
          {{"type", "TemplateProcessing"},
-          {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-          {"pair", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
-                    {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+          {"single",
+           {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+          {"pair",
+           {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+            {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+            {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
           {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
         {"decoder",
          {{"type", "Sequence"},

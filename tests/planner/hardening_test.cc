@@ -125,9 +125,9 @@ std::string Nested(int levels) { return std::string(levels, '[') + std::string(l
 
 // A fresh temporary directory named after the running test.
 std::filesystem::path TestDir() {
-  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
-                                    ("strata_hardening_" +
-                                     std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) /
+      ("strata_hardening_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
@@ -137,8 +137,8 @@ TEST(Hardening, DeeplyNestedConfigIsAnErrorNotAStackOverflow) {
   // Before: the error for a hidden_size that is no integer printed the value, and printing recurses once
   // per level: a 2 MB config.json of "[" overflowed the stack. Found by tests/fuzz/fuzz_config.
   const std::filesystem::path dir = TestDir();
-  std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": )"
-                                     << Nested(1000000) << "}";
+  std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": )" << Nested(1000000)
+                                     << "}";
   absl::StatusOr<ModelSpec> spec = LoadModelSpec(dir, std::nullopt);
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);

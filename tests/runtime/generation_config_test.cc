@@ -15,9 +15,9 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 std::filesystem::path TestDir() {
-  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
-                                    ("strata_genconfig_" +
-                                     std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) /
+      ("strata_genconfig_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
