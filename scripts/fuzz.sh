@@ -20,7 +20,9 @@ build=${STRATA_FUZZ_BUILD_DIR:-$here/build-fuzz}
 work=${STRATA_FUZZ_WORK:-$HOME/.cache/strata/fuzz}
 harnesses=(safetensors_header config tokenizer device_map generate_request)
 
-# Per harness: the largest input worth trying (a few times the largest seed), and its dictionary.
+# Per harness: the largest input worth trying (a few times the largest seed). -len_control=0 below lets
+# mutations use it from the start: libFuzzer otherwise grows its length limit slowly from small inputs and
+# cuts the 20-35 KB tokenizer seeds into invalid JSON for the first minutes.
 max_len() {
   case "$1" in
     tokenizer) echo 65536 ;;
@@ -82,7 +84,7 @@ log="$dir/last-run.log"
 set +e
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1} \
   "$binary" "$dir/corpus" "$dir/seeds" -max_total_time="$seconds" -max_len="$(max_len "$name")" -timeout=10 \
-  -rss_limit_mb=2048 -malloc_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$dir/artifacts/" "${dict[@]}" "$@" \
+  -rss_limit_mb=2048 -malloc_limit_mb=2048 -len_control=0 -print_final_stats=1 -artifact_prefix="$dir/artifacts/" "${dict[@]}" "$@" \
   >"$log" 2>&1
 rc=$?
 set -e
