@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/file_reader.h"
+#include "checkpoint/json_depth.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::checkpoint {
@@ -123,6 +124,11 @@ absl::StatusOr<uint64_t> SafetensorsHeaderLength(absl::string_view file, absl::s
 
 absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view file, absl::string_view header_json,
                                                          uint64_t file_size) {
+  if (absl::Status s = CheckJsonDepth(std::string_view(header_json.data(), header_json.size()), kMaxJsonDepth,
+                                      absl::StrCat("checkpoint: ", file, ": the header"));
+      !s.ok()) {
+    return s;
+  }
   json parsed;
   try {
     parsed = json::parse(header_json.begin(), header_json.end());
@@ -186,6 +192,8 @@ absl::StatusOr<std::optional<CheckpointFiles>> FindCheckpointFiles(const fs::pat
   if (PathMayExist(dir / kSafetensorsIndexFile)) {
     absl::StatusOr<std::string> text = ReadRegularFile(dir / kSafetensorsIndexFile, kMaxIndexFileBytes);
     if (!text.ok()) return CheckpointError(text.status().message());
+    const std::string index_path = (dir / kSafetensorsIndexFile).string();
+    if (absl::Status s = CheckJsonDepth(*text, kMaxJsonDepth, index_path); !s.ok()) return CheckpointError(s.message());
     json index;
     try {
       index = json::parse(*text);

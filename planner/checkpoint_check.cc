@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "checkpoint/file_reader.h"
+#include "checkpoint/json_depth.h"
 #include "checkpoint/safetensors_header.h"
 #include "nlohmann/json.hpp"
 #include "planner/model_spec.h"
@@ -54,6 +55,7 @@ absl::Status CheckpointError(absl::string_view what) {
 absl::StatusOr<json> ReadJsonFile(const fs::path& path) {
   absl::StatusOr<std::string> text = checkpoint::ReadRegularFile(path, checkpoint::kMaxConfigFileBytes);
   if (!text.ok()) return text.status();
+  if (absl::Status s = checkpoint::CheckJsonDepth(*text, checkpoint::kMaxJsonDepth, path.string()); !s.ok()) return s;
   try {
     return json::parse(*text);
   } catch (const json::exception& e) {

@@ -16,11 +16,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/file_reader.h"
+#include "checkpoint/json_depth.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::planner {
 
 absl::StatusOr<DeviceMap> ParseDeviceMap(absl::string_view json_text) {
+  // Messages quote a value that is no device (printing recurses): bound its depth first.
+  if (absl::Status s = checkpoint::CheckJsonDepth(std::string_view(json_text.data(), json_text.size()),
+                                                  checkpoint::kMaxJsonDepth, "device_map");
+      !s.ok()) {
+    return s;
+  }
   // The parser callback sees each key of the top-level object before nlohmann folds duplicates.
   std::set<std::string> keys;
   std::string duplicate;

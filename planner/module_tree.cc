@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "checkpoint/file_reader.h"
+#include "checkpoint/json_depth.h"
 #include "nlohmann/json.hpp"
 #include "planner/model_spec.h"
 
@@ -321,6 +322,12 @@ absl::StatusOr<ModelSpec> LoadModuleTree(const std::filesystem::path& file, std:
   if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("module tree ", text.status().message()));
   // parse(..., allow_exceptions=false) yields a discarded value instead of throwing; keep the parser's
   // message by parsing with exceptions inside a catch.
+  // Modules nest kMaxDepth levels, each an object in a "children" array; a tensor's shape adds three more.
+  if (absl::Status s =
+          checkpoint::CheckJsonDepth(*text, 2 * kMaxDepth + 5, absl::StrCat("module tree ", file.string()));
+      !s.ok()) {
+    return s;
+  }
   json tree;
   try {
     tree = json::parse(*text);

@@ -270,8 +270,10 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request)
   // Devices the map uses that max_memory did not list: disk (always allowed, unlimited) and, for
   // manual maps without max_memory, whatever the map names.
   for (const auto& [device, bytes] : planned) {
+    // clang before 16 cannot capture a structured binding (the fuzz build uses Debian's clang 14).
+    const Device& used = device;
     bool listed =
-        std::any_of(placed_with.begin(), placed_with.end(), [&](const DeviceBudget& b) { return b.device == device; });
+        std::any_of(placed_with.begin(), placed_with.end(), [&](const DeviceBudget& b) { return b.device == used; });
     if (!listed) plan.devices.push_back({device, std::numeric_limits<double>::infinity(), bytes, 0});
   }
   std::stable_sort(plan.devices.begin(), plan.devices.end(),

@@ -3,7 +3,9 @@
 # (a few seconds) when everything is already there.
 #
 #   Debian packages: the C++ toolchain's libraries (gRPC, Protobuf, Abseil, prometheus-cpp,
-#                    libmicrohttpd, nlohmann-json, Oniguruma, GoogleTest), ccache, prometheus (prometheus and
+#                    libmicrohttpd, nlohmann-json, Oniguruma, GoogleTest), ccache, clang with its
+#                    sanitizer and libFuzzer runtimes (libclang-rt-14-dev, only a recommendation of clang:
+#                    the fuzz build, tests/fuzz), prometheus (prometheus and
 #                    promtool: tests/observe, tests/image), kubectl (kustomize; where an apt source
 #                    offers it) and, for the image test (tests/image): podman, buildah, runc, catatonit,
 #                    netavark, aardvark-dns, iptables, debootstrap.
@@ -20,7 +22,7 @@ venv=${STRATA_VENV:-$HOME/.cache/strata/venv}
 requirements="$here/scripts/requirements.txt"
 
 debian_packages=(
-  build-essential cmake ninja-build pkg-config ccache
+  build-essential cmake ninja-build pkg-config ccache clang libclang-rt-14-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libmicrohttpd-dev nlohmann-json3-dev libonig-dev libutf8proc-dev libgtest-dev libgmock-dev
   libssl-dev openssl

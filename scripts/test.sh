@@ -10,6 +10,9 @@ export STRATA_BUILD_DIR=${STRATA_BUILD_DIR:-$here/build}
 
 scripts/setup.sh || exit 1
 scripts/build.sh || exit 1
+# The libFuzzer harnesses: a clang build of their own ($STRATA_FUZZ_BUILD_DIR, default build-fuzz/);
+# tests/fuzz runs each for $STRATA_FUZZ_SECONDS (30) under pytest.
+scripts/fuzz.sh build || exit 1
 
 logs=$(mktemp -d)
 ctest --test-dir "$STRATA_BUILD_DIR" --output-on-failure -j 2 2>&1 | tee "$logs/ctest.log"

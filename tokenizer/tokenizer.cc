@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/file_reader.h"
+#include "checkpoint/json_depth.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/absl_compat.h"
 #include "tokenizer/added_tokens.h"
@@ -23,6 +24,10 @@ namespace strata::tokenizer {
 namespace {
 
 absl::StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view source) {
+  // As deep as tokenizers itself reads (serde_json); the Sequence readers recurse once per level.
+  if (absl::Status depth = checkpoint::CheckJsonDepth(text, checkpoint::kMaxJsonDepth, source); !depth.ok()) {
+    return depth;
+  }
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(text);

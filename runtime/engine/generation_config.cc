@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/file_reader.h"
+#include "checkpoint/json_depth.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::runtime {
@@ -17,6 +18,8 @@ absl::StatusOr<std::optional<std::vector<int32_t>>> EosFrom(const std::filesyste
       checkpoint::ReadRegularFileIfPresent(file, checkpoint::kMaxConfigFileBytes);
   if (!text.ok()) return text.status();
   if (!text->has_value()) return std::optional<std::vector<int32_t>>();
+  // The message below quotes a bad eos_token_id (printing recurses): bound the depth first.
+  if (absl::Status s = checkpoint::CheckJsonDepth(**text, checkpoint::kMaxJsonDepth, file.string()); !s.ok()) return s;
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(**text);

@@ -163,5 +163,19 @@ TEST_F(SafetensorsTest, DirectoryWithoutWeightsIsAnError) {
   EXPECT_THAT(checkpoint.status().message(), HasSubstr("no model.safetensors"));
 }
 
+TEST_F(SafetensorsTest, DeeplyNestedHeaderIsAnErrorNotAStackOverflow) {
+  // Before: the error for a shape that is no list of integers printed the shape, and printing recurses once
+  // per level: a header of a million "[" overflowed the stack. Found by tests/fuzz/fuzz_safetensors_header.
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  Write("model.safetensors", R"({"t": {"dtype": "F32", "shape": )" + deep + R"(, "data_offsets": [0, 0]}})", "");
+  EXPECT_THAT(OpenError(), HasSubstr("model.safetensors: the header: JSON nests deeper than 127 levels at byte "));
+  // The same limit for the index.
+  std::ofstream(dir_ / "model.safetensors.index.json") << R"({"weight_map": {"x": )" << deep << "}}";
+  absl::StatusOr<Checkpoint> checkpoint = Checkpoint::Open(dir_);
+  ASSERT_FALSE(checkpoint.ok());
+  EXPECT_THAT(checkpoint.status().message(),
+              HasSubstr("model.safetensors.index.json: JSON nests deeper than 127 levels"));
+}
+
 }  // namespace
 }  // namespace strata::checkpoint

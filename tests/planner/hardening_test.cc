@@ -1,5 +1,7 @@
 // Hostile inputs to the planner (issue 10): each is an InvalidArgument naming what is wrong, never a
 // crash, a truncation or an allocation sized by an attacker.
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -116,6 +118,53 @@ TEST(Hardening, ModuleTreeKvFieldsAndSizesAreBounded) {
   absl::StatusOr<ModelSpec> spec = ModelSpecFromModuleTree(tree, std::nullopt);
   ASSERT_FALSE(spec.ok());
   EXPECT_THAT(std::string(spec.status().message()), HasSubstr("kv_cache.head_dim"));
+}
+
+// A JSON value nested `levels` deep: "[[[...]]]", written as text (nlohmann's dump would recurse too).
+std::string Nested(int levels) { return std::string(levels, '[') + std::string(levels, ']'); }
+
+// A fresh temporary directory named after the running test.
+std::filesystem::path TestDir() {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) /
+      ("strata_hardening_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+TEST(Hardening, DeeplyNestedConfigIsAnErrorNotAStackOverflow) {
+  // Before: the error for a hidden_size that is no integer printed the value, and printing recurses once
+  // per level: a 2 MB config.json of "[" overflowed the stack. Found by tests/fuzz/fuzz_config.
+  const std::filesystem::path dir = TestDir();
+  std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": )" << Nested(1000000)
+                                     << "}";
+  absl::StatusOr<ModelSpec> spec = LoadModelSpec(dir, std::nullopt);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(spec.status().message()),
+              HasSubstr((dir / "config.json").string() + ": JSON nests deeper than 127 levels at byte "));
+  // Nesting that real files have is untouched.
+  std::ofstream(dir / "config.json") << SmallLlama().dump();
+  EXPECT_TRUE(LoadModelSpec(dir, std::nullopt).ok());
+}
+
+TEST(Hardening, DeeplyNestedDeviceMapIsAnErrorNotAStackOverflow) {
+  // Before: "unknown device [[[[...": the message printed the value. Found by tests/fuzz/fuzz_device_map.
+  absl::StatusOr<DeviceMap> map = ParseDeviceMap(R"({"model": )" + Nested(1000000) + "}");
+  ASSERT_FALSE(map.ok());
+  EXPECT_THAT(std::string(map.status().message()), HasSubstr("device_map: JSON nests deeper than 127 levels"));
+  absl::StatusOr<DeviceMapChoice> choice = ParseDeviceMapChoice(R"({"model": )" + Nested(126) + "}");
+  ASSERT_FALSE(choice.ok());
+  EXPECT_THAT(std::string(choice.status().message()), HasSubstr("unknown device [[["));
+}
+
+TEST(Hardening, DeeplyNestedModuleTreeIsAnErrorNotAStackOverflow) {
+  const std::filesystem::path file = TestDir() / "tree.json";
+  std::ofstream(file) << R"({"format": )" << Nested(1000000) << "}";
+  absl::StatusOr<ModelSpec> spec = LoadModuleTree(file, std::nullopt);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("JSON nests deeper than 133 levels"));
 }
 
 }  // namespace

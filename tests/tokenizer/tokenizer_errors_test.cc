@@ -1,6 +1,7 @@
 // A tokenizer.json that strata cannot honour exactly is refused with a message naming the JSON path of
 // the offending component — never approximated.
 #include <string>
+#include <tuple>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -107,6 +108,49 @@ TEST(TokenizerErrors, VocabularyIdNearInt32MaxIsAnErrorNamingTheToken) {
     j["model"]["vocab"]["ab"] = id;
     EXPECT_THAT(ErrorOf(j), HasSubstr("model.vocab.ab: id ")) << id;
   }
+}
+
+// A tokenizer.json whose `component` is `levels` Sequences around `leaf`, written as text (nlohmann's own
+// dump recurses too).
+std::string NestedSequences(const std::string& component, const std::string& list_key, const std::string& leaf,
+                            int levels) {
+  std::string nested;
+  for (int i = 0; i < levels; ++i) nested += R"({"type": "Sequence", ")" + list_key + R"(": [)";
+  nested += leaf;
+  for (int i = 0; i < levels; ++i) nested += "]}";
+  std::string text = Valid().dump();
+  text.insert(1, "\"" + component + "\": " + nested + ", ");
+  return text;
+}
+
+TEST(TokenizerErrors, DeeplyNestedSequencesAreAnErrorNotAStackOverflow) {
+  // Before: each Sequence level was read by a recursive call, so a file nested 200,000 levels deep
+  // (7 MB; tokenizer.json may be 256 MB) overflowed the stack. Found by fuzzing tests/fuzz/fuzz_tokenizer.
+  const std::tuple<std::string, std::string, std::string> kinds[] = {
+      {"normalizer", "normalizers", R"({"type": "NFC"})"},
+      {"pre_tokenizer", "pretokenizers", R"({"type": "Digits", "individual_digits": true})"},
+      {"decoder", "decoders", R"({"type": "Fuse"})"},
+      {"post_processor", "processors", R"({"type": "ByteLevel", "trim_offsets": false})"}};
+  for (const auto& [component, list_key, leaf] : kinds) {
+    auto tok = Tokenizer::FromJson(NestedSequences(component, list_key, leaf, 200000));
+    ASSERT_FALSE(tok.ok()) << component;
+    EXPECT_EQ(tok.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(tok.status().message()), HasSubstr("tokenizer.json: JSON nests deeper than 127 levels"))
+        << component;
+  }
+}
+
+TEST(TokenizerErrors, NestingLimitIsSerdeJsonsOf127Levels) {
+  // `tokenizers` loads 62 Sequences around an NFC normalizer (126 levels with the root) and refuses 63
+  // ("recursion limit exceeded"): the same line here.
+  EXPECT_TRUE(Tokenizer::FromJson(NestedSequences("normalizer", "normalizers", R"({"type": "NFC"})", 62)).ok());
+  auto tok = Tokenizer::FromJson(NestedSequences("normalizer", "normalizers", R"({"type": "NFC"})", 63));
+  ASSERT_FALSE(tok.ok());
+  EXPECT_THAT(std::string(tok.status().message()), HasSubstr("nests deeper than 127 levels"));
+  // Brackets inside strings are text, not nesting.
+  auto j = Valid();
+  j["model"]["vocab"][std::string(500, '[') + "\"{{"] = 3;
+  EXPECT_TRUE(Tokenizer::FromJson(j.dump()).ok());
 }
 
 }  // namespace

@@ -1,0 +1,171 @@
+"""Seed corpora for the libFuzzer harnesses, generated (nothing is committed but this script).
+
+    python tests/fuzz/make_seeds.py HARNESS OUT_DIR
+
+writes valid inputs for HARNESS (safetensors_header, config, tokenizer, device_map, generate_request) into
+OUT_DIR, one file per seed, named after what it is. libFuzzer mutates from there: seeds that are real
+(real model configs, tokenizers trained by the `tokenizers` library in each family's layout, requests
+serialized by protobuf) reach the deep paths at once instead of after hours of guessing JSON.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+import random
+import struct
+import sys
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+HARNESSES = ["safetensors_header", "config", "tokenizer", "device_map", "generate_request"]
+
+
+def _safetensors(tensors: dict, metadata: dict | None = None, pad_to: int = 8, data_extra: int = 0) -> bytes:
+    """A safetensors file: {name: (dtype, shape)} laid out back to back as the format's writer does."""
+    sizes = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+             "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+    header: dict = {}
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    offset = 0
+    for name, (dtype, shape) in tensors.items():
+        n = sizes[dtype]
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % pad_to)  # the writer pads the header with spaces to 8 bytes
+    return struct.pack("<Q", len(text)) + text + bytes(offset + data_extra)
+
+
+def safetensors_header_seeds() -> dict[str, bytes]:
+    layer = {
+        "model.layers.0.self_attn.q_proj.weight": ("BF16", [8, 8]),
+        "model.layers.0.self_attn.k_proj.weight": ("BF16", [4, 8]),
+        "model.layers.0.mlp.down_proj.weight": ("BF16", [8, 16]),
+        "model.layers.0.input_layernorm.weight": ("BF16", [8]),
+    }
+    seeds = {
+        "empty_header.safetensors": _safetensors({}),
+        "one_f32.safetensors": _safetensors({"weight": ("F32", [2, 3])}),
+        "llama_layer.safetensors": _safetensors(layer, metadata={"format": "pt"}),
+        "every_dtype.safetensors": _safetensors(
+            {f"t_{d.lower()}": (d, [3, 2]) for d in ["BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16",
+                                                     "BF16", "I32", "U32", "F32", "I64", "U64", "F64"]}),
+        "scalar_and_empty.safetensors": _safetensors({"scalar": ("F32", []), "empty": ("F16", [0, 4]),
+                                                      "vector": ("I64", [5])}),
+        "unpadded_trailing_bytes.safetensors": _safetensors({"a": ("F16", [4])}, pad_to=1, data_extra=16),
+    }
+    # A real file from the safetensors library itself, when numpy is there.
+    try:
+        import numpy as np
+        from safetensors.numpy import save
+
+        seeds["library_written.safetensors"] = save(
+            {"embed.weight": np.zeros((4, 2), dtype=np.float16), "norm.weight": np.ones((2,), dtype=np.float32)},
+            metadata={"format": "np"})
+    except ImportError:
+        pass
+    return seeds
+
+
+def config_seeds() -> dict[str, bytes]:
+    sys.path.insert(0, str(REPO / "tests" / "parity"))
+    import parity_helpers  # the real configs the planner parity tests use
+
+    configs = dict(parity_helpers.ALL_CONFIGS)
+    # Small variants of each family (fast to plan, so the fuzzer spends its time on the parser), and the
+    # optional fields each family reads.
+    for name, config in list(parity_helpers.CONFIGS.items()):
+        small = copy.deepcopy(config)
+        small.update(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                     num_key_value_heads=2, vocab_size=256)
+        small.pop("head_dim", None)
+        configs[f"{name}-small"] = small
+    qwen = copy.deepcopy(configs["Qwen2-0.5B-small"])
+    qwen.update(use_sliding_window=True, max_window_layers=1, dtype="float16")
+    configs["Qwen2-sliding"] = qwen
+    llama = copy.deepcopy(configs["Llama-3.2-1B-small"])
+    llama.update(head_dim=32, attention_bias=True, mlp_bias=True, model_type="llama", dtype="bfloat16")
+    configs["Llama-head-dim-bias"] = llama
+    mistral = copy.deepcopy(configs["Mistral-7B-v0.1-small"])
+    del mistral["architectures"]  # model_type alone
+    mistral["torch_dtype"] = "float32"
+    configs["Mistral-model-type-only"] = mistral
+    return {f"{name}.json": json.dumps(c, indent=2).encode() for name, c in configs.items()}
+
+
+def tokenizer_seeds() -> dict[str, bytes]:
+    sys.path.insert(0, str(REPO / "tests" / "tokenizer_parity"))
+    import tokenizer_fixtures as tf  # each family's layout, as the tokenizer parity tests train them
+
+    rng = random.Random(7)
+    # Little training text: vocabularies of a few hundred merges keep each seed near 20 KB, so that the
+    # fuzzer loads thousands of tokenizers a second.
+    train = [tf.make_line(rng, specials=False) for _ in range(25)]
+    texts = [tf.make_line(random.Random(i)) for i in range(3)] + ["Hello world", "<s>[INST] hi [/INST]"]
+    seeds = {}
+    for i, (name, (build, string_merges)) in enumerate(tf.FAMILIES.items()):
+        data = json.loads(build(train).to_str())
+        if string_merges:
+            tf._merges_as_strings(data)
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        seeds[f"{name}.bin"] = text.encode() + b"\0" + texts[i % len(texts)].encode()
+    return seeds
+
+
+def device_map_seeds() -> dict[str, bytes]:
+    # MAX_MEMORY \n INVENTORY \n PHYSICAL_DEVICES \n DEVICE_MAP (fuzz_device_map.cc); the model is a
+    # 4-layer Llama with tied embeddings.
+    layers = {f"model.layers.{i}": i % 2 for i in range(4)}
+    manual = {"model.embed_tokens": 0, **layers, "model.norm": 1, "model.rotary_emb": 1, "lm_head": 0}
+    cases = {
+        "balanced_low_0": ("0=1MB,1=1MB,cpu=4MB", "0=2MiB,1=2MiB,cpu=8MiB", "0=cpu,1=cpu", "balanced_low_0"),
+        "sequential_disk": ("0=300KB,cpu=600KB,disk=1TB", "cpu=64GiB", "0=cuda:0", "sequential"),
+        "auto_inventory_only": ("", "0=79GiB,1=79GiB,cpu=200GiB", "0=cuda:0,1=cuda:0", "auto"),
+        "balanced_units": ("0=1.5GiB,1=20GB,2=1024,cpu=2TiB", "", "0=cpu,1=cuda:1,2=cpu", "balanced"),
+        "manual_whole_model": ("0=1GiB", "", "", json.dumps({"": 0})),
+        "manual_layers": ("0=1GiB,1=1GiB,cpu=1GiB", "", "1=cpu", json.dumps(manual)),
+        "manual_cpu_disk": ("", "", "", json.dumps({"model": "cpu", "lm_head": "disk"})),
+        "manual_cuda_names": ("cuda:0=1GiB,cpu=1GiB", "", "", json.dumps({"model": "cuda:0", "lm_head": "cuda:0"})),
+    }
+    return {f"{name}.txt": "\n".join(parts).encode() for name, parts in cases.items()}
+
+
+def generate_request_seeds() -> dict[str, bytes]:
+    sys.path.insert(0, str(REPO / "clients" / "python"))
+    from strata_client import stubs  # the proto compiled by grpcio-tools, as the Python client uses it
+
+    pb2, _ = stubs()
+    requests = {
+        "text": pb2.GenerateRequest(prompt="hello world", max_new_tokens=16, add_special_tokens=True),
+        "ids": pb2.GenerateRequest(prompt_ids=[1, 300, 42, 7], max_new_tokens=4, temperature=0.7, top_p=0.9,
+                                   top_k=40, seed=1234),
+        "sampling": pb2.GenerateRequest(prompt="hi", max_new_tokens=8, temperature=1.0, repetition_penalty=1.1,
+                                        top_logprobs=5, request_id="req-1"),
+        "stops": pb2.GenerateRequest(prompt="hello hello", max_new_tokens=32, stop=["\n", "hello", "</s>"]),
+        "long_ids": pb2.GenerateRequest(prompt_ids=list(range(300)), max_new_tokens=1),
+        "unicode": pb2.GenerateRequest(prompt="naïve café 你好 😀 <s>", max_new_tokens=2, add_special_tokens=False),
+    }
+    return {f"{name}.pb": r.SerializeToString() for name, r in requests.items()}
+
+
+def seeds_for(harness: str) -> dict[str, bytes]:
+    return globals()[f"{harness}_seeds"]()
+
+
+def main() -> int:
+    if len(sys.argv) != 3 or sys.argv[1] not in HARNESSES:
+        print(f"usage: make_seeds.py {{{','.join(HARNESSES)}}} OUT_DIR", file=sys.stderr)
+        return 2
+    out = pathlib.Path(sys.argv[2])
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in seeds_for(sys.argv[1]).items():
+        (out / name).write_bytes(data)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
