@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The test command: set-up, build, every C++ test (CTest) and every Python parity/integration test
-# (pytest). Exits non-zero on any failure; the last line sums up.
+# (pytest), the sanitizer lanes (tests/sanitize: the C++ suites and a serving scenario under ASan + UBSan
+# and TSan, built into build-asan/ and build-tsan/ by scripts/sanitize.sh) included. Exits non-zero on
+# any failure; the last line sums up.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -10,6 +12,7 @@ export STRATA_BUILD_DIR=${STRATA_BUILD_DIR:-$here/build}
 
 scripts/setup.sh || exit 1
 scripts/build.sh || exit 1
+scripts/sanitize.sh || exit 1
 
 logs=$(mktemp -d)
 ctest --test-dir "$STRATA_BUILD_DIR" --output-on-failure -j 2 2>&1 | tee "$logs/ctest.log"
