@@ -37,11 +37,20 @@ REPORT_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "WARNING: T
 REPORT_EXIT_CODE = 86
 
 
+# The sanitizer runtimes a lane's binaries must load: a build without them would pass every test.
+RUNTIMES = {"asan": ("libasan.so", "libubsan.so"), "tsan": ("libtsan.so",)}
+# The compiler flags of each lane (cmake/sanitize.cmake), for the planted bugs of test_sanitizers.py.
+FLAGS = {"asan": ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"], "tsan": ["-fsanitize=thread"]}
+
+
 def lane_binary(lane: str, relative: str) -> pathlib.Path:
     binary = LANES[lane] / relative
     if not binary.is_file():
         pytest.fail(f"{binary} is missing: build the {lane} lane first (scripts/sanitize.sh {lane}; scripts/test.sh "
                     f"does)")
+    linked = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True).stdout
+    for runtime in RUNTIMES[lane]:
+        assert runtime in linked, f"{binary} does not load {runtime}: not a {lane} build\n{linked}"
     return binary
 
 

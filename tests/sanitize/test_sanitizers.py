@@ -23,6 +23,31 @@ import sanitize_helpers as SH
 SERVICE = "strata.v1.InferenceService"
 
 
+# One bug each sanitizer must report: proof that the options (sanitize_env.sh, suppressions included) and
+# the scan of the output catch a report, and that the process then fails.
+PLANTED = {
+    "heap-overflow": ("asan", "#include <cstdlib>\nint main(int argc, char**) { char* p = (char*)malloc(4); "
+                              "p[argc + 3] = 1; free(p); }\n"),
+    "leak": ("asan", "#include <cstdlib>\n__attribute__((noinline)) void lose(int n) { void* volatile p = malloc(n); "
+                     "p = nullptr; }\nint main(int argc, char**) { lose(64 * argc); }\n"),
+    "signed-overflow": ("asan", "#include <climits>\nint main(int argc, char**) { int x = INT_MAX - 1 + argc; "
+                                "return x + argc > 0; }\n"),
+    "data-race": ("tsan", "#include <thread>\nint shared; int main() { std::thread t([] { shared = 1; }); "
+                          "shared = 2; t.join(); }\n"),
+}
+
+
+@pytest.mark.parametrize("bug", list(PLANTED))
+def test_lane_reports_a_planted_bug(bug, tmp_path):
+    lane, source = PLANTED[bug]
+    (tmp_path / "bug.cc").write_text(source)
+    subprocess.run(["c++", "-std=c++20", "-O1", "-g1", *SH.FLAGS[lane], "bug.cc", "-o", "bug"], cwd=tmp_path,
+                   check=True, timeout=120)
+    done = subprocess.run(["./bug"], cwd=tmp_path, env=SH.lane_env(lane), capture_output=True, text=True, timeout=60)
+    assert done.returncode == SH.REPORT_EXIT_CODE, (done.returncode, done.stderr)
+    assert SH.reports(done.stderr), done.stderr
+
+
 @pytest.mark.parametrize("lane,suite", [(lane, suite) for lane, suites in SH.SUITES.items() for suite in suites],
                          ids=lambda v: v.rsplit("/", 1)[-1])
 def test_cpp_suite_has_no_sanitizer_report(lane, suite, tmp_path):
