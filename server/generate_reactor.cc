@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/generate_validation.h"
+#include "server/grpc_handoff.h"
 #include "strata/v1/strata.pb.h"
 
 namespace strata::server {
@@ -45,15 +46,13 @@ GenerateReactor::GenerateReactor(grpc::CallbackServerContext* context, const grp
                                  InFlightGenerations* in_flight)
     : context_(context), metrics_(metrics), start_(std::chrono::steady_clock::now()) {
   if (!refusal.ok()) {
-    FinishWith(refusal);
-    Finish(*std::exchange(finish_status_, std::nullopt));
+    EndAtOnce(refusal);
     return;
   }
   absl::StatusOr<runtime::GenerationRequest> valid =
       ValidateGenerateRequest(BufferToString(request), model->limits(), model->tokenizer());
   if (!valid.ok()) {
-    FinishWith(grpc::Status(ToGrpc(valid.status().code()), std::string(valid.status().message())));
-    Finish(*std::exchange(finish_status_, std::nullopt));
+    EndAtOnce(grpc::Status(ToGrpc(valid.status().code()), std::string(valid.status().message())));
     return;
   }
   request_id_ = valid->request_id;
@@ -61,8 +60,7 @@ GenerateReactor::GenerateReactor(grpc::CallbackServerContext* context, const grp
   absl::StatusOr<std::shared_ptr<runtime::RequestHandle>> handle =
       model->engine().Submit(*std::move(valid), [this](runtime::GenerationChunk chunk) { OnChunk(std::move(chunk)); });
   if (!handle.ok()) {
-    FinishWith(grpc::Status(ToGrpc(handle.status().code()), std::string(handle.status().message())));
-    Finish(*std::exchange(finish_status_, std::nullopt));
+    EndAtOnce(grpc::Status(ToGrpc(handle.status().code()), std::string(handle.status().message())));
     return;
   }
   if (metrics_ != nullptr) metrics_->RecordPromptTokens(prompt_tokens);
@@ -71,11 +69,19 @@ GenerateReactor::GenerateReactor(grpc::CallbackServerContext* context, const grp
     handle_ = *std::move(handle);
     // A cancellation that came before the handle existed.
     if (client_gone_) handle_->Cancel();
+    in_flight_ = in_flight;
   }
   // OnDone (which removes it) cannot run before this constructor returns: gRPC holds a Finish called
   // earlier until the reactor is bound to its call.
-  in_flight_ = in_flight;
-  if (in_flight_ != nullptr) in_flight_->Add(this);
+  if (in_flight != nullptr) in_flight->Add(this);
+  HandToGrpc(this);
+}
+
+void GenerateReactor::EndAtOnce(const grpc::Status& status) {
+  // Through the mutex, as every other end: OnDone takes it too (see there).
+  std::unique_lock lock(mutex_);
+  FinishWith(status);
+  FinishAfterUnlock(lock);
 }
 
 void GenerateReactor::Cut() {
@@ -160,10 +166,12 @@ void GenerateReactor::WriteNextLocked() {
   grpc::Slice slice(bytes);
   buffer_ = grpc::ByteBuffer(&slice, 1);
   writing_ = true;
+  HandToGrpc(this);
   StartWrite(&buffer_);
 }
 
 void GenerateReactor::OnWriteDone(bool ok) {
+  TakeFromGrpc(this);
   std::unique_lock lock(mutex_);
   writing_ = false;
   if (!ok) {
@@ -184,6 +192,7 @@ void GenerateReactor::OnWriteDone(bool ok) {
 }
 
 void GenerateReactor::OnCancel() {
+  TakeFromGrpc(this);
   // The client cancelled or its deadline passed: the engine drops the request within one iteration and
   // then sends its last chunk, which ends the call.
   std::unique_lock lock(mutex_);
@@ -214,10 +223,19 @@ void GenerateReactor::FinishAfterUnlock(std::unique_lock<std::mutex>& lock) {
   std::optional<grpc::Status> status = std::move(finish_status_);
   finish_status_.reset();
   lock.unlock();
-  if (status) Finish(*status);
+  if (status) {
+    HandToGrpc(this);
+    Finish(*status);
+  }
 }
 
 void GenerateReactor::OnDone() {
+  TakeFromGrpc(this);
+  // gRPC calls OnDone after Finish, and Finish after the last callback that touched this reactor, but it
+  // orders them with its own synchronization, which ThreadSanitizer cannot see in Debian's uninstrumented
+  // gRPC and Abseil. Taking the mutex once orders every earlier critical section (the engine's OnChunk
+  // included) before the members are read here and destroyed, visibly to TSan.
+  { std::lock_guard lock(mutex_); }
   if (in_flight_ != nullptr) in_flight_->Remove(this, ended_by_cut_);
   delete this;
 }

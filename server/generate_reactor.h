@@ -40,6 +40,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
  private:
   void OnChunk(runtime::GenerationChunk chunk);  // engine thread
   void WriteNextLocked();
+  // Ends the call with `status` from the constructor (refused or invalid): nothing was submitted.
+  void EndAtOnce(const grpc::Status& status);
   // Records the final status (under the mutex); FinishAfterUnlock then hands it to gRPC.
   void FinishWith(const grpc::Status& status);
   void FinishAfterUnlock(std::unique_lock<std::mutex>& lock);
