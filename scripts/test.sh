@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The test command: set-up, build, every C++ test (CTest) and every Python parity/integration test
-# (pytest). Exits non-zero on any failure; the last line sums up.
+# (pytest), the sanitizer lanes (tests/sanitize: the C++ suites and a serving scenario under ASan + UBSan
+# and TSan, built into build-asan/ and build-tsan/ by scripts/sanitize.sh) included. Exits non-zero on
+# any failure; the last line sums up.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -13,6 +15,8 @@ scripts/build.sh || exit 1
 # The libFuzzer harnesses: a clang build of their own ($STRATA_FUZZ_BUILD_DIR, default build-fuzz/);
 # tests/fuzz runs each for $STRATA_FUZZ_SECONDS (30) under pytest.
 scripts/fuzz.sh build || exit 1
+# The sanitizer lanes: build-asan/ (ASan+UBSan) and build-tsan/ (TSan); tests/sanitize runs them under pytest.
+scripts/sanitize.sh || exit 1
 
 logs=$(mktemp -d)
 ctest --test-dir "$STRATA_BUILD_DIR" --output-on-failure -j 2 2>&1 | tee "$logs/ctest.log"

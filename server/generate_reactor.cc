@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/grpc_handoff.h"
 #include "strata/v1/strata.pb.h"
 
 namespace strata::server {
@@ -53,13 +54,14 @@ void GenerateReactor::Refuse(const grpc::Status& status) {
 absl::Status GenerateReactor::Submit(runtime::Engine& engine, runtime::GenerationRequest request,
                                      InFlightGenerations* in_flight) {
   const int64_t prompt_tokens = static_cast<int64_t>(request.prompt.size());
-  // Listed first, so that a drain beginning now counts it; OnDone removes it, however the call ends.
-  in_flight_ = in_flight;
-  if (in_flight_ != nullptr) in_flight_->Add(this);
+  // Listed first (outside the mutex: CutAll holds InFlightGenerations' mutex while it takes the
+  // reactor's), so that a drain beginning now counts it; OnDone removes it, however the call ends.
+  if (in_flight != nullptr) in_flight->Add(this);
   // Held while the engine takes the request: its first callback (which may end the call, and then OnDone
   // deletes the reactor) waits until the handle is stored. From an admission pool thread nothing else
   // keeps the call alive meanwhile.
   std::lock_guard lock(mutex_);
+  in_flight_ = in_flight;
   request_id_ = request.request_id;
   absl::StatusOr<std::shared_ptr<runtime::RequestHandle>> handle =
       engine.Submit(std::move(request), [this](runtime::GenerationChunk chunk) { OnChunk(std::move(chunk)); });
@@ -177,10 +179,12 @@ void GenerateReactor::WriteNextLocked() {
   grpc::Slice slice(bytes);
   buffer_ = grpc::ByteBuffer(&slice, 1);
   writing_ = true;
+  HandToGrpc(this);
   StartWrite(&buffer_);
 }
 
 void GenerateReactor::OnWriteDone(bool ok) {
+  TakeFromGrpc(this);
   std::unique_lock lock(mutex_);
   writing_ = false;
   if (!ok) {
@@ -201,6 +205,7 @@ void GenerateReactor::OnWriteDone(bool ok) {
 }
 
 void GenerateReactor::OnCancel() {
+  TakeFromGrpc(this);
   // The client cancelled or its deadline passed: the engine drops the request within one iteration and
   // then sends its last chunk, which ends the call.
   std::unique_lock lock(mutex_);
@@ -234,10 +239,19 @@ void GenerateReactor::FinishAfterUnlock(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   // TryCancel may run OnCancel on this thread, which takes the mutex.
   if (cancel) context_->TryCancel();
-  if (status) Finish(*status);
+  if (status) {
+    HandToGrpc(this);
+    Finish(*status);
+  }
 }
 
 void GenerateReactor::OnDone() {
+  TakeFromGrpc(this);
+  // gRPC calls OnDone after Finish, and Finish after the last callback that touched this reactor, but it
+  // orders them with its own synchronization, which ThreadSanitizer cannot see in Debian's uninstrumented
+  // gRPC and Abseil. Taking the mutex once orders every earlier critical section (the engine's OnChunk
+  // included) before the members are read here and destroyed, visibly to TSan.
+  { std::lock_guard lock(mutex_); }
   if (in_flight_ != nullptr) in_flight_->Remove(this, ended_by_cut_);
   open_streams_->fetch_sub(1);
   delete this;

@@ -10,6 +10,7 @@
 #include "server/flags.h"
 #include "server/generate_reactor.h"
 #include "server/generate_validation.h"
+#include "server/grpc_handoff.h"
 
 namespace strata::server {
 namespace {
@@ -161,6 +162,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(grpc::Cal
     }
     auto* reactor = new GenerateReactor(context, metrics, &open_streams_, limits_.max_stream_buffer_bytes);
     reactor->Refuse(refusal);
+    HandToGrpc(reactor);
     return reactor;
   }
   // Only the checks of the server's state and the hand-off to the engine hold the mutex. Validation and
@@ -195,6 +197,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(grpc::Cal
   }
   if (!refusal.ok()) {
     reactor->Refuse(refusal);
+    HandToGrpc(reactor);
     return reactor;
   }
   if (request_bytes <= kInlineAdmissionBytes) {
@@ -210,6 +213,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(grpc::Cal
       Admit(reactor, model, BufferToString(bytes));
     });
   }
+  HandToGrpc(reactor);
   return reactor;
 }
 
