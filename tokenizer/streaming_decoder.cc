@@ -24,6 +24,10 @@ bool StreamingDecoder::Stable(const std::string& text) const {
 }
 
 std::string StreamingDecoder::Step(int32_t id) {
+  // An id Decode drops (no token, or a special token being skipped) changes no text: it stays out of the
+  // window. Otherwise a stream of them (a model whose padded vocabulary is larger than the tokenizer's)
+  // would grow the window without end, and each step decodes the whole window: quadratic time.
+  if (!tokenizer_.IdToToken(id).has_value() || (skip_special_tokens_ && tokenizer_.IsSpecial(id))) return {};
   window_.push_back(id);
   std::string text = tokenizer_.Decode(window_, skip_special_tokens_);
   if (!Stable(text)) return {};
