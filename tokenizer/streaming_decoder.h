@@ -29,6 +29,9 @@ class StreamingDecoder {
   // Ends the stream: returns what was held back (an incomplete character comes out as U+FFFD, as in
   // the full decode). The decoder is then empty and can start a new stream.
   std::string Finish();
+  // Ids held in the window (context and not yet emitted): what each Step decodes again. Bounded by the
+  // longest run of ids that cannot be emitted yet, never by the stream's length.
+  size_t window_size() const { return window_.size(); }
 
  private:
   bool Stable(const std::string& text) const;
