@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.request
 
 import grpc
@@ -44,6 +45,17 @@ def metric(url: str, sample: str, default: float | None = None) -> float:
         return default
     assert match, f"{sample} is not on {url}"
     return float(match.group(1))
+
+
+def wait_metric(url: str, sample: str, predicate, timeout_s: float = 10.0) -> float:
+    """The sample's value (0 while absent) once `predicate` holds for it, or after `timeout_s`: engine and
+    stream gauges and counters are sampled a few times a second."""
+    deadline = time.monotonic() + timeout_s
+    value = metric(url, sample, default=0)
+    while not predicate(value) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        value = metric(url, sample, default=0)
+    return value
 
 
 def status_of(call_fn) -> tuple[grpc.StatusCode, str]:

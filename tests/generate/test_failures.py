@@ -34,10 +34,7 @@ def test_failed_forward_is_internal_and_counted_and_the_server_serves_on(server_
     assert GH.metric(server.metrics_url, 'strata_requests_total{code="INTERNAL"}') == 1
     # Engine counters are sampled a few times a second: wait (bounded) for the sample.
     errors = 'strata_engine_errors_total{device="1",stage="1"}'
-    deadline = time.monotonic() + 10
-    while GH.metric(server.metrics_url, errors, default=0) < 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert GH.metric(server.metrics_url, errors) == 1
+    assert GH.wait_metric(server.metrics_url, errors, lambda v: v >= 1) == 1
 
     # Not sticky: health stays SERVING and the next request is served in full.
     health = stubs.health_grpc.HealthStub(server.channel)
@@ -92,10 +89,7 @@ def test_nonfinite_logits_end_the_request_internal_naming_the_stage_and_are_coun
     assert GH.metric(server.metrics_url, 'strata_requests_total{code="INTERNAL"}') == 1
     assert GH.metric(server.metrics_url, 'strata_requests_total{code="OK"}', default=0) == 0
     counted = 'strata_nonfinite_logits_total{device="1",stage="1"}'
-    deadline = time.monotonic() + 10
-    while GH.metric(server.metrics_url, counted, default=0) < 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert GH.metric(server.metrics_url, counted) == 1
+    assert GH.wait_metric(server.metrics_url, counted, lambda v: v >= 1) == 1
     # Not a device failure: the server still serves (and refuses the next such request the same way).
     health = stubs.health_grpc.HealthStub(server.channel)
     reply = health.Check(stubs.health.HealthCheckRequest(service="strata.v1.InferenceService"), timeout=10)

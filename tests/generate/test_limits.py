@@ -17,16 +17,6 @@ import generate_helpers as GH
 RESOURCE_EXHAUSTED = 'strata_requests_total{code="RESOURCE_EXHAUSTED"}'
 
 
-def wait_metric(url, sample, predicate, timeout_s=10.0):
-    """The sample's value once `predicate` holds for it (engine and stream gauges are sampled every 250 ms)."""
-    deadline = time.monotonic() + timeout_s
-    value = GH.metric(url, sample, default=0)
-    while not predicate(value) and time.monotonic() < deadline:
-        time.sleep(0.05)
-        value = GH.metric(url, sample, default=0)
-    return value
-
-
 @pytest.fixture(scope="module")
 def limited(server_factory, text_model):
     directory, _ = text_model
@@ -79,14 +69,14 @@ def test_open_streams_above_max_streams_are_resource_exhausted(server_factory, t
     server = server_factory(["--model", str(directory), "--max-streams", "2", "--max-batch", "1"])
     calls = _hold_streams(stubs, server.channel, 2, 2000)
     next(calls[0])  # generating
-    assert wait_metric(server.metrics_url, "strata_open_streams", lambda v: v == 2) == 2
+    assert GH.wait_metric(server.metrics_url, "strata_open_streams", lambda v: v == 2) == 2
     code, details = GH.status_of(lambda: GH.generate(stubs, server.channel, prompt_ids=[5], max_new_tokens=1))
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
     assert details == "2 Generate calls are open, the server's limit is 2", details
     assert GH.metric(server.metrics_url, RESOURCE_EXHAUSTED) == 1
     for call in calls:
         call.cancel()
-    assert wait_metric(server.metrics_url, "strata_open_streams", lambda v: v == 0) == 0
+    assert GH.wait_metric(server.metrics_url, "strata_open_streams", lambda v: v == 0) == 0
     out = GH.generate(stubs, server.channel, prompt_ids=[5], max_new_tokens=1)
     assert out["finish"] == "LENGTH"
 
@@ -130,9 +120,9 @@ def test_client_that_does_not_read_is_cut_at_the_stream_buffer_limit(server_fact
                          timeout=120)
     next(call)
     # The generation stops (its KV slot is free) and the call ends, counted RESOURCE_EXHAUSTED.
-    assert wait_metric(server.metrics_url, RESOURCE_EXHAUSTED, lambda v: v == 1) == 1
-    assert wait_metric(server.metrics_url, "strata_active_sequences", lambda v: v == 0) == 0
-    assert wait_metric(server.metrics_url, "strata_open_streams", lambda v: v == 0) == 0
+    assert GH.wait_metric(server.metrics_url, RESOURCE_EXHAUSTED, lambda v: v == 1) == 1
+    assert GH.wait_metric(server.metrics_url, "strata_active_sequences", lambda v: v == 0) == 0
+    assert GH.wait_metric(server.metrics_url, "strata_open_streams", lambda v: v == 0) == 0
     # The write the client never read cannot carry a status: the call was cancelled.
     with pytest.raises(grpc.RpcError) as error:
         for _ in call:
