@@ -61,6 +61,7 @@ ENV PATH=/usr/local/cuda/bin:$PATH CUDA_HOME=/usr/local/cuda
 # Sources only (tests/, docs/, bench/ stay out, so editing them does not rebuild).
 WORKDIR /src
 COPY CMakeLists.txt ./
+COPY cmake cmake
 COPY cli cli
 COPY checkpoint checkpoint
 COPY planner planner
