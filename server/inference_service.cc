@@ -153,28 +153,18 @@ grpc::ServerUnaryReactor* InferenceService::GetDeviceMap(grpc::CallbackServerCon
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(grpc::CallbackServerContext* context,
                                                                        const grpc::ByteBuffer* request) {
-  // The key first: a caller without one learns nothing of the server's state.
-  if (grpc::Status refusal = Authenticate(*context, kGenerateMethod); !refusal.ok()) {
-    Metrics* metrics = nullptr;
-    {
-      std::lock_guard lock(mutex_);
-      metrics = metrics_;
-    }
-    auto* reactor = new GenerateReactor(context, metrics, &open_streams_, limits_.max_stream_buffer_bytes);
-    reactor->Refuse(refusal);
-    HandToGrpc(reactor);
-    return reactor;
-  }
   // Only the checks of the server's state and the hand-off to the engine hold the mutex. Validation and
   // tokenization run off it: here for a small request, on the admission pool for a large one.
-  grpc::Status refusal = grpc::Status::OK;
+  grpc::Status refusal = Authenticate(*context, kGenerateMethod);
   ServedModel* model = nullptr;
   Metrics* metrics = nullptr;
   {
     std::lock_guard lock(mutex_);
     metrics = metrics_;
     model = model_;
-    if (draining_) {
+    if (!refusal.ok()) {
+      // The key first: a caller without one learns nothing of the server's state.
+    } else if (draining_) {
       refusal = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is draining");
     } else if (plan_ != nullptr && model_ == nullptr && plan_response_.has_value()) {
       refusal = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
