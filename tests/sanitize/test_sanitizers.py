@@ -207,10 +207,21 @@ def test_concurrent_serving_has_no_sanitizer_report(lane, stubs, text_model, tmp
         # A call cancelled or expired before it reached the server is not counted there; one that streamed is.
         # An expiry may count as CANCELLED: the client's RST_STREAM at its deadline can reach a slow server
         # before the server's own copy of the deadline (set when the call arrived) passes.
+        # A call is counted when the engine's last chunk for it reaches its reactor, which may be after its slot
+        # is free (the output thread delivers it): the count is awaited, not read once.
         streamed = sum(s.messages > 0 and s.code is not None for s in cancelled + expired)
-        ended = sum(GH.metric(server.metrics_url, f'strata_requests_total{{code="{code}"}}', default=0)
-                    for code in ("CANCELLED", "DEADLINE_EXCEEDED"))
-        assert ended >= streamed, (ended, streamed)
+
+        def ended_count() -> float:
+            return sum(GH.metric(server.metrics_url, f'strata_requests_total{{code="{code}"}}', default=0)
+                       for code in ("CANCELLED", "DEADLINE_EXCEEDED"))
+
+        deadline = time.monotonic() + 60
+        while (ended := ended_count()) < streamed and time.monotonic() < deadline:
+            time.sleep(0.2)
+        counted = [line for line in urllib.request.urlopen(server.metrics_url, timeout=30).read().decode().splitlines()
+                   if line.startswith("strata_requests_total{")]
+        assert ended >= streamed, failure(f"{ended} calls counted CANCELLED or DEADLINE_EXCEEDED, {streamed} "
+                                          f"streamed calls ended so at the client; the server counted {counted}")
 
         # SIGTERM with streams in flight: they run to their end (--drain-timeout 60) and the process exits 0.
         draining = [Stream(stubs, server.channel, stubs.strata.GenerateRequest(prompt_ids=[9, i], max_new_tokens=60))
