@@ -1,6 +1,8 @@
 #include "tokenizer/bpe.h"
 
 #include <algorithm>
+#include <mutex>
+#include <shared_mutex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -162,7 +164,7 @@ void BpeModel::Tokenize(std::string_view word, std::vector<int32_t>& ids) const 
   }
   const bool cacheable = word.size() < kCacheMaxWordBytes;
   if (cacheable) {
-    absl::ReaderMutexLock lock(&cache_mu_);
+    std::shared_lock lock(cache_mu_);
     auto it = cache_.find(AbslView(word));
     if (it != cache_.end()) {
       const auto [offset, len] = it->second;
@@ -173,7 +175,7 @@ void BpeModel::Tokenize(std::string_view word, std::vector<int32_t>& ids) const 
   const size_t first = ids.size();
   MergeWord(word, ids);
   if (cacheable) {
-    absl::MutexLock lock(&cache_mu_);
+    std::unique_lock lock(cache_mu_);
     if (cache_.size() < kCacheCapacity && !cache_.contains(AbslView(word))) {
       const auto offset = static_cast<uint32_t>(cache_ids_.size());
       cache_ids_.insert(cache_ids_.end(), ids.begin() + first, ids.end());

@@ -7,15 +7,14 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "tokenizer/json_path.h"
 
 namespace strata::tokenizer {
@@ -63,9 +62,12 @@ class BpeModel {
 
   // Word cache: a piece's ids once merged. Real text repeats its words, and merging dominates the
   // cost of a miss. Bounded; when full, new words are merged but not remembered (as upstream does).
-  mutable absl::Mutex cache_mu_;
-  mutable absl::flat_hash_map<std::string, std::pair<uint32_t, uint32_t>> cache_ ABSL_GUARDED_BY(cache_mu_);
-  mutable std::vector<int32_t> cache_ids_ ABSL_GUARDED_BY(cache_mu_);
+  // Requests are tokenized on several threads at once (the server's admission pool), so the cache is
+  // guarded by a std::shared_mutex: a pthread rwlock, which ThreadSanitizer sees, where Debian's
+  // uninstrumented absl::Mutex is invisible to it. Guarded by cache_mu_: cache_, cache_ids_.
+  mutable std::shared_mutex cache_mu_;
+  mutable absl::flat_hash_map<std::string, std::pair<uint32_t, uint32_t>> cache_;
+  mutable std::vector<int32_t> cache_ids_;
 };
 
 }  // namespace strata::tokenizer

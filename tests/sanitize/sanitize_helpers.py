@@ -19,13 +19,13 @@ LANES = {
 }
 
 # The C++ suites each lane runs, by their path under the build directory (scripts/sanitize.sh builds
-# them). ASan + UBSan run every suite; TSan the one whose tests run threads (see the README for the choice
+# them). ASan + UBSan run every suite; TSan those whose code runs on several threads (see the README for the choice
 # and its cost).
 SUITES = {
     "asan": ["tests/checkpoint/strata_checkpoint_tests", "tests/cli/strata_cli_tests",
              "tests/planner/strata_planner_tests", "tests/tokenizer/strata_tokenizer_tests",
              "tests/runtime/strata_runtime_tests", "tests/server/strata_server_tests"],
-    "tsan": ["tests/runtime/strata_runtime_tests"],
+    "tsan": ["tests/runtime/strata_runtime_tests", "tests/tokenizer/strata_tokenizer_tests"],
 }
 
 # What each sanitizer prints when it reports: AddressSanitizer and LeakSanitizer errors, ThreadSanitizer
