@@ -37,6 +37,9 @@ ABSL_FLAG(std::string, dtype, "",
           "float32 | float16 | bfloat16 (default: the checkpoint's on GPUs, float32 on the CPU)");
 ABSL_FLAG(int64_t, max_batch, 0, "KV-cache sequence slots");
 ABSL_FLAG(int64_t, max_context, 0, "KV-cache positions per slot");
+ABSL_FLAG(int64_t, warmup, 0,
+          "run the batch this many times before the reported run (its ids and timings are dropped): the "
+          "timings of a warm process, as llama-bench's warm-up run");
 ABSL_FLAG(bool, json, false,
           "print {\"results\": [{\"ids\", \"text\", \"logprobs\", \"top_logprobs\"}], \"load\", \"timing\"} "
           "(\"text\": the new tokens decoded, special tokens skipped; present when a tokenizer is found)");
@@ -65,6 +68,7 @@ Greedy decoding of prompts (run together as one batch) on the devices a plan giv
                      Flag(FLAGS_dtype, "D"),
                      Flag(FLAGS_max_batch, "N").ShowDefault("the number of prompts"),
                      Flag(FLAGS_max_context, "N").ShowDefault("longest prompt + new tokens"),
+                     Flag(FLAGS_warmup, "N"),
                      Flag(FLAGS_json)};
     return command;
   }();
@@ -167,9 +171,12 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::optional<int64_t>> top = Count(*parsed, FLAGS_top_logprobs);
   absl::StatusOr<std::optional<int64_t>> max_batch = Count(*parsed, FLAGS_max_batch);
   absl::StatusOr<std::optional<int64_t>> max_context = Count(*parsed, FLAGS_max_context);
-  for (const auto* count : {&new_tokens, &top, &max_batch, &max_context}) {
+  absl::StatusOr<std::optional<int64_t>> warmup = Count(*parsed, FLAGS_warmup);
+  for (const auto* count : {&new_tokens, &top, &max_batch, &max_context, &warmup}) {
     if (!count->ok()) return Fail(2, count->status().message());
   }
+  constexpr int64_t kMaxWarmup = 100;
+  if (warmup->value_or(0) > kMaxWarmup) return Fail(2, absl::StrCat("--warmup: at most ", kMaxWarmup, " runs"));
   request.max_new_tokens = new_tokens->value_or(absl::GetFlag(FLAGS_max_new_tokens));
   request.top_logprobs = top->value_or(0);
 
@@ -208,6 +215,13 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<LoadedModel>> model = LoadedModel::Load(*options);
   if (!model.ok()) {
     return Fail(model.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1, model.status().message());
+  }
+  for (int64_t i = 0; i < warmup->value_or(0); ++i) {
+    GenerateTiming ignored;
+    absl::StatusOr<std::vector<GreedyResult>> warm = (*model)->Greedy(request, &ignored);
+    if (!warm.ok()) {
+      return Fail(warm.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1, warm.status().message());
+    }
   }
   GenerateTiming timing;
   absl::StatusOr<std::vector<GreedyResult>> results = (*model)->Greedy(request, &timing);

@@ -150,3 +150,15 @@ def test_bad_physical_devices(strata_generate, checkpoint):
     proc = H.run_generate(checkpoint(NAME), [[1, 2]], 2, "--physical-devices", "0=tpu", check=False)
     assert proc.returncode == 2
     assert "--physical-devices: \"0=tpu\": the device is neither cpu nor cuda:N" in proc.stderr
+
+
+def test_warmup_runs_are_dropped_and_bounded(strata_generate, checkpoint):
+    # --warmup N runs the batch N times first (for benchmarks: a warm process's timings); what is reported
+    # is the run after them, identical to a cold run's results.
+    cold = H.run_generate(checkpoint(NAME), [[1, 2, 3], [7]], 6, "--device-map", '{"": "cpu"}')
+    warm = H.run_generate(checkpoint(NAME), [[1, 2, 3], [7]], 6, "--device-map", '{"": "cpu"}', "--warmup", "2")
+    assert [r["ids"] for r in warm["results"]] == [r["ids"] for r in cold["results"]]
+    assert [r["logprobs"] for r in warm["results"]] == [r["logprobs"] for r in cold["results"]]
+    assert warm["timing"]["decode_steps"] == cold["timing"]["decode_steps"]
+    expect_bad_input(checkpoint(NAME), "--warmup: at most 100 runs", extra=("--warmup", "101"))
+    expect_bad_input(checkpoint(NAME), "--warmup: \"-1\" is not a non-negative integer", extra=("--warmup", "-1"))
