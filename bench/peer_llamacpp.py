@@ -61,22 +61,24 @@ def llama_bin(root: pathlib.Path, name: str) -> pathlib.Path:
                      f"(build it: cmake -B build && cmake --build build --target {name})")
 
 
-def make_checkpoint(directory: pathlib.Path) -> tuple[int, int]:
-    """A Llama-2 layout tokenizer (byte fallback, "▁" words: llama.cpp's converter reads it as an SPM
-    vocabulary) and random weights scaled so that logits are well separated: greedy ids comparable across
-    implementations. Returns (parameters, vocab)."""
+def make_checkpoint(directory: pathlib.Path, vocab: int = 8000) -> int:
+    """A SentencePiece BPE vocabulary (tokenizer.model: what llama.cpp's converter reads for a Llama) and
+    random weights scaled so that logits are well separated: greedy ids comparable across implementations.
+    Both sides are given token ids, so strata needs no tokenizer.json. Returns the parameter count."""
+    import io
+
+    import sentencepiece as spm
     import torch
     import transformers
 
     import tokenizer_fixtures as TF
 
-    tokenizer = TF.build_llama2(TF.training_text())
     directory.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(directory / "tokenizer.json"))
-    vocab = tokenizer.get_vocab_size()
-    (directory / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
-        "add_bos_token": True, "add_eos_token": False, "model_max_length": 2048}))
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(TF.training_text(n=20000)), model_writer=proto,
+                                   vocab_size=vocab, model_type="bpe", byte_fallback=True, minloglevel=2,
+                                   unk_id=0, bos_id=1, eos_id=2, pad_id=-1)
+    (directory / "tokenizer.model").write_bytes(proto.getvalue())
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(transformers.LlamaConfig(vocab_size=vocab, **MODEL))
     with torch.no_grad():
@@ -84,10 +86,11 @@ def make_checkpoint(directory: pathlib.Path) -> tuple[int, int]:
             if p.dim() > 1:
                 p.mul_(4.0)
     model.save_pretrained(directory, safe_serialization=True)
-    return sum(p.numel() for p in model.parameters()), vocab
+    return sum(p.numel() for p in model.parameters())
 
 
 def convert(root: pathlib.Path, model_dir: pathlib.Path, out: pathlib.Path, outtype: str) -> None:
+    """llama.cpp's own converter, run by this Python (strata's environment: torch, numpy, transformers)."""
     env = dict(os.environ, PYTHONPATH=str(root / "gguf-py"), NO_LOCAL_GGUF="")
     proc = subprocess.run([sys.executable, str(root / "convert_hf_to_gguf.py"), str(model_dir), "--outfile", str(out),
                            "--outtype", outtype], capture_output=True, text=True, env=env)
@@ -283,6 +286,13 @@ def main(argv=None) -> int:
         print("peer_llamacpp: skipped: no llama.cpp given. Pass --llama-cpp DIR or set LLAMA_CPP_DIR to a llama.cpp "
               "checkout built with cmake (DIR/build/bin/llama-bench, llama-server); the bench builds none of it.")
         return 0
+    try:
+        import sentencepiece  # noqa: F401
+    except ImportError:
+        # The vocabulary is a SentencePiece model, and llama.cpp's converter needs the package anyway.
+        raise SystemExit(f"peer_llamacpp: sentencepiece is needed (the checkpoint's tokenizer.model, and llama.cpp's "
+                         f"converter): {sys.executable} -m pip install 'sentencepiece<0.3' (as "
+                         f"{root}/requirements/requirements-convert_legacy_llama.txt asks)") from None
     for name in ("llama-bench", "llama-server"):
         llama_bin(root, name)
     if not (root / "convert_hf_to_gguf.py").exists():
@@ -297,7 +307,8 @@ def main(argv=None) -> int:
     torch_dtype = {"f32": "float32", "bf16": "bfloat16"}
     work = pathlib.Path(args.work) if args.work else pathlib.Path(tempfile.mkdtemp(prefix="peer_llamacpp_"))
     model_dir = work / "hf"
-    params, vocab = make_checkpoint(model_dir)
+    vocab = 8000
+    params = make_checkpoint(model_dir, vocab)
     ggufs = {}
     for dtype in dtypes:
         ggufs[dtype] = work / f"model-{dtype}.gguf"
@@ -329,6 +340,8 @@ def main(argv=None) -> int:
     ids_report = []
     rss = {}
     if not args.skip_serving:
+        (work / "proto_src").mkdir(exist_ok=True)
+        (work / "proto_py").mkdir(exist_ok=True)
         stubs = IH.generate_stubs(work / "proto_src", work / "proto_py")
         context = args.depth + args.serve_tokens
         requests = [prompt_ids(args.depth, vocab, salt=i + 1) for i in range(args.streams)]
@@ -356,7 +369,7 @@ def main(argv=None) -> int:
                           lambda: concurrently(args.streams, lambda i: strata_stream(stubs, ours_server, requests[i],
                                                                                       args.serve_tokens)),
                           lambda: concurrently(args.streams, lambda i: theirs.stream(requests[i], args.serve_tokens)))
-                rss[dtype] = (peak_rss(ours_server.proc.pid), theirs.peak_rss())
+                rss[dtype] = (peak_rss(ours_server.process.pid), theirs.peak_rss())
             finally:
                 theirs.stop()
                 ours_server.stop()
