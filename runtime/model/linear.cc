@@ -1,0 +1,216 @@
+#include "runtime/model/linear.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/linear.h>
+#include <c10/util/BFloat16.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace strata::runtime {
+namespace {
+
+#define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+#define STRATA_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+bool CpuHasAvx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
+  return has;
+}
+bool CpuHasAvx512Bf16() {
+  static const bool has = CpuHasAvx512() && __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
+// 16 weights from row `w` at column j (fewer under `mask`), widened to float32.
+STRATA_AVX512 inline __m512 LoadWeights(const float* w, int64_t j, __mmask16 mask) {
+  return _mm512_maskz_loadu_ps(mask, w + j);
+}
+STRATA_AVX512 inline __m512 LoadWeights(const c10::BFloat16* w, int64_t j, __mmask16 mask) {
+  // bfloat16 is the high half of a float32: widen to 32 bits and shift into place.
+  const __m256i raw = _mm256_maskz_loadu_epi16(mask, w + j);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+inline void Store(float* y, float value) { *y = value; }
+inline void Store(c10::BFloat16* y, float value) { *y = c10::BFloat16(value); }  // round to nearest even
+
+// GCC 12 warns, wrongly, that _mm512_reduce_add_ps reads an uninitialized value: its header builds the
+// upper half with _mm256_undefined_pd(), which is meant to be undefined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// Weight row n against input rows [m0, m0 + MR): y[m][n] = dot(x[m], w[n]) (+ bias[n]). One weight row at a
+// time: the matrix is read as one sequential stream (four rows side by side, four streams, measured slower:
+// the hardware prefetchers follow one stream best). U accumulators per input row keep the FMA chains short.
+// x rows are float32 (bfloat16 inputs are widened once by the caller).
+template <int MR, int U, typename T>
+STRATA_AVX512 void Row(const float* x, const T* w, const T* bias, T* y, int64_t k, int64_t n_total, int64_t n,
+                       int64_t m0) {
+  const T* row = w + n * k;
+  __m512 acc[MR][U];
+  for (int m = 0; m < MR; ++m) {
+    for (int u = 0; u < U; ++u) acc[m][u] = _mm512_setzero_ps();
+  }
+  constexpr __mmask16 kAll = static_cast<__mmask16>(0xFFFF);
+  int64_t j = 0;
+  for (; j + 16 * U <= k; j += 16 * U) {
+    for (int u = 0; u < U; ++u) {
+      const __m512 wv = LoadWeights(row, j + 16 * u, kAll);
+      for (int m = 0; m < MR; ++m) {
+        acc[m][u] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + (m0 + m) * k + j + 16 * u), acc[m][u]);
+      }
+    }
+  }
+  for (; j < k; j += 16) {
+    const __mmask16 mask = k - j >= 16 ? kAll : static_cast<__mmask16>((1u << (k - j)) - 1);
+    const __m512 wv = LoadWeights(row, j, mask);
+    for (int m = 0; m < MR; ++m) {
+      acc[m][0] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mask, x + (m0 + m) * k + j), acc[m][0]);
+    }
+  }
+  for (int m = 0; m < MR; ++m) {
+    __m512 total = acc[m][0];
+    for (int u = 1; u < U; ++u) total = _mm512_add_ps(total, acc[m][u]);
+    float value = _mm512_reduce_add_ps(total);
+    if (bias != nullptr) value += static_cast<float>(bias[n]);
+    Store(y + (m0 + m) * n_total + n, value);
+  }
+}
+
+// bfloat16 with AVX512_BF16: VDPBF16PS multiplies 32 pairs of bfloat16 and adds them into 16 float32 sums,
+// so neither side is widened (twice the columns per instruction of the widening path above, which the
+// bfloat16 matrices of a 4096-wide layer need to stream at memory speed). The products of two bfloat16 are
+// exact in float32; the sums round to nearest even as FMA does (denormals flush to zero).
+template <int MR, int U>
+STRATA_AVX512_BF16 void RowDot(const c10::BFloat16* x, const c10::BFloat16* w, const c10::BFloat16* bias,
+                               c10::BFloat16* y, int64_t k, int64_t n_total, int64_t n, int64_t m0) {
+  const c10::BFloat16* row = w + n * k;
+  __m512 acc[MR][U];
+  for (int m = 0; m < MR; ++m) {
+    for (int u = 0; u < U; ++u) acc[m][u] = _mm512_setzero_ps();
+  }
+  int64_t j = 0;
+  for (; j + 32 * U <= k; j += 32 * U) {
+    for (int u = 0; u < U; ++u) {
+      const __m512bh wv = (__m512bh)_mm512_loadu_si512(row + j + 32 * u);
+      for (int m = 0; m < MR; ++m) {
+        const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + (m0 + m) * k + j + 32 * u);
+        acc[m][u] = _mm512_dpbf16_ps(acc[m][u], wv, xv);
+      }
+    }
+  }
+  for (; j < k; j += 32) {
+    const __mmask32 mask = k - j >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << (k - j)) - 1);
+    const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(mask, row + j);
+    for (int m = 0; m < MR; ++m) {
+      const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(mask, x + (m0 + m) * k + j);
+      acc[m][0] = _mm512_dpbf16_ps(acc[m][0], wv, xv);
+    }
+  }
+  for (int m = 0; m < MR; ++m) {
+    __m512 total = acc[m][0];
+    for (int u = 1; u < U; ++u) total = _mm512_add_ps(total, acc[m][u]);
+    float value = _mm512_reduce_add_ps(total);
+    if (bias != nullptr) value += static_cast<float>(bias[n]);
+    y[(m0 + m) * n_total + n] = c10::BFloat16(value);
+  }
+}
+
+#pragma GCC diagnostic pop
+
+STRATA_AVX512_BF16 void RowsDot(const c10::BFloat16* x, const c10::BFloat16* w, const c10::BFloat16* bias,
+                                c10::BFloat16* y, int64_t rows, int64_t k, int64_t n_total, int64_t n0, int64_t n1) {
+  for (int64_t m = 0; m < rows; m += 4) {
+    for (int64_t n = n0; n < n1; ++n) {
+      switch (std::min<int64_t>(4, rows - m)) {
+        case 4: RowDot<4, 1>(x, w, bias, y, k, n_total, n, m); break;
+        case 3: RowDot<3, 1>(x, w, bias, y, k, n_total, n, m); break;
+        case 2: RowDot<2, 2>(x, w, bias, y, k, n_total, n, m); break;
+        default: RowDot<1, 4>(x, w, bias, y, k, n_total, n, m); break;
+      }
+    }
+  }
+}
+
+// Output rows [n0, n1) for all input rows, in groups of at most 4 (at most 4 x 4 accumulators).
+template <typename T>
+STRATA_AVX512 void Rows(const float* x, const T* w, const T* bias, T* y, int64_t rows, int64_t k, int64_t n_total,
+                        int64_t n0, int64_t n1) {
+  for (int64_t m = 0; m < rows; m += 4) {
+    for (int64_t n = n0; n < n1; ++n) {
+      switch (std::min<int64_t>(4, rows - m)) {
+        case 4: Row<4, 1>(x, w, bias, y, k, n_total, n, m); break;
+        case 3: Row<3, 1>(x, w, bias, y, k, n_total, n, m); break;
+        case 2: Row<2, 2>(x, w, bias, y, k, n_total, n, m); break;
+        default: Row<1, 4>(x, w, bias, y, k, n_total, n, m); break;
+      }
+    }
+  }
+}
+
+template <typename T>
+void FewRows(const float* x, const T* w, const T* bias, T* y, int64_t rows, int64_t k, int64_t n) {
+  // At least ~64 KiB of weights per task: smaller pieces cost more in scheduling than they save.
+  const int64_t grain = std::max<int64_t>(1, (64 << 10) / (k * static_cast<int64_t>(sizeof(T))));
+  at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) { Rows(x, w, bias, y, rows, k, n, begin, end); });
+}
+
+}  // namespace
+
+bool LinearUsesOwnKernel(const at::Tensor& x, const at::Tensor& weight) {
+  if (!CpuHasAvx512() || !x.device().is_cpu() || !weight.device().is_cpu()) return false;
+  if (x.scalar_type() != weight.scalar_type()) return false;
+  if (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) return false;
+  if (weight.dim() != 2 || !weight.is_contiguous() || x.dim() < 1 || x.size(-1) != weight.size(1)) return false;
+  const int64_t k = weight.size(1);
+  if (k <= 0 || x.numel() == 0) return false;
+  const int64_t rows = x.numel() / k;
+  // One or two rows always (decode of one or two sequences). Up to kFewRows when a group of four input rows
+  // stays in half the L1 cache beside the weight stream; past that (long rows of a wide layer) the x loads
+  // miss L1 and MKL/oneDNN's blocked kernels win (bench/linear_speed.cc, rows 3 and 4).
+  const int64_t group_bytes = std::min<int64_t>(rows, 4) * k * static_cast<int64_t>(x.element_size());
+  return rows <= 2 || (rows <= kFewRows && group_bytes <= (16 << 10));
+}
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (!LinearUsesOwnKernel(x, weight) ||
+      (bias.defined() && (bias.scalar_type() != x.scalar_type() || !bias.is_contiguous() || !bias.device().is_cpu()))) {
+    return bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);
+  }
+  const int64_t k = weight.size(1);
+  const int64_t n = weight.size(0);
+  const int64_t rows = x.numel() / k;
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() = n;
+  at::Tensor y = at::empty(sizes, x.options());
+  const at::Tensor xc = x.contiguous();
+  if (x.scalar_type() == at::kFloat) {
+    FewRows<float>(xc.data_ptr<float>(), weight.data_ptr<float>(), bias.defined() ? bias.data_ptr<float>() : nullptr,
+                   y.data_ptr<float>(), rows, k, n);
+  } else if (CpuHasAvx512Bf16()) {
+    const c10::BFloat16* xs = xc.data_ptr<c10::BFloat16>();
+    const c10::BFloat16* ws = weight.data_ptr<c10::BFloat16>();
+    const c10::BFloat16* bs = bias.defined() ? bias.data_ptr<c10::BFloat16>() : nullptr;
+    c10::BFloat16* ys = y.data_ptr<c10::BFloat16>();
+    const int64_t grain = std::max<int64_t>(1, (64 << 10) / (k * 2));
+    at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) { RowsDot(xs, ws, bs, ys, rows, k, n, begin, end); });
+  } else {
+    // The few input rows widened once (the weights are widened in registers as they stream).
+    thread_local std::vector<float> widened;
+    widened.resize(static_cast<size_t>(rows * k));
+    const c10::BFloat16* src = xc.data_ptr<c10::BFloat16>();
+    for (int64_t i = 0; i < rows * k; ++i) widened[static_cast<size_t>(i)] = static_cast<float>(src[i]);
+    FewRows<c10::BFloat16>(widened.data(), weight.data_ptr<c10::BFloat16>(),
+                           bias.defined() ? bias.data_ptr<c10::BFloat16>() : nullptr, y.data_ptr<c10::BFloat16>(),
+                           rows, k, n);
+  }
+  return y;
+}
+
+}  // namespace strata::runtime

@@ -1,0 +1,26 @@
+#pragma once
+// Internal (ATen): y = x W^T (+ b), as at::linear. A decode step multiplies a few rows by every weight
+// matrix of the model, and on the CPU that is bound by how fast the weights stream from memory. at::linear
+// (MKL's sgemv / oneDNN for one row) streams the matrices of a small decoder layer at 5-8 GiB/s on this
+// project's AMD EPYC, where one core reads 13-20 GiB/s (build/bench/strata_linear_bench). So for a few rows
+// on a CPU with AVX-512, float32 or bfloat16, Linear runs its own kernel: each weight row is read once, as
+// one sequential stream, for all the rows, accumulated in float32 (bfloat16 through AVX512_BF16's VDPBF16PS
+// where the CPU has it, else widened in registers), split over the intra-op threads by output rows.
+// Everything else (prefill, CUDA, other dtypes, CPUs without AVX-512) is at::linear.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace strata::runtime {
+
+inline constexpr int64_t kFewRows = 8;
+
+// x [..., K], weight [N, K], bias [N] or undefined; returns [..., N] in x's dtype.
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
+
+// Whether Linear runs strata's kernel for these operands: one or two rows, or up to kFewRows rows short
+// enough that four of them stay in L1 beside the weight stream (tests and benchmarks say which path ran).
+bool LinearUsesOwnKernel(const at::Tensor& x, const at::Tensor& weight);
+
+}  // namespace strata::runtime

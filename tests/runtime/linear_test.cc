@@ -1,0 +1,78 @@
+// runtime/model/linear.h: strata's few-rows CPU kernel against at::linear on the same operands, over the
+// shapes that exercise its tails (K not a multiple of 16, N not a multiple of 4, 1-8 rows), with and
+// without bias, float32 and bfloat16, one and two intra-op threads.
+#include "runtime/model/linear.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/allclose.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/randn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace strata::runtime {
+namespace {
+
+class LinearTest : public ::testing::TestWithParam<std::tuple<at::ScalarType, bool, int>> {};
+
+TEST_P(LinearTest, MatchesAtLinear) {
+  const auto [dtype, with_bias, threads] = GetParam();
+  const int previous = at::get_num_threads();
+  at::set_num_threads(threads);
+  const bool own = LinearUsesOwnKernel(at::randn({1, 16}).to(dtype), at::randn({4, 16}).to(dtype));
+  int checked = 0;
+  for (int64_t k : {1, 15, 16, 17, 100, 768, 1500}) {
+    for (int64_t n : {1, 3, 4, 5, 130}) {
+      for (int64_t rows : {1, 2, 3, 4, 5, 8, 9}) {
+        const at::Tensor w = at::randn({n, k}).to(dtype);
+        const at::Tensor b = with_bias ? at::randn({n}).to(dtype) : at::Tensor();
+        const at::Tensor x = at::randn({rows, 1, k}).to(dtype);  // [batch, tokens, K] as the model calls it
+        const at::Tensor got = Linear(x, w, b);
+        ASSERT_EQ(got.sizes(), (std::vector<int64_t>{rows, 1, n}));
+        ASSERT_EQ(got.scalar_type(), dtype);
+        // The reference in float32 from the same (possibly bfloat16-rounded) values: the kernel accumulates
+        // in float32 and rounds once, as oneDNN does.
+        const at::Tensor want32 = b.defined() ? at::linear(x.to(at::kFloat), w.to(at::kFloat), b.to(at::kFloat))
+                                              : at::linear(x.to(at::kFloat), w.to(at::kFloat));
+        const at::Tensor want = want32.to(dtype).to(at::kFloat);
+        const double scale = std::sqrt(static_cast<double>(k));  // sums of k unit-variance products
+        if (dtype == at::kFloat) {
+          EXPECT_TRUE(at::allclose(got, want32, 1e-5, 1e-5 * scale)) << "k " << k << " n " << n << " rows " << rows;
+        } else {
+          // One bfloat16 step apart at most (float32 sums in another order can round to the neighbour).
+          EXPECT_TRUE(at::allclose(got.to(at::kFloat), want, 1.0 / 128, 1e-3 * scale))
+              << "k " << k << " n " << n << " rows " << rows;
+        }
+        const bool short_rows = std::min<int64_t>(rows, 4) * k * x.element_size() <= (16 << 10);
+        EXPECT_EQ(LinearUsesOwnKernel(x, w), own && (rows <= 2 || (rows <= kFewRows && short_rows)));
+        ++checked;
+      }
+    }
+  }
+  at::set_num_threads(previous);
+  EXPECT_EQ(checked, 7 * 5 * 7);
+  if (!own) GTEST_SKIP() << "this CPU has no AVX-512: Linear ran at::linear throughout (compared all the same)";
+}
+
+INSTANTIATE_TEST_SUITE_P(DtypesBiasThreads, LinearTest,
+                         ::testing::Combine(::testing::Values(at::kFloat, at::kBFloat16), ::testing::Bool(),
+                                            ::testing::Values(1, 2)));
+
+TEST(Linear, OtherOperandsFallBackToAtLinear) {
+  const at::Tensor w = at::randn({8, 32});
+  EXPECT_FALSE(LinearUsesOwnKernel(at::randn({kFewRows + 1, 32}), w));       // prefill: many rows
+  EXPECT_FALSE(LinearUsesOwnKernel(at::randn({3, 4096}), at::randn({8, 4096})));  // 3 long rows: 48 KiB
+  EXPECT_FALSE(LinearUsesOwnKernel(at::randn({1, 32}).to(at::kHalf), w.to(at::kHalf)));  // float16
+  EXPECT_FALSE(LinearUsesOwnKernel(at::randn({1, 32}), w.to(at::kBFloat16)));  // mixed dtypes
+  EXPECT_FALSE(LinearUsesOwnKernel(at::randn({1, 32}), w.t().contiguous().t()));  // a strided weight
+  const at::Tensor x = at::randn({kFewRows + 1, 32});
+  EXPECT_TRUE(at::allclose(Linear(x, w), at::linear(x, w)));
+}
+
+}  // namespace
+}  // namespace strata::runtime
