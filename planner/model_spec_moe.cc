@@ -35,6 +35,13 @@ absl::StatusOr<int64_t> IntField(const json& config, absl::string_view field, in
   return v;
 }
 
+// Both configs map num_experts onto num_local_experts (attribute_map): save_pretrained writes the
+// latter, the published Qwen3-MoE configs the former.
+const char* ExpertsField(const json& config) {
+  return config.contains("num_local_experts") || !config.contains("num_experts") ? "num_local_experts"
+                                                                                : "num_experts";
+}
+
 absl::Status CheckExperts(const MoeFields& moe, absl::string_view experts_field) {
   if (moe.top_k > moe.num_experts) {
     return FieldError("num_experts_per_tok", absl::StrCat("(", moe.top_k, ") must not exceed ", experts_field, " (",
@@ -49,7 +56,8 @@ absl::StatusOr<MoeFields> ReadQwen3MoeFields(const json& config) {
   MoeFields moe;
   // Qwen3MoeDecoderLayer builds dense MLPs only when num_experts is 0; a MoE architecture without experts
   // is refused here rather than served as a differently-sized dense model.
-  absl::StatusOr<int64_t> experts = IntField(config, "num_experts", 128, 1, kMaxExperts);
+  const char* experts_field = ExpertsField(config);
+  absl::StatusOr<int64_t> experts = IntField(config, experts_field, 128, 1, kMaxExperts);
   if (!experts.ok()) return experts.status();
   absl::StatusOr<int64_t> top_k = IntField(config, "num_experts_per_tok", 8, 1, kMaxExperts);
   if (!top_k.ok()) return top_k.status();
@@ -76,16 +84,13 @@ absl::StatusOr<MoeFields> ReadQwen3MoeFields(const json& config) {
     if (!it->is_boolean()) return FieldError("norm_topk_prob", absl::StrCat("must be true or false, got ", it->dump()));
     moe.norm_topk_prob = it->get<bool>();
   }
-  if (absl::Status s = CheckExperts(moe, "num_experts"); !s.ok()) return s;
+  if (absl::Status s = CheckExperts(moe, experts_field); !s.ok()) return s;
   return moe;
 }
 
 absl::StatusOr<MoeFields> ReadMixtralFields(const json& config) {
   MoeFields moe;
-  // MixtralConfig.attribute_map: num_experts is another name for num_local_experts.
-  const char* experts_field = config.contains("num_local_experts") || !config.contains("num_experts")
-                                  ? "num_local_experts"
-                                  : "num_experts";
+  const char* experts_field = ExpertsField(config);
   absl::StatusOr<int64_t> experts = IntField(config, experts_field, 8, 1, kMaxExperts);
   if (!experts.ok()) return experts.status();
   absl::StatusOr<int64_t> top_k = IntField(config, "num_experts_per_tok", 2, 1, kMaxExperts);

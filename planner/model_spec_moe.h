@@ -28,7 +28,7 @@ struct MoeFields {
   bool norm_topk_prob = false;
 };
 
-// Qwen3-MoE: num_experts (default 128), num_experts_per_tok (8), moe_intermediate_size (768),
+// Qwen3-MoE: num_experts or its alias num_local_experts (default 128), num_experts_per_tok (8), moe_intermediate_size (768),
 // decoder_sparse_step (1), mlp_only_layers ([]), norm_topk_prob (false), as Qwen3MoeConfig.
 absl::StatusOr<MoeFields> ReadQwen3MoeFields(const nlohmann::json& config);
 // Mixtral: num_local_experts (or its alias num_experts; default 8), num_experts_per_tok (2); the experts'

@@ -7,6 +7,8 @@
 
 #include <cmath>
 
+#include "runtime/model/llama_model.h"  // RmsNorm
+
 namespace strata::runtime {
 
 at::Tensor AttentionMask(const at::Tensor& positions, int64_t key_length, int64_t window) {
@@ -21,13 +23,15 @@ at::Tensor SelfAttention(const at::Tensor& hidden, const AttentionWeights& w, in
                          int64_t head_dim, int64_t window, AttentionBatch& batch, KvLayer& cache) {
   const int64_t b = hidden.size(0);
   const int64_t t = hidden.size(1);
-  auto project = [&](const at::Tensor& weight, const at::Tensor& bias, int64_t heads) {
+  auto project = [&](const at::Tensor& weight, const at::Tensor& bias, int64_t heads, const at::Tensor& norm) {
     at::Tensor out = bias.defined() ? at::linear(hidden, weight, bias) : at::linear(hidden, weight);
-    return out.view({b, t, heads, head_dim}).transpose(1, 2);  // [B, heads, T, D]
+    out = out.view({b, t, heads, head_dim});
+    if (norm.defined()) out = RmsNorm(out, norm, w.norm_eps);
+    return out.transpose(1, 2);  // [B, heads, T, D]
   };
-  at::Tensor q = ApplyRope(project(w.q, w.q_bias, num_heads), batch.rope);
-  at::Tensor k = ApplyRope(project(w.k, w.k_bias, num_kv_heads), batch.rope);
-  at::Tensor v = project(w.v, w.v_bias, num_kv_heads);
+  at::Tensor q = ApplyRope(project(w.q, w.q_bias, num_heads, w.q_norm), batch.rope);
+  at::Tensor k = ApplyRope(project(w.k, w.k_bias, num_kv_heads, w.k_norm), batch.rope);
+  at::Tensor v = project(w.v, w.v_bias, num_kv_heads, at::Tensor());
 
   auto [keys, values] =
       KvAppend(cache, batch.slots, batch.slots_contiguous, batch.first_slot, batch.positions, k, v, batch.key_length);

@@ -33,6 +33,9 @@ at::Tensor AttentionMask(const at::Tensor& positions, int64_t key_length, int64_
 struct AttentionWeights {
   at::Tensor q, k, v, o;           // projection weights [out, in]
   at::Tensor q_bias, k_bias, v_bias;  // undefined when the model has none (Llama, Mistral)
+  // Qwen3: RMSNorm weights [head_dim] over each query / key head, before RoPE; undefined otherwise.
+  at::Tensor q_norm, k_norm;
+  double norm_eps = 1e-6;
 };
 
 // hidden [batch, tokens, hidden] -> [batch, tokens, hidden]: projections, RoPE, KV append, SDPA with the

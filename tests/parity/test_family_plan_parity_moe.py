@@ -64,6 +64,11 @@ TINY = {
     "qwen3-default-head-dim": {k: v for k, v in dict(_QWEN3, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                                                       num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
                                                       attention_bias=True).items() if k != "head_dim"},
+    # save_pretrained writes Qwen3MoeConfig's num_experts under its attribute_map name
+    "qwen3-moe-saved-names": {k: v for k, v in dict(_QWEN3_MOE, hidden_size=64, intermediate_size=96,
+                                                     moe_intermediate_size=32, num_hidden_layers=2,
+                                                     num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                                                     num_local_experts=5, num_experts_per_tok=2).items()},
     "mixtral-alias-num-experts": {k: v for k, v in dict(_MIXTRAL, hidden_size=64, intermediate_size=96,
                                                          num_hidden_layers=2, num_attention_heads=4, vocab_size=128,
                                                          num_experts=3, num_experts_per_tok=3).items()
@@ -132,6 +137,7 @@ def test_tiny_trees_reach_the_cases_they_exist_for():
     assert model.model.layers[0].self_attn.o_proj.bias is not None
     assert meta_model("qwen3-default-head-dim").model.layers[0].self_attn.q_norm.weight.shape[0] == 128
     assert meta_model("mixtral-alias-num-experts").model.layers[0].mlp.experts.gate_up_proj.shape[0] == 3
+    assert meta_model("qwen3-moe-saved-names").model.layers[0].mlp.experts.gate_up_proj.shape[0] == 5
 
 
 BAD = [
@@ -147,6 +153,7 @@ BAD = [
     ("Qwen3-30B-A3B", {"rope_scaling": {"rope_type": "spiral", "factor": 2.0}}, "rope_scaling.rope_type"),
     ("Qwen3-8B", {"head_dim": 0}, "head_dim"),
     ("Mixtral-8x7B-v0.1", {"num_local_experts": 0}, "num_local_experts"),
+    ("Qwen3-30B-A3B", {"num_local_experts": 0}, "num_local_experts"),
     ("Mixtral-8x7B-v0.1", {"num_experts_per_tok": 9}, "num_experts_per_tok"),
     ("Mixtral-8x7B-v0.1", {"num_local_experts": 2.5}, "num_local_experts"),
 ]
