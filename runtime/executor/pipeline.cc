@@ -169,6 +169,7 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
         absl::StatusOr<std::vector<Weight>> experts = LoadExperts(loader, storage, device);
         if (!experts.ok()) return experts.status();
         unit.experts = *std::move(experts);
+        unit.experts_label = planned->ToString();
       }
     }
     labels.push_back(label);
@@ -317,6 +318,15 @@ std::string Pipeline::Describe() const {
     for (size_t i : stage.units) modules.push_back(units_[i].module);
     lines.push_back(absl::StrCat("stage ", s, " (plan device ", stage.label, " on ", stage.device.str(),
                                  "): ", modules.front(), modules.size() > 1 ? " .. " + modules.back() : ""));
+  }
+  // Experts placed apart from their layer (moe.h): one line per layer, after the stages.
+  for (const Stage& stage : stages_) {
+    for (size_t i : stage.units) {
+      const Unit& unit = units_[i];
+      if (unit.experts.empty() || unit.experts_label == stage.label) continue;
+      lines.push_back(absl::StrCat("experts of ", unit.module, " apart (plan device ", unit.experts_label, " on ",
+                                   unit.experts.front().exec_device.str(), ")"));
+    }
   }
   return absl::StrJoin(lines, "\n");
 }

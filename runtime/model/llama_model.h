@@ -45,6 +45,7 @@ struct Unit {
   // A sparse MoE layer's fused experts {gate_up [E, 2I, H], down [E, H, I]}, resident on the device they
   // execute on, which may differ from `device` (moe.h).
   std::vector<Weight> experts;
+  std::string experts_label;  // the plan device of the experts ("cpu", "1")
 
   bool offloaded() const;  // some weight is fetched on use
   std::vector<const Weight*> weight_ptrs() const;
