@@ -67,6 +67,7 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
   dims.rms_norm_eps = config.rms_norm_eps;
   dims.qkv_bias = expected.contains("model.layers.0.self_attn.q_proj.bias");
   dims.qk_norm = config.qk_norm;
+  dims.o_bias = expected.contains("model.layers.0.self_attn.o_proj.bias");
   dims.moe = config.moe;
   const bool tied = spec.tied_weights.contains("lm_head.weight");
 

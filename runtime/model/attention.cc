@@ -41,7 +41,7 @@ at::Tensor SelfAttention(const at::Tensor& hidden, const AttentionWeights& w, in
                                                     /*scale=*/1.0 / std::sqrt(static_cast<double>(head_dim)),
                                                     /*enable_gqa=*/num_kv_heads != num_heads);
   out = out.transpose(1, 2).reshape({b, t, num_heads * head_dim});
-  return at::linear(out, w.o);
+  return w.o_bias.defined() ? at::linear(out, w.o, w.o_bias) : at::linear(out, w.o);
 }
 
 }  // namespace strata::runtime

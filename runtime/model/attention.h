@@ -36,6 +36,7 @@ struct AttentionWeights {
   // Qwen3: RMSNorm weights [head_dim] over each query / key head, before RoPE; undefined otherwise.
   at::Tensor q_norm, k_norm;
   double norm_eps = 1e-6;
+  at::Tensor o_bias;  // Qwen3 with attention_bias; undefined otherwise
 };
 
 // hidden [batch, tokens, hidden] -> [batch, tokens, hidden]: projections, RoPE, KV append, SDPA with the

@@ -25,6 +25,7 @@ struct ModelDims {
   double rms_norm_eps = 1e-6;
   bool qkv_bias = false;
   bool qk_norm = false;  // Qwen3 families (qwen3_model.h)
+  bool o_bias = false;   // Qwen3 families with attention_bias (with qkv_bias)
   MoeConfig moe;         // Qwen3-MoE, Mixtral (moe.h)
 };
 

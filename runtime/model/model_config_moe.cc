@@ -16,13 +16,6 @@ absl::Status ReadQwen3AndMoeConfig(const nlohmann::json& config, DecoderConfig& 
   const bool mixtral = out.architecture == "MixtralForCausalLM";
   if (!qwen3 && !qwen3_moe && !mixtral) return absl::OkStatus();
   out.qk_norm = qwen3 || qwen3_moe;
-  if (out.qk_norm) {
-    // Qwen3's attention_bias also puts a bias on o_proj, which the shared attention block does not take.
-    if (auto it = config.find("attention_bias"); it != config.end() && it->is_boolean() && it->get<bool>()) {
-      return absl::InvalidArgumentError("config.json: attention_bias: true is not supported by the runtime for " +
-                                        out.architecture);
-    }
-  }
   if (qwen3) return absl::OkStatus();
   absl::StatusOr<planner::internal::MoeFields> moe =
       qwen3_moe ? planner::internal::ReadQwen3MoeFields(config) : planner::internal::ReadMixtralFields(config);

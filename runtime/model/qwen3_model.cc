@@ -33,6 +33,12 @@ std::vector<std::string> ExtendedLayerTensorNames(int64_t layer, const ModelDims
     names.push_back(p + "self_attn.q_norm.weight");
     names.push_back(p + "self_attn.k_norm.weight");
   }
+  if (dims.qkv_bias) {
+    for (const char* b : {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}) {
+      names.push_back(p + b);
+    }
+  }
+  if (dims.o_bias) names.push_back(p + "self_attn.o_proj.bias");
   return names;
 }
 
@@ -40,12 +46,18 @@ at::Tensor RunExtendedLayer(const Unit& unit, const std::vector<at::Tensor>& w, 
                             const at::Tensor& hidden, AttentionBatch& batch, KvLayer& cache) {
   const bool sparse = Sparse(dims, unit.layer);
   AttentionWeights attention{w[kQProj], w[kKProj], w[kVProj], w[kOProj], {}, {}, {}};
+  size_t next = kMlp + (sparse ? 1 : 3);
   if (dims.qk_norm) {
-    const size_t norms = kMlp + (sparse ? 1 : 3);
-    attention.q_norm = w[norms];
-    attention.k_norm = w[norms + 1];
+    attention.q_norm = w[next++];
+    attention.k_norm = w[next++];
     attention.norm_eps = dims.rms_norm_eps;
   }
+  if (dims.qkv_bias) {
+    attention.q_bias = w[next++];
+    attention.k_bias = w[next++];
+    attention.v_bias = w[next++];
+  }
+  if (dims.o_bias) attention.o_bias = w[next++];
   at::Tensor normed = RmsNorm(hidden, w[kNormIn], dims.rms_norm_eps);
   at::Tensor h = hidden + SelfAttention(normed, attention, dims.num_heads, dims.num_kv_heads, dims.head_dim,
                                         unit.window, batch, cache);

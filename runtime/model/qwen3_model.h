@@ -4,7 +4,8 @@
 // is the sparse MoE block). Embedding, final norm and head are the Llama family's (llama_model.h).
 //
 // A layer's weights, in this order: input_layernorm, q, k, v, o, post_attention_layernorm, then the
-// dense MLP's gate, up, down or the MoE router (mlp.gate), then q_norm, k_norm when the family has them.
+// dense MLP's gate, up, down or the MoE router (mlp.gate), then q_norm, k_norm when the family has them,
+// then the q, k, v and o biases when the config has attention_bias.
 // The experts of a sparse layer are the unit's `experts` (moe.h).
 
 #include <ATen/core/Tensor.h>
