@@ -164,3 +164,97 @@ def test_bad_moe_config_exits_2_naming_the_field(strata_plan, model_dir, config,
     proc = H.run_strata_plan(strata_plan, "--model", model_dir(config, dict(ALL[config], **change)), "--json",
                              expect_rc=2)
     assert f"config.json: {field}" in proc.stderr, proc.stderr
+
+
+# strata-plan --experts-on DEVICE (planner/experts_on.h): the rule computed here with transformers' own
+# placement: plan; if something is off the GPUs, plan again with the experts of the last k layers
+# weighing nothing (k = 1, 2, ...) until everything is on the GPUs; then split each moved layer so that
+# exactly its experts module is on DEVICE.
+def _experts_on_reference(config: str, strategy: str, max_memory: dict, device: str):
+    import torch
+
+    model = copy.deepcopy(meta_model(config))
+    experts = [name for name, module in model.named_modules() if name.endswith(".mlp.experts")]
+    on_gpus = lambda dm: all(isinstance(v, int) for v in dm.values())
+    dm = H.reference_device_map(model, strategy, max_memory)
+    moved: list[str] = []
+    if not on_gpus(dm) and any(isinstance(k, int) for k in max_memory):
+        for name in reversed(experts):
+            module = model.get_submodule(name)
+            for pname, p in list(module.named_parameters(recurse=False)):
+                setattr(module, pname, torch.nn.Parameter(torch.empty((0, *p.shape[1:]), device="meta", dtype=p.dtype)))
+            moved.append(name)
+            dm = H.reference_device_map(model, strategy, max_memory)
+            if on_gpus(dm):
+                break
+    original = meta_model(config)
+    out = {}
+
+    def walk(module, name, dev):
+        if name in moved:
+            out[name] = device
+            return
+        if not any(name == "" or m.startswith(name + ".") for m in moved):
+            out[name] = dev
+            return
+        prefix = name + "." if name else ""
+        for n, _ in module.named_parameters(recurse=False):
+            out[prefix + n] = dev
+        for n, child in module.named_children():
+            walk(child, prefix + n, dev)
+        for n, _ in module.named_buffers(recurse=False):
+            out[prefix + n] = dev
+
+    for key, dev in dm.items():
+        if dev == device or not any(key == "" or m == key or m.startswith(key + ".") for m in moved):
+            out[key] = dev
+        else:
+            walk(original.get_submodule(key) if key else original, key, dev)
+    return out, sorted(moved)
+
+
+EXPERTS_ON_CASES = [pytest.param(c, l, s, id=f"{c}-{l}-{s}")
+                    for c in ["Qwen3-30B-A3B", "Mixtral-8x7B-v0.1"]
+                    for l in ["cpu_offload", "fits_2gpu", "cpu_only"]
+                    for s in H.STRATEGIES]
+
+
+@pytest.mark.parametrize("config,layout,strategy", EXPERTS_ON_CASES)
+def test_experts_on_cpu_follows_its_rule_with_transformers_placement(strata_plan, model_dir, config, layout, strategy):
+    model = meta_model(config)
+    max_memory = H.layout_for(model, layout)
+    expected, moved = _experts_on_reference(config, strategy, max_memory, "cpu")
+    proc = H.run_strata_plan(strata_plan, "--model", model_dir(config), "--device-map", strategy, "--max-memory",
+                             H.max_memory_arg(max_memory), "--dtype", DTYPE, "--experts-on", "cpu", "--json")
+    actual = json.loads(proc.stdout)["device_map"]
+    assert actual == expected, f"{config} {layout} {strategy}:\n{H.map_diff(expected, actual)}"
+    if layout == "cpu_offload":
+        assert moved and all(isinstance(v, int) for k, v in actual.items() if not k.endswith(".mlp.experts"))
+        assert f"experts of {len(moved)} layers on cpu" in proc.stderr
+    elif layout == "cpu_only":
+        assert not moved and actual == {"": "cpu"}
+
+
+@pytest.mark.parametrize("args,mentions", [
+    (["--device-map", '{"": 0}', "--experts-on", "cpu"], "--experts-on: needs a strategy"),
+    (["--experts-on", "gpu7"], "--experts-on: "),
+], ids=["manual-map", "bad-device"])
+def test_experts_on_bad_input_exits_2(strata_plan, model_dir, args, mentions):
+    full = ["--model", model_dir("Qwen3-30B-A3B"), "--max-memory", "0=10GiB,cpu=1TB", *args]
+    proc = H.run_strata_plan(strata_plan, *full, "--json", expect_rc=2)
+    assert mentions in proc.stderr, proc.stderr
+
+
+def test_experts_on_needs_experts(strata_plan, model_dir):
+    proc = H.run_strata_plan(strata_plan, "--model", model_dir("Qwen3-8B"), "--experts-on", "cpu", "--max-memory",
+                             "0=1GiB,cpu=1TB", "--json", expect_rc=2)
+    assert "has no experts modules" in proc.stderr, proc.stderr
+
+
+def test_experts_on_device_too_small_exits_2(strata_plan, model_dir):
+    model = meta_model("Mixtral-8x7B-v0.1")
+    size = H.model_size(model)
+    proc = H.run_strata_plan(strata_plan, "--model", model_dir("Mixtral-8x7B-v0.1"), "--device-map", "sequential",
+                             "--max-memory", f"0={size // 4},cpu={size // 100}", "--experts-on", "cpu", "--json",
+                             expect_rc=2)
+    assert "--experts-on cpu: the experts of" in proc.stderr and "over its max_memory" in proc.stderr, proc.stderr
