@@ -104,8 +104,9 @@ struct ModelSpec {
 // overflow.
 absl::StatusOr<int64_t> SpecBytes(const ModelSpec& spec);
 
-// Builds the tree transformers builds for LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM
-// from a parsed config.json, with parameters in `dtype`. Errors name the config field.
+// Builds the tree transformers builds for LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+// Qwen3ForCausalLM, Qwen3MoeForCausalLM or MixtralForCausalLM from a parsed config.json, with parameters
+// in `dtype`. Errors name the config field.
 absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DType dtype);
 
 // Reads a module tree JSON (format "strata.module_tree.v1", written by tools/export_module_tree.py;

@@ -13,6 +13,8 @@ namespace strata::planner::internal {
 absl::Status ExtendMixtralSpec(const nlohmann::json& config, ModelSpec& spec) {
   absl::StatusOr<MoeFields> moe = ReadMixtralFields(config);
   if (!moe.ok()) return moe.status();
+  const char* experts_field = ExpertsField(config);
+  if (absl::Status s = CheckExpertModules(moe->num_experts, spec.num_hidden_layers, experts_field); !s.ok()) return s;
   const int64_t hidden = Child(Child(spec.root, "model"), "embed_tokens").parameters.front().shape[1];
   for (int64_t i = 0; i < spec.num_hidden_layers; ++i) {
     ModuleSpec& layer = LayerModule(spec, i);

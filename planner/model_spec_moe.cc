@@ -35,12 +35,6 @@ absl::StatusOr<int64_t> IntField(const json& config, absl::string_view field, in
   return v;
 }
 
-// Both configs map num_experts onto num_local_experts (attribute_map): save_pretrained writes the
-// latter, the published Qwen3-MoE configs the former.
-const char* ExpertsField(const json& config) {
-  return config.contains("num_local_experts") || !config.contains("num_experts") ? "num_local_experts"
-                                                                                : "num_experts";
-}
 
 absl::Status CheckExperts(const MoeFields& moe, absl::string_view experts_field) {
   if (moe.top_k > moe.num_experts) {
@@ -51,6 +45,11 @@ absl::Status CheckExperts(const MoeFields& moe, absl::string_view experts_field)
 }
 
 }  // namespace
+
+const char* ExpertsField(const json& config) {
+  return config.contains("num_local_experts") || !config.contains("num_experts") ? "num_local_experts"
+                                                                                : "num_experts";
+}
 
 absl::StatusOr<MoeFields> ReadQwen3MoeFields(const json& config) {
   MoeFields moe;
@@ -100,6 +99,15 @@ absl::StatusOr<MoeFields> ReadMixtralFields(const json& config) {
   moe.norm_topk_prob = true;  // MixtralTopKRouter always divides by the top-k sum
   if (absl::Status s = CheckExperts(moe, experts_field); !s.ok()) return s;
   return moe;
+}
+
+absl::Status CheckExpertModules(int64_t num_experts, int64_t sparse_layers, const char* experts_field) {
+  // Both are capped (kMaxExperts, kMaxHiddenLayers), so the product fits.
+  if (num_experts * sparse_layers > kMaxExpertModules) {
+    return FieldError(experts_field, absl::StrCat("(", num_experts, ") x ", sparse_layers, " sparse layers is more than ",
+                                                  kMaxExpertModules, " expert modules"));
+  }
+  return absl::OkStatus();
 }
 
 bool Qwen3MoeLayerIsSparse(const MoeFields& moe, int64_t layer) {

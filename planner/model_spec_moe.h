@@ -17,6 +17,15 @@ namespace strata::planner::internal {
 // Caps on the MoE fields, checked before anything is sized by them (the largest released MoE models
 // have 256 experts and 8 active per token).
 inline constexpr int64_t kMaxExperts = int64_t{1} << 16;
+// Experts x sparse layers: each is three checkpoint tensors, listed one by one by the checkpoint check
+// (Qwen3-235B-A22B has 128 x 94).
+inline constexpr int64_t kMaxExpertModules = int64_t{1} << 20;
+// "num_local_experts" or "num_experts": the field config.json gives the experts' count in (the config
+// classes' attribute_map makes them one; save_pretrained writes num_local_experts, the Hub's Qwen3-MoE
+// configs num_experts).
+const char* ExpertsField(const nlohmann::json& config);
+// An error naming `experts_field` when experts x sparse layers exceeds kMaxExpertModules.
+absl::Status CheckExpertModules(int64_t num_experts, int64_t sparse_layers, const char* experts_field);
 
 // The MoE fields of a config, validated (errors name the field).
 struct MoeFields {

@@ -19,6 +19,10 @@ absl::Status ExtendQwen3Spec(const nlohmann::json& /*config*/, ModelSpec& spec) 
 absl::Status ExtendQwen3MoeSpec(const nlohmann::json& config, ModelSpec& spec) {
   absl::StatusOr<MoeFields> moe = ReadQwen3MoeFields(config);
   if (!moe.ok()) return moe.status();
+  int64_t sparse_layers = 0;
+  for (int64_t i = 0; i < spec.num_hidden_layers; ++i) sparse_layers += Qwen3MoeLayerIsSparse(*moe, i) ? 1 : 0;
+  const char* experts_field = ExpertsField(config);
+  if (absl::Status s = CheckExpertModules(moe->num_experts, sparse_layers, experts_field); !s.ok()) return s;
   AddQkNorms(spec, "Qwen3Moe");
   const int64_t hidden = Child(Child(spec.root, "model"), "embed_tokens").parameters.front().shape[1];
   for (int64_t i = 0; i < spec.num_hidden_layers; ++i) {

@@ -18,7 +18,8 @@
 #include "planner/plan.h"
 
 ABSL_FLAG(std::string, model, "",
-          "checkpoint directory: config.json (Llama, Mistral, Qwen2), and *.safetensors headers checked against it "
+          "checkpoint directory: config.json (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral), and *.safetensors "
+          "headers checked against it "
           "when present");
 ABSL_FLAG(std::string, module_tree, "", "any architecture: a module tree JSON (tools/export_module_tree.py)");
 ABSL_FLAG(std::string, device_map, "balanced_low_0",

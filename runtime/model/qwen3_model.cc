@@ -46,21 +46,22 @@ at::Tensor RunExtendedLayer(const Unit& unit, const std::vector<at::Tensor>& w, 
                             const at::Tensor& hidden, AttentionBatch& batch, KvLayer& cache) {
   const bool sparse = Sparse(dims, unit.layer);
   AttentionWeights attention{w[kQProj], w[kKProj], w[kVProj], w[kOProj], {}, {}, {}};
+  AttentionAdditions additions;
   size_t next = kMlp + (sparse ? 1 : 3);
   if (dims.qk_norm) {
-    attention.q_norm = w[next++];
-    attention.k_norm = w[next++];
-    attention.norm_eps = dims.rms_norm_eps;
+    additions.q_norm = w[next++];
+    additions.k_norm = w[next++];
+    additions.norm_eps = dims.rms_norm_eps;
   }
   if (dims.qkv_bias) {
     attention.q_bias = w[next++];
     attention.k_bias = w[next++];
     attention.v_bias = w[next++];
   }
-  if (dims.o_bias) attention.o_bias = w[next++];
+  if (dims.o_bias) additions.o_bias = w[next++];
   at::Tensor normed = RmsNorm(hidden, w[kNormIn], dims.rms_norm_eps);
   at::Tensor h = hidden + SelfAttention(normed, attention, dims.num_heads, dims.num_kv_heads, dims.head_dim,
-                                        unit.window, batch, cache);
+                                        unit.window, batch, cache, additions);
   normed = RmsNorm(h, w[kNormPost], dims.rms_norm_eps);
   at::Tensor mlp;
   if (sparse) {
