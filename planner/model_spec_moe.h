@@ -18,8 +18,8 @@ namespace strata::planner::internal {
 // have 256 experts and 8 active per token).
 inline constexpr int64_t kMaxExperts = int64_t{1} << 16;
 // Experts x sparse layers: each is three checkpoint tensors, listed one by one by the checkpoint check
-// (Qwen3-235B-A22B has 128 x 94).
-inline constexpr int64_t kMaxExpertModules = int64_t{1} << 20;
+// (Qwen3-235B-A22B has 128 x 94 = 12032, DeepSeek-V3's 256 x 58 = 14848).
+inline constexpr int64_t kMaxExpertModules = int64_t{1} << 16;
 // "num_local_experts" or "num_experts": the field config.json gives the experts' count in (the config
 // classes' attribute_map makes them one; save_pretrained writes num_local_experts, the Hub's Qwen3-MoE
 // configs num_experts).
