@@ -4,7 +4,9 @@
 // the config says so), the (token, expert) pairs sorted by expert, each expert's rows through its gated
 // MLP with one grouped matmul per projection (offsets from a histogram of the sorted ids), weighted,
 // put back in token order and summed over the k choices. Tensor ops only: no per-token or per-expert
-// host loop, no .item().
+// host loop, no .item(). (LibTorch's grouped matmul has a fused CUDA kernel for bfloat16 on SM80+; for
+// other dtypes, and on the CPU, its fallback runs one matmul per expert after reading the offsets on
+// the host, as transformers' grouped_mm path does on the same tensors.)
 //
 // The experts may live on another device than the rest of their layer (`strata-plan --experts-on`, a
 // manual map placing `model.layers.N.mlp.experts` apart): only the routed rows and the offsets travel
