@@ -120,7 +120,7 @@ def test_experts_on_cpu_plan_runs_at_parity(strata_generate, checkpoint, referen
     assert_matches(references(name), got)
 
 
-@pytest.mark.parametrize("name", ["qwen3_sliding", "qwen3_moe_mixed", "mixtral_sliding"])
+@pytest.mark.parametrize("name", FAMILIES)
 def test_bfloat16_agrees_where_the_margin_exceeds_bf16_noise(strata_generate, checkpoint, name):
     ckpt = checkpoint(name, torch.bfloat16)
     reference = H.reference_generate(ckpt, PROMPTS, NEW_TOKENS, dtype=torch.bfloat16)
