@@ -126,8 +126,8 @@ absl::StatusOr<ExpertsOnPlan> MakePlanWithExpertsOn(const ModelSpec& spec, const
   absl::StatusOr<Plan> final_plan = MakePlan(spec, manual);
   if (!final_plan.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--experts-on ", experts_device.ToString(), ": the experts of ",
-                                                   moved.size(), " layers do not fit there: ",
-                                                   final_plan.status().message()));
+                                                   moved.size(),
+                                                   " layers do not fit there: ", final_plan.status().message()));
   }
   out.plan = *std::move(final_plan);
   out.plan.strategy = request.device_map.strategy;

@@ -23,8 +23,8 @@
 namespace strata::planner {
 
 struct ExpertsOnPlan {
-  Plan plan;                          // strategy: the request's; device_map with the experts apart
-  std::vector<std::string> moved;     // experts modules placed on the device, in layer order
+  Plan plan;                       // strategy: the request's; device_map with the experts apart
+  std::vector<std::string> moved;  // experts modules placed on the device, in layer order
 };
 
 // Errors: a manual map in the request (there is nothing to re-plan), a model without experts modules,

@@ -2,13 +2,14 @@
 // the sparse MoE block as transformers 5.23 builds it (models/{qwen3_moe,mixtral}/modeling_*.py: the
 // experts are one module holding fused 3-D parameters, with the activation as its child).
 
+#include "planner/model_spec_moe.h"
+
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "planner/model_spec_moe.h"
 
 namespace strata::planner::internal {
 namespace {
@@ -35,11 +36,10 @@ absl::StatusOr<int64_t> IntField(const json& config, absl::string_view field, in
   return v;
 }
 
-
 absl::Status CheckExperts(const MoeFields& moe, absl::string_view experts_field) {
   if (moe.top_k > moe.num_experts) {
-    return FieldError("num_experts_per_tok", absl::StrCat("(", moe.top_k, ") must not exceed ", experts_field, " (",
-                                                          moe.num_experts, ")"));
+    return FieldError("num_experts_per_tok",
+                      absl::StrCat("(", moe.top_k, ") must not exceed ", experts_field, " (", moe.num_experts, ")"));
   }
   return absl::OkStatus();
 }
@@ -47,8 +47,7 @@ absl::Status CheckExperts(const MoeFields& moe, absl::string_view experts_field)
 }  // namespace
 
 const char* ExpertsField(const json& config) {
-  return config.contains("num_local_experts") || !config.contains("num_experts") ? "num_local_experts"
-                                                                                : "num_experts";
+  return config.contains("num_local_experts") || !config.contains("num_experts") ? "num_local_experts" : "num_experts";
 }
 
 absl::StatusOr<MoeFields> ReadQwen3MoeFields(const json& config) {
@@ -70,7 +69,8 @@ absl::StatusOr<MoeFields> ReadQwen3MoeFields(const json& config) {
   moe.intermediate = *inter;
   moe.decoder_sparse_step = *step;
   if (auto it = config.find("mlp_only_layers"); it != config.end() && !it->is_null()) {
-    if (!it->is_array()) return FieldError("mlp_only_layers", absl::StrCat("must be a list of integers, got ", it->dump()));
+    if (!it->is_array())
+      return FieldError("mlp_only_layers", absl::StrCat("must be a list of integers, got ", it->dump()));
     for (size_t i = 0; i < it->size(); ++i) {
       const json& v = (*it)[i];
       if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{1} << 62)) {
@@ -104,8 +104,9 @@ absl::StatusOr<MoeFields> ReadMixtralFields(const json& config) {
 absl::Status CheckExpertModules(int64_t num_experts, int64_t sparse_layers, const char* experts_field) {
   // Both are capped (kMaxExperts, kMaxHiddenLayers), so the product fits.
   if (num_experts * sparse_layers > kMaxExpertModules) {
-    return FieldError(experts_field, absl::StrCat("(", num_experts, ") x ", sparse_layers, " sparse layers is more than ",
-                                                  kMaxExpertModules, " expert modules"));
+    return FieldError(experts_field,
+                      absl::StrCat("(", num_experts, ") x ", sparse_layers, " sparse layers is more than ",
+                                   kMaxExpertModules, " expert modules"));
   }
   return absl::OkStatus();
 }
@@ -151,7 +152,8 @@ ModuleSpec SparseMoeBlock(const ModuleSpec& layer, const std::string& prefix, co
   ModuleSpec experts;
   experts.name = block.ChildName("experts");
   experts.class_name = prefix + "Experts";
-  experts.parameters.push_back(TensorSpec{"gate_up_proj", {moe.num_experts, 2 * moe.intermediate, hidden}, dtype, true});
+  experts.parameters.push_back(
+      TensorSpec{"gate_up_proj", {moe.num_experts, 2 * moe.intermediate, hidden}, dtype, true});
   experts.parameters.push_back(TensorSpec{"down_proj", {moe.num_experts, hidden, moe.intermediate}, dtype, true});
   ModuleSpec act;
   act.name = experts.ChildName("act_fn");

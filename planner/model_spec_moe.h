@@ -31,14 +31,14 @@ absl::Status CheckExpertModules(int64_t num_experts, int64_t sparse_layers, cons
 struct MoeFields {
   int64_t num_experts = 0;
   int64_t top_k = 0;
-  int64_t intermediate = 0;         // each expert's intermediate size
-  int64_t decoder_sparse_step = 1;  // Qwen3-MoE: layer i is sparse when (i + 1) % step == 0 ...
+  int64_t intermediate = 0;              // each expert's intermediate size
+  int64_t decoder_sparse_step = 1;       // Qwen3-MoE: layer i is sparse when (i + 1) % step == 0 ...
   std::vector<int64_t> mlp_only_layers;  // ... and i is not listed here
   bool norm_topk_prob = false;
 };
 
-// Qwen3-MoE: num_experts or its alias num_local_experts (default 128), num_experts_per_tok (8), moe_intermediate_size (768),
-// decoder_sparse_step (1), mlp_only_layers ([]), norm_topk_prob (false), as Qwen3MoeConfig.
+// Qwen3-MoE: num_experts or its alias num_local_experts (default 128), num_experts_per_tok (8), moe_intermediate_size
+// (768), decoder_sparse_step (1), mlp_only_layers ([]), norm_topk_prob (false), as Qwen3MoeConfig.
 absl::StatusOr<MoeFields> ReadQwen3MoeFields(const nlohmann::json& config);
 // Mixtral: num_local_experts (or its alias num_experts; default 8), num_experts_per_tok (2); the experts'
 // intermediate size is intermediate_size; top-k weights are always renormalised.

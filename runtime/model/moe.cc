@@ -29,16 +29,16 @@ at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const a
   const int64_t tokens = flat.size(0);
 
   // Routing, on the layer's device.
-  at::Tensor logits = at::linear(flat, router);                            // [N, E]
-  at::Tensor probs = at::softmax(logits, -1, at::kFloat);                  // softmax(dtype=float)
-  auto [top_weights, top_ids] = at::topk(probs, k, -1);                    // [N, k]
+  at::Tensor logits = at::linear(flat, router);            // [N, E]
+  at::Tensor probs = at::softmax(logits, -1, at::kFloat);  // softmax(dtype=float)
+  auto [top_weights, top_ids] = at::topk(probs, k, -1);    // [N, k]
   if (moe.norm_topk_prob) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
   if (!moe.weights_in_float32) top_weights = top_weights.to(logits.scalar_type());
 
   // Pairs sorted by expert; each expert's rows are contiguous, its group ending at offsets[e].
-  at::Tensor pair_experts = top_ids.reshape({-1});                          // [N * k]
+  at::Tensor pair_experts = top_ids.reshape({-1});  // [N * k]
   auto [sorted_experts, order] = at::sort(pair_experts);
-  at::Tensor rows = flat.index_select(0, order.div(k, "floor"));            // [S, H]
+  at::Tensor rows = flat.index_select(0, order.div(k, "floor"));  // [S, H]
   at::Tensor pair_weights = top_weights.reshape({-1}).index_select(0, order);
   at::Tensor counts = at::histc(sorted_experts.to(at::kFloat), experts, 0, static_cast<double>(experts - 1));
   at::Tensor offsets = counts.cumsum(0, at::kInt);

@@ -2,6 +2,8 @@
 // --experts-on's rule on a tiny tree. The trees themselves are checked live against transformers by
 // tests/parity/test_family_plan_parity_moe.py; here the rules are pinned by hand-computed cases.
 
+#include "planner/model_spec_moe.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -12,7 +14,6 @@
 #include "nlohmann/json.hpp"
 #include "planner/experts_on.h"
 #include "planner/model_spec.h"
-#include "planner/model_spec_moe.h"
 #include "planner/plan.h"
 
 namespace strata::planner {
@@ -22,10 +23,17 @@ using json = nlohmann::json;
 using ::testing::HasSubstr;
 
 json TinyMoe(const std::string& architecture, const std::string& model_type) {
-  return {{"architectures", {architecture}}, {"model_type", model_type}, {"hidden_size", 8},
-          {"intermediate_size", 16},         {"moe_intermediate_size", 4},  {"num_hidden_layers", 4},
-          {"num_attention_heads", 2},        {"num_key_value_heads", 1},    {"vocab_size", 10},
-          {"num_experts", 3},                {"num_experts_per_tok", 2}};
+  return {{"architectures", {architecture}},
+          {"model_type", model_type},
+          {"hidden_size", 8},
+          {"intermediate_size", 16},
+          {"moe_intermediate_size", 4},
+          {"num_hidden_layers", 4},
+          {"num_attention_heads", 2},
+          {"num_key_value_heads", 1},
+          {"vocab_size", 10},
+          {"num_experts", 3},
+          {"num_experts_per_tok", 2}};
 }
 
 TEST(Qwen3MoeSpecTest, SparseLayersFollowStepAndMlpOnlyLayers) {
