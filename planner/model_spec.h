@@ -69,9 +69,9 @@ struct ModuleSpec {
 // `experts.down_proj` [E, H, I]) as save_pretrained writes it: for each expert e,
 // `stored_prefix.e.gate` and `.up` ([I, H], the two halves of gate_up_proj[e]) and `.down` ([H, I]).
 struct ExpertsStorage {
-  std::string module;         // "model.layers.3.mlp.experts"
-  std::string stored_prefix;  // "model.layers.3.mlp.experts" (Qwen3-MoE), "model.layers.3.block_sparse_moe.experts"
-  std::string gate, up, down; // "gate_proj.weight", "up_proj.weight", "down_proj.weight" (Mixtral: w1, w3, w2)
+  std::string module;          // "model.layers.3.mlp.experts"
+  std::string stored_prefix;   // "model.layers.3.mlp.experts" (Qwen3-MoE), "model.layers.3.block_sparse_moe.experts"
+  std::string gate, up, down;  // "gate_proj.weight", "up_proj.weight", "down_proj.weight" (Mixtral: w1, w3, w2)
   int64_t num_experts = 0;
   int64_t hidden = 0;
   int64_t intermediate = 0;
