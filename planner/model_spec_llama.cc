@@ -3,7 +3,8 @@
 // The tree reproduces what transformers 5.23 builds for `AutoModelForCausalLM.from_config(config, dtype=...)`
 // (models/{llama,mistral,qwen2}/modeling_*.py and configuration_*.py): the same module names, class names,
 // registration order, parameters, buffers and tied weights. The three families share one layout and differ
-// in class-name prefix, config defaults, validation and which projections carry a bias.
+// in class-name prefix, config defaults, validation and which projections carry a bias. Qwen3, Qwen3-MoE
+// and Mixtral reuse this layout and edit it through Family::extend (model_spec_moe.h).
 
 #include <algorithm>
 #include <cmath>
