@@ -98,6 +98,23 @@ std::map<std::string, ExpectedTensor> CheckpointTensors(const ModelSpec& spec) {
   CollectCheckpointTensors(spec.root, out);
   // A tied parameter shares storage with its target; save_pretrained writes only the target.
   for (const auto& [tied, target] : spec.tied_weights) out.erase(tied);
+  for (const auto& [name, stored] : spec.stored_names) {
+    auto it = out.find(name);
+    if (it == out.end()) continue;
+    ExpectedTensor t = it->second;
+    out.erase(it);
+    out[stored] = t;
+  }
+  for (const ExpertsStorage& e : spec.per_expert_storage) {
+    out.erase(e.module + ".gate_up_proj");
+    out.erase(e.module + ".down_proj");
+    for (int64_t i = 0; i < e.num_experts; ++i) {
+      const std::string p = absl::StrCat(e.stored_prefix, ".", i, ".");
+      out[p + e.gate] = {{e.intermediate, e.hidden}, e.dtype};
+      out[p + e.up] = {{e.intermediate, e.hidden}, e.dtype};
+      out[p + e.down] = {{e.hidden, e.intermediate}, e.dtype};
+    }
+  }
   return out;
 }
 

@@ -65,6 +65,19 @@ struct ModuleSpec {
   std::string ChildName(std::string_view local) const;
 };
 
+// A sparse MoE block's experts module (transformers 5: `experts.gate_up_proj` [E, 2I, H] and
+// `experts.down_proj` [E, H, I]) as save_pretrained writes it: for each expert e,
+// `stored_prefix.e.gate` and `.up` ([I, H], the two halves of gate_up_proj[e]) and `.down` ([H, I]).
+struct ExpertsStorage {
+  std::string module;          // "model.layers.3.mlp.experts"
+  std::string stored_prefix;   // "model.layers.3.mlp.experts" (Qwen3-MoE), "model.layers.3.block_sparse_moe.experts"
+  std::string gate, up, down;  // "gate_proj.weight", "up_proj.weight", "down_proj.weight" (Mixtral: w1, w3, w2)
+  int64_t num_experts = 0;
+  int64_t hidden = 0;
+  int64_t intermediate = 0;
+  DType dtype = DType::kFloat32;
+};
+
 struct ModelSpec {
   std::string architecture;       // "LlamaForCausalLM", or the module tree's root class
   DType dtype = DType::kFloat32;  // the dtype the parameters were sized in
@@ -80,6 +93,10 @@ struct ModelSpec {
   // The parsed config.json the spec came from (LoadModelSpec; null for module trees): the runtime reads
   // what the forward pass needs from it instead of reading the file again.
   std::shared_ptr<const nlohmann::json> config;
+  // Checkpoint layout where it differs from the module tree (MoE families, model_spec_moe.h): tensors
+  // stored under another name, and fused expert parameters stored one tensor per expert.
+  std::map<std::string, std::string> stored_names;  // spec tensor -> checkpoint tensor
+  std::vector<ExpertsStorage> per_expert_storage;
 };
 
 // Every parameter and buffer's bytes summed with checked arithmetic: an error when a tensor's size or
@@ -87,8 +104,9 @@ struct ModelSpec {
 // overflow.
 absl::StatusOr<int64_t> SpecBytes(const ModelSpec& spec);
 
-// Builds the tree transformers builds for LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM
-// from a parsed config.json, with parameters in `dtype`. Errors name the config field.
+// Builds the tree transformers builds for LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+// Qwen3ForCausalLM, Qwen3MoeForCausalLM or MixtralForCausalLM from a parsed config.json, with parameters
+// in `dtype`. Errors name the config field.
 absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DType dtype);
 
 // Reads a module tree JSON (format "strata.module_tree.v1", written by tools/export_module_tree.py;

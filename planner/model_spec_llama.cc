@@ -3,7 +3,8 @@
 // The tree reproduces what transformers 5.23 builds for `AutoModelForCausalLM.from_config(config, dtype=...)`
 // (models/{llama,mistral,qwen2}/modeling_*.py and configuration_*.py): the same module names, class names,
 // registration order, parameters, buffers and tied weights. The three families share one layout and differ
-// in class-name prefix, config defaults, validation and which projections carry a bias.
+// in class-name prefix, config defaults, validation and which projections carry a bias. Qwen3, Qwen3-MoE
+// and Mixtral reuse this layout and edit it through Family::extend (model_spec_moe.h).
 
 #include <algorithm>
 #include <cmath>
@@ -21,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 #include "planner/model_spec.h"
+#include "planner/model_spec_moe.h"
 
 namespace strata::planner {
 namespace {
@@ -43,12 +45,21 @@ struct Family {
   bool reads_mlp_bias;            // LlamaMLP: bias=config.mlp_bias
   bool qkv_bias;                  // Qwen2Attention: q, k, v always have a bias, o never
   bool requires_divisible_heads;  // LlamaConfig.validate_architecture, even when head_dim is explicit
+  // head_dim when config.json omits it (Qwen3Config: 128), else hidden_size / num_attention_heads.
+  std::optional<int64_t> default_head_dim = std::nullopt;
+  // The family's changes to the Llama layout (q/k norms, sparse MoE blocks), model_spec_moe.h.
+  absl::Status (*extend)(const json& config, ModelSpec& spec) = nullptr;
 };
 
 constexpr Family kFamilies[] = {
     {"LlamaForCausalLM", "llama", "Llama", std::nullopt, true, true, true, true, false, true},
     {"MistralForCausalLM", "mistral", "Mistral", 8, false, true, false, false, false, false},
     {"Qwen2ForCausalLM", "qwen2", "Qwen2", 32, true, false, false, false, true, false},
+    {"Qwen3ForCausalLM", "qwen3", "Qwen3", 32, true, true, true, false, false, false, 128, internal::ExtendQwen3Spec},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", "Qwen3Moe", 4, false, false, true, false, false, false, std::nullopt,
+     internal::ExtendQwen3MoeSpec},
+    {"MixtralForCausalLM", "mixtral", "Mixtral", 8, false, true, false, false, false, false, std::nullopt,
+     internal::ExtendMixtralSpec},
 };
 
 // ACT2FN's parameterless activations (transformers/activations.py): hidden_act -> module class name.
@@ -323,7 +334,7 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DTyp
   absl::StatusOr<std::optional<int64_t>> head_dim_field =
       OptionalPositiveInt(config, "head_dim", family.declares_head_dim, kMaxHeadDim);
   if (!head_dim_field.ok()) return head_dim_field.status();
-  const int64_t head_dim = head_dim_field->value_or(*hidden / *heads);
+  const int64_t head_dim = head_dim_field->value_or(family.default_head_dim.value_or(*hidden / *heads));
   // Whether the config object has a head_dim attribute, which is what RoPE validation looks at.
   const bool has_head_dim_attribute = family.declares_head_dim || head_dim_field->has_value();
 
@@ -428,6 +439,9 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DTyp
   // With tie_word_embeddings, lm_head.weight is the embedding's Parameter object: it still appears under
   // lm_head (as named_parameters(recurse=False) shows) and tied_weights records the sharing.
   root.children.push_back(Linear(root, "lm_head", *hidden, *vocab, /*bias=*/false, dtype));
+  if (family.extend != nullptr) {
+    if (absl::Status s = family.extend(config, spec); !s.ok()) return s;
+  }
   if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) {
     return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
   }

@@ -131,17 +131,17 @@ std::string PlanToTable(const ModelSpec& spec, const Plan& plan) {
   absl::StrAppend(&out, "  other modules\n");
   for (const DeviceUsage& d : plan.devices) {
     std::vector<int> whole;
-    std::vector<std::string> partial;
+    std::vector<int> partial;  // split layers (e.g. experts apart): "31-47 (part)"
     for (const LayerInfo& l : layers) {
       if (!l.devices.count(d.device)) continue;
       if (l.devices.size() == 1) {
         whole.push_back(l.index);
       } else {
-        partial.push_back(absl::StrCat(l.index, " (part)"));
+        partial.push_back(l.index);
       }
     }
     std::string layer_text = Ranges(whole);
-    if (!partial.empty()) layer_text = (whole.empty() ? "" : layer_text + ", ") + absl::StrJoin(partial, ", ");
+    if (!partial.empty()) layer_text = (whole.empty() ? "" : layer_text + ", ") + Ranges(partial) + " (part)";
     std::vector<std::string> others;
     for (const auto& [name, device] : plan.device_map) {
       if (device == d.device && !IsLayerOrInside(name, layers)) others.push_back(name.empty() ? "(all)" : name);

@@ -13,11 +13,13 @@
 #include "absl/strings/str_cat.h"
 #include "cli/flags.h"
 #include "nlohmann/json.hpp"
+#include "planner/experts_on.h"
 #include "planner/model_spec.h"
 #include "planner/plan.h"
 
 ABSL_FLAG(std::string, model, "",
-          "checkpoint directory: config.json (Llama, Mistral, Qwen2), and *.safetensors headers checked against it "
+          "checkpoint directory: config.json (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral), and *.safetensors "
+          "headers checked against it "
           "when present");
 ABSL_FLAG(std::string, module_tree, "", "any architecture: a module tree JSON (tools/export_module_tree.py)");
 ABSL_FLAG(std::string, device_map, "balanced_low_0",
@@ -32,6 +34,9 @@ ABSL_FLAG(int64_t, kv_cache_tokens, 0, "reserve on each GPU the KV cache of its 
 ABSL_FLAG(bool, json, false, "machine-readable plan (device_map in hf_device_map form)");
 ABSL_FLAG(bool, explain, false, "say why each module went where it went");
 ABSL_FLAG(bool, print_module_tree, false, "print the model's module tree JSON instead of a plan");
+ABSL_FLAG(std::string, experts_on, "",
+          "MoE models: put the experts of the layers that do not fit the GPUs on this device (e.g. cpu) instead of "
+          "the whole layer, counting from the last layer (planner/README.md, Experts apart)");
 ABSL_FLAG(int32_t, bench, 0, "time N plannings; print {\"bench_runs\", \"median_us\", \"min_us\"}");
 
 namespace {
@@ -56,6 +61,7 @@ from_pretrained(device_map=..., max_memory=...) would, and beyond it.
                      Flag(FLAGS_inventory, "SPEC"),
                      Flag(FLAGS_dtype, "D").ShowDefault("the checkpoint's dtype"),
                      Flag(FLAGS_kv_cache_tokens, "N"),
+                     Flag(FLAGS_experts_on, "DEVICE").ShowDefault("none"),
                      Flag(FLAGS_json),
                      Flag(FLAGS_explain),
                      Flag(FLAGS_print_module_tree),
@@ -147,7 +153,20 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  absl::StatusOr<Plan> plan = MakePlan(*spec, request);
+  absl::StatusOr<Plan> plan;
+  if (const std::string text = absl::GetFlag(FLAGS_experts_on); !text.empty()) {
+    absl::StatusOr<Device> device = ParseDevice(text);
+    if (!device.ok()) return BadFlag(FLAGS_experts_on, device.status());
+    absl::StatusOr<ExpertsOnPlan> apart = MakePlanWithExpertsOn(*spec, request, *device);
+    if (!apart.ok()) return BadInput(apart.status().message());
+    if (!apart->moved.empty()) {
+      std::cerr << "strata-plan: experts of " << apart->moved.size() << " layers on " << device->ToString() << " ("
+                << apart->moved.front() << " .. " << apart->moved.back() << ")\n";
+    }
+    plan = std::move(apart->plan);
+  } else {
+    plan = MakePlan(*spec, request);
+  }
   if (!plan.ok()) return BadInput(plan.status().message());
   for (const std::string& warning : plan->warnings) std::cerr << "strata-plan: warning: " << warning << "\n";
   if (absl::GetFlag(FLAGS_json)) {

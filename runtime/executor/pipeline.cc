@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/executor/torch_info.h"
+#include "runtime/model/moe.h"
 
 namespace strata::runtime {
 namespace {
@@ -65,6 +66,9 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
   dims.num_heads = shape("model.layers.0.self_attn.q_proj.weight")[0] / spec.head_dim;
   dims.rms_norm_eps = config.rms_norm_eps;
   dims.qkv_bias = expected.contains("model.layers.0.self_attn.q_proj.bias");
+  dims.qk_norm = config.qk_norm;
+  dims.o_bias = expected.contains("model.layers.0.self_attn.o_proj.bias");
+  dims.moe = config.moe;
   const bool tied = spec.tied_weights.contains("lm_head.weight");
 
   // Physical devices: plan GPU i runs on --physical-devices' choice, else cuda:i, which must exist.
@@ -142,11 +146,33 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
       }
       exec = device;
       if (label.empty()) label = planned->ToString();
-      absl::StatusOr<Weight> weight = loader.Load(name, residency, device);
+      auto stored_name = spec.stored_names.find(name);  // Mixtral's router is stored under block_sparse_moe
+      absl::StatusOr<Weight> weight =
+          loader.Load(stored_name == spec.stored_names.end() ? name : stored_name->second, residency, device);
       if (!weight.ok()) return weight.status();
       unit.weights.push_back(*std::move(weight));
     }
     unit.device = *exec;
+    // A sparse layer's experts load on their own planned device and execute there (moe.h): a GPU of the
+    // plan, else the CPU (cpu and disk experts run where their weights are, as llama.cpp's --n-cpu-moe).
+    if (kind == UnitKind::kDecoderLayer) {
+      const std::string experts_module = absl::StrCat(unit.module, ".mlp.experts");
+      for (const planner::ExpertsStorage& storage : spec.per_expert_storage) {
+        if (storage.module != experts_module) continue;
+        absl::StatusOr<Device> planned = PlannedDevice(plan.device_map, experts_module + ".gate_up_proj");
+        if (!planned.ok()) return planned.status();
+        at::Device device = at::kCPU;
+        if (planned->is_gpu()) {
+          absl::StatusOr<at::Device> d = physical(planned->index);
+          if (!d.ok()) return d.status();
+          device = *d;
+        }
+        absl::StatusOr<std::vector<Weight>> experts = LoadExperts(loader, storage, device);
+        if (!experts.ok()) return experts.status();
+        unit.experts = *std::move(experts);
+        unit.experts_label = planned->ToString();
+      }
+    }
     labels.push_back(label);
     pipeline->units_.push_back(std::move(unit));
   }
@@ -293,6 +319,15 @@ std::string Pipeline::Describe() const {
     for (size_t i : stage.units) modules.push_back(units_[i].module);
     lines.push_back(absl::StrCat("stage ", s, " (plan device ", stage.label, " on ", stage.device.str(),
                                  "): ", modules.front(), modules.size() > 1 ? " .. " + modules.back() : ""));
+  }
+  // Experts placed apart from their layer (moe.h): one line per layer, after the stages.
+  for (const Stage& stage : stages_) {
+    for (size_t i : stage.units) {
+      const Unit& unit = units_[i];
+      if (unit.experts.empty() || unit.experts_label == stage.label) continue;
+      lines.push_back(absl::StrCat("experts of ", unit.module, " apart (plan device ", unit.experts_label, " on ",
+                                   unit.experts.front().exec_device.str(), ")"));
+    }
   }
   return absl::StrJoin(lines, "\n");
 }

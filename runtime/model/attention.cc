@@ -7,6 +7,8 @@
 
 #include <cmath>
 
+#include "runtime/model/llama_model.h"  // RmsNorm
+
 namespace strata::runtime {
 
 at::Tensor AttentionMask(const at::Tensor& positions, int64_t key_length, int64_t window) {
@@ -18,16 +20,19 @@ at::Tensor AttentionMask(const at::Tensor& positions, int64_t key_length, int64_
 }
 
 at::Tensor SelfAttention(const at::Tensor& hidden, const AttentionWeights& w, int64_t num_heads, int64_t num_kv_heads,
-                         int64_t head_dim, int64_t window, AttentionBatch& batch, KvLayer& cache) {
+                         int64_t head_dim, int64_t window, AttentionBatch& batch, KvLayer& cache,
+                         const AttentionAdditions& additions) {
   const int64_t b = hidden.size(0);
   const int64_t t = hidden.size(1);
-  auto project = [&](const at::Tensor& weight, const at::Tensor& bias, int64_t heads) {
+  auto project = [&](const at::Tensor& weight, const at::Tensor& bias, int64_t heads, const at::Tensor& norm) {
     at::Tensor out = bias.defined() ? at::linear(hidden, weight, bias) : at::linear(hidden, weight);
-    return out.view({b, t, heads, head_dim}).transpose(1, 2);  // [B, heads, T, D]
+    out = out.view({b, t, heads, head_dim});
+    if (norm.defined()) out = RmsNorm(out, norm, additions.norm_eps);
+    return out.transpose(1, 2);  // [B, heads, T, D]
   };
-  at::Tensor q = ApplyRope(project(w.q, w.q_bias, num_heads), batch.rope);
-  at::Tensor k = ApplyRope(project(w.k, w.k_bias, num_kv_heads), batch.rope);
-  at::Tensor v = project(w.v, w.v_bias, num_kv_heads);
+  at::Tensor q = ApplyRope(project(w.q, w.q_bias, num_heads, additions.q_norm), batch.rope);
+  at::Tensor k = ApplyRope(project(w.k, w.k_bias, num_kv_heads, additions.k_norm), batch.rope);
+  at::Tensor v = project(w.v, w.v_bias, num_kv_heads, at::Tensor());
 
   auto [keys, values] =
       KvAppend(cache, batch.slots, batch.slots_contiguous, batch.first_slot, batch.positions, k, v, batch.key_length);
@@ -37,7 +42,7 @@ at::Tensor SelfAttention(const at::Tensor& hidden, const AttentionWeights& w, in
                                                     /*scale=*/1.0 / std::sqrt(static_cast<double>(head_dim)),
                                                     /*enable_gqa=*/num_kv_heads != num_heads);
   out = out.transpose(1, 2).reshape({b, t, num_heads * head_dim});
-  return at::linear(out, w.o);
+  return additions.o_bias.defined() ? at::linear(out, w.o, additions.o_bias) : at::linear(out, w.o);
 }
 
 }  // namespace strata::runtime

@@ -35,9 +35,17 @@ struct AttentionWeights {
   at::Tensor q_bias, k_bias, v_bias;  // undefined when the model has none (Llama, Mistral)
 };
 
+// What Qwen3 adds (qwen3_model.h); each undefined when absent.
+struct AttentionAdditions {
+  at::Tensor q_norm, k_norm;  // RMSNorm weights [head_dim] over each query / key head, before RoPE
+  double norm_eps = 1e-6;
+  at::Tensor o_bias;  // attention_bias
+};
+
 // hidden [batch, tokens, hidden] -> [batch, tokens, hidden]: projections, RoPE, KV append, SDPA with the
 // layer's mask and scale head_dim^-0.5, output projection.
 at::Tensor SelfAttention(const at::Tensor& hidden, const AttentionWeights& w, int64_t num_heads, int64_t num_kv_heads,
-                         int64_t head_dim, int64_t window, AttentionBatch& batch, KvLayer& cache);
+                         int64_t head_dim, int64_t window, AttentionBatch& batch, KvLayer& cache,
+                         const AttentionAdditions& additions = {});
 
 }  // namespace strata::runtime

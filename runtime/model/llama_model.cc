@@ -7,6 +7,7 @@
 #include <ATen/ops/silu.h>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/model/qwen3_model.h"
 
 namespace strata::runtime {
 
@@ -30,6 +31,7 @@ std::vector<std::string> UnitTensorNames(UnitKind kind, int64_t layer, const Mod
     case UnitKind::kLmHead: return {tied_head ? "model.embed_tokens.weight" : "lm_head.weight"};
     case UnitKind::kDecoderLayer: break;
   }
+  if (dims.qk_norm || dims.moe.num_experts > 0) return ExtendedLayerTensorNames(layer, dims);
   const std::string p = absl::StrCat("model.layers.", layer, ".");
   std::vector<std::string> names = {
       p + "input_layernorm.weight",          p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
@@ -68,6 +70,7 @@ at::Tensor RunUnit(const Unit& unit, const std::vector<at::Tensor>& w, const Mod
     case UnitKind::kDecoderLayer:
       break;
   }
+  if (dims.qk_norm || dims.moe.num_experts > 0) return RunExtendedLayer(unit, w, dims, hidden, batch, *cache);
   AttentionWeights attention{w[kQ], w[kK], w[kV], w[kO], {}, {}, {}};
   if (dims.qkv_bias) {
     attention.q_bias = w[kQBias];

@@ -24,6 +24,9 @@ struct ModelDims {
   int64_t vocab = 0;
   double rms_norm_eps = 1e-6;
   bool qkv_bias = false;
+  bool qk_norm = false;  // Qwen3 families (qwen3_model.h)
+  bool o_bias = false;   // Qwen3 families with attention_bias (with qkv_bias)
+  MoeConfig moe;         // Qwen3-MoE, Mixtral (moe.h)
 };
 
 enum class UnitKind { kEmbedding, kDecoderLayer, kFinalNorm, kLmHead };
@@ -40,6 +43,10 @@ struct Unit {
   int64_t window = 0;  // sliding window of a decoder layer (0: full)
   std::vector<Weight> weights;
   at::Device device = at::kCPU;  // where it executes
+  // A sparse MoE layer's fused experts {gate_up [E, 2I, H], down [E, H, I]}, resident on the device they
+  // execute on, which may differ from `device` (moe.h).
+  std::vector<Weight> experts;
+  std::string experts_label;  // the plan device of the experts ("cpu", "1")
 
   bool offloaded() const;  // some weight is fetched on use
   std::vector<const Weight*> weight_ptrs() const;

@@ -110,12 +110,15 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromJson(const json& config) {
   if (arch != config.end() && arch->is_array() && !arch->empty() && (*arch)[0].is_string()) {
     out.architecture = (*arch)[0].get<std::string>();
   }
-  const bool mistral = out.architecture == "MistralForCausalLM";
-  const bool qwen2 = out.architecture == "Qwen2ForCausalLM";
+  // Mixtral windows as Mistral; Qwen3 as Qwen2; Qwen3-MoE as Qwen2 but on every layer (no layer_types).
+  const bool qwen3_moe = out.architecture == "Qwen3MoeForCausalLM";
+  const bool mistral = out.architecture == "MistralForCausalLM" || out.architecture == "MixtralForCausalLM";
+  const bool qwen2 = out.architecture == "Qwen2ForCausalLM" || out.architecture == "Qwen3ForCausalLM" || qwen3_moe;
   if (!mistral && !qwen2 && out.architecture != "LlamaForCausalLM") {
     return FieldError("architectures", absl::StrCat("\"", out.architecture,
                                                     "\" is not one the runtime runs (LlamaForCausalLM, "
-                                                    "MistralForCausalLM, Qwen2ForCausalLM)"));
+                                                    "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                                                    "Qwen3MoeForCausalLM, MixtralForCausalLM)"));
   }
   auto layers = config.find("num_hidden_layers");
   if (layers == config.end() || !layers->is_number_integer()) return FieldError("num_hidden_layers", "required");
@@ -168,7 +171,7 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromJson(const json& config) {
   out.sliding_window.assign(static_cast<size_t>(out.num_layers), 0);
   if (use_window && window > 0) {
     auto types = config.find("layer_types");
-    if (qwen2 && types != config.end() && types->is_array()) {
+    if (qwen2 && !qwen3_moe && types != config.end() && types->is_array()) {
       if (static_cast<int64_t>(types->size()) != out.num_layers) {
         return FieldError("layer_types", "must have one entry per hidden layer");
       }
@@ -179,7 +182,7 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromJson(const json& config) {
         }
         if (type == "sliding_attention") out.sliding_window[static_cast<size_t>(i)] = window;
       }
-    } else if (qwen2) {
+    } else if (qwen2 && !qwen3_moe) {
       int64_t first = 28;  // Qwen2Config's default
       if (auto it = config.find("max_window_layers"); it != config.end() && !it->is_null()) {
         if (!it->is_number_integer() || it->get<int64_t>() < 0) {
@@ -192,6 +195,7 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromJson(const json& config) {
       for (int64_t& w : out.sliding_window) w = window;
     }
   }
+  if (absl::Status s = ReadQwen3AndMoeConfig(config, out); !s.ok()) return s;
   return out;
 }
 

@@ -94,6 +94,11 @@ def config_seeds() -> dict[str, bytes]:
     del mistral["architectures"]  # model_type alone
     mistral["torch_dtype"] = "float32"
     configs["Mistral-model-type-only"] = mistral
+    # Qwen3 / Qwen3-MoE / Mixtral: the parity suite's tiny trees (dense layers among sparse ones, biases,
+    # the num_local_experts alias).
+    import test_family_plan_parity_moe as moe
+
+    configs.update(moe.TINY)
     return {f"{name}.json": json.dumps(c, indent=2).encode() for name, c in configs.items()}
 
 

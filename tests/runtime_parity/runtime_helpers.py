@@ -39,6 +39,18 @@ CONFIGS = {
     "llama_sharded": ("LlamaConfig", dict(_COMMON, num_hidden_layers=3)),
     # Room for a byte-level tokenizer (256 byte tokens + merges + specials) beside it.
     "llama_text": ("LlamaConfig", dict(_COMMON, vocab_size=320)),
+    # Qwen3 / Qwen3-MoE / Mixtral (tests/runtime_parity/test_moe_parity.py): sliding layers, more experts
+    # than top_k, dense layers among sparse ones, norm_topk_prob both ways, a tied head, attention biases.
+    "qwen3_sliding": ("Qwen3Config", dict(_COMMON, head_dim=16, use_sliding_window=True, sliding_window=6,
+                                          layer_types=["full_attention", "sliding_attention", "full_attention",
+                                                       "sliding_attention"])),
+    "qwen3_moe_mixed": ("Qwen3MoeConfig", dict(_COMMON, moe_intermediate_size=32, num_experts=6,
+                                               num_experts_per_tok=2, mlp_only_layers=[2], norm_topk_prob=True,
+                                               use_sliding_window=True, sliding_window=6, attention_bias=True)),
+    "qwen3_moe_step_tied": ("Qwen3MoeConfig", dict(_COMMON, moe_intermediate_size=32, num_experts=4,
+                                                   num_experts_per_tok=3, decoder_sparse_step=2,
+                                                   norm_topk_prob=False, tie_word_embeddings=True)),
+    "mixtral_sliding": ("MixtralConfig", dict(_COMMON, num_local_experts=4, num_experts_per_tok=2, sliding_window=5)),
 }
 
 

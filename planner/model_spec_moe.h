@@ -1,0 +1,65 @@
+#pragma once
+// Internal to ModelSpecFromConfig: what Qwen3, Qwen3-MoE and Mixtral change in the Llama-family layout
+// that model_spec_llama.cc builds (q/k RMSNorms per head; sparse MoE blocks with fused experts), and the
+// MoE config fields they read. Each Extend* edits the finished Llama-layout spec in place.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "planner/model_spec.h"
+
+namespace strata::planner::internal {
+
+// Caps on the MoE fields, checked before anything is sized by them (the largest released MoE models
+// have 256 experts and 8 active per token).
+inline constexpr int64_t kMaxExperts = int64_t{1} << 16;
+// Experts x sparse layers: each is three checkpoint tensors, listed one by one by the checkpoint check
+// (Qwen3-235B-A22B has 128 x 94 = 12032, DeepSeek-V3's 256 x 58 = 14848).
+inline constexpr int64_t kMaxExpertModules = int64_t{1} << 16;
+// "num_local_experts" or "num_experts": the field config.json gives the experts' count in (the config
+// classes' attribute_map makes them one; save_pretrained writes num_local_experts, the Hub's Qwen3-MoE
+// configs num_experts).
+const char* ExpertsField(const nlohmann::json& config);
+// An error naming `experts_field` when experts x sparse layers exceeds kMaxExpertModules.
+absl::Status CheckExpertModules(int64_t num_experts, int64_t sparse_layers, const char* experts_field);
+
+// The MoE fields of a config, validated (errors name the field).
+struct MoeFields {
+  int64_t num_experts = 0;
+  int64_t top_k = 0;
+  int64_t intermediate = 0;              // each expert's intermediate size
+  int64_t decoder_sparse_step = 1;       // Qwen3-MoE: layer i is sparse when (i + 1) % step == 0 ...
+  std::vector<int64_t> mlp_only_layers;  // ... and i is not listed here
+  bool norm_topk_prob = false;
+};
+
+// Qwen3-MoE: num_experts or its alias num_local_experts (default 128), num_experts_per_tok (8), moe_intermediate_size
+// (768), decoder_sparse_step (1), mlp_only_layers ([]), norm_topk_prob (false), as Qwen3MoeConfig.
+absl::StatusOr<MoeFields> ReadQwen3MoeFields(const nlohmann::json& config);
+// Mixtral: num_local_experts (or its alias num_experts; default 8), num_experts_per_tok (2); the experts'
+// intermediate size is intermediate_size; top-k weights are always renormalised.
+absl::StatusOr<MoeFields> ReadMixtralFields(const nlohmann::json& config);
+
+// Whether Qwen3-MoE's layer `layer` holds a sparse MoE block (Qwen3MoeDecoderLayer.__init__).
+bool Qwen3MoeLayerIsSparse(const MoeFields& moe, int64_t layer);
+
+absl::Status ExtendQwen3Spec(const nlohmann::json& config, ModelSpec& spec);
+absl::Status ExtendQwen3MoeSpec(const nlohmann::json& config, ModelSpec& spec);
+absl::Status ExtendMixtralSpec(const nlohmann::json& config, ModelSpec& spec);
+
+// Shared by the Extend* functions (model_spec_moe.cc).
+// Adds `prefix`RMSNorm q_norm and k_norm over head_dim to every layer's self_attn (Qwen3Attention).
+void AddQkNorms(ModelSpec& spec, const std::string& prefix);
+// The sparse block `prefix`SparseMoeBlock for layer `layer`'s `mlp`, children in registration order
+// (`router_first`: Mixtral registers gate before experts, Qwen3-MoE after), and its checkpoint layout.
+ModuleSpec SparseMoeBlock(const ModuleSpec& layer, const std::string& prefix, const MoeFields& moe, int64_t hidden,
+                          const std::string& act_class, DType dtype, bool router_first);
+// The layer module `model.layers.i` and, in it, the child named `local`.
+ModuleSpec& LayerModule(ModelSpec& spec, int64_t layer);
+ModuleSpec& Child(ModuleSpec& module, const std::string& local);
+
+}  // namespace strata::planner::internal

@@ -1,0 +1,94 @@
+#include "runtime/model/moe.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/_grouped_mm.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/histc.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/silu.h>
+#include <ATen/ops/softmax.h>
+#include <ATen/ops/sort.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/topk.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata::runtime {
+
+at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const at::Tensor& gate_up,
+                     const at::Tensor& down, const MoeConfig& moe) {
+  const int64_t h = hidden.size(-1);
+  const int64_t k = moe.top_k;
+  const int64_t experts = gate_up.size(0);
+  const int64_t inter = down.size(-1);
+  const at::Tensor flat = hidden.reshape({-1, h});
+  const int64_t tokens = flat.size(0);
+
+  // Routing, on the layer's device.
+  at::Tensor logits = at::linear(flat, router);            // [N, E]
+  at::Tensor probs = at::softmax(logits, -1, at::kFloat);  // softmax(dtype=float)
+  auto [top_weights, top_ids] = at::topk(probs, k, -1);    // [N, k]
+  if (moe.norm_topk_prob) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
+  if (!moe.weights_in_float32) top_weights = top_weights.to(logits.scalar_type());
+
+  // Pairs sorted by expert; each expert's rows are contiguous, its group ending at offsets[e].
+  at::Tensor pair_experts = top_ids.reshape({-1});  // [N * k]
+  auto [sorted_experts, order] = at::sort(pair_experts);
+  at::Tensor rows = flat.index_select(0, order.div(k, "floor"));  // [S, H]
+  at::Tensor pair_weights = top_weights.reshape({-1}).index_select(0, order);
+  at::Tensor counts = at::histc(sorted_experts.to(at::kFloat), experts, 0, static_cast<double>(experts - 1));
+  at::Tensor offsets = counts.cumsum(0, at::kInt);
+
+  // The experts, on their device: only the routed rows travel.
+  const at::Device home = hidden.device();
+  const at::Device there = gate_up.device();
+  if (there != home) {
+    rows = rows.to(there, /*non_blocking=*/there.is_cuda());
+    offsets = offsets.to(there, /*non_blocking=*/there.is_cuda());
+  }
+  at::Tensor projected = at::_grouped_mm(rows.to(gate_up.scalar_type()), gate_up.transpose(-2, -1), offsets);
+  at::Tensor activated = at::silu(projected.narrow(-1, 0, inter)) * projected.narrow(-1, inter, inter);
+  at::Tensor out = at::_grouped_mm(activated, down.transpose(-2, -1), offsets);  // [S, H]
+  if (there != home) out = out.to(home, /*non_blocking=*/home.is_cuda());
+
+  // Weighted, back in (token, choice) order, summed over the k choices.
+  at::Tensor weighted = out * pair_weights.unsqueeze(-1);
+  at::Tensor inverse = at::empty_like(order);
+  inverse.index_put_({order}, at::arange(order.size(0), order.options()));
+  weighted = weighted.index_select(0, inverse);
+  return weighted.view({tokens, k, h}).sum(1).to(hidden.scalar_type()).view(hidden.sizes());
+}
+
+absl::StatusOr<std::vector<Weight>> LoadExperts(WeightLoader& loader, const planner::ExpertsStorage& storage,
+                                                at::Device device) {
+  std::vector<at::Tensor> gate_up;
+  std::vector<at::Tensor> down;
+  for (int64_t e = 0; e < storage.num_experts; ++e) {
+    const std::string p = absl::StrCat(storage.stored_prefix, ".", e, ".");
+    absl::StatusOr<Weight> gate = loader.Load(p + storage.gate, Residency::kResident, device);
+    if (!gate.ok()) return gate.status();
+    absl::StatusOr<Weight> up = loader.Load(p + storage.up, Residency::kResident, device);
+    if (!up.ok()) return up.status();
+    absl::StatusOr<Weight> dn = loader.Load(p + storage.down, Residency::kResident, device);
+    if (!dn.ok()) return dn.status();
+    gate_up.push_back(at::cat({gate->stored, up->stored}, 0));
+    down.push_back(dn->stored);
+  }
+  std::vector<Weight> out(2);
+  out[0].name = storage.module + ".gate_up_proj";
+  out[0].stored = at::stack(gate_up);
+  out[1].name = storage.module + ".down_proj";
+  out[1].stored = at::stack(down);
+  for (Weight& w : out) {
+    w.residency = Residency::kResident;
+    w.exec_device = device;
+    w.dtype = w.stored.scalar_type();
+  }
+  return out;
+}
+
+}  // namespace strata::runtime

@@ -1,0 +1,38 @@
+#pragma once
+// Internal (ATen): the sparse MoE block shared by Qwen3-MoE and Mixtral, as transformers 5.23's
+// grouped_mm experts forward computes it: router logits, softmax in float32, top-k (renormalised when
+// the config says so), the (token, expert) pairs sorted by expert, each expert's rows through its gated
+// MLP with one grouped matmul per projection (offsets from a histogram of the sorted ids), weighted,
+// put back in token order and summed over the k choices. Tensor ops only: no per-token or per-expert
+// host loop, no .item(). (LibTorch's grouped matmul has a fused CUDA kernel for bfloat16 on SM80+; for
+// other dtypes, and on the CPU, its fallback runs one matmul per expert after reading the offsets on
+// the host, as transformers' grouped_mm path does on the same tensors.)
+//
+// The experts may live on another device than the rest of their layer (`strata-plan --experts-on`, a
+// manual map placing `model.layers.N.mlp.experts` apart): only the routed rows and the offsets travel
+// to the experts' device and the expert outputs travel back. Between CUDA devices the copies are
+// ordered by the devices' current streams (the stage's stream on the layer's device); to and from the
+// CPU they are plain copies, which wait for the data.
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "planner/model_spec.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/weights.h"
+
+namespace strata::runtime {
+
+// hidden [B, T, H] on the layer's device; router [E, H] there too; gate_up [E, 2I, H] and down [E, H, I]
+// on the experts' device. Returns [B, T, H] on hidden's device, in hidden's dtype.
+at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const at::Tensor& gate_up,
+                     const at::Tensor& down, const MoeConfig& moe);
+
+// Loads one experts module from its per-expert checkpoint tensors and fuses them on `device`:
+// {gate_up [E, 2I, H] (each expert's gate rows, then its up rows), down [E, H, I]}.
+absl::StatusOr<std::vector<Weight>> LoadExperts(WeightLoader& loader, const planner::ExpertsStorage& storage,
+                                                at::Device device);
+
+}  // namespace strata::runtime

@@ -1,0 +1,75 @@
+#include "runtime/model/qwen3_model.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/silu.h>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/model/moe.h"
+
+namespace strata::runtime {
+namespace {
+
+bool Sparse(const ModelDims& dims, int64_t layer) {
+  return dims.moe.num_experts > 0 && layer >= 0 && static_cast<size_t>(layer) < dims.moe.sparse.size() &&
+         dims.moe.sparse[static_cast<size_t>(layer)];
+}
+
+enum : size_t { kNormIn, kQProj, kKProj, kVProj, kOProj, kNormPost, kMlp };
+
+}  // namespace
+
+std::vector<std::string> ExtendedLayerTensorNames(int64_t layer, const ModelDims& dims) {
+  const std::string p = absl::StrCat("model.layers.", layer, ".");
+  std::vector<std::string> names = {p + "input_layernorm.weight",  p + "self_attn.q_proj.weight",
+                                    p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight",
+                                    p + "self_attn.o_proj.weight", p + "post_attention_layernorm.weight"};
+  if (Sparse(dims, layer)) {
+    names.push_back(p + "mlp.gate.weight");
+  } else {
+    for (const char* n : {"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) names.push_back(p + n);
+  }
+  if (dims.qk_norm) {
+    names.push_back(p + "self_attn.q_norm.weight");
+    names.push_back(p + "self_attn.k_norm.weight");
+  }
+  if (dims.qkv_bias) {
+    for (const char* b : {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}) {
+      names.push_back(p + b);
+    }
+  }
+  if (dims.o_bias) names.push_back(p + "self_attn.o_proj.bias");
+  return names;
+}
+
+at::Tensor RunExtendedLayer(const Unit& unit, const std::vector<at::Tensor>& w, const ModelDims& dims,
+                            const at::Tensor& hidden, AttentionBatch& batch, KvLayer& cache) {
+  const bool sparse = Sparse(dims, unit.layer);
+  AttentionWeights attention{w[kQProj], w[kKProj], w[kVProj], w[kOProj], {}, {}, {}};
+  AttentionAdditions additions;
+  size_t next = kMlp + (sparse ? 1 : 3);
+  if (dims.qk_norm) {
+    additions.q_norm = w[next++];
+    additions.k_norm = w[next++];
+    additions.norm_eps = dims.rms_norm_eps;
+  }
+  if (dims.qkv_bias) {
+    attention.q_bias = w[next++];
+    attention.k_bias = w[next++];
+    attention.v_bias = w[next++];
+  }
+  if (dims.o_bias) additions.o_bias = w[next++];
+  at::Tensor normed = RmsNorm(hidden, w[kNormIn], dims.rms_norm_eps);
+  at::Tensor h = hidden + SelfAttention(normed, attention, dims.num_heads, dims.num_kv_heads, dims.head_dim,
+                                        unit.window, batch, cache, additions);
+  normed = RmsNorm(h, w[kNormPost], dims.rms_norm_eps);
+  at::Tensor mlp;
+  if (sparse) {
+    mlp = SparseMoe(normed, w[kMlp], unit.experts.at(0).stored, unit.experts.at(1).stored, dims.moe);
+  } else {
+    mlp = at::linear(at::silu(at::linear(normed, w[kMlp])) * at::linear(normed, w[kMlp + 1]), w[kMlp + 2]);
+  }
+  return h + mlp;
+}
+
+}  // namespace strata::runtime

@@ -1,0 +1,27 @@
+#pragma once
+// Internal (ATen): the decoder layers of Qwen3 (q/k RMSNorm per head before RoPE), Qwen3-MoE (the same,
+// with sparse MoE blocks in the layers the config makes sparse) and Mixtral (a Mistral layer whose MLP
+// is the sparse MoE block). Embedding, final norm and head are the Llama family's (llama_model.h).
+//
+// A layer's weights, in this order: input_layernorm, q, k, v, o, post_attention_layernorm, then the
+// dense MLP's gate, up, down or the MoE router (mlp.gate), then q_norm, k_norm when the family has them,
+// then the q, k, v and o biases when the config has attention_bias.
+// The experts of a sparse layer are the unit's `experts` (moe.h).
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+#include "runtime/model/llama_model.h"
+
+namespace strata::runtime {
+
+// The module-tree tensor names of decoder layer `layer` (the checkpoint may store some under another
+// name: planner::ModelSpec::stored_names).
+std::vector<std::string> ExtendedLayerTensorNames(int64_t layer, const ModelDims& dims);
+
+at::Tensor RunExtendedLayer(const Unit& unit, const std::vector<at::Tensor>& weights, const ModelDims& dims,
+                            const at::Tensor& hidden, AttentionBatch& batch, KvLayer& cache);
+
+}  // namespace strata::runtime
