@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 #include "planner/model_spec.h"
+#include "planner/spec_builder.h"
 
 namespace strata::planner {
 namespace {
@@ -293,6 +294,9 @@ ModuleSpec RMSNorm(const ModuleSpec& parent, std::string_view local, const Famil
 
 absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DType dtype) {
   if (!config.is_object()) return absl::InvalidArgumentError("config.json: expected a JSON object");
+  // Gemma 2 / Gemma 3 text and Phi-3 have their own builders (model_spec_gemma.cc, model_spec_phi3.cc).
+  if (IsGemmaConfig(config)) return GemmaSpecFromConfig(config, dtype);
+  if (IsPhi3Config(config)) return Phi3SpecFromConfig(config, dtype);
   absl::StatusOr<const Family*> family_or = ResolveFamily(config);
   if (!family_or.ok()) return family_or.status();
   const Family& family = **family_or;
