@@ -38,6 +38,9 @@ struct Stage {
   std::vector<size_t> units;               // indices into Pipeline::units_
   std::set<int64_t> windows;               // sliding windows of its layers (0: full)
   at::Tensor inv_freq;                     // RoPE inverse frequencies on `device`
+  at::Tensor inv_freq_sliding;             // Gemma 3: the sliding layers' (else undefined)
+  at::Tensor inv_freq_long;                // longrope (Phi-3): the long factors' (inv_freq has the short)
+  RopeConfig rope;                         // longrope: its threshold and attention factor
   KvCache kv;
 };
 

@@ -16,6 +16,9 @@
 
 namespace strata::runtime {
 
+// Which unit code runs (llama_model.cc dispatches the others to gemma_model.cc / phi3_model.cc).
+enum class ModelFamily { kLlama, kGemma2, kGemma3, kPhi3 };
+
 struct ModelDims {
   int64_t hidden = 0;
   int64_t num_heads = 0;
@@ -24,6 +27,12 @@ struct ModelDims {
   int64_t vocab = 0;
   double rms_norm_eps = 1e-6;
   bool qkv_bias = false;
+  // Gemma 2 / Gemma 3 / Phi-3 (zero: not used).
+  ModelFamily family = ModelFamily::kLlama;
+  double attention_scale = 0;          // Gemma: query_pre_attn_scalar^-1/2 (0: head_dim^-1/2)
+  double attn_logit_softcapping = 0;   // Gemma 2
+  double final_logit_softcapping = 0;  // Gemma
+  int64_t intermediate = 0;            // Phi-3: the split of gate_up_proj
 };
 
 enum class UnitKind { kEmbedding, kDecoderLayer, kFinalNorm, kLmHead };

@@ -103,6 +103,8 @@ absl::StatusOr<RopeConfig> ParseRope(const json& config) {
 
 }  // namespace
 
+absl::StatusOr<RopeConfig> RopeFromJson(const json& config) { return ParseRope(config); }
+
 absl::StatusOr<DecoderConfig> DecoderConfigFromJson(const json& config) {
   DecoderConfig out;
   if (!config.is_object()) return FieldError("(root)", "expected a JSON object");
@@ -110,6 +112,10 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromJson(const json& config) {
   if (arch != config.end() && arch->is_array() && !arch->empty() && (*arch)[0].is_string()) {
     out.architecture = (*arch)[0].get<std::string>();
   }
+  if (out.architecture == "Gemma2ForCausalLM" || out.architecture == "Gemma3ForCausalLM") {
+    return GemmaDecoderConfigFromJson(config);
+  }
+  if (out.architecture == "Phi3ForCausalLM") return Phi3DecoderConfigFromJson(config);
   const bool mistral = out.architecture == "MistralForCausalLM";
   const bool qwen2 = out.architecture == "Qwen2ForCausalLM";
   if (!mistral && !qwen2 && out.architecture != "LlamaForCausalLM") {
