@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <stdexcept>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -266,8 +267,25 @@ void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation
   attention.key_length = batch.key_length;
   attention.rope = RopeForPositions(stage.inv_freq, attention.positions, options_.dtype);
   if (stage.inv_freq_long.defined()) {
-    // longrope picks its factors by the batch's longest sequence: each row's last real position + 1.
-    at::Tensor seq_len = (on_device(batch.starts) + on_device(batch.last)).max() + 1;
+    // longrope picks its factors by the sequence's length (its last fed position + 1), row by row, so that
+    // a row's result does not depend on its batch. transformers' generate() recomputes a sequence's whole
+    // cache with the long factors when it crosses original_max_position_embeddings; that recomputation is
+    // not implemented, so a row that would need it is an error, never a silent approximation.
+    const int64_t threshold = static_cast<int64_t>(stage.rope.original_max_positions);
+    const at::Tensor starts = batch.starts.to(at::kCPU);
+    const at::Tensor lasts = batch.last.to(at::kCPU);
+    for (int64_t r = 0; r < starts.size(0); ++r) {
+      const int64_t start = starts.data_ptr<int64_t>()[r];
+      const int64_t end = start + lasts.data_ptr<int64_t>()[r] + 1;
+      if (start > 0 && start <= threshold && end > threshold) {
+        throw std::invalid_argument(absl::StrCat(
+            "longrope: a sequence grows past original_max_position_embeddings (", threshold, ") at position ", start,
+            " after its first tokens were computed with the short factors; transformers recomputes the whole cache "
+            "with the long factors there, which strata does not implement (keep prompt + new tokens within ",
+            threshold, " tokens, or start beyond it)"));
+      }
+    }
+    at::Tensor seq_len = on_device(batch.starts) + on_device(batch.last) + 1;
     attention.rope = LongRopeForPositions(stage.inv_freq, stage.inv_freq_long, stage.rope, attention.positions,
                                           seq_len, options_.dtype);
   }

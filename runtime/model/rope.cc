@@ -63,9 +63,9 @@ at::Tensor LongRopeInvFreq(const RopeConfig& rope, int64_t rotary_dim, bool long
 RopeTables LongRopeForPositions(const at::Tensor& short_inv_freq, const at::Tensor& long_inv_freq,
                                 const RopeConfig& rope, const at::Tensor& positions, const at::Tensor& seq_len,
                                 at::ScalarType dtype) {
-  at::Tensor inv_freq = at::where(seq_len > static_cast<int64_t>(rope.original_max_positions), long_inv_freq,
-                                  short_inv_freq);
-  at::Tensor freqs = positions.unsqueeze(-1).to(at::kFloat) * inv_freq;
+  at::Tensor use_long = (seq_len > static_cast<int64_t>(rope.original_max_positions)).view({-1, 1});
+  at::Tensor inv_freq = at::where(use_long, long_inv_freq, short_inv_freq);  // [B, D/2]
+  at::Tensor freqs = positions.unsqueeze(-1).to(at::kFloat) * inv_freq.unsqueeze(1);
   at::Tensor emb = at::cat({freqs, freqs}, -1);
   return {(at::cos(emb) * rope.attention_factor).to(dtype), (at::sin(emb) * rope.attention_factor).to(dtype)};
 }

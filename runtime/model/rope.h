@@ -29,9 +29,9 @@ at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& tables);
 // longrope (Phi-3): 1 / (factor * theta^(2i/d)) with the short or long factors (`long_factors`).
 at::Tensor LongRopeInvFreq(const RopeConfig& rope, int64_t rotary_dim, bool long_factors);
 
-// longrope's tables: the long inverse frequencies when `seq_len` (a one-element int64 tensor on the
-// positions' device: the batch's longest sequence) exceeds original_max_positions, else the short ones
-// (chosen on the device, as dynamic_rope_update's torch.where); cos/sin scaled by attention_factor in float32.
+// longrope's tables: per row, the long inverse frequencies when its sequence's length (`seq_len`, [batch]
+// int64 on the positions' device) exceeds original_max_positions, else the short ones (chosen on the
+// device, as dynamic_rope_update's torch.where); cos/sin scaled by attention_factor in float32.
 RopeTables LongRopeForPositions(const at::Tensor& short_inv_freq, const at::Tensor& long_inv_freq,
                                 const RopeConfig& rope, const at::Tensor& positions, const at::Tensor& seq_len,
                                 at::ScalarType dtype);

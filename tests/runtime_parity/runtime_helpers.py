@@ -52,10 +52,10 @@ CONFIGS = {
                                                                        "rope_theta": 1000000.0},
                                                     "sliding_attention": {"rope_type": "default",
                                                                           "rope_theta": 10000.0}})),
-    # Phi-3: fused projections, half the head rotated, longrope switching from the short to the long
-    # factors once a sequence passes 16 tokens, a sliding window on every layer.
+    # Phi-3: fused projections, half the head rotated, longrope (short factors below 64 tokens, the
+    # attention factor of max_position_embeddings / 64), a sliding window on every layer.
     "phi3_longrope": ("Phi3Config", dict(_COMMON, sliding_window=9, partial_rotary_factor=0.5,
-                                         original_max_position_embeddings=16, rope_parameters={
+                                         original_max_position_embeddings=64, rope_parameters={
                                              "rope_type": "longrope", "rope_theta": 10000.0,
                                              "short_factor": [1.0, 1.1, 1.5, 2.0],
                                              "long_factor": [1.5, 3.0, 6.0, 12.0]})),
