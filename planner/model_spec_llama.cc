@@ -124,6 +124,8 @@ absl::StatusOr<bool> OptionalBool(const json& config, absl::string_view field, b
 absl::StatusOr<const Family*> ResolveFamily(const json& config) {
   std::vector<absl::string_view> supported;
   for (const Family& f : kFamilies) supported.push_back(f.architecture);
+  // Built in model_spec_gemma.cc / model_spec_phi3.cc.
+  for (absl::string_view a : {"Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM"}) supported.push_back(a);
   const std::string hint = absl::StrCat(" (supported: ", absl::StrJoin(supported, ", "),
                                         "); describe other models with a module tree: run "
                                         "tools/export_module_tree.py and pass --module-tree");
