@@ -77,6 +77,9 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
   dims.final_logit_softcapping = config.final_logit_softcapping;
   if (fused_qkv) dims.intermediate = shape("model.layers.0.mlp.gate_up_proj.weight")[0] / 2;
   const int64_t rotary_dim = config.rotary_dim > 0 ? config.rotary_dim : dims.head_dim;
+  if (config.rope.type == RopeConfig::Type::kLongRope) {
+    pipeline->recompute_threshold_ = static_cast<int64_t>(config.rope.original_max_positions);
+  }
   dims.rms_norm_eps = config.rms_norm_eps;
   dims.qkv_bias = expected.contains("model.layers.0.self_attn.q_proj.bias");
   const bool tied = spec.tied_weights.contains("lm_head.weight");
@@ -267,14 +270,15 @@ void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation
   attention.key_length = batch.key_length;
   attention.rope = RopeForPositions(stage.inv_freq, attention.positions, options_.dtype);
   if (stage.inv_freq_long.defined()) {
-    // longrope picks its factors by the sequence's length (its last fed position + 1), row by row, so that
-    // a row's result does not depend on its batch. transformers' generate() recomputes a sequence's whole
-    // cache with the long factors when it crosses original_max_position_embeddings; that recomputation is
-    // not implemented, so a row that would need it is an error, never a silent approximation.
+    // longrope picks its factors by the sequence's length, row by row, so that a row's result does not
+    // depend on its batch. transformers' generate() recomputes a sequence's whole cache with the long
+    // factors when it grows past original_max_position_embeddings: the callers do (the scheduler's
+    // recompute_at, LoadedModel::Greedy). A decode row that crosses without it is an error, never a
+    // silent approximation.
     const int64_t threshold = static_cast<int64_t>(stage.rope.original_max_positions);
     const at::Tensor starts = batch.starts.to(at::kCPU);
     const at::Tensor lasts = batch.last.to(at::kCPU);
-    for (int64_t r = 0; r < starts.size(0); ++r) {
+    for (int64_t r = 0; !batch.lengths.defined() && r < starts.size(0); ++r) {
       const int64_t start = starts.data_ptr<int64_t>()[r];
       const int64_t end = start + lasts.data_ptr<int64_t>()[r] + 1;
       if (start > 0 && start <= threshold && end > threshold) {
@@ -285,7 +289,8 @@ void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation
             threshold, " tokens, or start beyond it)"));
       }
     }
-    at::Tensor seq_len = on_device(batch.starts) + on_device(batch.last) + 1;
+    at::Tensor seq_len = batch.lengths.defined() ? on_device(batch.lengths)
+                                                 : on_device(batch.starts) + on_device(batch.last) + 1;
     attention.rope = LongRopeForPositions(stage.inv_freq, stage.inv_freq_long, stage.rope, attention.positions,
                                           seq_len, options_.dtype);
   }

@@ -61,6 +61,9 @@ struct ForwardBatch {
   at::Tensor slots;   // int64 [rows]
   at::Tensor last;    // int64 [rows]
   int64_t key_length = 0;
+  // int64 [rows], optional: each row's sequence length (prompt + generated), by which longrope picks its
+  // factors; undefined means each row's last fed position + 1.
+  at::Tensor lengths;
   // What the host knows about `slots` without reading a device: consecutive slots are a slice of the cache.
   bool slots_contiguous = false;
   int64_t first_slot = 0;
@@ -96,6 +99,8 @@ class Pipeline {
   // Fills ForwardBatch's host-side facts about its slots.
   static void DescribeSlots(ForwardBatch& batch);
   bool uses_cuda() const { return uses_cuda_; }
+  // longrope: original_max_position_embeddings (see SchedulerOptions::recompute_at); else 0.
+  int64_t recompute_threshold() const { return recompute_threshold_; }
 
   const ModelDims& dims() const { return dims_; }
   const std::vector<Stage>& stages() const { return stages_; }
@@ -110,6 +115,7 @@ class Pipeline {
   std::vector<Stage> stages_;
   WeightLoadStats load_stats_;
   bool uses_cuda_ = false;
+  int64_t recompute_threshold_ = 0;
 };
 
 }  // namespace strata::runtime

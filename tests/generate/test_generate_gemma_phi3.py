@@ -1,4 +1,4 @@
-"""A Gemma 2 checkpoint served end to end: strata-server on a 2-stage logical plan (chunked prefill,
+"""A Gemma 2 and a Phi-3 checkpoint served end to end: strata-server on a 2-stage logical plan (chunked prefill,
 pipelined micro-batches) answers Generate with transformers' greedy ids and logprobs, for id prompts and
 a text prompt through its tokenizer.json."""
 
@@ -68,3 +68,35 @@ def test_gemma_text_prompt_equals_transformers(stubs, gemma_server, gemma_model)
                       max_new_tokens=NEW_TOKENS)
     assert got["ids"] == want["ids"]
     assert got["text"] == hf_tok.decode(want["ids"], skip_special_tokens=True)
+
+
+@pytest.fixture(scope="module")
+def phi3_model(tmp_path_factory):
+    """A tiny Phi-3 with longrope whose original_max_position_embeddings is 4: served prompts cross it
+    while decoding (the scheduler recomputes their cache, as generate() does) or start past it and are
+    prefilled in chunks of 8 with the long factors throughout."""
+    import transformers
+
+    directory = tmp_path_factory.mktemp("phi3_text")
+    kwargs = dict(RH.CONFIGS["phi3_longrope"][1], vocab_size=320, original_max_position_embeddings=4)
+    config = transformers.Phi3Config(**kwargs)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.mul_(8.0)
+    model.save_pretrained(directory, safe_serialization=True)
+    RH.train_tokenizer(vocab_size=300).save(str(directory / "tokenizer.json"))
+    return directory
+
+
+def test_phi3_longrope_through_the_server(server_factory, stubs, phi3_model):
+    server = server_factory(["--model", str(phi3_model), *GH.TWO_STAGE_FLAGS, "--max-batch", "4",
+                             "--max-context", "256", "--max-new-tokens", "64", "--micro-batches", "2",
+                             "--prefill-chunk", "8"])
+    for prompt in [[5, 9], [7], PROMPTS[1]]:
+        want = RH.reference_generate(phi3_model, [prompt], NEW_TOKENS)[0]
+        got = GH.generate(stubs, server.channel, prompt_ids=prompt, max_new_tokens=NEW_TOKENS)
+        assert got["ids"] == want["ids"], prompt
+        assert got["logprobs"] == pytest.approx(want["logprobs"], abs=1e-4), prompt
