@@ -62,6 +62,19 @@ def test_soft_caps_and_windows_are_exercised(checkpoint):
         assert H.CONFIGS[name][1]["sliding_window"] < len(PROMPTS[2]) + NEW_TOKENS
 
 
+def test_gemma3_ignores_attn_logit_softcapping_as_transformers_does(strata_generate, checkpoint, tmp_path):
+    """Gemma3Attention (transformers 5.23) does not pass attn_logit_softcapping to its attention: a config
+    that sets it generates as one that does not, on both sides."""
+    target = tmp_path / "ckpt"
+    shutil.copytree(checkpoint("gemma3_qknorm"), target)
+    config = json.loads((target / "config.json").read_text())
+    config["attn_logit_softcapping"] = 0.5
+    (target / "config.json").write_text(json.dumps(config))
+    reference = H.reference_generate(target, PROMPTS[:2], 8)
+    assert reference == H.reference_generate(checkpoint("gemma3_qknorm"), PROMPTS[:2], 8)
+    assert_matches(reference, H.run_generate(target, PROMPTS[:2], 8, "--device-map", '{"": "cpu"}'))
+
+
 @pytest.mark.parametrize("name", ["gemma2_softcap", "gemma3_qknorm", "phi3_longrope"])
 def test_batch_invariance(strata_generate, checkpoint, name):
     batch = H.run_generate(checkpoint(name), PROMPTS, 8, "--device-map", '{"": "cpu"}')
