@@ -28,10 +28,10 @@ using namespace spec_builder;  // NOLINT: the family builders' shared vocabulary
 struct GemmaVariant {
   absl::string_view architecture;
   absl::string_view model_type;
-  absl::string_view prefix;       // class-name prefix: Gemma2, Gemma3
-  absl::string_view model_class;  // Gemma2Model, Gemma3TextModel
-  bool qk_norm;                   // Gemma 3
-  int64_t sliding_window_pattern; // default layer_types: every pattern-th layer is full attention
+  absl::string_view prefix;        // class-name prefix: Gemma2, Gemma3
+  absl::string_view model_class;   // Gemma2Model, Gemma3TextModel
+  bool qk_norm;                    // Gemma 3
+  int64_t sliding_window_pattern;  // default layer_types: every pattern-th layer is full attention
 };
 
 constexpr GemmaVariant kGemma2{"Gemma2ForCausalLM", "gemma2", "Gemma2", "Gemma2Model", false, 2};
@@ -59,7 +59,8 @@ absl::Status CheckRopeDict(const json& params, const std::string& field) {
   for (const char* key : {"rope_type", "type"}) {
     auto it = params.find(key);
     if (it == params.end()) continue;
-    if (!it->is_string()) return FieldError(absl::StrCat(field, ".", key), absl::StrCat("must be a string, got ", it->dump()));
+    if (!it->is_string())
+      return FieldError(absl::StrCat(field, ".", key), absl::StrCat("must be a string, got ", it->dump()));
     type = it->get<std::string>();
     break;
   }
@@ -114,18 +115,20 @@ absl::Status CheckRope(const json& config, const GemmaVariant& v) {
     }
   }
   auto scaling = config.find("rope_scaling");
-  const bool has_scaling = scaling != config.end() && !scaling->is_null() &&
-                           !(scaling->is_object() && scaling->empty());
+  const bool has_scaling =
+      scaling != config.end() && !scaling->is_null() && !(scaling->is_object() && scaling->empty());
   if (has_scaling) {
     absl::Status s = CheckRopeDict(*scaling, "rope_scaling");
     if (!s.ok()) return s;
   }
   auto params = config.find("rope_parameters");
   if (params == config.end() || params->is_null()) return absl::OkStatus();
-  if (!params->is_object()) return FieldError("rope_parameters", absl::StrCat("must be an object, got ", params->dump()));
+  if (!params->is_object())
+    return FieldError("rope_parameters", absl::StrCat("must be an object, got ", params->dump()));
   const bool nested = params->contains("full_attention") || params->contains("sliding_attention");
   if (&v == &kGemma2) {
-    if (nested) return FieldError("rope_parameters", "holds per-layer-type RoPE parameters, which Gemma 2 does not support");
+    if (nested)
+      return FieldError("rope_parameters", "holds per-layer-type RoPE parameters, which Gemma 2 does not support");
     return has_scaling ? absl::OkStatus() : CheckRopeDict(*params, "rope_parameters");
   }
   if (!nested) {
@@ -232,8 +235,8 @@ absl::StatusOr<ModelSpec> GemmaSpecFromConfig(const json& config, DType dtype) {
     mlp.children.push_back(Linear(mlp, "down_proj", *intermediate, *hidden, false, dtype));
     mlp.children.push_back(Module(mlp, "act_fn", *act_class));
     layer.children.push_back(std::move(mlp));
-    for (const char* norm : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-                             "post_feedforward_layernorm"}) {
+    for (const char* norm :
+         {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"}) {
       layer.children.push_back(Norm(layer, norm, norm_class, *hidden, dtype));
     }
     layer_list.children.push_back(std::move(layer));

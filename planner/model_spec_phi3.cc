@@ -53,7 +53,8 @@ absl::StatusOr<int64_t> Phi3InvFreqLength(const json& config, int64_t hidden, in
     for (const char* key : {"rope_type", "type"}) {
       auto it = params->find(key);
       if (it == params->end()) continue;
-      if (!it->is_string()) return FieldError(absl::StrCat(field, ".", key), absl::StrCat("must be a string, got ", it->dump()));
+      if (!it->is_string())
+        return FieldError(absl::StrCat(field, ".", key), absl::StrCat("must be a string, got ", it->dump()));
       type = it->get<std::string>();
       break;
     }
@@ -79,8 +80,8 @@ absl::StatusOr<int64_t> Phi3InvFreqLength(const json& config, int64_t hidden, in
       }
     }
     if (static_cast<int64_t>(it->size()) != expected || expected != length) {
-      return FieldError(absl::StrCat(field, ".", key),
-                        absl::StrCat("has ", it->size(), " entries, expected ", expected, " (one per rotary frequency)"));
+      return FieldError(absl::StrCat(field, ".", key), absl::StrCat("has ", it->size(), " entries, expected ", expected,
+                                                                    " (one per rotary frequency)"));
     }
   }
   return length;

@@ -66,7 +66,8 @@ inline absl::Status CheckPadTokenId(const json& config, int64_t vocab, int64_t f
   auto it = config.find("pad_token_id");
   if (it != config.end()) {
     if (it->is_null()) return absl::OkStatus();
-    if (!it->is_number_integer()) return FieldError("pad_token_id", absl::StrCat("must be an integer, got ", it->dump()));
+    if (!it->is_number_integer())
+      return FieldError("pad_token_id", absl::StrCat("must be an integer, got ", it->dump()));
     if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(vocab)) {
       return FieldError("pad_token_id", absl::StrCat("(", it->dump(), ") must be below vocab_size (", vocab, ")"));
     }
@@ -81,9 +82,14 @@ inline absl::Status CheckPadTokenId(const json& config, int64_t vocab, int64_t f
 // ACT2FN's parameterless activations this family's checkpoints use -> module class name; nullopt for others.
 inline std::optional<std::string> ActivationClass(absl::string_view name) {
   constexpr std::pair<absl::string_view, absl::string_view> kActivations[] = {
-      {"gelu", "GELUActivation"},     {"gelu_python", "GELUActivation"},   {"gelu_new", "NewGELUActivation"},
-      {"gelu_pytorch_tanh", "GELUTanh"}, {"gelu_python_tanh", "GELUTanh"}, {"silu", "SiLUActivation"},
-      {"swish", "SiLU"},              {"relu", "ReLU"},
+      {"gelu", "GELUActivation"},
+      {"gelu_python", "GELUActivation"},
+      {"gelu_new", "NewGELUActivation"},
+      {"gelu_pytorch_tanh", "GELUTanh"},
+      {"gelu_python_tanh", "GELUTanh"},
+      {"silu", "SiLUActivation"},
+      {"swish", "SiLU"},
+      {"relu", "ReLU"},
   };
   for (const auto& [n, cls] : kActivations) {
     if (n == name) return std::string(cls);
@@ -119,11 +125,12 @@ inline ModuleSpec Norm(const ModuleSpec& parent, std::string_view local, const s
 }
 
 // model_type / architectures[0] agreement: AutoModelForCausalLM builds from model_type.
-inline absl::Status CheckArchitecture(const json& config, absl::string_view architecture, absl::string_view model_type) {
+inline absl::Status CheckArchitecture(const json& config, absl::string_view architecture,
+                                      absl::string_view model_type) {
   auto mt = config.find("model_type");
   if (mt != config.end() && !mt->is_null() && (!mt->is_string() || mt->get<std::string>() != model_type)) {
-    return absl::InvalidArgumentError(absl::StrCat("config.json: model_type is ", mt->dump(), " but ", architecture,
-                                                   " needs \"", model_type, "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: model_type is ", mt->dump(), " but ", architecture, " needs \"", model_type, "\""));
   }
   auto arch = config.find("architectures");
   if (arch != config.end() && !arch->is_null()) {

@@ -276,17 +276,16 @@ void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation
     // recompute_at, LoadedModel::Greedy). A decode row that crosses without it is an error, never a
     // silent approximation.
     const int64_t threshold = static_cast<int64_t>(stage.rope.original_max_positions);
-    const at::Tensor starts = batch.starts.to(at::kCPU);
-    const at::Tensor lasts = batch.last.to(at::kCPU);
-    for (int64_t r = 0; !batch.lengths.defined() && r < starts.size(0); ++r) {
-      const int64_t start = starts.data_ptr<int64_t>()[r];
-      const int64_t end = start + lasts.data_ptr<int64_t>()[r] + 1;
+    // starts and last are host tensors (ForwardBatch): reading them does not wait for a device.
+    const int64_t rows = batch.lengths.defined() ? 0 : batch.starts.size(0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t start = batch.starts.data_ptr<int64_t>()[r];
+      const int64_t end = start + batch.last.data_ptr<int64_t>()[r] + 1;
       if (start > 0 && start <= threshold && end > threshold) {
         throw std::invalid_argument(absl::StrCat(
             "longrope: a sequence grows past original_max_position_embeddings (", threshold, ") at position ", start,
-            " after its first tokens were computed with the short factors; transformers recomputes the whole cache "
-            "with the long factors there, which strata does not implement (keep prompt + new tokens within ",
-            threshold, " tokens, or start beyond it)"));
+            " after its first tokens were computed with the short factors; it must be recomputed from position 0 "
+            "with the long factors (as transformers' generate() does), not decoded on"));
       }
     }
     at::Tensor seq_len = batch.lengths.defined() ? on_device(batch.lengths)

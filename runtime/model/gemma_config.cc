@@ -36,8 +36,8 @@ absl::StatusOr<double> PositiveNumber(const json& config, const char* field, dou
   if (it == config.end()) return fallback;
   if (it->is_null() && nullable) return 0.0;
   if (!it->is_number() || !(it->get<double>() > 0) || !std::isfinite(it->get<double>())) {
-    return FieldError(field, absl::StrCat("must be a positive finite number", nullable ? " or null" : "", ", got ",
-                                          it->dump()));
+    return FieldError(
+        field, absl::StrCat("must be a positive finite number", nullable ? " or null" : "", ", got ", it->dump()));
   }
   return it->get<double>();
 }
@@ -144,7 +144,8 @@ absl::StatusOr<DecoderConfig> GemmaDecoderConfigFromJson(const json& config) {
   json local = json{{"rope_type", "default"}};
   if (auto it = config.find("rope_parameters"); it != config.end() && !it->is_null()) {
     if (!it->is_object() || !(it->contains("full_attention") || it->contains("sliding_attention"))) {
-      return FieldError("rope_parameters", "must hold \"full_attention\" and \"sliding_attention\" entries for Gemma 3");
+      return FieldError("rope_parameters",
+                        "must hold \"full_attention\" and \"sliding_attention\" entries for Gemma 3");
     }
     if (auto f = it->find("full_attention"); f != it->end() && !f->is_null()) full = *f;
     if (auto s = it->find("sliding_attention"); s != it->end() && !s->is_null()) local = *s;

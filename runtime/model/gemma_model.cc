@@ -36,7 +36,8 @@ at::Tensor GemmaAttention(const at::Tensor& hidden, const std::vector<at::Tensor
   const bool gemma3 = dims.family == ModelFamily::kGemma3;
   const size_t bias0 = gemma3 ? kGemmaKNorm + 1 : kGemmaQNorm;
   auto project = [&](int index, int bias_offset, int64_t heads) {
-    at::Tensor out = dims.qkv_bias ? at::linear(hidden, w[index], w[bias0 + bias_offset]) : at::linear(hidden, w[index]);
+    at::Tensor out =
+        dims.qkv_bias ? at::linear(hidden, w[index], w[bias0 + bias_offset]) : at::linear(hidden, w[index]);
     return out.view({b, t, heads, dims.head_dim}).transpose(1, 2);  // [B, heads, T, D]
   };
   at::Tensor q = project(kGemmaQ, 0, dims.num_heads);
@@ -85,17 +86,24 @@ std::vector<std::string> GemmaUnitTensorNames(UnitKind kind, int64_t layer, cons
     return UnitTensorNames(kind, layer, llama, tied_head);
   }
   const std::string p = absl::StrCat("model.layers.", layer, ".");
-  std::vector<std::string> names = {
-      p + "input_layernorm.weight",     p + "self_attn.q_proj.weight",          p + "self_attn.k_proj.weight",
-      p + "self_attn.v_proj.weight",    p + "self_attn.o_proj.weight",          p + "post_attention_layernorm.weight",
-      p + "mlp.gate_proj.weight",       p + "mlp.up_proj.weight",               p + "mlp.down_proj.weight",
-      p + "pre_feedforward_layernorm.weight", p + "post_feedforward_layernorm.weight"};
+  std::vector<std::string> names = {p + "input_layernorm.weight",
+                                    p + "self_attn.q_proj.weight",
+                                    p + "self_attn.k_proj.weight",
+                                    p + "self_attn.v_proj.weight",
+                                    p + "self_attn.o_proj.weight",
+                                    p + "post_attention_layernorm.weight",
+                                    p + "mlp.gate_proj.weight",
+                                    p + "mlp.up_proj.weight",
+                                    p + "mlp.down_proj.weight",
+                                    p + "pre_feedforward_layernorm.weight",
+                                    p + "post_feedforward_layernorm.weight"};
   if (dims.family == ModelFamily::kGemma3) {
     names.push_back(p + "self_attn.q_norm.weight");
     names.push_back(p + "self_attn.k_norm.weight");
   }
   if (dims.qkv_bias) {
-    for (const char* bias : {"q_proj", "k_proj", "v_proj", "o_proj"}) names.push_back(p + "self_attn." + bias + ".bias");
+    for (const char* bias : {"q_proj", "k_proj", "v_proj", "o_proj"})
+      names.push_back(p + "self_attn." + bias + ".bias");
   }
   return names;
 }
@@ -105,8 +113,9 @@ at::Tensor RunGemmaUnit(const Unit& unit, const std::vector<at::Tensor>& w, cons
   switch (unit.kind) {
     case UnitKind::kEmbedding: {
       // Gemma*TextScaledWordEmbedding: embed_scale is torch.tensor(hidden ** 0.5) in the serving dtype.
-      at::Tensor scale = at::scalar_tensor(std::sqrt(static_cast<double>(dims.hidden)), w[0].options().dtype(at::kDouble))
-                             .to(w[0].scalar_type());
+      at::Tensor scale =
+          at::scalar_tensor(std::sqrt(static_cast<double>(dims.hidden)), w[0].options().dtype(at::kDouble))
+              .to(w[0].scalar_type());
       return at::embedding(w[0], hidden) * scale;
     }
     case UnitKind::kFinalNorm: {

@@ -17,8 +17,19 @@ namespace strata::runtime {
 
 // Weight order of a Gemma decoder layer's unit (after these: q/k/v/o biases when dims.qkv_bias).
 enum GemmaLayerWeight : int {
-  kGemmaInputNorm, kGemmaQ, kGemmaK, kGemmaV, kGemmaO, kGemmaPostAttentionNorm, kGemmaGate, kGemmaUp, kGemmaDown,
-  kGemmaPreFeedforwardNorm, kGemmaPostFeedforwardNorm, kGemmaQNorm, kGemmaKNorm,  // the last two: Gemma 3
+  kGemmaInputNorm,
+  kGemmaQ,
+  kGemmaK,
+  kGemmaV,
+  kGemmaO,
+  kGemmaPostAttentionNorm,
+  kGemmaGate,
+  kGemmaUp,
+  kGemmaDown,
+  kGemmaPreFeedforwardNorm,
+  kGemmaPostFeedforwardNorm,
+  kGemmaQNorm,
+  kGemmaKNorm,  // the last two: Gemma 3
 };
 
 std::vector<std::string> GemmaUnitTensorNames(UnitKind kind, int64_t layer, const ModelDims& dims, bool tied_head);

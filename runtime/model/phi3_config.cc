@@ -64,8 +64,8 @@ absl::StatusOr<std::vector<double>> Factors(const json& params, const std::strin
     out.push_back(x.get<double>());
   }
   if (static_cast<int64_t>(out.size()) != expected) {
-    return FieldError(field + key, absl::StrCat("has ", out.size(), " entries, expected ", expected,
-                                                " (one per rotary frequency)"));
+    return FieldError(field + key,
+                      absl::StrCat("has ", out.size(), " entries, expected ", expected, " (one per rotary frequency)"));
   }
   return out;
 }
@@ -127,7 +127,8 @@ absl::StatusOr<DecoderConfig> Phi3DecoderConfigFromJson(const json& config) {
   if (!(*partial > 0) || *partial > 1) return FieldError("partial_rotary_factor", "must be in (0, 1]");
   const int64_t rotary_dim = static_cast<int64_t>(static_cast<double>(head_dim) * *partial);
   if (rotary_dim < 2 || rotary_dim % 2 != 0) {
-    return FieldError("partial_rotary_factor", absl::StrCat("gives ", rotary_dim, " rotary dims; an even number >= 2 is needed"));
+    return FieldError("partial_rotary_factor",
+                      absl::StrCat("gives ", rotary_dim, " rotary dims; an even number >= 2 is needed"));
   }
   out.rotary_dim = rotary_dim == head_dim ? 0 : rotary_dim;
   out.rope.theta = *theta;

@@ -15,8 +15,8 @@ std::vector<std::string> Phi3UnitTensorNames(UnitKind kind, int64_t layer, const
     return UnitTensorNames(kind, layer, llama, tied_head);
   }
   const std::string p = absl::StrCat("model.layers.", layer, ".");
-  return {p + "input_layernorm.weight",          p + "self_attn.qkv_proj.weight",  p + "self_attn.o_proj.weight",
-          p + "post_attention_layernorm.weight", p + "mlp.gate_up_proj.weight",    p + "mlp.down_proj.weight"};
+  return {p + "input_layernorm.weight",          p + "self_attn.qkv_proj.weight", p + "self_attn.o_proj.weight",
+          p + "post_attention_layernorm.weight", p + "mlp.gate_up_proj.weight",   p + "mlp.down_proj.weight"};
 }
 
 at::Tensor RunPhi3Unit(const Unit& unit, const std::vector<at::Tensor>& w, const ModelDims& dims,
@@ -29,8 +29,13 @@ at::Tensor RunPhi3Unit(const Unit& unit, const std::vector<at::Tensor>& w, const
   const int64_t q_rows = dims.num_heads * dims.head_dim;
   const int64_t kv_rows = dims.num_kv_heads * dims.head_dim;
   const at::Tensor& qkv = w[kPhi3Qkv];
-  AttentionWeights attention{qkv.narrow(0, 0, q_rows), qkv.narrow(0, q_rows, kv_rows),
-                             qkv.narrow(0, q_rows + kv_rows, kv_rows), w[kPhi3O], {}, {}, {}};
+  AttentionWeights attention{qkv.narrow(0, 0, q_rows),
+                             qkv.narrow(0, q_rows, kv_rows),
+                             qkv.narrow(0, q_rows + kv_rows, kv_rows),
+                             w[kPhi3O],
+                             {},
+                             {},
+                             {}};
   at::Tensor normed = RmsNorm(hidden, w[kPhi3InputNorm], dims.rms_norm_eps);
   at::Tensor h = hidden + SelfAttention(normed, attention, dims.num_heads, dims.num_kv_heads, dims.head_dim,
                                         unit.window, batch, *cache);

@@ -33,10 +33,13 @@ TEST(FamilyConfig, Gemma2DefaultsAlternateSlidingAndGlobalWithBothSoftCaps) {
 }
 
 TEST(FamilyConfig, Gemma3RopePerLayerTypeFromLegacyFields) {
-  absl::StatusOr<DecoderConfig> c = DecoderConfigFromJson(
-      {{"architectures", {"Gemma3ForCausalLM"}}, {"num_hidden_layers", 7}, {"sliding_window", 512},
-       {"rope_theta", 1000000.0}, {"rope_local_base_freq", 10000.0},
-       {"rope_scaling", {{"rope_type", "linear"}, {"factor", 8.0}}}, {"attn_logit_softcapping", 50.0}});
+  absl::StatusOr<DecoderConfig> c = DecoderConfigFromJson({{"architectures", {"Gemma3ForCausalLM"}},
+                                                           {"num_hidden_layers", 7},
+                                                           {"sliding_window", 512},
+                                                           {"rope_theta", 1000000.0},
+                                                           {"rope_local_base_freq", 10000.0},
+                                                           {"rope_scaling", {{"rope_type", "linear"}, {"factor", 8.0}}},
+                                                           {"attn_logit_softcapping", 50.0}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->sliding_window, (std::vector<int64_t>{512, 512, 512, 512, 512, 0, 512}));
   EXPECT_EQ(c->rope.type, RopeConfig::Type::kLinear);
@@ -68,10 +71,16 @@ TEST(FamilyConfig, GemmaBadFieldsAreNamed) {
 }
 
 nlohmann::json Phi3Long() {
-  return {{"architectures", {"Phi3ForCausalLM"}}, {"num_hidden_layers", 2}, {"hidden_size", 64},
-          {"num_attention_heads", 4}, {"max_position_embeddings", 131072}, {"original_max_position_embeddings", 4096},
-          {"rope_scaling", {{"type", "longrope"}, {"short_factor", {1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0}},
-                            {"long_factor", {2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0}}}}};
+  return {{"architectures", {"Phi3ForCausalLM"}},
+          {"num_hidden_layers", 2},
+          {"hidden_size", 64},
+          {"num_attention_heads", 4},
+          {"max_position_embeddings", 131072},
+          {"original_max_position_embeddings", 4096},
+          {"rope_scaling",
+           {{"type", "longrope"},
+            {"short_factor", {1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0}},
+            {"long_factor", {2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0}}}}};
 }
 
 TEST(FamilyConfig, Phi3LongropeAttentionFactorFromTheContextRatio) {
