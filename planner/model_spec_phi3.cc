@@ -67,6 +67,10 @@ absl::StatusOr<int64_t> Phi3InvFreqLength(const json& config, int64_t hidden, in
     return FieldError(absl::StrCat(field, ".rope_type"),
                       absl::StrCat("\"", type, "\" is not a RoPE type Phi-3 supports (default, longrope, su)"));
   }
+  // Phi3Config validates "su" before renaming it to longrope: its dict must name the original length.
+  if (type == "su" && !params->contains("original_max_position_embeddings")) {
+    return FieldError(absl::StrCat(field, ".original_max_position_embeddings"), "is required for rope type \"su\"");
+  }
   // Phi3Config.validate_rope measures the factors against hidden_size // num_attention_heads.
   const int64_t expected = static_cast<int64_t>(static_cast<double>(hidden / heads) * *partial) / 2;
   for (const char* key : {"short_factor", "long_factor"}) {

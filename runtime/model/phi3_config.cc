@@ -10,8 +10,8 @@
 //   or long_factor while the batch's longest sequence (max position + 1) exceeds
 //   original_max_position_embeddings (dynamic_rope_update); cos and sin are scaled by attention_factor,
 //   default sqrt(1 + ln(factor) / ln(original)) for factor = max_position_embeddings / original (1 when
-//   factor <= 1). original_max_position_embeddings is the top-level field (Phi3Config default 4096) for
-//   "longrope"/"yarn"; for "su" it must be in the dict (upstream moves it only for the new names).
+//   factor <= 1). original_max_position_embeddings is the top-level field (Phi3Config default 4096); for
+//   "su" the dict must also hold one (Phi3Config's validation), whose value is then overridden.
 // - sliding_window, when set, applies to every layer.
 
 #include <cmath>
@@ -154,11 +154,14 @@ absl::StatusOr<DecoderConfig> Phi3DecoderConfigFromJson(const json& config) {
   if (!long_factor.ok()) return long_factor.status();
   rope.short_factor = *short_factor;
   rope.long_factor = *long_factor;
-  absl::StatusOr<int64_t> original = PositiveInt(config, "original_max_position_embeddings", 4096);
-  if (type == "su") original = PositiveInt(*params, "original_max_position_embeddings", std::nullopt);
-  if (!original.ok()) {
-    return FieldError(field + "original_max_position_embeddings", std::string(original.status().message()));
+  // Phi3Config validates "su" before renaming it, so the dict must name original_max_position_embeddings;
+  // the rope init function then standardizes again as "longrope", and the top-level field (default 4096)
+  // overrides the dict's value for every spelling.
+  if (type == "su" && !params->contains("original_max_position_embeddings")) {
+    return FieldError(field + "original_max_position_embeddings", "is required for rope type \"su\"");
   }
+  absl::StatusOr<int64_t> original = PositiveInt(config, "original_max_position_embeddings", 4096);
+  if (!original.ok()) return original.status();
   absl::StatusOr<int64_t> max_positions = PositiveInt(config, "max_position_embeddings", 4096);
   if (!max_positions.ok()) return max_positions.status();
   rope.original_max_positions = static_cast<double>(*original);

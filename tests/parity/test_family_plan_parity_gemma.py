@@ -180,9 +180,11 @@ BAD = {
     "phi3-rope-type": ({"rope_scaling": {"type": "dynamic", "factor": 2.0}}, "phi3", "rope_scaling.rope_type"),
     "phi3-short-factor-length": ({"rope_scaling": {"type": "longrope", "short_factor": [1.0] * 5,
                                                    "long_factor": [1.0] * 8}}, "phi3", "rope_scaling.short_factor"),
-    "phi3-long-factor-missing": ({"rope_scaling": {"type": "su", "short_factor": [1.0] * 8}}, "phi3",
+    "phi3-long-factor-missing": ({"rope_scaling": {"type": "longrope", "short_factor": [1.0] * 8}}, "phi3",
                                  "rope_scaling.long_factor"),
     "phi3-head-dim": ({"head_dim": 32}, "phi3", "head_dim"),
+    "phi3-su-original": ({"rope_scaling": {"type": "su", "short_factor": [1.0] * 8, "long_factor": [1.0] * 8}},
+                         "phi3", "rope_scaling.original_max_position_embeddings"),
 }
 
 

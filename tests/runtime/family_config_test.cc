@@ -93,6 +93,19 @@ TEST(FamilyConfig, Phi3LongropeAttentionFactorFromTheContextRatio) {
   EXPECT_EQ(c->sliding_window, (std::vector<int64_t>{0, 0}));
 }
 
+TEST(FamilyConfig, Phi3SuIsLongropeWithTheTopLevelOriginalLength) {
+  nlohmann::json c = Phi3Long();
+  c["rope_scaling"]["type"] = "su";
+  // Required in the dict by Phi3Config's validation, then overridden by the top-level field (transformers'
+  // _compute_longrope_parameters standardizes again once the type reads "longrope").
+  c["rope_scaling"]["original_max_position_embeddings"] = 8192;
+  absl::StatusOr<DecoderConfig> parsed = DecoderConfigFromJson(c);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->rope.type, RopeConfig::Type::kLongRope);
+  EXPECT_EQ(parsed->rope.original_max_positions, 4096);
+  EXPECT_DOUBLE_EQ(parsed->rope.attention_factor, std::sqrt(1 + std::log(32.0) / std::log(4096.0)));
+}
+
 TEST(FamilyConfig, Phi3BadFieldsAreNamed) {
   nlohmann::json c = Phi3Long();
   c["rope_scaling"]["long_factor"] = {1.0, 2.0};
