@@ -75,6 +75,22 @@ def test_gemma3_ignores_attn_logit_softcapping_as_transformers_does(strata_gener
     assert_matches(reference, H.run_generate(target, PROMPTS[:2], 8, "--device-map", '{"": "cpu"}'))
 
 
+@pytest.mark.parametrize("config_class,name", [("Gemma2Config", "gemma2_softcap"), ("Gemma3TextConfig", "gemma3_qknorm")])
+def test_gemma_attention_bias(strata_generate, tmp_path, config_class, name):
+    """attention_bias puts a bias on q, k, v and o (no released Gemma uses it; transformers builds it)."""
+    import transformers
+
+    config = getattr(transformers, config_class)(**dict(H.CONFIGS[name][1], attention_bias=True))
+    torch.manual_seed(1)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(8.0) if p.dim() > 1 else p.uniform_(-0.5, 0.5)
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    reference = H.reference_generate(tmp_path, PROMPTS[:3], 8)
+    assert_matches(reference, H.run_generate(tmp_path, PROMPTS[:3], 8, "--device-map", '{"": "cpu"}'))
+
+
 @pytest.mark.parametrize("name", ["gemma2_softcap", "gemma3_qknorm", "phi3_longrope"])
 def test_batch_invariance(strata_generate, checkpoint, name):
     batch = H.run_generate(checkpoint(name), PROMPTS, 8, "--device-map", '{"": "cpu"}')
