@@ -23,6 +23,7 @@
 #include "nlohmann/json.hpp"
 #include "planner/model_spec.h"
 #include "planner/model_spec_moe.h"
+#include "planner/spec_builder.h"
 
 namespace strata::planner {
 namespace {
@@ -134,6 +135,8 @@ absl::StatusOr<bool> OptionalBool(const json& config, absl::string_view field, b
 absl::StatusOr<const Family*> ResolveFamily(const json& config) {
   std::vector<absl::string_view> supported;
   for (const Family& f : kFamilies) supported.push_back(f.architecture);
+  // Built in model_spec_gemma.cc / model_spec_phi3.cc.
+  for (absl::string_view a : {"Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM"}) supported.push_back(a);
   const std::string hint = absl::StrCat(" (supported: ", absl::StrJoin(supported, ", "),
                                         "); describe other models with a module tree: run "
                                         "tools/export_module_tree.py and pass --module-tree");
@@ -304,6 +307,9 @@ ModuleSpec RMSNorm(const ModuleSpec& parent, std::string_view local, const Famil
 
 absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DType dtype) {
   if (!config.is_object()) return absl::InvalidArgumentError("config.json: expected a JSON object");
+  // Gemma 2 / Gemma 3 text and Phi-3 have their own builders (model_spec_gemma.cc, model_spec_phi3.cc).
+  if (IsGemmaConfig(config)) return GemmaSpecFromConfig(config, dtype);
+  if (IsPhi3Config(config)) return Phi3SpecFromConfig(config, dtype);
   absl::StatusOr<const Family*> family_or = ResolveFamily(config);
   if (!family_or.ok()) return family_or.status();
   const Family& family = **family_or;

@@ -143,6 +143,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(LoadedModel& model, const 
   so.prefill_chunk_tokens = options.prefill_chunk_tokens;
   so.micro_batch_tokens = options.micro_batch_tokens;
   so.micro_batches = options.micro_batches;
+  so.recompute_at = model.recompute_threshold();
   auto impl = std::make_unique<Impl>(model, tokenizer, std::move(eos_ids), options, so);
   impl->free_slots = so.slots;
   ExecutorOptions eo;
@@ -270,6 +271,7 @@ MicroBatchWork Engine::Impl::Build(uint64_t id, const ScheduledMicroBatch& batch
     BatchRow r;
     r.slot = row.slot;
     r.start = row.start;
+    r.length = row.length;
     r.tokens.assign(s.tokens.begin() + row.start, s.tokens.begin() + row.start + row.count);
     r.samples = row.samples;
     if (row.samples) {

@@ -41,6 +41,10 @@ std::optional<ScheduledMicroBatch> Scheduler::Next() {
   std::vector<std::pair<uint64_t, Running*>> decoding;
   for (auto& [id, r] : running_) {
     if (r.in_flight || r.finished) continue;
+    if (options_.recompute_at > 0 && r.short_prefix && r.computed > 0 && r.length > options_.recompute_at) {
+      r.computed = 0;  // SchedulerOptions::recompute_at
+      r.short_prefix = false;
+    }
     (r.length - r.computed > 1 ? prefilling : decoding).emplace_back(id, &r);
   }
   auto by_wait = [](const auto& a, const auto& b) {
@@ -61,6 +65,8 @@ std::optional<ScheduledMicroBatch> Scheduler::Next() {
     row.start = r.computed;
     row.count = count;
     row.samples = r.computed + count == r.length;
+    row.length = r.length;
+    if (options_.recompute_at > 0 && r.length <= options_.recompute_at) r.short_prefix = true;
     r.in_flight = true;
     r.last_scheduled = tick_;
     batch.rows.push_back(row);

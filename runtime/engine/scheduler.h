@@ -26,6 +26,10 @@ struct SchedulerOptions {
   int64_t prefill_chunk_tokens = 256;  // a longer prompt is prefilled in chunks of this many tokens
   int64_t micro_batch_tokens = 512;    // tokens one micro-batch may feed in all
   int64_t micro_batches = 1;           // micro-batches in flight at once (pipeline depth)
+  // longrope (Phi-3): original_max_position_embeddings, or 0. A sequence whose cache was computed while it
+  // was at most this long is recomputed from position 0 when it grows past it, as transformers' generate()
+  // drops its cache there (the long factors then apply to every position).
+  int64_t recompute_at = 0;
 };
 
 struct ScheduledRow {
@@ -34,6 +38,7 @@ struct ScheduledRow {
   int64_t start = 0;  // first position fed
   int64_t count = 0;  // tokens fed (equal across the micro-batch's rows)
   bool samples = false;  // this chunk reaches the end of the known tokens: sample from its logits
+  int64_t length = 0;    // the sequence's known tokens (prompt + generated) when scheduled
 };
 
 struct ScheduledMicroBatch {
@@ -80,6 +85,7 @@ class Scheduler {
     bool in_flight = false;
     bool finished = false;  // retire when it comes back
     uint64_t last_scheduled = 0;  // Next() call that last took it: the longest-waiting go first
+    bool short_prefix = false;    // recompute_at: its cache was computed at a length <= recompute_at
   };
   void Retire(uint64_t sequence);
 

@@ -126,6 +126,7 @@ void Executor::Submit(MicroBatchWork work) {
     b.starts = pipeline.HostBuffer({n}, at::kLong);
     b.slots = pipeline.HostBuffer({n}, at::kLong);
     b.last = pipeline.HostBuffer({n}, at::kLong);
+    b.lengths = pipeline.HostBuffer({n}, at::kLong);
     int64_t* ids = b.ids.data_ptr<int64_t>();
     std::vector<const BatchRow*> sampling;
     std::vector<int64_t> sample_rows;
@@ -139,6 +140,7 @@ void Executor::Submit(MicroBatchWork work) {
       b.starts.data_ptr<int64_t>()[r] = row.start;
       b.slots.data_ptr<int64_t>()[r] = row.slot;
       b.last.data_ptr<int64_t>()[r] = count - 1;
+      b.lengths.data_ptr<int64_t>()[r] = row.length > 0 ? row.length : row.start + count;
       b.key_length = std::max(b.key_length, row.start + count);
       if (row.samples) {
         sampling.push_back(&row);

@@ -53,6 +53,7 @@ struct BatchRow {
   bool samples = false;  // the last fed token is the sequence's newest: choose the next one
   RowSampling sampling;
   std::vector<int32_t> context;  // prompt + generated so far; needed only with a repetition penalty
+  int64_t length = 0;  // the sequence's known tokens (longrope picks its factors by it); 0: start + tokens
 };
 
 struct MicroBatchWork {

@@ -27,6 +27,50 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// One greedy decode step in which some rows' sequences grow past longrope's original_max_position_embeddings
+// with a cache computed under the short factors: as transformers' generate() (Phi3ForCausalLM drops its
+// cache there), those rows are recomputed from position 0 over their whole sequence (`sequences[r]`, which
+// ends with the token being fed) in one forward; the other rows decode as usual in another.
+GreedyStep RecomputeStep(Pipeline& pipeline, const std::vector<std::vector<int64_t>>& sequences,
+                         const std::vector<int64_t>& positions, const std::vector<bool>& recompute, int64_t top_k) {
+  const int64_t rows = static_cast<int64_t>(sequences.size());
+  GreedyStep merged;
+  merged.ids.resize(rows);
+  merged.logprobs.resize(rows);
+  merged.top.resize(rows);
+  for (bool group : {true, false}) {
+    std::vector<int64_t> members;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (recompute[r] == group) members.push_back(r);
+    }
+    if (members.empty()) continue;
+    const int64_t n = static_cast<int64_t>(members.size());
+    const int64_t tokens = group ? positions[members[0]] + 1 : 1;
+    ForwardBatch batch;
+    batch.ids = pipeline.HostBuffer({n, tokens}, at::kLong);
+    batch.starts = pipeline.HostBuffer({n}, at::kLong);
+    batch.slots = pipeline.HostBuffer({n}, at::kLong);
+    batch.last = pipeline.HostBuffer({n}, at::kLong);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = members[i];
+      const std::vector<int64_t>& sequence = sequences[r];
+      std::copy(sequence.end() - tokens, sequence.end(), batch.ids.data_ptr<int64_t>() + i * tokens);
+      batch.starts.data_ptr<int64_t>()[i] = group ? 0 : positions[r];
+      batch.slots.data_ptr<int64_t>()[i] = r;
+      batch.last.data_ptr<int64_t>()[i] = tokens - 1;
+      batch.key_length = std::max(batch.key_length, positions[r] + 1);
+    }
+    Pipeline::DescribeSlots(batch);
+    GreedyStep step = SampleGreedy(pipeline.Forward(batch), top_k);
+    for (int64_t i = 0; i < n; ++i) {
+      merged.ids[members[i]] = step.ids[i];
+      merged.logprobs[members[i]] = step.logprobs[i];
+      if (!step.top.empty()) merged.top[members[i]] = step.top[i];
+    }
+  }
+  return merged;
+}
+
 }  // namespace
 
 struct LoadedModel::Impl {
@@ -42,6 +86,7 @@ const LoadReport& LoadedModel::report() const { return impl_->report; }
 int64_t LoadedModel::vocab_size() const { return impl_->pipeline->dims().vocab; }
 int64_t LoadedModel::max_batch() const { return impl_->options.max_batch; }
 int64_t LoadedModel::max_context() const { return impl_->options.max_context; }
+int64_t LoadedModel::recompute_threshold() const { return impl_->pipeline->recompute_threshold(); }
 Pipeline& LoadedModel::pipeline() { return *impl_->pipeline; }
 
 absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
@@ -216,7 +261,29 @@ absl::StatusOr<std::vector<GreedyResult>> LoadedModel::Greedy(const GreedyReques
       t.prefill_seconds += SecondsSince(start);
 
       start = std::chrono::steady_clock::now();
+      const int64_t threshold = pipeline.recompute_threshold();
       for (int64_t n = 1; n < request.max_new_tokens; ++n) {
+        if (threshold > 0) {
+          // longrope: rows whose prompt was at most `threshold` long reach threshold + 1 tokens now.
+          std::vector<bool> recompute(static_cast<size_t>(rows));
+          std::vector<std::vector<int64_t>> sequences(static_cast<size_t>(rows));
+          std::vector<int64_t> positions(static_cast<size_t>(rows));
+          bool any = false;
+          for (int64_t r = 0; r < rows; ++r) {
+            positions[r] = lengths[r] + n - 1;
+            recompute[r] = lengths[r] <= threshold && positions[r] == threshold;
+            any = any || recompute[r];
+            sequences[r] = request.prompts[begin + static_cast<size_t>(r)];
+            const std::vector<int64_t>& generated = results[begin + static_cast<size_t>(r)].ids;
+            sequences[r].insert(sequences[r].end(), generated.begin(), generated.end());
+          }
+          if (any) {
+            step = RecomputeStep(pipeline, sequences, positions, recompute, request.top_logprobs);
+            record(step);
+            ++t.decode_steps;
+            continue;
+          }
+        }
         // Decode: each row's newest token at its own next position.
         ForwardBatch decode;
         decode.ids = pipeline.HostBuffer({rows, 1}, at::kLong);

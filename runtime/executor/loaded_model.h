@@ -100,6 +100,8 @@ class LoadedModel {
   int64_t vocab_size() const;
   int64_t max_batch() const;    // KV-cache sequence slots
   int64_t max_context() const;  // positions per slot
+  // longrope (Phi-3): original_max_position_embeddings, past which a sequence's cache is recomputed; else 0.
+  int64_t recompute_threshold() const;
   // The stages and their KV caches, for the engine (runtime/engine/engine.h). Internal: its header has ATen.
   Pipeline& pipeline();
 

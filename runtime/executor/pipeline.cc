@@ -8,7 +8,9 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <stdexcept>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -56,14 +58,29 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
   ModelDims& dims = pipeline->dims_;
   const std::map<std::string, planner::ExpectedTensor> expected = planner::CheckpointTensors(spec);
   auto shape = [&](const std::string& name) -> const std::vector<int64_t>& { return expected.at(name).shape; };
-  if (!expected.contains("model.embed_tokens.weight") || !expected.contains("model.layers.0.self_attn.q_proj.weight")) {
+  // Phi-3 fuses q, k and v into qkv_proj (rows: heads, kv_heads, kv_heads times head_dim).
+  const bool fused_qkv = expected.contains("model.layers.0.self_attn.qkv_proj.weight");
+  if (!expected.contains("model.embed_tokens.weight") ||
+      (!fused_qkv && !expected.contains("model.layers.0.self_attn.q_proj.weight"))) {
     return absl::InvalidArgumentError(absl::StrCat(spec.architecture, ": the spec has no Llama-family tensors"));
   }
   dims.vocab = shape("model.embed_tokens.weight")[0];
   dims.hidden = shape("model.embed_tokens.weight")[1];
   dims.head_dim = spec.head_dim;
   dims.num_kv_heads = spec.num_key_value_heads;
-  dims.num_heads = shape("model.layers.0.self_attn.q_proj.weight")[0] / spec.head_dim;
+  dims.num_heads = fused_qkv ? shape("model.layers.0.self_attn.qkv_proj.weight")[0] / spec.head_dim - 2 * dims.num_kv_heads
+                             : shape("model.layers.0.self_attn.q_proj.weight")[0] / spec.head_dim;
+  if (config.architecture == "Gemma2ForCausalLM") dims.family = ModelFamily::kGemma2;
+  if (config.architecture == "Gemma3ForCausalLM") dims.family = ModelFamily::kGemma3;
+  if (config.architecture == "Phi3ForCausalLM") dims.family = ModelFamily::kPhi3;
+  if (config.query_pre_attn_scalar > 0) dims.attention_scale = 1.0 / std::sqrt(config.query_pre_attn_scalar);
+  dims.attn_logit_softcapping = config.attn_logit_softcapping;
+  dims.final_logit_softcapping = config.final_logit_softcapping;
+  if (fused_qkv) dims.intermediate = shape("model.layers.0.mlp.gate_up_proj.weight")[0] / 2;
+  const int64_t rotary_dim = config.rotary_dim > 0 ? config.rotary_dim : dims.head_dim;
+  if (config.rope.type == RopeConfig::Type::kLongRope) {
+    pipeline->recompute_threshold_ = static_cast<int64_t>(config.rope.original_max_positions);
+  }
   dims.rms_norm_eps = config.rms_norm_eps;
   dims.qkv_bias = expected.contains("model.layers.0.self_attn.q_proj.bias");
   dims.qk_norm = config.qk_norm;
@@ -186,7 +203,12 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
       Stage stage;
       stage.label = labels[i];
       stage.device = unit.device;
-      stage.inv_freq = RopeInvFreq(config.rope, dims.head_dim).to(unit.device);
+      stage.inv_freq = RopeInvFreq(config.rope, rotary_dim).to(unit.device);
+      if (config.sliding_rope) stage.inv_freq_sliding = RopeInvFreq(*config.sliding_rope, rotary_dim).to(unit.device);
+      if (config.rope.type == RopeConfig::Type::kLongRope) {
+        stage.inv_freq_long = LongRopeInvFreq(config.rope, rotary_dim, /*long_factors=*/true).to(unit.device);
+        stage.rope = config.rope;
+      }
       if (unit.device.is_cuda()) {
         stage.stream = CudaStreamFromPool(unit.device);
         pipeline->uses_cuda_ = true;
@@ -273,6 +295,33 @@ void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation
   attention.first_slot = batch.first_slot;
   attention.key_length = batch.key_length;
   attention.rope = RopeForPositions(stage.inv_freq, attention.positions, options_.dtype);
+  if (stage.inv_freq_long.defined()) {
+    // longrope picks its factors by the sequence's length, row by row, so that a row's result does not
+    // depend on its batch. transformers' generate() recomputes a sequence's whole cache with the long
+    // factors when it grows past original_max_position_embeddings: the callers do (the scheduler's
+    // recompute_at, LoadedModel::Greedy). A decode row that crosses without it is an error, never a
+    // silent approximation.
+    const int64_t threshold = static_cast<int64_t>(stage.rope.original_max_positions);
+    // starts and last are host tensors (ForwardBatch): reading them does not wait for a device.
+    const int64_t rows = batch.lengths.defined() ? 0 : batch.starts.size(0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t start = batch.starts.data_ptr<int64_t>()[r];
+      const int64_t end = start + batch.last.data_ptr<int64_t>()[r] + 1;
+      if (start > 0 && start <= threshold && end > threshold) {
+        throw std::invalid_argument(absl::StrCat(
+            "longrope: a sequence grows past original_max_position_embeddings (", threshold, ") at position ", start,
+            " after its first tokens were computed with the short factors; it must be recomputed from position 0 "
+            "with the long factors (as transformers' generate() does), not decoded on"));
+      }
+    }
+    at::Tensor seq_len = batch.lengths.defined() ? on_device(batch.lengths)
+                                                 : on_device(batch.starts) + on_device(batch.last) + 1;
+    attention.rope = LongRopeForPositions(stage.inv_freq, stage.inv_freq_long, stage.rope, attention.positions,
+                                          seq_len, options_.dtype);
+  }
+  if (stage.inv_freq_sliding.defined()) {
+    attention.rope_sliding = RopeForPositions(stage.inv_freq_sliding, attention.positions, options_.dtype);
+  }
   for (int64_t window : stage.windows) {
     attention.masks[window] = AttentionMask(attention.positions, batch.key_length, window);
   }

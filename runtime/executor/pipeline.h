@@ -38,6 +38,9 @@ struct Stage {
   std::vector<size_t> units;               // indices into Pipeline::units_
   std::set<int64_t> windows;               // sliding windows of its layers (0: full)
   at::Tensor inv_freq;                     // RoPE inverse frequencies on `device`
+  at::Tensor inv_freq_sliding;             // Gemma 3: the sliding layers' (else undefined)
+  at::Tensor inv_freq_long;                // longrope (Phi-3): the long factors' (inv_freq has the short)
+  RopeConfig rope;                         // longrope: its threshold and attention factor
   KvCache kv;
 };
 
@@ -58,6 +61,9 @@ struct ForwardBatch {
   at::Tensor slots;   // int64 [rows]
   at::Tensor last;    // int64 [rows]
   int64_t key_length = 0;
+  // int64 [rows], optional: each row's sequence length (prompt + generated), by which longrope picks its
+  // factors; undefined means each row's last fed position + 1.
+  at::Tensor lengths;
   // What the host knows about `slots` without reading a device: consecutive slots are a slice of the cache.
   bool slots_contiguous = false;
   int64_t first_slot = 0;
@@ -93,6 +99,8 @@ class Pipeline {
   // Fills ForwardBatch's host-side facts about its slots.
   static void DescribeSlots(ForwardBatch& batch);
   bool uses_cuda() const { return uses_cuda_; }
+  // longrope: original_max_position_embeddings (see SchedulerOptions::recompute_at); else 0.
+  int64_t recompute_threshold() const { return recompute_threshold_; }
 
   const ModelDims& dims() const { return dims_; }
   const std::vector<Stage>& stages() const { return stages_; }
@@ -107,6 +115,7 @@ class Pipeline {
   std::vector<Stage> stages_;
   WeightLoadStats load_stats_;
   bool uses_cuda_ = false;
+  int64_t recompute_threshold_ = 0;
 };
 
 }  // namespace strata::runtime

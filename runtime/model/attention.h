@@ -22,6 +22,7 @@ struct AttentionBatch {
   int64_t first_slot = 0;
   int64_t key_length = 0;  // keys [0, key_length) of every slot take part
   RopeTables rope;
+  RopeTables rope_sliding;  // Gemma 3: the sliding layers' tables (rope_local_base_freq); else undefined
   // Boolean masks [batch, 1, tokens, key_length] per sliding window (0: full causal).
   std::map<int64_t, at::Tensor> masks;
 };

@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/model/qwen3_model.h"
+#include "runtime/model/gemma_model.h"
+#include "runtime/model/phi3_model.h"
 
 namespace strata::runtime {
 
@@ -25,6 +27,10 @@ std::vector<const Weight*> Unit::weight_ptrs() const {
 }
 
 std::vector<std::string> UnitTensorNames(UnitKind kind, int64_t layer, const ModelDims& dims, bool tied_head) {
+  if (dims.family == ModelFamily::kGemma2 || dims.family == ModelFamily::kGemma3) {
+    return GemmaUnitTensorNames(kind, layer, dims, tied_head);
+  }
+  if (dims.family == ModelFamily::kPhi3) return Phi3UnitTensorNames(kind, layer, dims, tied_head);
   switch (kind) {
     case UnitKind::kEmbedding: return {"model.embed_tokens.weight"};
     case UnitKind::kFinalNorm: return {"model.norm.weight"};
@@ -54,6 +60,10 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 
 at::Tensor RunUnit(const Unit& unit, const std::vector<at::Tensor>& w, const ModelDims& dims, const at::Tensor& hidden,
                    AttentionBatch& batch, KvLayer* cache, const at::Tensor& last) {
+  if (dims.family == ModelFamily::kGemma2 || dims.family == ModelFamily::kGemma3) {
+    return RunGemmaUnit(unit, w, dims, hidden, batch, cache, last);
+  }
+  if (dims.family == ModelFamily::kPhi3) return RunPhi3Unit(unit, w, dims, hidden, batch, cache, last);
   switch (unit.kind) {
     case UnitKind::kEmbedding:
       return at::embedding(w[0], hidden);

@@ -16,6 +16,9 @@
 
 namespace strata::runtime {
 
+// Which unit code runs (llama_model.cc dispatches the others to gemma_model.cc / phi3_model.cc).
+enum class ModelFamily { kLlama, kGemma2, kGemma3, kPhi3 };
+
 struct ModelDims {
   int64_t hidden = 0;
   int64_t num_heads = 0;
@@ -27,6 +30,12 @@ struct ModelDims {
   bool qk_norm = false;  // Qwen3 families (qwen3_model.h)
   bool o_bias = false;   // Qwen3 families with attention_bias (with qkv_bias)
   MoeConfig moe;         // Qwen3-MoE, Mixtral (moe.h)
+  // Gemma 2 / Gemma 3 / Phi-3 (zero: not used).
+  ModelFamily family = ModelFamily::kLlama;
+  double attention_scale = 0;          // Gemma: query_pre_attn_scalar^-1/2 (0: head_dim^-1/2)
+  double attn_logit_softcapping = 0;   // Gemma 2
+  double final_logit_softcapping = 0;  // Gemma
+  int64_t intermediate = 0;            // Phi-3: the split of gate_up_proj
 };
 
 enum class UnitKind { kEmbedding, kDecoderLayer, kFinalNorm, kLmHead };

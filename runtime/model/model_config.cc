@@ -103,6 +103,8 @@ absl::StatusOr<RopeConfig> ParseRope(const json& config) {
 
 }  // namespace
 
+absl::StatusOr<RopeConfig> RopeFromJson(const json& config) { return ParseRope(config); }
+
 absl::StatusOr<DecoderConfig> DecoderConfigFromJson(const json& config) {
   DecoderConfig out;
   if (!config.is_object()) return FieldError("(root)", "expected a JSON object");
@@ -110,6 +112,10 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromJson(const json& config) {
   if (arch != config.end() && arch->is_array() && !arch->empty() && (*arch)[0].is_string()) {
     out.architecture = (*arch)[0].get<std::string>();
   }
+  if (out.architecture == "Gemma2ForCausalLM" || out.architecture == "Gemma3ForCausalLM") {
+    return GemmaDecoderConfigFromJson(config);
+  }
+  if (out.architecture == "Phi3ForCausalLM") return Phi3DecoderConfigFromJson(config);
   // Mixtral windows as Mistral; Qwen3 as Qwen2; Qwen3-MoE as Qwen2 but on every layer (no layer_types).
   const bool qwen3_moe = out.architecture == "Qwen3MoeForCausalLM";
   const bool mistral = out.architecture == "MistralForCausalLM" || out.architecture == "MixtralForCausalLM";
@@ -118,7 +124,8 @@ absl::StatusOr<DecoderConfig> DecoderConfigFromJson(const json& config) {
     return FieldError("architectures", absl::StrCat("\"", out.architecture,
                                                     "\" is not one the runtime runs (LlamaForCausalLM, "
                                                     "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                                                    "Qwen3MoeForCausalLM, MixtralForCausalLM)"));
+                                                    "Qwen3MoeForCausalLM, MixtralForCausalLM, Gemma2ForCausalLM, "
+                                                    "Gemma3ForCausalLM, Phi3ForCausalLM)"));
   }
   auto layers = config.find("num_hidden_layers");
   if (layers == config.end() || !layers->is_number_integer()) return FieldError("num_hidden_layers", "required");

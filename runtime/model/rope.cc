@@ -7,6 +7,7 @@
 #include <ATen/ops/pow.h>
 #include <ATen/ops/reciprocal.h>
 #include <ATen/ops/sin.h>
+#include <ATen/ops/tensor.h>
 #include <ATen/ops/where.h>
 
 #include <cmath>
@@ -18,6 +19,7 @@ at::Tensor RopeInvFreq(const RopeConfig& rope, int64_t head_dim) {
   // 1 / base ** (arange(0, dim, 2).float() / dim), in float32 like upstream.
   at::Tensor exponent = at::arange(0, head_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(head_dim);
   at::Tensor inv_freq = at::reciprocal(at::pow(rope.theta, exponent));
+  if (rope.type == RopeConfig::Type::kLongRope) return LongRopeInvFreq(rope, head_dim, /*long_factors=*/false);
   if (rope.type == RopeConfig::Type::kLinear) return inv_freq / rope.factor;
   if (rope.type != RopeConfig::Type::kLlama3) return inv_freq;
 
@@ -39,11 +41,33 @@ RopeTables RopeForPositions(const at::Tensor& inv_freq, const at::Tensor& positi
 }
 
 at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& tables) {
+  if (tables.cos.size(-1) < x.size(-1)) {
+    const int64_t rotary = tables.cos.size(-1);
+    return at::cat({ApplyRope(x.narrow(-1, 0, rotary), tables), x.narrow(-1, rotary, x.size(-1) - rotary)}, -1);
+  }
   const int64_t half = x.size(-1) / 2;
   at::Tensor cos = tables.cos.unsqueeze(1);
   at::Tensor sin = tables.sin.unsqueeze(1);
   at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
   return x * cos + rotated * sin;
+}
+
+at::Tensor LongRopeInvFreq(const RopeConfig& rope, int64_t rotary_dim, bool long_factors) {
+  // torch.tensor(factors, dtype=float32) * base ** (arange(0, dim, 2).float() / dim), reciprocal.
+  const std::vector<double>& factors = long_factors ? rope.long_factor : rope.short_factor;
+  at::Tensor ext = at::tensor(at::ArrayRef<double>(factors), at::kDouble).to(at::kFloat);
+  at::Tensor exponent = at::arange(0, rotary_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(rotary_dim);
+  return at::reciprocal(ext * at::pow(rope.theta, exponent));
+}
+
+RopeTables LongRopeForPositions(const at::Tensor& short_inv_freq, const at::Tensor& long_inv_freq,
+                                const RopeConfig& rope, const at::Tensor& positions, const at::Tensor& seq_len,
+                                at::ScalarType dtype) {
+  at::Tensor use_long = (seq_len > static_cast<int64_t>(rope.original_max_positions)).view({-1, 1});
+  at::Tensor inv_freq = at::where(use_long, long_inv_freq, short_inv_freq);  // [B, D/2]
+  at::Tensor freqs = positions.unsqueeze(-1).to(at::kFloat) * inv_freq.unsqueeze(1);
+  at::Tensor emb = at::cat({freqs, freqs}, -1);
+  return {(at::cos(emb) * rope.attention_factor).to(dtype), (at::sin(emb) * rope.attention_factor).to(dtype)};
 }
 
 }  // namespace strata::runtime

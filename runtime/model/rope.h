@@ -22,7 +22,18 @@ struct RopeTables {
 // at the end, as LlamaRotaryEmbedding.forward.
 RopeTables RopeForPositions(const at::Tensor& inv_freq, const at::Tensor& positions, at::ScalarType dtype);
 
-// x * cos + rotate_half(x) * sin for x [batch, heads, tokens, head_dim].
+// x * cos + rotate_half(x) * sin for x [batch, heads, tokens, head_dim]. Tables narrower than the head
+// (partial rotary, Phi-3) rotate its first dims and pass the rest through, as upstream.
 at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& tables);
+
+// longrope (Phi-3): 1 / (factor * theta^(2i/d)) with the short or long factors (`long_factors`).
+at::Tensor LongRopeInvFreq(const RopeConfig& rope, int64_t rotary_dim, bool long_factors);
+
+// longrope's tables: per row, the long inverse frequencies when its sequence's length (`seq_len`, [batch]
+// int64 on the positions' device) exceeds original_max_positions, else the short ones (chosen on the
+// device, as dynamic_rope_update's torch.where); cos/sin scaled by attention_factor in float32.
+RopeTables LongRopeForPositions(const at::Tensor& short_inv_freq, const at::Tensor& long_inv_freq,
+                                const RopeConfig& rope, const at::Tensor& positions, const at::Tensor& seq_len,
+                                at::ScalarType dtype);
 
 }  // namespace strata::runtime

@@ -22,6 +22,7 @@ _COUNTED = {
     "test_plan_parity.py::test_device_map_matches_transformers": "plan parity: {passed}/{total} maps identical to transformers",
     "test_module_tree_parity.py::test_print_module_tree_matches_export": "module tree parity: {passed}/{total} trees identical to tools/export_module_tree.py",
     "test_module_tree_parity.py::test_other_architecture_plan_matches_transformers": "any-architecture parity (--module-tree): {passed}/{total} maps identical to transformers",
+    "test_family_plan_parity_gemma.py::test_family_device_map_matches_transformers": "Gemma 2/Gemma 3/Phi-3 plan parity: {passed}/{total} maps identical to transformers",
     "test_inventory_parity.py::test_default_budgets_match_transformers": "inventory parity: {passed}/{total} maps identical to transformers",
     "test_family_plan_parity_moe.py::test_moe_family_device_map_matches_transformers": "Qwen3/Qwen3-MoE/Mixtral plan parity: {passed}/{total} maps identical to transformers",
 }

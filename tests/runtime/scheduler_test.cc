@@ -37,6 +37,60 @@ TEST(Scheduler, AdmitsOnlyWhileSlotsAreFree) {
   EXPECT_NE(batch->rows[0].slot, batch->rows[1].slot);
 }
 
+// longrope (SchedulerOptions::recompute_at): a sequence whose cache was computed at <= 5 tokens is fed again
+// from position 0 when it reaches 6, as transformers' generate() drops the cache there; a prompt already
+// longer than 5 is prefilled in chunks once, never recomputed.
+TEST(Scheduler, RecomputesFromZeroWhenGrowingPastRecomputeAt) {
+  SchedulerOptions o = Options(2, 1, /*chunk=*/4);
+  o.recompute_at = 5;
+  Scheduler s(o);
+  s.Add(1, 4);
+  auto prefill = s.Next();
+  ASSERT_TRUE(prefill);
+  EXPECT_EQ(prefill->rows[0].length, 4);
+  s.Append(1);  // 5 tokens
+  s.Complete(*prefill);
+  auto decode = s.Next();
+  ASSERT_TRUE(decode);
+  EXPECT_EQ(decode->rows[0].start, 4);
+  EXPECT_EQ(decode->rows[0].count, 1);
+  s.Append(1);  // 6 tokens: past recompute_at
+  s.Complete(*decode);
+  auto first = s.Next();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->rows[0].start, 0);
+  EXPECT_EQ(first->rows[0].count, 4);
+  EXPECT_EQ(first->rows[0].length, 6);
+  EXPECT_FALSE(first->rows[0].samples);
+  s.Complete(*first);
+  auto second = s.Next();
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->rows[0].start, 4);
+  EXPECT_EQ(second->rows[0].count, 2);
+  EXPECT_TRUE(second->rows[0].samples);
+  s.Append(1);  // 7 tokens: decodes on, no second recomputation
+  s.Complete(*second);
+  auto next = s.Next();
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->rows[0].start, 6);
+  EXPECT_EQ(next->rows[0].count, 1);
+
+  s.Add(2, 9);  // longer than recompute_at from the start: chunks of 4, 4, 1 and no recomputation
+  s.Complete(*next);
+  int64_t fed = 0;
+  for (int i = 0; i < 3; ++i) {
+    auto b = s.Next();
+    ASSERT_TRUE(b);
+    for (const ScheduledRow& row : b->rows) {
+      if (row.sequence != 2) continue;
+      EXPECT_EQ(row.start, fed);
+      fed += row.count;
+    }
+    s.Complete(*b);
+  }
+  EXPECT_EQ(fed, 9);
+}
+
 TEST(Scheduler, LongPromptsArePrefilledInChunks) {
   Scheduler s(Options(1, 1, /*chunk=*/4));
   s.Add(7, 10);

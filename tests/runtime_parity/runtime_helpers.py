@@ -51,6 +51,26 @@ CONFIGS = {
                                                    num_experts_per_tok=3, decoder_sparse_step=2,
                                                    norm_topk_prob=False, tie_word_embeddings=True)),
     "mixtral_sliding": ("MixtralConfig", dict(_COMMON, num_local_experts=4, num_experts_per_tok=2, sliding_window=5)),
+    # Gemma 2: both soft-caps active, sliding (layers 0, 2) and global layers, query_pre_attn_scalar != head_dim.
+    "gemma2_softcap": ("Gemma2Config", dict(_COMMON, head_dim=16, sliding_window=5, query_pre_attn_scalar=24,
+                                            attn_logit_softcapping=5.0, final_logit_softcapping=4.0,
+                                            tie_word_embeddings=True)),
+    # Gemma 3: q/k norms, every second layer global with linear-scaled RoPE (theta 1e6), sliding layers
+    # with their own base (rope_local_base_freq), the final soft-cap.
+    "gemma3_qknorm": ("Gemma3TextConfig", dict(_COMMON, head_dim=16, sliding_window=5, sliding_window_pattern=2,
+                                                query_pre_attn_scalar=16, final_logit_softcapping=6.0,
+                                                tie_word_embeddings=True, rope_parameters={
+                                                    "full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                                       "rope_theta": 1000000.0},
+                                                    "sliding_attention": {"rope_type": "default",
+                                                                          "rope_theta": 10000.0}})),
+    # Phi-3: fused projections, half the head rotated, longrope (short factors below 64 tokens, the
+    # attention factor of max_position_embeddings / 64), a sliding window on every layer.
+    "phi3_longrope": ("Phi3Config", dict(_COMMON, sliding_window=9, partial_rotary_factor=0.5,
+                                         original_max_position_embeddings=64, rope_parameters={
+                                             "rope_type": "longrope", "rope_theta": 10000.0,
+                                             "short_factor": [1.0, 1.1, 1.5, 2.0],
+                                             "long_factor": [1.5, 3.0, 6.0, 12.0]})),
 }
 
 
@@ -67,6 +87,8 @@ def make_checkpoint(directory: pathlib.Path, name: str, dtype=torch.float32, see
         for p in model.parameters():
             if p.dim() > 1:
                 p.mul_(8.0)
+            elif name.startswith("gemma"):
+                p.uniform_(-0.5, 0.5)  # Gemma norms scale by (1 + weight), initialised to zeros
     model = model.to(dtype)
     shard = "40KB" if name == "llama_sharded" else "10GB"
     model.save_pretrained(directory, safe_serialization=True, max_shard_size=shard)

@@ -1,0 +1,270 @@
+// ModelSpecFromConfig for Gemma 2 (Gemma2ForCausalLM, model_type gemma2) and Gemma 3 text
+// (Gemma3ForCausalLM, model_type gemma3_text): the tree `AutoModelForCausalLM.from_config(config, dtype=D)`
+// builds with transformers 5.23 (models/gemma2, models/gemma3: modeling_*.py and configuration_*.py).
+//
+// What differs from Llama: the embedding is a Gemma*TextScaledWordEmbedding carrying a 0-d,
+// non-persistent `embed_scale` buffer in the serving dtype; four RMSNorms per layer (input,
+// post-attention, pre- and post-feedforward); Gemma 3 adds q_norm / k_norm over head_dim and one pair of
+// rotary buffers per layer type present ("full_attention_inv_freq", ...), in sorted type order; the MLP
+// activation comes from `hidden_activation`; embeddings are tied by default.
+
+#include <algorithm>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "planner/model_spec.h"
+#include "planner/spec_builder.h"
+
+namespace strata::planner {
+namespace {
+
+using namespace spec_builder;  // NOLINT: the family builders' shared vocabulary
+
+struct GemmaVariant {
+  absl::string_view architecture;
+  absl::string_view model_type;
+  absl::string_view prefix;        // class-name prefix: Gemma2, Gemma3
+  absl::string_view model_class;   // Gemma2Model, Gemma3TextModel
+  bool qk_norm;                    // Gemma 3
+  int64_t sliding_window_pattern;  // default layer_types: every pattern-th layer is full attention
+};
+
+constexpr GemmaVariant kGemma2{"Gemma2ForCausalLM", "gemma2", "Gemma2", "Gemma2Model", false, 2};
+constexpr GemmaVariant kGemma3{"Gemma3ForCausalLM", "gemma3_text", "Gemma3", "Gemma3TextModel", true, 6};
+
+const GemmaVariant* FindVariant(const json& config) {
+  if (!config.is_object()) return nullptr;
+  for (const GemmaVariant* v : {&kGemma2, &kGemma3}) {
+    auto mt = config.find("model_type");
+    if (mt != config.end() && mt->is_string() && mt->get<std::string>() == v->model_type) return v;
+    auto arch = config.find("architectures");
+    if (arch != config.end() && arch->is_array() && !arch->empty() && (*arch)[0].is_string() &&
+        (*arch)[0].get<std::string>() == v->architecture) {
+      return v;
+    }
+  }
+  return nullptr;
+}
+
+// The RoPE type of one rotary embedding: only the types whose inv_freq the runtime computes for this
+// family (default; linear, which Gemma 3's global layers use) are accepted.
+absl::Status CheckRopeDict(const json& params, const std::string& field) {
+  if (!params.is_object()) return FieldError(field, absl::StrCat("must be an object, got ", params.dump()));
+  std::string type = "default";
+  for (const char* key : {"rope_type", "type"}) {
+    auto it = params.find(key);
+    if (it == params.end()) continue;
+    if (!it->is_string())
+      return FieldError(absl::StrCat(field, ".", key), absl::StrCat("must be a string, got ", it->dump()));
+    type = it->get<std::string>();
+    break;
+  }
+  if (type != "default" && type != "linear") {
+    return FieldError(absl::StrCat(field, ".rope_type"),
+                      absl::StrCat("\"", type, "\" is not supported for this architecture (default, linear)"));
+  }
+  if (auto it = params.find("partial_rotary_factor"); it != params.end() && !it->is_null()) {
+    if (!it->is_number() || it->get<double>() != 1.0) {
+      return FieldError(absl::StrCat(field, ".partial_rotary_factor"), "is not supported for this architecture");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// PreTrainedConfig's layer_types check: one of the known types per hidden layer.
+absl::StatusOr<std::vector<std::string>> LayerTypes(const json& config, const GemmaVariant& v, int64_t layers) {
+  std::vector<std::string> types;
+  auto it = config.find("layer_types");
+  if (it == config.end() || it->is_null()) {
+    int64_t pattern = v.sliding_window_pattern;
+    if (&v == &kGemma3) {
+      if (auto p = config.find("sliding_window_pattern"); p != config.end() && !p->is_null()) {
+        absl::StatusOr<int64_t> n = PositiveIntAtMost(*p, "sliding_window_pattern", kMaxHiddenLayers);
+        if (!n.ok()) return n.status();
+        pattern = *n;
+      }
+    }
+    for (int64_t i = 0; i < layers; ++i) {
+      types.push_back((i + 1) % pattern != 0 ? "sliding_attention" : "full_attention");
+    }
+    return types;
+  }
+  if (!it->is_array() || static_cast<int64_t>(it->size()) != layers) {
+    return FieldError("layer_types", absl::StrCat("must be an array with one entry per hidden layer (", layers, ")"));
+  }
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& t = (*it)[i];
+    if (!t.is_string() || (t != "sliding_attention" && t != "full_attention")) {
+      return FieldError(absl::StrCat("layer_types[", i, "]"),
+                        absl::StrCat("must be \"sliding_attention\" or \"full_attention\", got ", t.dump()));
+    }
+    types.push_back(t.get<std::string>());
+  }
+  return types;
+}
+
+absl::Status CheckRope(const json& config, const GemmaVariant& v) {
+  if (auto it = config.find("partial_rotary_factor"); it != config.end() && !it->is_null()) {
+    if (!it->is_number() || it->get<double>() != 1.0) {
+      return FieldError("partial_rotary_factor", "is not supported for this architecture");
+    }
+  }
+  auto scaling = config.find("rope_scaling");
+  const bool has_scaling =
+      scaling != config.end() && !scaling->is_null() && !(scaling->is_object() && scaling->empty());
+  if (has_scaling) {
+    absl::Status s = CheckRopeDict(*scaling, "rope_scaling");
+    if (!s.ok()) return s;
+  }
+  auto params = config.find("rope_parameters");
+  if (params == config.end() || params->is_null()) return absl::OkStatus();
+  if (!params->is_object())
+    return FieldError("rope_parameters", absl::StrCat("must be an object, got ", params->dump()));
+  const bool nested = params->contains("full_attention") || params->contains("sliding_attention");
+  if (&v == &kGemma2) {
+    if (nested)
+      return FieldError("rope_parameters", "holds per-layer-type RoPE parameters, which Gemma 2 does not support");
+    return has_scaling ? absl::OkStatus() : CheckRopeDict(*params, "rope_parameters");
+  }
+  if (!nested) {
+    return FieldError("rope_parameters", "must hold \"full_attention\" and \"sliding_attention\" entries for Gemma 3");
+  }
+  for (const char* type : {"full_attention", "sliding_attention"}) {
+    auto it = params->find(type);
+    if (it == params->end() || it->is_null()) continue;
+    absl::Status s = CheckRopeDict(*it, absl::StrCat("rope_parameters.", type));
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool IsGemmaConfig(const json& config) { return FindVariant(config) != nullptr; }
+
+absl::StatusOr<ModelSpec> GemmaSpecFromConfig(const json& config, DType dtype) {
+  const GemmaVariant* variant = FindVariant(config);
+  if (variant == nullptr) return absl::InvalidArgumentError("config.json: not a Gemma 2 or Gemma 3 text config");
+  const GemmaVariant& v = *variant;
+  if (absl::Status s = CheckArchitecture(config, v.architecture, v.model_type); !s.ok()) return s;
+
+  absl::StatusOr<int64_t> hidden = RequiredPositiveInt(config, "hidden_size", kMaxHiddenSize);
+  if (!hidden.ok()) return hidden.status();
+  absl::StatusOr<int64_t> intermediate = RequiredPositiveInt(config, "intermediate_size", kMaxHiddenSize);
+  if (!intermediate.ok()) return intermediate.status();
+  absl::StatusOr<int64_t> layers = RequiredPositiveInt(config, "num_hidden_layers", kMaxHiddenLayers);
+  if (!layers.ok()) return layers.status();
+  absl::StatusOr<int64_t> heads = RequiredPositiveInt(config, "num_attention_heads", kMaxAttentionHeads);
+  if (!heads.ok()) return heads.status();
+  absl::StatusOr<int64_t> vocab = RequiredPositiveInt(config, "vocab_size", kMaxVocabSize);
+  if (!vocab.ok()) return vocab.status();
+  // Both config classes type these `int` with defaults 4 and 256: null is refused.
+  absl::StatusOr<int64_t> kv_heads = PositiveIntOr(config, "num_key_value_heads", 4, false, kMaxAttentionHeads);
+  if (!kv_heads.ok()) return kv_heads.status();
+  absl::StatusOr<int64_t> head_dim = PositiveIntOr(config, "head_dim", 256, false, kMaxHeadDim);
+  if (!head_dim.ok()) return head_dim.status();
+  // validate_architecture of both config classes.
+  if (*hidden % *heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: hidden_size (", *hidden,
+                                                   ") must be a multiple of num_attention_heads (", *heads, ")"));
+  }
+  if (*heads % *kv_heads != 0) {
+    return FieldError("num_key_value_heads",
+                      absl::StrCat("(", *kv_heads, ") must divide num_attention_heads (", *heads, ")"));
+  }
+  if (absl::Status s = CheckPadTokenId(config, *vocab, 0); !s.ok()) return s;
+
+  std::string activation = "gelu_pytorch_tanh";
+  if (auto it = config.find("hidden_activation"); it != config.end() && !it->is_null()) {
+    if (!it->is_string()) return FieldError("hidden_activation", absl::StrCat("must be a string, got ", it->dump()));
+    activation = it->get<std::string>();
+  }
+  std::optional<std::string> act_class = ActivationClass(activation);
+  if (!act_class) return FieldError("hidden_activation", absl::StrCat("\"", activation, "\" is not supported"));
+
+  absl::StatusOr<bool> tie = BoolOr(config, "tie_word_embeddings", true);
+  if (!tie.ok()) return tie.status();
+  absl::StatusOr<bool> bias = BoolOr(config, "attention_bias", false);
+  if (!bias.ok()) return bias.status();
+  absl::StatusOr<std::vector<std::string>> layer_types = LayerTypes(config, v, *layers);
+  if (!layer_types.ok()) return layer_types.status();
+  if (absl::Status s = CheckRope(config, v); !s.ok()) return s;
+
+  const std::string p(v.prefix);
+  const std::string norm_class = p + "RMSNorm";
+  ModelSpec spec;
+  spec.architecture = std::string(v.architecture);
+  spec.dtype = dtype;
+  spec.no_split_classes = {p + "DecoderLayer"};
+  if (*tie) spec.tied_weights["lm_head.weight"] = "model.embed_tokens.weight";
+  spec.num_hidden_layers = *layers;
+  spec.num_key_value_heads = *kv_heads;
+  spec.head_dim = *head_dim;
+
+  ModuleSpec& root = spec.root;
+  root.class_name = spec.architecture;
+  ModuleSpec model = Module(root, "model", std::string(v.model_class));
+  // torch.tensor(hidden_size ** 0.5) built under from_config's default dtype: a 0-d buffer in the
+  // serving dtype, not saved in checkpoints.
+  ModuleSpec embed = Module(model, "embed_tokens", p + "TextScaledWordEmbedding");
+  embed.parameters.push_back(Tensor("weight", {*vocab, *hidden}, dtype));
+  embed.buffers.push_back(Tensor("embed_scale", {}, dtype, /*persistent=*/false));
+  model.children.push_back(std::move(embed));
+
+  ModuleSpec layer_list = Module(model, "layers", "ModuleList");
+  for (int64_t i = 0; i < *layers; ++i) {
+    ModuleSpec layer = Module(layer_list, std::to_string(i), p + "DecoderLayer");
+    ModuleSpec attn = Module(layer, "self_attn", p + "Attention");
+    attn.children.push_back(Linear(attn, "q_proj", *hidden, *heads * *head_dim, *bias, dtype));
+    attn.children.push_back(Linear(attn, "k_proj", *hidden, *kv_heads * *head_dim, *bias, dtype));
+    attn.children.push_back(Linear(attn, "v_proj", *hidden, *kv_heads * *head_dim, *bias, dtype));
+    attn.children.push_back(Linear(attn, "o_proj", *heads * *head_dim, *hidden, *bias, dtype));
+    if (v.qk_norm) {
+      attn.children.push_back(Norm(attn, "q_norm", norm_class, *head_dim, dtype));
+      attn.children.push_back(Norm(attn, "k_norm", norm_class, *head_dim, dtype));
+    }
+    layer.children.push_back(std::move(attn));
+    ModuleSpec mlp = Module(layer, "mlp", p + "MLP");
+    mlp.children.push_back(Linear(mlp, "gate_proj", *hidden, *intermediate, false, dtype));
+    mlp.children.push_back(Linear(mlp, "up_proj", *hidden, *intermediate, false, dtype));
+    mlp.children.push_back(Linear(mlp, "down_proj", *intermediate, *hidden, false, dtype));
+    mlp.children.push_back(Module(mlp, "act_fn", *act_class));
+    layer.children.push_back(std::move(mlp));
+    for (const char* norm :
+         {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"}) {
+      layer.children.push_back(Norm(layer, norm, norm_class, *hidden, dtype));
+    }
+    layer_list.children.push_back(std::move(layer));
+  }
+  model.children.push_back(std::move(layer_list));
+  model.children.push_back(Norm(model, "norm", norm_class, *hidden, dtype));
+
+  // Default and linear RoPE: arange(0, head_dim, 2) frequencies, float32, non-persistent.
+  const int64_t inv_freq_length = (*head_dim + 1) / 2;
+  ModuleSpec rotary = Module(model, "rotary_emb", p + "RotaryEmbedding");
+  if (v.qk_norm) {
+    // Gemma3RotaryEmbedding: one pair per layer type in use, in sorted order.
+    const std::set<std::string> used(layer_types->begin(), layer_types->end());
+    for (const std::string& type : used) {
+      rotary.buffers.push_back(Tensor(type + "_inv_freq", {inv_freq_length}, DType::kFloat32, false));
+      rotary.buffers.push_back(Tensor(type + "_original_inv_freq", {inv_freq_length}, DType::kFloat32, false));
+    }
+  } else {
+    rotary.buffers.push_back(Tensor("inv_freq", {inv_freq_length}, DType::kFloat32, false));
+    rotary.buffers.push_back(Tensor("original_inv_freq", {inv_freq_length}, DType::kFloat32, false));
+  }
+  model.children.push_back(std::move(rotary));
+  root.children.push_back(std::move(model));
+  root.children.push_back(Linear(root, "lm_head", *hidden, *vocab, /*bias=*/false, dtype));
+  if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) {
+    return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
+  }
+  return spec;
+}
+
+}  // namespace strata::planner

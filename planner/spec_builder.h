@@ -1,0 +1,159 @@
+#pragma once
+// Internal to planner/: the pieces the config.json model builders of the Gemma and Phi-3 families share
+// (model_spec_gemma.cc, model_spec_phi3.cc): typed field readers whose errors name the field, and
+// constructors for the nn.Module nodes transformers registers.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+#include "planner/model_spec.h"
+
+namespace strata::planner::spec_builder {
+
+using json = nlohmann::json;
+
+inline absl::Status FieldError(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("config.json: ", field, " ", what));
+}
+
+// A positive integer no larger than `max`; booleans and floats such as 64.0 are refused, as transformers'
+// strict config dataclasses refuse them for int fields.
+inline absl::StatusOr<int64_t> PositiveIntAtMost(const json& value, absl::string_view field, int64_t max) {
+  if (!value.is_number_integer() || (!value.is_number_unsigned() && value.get<int64_t>() <= 0) ||
+      (value.is_number_unsigned() && value.get<uint64_t>() == 0)) {
+    return FieldError(field, absl::StrCat("must be a positive integer, got ", value.dump()));
+  }
+  if ((value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(max)) ||
+      (!value.is_number_unsigned() && value.get<int64_t>() > max)) {
+    return FieldError(field, absl::StrCat("must be at most ", max, ", got ", value.dump()));
+  }
+  return value.get<int64_t>();
+}
+
+inline absl::StatusOr<int64_t> RequiredPositiveInt(const json& config, absl::string_view field, int64_t max) {
+  auto it = config.find(field);
+  if (it == config.end()) return FieldError(field, "is missing (expected a positive integer)");
+  return PositiveIntAtMost(*it, field, max);
+}
+
+// The field's value, `fallback` when absent; null is `fallback` only where `may_be_null`.
+inline absl::StatusOr<int64_t> PositiveIntOr(const json& config, absl::string_view field, int64_t fallback,
+                                             bool may_be_null, int64_t max) {
+  auto it = config.find(field);
+  if (it == config.end() || (it->is_null() && may_be_null)) return fallback;
+  return PositiveIntAtMost(*it, field, max);
+}
+
+inline absl::StatusOr<bool> BoolOr(const json& config, absl::string_view field, bool fallback) {
+  auto it = config.find(field);
+  if (it == config.end()) return fallback;
+  if (!it->is_boolean()) return FieldError(field, absl::StrCat("must be true or false, got ", it->dump()));
+  return it->get<bool>();
+}
+
+// nn.Embedding(vocab, hidden, padding_idx=pad_token_id) asserts that the padding index is inside the table.
+inline absl::Status CheckPadTokenId(const json& config, int64_t vocab, int64_t fallback) {
+  int64_t pad = fallback;
+  auto it = config.find("pad_token_id");
+  if (it != config.end()) {
+    if (it->is_null()) return absl::OkStatus();
+    if (!it->is_number_integer())
+      return FieldError("pad_token_id", absl::StrCat("must be an integer, got ", it->dump()));
+    if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(vocab)) {
+      return FieldError("pad_token_id", absl::StrCat("(", it->dump(), ") must be below vocab_size (", vocab, ")"));
+    }
+    pad = it->get<int64_t>();
+  }
+  if (pad >= vocab || pad < -vocab) {
+    return FieldError("pad_token_id", absl::StrCat("(", pad, ") must be below vocab_size (", vocab, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// ACT2FN's parameterless activations this family's checkpoints use -> module class name; nullopt for others.
+inline std::optional<std::string> ActivationClass(absl::string_view name) {
+  constexpr std::pair<absl::string_view, absl::string_view> kActivations[] = {
+      {"gelu", "GELUActivation"},
+      {"gelu_python", "GELUActivation"},
+      {"gelu_new", "NewGELUActivation"},
+      {"gelu_pytorch_tanh", "GELUTanh"},
+      {"gelu_python_tanh", "GELUTanh"},
+      {"silu", "SiLUActivation"},
+      {"swish", "SiLU"},
+      {"relu", "ReLU"},
+  };
+  for (const auto& [n, cls] : kActivations) {
+    if (n == name) return std::string(cls);
+  }
+  return std::nullopt;
+}
+
+inline TensorSpec Tensor(std::string name, std::vector<int64_t> shape, DType dtype, bool persistent = true) {
+  return TensorSpec{std::move(name), std::move(shape), dtype, persistent};
+}
+
+inline ModuleSpec Module(const ModuleSpec& parent, std::string_view local, std::string class_name) {
+  ModuleSpec m;
+  m.name = parent.ChildName(local);
+  m.class_name = std::move(class_name);
+  return m;
+}
+
+// nn.Linear(in, out, bias): weight [out, in], then bias [out].
+inline ModuleSpec Linear(const ModuleSpec& parent, std::string_view local, int64_t in, int64_t out, bool bias,
+                         DType dtype) {
+  ModuleSpec m = Module(parent, local, "Linear");
+  m.parameters.push_back(Tensor("weight", {out, in}, dtype));
+  if (bias) m.parameters.push_back(Tensor("bias", {out}, dtype));
+  return m;
+}
+
+inline ModuleSpec Norm(const ModuleSpec& parent, std::string_view local, const std::string& class_name, int64_t dim,
+                       DType dtype) {
+  ModuleSpec m = Module(parent, local, class_name);
+  m.parameters.push_back(Tensor("weight", {dim}, dtype));
+  return m;
+}
+
+// model_type / architectures[0] agreement: AutoModelForCausalLM builds from model_type.
+inline absl::Status CheckArchitecture(const json& config, absl::string_view architecture,
+                                      absl::string_view model_type) {
+  auto mt = config.find("model_type");
+  if (mt != config.end() && !mt->is_null() && (!mt->is_string() || mt->get<std::string>() != model_type)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: model_type is ", mt->dump(), " but ", architecture, " needs \"", model_type, "\""));
+  }
+  auto arch = config.find("architectures");
+  if (arch != config.end() && !arch->is_null()) {
+    if (!arch->is_array() || arch->empty() || !(*arch)[0].is_string()) {
+      return FieldError("architectures", absl::StrCat("must be a non-empty array of strings, got ", arch->dump()));
+    }
+    if ((*arch)[0].get<std::string>() != architecture) {
+      return absl::InvalidArgumentError(absl::StrCat("config.json: architectures[0] is ", (*arch)[0].dump(),
+                                                     " but model_type is \"", model_type, "\""));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata::planner::spec_builder
+
+namespace strata::planner {
+
+// Gemma2ForCausalLM (model_type gemma2) and Gemma3ForCausalLM (gemma3_text): model_spec_gemma.cc.
+// Phi3ForCausalLM (phi3): model_spec_phi3.cc. Called by ModelSpecFromConfig when the config names them.
+bool IsGemmaConfig(const nlohmann::json& config);
+absl::StatusOr<ModelSpec> GemmaSpecFromConfig(const nlohmann::json& config, DType dtype);
+bool IsPhi3Config(const nlohmann::json& config);
+absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const nlohmann::json& config, DType dtype);
+
+}  // namespace strata::planner

@@ -1,0 +1,145 @@
+#include "runtime/model/gemma_model.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/embedding.h>
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/rsqrt.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+#include <ATen/ops/softmax.h>
+#include <ATen/ops/tanh.h>
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata::runtime {
+namespace {
+
+// tanh(x / cap) * cap, in x's dtype, as upstream's soft-capping.
+at::Tensor SoftCap(const at::Tensor& x, double cap) { return at::tanh(x / cap) * cap; }
+
+// [B, kv_heads, K, D] -> [B, kv_heads * groups, K, D], as repeat_kv.
+at::Tensor RepeatKv(const at::Tensor& x, int64_t groups) {
+  if (groups == 1) return x;
+  const int64_t b = x.size(0), h = x.size(1), k = x.size(2), d = x.size(3);
+  return x.unsqueeze(2).expand({b, h, groups, k, d}).reshape({b, h * groups, k, d});
+}
+
+at::Tensor GemmaAttention(const at::Tensor& hidden, const std::vector<at::Tensor>& w, const ModelDims& dims,
+                          const Unit& unit, AttentionBatch& batch, KvLayer& cache) {
+  const int64_t b = hidden.size(0);
+  const int64_t t = hidden.size(1);
+  const bool gemma3 = dims.family == ModelFamily::kGemma3;
+  const size_t bias0 = gemma3 ? kGemmaKNorm + 1 : kGemmaQNorm;
+  auto project = [&](int index, int bias_offset, int64_t heads) {
+    at::Tensor out =
+        dims.qkv_bias ? at::linear(hidden, w[index], w[bias0 + bias_offset]) : at::linear(hidden, w[index]);
+    return out.view({b, t, heads, dims.head_dim}).transpose(1, 2);  // [B, heads, T, D]
+  };
+  at::Tensor q = project(kGemmaQ, 0, dims.num_heads);
+  at::Tensor k = project(kGemmaK, 1, dims.num_kv_heads);
+  at::Tensor v = project(kGemmaV, 2, dims.num_kv_heads);
+  if (gemma3) {
+    q = GemmaRmsNorm(q, w[kGemmaQNorm], dims.rms_norm_eps);
+    k = GemmaRmsNorm(k, w[kGemmaKNorm], dims.rms_norm_eps);
+  }
+  const RopeTables& rope = unit.window > 0 && batch.rope_sliding.cos.defined() ? batch.rope_sliding : batch.rope;
+  q = ApplyRope(q, rope);
+  k = ApplyRope(k, rope);
+  auto [keys, values] =
+      KvAppend(cache, batch.slots, batch.slots_contiguous, batch.first_slot, batch.positions, k, v, batch.key_length);
+  const at::Tensor& mask = batch.masks.at(unit.window);
+  const double scale = dims.attention_scale > 0 ? dims.attention_scale : 1.0 / std::sqrt(double(dims.head_dim));
+  at::Tensor out;
+  if (dims.attn_logit_softcapping > 0) {
+    // Gemma 2's eager attention: scores, soft-cap, mask, float32 softmax cast back, weighted values.
+    const int64_t groups = dims.num_heads / dims.num_kv_heads;
+    at::Tensor scores = at::matmul(q, RepeatKv(keys, groups).transpose(2, 3)) * scale;
+    scores = SoftCap(scores, dims.attn_logit_softcapping);
+    scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity());
+    at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+    out = at::matmul(probs, RepeatKv(values, groups));
+  } else {
+    out = at::scaled_dot_product_attention(q, keys, values, mask, /*dropout_p=*/0.0, /*is_causal=*/false, scale,
+                                           /*enable_gqa=*/dims.num_kv_heads != dims.num_heads);
+  }
+  out = out.transpose(1, 2).reshape({b, t, dims.num_heads * dims.head_dim});
+  return dims.qkv_bias ? at::linear(out, w[kGemmaO], w[bias0 + 3]) : at::linear(out, w[kGemmaO]);
+}
+
+}  // namespace
+
+at::Tensor GemmaRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor x32 = x.to(at::kFloat);
+  x32 = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (x32 * (1.0 + weight.to(at::kFloat))).to(x.scalar_type());
+}
+
+std::vector<std::string> GemmaUnitTensorNames(UnitKind kind, int64_t layer, const ModelDims& dims, bool tied_head) {
+  if (kind != UnitKind::kDecoderLayer) {
+    ModelDims llama = dims;
+    llama.family = ModelFamily::kLlama;
+    return UnitTensorNames(kind, layer, llama, tied_head);
+  }
+  const std::string p = absl::StrCat("model.layers.", layer, ".");
+  std::vector<std::string> names = {p + "input_layernorm.weight",
+                                    p + "self_attn.q_proj.weight",
+                                    p + "self_attn.k_proj.weight",
+                                    p + "self_attn.v_proj.weight",
+                                    p + "self_attn.o_proj.weight",
+                                    p + "post_attention_layernorm.weight",
+                                    p + "mlp.gate_proj.weight",
+                                    p + "mlp.up_proj.weight",
+                                    p + "mlp.down_proj.weight",
+                                    p + "pre_feedforward_layernorm.weight",
+                                    p + "post_feedforward_layernorm.weight"};
+  if (dims.family == ModelFamily::kGemma3) {
+    names.push_back(p + "self_attn.q_norm.weight");
+    names.push_back(p + "self_attn.k_norm.weight");
+  }
+  if (dims.qkv_bias) {
+    for (const char* bias : {"q_proj", "k_proj", "v_proj", "o_proj"})
+      names.push_back(p + "self_attn." + bias + ".bias");
+  }
+  return names;
+}
+
+at::Tensor RunGemmaUnit(const Unit& unit, const std::vector<at::Tensor>& w, const ModelDims& dims,
+                        const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last) {
+  switch (unit.kind) {
+    case UnitKind::kEmbedding: {
+      // Gemma*TextScaledWordEmbedding: embed_scale is torch.tensor(hidden ** 0.5) in the serving dtype.
+      at::Tensor scale =
+          at::scalar_tensor(std::sqrt(static_cast<double>(dims.hidden)), w[0].options().dtype(at::kDouble))
+              .to(w[0].scalar_type());
+      return at::embedding(w[0], hidden) * scale;
+    }
+    case UnitKind::kFinalNorm: {
+      at::Tensor rows = hidden;
+      if (hidden.size(1) > 1) {
+        at::Tensor index = last.view({-1, 1, 1}).expand({hidden.size(0), 1, hidden.size(2)});
+        rows = hidden.gather(1, index);
+      }
+      return GemmaRmsNorm(rows, w[0], dims.rms_norm_eps);
+    }
+    case UnitKind::kLmHead: {
+      at::Tensor logits = at::linear(hidden, w[0]).select(1, 0);
+      if (dims.final_logit_softcapping > 0) logits = SoftCap(logits, dims.final_logit_softcapping);
+      return logits.to(at::kFloat);
+    }
+    case UnitKind::kDecoderLayer:
+      break;
+  }
+  at::Tensor x = GemmaRmsNorm(hidden, w[kGemmaInputNorm], dims.rms_norm_eps);
+  x = GemmaAttention(x, w, dims, unit, batch, *cache);
+  at::Tensor h = hidden + GemmaRmsNorm(x, w[kGemmaPostAttentionNorm], dims.rms_norm_eps);
+  x = GemmaRmsNorm(h, w[kGemmaPreFeedforwardNorm], dims.rms_norm_eps);
+  x = at::linear(at::gelu(at::linear(x, w[kGemmaGate]), "tanh") * at::linear(x, w[kGemmaUp]), w[kGemmaDown]);
+  return h + GemmaRmsNorm(x, w[kGemmaPostFeedforwardNorm], dims.rms_norm_eps);
+}
+
+}  // namespace strata::runtime
