@@ -2,12 +2,12 @@
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
-#include <ATen/ops/linear.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 
 #include <cmath>
 
 #include "runtime/model/llama_model.h"  // RmsNorm
+#include "runtime/model/linear.h"
 
 namespace strata::runtime {
 
@@ -25,7 +25,7 @@ at::Tensor SelfAttention(const at::Tensor& hidden, const AttentionWeights& w, in
   const int64_t b = hidden.size(0);
   const int64_t t = hidden.size(1);
   auto project = [&](const at::Tensor& weight, const at::Tensor& bias, int64_t heads, const at::Tensor& norm) {
-    at::Tensor out = bias.defined() ? at::linear(hidden, weight, bias) : at::linear(hidden, weight);
+    at::Tensor out = bias.defined() ? Linear(hidden, weight, bias) : Linear(hidden, weight);
     out = out.view({b, t, heads, head_dim});
     if (norm.defined()) out = RmsNorm(out, norm, additions.norm_eps);
     return out.transpose(1, 2);  // [B, heads, T, D]
@@ -42,7 +42,7 @@ at::Tensor SelfAttention(const at::Tensor& hidden, const AttentionWeights& w, in
                                                     /*scale=*/1.0 / std::sqrt(static_cast<double>(head_dim)),
                                                     /*enable_gqa=*/num_kv_heads != num_heads);
   out = out.transpose(1, 2).reshape({b, t, num_heads * head_dim});
-  return additions.o_bias.defined() ? at::linear(out, w.o, additions.o_bias) : at::linear(out, w.o);
+  return additions.o_bias.defined() ? Linear(out, w.o, additions.o_bias) : Linear(out, w.o);
 }
 
 }  // namespace strata::runtime

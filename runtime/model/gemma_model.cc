@@ -3,7 +3,6 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/gelu.h>
-#include <ATen/ops/linear.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/rsqrt.h>
 #include <ATen/ops/scalar_tensor.h>
@@ -15,6 +14,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/model/linear.h"
 
 namespace strata::runtime {
 namespace {
@@ -37,7 +37,7 @@ at::Tensor GemmaAttention(const at::Tensor& hidden, const std::vector<at::Tensor
   const size_t bias0 = gemma3 ? kGemmaKNorm + 1 : kGemmaQNorm;
   auto project = [&](int index, int bias_offset, int64_t heads) {
     at::Tensor out =
-        dims.qkv_bias ? at::linear(hidden, w[index], w[bias0 + bias_offset]) : at::linear(hidden, w[index]);
+        dims.qkv_bias ? Linear(hidden, w[index], w[bias0 + bias_offset]) : Linear(hidden, w[index]);
     return out.view({b, t, heads, dims.head_dim}).transpose(1, 2);  // [B, heads, T, D]
   };
   at::Tensor q = project(kGemmaQ, 0, dims.num_heads);
@@ -68,7 +68,7 @@ at::Tensor GemmaAttention(const at::Tensor& hidden, const std::vector<at::Tensor
                                            /*enable_gqa=*/dims.num_kv_heads != dims.num_heads);
   }
   out = out.transpose(1, 2).reshape({b, t, dims.num_heads * dims.head_dim});
-  return dims.qkv_bias ? at::linear(out, w[kGemmaO], w[bias0 + 3]) : at::linear(out, w[kGemmaO]);
+  return dims.qkv_bias ? Linear(out, w[kGemmaO], w[bias0 + 3]) : Linear(out, w[kGemmaO]);
 }
 
 }  // namespace
@@ -127,7 +127,7 @@ at::Tensor RunGemmaUnit(const Unit& unit, const std::vector<at::Tensor>& w, cons
       return GemmaRmsNorm(rows, w[0], dims.rms_norm_eps);
     }
     case UnitKind::kLmHead: {
-      at::Tensor logits = at::linear(hidden, w[0]).select(1, 0);
+      at::Tensor logits = Linear(hidden, w[0]).select(1, 0);
       if (dims.final_logit_softcapping > 0) logits = SoftCap(logits, dims.final_logit_softcapping);
       return logits.to(at::kFloat);
     }
@@ -138,7 +138,7 @@ at::Tensor RunGemmaUnit(const Unit& unit, const std::vector<at::Tensor>& w, cons
   x = GemmaAttention(x, w, dims, unit, batch, *cache);
   at::Tensor h = hidden + GemmaRmsNorm(x, w[kGemmaPostAttentionNorm], dims.rms_norm_eps);
   x = GemmaRmsNorm(h, w[kGemmaPreFeedforwardNorm], dims.rms_norm_eps);
-  x = at::linear(at::gelu(at::linear(x, w[kGemmaGate]), "tanh") * at::linear(x, w[kGemmaUp]), w[kGemmaDown]);
+  x = Linear(at::gelu(Linear(x, w[kGemmaGate]), "tanh") * Linear(x, w[kGemmaUp]), w[kGemmaDown]);
   return h + GemmaRmsNorm(x, w[kGemmaPostFeedforwardNorm], dims.rms_norm_eps);
 }
 

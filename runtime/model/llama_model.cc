@@ -2,7 +2,6 @@
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/embedding.h>
-#include <ATen/ops/linear.h>
 #include <ATen/ops/rsqrt.h>
 #include <ATen/ops/silu.h>
 
@@ -10,6 +9,7 @@
 #include "runtime/model/qwen3_model.h"
 #include "runtime/model/gemma_model.h"
 #include "runtime/model/phi3_model.h"
+#include "runtime/model/linear.h"
 
 namespace strata::runtime {
 
@@ -76,7 +76,7 @@ at::Tensor RunUnit(const Unit& unit, const std::vector<at::Tensor>& w, const Mod
       return RmsNorm(rows, w[0], dims.rms_norm_eps);
     }
     case UnitKind::kLmHead:
-      return at::linear(hidden, w[0]).select(1, 0).to(at::kFloat);
+      return Linear(hidden, w[0]).select(1, 0).to(at::kFloat);
     case UnitKind::kDecoderLayer:
       break;
   }
@@ -91,7 +91,7 @@ at::Tensor RunUnit(const Unit& unit, const std::vector<at::Tensor>& w, const Mod
   at::Tensor h = hidden + SelfAttention(normed, attention, dims.num_heads, dims.num_kv_heads, dims.head_dim,
                                         unit.window, batch, *cache);
   normed = RmsNorm(h, w[kPostNorm], dims.rms_norm_eps);
-  at::Tensor mlp = at::linear(at::silu(at::linear(normed, w[kGate])) * at::linear(normed, w[kUp]), w[kDown]);
+  at::Tensor mlp = Linear(at::silu(Linear(normed, w[kGate])) * Linear(normed, w[kUp]), w[kDown]);
   return h + mlp;
 }
 

@@ -6,7 +6,6 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/histc.h>
-#include <ATen/ops/linear.h>
 #include <ATen/ops/silu.h>
 #include <ATen/ops/softmax.h>
 #include <ATen/ops/sort.h>
@@ -16,6 +15,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/model/linear.h"
 
 namespace strata::runtime {
 
@@ -29,7 +29,7 @@ at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const a
   const int64_t tokens = flat.size(0);
 
   // Routing, on the layer's device.
-  at::Tensor logits = at::linear(flat, router);            // [N, E]
+  at::Tensor logits = Linear(flat, router);            // [N, E]
   at::Tensor probs = at::softmax(logits, -1, at::kFloat);  // softmax(dtype=float)
   auto [top_weights, top_ids] = at::topk(probs, k, -1);    // [N, k]
   if (moe.norm_topk_prob) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);

@@ -1,10 +1,10 @@
 #include "runtime/model/phi3_model.h"
 
 #include <ATen/TensorOperators.h>
-#include <ATen/ops/linear.h>
 #include <ATen/ops/silu.h>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/model/linear.h"
 
 namespace strata::runtime {
 
@@ -41,10 +41,10 @@ at::Tensor RunPhi3Unit(const Unit& unit, const std::vector<at::Tensor>& w, const
                                         unit.window, batch, *cache);
   normed = RmsNorm(h, w[kPhi3PostNorm], dims.rms_norm_eps);
   // Phi3MLP: gate_up_proj, chunk(2) into gate | up, up * act(gate).
-  at::Tensor gate_up = at::linear(normed, w[kPhi3GateUp]);
+  at::Tensor gate_up = Linear(normed, w[kPhi3GateUp]);
   at::Tensor gate = gate_up.narrow(-1, 0, dims.intermediate);
   at::Tensor up = gate_up.narrow(-1, dims.intermediate, dims.intermediate);
-  return h + at::linear(up * at::silu(gate), w[kPhi3Down]);
+  return h + Linear(up * at::silu(gate), w[kPhi3Down]);
 }
 
 }  // namespace strata::runtime
