@@ -75,7 +75,7 @@ ARG TORCH_CUDA_ARCH_LIST=9.0
 ENV CCACHE_DIR=/root/.cache/ccache CCACHE_BASEDIR=/src CCACHE_COMPILERCHECK=content CCACHE_MAXSIZE=2G
 RUN --mount=type=cache,target=/root/.cache/ccache \
     cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" \
-      -DCMAKE_C_FLAGS_RELEASE="-O2 -DNDEBUG" -DSTRATA_BUILD_TESTS=OFF \
+      -DCMAKE_C_FLAGS_RELEASE="-O2 -DNDEBUG" -DSTRATA_BUILD_TESTS=OFF -DSTRATA_BUILD_BENCH=OFF \
       -DCMAKE_PREFIX_PATH="$(/opt/venv/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')" \
       -DPython3_EXECUTABLE=/opt/venv/bin/python >/tmp/configure.log 2>&1 || { cat /tmp/configure.log; exit 1; } \
     && cmake --build /build --target strata-server strata-client strata-plan \
