@@ -9,7 +9,28 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 import runtime_helpers as H  # noqa: E402
+from case_counts import CaseCounts  # noqa: E402
+
+# nodeid fragment -> its line in the session summary (every family of runtime_helpers.CONFIGS)
+COUNTS = CaseCounts({
+    "test_generate_parity.py::test_greedy_matches_transformers":
+        "generate() parity, float32, 1/2/4-stage and offload plans: {passed}/{total} family x plan cases with "
+        "identical greedy ids and logprobs within 1e-4",
+    "::test_three_stage_plan": "3-stage plans (Qwen3, Qwen3-MoE, Mixtral, Gemma 2/3, Phi-3): {passed}/{total} identical",
+    "::test_experts_apart_from_their_layer": "experts apart from their layer (cpu, another GPU): {passed}/{total} identical",
+    "::test_bfloat16_agrees_where_the_margin_exceeds_bf16_noise": "bfloat16 under the margin rule: {passed}/{total} cases",
+    "::test_bad_config_exits_2_naming_the_field": "bad configs of the new families: {passed}/{total} exit 2 naming the field",
+})
+
+
+def pytest_runtest_logreport(report):
+    COUNTS.record(report)
+
+
+def pytest_terminal_summary(terminalreporter):
+    COUNTS.write(terminalreporter, "strata runtime parity")
 
 
 @pytest.fixture(scope="session")
