@@ -32,8 +32,11 @@ PLANTED = {
                      "p = nullptr; }\nint main(int argc, char**) { lose(64 * argc); }\n"),
     "signed-overflow": ("asan", "#include <climits>\nint main(int argc, char**) { int x = INT_MAX - 1 + argc; "
                                 "return x + argc > 0; }\n"),
-    "data-race": ("tsan", "#include <thread>\nint shared; int main() { std::thread t([] { shared = 1; }); "
-                          "shared = 2; t.join(); }\n"),
+    # Both threads write many times: one write each was missed once in CI (TSan keeps a few accesses per
+    # location; a thread that ends before the other starts writing can leave no overlapping history).
+    "data-race": ("tsan", "#include <thread>\nvolatile int shared; int main() { std::thread t([] { "
+                          "for (int i = 0; i < 100000; ++i) shared = i; }); for (int i = 0; i < 100000; ++i) "
+                          "shared = -i; t.join(); }\n"),
 }
 
 
