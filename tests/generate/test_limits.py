@@ -53,22 +53,23 @@ def test_prompt_tokens_are_bounded(limited, stubs):
     assert details == "prompt_ids: 9 tokens, more than the server's limit of 8 prompt tokens", details
 
 
-def _hold_streams(stubs, channel, count, new_tokens):
-    """`count` Generate calls started on `channel` whose first message has arrived; returns the iterators."""
+def _hold_streams(stubs, address, count):
+    """`count` Generate calls that stay open by construction, not by timing: they run on a channel of their
+    own whose HTTP/2 window stays closed (gRPC grows it only as the application reads, and nothing reads),
+    and each asks for messages large enough (20 top logprobs) to fill that window at once. A generation may
+    end, but its call cannot: its messages and status wait behind the window. Returns (channel, calls)."""
+    channel = grpc.insecure_channel(address, options=[("grpc.http2.lookahead_bytes", 1024), ("grpc.http2.bdp_probe", 0)])
     stub = stubs.strata_grpc.InferenceServiceStub(channel)
-    calls = []
-    for _ in range(count):
-        call = stub.Generate(stubs.strata.GenerateRequest(prompt_ids=[5, 6], max_new_tokens=new_tokens), timeout=120)
-        calls.append(call)
-    return calls
+    calls = [stub.Generate(stubs.strata.GenerateRequest(prompt_ids=[5, 6], max_new_tokens=200, top_logprobs=20),
+                           timeout=120) for _ in range(count)]
+    return channel, calls
 
 
 def test_open_streams_above_max_streams_are_resource_exhausted(server_factory, text_model, stubs):
     directory, _ = text_model
-    # One KV slot: the first call generates 2000 tokens, the second waits in the queue; both stay open.
-    server = server_factory(["--model", str(directory), "--max-streams", "2", "--max-batch", "1"])
-    calls = _hold_streams(stubs, server.channel, 2, 2000)
-    next(calls[0])  # generating
+    # The held calls' unread messages stay under the stream buffer limit, so neither is cut.
+    server = server_factory(["--model", str(directory), "--max-streams", "2", "--max-stream-buffer-bytes", "16777216"])
+    channel, calls = _hold_streams(stubs, server.grpc_address, 2)
     assert GH.wait_metric(server.metrics_url, "strata_open_streams", lambda v: v == 2) == 2
     code, details = GH.status_of(lambda: GH.generate(stubs, server.channel, prompt_ids=[5], max_new_tokens=1))
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
@@ -76,6 +77,7 @@ def test_open_streams_above_max_streams_are_resource_exhausted(server_factory, t
     assert GH.metric(server.metrics_url, RESOURCE_EXHAUSTED) == 1
     for call in calls:
         call.cancel()
+    channel.close()
     assert GH.wait_metric(server.metrics_url, "strata_open_streams", lambda v: v == 0) == 0
     out = GH.generate(stubs, server.channel, prompt_ids=[5], max_new_tokens=1)
     assert out["finish"] == "LENGTH"
@@ -83,8 +85,12 @@ def test_open_streams_above_max_streams_are_resource_exhausted(server_factory, t
 
 def test_streams_per_connection_wait_in_the_client(server_factory, text_model, stubs):
     directory, _ = text_model
-    server = server_factory(["--model", str(directory), "--max-streams-per-connection", "2"])
-    channel = grpc.insecure_channel(server.grpc_address)  # one HTTP/2 connection
+    server = server_factory(["--model", str(directory), "--max-streams-per-connection", "2",
+                             "--max-stream-buffer-bytes", "16777216"])
+    # Six calls on one HTTP/2 connection that nobody reads yet: the server lets two in, and those two stay
+    # open (their messages wait behind the closed window), so the other four can only be waiting in the client.
+    channel, calls = _hold_streams(stubs, server.grpc_address, 6)
+    assert GH.wait_metric(server.metrics_url, "strata_open_streams", lambda v: v == 2) == 2
     seen = []
     stop = threading.Event()
 
@@ -96,14 +102,15 @@ def test_streams_per_connection_wait_in_the_client(server_factory, text_model, s
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
+        time.sleep(0.3)  # the four waiting calls get a chance to be let in (they must not be)
         with concurrent.futures.ThreadPoolExecutor(6) as pool:
-            outs = list(pool.map(lambda _: GH.generate(stubs, channel, prompt_ids=[5, 6], max_new_tokens=600),
-                                 range(6)))
+            outs = list(pool.map(lambda call: [r for r in call][-1].finish_reason, calls))
     finally:
         stop.set()
         watcher.join()
         channel.close()
-    assert [o["finish"] for o in outs] == ["LENGTH"] * 6  # every call was served, none refused
+    names = [stubs.strata.GenerateResponse.FinishReason.Name(o) for o in outs]
+    assert names == ["LENGTH"] * 6  # every call was served, none refused
     assert max(seen) == 2, f"open streams seen: {sorted(set(seen))}"
     assert GH.metric(server.metrics_url, RESOURCE_EXHAUSTED, default=0) == 0
 
