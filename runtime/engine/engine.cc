@@ -38,7 +38,7 @@ struct Sequence {
   GenerationRequest request;
   ChunkCallback callback;  // handed to the output thread at admission
   std::shared_ptr<RequestHandle> handle;
-  // Set by the output thread when a stop string ended the request: the engine frees its slot.
+  // Set by the output thread when a stop string ended the request: the engine frees its KV blocks.
   std::shared_ptr<std::atomic<bool>> stopped = std::make_shared<std::atomic<bool>>(false);
   std::vector<int32_t> tokens;  // prompt, then generated
   int64_t generated = 0;
@@ -113,7 +113,10 @@ struct Engine::Impl {
   absl::Status lost_status;
   int64_t scheduler_queued = 0;
   int64_t active = 0;
-  int64_t free_slots = 0;
+  KvBlockCounts kv;
+  uint64_t preemptions = 0;
+  uint64_t prefix_queried = 0;
+  uint64_t prefix_hits = 0;
   uint64_t micro_batches_run = 0;
   std::map<std::pair<std::string, std::string>, uint64_t> errors;  // (stage, device) -> failed micro-batches
   std::map<std::pair<std::string, std::string>, uint64_t> nonfinite;  // (stage, device) -> rows with NaN/inf logits
@@ -138,14 +141,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(LoadedModel& model, const 
   if (options.prefill_chunk_tokens < 1) return absl::InvalidArgumentError("prefill_chunk_tokens: must be at least 1");
   if (options.max_queue < 0) return absl::InvalidArgumentError("max_queue: must not be negative");
   SchedulerOptions so;
-  so.slots = model.max_batch();
-  so.max_context = model.max_context();
+  so.max_running = model.max_batch();
+  so.kv_blocks = model.kv_blocks();
+  so.block_tokens = model.kv_block_tokens();
+  so.prefix_cache = options.prefix_cache;
   so.prefill_chunk_tokens = options.prefill_chunk_tokens;
   so.micro_batch_tokens = options.micro_batch_tokens;
   so.micro_batches = options.micro_batches;
   so.recompute_at = model.recompute_threshold();
   auto impl = std::make_unique<Impl>(model, tokenizer, std::move(eos_ids), options, so);
-  impl->free_slots = so.slots;
+  impl->kv.free = so.kv_blocks;
   ExecutorOptions eo;
   eo.stage_threads = options.stage_threads;
   eo.intra_op_threads = options.intra_op_threads;
@@ -176,6 +181,7 @@ Engine::~Engine() {
 }
 
 int64_t Engine::max_context() const { return impl_->model.max_context(); }
+int64_t Engine::kv_cache_tokens() const { return impl_->model.kv_blocks() * impl_->model.kv_block_tokens(); }
 int64_t Engine::vocab_size() const { return impl_->model.vocab_size(); }
 
 void Engine::SetMicroBatchObserver(std::function<void(int64_t rows)> observer) {
@@ -214,13 +220,20 @@ EngineStats Engine::Stats() const {
     std::lock_guard lock(impl_->mutex);
     stats.queued = static_cast<int64_t>(impl_->incoming.size()) + impl_->scheduler_queued;
     stats.active = impl_->active;
-    stats.free_slots = impl_->free_slots;
+    stats.kv_used = impl_->kv.used;
+    stats.kv_cached = impl_->kv.cached;
+    stats.kv_free = impl_->kv.free;
+    stats.preemptions = impl_->preemptions;
+    stats.prefix_queried_tokens = impl_->prefix_queried;
+    stats.prefix_hit_tokens = impl_->prefix_hits;
     stats.micro_batches_run = impl_->micro_batches_run;
     stats.device_lost = impl_->refusing;
     for (const auto& [where, count] : impl_->errors) stats.errors.push_back({where.first, where.second, count});
     for (const auto& [where, count] : impl_->nonfinite) stats.nonfinite_logits.push_back({where.first, where.second, count});
   }
-  stats.slots = impl_->model.max_batch();
+  stats.max_running = impl_->model.max_batch();
+  stats.kv_blocks = impl_->model.kv_blocks();
+  stats.kv_block_tokens = impl_->model.kv_block_tokens();
   stats.stages = impl_->executor->Busy();
   return stats;
 }
@@ -249,7 +262,7 @@ void Engine::Impl::Admit() {
     if (!p.stop.empty()) stream->stop.emplace(p.stop);
     stream->prompt_tokens = static_cast<int64_t>(s->request.prompt.size());
     Emit(OpenStream{s->id, std::move(stream)});
-    scheduler.Add(s->id, static_cast<int64_t>(s->tokens.size()));
+    scheduler.Add(s->id, s->tokens);
     if (device_lost) Finish(*s, FinishReason::kError, lost_status);
     sequences.emplace(s->id, std::move(s));
   }
@@ -259,7 +272,10 @@ void Engine::Impl::Publish() {
   std::lock_guard lock(mutex);
   scheduler_queued = scheduler.queued();
   active = scheduler.running();
-  free_slots = scheduler.free_slots();
+  kv = scheduler.blocks().counts();
+  preemptions = scheduler.preemptions();
+  prefix_queried = scheduler.prefix_queried_tokens();
+  prefix_hits = scheduler.prefix_hit_tokens();
 }
 
 MicroBatchWork Engine::Impl::Build(uint64_t id, const ScheduledMicroBatch& batch) {
@@ -269,7 +285,7 @@ MicroBatchWork Engine::Impl::Build(uint64_t id, const ScheduledMicroBatch& batch
     Sequence& s = *sequences.at(row.sequence);
     const SamplingParams& p = s.request.sampling;
     BatchRow r;
-    r.slot = row.slot;
+    r.blocks = row.blocks;
     r.start = row.start;
     r.length = row.length;
     r.tokens.assign(s.tokens.begin() + row.start, s.tokens.begin() + row.start + row.count);
@@ -365,7 +381,7 @@ void Engine::Impl::Run() {
       stop_now = stopping;
     }
     // Cancelled (or, at shutdown, every) request leaves now, as does one the output thread ended with a
-    // stop string: its slot is free as soon as it is not in a micro-batch still flowing through the stages.
+    // stop string: its blocks are free as soon as it is not in a micro-batch still flowing through the stages.
     for (auto& [id, s] : sequences) {
       if (s->done) continue;
       if (stop_now || s->handle->cancelled()) {
@@ -474,7 +490,7 @@ void Engine::Impl::Deliver(SequenceStep& step) {
     chunk.finish = finish;
     if (*finish == FinishReason::kError) chunk.error = step.error;
     out.ended = true;
-    // Ended here by a stop string while the engine runs on: tell it to free the slot.
+    // Ended here by a stop string while the engine runs on: tell it to free the blocks.
     if (!step.finish) out.stopped->store(true, std::memory_order_release);
   }
   out.callback(std::move(chunk));

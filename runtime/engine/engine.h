@@ -1,13 +1,13 @@
 #pragma once
 // The serving engine's plain-C++ face (no torch headers): requests in, streamed tokens out, with
-// continuous batching across the KV slots and micro-batches pipelined across the plan's stages.
+// continuous batching over a paged KV cache and micro-batches pipelined across the plan's stages.
 //
 //   Engine thread:  queue -> Scheduler (which sequences, how many tokens; never a tensor)
 //                   -> MicroBatchWork -> Executor (runtime/executor: stages on their devices, one worker
 //                   per stage, so stage s runs micro-batch m while stage s+1 runs m-1; sampling on the
 //                   last stage's device) -> sampled ids -> EOS / length -> output queue.
 //   Output thread:  detokenization, stop strings, GenerationChunks -> callbacks. A stop string found
-//                   here ends the request; the engine frees its slot when it next looks.
+//                   here ends the request; the engine frees its KV blocks when it next looks.
 //
 // Requests reaching Submit are trusted: the server validates them once, at the edge (server/
 // generate_validation.h); Submit only refuses what depends on the engine's state (a full queue).
@@ -80,7 +80,7 @@ struct GenerationChunk {
 // It must not block (queue and return).
 using ChunkCallback = std::function<void(GenerationChunk)>;
 
-// Returned by Submit: cancelling makes the request leave its batch and free its slot within one
+// Returned by Submit: cancelling makes the request leave its batch and free its KV blocks within one
 // iteration; the callback then gets its final chunk with kCancelled.
 class RequestHandle {
  public:
@@ -93,6 +93,7 @@ class RequestHandle {
 
 struct EngineOptions {
   int64_t max_queue = 256;           // queued (not yet admitted) requests beyond which Submit refuses
+  bool prefix_cache = true;          // reuse the KV blocks of prompt prefixes seen before (scheduler.h)
   int64_t micro_batches = 2;         // micro-batches in flight across the stages (1: one stage at a time)
   int64_t prefill_chunk_tokens = 256;
   int64_t micro_batch_tokens = 512;
@@ -112,10 +113,18 @@ struct StageErrors {
 };
 
 struct EngineStats {
-  int64_t queued = 0;
-  int64_t active = 0;      // admitted, holding a KV slot
-  int64_t free_slots = 0;
-  int64_t slots = 0;
+  int64_t queued = 0;      // waiting: not yet admitted, or preempted and waiting to be recomputed
+  int64_t active = 0;      // running: admitted, holding KV blocks
+  int64_t max_running = 0;
+  // The paged KV cache (every stage's pool has these blocks, indexed alike): KvBlocks' states.
+  int64_t kv_blocks = 0;
+  int64_t kv_block_tokens = 0;
+  int64_t kv_used = 0;
+  int64_t kv_cached = 0;
+  int64_t kv_free = 0;
+  uint64_t preemptions = 0;
+  uint64_t prefix_queried_tokens = 0;  // prompt tokens looked up in the prefix cache at admission
+  uint64_t prefix_hit_tokens = 0;      // of those, found there (not computed again)
   uint64_t micro_batches_run = 0;
   std::vector<StageBusy> stages;
   std::vector<StageErrors> errors;  // stages that failed at least once
@@ -140,6 +149,9 @@ class Engine {
 
   EngineStats Stats() const;
   int64_t max_context() const;
+  // Tokens a sequence may hold in the KV cache at most: the pool's blocks x block tokens (a request's
+  // prompt + new tokens beyond it can never run; the server refuses it).
+  int64_t kv_cache_tokens() const;
   int64_t vocab_size() const;
   // Called on the engine thread with the rows of each micro-batch it runs (for a batch-size histogram).
   void SetMicroBatchObserver(std::function<void(int64_t rows)> observer);

@@ -1,46 +1,121 @@
 #include "runtime/engine/scheduler.h"
 
 #include <algorithm>
+#include <span>
 
 namespace strata::runtime {
 
-Scheduler::Scheduler(const SchedulerOptions& options) : options_(options) {
-  options_.micro_batches = std::max<int64_t>(options_.micro_batches, 1);
-  options_.prefill_chunk_tokens = std::max<int64_t>(options_.prefill_chunk_tokens, 1);
-  options_.micro_batch_tokens = std::max(options_.micro_batch_tokens, options_.prefill_chunk_tokens);
-  for (int64_t slot = options_.slots - 1; slot >= 0; --slot) free_slots_.push_back(slot);
+namespace {
+
+SchedulerOptions Normalized(SchedulerOptions o) {
+  o.micro_batches = std::max<int64_t>(o.micro_batches, 1);
+  o.prefill_chunk_tokens = std::max<int64_t>(o.prefill_chunk_tokens, 1);
+  o.micro_batch_tokens = std::max(o.micro_batch_tokens, o.prefill_chunk_tokens);
+  o.block_tokens = std::max<int64_t>(o.block_tokens, 1);
+  o.max_running = std::max<int64_t>(o.max_running, 1);
+  if (o.recompute_at > 0) o.prefix_cache = false;
+  return o;
 }
 
-void Scheduler::Add(uint64_t sequence, int64_t prompt_length) { queue_.emplace_back(sequence, prompt_length); }
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerOptions& options)
+    : options_(Normalized(options)), blocks_(options_.kv_blocks, options_.block_tokens, options_.prefix_cache) {}
+
+void Scheduler::Add(uint64_t sequence, const std::vector<int32_t>& tokens) { queue_.emplace_back(sequence, &tokens); }
 
 bool Scheduler::InFlight(uint64_t sequence) const {
   auto it = running_.find(sequence);
   return it != running_.end() && it->second.in_flight;
 }
 
-std::optional<int64_t> Scheduler::SlotOf(uint64_t sequence) const {
+std::optional<std::vector<int32_t>> Scheduler::BlocksOf(uint64_t sequence) const {
   auto it = running_.find(sequence);
   if (it == running_.end()) return std::nullopt;
-  return it->second.slot;
+  return it->second.blocks;
+}
+
+void Scheduler::Admit() {
+  while (!queue_.empty() && static_cast<int64_t>(running_.size()) < options_.max_running) {
+    auto [sequence, tokens] = queue_.front();
+    const int64_t length = static_cast<int64_t>(tokens->size());
+    // At least the last known token is fed again: its logits choose the next one.
+    std::vector<int32_t> hits = blocks_.Match(*tokens, (length - 1) / options_.block_tokens);
+    const int64_t needed = BlocksFor(length) - static_cast<int64_t>(hits.size());
+    // A watermark (vLLM's 1%) leaves the running sequences room to grow before anyone is preempted; a
+    // sequence alone may take every block.
+    const int64_t watermark = running_.empty() ? 0 : std::max<int64_t>(1, blocks_.blocks() / 100);
+    if (needed + watermark > blocks_.available()) {
+      for (int32_t block : hits) blocks_.Release(block);
+      return;  // first come, first served: the head waits for blocks
+    }
+    queue_.pop_front();
+    Running r;
+    r.tokens = tokens;
+    r.blocks = std::move(hits);
+    r.computed = static_cast<int64_t>(r.blocks.size()) * options_.block_tokens;
+    r.registered = static_cast<int64_t>(r.blocks.size());
+    for (int64_t i = 0; i < needed; ++i) r.blocks.push_back(*blocks_.Allocate());
+    r.length = length;
+    r.admitted = ++admissions_;
+    if (blocks_.prefix_cache()) {
+      prefix_queried_ += static_cast<uint64_t>(length);
+      prefix_hit_ += static_cast<uint64_t>(r.computed);
+    }
+    running_.emplace(sequence, std::move(r));
+  }
+}
+
+void Scheduler::Grow() {
+  std::vector<std::pair<uint64_t, uint64_t>> by_admission;  // (admitted, sequence), oldest first
+  for (const auto& [id, r] : running_) by_admission.emplace_back(r.admitted, id);
+  std::sort(by_admission.begin(), by_admission.end());
+  for (const auto& [admitted, id] : by_admission) {
+    auto it = running_.find(id);
+    if (it == running_.end()) continue;  // preempted for an older sequence
+    Running& r = it->second;
+    if (r.in_flight || r.finished) continue;
+    while (static_cast<int64_t>(r.blocks.size()) < BlocksFor(r.length)) {
+      if (std::optional<int32_t> block = blocks_.Allocate()) {
+        r.blocks.push_back(*block);
+        continue;
+      }
+      // None left: preempt the most recently admitted sequence that can be (possibly this one).
+      uint64_t victim = 0;
+      uint64_t latest = 0;
+      for (const auto& [other, o] : running_) {
+        if (!o.in_flight && !o.finished && o.admitted >= latest) {
+          latest = o.admitted;
+          victim = other;
+        }
+      }
+      if (latest == 0) break;  // every other holder is in flight: wait for them
+      Preempt(victim);
+      if (victim == id) break;
+    }
+  }
+}
+
+void Scheduler::Preempt(uint64_t sequence) {
+  auto it = running_.find(sequence);
+  for (int32_t block : it->second.blocks) blocks_.Release(block);
+  queue_.emplace_front(sequence, it->second.tokens);
+  running_.erase(it);
+  ++preemptions_;
 }
 
 std::optional<ScheduledMicroBatch> Scheduler::Next() {
   ++tick_;
-  while (!queue_.empty() && !free_slots_.empty()) {
-    auto [sequence, length] = queue_.front();
-    queue_.pop_front();
-    Running r;
-    r.slot = free_slots_.back();
-    free_slots_.pop_back();
-    r.length = length;
-    running_.emplace(sequence, r);
-  }
+  Grow();  // running sequences first: admitting now and preempting the newcomer at once would be waste
+  Admit();
 
-  // Idle sequences, the longest-waiting first.
+  // Idle sequences with the blocks they need, the longest-waiting first.
   std::vector<std::pair<uint64_t, Running*>> prefilling;
   std::vector<std::pair<uint64_t, Running*>> decoding;
   for (auto& [id, r] : running_) {
-    if (r.in_flight || r.finished) continue;
+    // A sequence whose sampled token has not been appended yet has nothing to feed.
+    if (r.in_flight || r.finished || r.computed >= r.length) continue;
+    if (static_cast<int64_t>(r.blocks.size()) < BlocksFor(r.length)) continue;  // waits for a block
     if (options_.recompute_at > 0 && r.short_prefix && r.computed > 0 && r.length > options_.recompute_at) {
       r.computed = 0;  // SchedulerOptions::recompute_at
       r.short_prefix = false;
@@ -61,7 +136,7 @@ std::optional<ScheduledMicroBatch> Scheduler::Next() {
   auto take = [&](uint64_t id, Running& r, int64_t count) {
     ScheduledRow row;
     row.sequence = id;
-    row.slot = r.slot;
+    row.blocks.assign(r.blocks.begin(), r.blocks.begin() + BlocksFor(r.computed + count));
     row.start = r.computed;
     row.count = count;
     row.samples = r.computed + count == r.length;
@@ -69,7 +144,7 @@ std::optional<ScheduledMicroBatch> Scheduler::Next() {
     if (options_.recompute_at > 0 && r.length <= options_.recompute_at) r.short_prefix = true;
     r.in_flight = true;
     r.last_scheduled = tick_;
-    batch.rows.push_back(row);
+    batch.rows.push_back(std::move(row));
   };
   if (!prefilling.empty()) {
     // The first waiting prompt sets the chunk length; others whose next chunk has the same length join
@@ -105,7 +180,16 @@ void Scheduler::Complete(const ScheduledMicroBatch& batch) {
     Running& r = it->second;
     r.in_flight = false;
     r.computed = row.start + row.count;
-    if (r.finished) Retire(row.sequence);
+    if (r.finished) {
+      Retire(row.sequence);
+      continue;
+    }
+    // Full blocks now computed join the prefix cache.
+    const int64_t size = options_.block_tokens;
+    for (; (r.registered + 1) * size <= r.computed; ++r.registered) {
+      const std::span<const int32_t> tokens(r.tokens->data() + r.registered * size, static_cast<size_t>(size));
+      blocks_.Register(r.blocks[r.registered], r.registered > 0 ? r.blocks[r.registered - 1] : -1, tokens);
+    }
   }
 }
 
@@ -124,9 +208,7 @@ void Scheduler::Finish(uint64_t sequence) {
 
 void Scheduler::Retire(uint64_t sequence) {
   auto it = running_.find(sequence);
-  free_slots_.push_back(it->second.slot);
-  // Keep the lowest free slot on top: slots are then reused in a stable order.
-  std::sort(free_slots_.begin(), free_slots_.end(), std::greater<>());
+  for (int32_t block : it->second.blocks) blocks_.Release(block);
   running_.erase(it);
 }
 

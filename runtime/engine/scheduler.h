@@ -1,16 +1,26 @@
 #pragma once
 // What to run next, apart from how to run it (STYLE.md, vLLM): the scheduler holds sequences as token
-// lists and KV slots and hands out micro-batches as plain numbers. It never sees a tensor; the engine
-// turns a ScheduledMicroBatch into a forward pass and reports back with Complete().
+// lists and KV block tables and hands out micro-batches as plain numbers. It never sees a tensor; the
+// engine turns a ScheduledMicroBatch into a forward pass and reports back with Complete().
 //
 // Model of a sequence: `tokens` is the prompt followed by what was generated; `computed` tokens already
-// have their keys and values in the sequence's KV slot. Every forward feeds tokens[computed, computed+n)
+// have their keys and values in the sequence's KV blocks (kv_blocks.h), block i holding positions
+// [i * block_tokens, (i + 1) * block_tokens). Every forward feeds tokens[computed, computed+n)
 // at positions computed.. and, when that reaches the end of `tokens`, the last row's logits give the
 // next token. A prefill chunk and a decode step are the same thing with different n.
 //
 // A micro-batch holds rows that all feed the same number of tokens (decode rows feed 1; prefill chunks
-// of equal length can share one), so rows never need padding: nothing is written to a KV slot but real
+// of equal length can share one), so rows never need padding: nothing is written to a KV block but real
 // tokens, and what a row computes does not depend on which rows share its batch.
+//
+// Memory is counted in blocks, not slots. A queued sequence is admitted (FIFO) while fewer than
+// max_running run and the blocks for all its known tokens can be had, less the full blocks its tokens
+// share with the prefix cache, which it takes as they are (their tokens are not fed again; at least the
+// last known token always is, for its logits). A running sequence gains a block when its next token
+// starts one. When none is left, the most recently admitted sequence that is not in flight is preempted:
+// its blocks are released (their full, computed ones stay in the prefix cache) and it goes back to the
+// front of the queue with every token it knows, to be recomputed when it is admitted again; its stream
+// goes on from there (the engine keeps its tokens). A running sequence is never failed for lack of memory.
 
 #include <cstdint>
 #include <deque>
@@ -18,11 +28,17 @@
 #include <optional>
 #include <vector>
 
+#include "runtime/engine/kv_blocks.h"
+
 namespace strata::runtime {
 
 struct SchedulerOptions {
-  int64_t slots = 1;                  // KV-cache sequence slots (the most sequences running at once)
-  int64_t max_context = 2048;         // positions per slot
+  int64_t max_running = 1;            // sequences running at once (--max-batch)
+  int64_t kv_blocks = 128;            // blocks in each stage's KV pool
+  int64_t block_tokens = 16;          // positions per block
+  // Reuse cached full prompt blocks. Off when recompute_at is set: longrope's keys depend on the whole
+  // sequence's length, so a block is not determined by the tokens before it.
+  bool prefix_cache = true;
   int64_t prefill_chunk_tokens = 256;  // a longer prompt is prefilled in chunks of this many tokens
   int64_t micro_batch_tokens = 512;    // tokens one micro-batch may feed in all
   int64_t micro_batches = 1;           // micro-batches in flight at once (pipeline depth)
@@ -34,7 +50,7 @@ struct SchedulerOptions {
 
 struct ScheduledRow {
   uint64_t sequence = 0;
-  int64_t slot = 0;
+  std::vector<int32_t> blocks;  // the sequence's block table, as far as positions [0, start + count) reach
   int64_t start = 0;  // first position fed
   int64_t count = 0;  // tokens fed (equal across the micro-batch's rows)
   bool samples = false;  // this chunk reaches the end of the known tokens: sample from its logits
@@ -50,12 +66,13 @@ class Scheduler {
  public:
   explicit Scheduler(const SchedulerOptions& options);
 
-  // Queues a sequence (FIFO) until a slot is free. `prompt_length` + the tokens it will generate must fit
-  // max_context (validated before it gets here).
-  void Add(uint64_t sequence, int64_t prompt_length);
+  // Queues a sequence (FIFO). `tokens` (the prompt; the caller appends what is generated, then calls
+  // Append) must outlive the sequence's time here. Its prompt + the tokens it will generate must fit the
+  // KV pool (validated before it gets here), so that it can always run once the others are preempted.
+  void Add(uint64_t sequence, const std::vector<int32_t>& tokens);
 
   // The next micro-batch among sequences not already in flight, or nothing when none can run. Admits
-  // queued sequences into free slots first. Prefill chunks go before decodes (time to first token),
+  // queued sequences first, and gives running ones the blocks their next tokens need (preempting). Prefill chunks go before decodes (time to first token),
   // and a micro-batch takes at most its share of the active sequences, ceil(active / micro_batches), so
   // that the pipeline has `micro_batches` batches to overlap.
   std::optional<ScheduledMicroBatch> Next();
@@ -66,35 +83,52 @@ class Scheduler {
   // A sampled token was appended to a running sequence.
   void Append(uint64_t sequence);
 
-  // Ends a sequence: queued ones leave the queue; running ones free their slot now when they are not in
-  // flight, else as soon as their micro-batch completes. Unknown ids are ignored.
+  // Ends a sequence: queued ones leave the queue; running ones release their blocks now when they are
+  // not in flight, else as soon as their micro-batch completes. Unknown ids are ignored.
   void Finish(uint64_t sequence);
 
   int64_t queued() const { return static_cast<int64_t>(queue_.size()); }
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
-  int64_t free_slots() const { return static_cast<int64_t>(free_slots_.size()); }
   int64_t in_flight() const { return in_flight_batches_; }
   bool InFlight(uint64_t sequence) const;
-  std::optional<int64_t> SlotOf(uint64_t sequence) const;
+  // The sequence's block table while it runs.
+  std::optional<std::vector<int32_t>> BlocksOf(uint64_t sequence) const;
+  const KvBlocks& blocks() const { return blocks_; }
+  uint64_t preemptions() const { return preemptions_; }
+  // Prompt tokens looked up in the prefix cache at admission, and those found there (vLLM counts both).
+  uint64_t prefix_queried_tokens() const { return prefix_queried_; }
+  uint64_t prefix_hit_tokens() const { return prefix_hit_; }
 
  private:
   struct Running {
-    int64_t slot = 0;
+    const std::vector<int32_t>* tokens = nullptr;
+    std::vector<int32_t> blocks;
     int64_t length = 0;    // tokens known (prompt + generated)
     int64_t computed = 0;  // tokens in the KV cache
+    int64_t registered = 0;  // leading full blocks already offered to the prefix cache
     bool in_flight = false;
     bool finished = false;  // retire when it comes back
+    uint64_t admitted = 0;        // admission order: the most recent is preempted first
     uint64_t last_scheduled = 0;  // Next() call that last took it: the longest-waiting go first
     bool short_prefix = false;    // recompute_at: its cache was computed at a length <= recompute_at
   };
+  void Admit();
+  // Gives idle running sequences the blocks their next token needs, preempting when none is left.
+  void Grow();
+  void Preempt(uint64_t sequence);
   void Retire(uint64_t sequence);
+  int64_t BlocksFor(int64_t tokens) const { return (tokens + options_.block_tokens - 1) / options_.block_tokens; }
 
   SchedulerOptions options_;
-  std::deque<std::pair<uint64_t, int64_t>> queue_;  // (sequence, prompt length)
+  KvBlocks blocks_;
+  std::deque<std::pair<uint64_t, const std::vector<int32_t>*>> queue_;
   std::map<uint64_t, Running> running_;
-  std::vector<int64_t> free_slots_;  // a stack: the lowest slot is handed out first
   int64_t in_flight_batches_ = 0;
   uint64_t tick_ = 0;
+  uint64_t admissions_ = 0;
+  uint64_t preemptions_ = 0;
+  uint64_t prefix_queried_ = 0;
+  uint64_t prefix_hit_ = 0;
 };
 
 }  // namespace strata::runtime

@@ -124,7 +124,10 @@ void Executor::Submit(MicroBatchWork work) {
     ForwardBatch& b = mb->batch;
     b.ids = pipeline.HostBuffer({n, count}, at::kLong);
     b.starts = pipeline.HostBuffer({n}, at::kLong);
-    b.slots = pipeline.HostBuffer({n}, at::kLong);
+    size_t width = 0;
+    for (const BatchRow& row : rows) width = std::max(width, row.blocks.size());
+    // Rows with fewer blocks are padded with block 0: positions past a row's own are masked.
+    b.blocks = pipeline.HostBuffer({n, static_cast<int64_t>(width)}, at::kLong).zero_();
     b.last = pipeline.HostBuffer({n}, at::kLong);
     b.lengths = pipeline.HostBuffer({n}, at::kLong);
     int64_t* ids = b.ids.data_ptr<int64_t>();
@@ -138,7 +141,18 @@ void Executor::Submit(MicroBatchWork work) {
       }
       std::copy(row.tokens.begin(), row.tokens.end(), ids + r * count);
       b.starts.data_ptr<int64_t>()[r] = row.start;
-      b.slots.data_ptr<int64_t>()[r] = row.slot;
+      const int64_t block_tokens = pipeline.kv_block_tokens();
+      if (static_cast<int64_t>(row.blocks.size()) * block_tokens < row.start + count) {
+        throw std::invalid_argument(absl::StrCat("micro-batch row ", r, ": ", row.blocks.size(), " KV blocks of ",
+                                                 block_tokens, " tokens do not reach position ", row.start + count - 1));
+      }
+      for (size_t i = 0; i < row.blocks.size(); ++i) {
+        if (row.blocks[i] < 0 || row.blocks[i] >= pipeline.kv_blocks()) {
+          throw std::invalid_argument(absl::StrCat("micro-batch row ", r, ": KV block ", row.blocks[i],
+                                                   " is outside the pool [0, ", pipeline.kv_blocks(), ")"));
+        }
+        b.blocks.data_ptr<int64_t>()[r * static_cast<int64_t>(width) + static_cast<int64_t>(i)] = row.blocks[i];
+      }
       b.last.data_ptr<int64_t>()[r] = count - 1;
       b.lengths.data_ptr<int64_t>()[r] = row.length > 0 ? row.length : row.start + count;
       b.key_length = std::max(b.key_length, row.start + count);
@@ -147,7 +161,7 @@ void Executor::Submit(MicroBatchWork work) {
         sample_rows.push_back(r);
       }
     }
-    Pipeline::DescribeSlots(b);
+    Pipeline::DescribeBlocks(b);
     mb->sampling_rows = static_cast<int64_t>(sampling.size());
     if (!sampling.empty()) {
       mb->sampling = StageSamplingInputs(sampling, pipeline.uses_cuda());

@@ -44,10 +44,12 @@ struct SampledToken {
   std::vector<std::pair<int32_t, double>> top;  // top_logprobs (id, logprob), best first
 };
 
-// One row of a micro-batch: a sequence's KV slot and the tokens it feeds at positions
-// [start, start + tokens.size()). Every row of a micro-batch feeds the same number of tokens.
+// One row of a micro-batch: a sequence's KV block table (block i holds its positions
+// [i * block_tokens, (i + 1) * block_tokens), as far as start + tokens.size() reaches) and the tokens it
+// feeds at positions [start, start + tokens.size()). Every row of a micro-batch feeds the same number of
+// tokens.
 struct BatchRow {
-  int64_t slot = 0;
+  std::vector<int32_t> blocks;
   int64_t start = 0;
   std::vector<int32_t> tokens;
   bool samples = false;  // the last fed token is the sequence's newest: choose the next one

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <tuple>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -27,12 +29,25 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Greedy's KV layout: the sequence of batch row r owns blocks [r * per_row, (r + 1) * per_row), enough
+// for max_context positions. `rows[i]` is the batch row that line i of the forward pass feeds.
+at::Tensor GreedyBlocks(const Pipeline& pipeline, const std::vector<int64_t>& rows, int64_t per_row) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  at::Tensor blocks = pipeline.HostBuffer({n, per_row}, at::kLong);
+  int64_t* table = blocks.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < per_row; ++j) table[i * per_row + j] = rows[i] * per_row + j;
+  }
+  return blocks;
+}
+
 // One greedy decode step in which some rows' sequences grow past longrope's original_max_position_embeddings
 // with a cache computed under the short factors: as transformers' generate() (Phi3ForCausalLM drops its
 // cache there), those rows are recomputed from position 0 over their whole sequence (`sequences[r]`, which
 // ends with the token being fed) in one forward; the other rows decode as usual in another.
 GreedyStep RecomputeStep(Pipeline& pipeline, const std::vector<std::vector<int64_t>>& sequences,
-                         const std::vector<int64_t>& positions, const std::vector<bool>& recompute, int64_t top_k) {
+                         const std::vector<int64_t>& positions, const std::vector<bool>& recompute, int64_t top_k,
+                         int64_t per_row) {
   const int64_t rows = static_cast<int64_t>(sequences.size());
   GreedyStep merged;
   merged.ids.resize(rows);
@@ -49,18 +64,17 @@ GreedyStep RecomputeStep(Pipeline& pipeline, const std::vector<std::vector<int64
     ForwardBatch batch;
     batch.ids = pipeline.HostBuffer({n, tokens}, at::kLong);
     batch.starts = pipeline.HostBuffer({n}, at::kLong);
-    batch.slots = pipeline.HostBuffer({n}, at::kLong);
+    batch.blocks = GreedyBlocks(pipeline, members, per_row);
     batch.last = pipeline.HostBuffer({n}, at::kLong);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t r = members[i];
       const std::vector<int64_t>& sequence = sequences[r];
       std::copy(sequence.end() - tokens, sequence.end(), batch.ids.data_ptr<int64_t>() + i * tokens);
       batch.starts.data_ptr<int64_t>()[i] = group ? 0 : positions[r];
-      batch.slots.data_ptr<int64_t>()[i] = r;
       batch.last.data_ptr<int64_t>()[i] = tokens - 1;
       batch.key_length = std::max(batch.key_length, positions[r] + 1);
     }
-    Pipeline::DescribeSlots(batch);
+    Pipeline::DescribeBlocks(batch);
     GreedyStep step = SampleGreedy(pipeline.Forward(batch), top_k);
     for (int64_t i = 0; i < n; ++i) {
       merged.ids[members[i]] = step.ids[i];
@@ -86,6 +100,28 @@ const LoadReport& LoadedModel::report() const { return impl_->report; }
 int64_t LoadedModel::vocab_size() const { return impl_->pipeline->dims().vocab; }
 int64_t LoadedModel::max_batch() const { return impl_->options.max_batch; }
 int64_t LoadedModel::max_context() const { return impl_->options.max_context; }
+int64_t LoadedModel::kv_blocks() const { return impl_->options.kv_blocks; }
+int64_t LoadedModel::kv_block_tokens() const { return impl_->options.kv_block_tokens; }
+
+absl::StatusOr<std::pair<int64_t, int64_t>> KvPoolBlocks(int64_t max_batch, int64_t max_context,
+                                                        int64_t kv_cache_tokens, int64_t kv_block_tokens) {
+  if (kv_block_tokens < 1 || kv_block_tokens > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("--kv-block-tokens: ", kv_block_tokens, " is not in [1, 4096]"));
+  }
+  if (kv_cache_tokens < 0) return absl::InvalidArgumentError("--kv-cache-tokens: must not be negative");
+  int64_t blocks = (kv_cache_tokens + kv_block_tokens - 1) / kv_block_tokens;
+  if (kv_cache_tokens == 0) {
+    absl::StatusOr<int64_t> dense = planner::CheckedMul(max_batch, (max_context + kv_block_tokens - 1) / kv_block_tokens,
+                                                        "--max-batch x --max-context (KV cache blocks)");
+    if (!dense.ok()) return dense.status();
+    blocks = *dense;
+  }
+  if (blocks > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat("--kv-cache-tokens: ", blocks, " blocks of ", kv_block_tokens,
+                                                   " tokens, more than the 2^30 a KV pool may have"));
+  }
+  return std::pair{blocks, kv_block_tokens};
+}
 int64_t LoadedModel::recompute_threshold() const { return impl_->pipeline->recompute_threshold(); }
 Pipeline& LoadedModel::pipeline() { return *impl_->pipeline; }
 
@@ -109,6 +145,10 @@ absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
   options.physical = request.physical;
   options.max_batch = request.max_batch;
   options.max_context = request.max_context;
+  absl::StatusOr<std::pair<int64_t, int64_t>> pool =
+      KvPoolBlocks(request.max_batch, request.max_context, request.kv_cache_tokens, request.kv_block_tokens);
+  if (!pool.ok()) return pool.status();
+  std::tie(options.kv_blocks, options.kv_block_tokens) = *pool;
   // The spec checks every checkpoint header against the expected tensors (missing, unexpected,
   // mis-shaped): the one list of what the model needs.
   absl::StatusOr<planner::ModelSpec> spec = planner::LoadModelSpec(request.model_dir, dtype);
@@ -132,10 +172,7 @@ absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
     if (!inventory.ok()) return inventory.status();
     plan_request.inventory = *std::move(inventory);
   }
-  absl::StatusOr<int64_t> kv_tokens =
-      planner::CheckedMul(request.max_batch, request.max_context, "--max-batch x --max-context (KV cache tokens)");
-  if (!kv_tokens.ok()) return kv_tokens.status();
-  plan_request.kv_cache_tokens = *kv_tokens;
+  plan_request.kv_cache_tokens = options.kv_blocks * options.kv_block_tokens;
   absl::StatusOr<planner::Plan> plan = planner::MakePlan(options.spec, plan_request);
   if (!plan.ok()) return plan.status();
   options.plan = *std::move(plan);
@@ -146,6 +183,9 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
   const auto start = std::chrono::steady_clock::now();
   if (options.max_batch < 1) return absl::InvalidArgumentError("--max-batch: must be at least 1");
   if (options.max_context < 1) return absl::InvalidArgumentError("--max-context: must be at least 1");
+  if (options.kv_blocks < 1 || options.kv_block_tokens < 1) {
+    return absl::InvalidArgumentError("--kv-cache-tokens: the KV pool needs at least one block");
+  }
   if (options.spec.config == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(options.model_dir.string(), ": the spec has no config.json (a module tree cannot be loaded)"));
@@ -166,8 +206,8 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
 
   PipelineOptions pipeline_options;
   pipeline_options.dtype = ToScalarType(options.spec.dtype);
-  pipeline_options.max_batch = options.max_batch;
-  pipeline_options.max_context = options.max_context;
+  pipeline_options.kv_blocks = options.kv_blocks;
+  pipeline_options.kv_block_tokens = options.kv_block_tokens;
   pipeline_options.physical = options.physical;
   try {
     absl::StatusOr<std::unique_ptr<Pipeline>> pipeline =
@@ -211,6 +251,12 @@ absl::StatusOr<std::vector<GreedyResult>> LoadedModel::Greedy(const GreedyReques
     }
   }
 
+  const int64_t per_row = (max_context + impl_->options.kv_block_tokens - 1) / impl_->options.kv_block_tokens;
+  if (impl_->options.max_batch * per_row > impl_->options.kv_blocks) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-batch ", impl_->options.max_batch, " sequences of --max-context ",
+                                                   max_context, " need ", impl_->options.max_batch * per_row,
+                                                   " KV blocks, the pool has ", impl_->options.kv_blocks));
+  }
   std::vector<GreedyResult> results(request.prompts.size());
   GenerateTiming local;
   GenerateTiming& t = timing != nullptr ? *timing : local;
@@ -226,22 +272,23 @@ absl::StatusOr<std::vector<GreedyResult>> LoadedModel::Greedy(const GreedyReques
         longest = std::max(longest, lengths.back());
       }
       if (request.max_new_tokens == 0) continue;
-      // Prefill: prompts right-padded into one [rows, longest] batch from position 0, each in KV slot =
-      // its row. Inputs are staged on the host (pinned when a stage is CUDA) and copied by each stage.
+      // Prefill: prompts right-padded into one [rows, longest] batch from position 0, each in the KV blocks
+      // of its row (GreedyBlocks). Inputs are staged on the host (pinned when a stage is CUDA) and copied by each stage.
       Pipeline& pipeline = *impl_->pipeline;
       ForwardBatch batch;
       batch.ids = pipeline.HostBuffer({rows, longest}, at::kLong).zero_();
       batch.starts = pipeline.HostBuffer({rows}, at::kLong).zero_();
-      batch.slots = pipeline.HostBuffer({rows}, at::kLong);
+      std::vector<int64_t> batch_rows(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) batch_rows[r] = r;
+      batch.blocks = GreedyBlocks(pipeline, batch_rows, per_row);
       batch.last = pipeline.HostBuffer({rows}, at::kLong);
       for (int64_t r = 0; r < rows; ++r) {
         const std::vector<int64_t>& prompt = request.prompts[begin + static_cast<size_t>(r)];
         std::copy(prompt.begin(), prompt.end(), batch.ids.data_ptr<int64_t>() + r * longest);
-        batch.slots.data_ptr<int64_t>()[r] = r;
         batch.last.data_ptr<int64_t>()[r] = lengths[r] - 1;
       }
       batch.key_length = longest;
-      Pipeline::DescribeSlots(batch);
+      Pipeline::DescribeBlocks(batch);
 
       auto record = [&](const GreedyStep& step) {
         for (int64_t r = 0; r < rows; ++r) {
@@ -278,7 +325,7 @@ absl::StatusOr<std::vector<GreedyResult>> LoadedModel::Greedy(const GreedyReques
             sequences[r].insert(sequences[r].end(), generated.begin(), generated.end());
           }
           if (any) {
-            step = RecomputeStep(pipeline, sequences, positions, recompute, request.top_logprobs);
+            step = RecomputeStep(pipeline, sequences, positions, recompute, request.top_logprobs, per_row);
             record(step);
             ++t.decode_steps;
             continue;
@@ -296,9 +343,10 @@ absl::StatusOr<std::vector<GreedyResult>> LoadedModel::Greedy(const GreedyReques
           decode.starts.data_ptr<int64_t>()[r] = position;
           key_length = std::max(key_length, position + 1);
         }
-        decode.slots = batch.slots;
-        decode.slots_contiguous = batch.slots_contiguous;
-        decode.first_slot = batch.first_slot;
+        decode.blocks = batch.blocks;
+        decode.blocks_strided = batch.blocks_strided;
+        decode.first_block = batch.first_block;
+        decode.block_stride = batch.block_stride;
         decode.key_length = key_length;
         step = SampleGreedy(pipeline.Forward(decode), request.top_logprobs);
         record(step);

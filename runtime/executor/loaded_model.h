@@ -27,13 +27,21 @@ struct ServingRequest {
   std::optional<planner::MachineInventory> inventory;
   PhysicalDeviceMap physical;                    // plan GPU -> device; missing entries are cuda:i
   std::optional<planner::DType> dtype;  // absent: the checkpoint's when a GPU runs it, float32 on the CPU
-  int64_t max_batch = 1;       // KV-cache sequence slots
-  int64_t max_context = 2048;  // KV-cache positions per slot
+  int64_t max_batch = 1;       // sequences running at once
+  int64_t max_context = 2048;  // positions a sequence may reach
+  // The paged KV cache: tokens each stage's pool holds (0: max_batch sequences of max_context, each
+  // rounded up to whole blocks, the memory the dense cache had) in blocks of kv_block_tokens.
+  int64_t kv_cache_tokens = 0;
+  int64_t kv_block_tokens = 16;
 };
 
+// The KV pool of a ServingRequest: (blocks, block_tokens); errors name the flag.
+absl::StatusOr<std::pair<int64_t, int64_t>> KvPoolBlocks(int64_t max_batch, int64_t max_context,
+                                                        int64_t kv_cache_tokens, int64_t kv_block_tokens);
+
 // A model ready to load: its spec in the serving dtype (every checkpoint header checked) and the one
-// plan the process serves, with a KV reserve of max_batch x max_context tokens. GetDeviceMap shows this
-// plan; LoadedModel::Load places the weights by it.
+// plan the process serves, with a KV reserve of kv_blocks x kv_block_tokens tokens. GetDeviceMap shows
+// this plan; LoadedModel::Load places the weights by it.
 struct LoadOptions {
   std::filesystem::path model_dir;
   planner::ModelSpec spec;
@@ -41,6 +49,8 @@ struct LoadOptions {
   PhysicalDeviceMap physical;
   int64_t max_batch = 1;
   int64_t max_context = 2048;
+  int64_t kv_blocks = 128;
+  int64_t kv_block_tokens = 16;
 };
 
 // Resolves the serving dtype, builds the spec (LoadModelSpec) and places it (MakePlan). Bad input is
@@ -98,8 +108,10 @@ class LoadedModel {
 
   const LoadReport& report() const;
   int64_t vocab_size() const;
-  int64_t max_batch() const;    // KV-cache sequence slots
-  int64_t max_context() const;  // positions per slot
+  int64_t max_batch() const;    // sequences running at once
+  int64_t max_context() const;  // positions a sequence may reach
+  int64_t kv_blocks() const;    // blocks in each stage's KV pool
+  int64_t kv_block_tokens() const;
   // longrope (Phi-3): original_max_position_embeddings, past which a sequence's cache is recomputed; else 0.
   int64_t recompute_threshold() const;
   // The stages and their KV caches, for the engine (runtime/engine/engine.h). Internal: its header has ATen.

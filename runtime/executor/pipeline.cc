@@ -219,7 +219,7 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
     stage.units.push_back(i);
     if (unit.kind == UnitKind::kDecoderLayer) {
       stage.windows.insert(unit.window);
-      stage.kv.AddLayer(unit.layer, unit.device, options.dtype, options.max_batch, options.max_context,
+      stage.kv.AddLayer(unit.layer, unit.device, options.dtype, options.kv_blocks, options.kv_block_tokens,
                         dims.num_kv_heads, dims.head_dim);
     }
     if (unit.offloaded() && unit.device.is_cuda() && !stage.copy_stream) {
@@ -248,13 +248,22 @@ at::Tensor Pipeline::HostBuffer(at::IntArrayRef sizes, at::ScalarType dtype) con
   return at::empty(sizes, at::TensorOptions().dtype(dtype).pinned_memory(uses_cuda_));
 }
 
-void Pipeline::DescribeSlots(ForwardBatch& batch) {
-  const int64_t rows = batch.slots.size(0);
-  const int64_t* slots = batch.slots.data_ptr<int64_t>();
-  bool contiguous = true;
-  for (int64_t i = 1; i < rows; ++i) contiguous = contiguous && slots[i] == slots[0] + i;
-  batch.slots_contiguous = contiguous;
-  batch.first_slot = rows > 0 ? slots[0] : 0;
+void Pipeline::DescribeBlocks(ForwardBatch& batch) {
+  const int64_t rows = batch.blocks.size(0);
+  const int64_t width = batch.blocks.size(1);
+  const int64_t* table = batch.blocks.data_ptr<int64_t>();
+  batch.blocks_strided = rows > 0 && width > 0;
+  batch.first_block = rows > 0 && width > 0 ? table[0] : 0;
+  batch.block_stride = rows > 1 ? table[width] - table[0] : width;
+  if (batch.block_stride <= 0) batch.blocks_strided = false;  // as_strided takes no negative strides
+  for (int64_t r = 0; r < rows && batch.blocks_strided; ++r) {
+    for (int64_t i = 0; i < width; ++i) {
+      if (table[r * width + i] != batch.first_block + r * batch.block_stride + i) {
+        batch.blocks_strided = false;
+        break;
+      }
+    }
+  }
 }
 
 void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation& activation) {
@@ -290,9 +299,11 @@ void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation
   AttentionBatch attention;
   attention.positions =
       on_device(batch.starts).unsqueeze(1) + at::arange(tokens, at::TensorOptions().dtype(at::kLong).device(stage.device));
-  attention.slots = on_device(batch.slots);
-  attention.slots_contiguous = batch.slots_contiguous;
-  attention.first_slot = batch.first_slot;
+  attention.kv.table = on_device(batch.blocks);
+  attention.kv.block_tokens = options_.kv_block_tokens;
+  attention.kv.strided = batch.blocks_strided;
+  attention.kv.first = batch.first_block;
+  attention.kv.stride = batch.block_stride;
   attention.key_length = batch.key_length;
   attention.rope = RopeForPositions(stage.inv_freq, attention.positions, options_.dtype);
   if (stage.inv_freq_long.defined()) {

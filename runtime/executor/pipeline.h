@@ -46,27 +46,28 @@ struct Stage {
 
 struct PipelineOptions {
   at::ScalarType dtype = at::kFloat;
-  int64_t max_batch = 1;
-  int64_t max_context = 0;
+  int64_t kv_blocks = 1;         // blocks in each stage's KV pool
+  int64_t kv_block_tokens = 16;  // positions per block
   PhysicalDeviceMap physical;  // plan GPU -> device; missing entries default to cuda:i
 };
 
 // One forward pass's input, staged on the host once (in pinned memory when a stage runs on CUDA, so
 // every stage's copy is non_blocking on its own stream): the ids [rows, tokens] (right-padded), each
-// row's first position (its positions are start, start + 1, ...), KV slot and index of its last real
-// token. Positions, masks and RoPE tables are derived on each stage's device from these.
+// row's first position (its positions are start, start + 1, ...), KV block table and index of its last
+// real token. Positions, masks and RoPE tables are derived on each stage's device from these.
 struct ForwardBatch {
   at::Tensor ids;     // int64 [rows, tokens]
   at::Tensor starts;  // int64 [rows]
-  at::Tensor slots;   // int64 [rows]
+  at::Tensor blocks;  // int64 [rows, table_blocks]: each row's KV blocks, covering its positions < key_length
   at::Tensor last;    // int64 [rows]
   int64_t key_length = 0;
   // int64 [rows], optional: each row's sequence length (prompt + generated), by which longrope picks its
   // factors; undefined means each row's last fed position + 1.
   at::Tensor lengths;
-  // What the host knows about `slots` without reading a device: consecutive slots are a slice of the cache.
-  bool slots_contiguous = false;
-  int64_t first_slot = 0;
+  // What the host knows about `blocks` without reading a device (KvBlockTables::strided).
+  bool blocks_strided = false;
+  int64_t first_block = 0;
+  int64_t block_stride = 0;
 };
 
 // What flows from one stage to the next: the activation and, when its producer runs on a CUDA stream,
@@ -88,7 +89,7 @@ class Pipeline {
   // One stage of a forward pass: reads `activation` (the previous stage's output, or the batch's ids when
   // `stage` is 0) and replaces it with this stage's output. Stages of different forward passes may run
   // at the same time on different threads (micro-batch pipelining): a stage touches only its own
-  // units, KV cache and stream. Passes whose rows share a KV slot must not overlap.
+  // units, KV cache and stream. Passes whose rows write the same KV blocks must not overlap.
   void RunStage(size_t stage, const ForwardBatch& batch, StageActivation& activation);
   // After the last stage: order the caller's current stream after the logits' producer.
   void AwaitOutput(StageActivation& activation);
@@ -96,8 +97,10 @@ class Pipeline {
   // A host tensor to stage inputs in: pinned when a stage runs on CUDA (its copies are then asynchronous
   // and the caching host allocator keeps the block until they complete), pageable otherwise.
   at::Tensor HostBuffer(at::IntArrayRef sizes, at::ScalarType dtype) const;
-  // Fills ForwardBatch's host-side facts about its slots.
-  static void DescribeSlots(ForwardBatch& batch);
+  // Fills ForwardBatch's host-side facts about its block tables.
+  static void DescribeBlocks(ForwardBatch& batch);
+  int64_t kv_blocks() const { return options_.kv_blocks; }
+  int64_t kv_block_tokens() const { return options_.kv_block_tokens; }
   bool uses_cuda() const { return uses_cuda_; }
   // longrope: original_max_position_embeddings (see SchedulerOptions::recompute_at); else 0.
   int64_t recompute_threshold() const { return recompute_threshold_; }

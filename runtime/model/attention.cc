@@ -35,7 +35,7 @@ at::Tensor SelfAttention(const at::Tensor& hidden, const AttentionWeights& w, in
   at::Tensor v = project(w.v, w.v_bias, num_kv_heads, at::Tensor());
 
   auto [keys, values] =
-      KvAppend(cache, batch.slots, batch.slots_contiguous, batch.first_slot, batch.positions, k, v, batch.key_length);
+      KvAppend(cache, batch.kv, batch.positions, k, v, batch.key_length);
   const at::Tensor& mask = batch.masks.at(window);
   // GQA: SDPA repeats each KV head for its group of query heads (enable_gqa), as repeat_kv does upstream.
   at::Tensor out = at::scaled_dot_product_attention(q, keys, values, mask, /*dropout_p=*/0.0, /*is_causal=*/false,

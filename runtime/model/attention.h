@@ -14,13 +14,11 @@ namespace strata::runtime {
 
 // One forward pass's batch as a stage sees it, on that stage's device. Sequences of different lengths
 // share the batch right-padded: row b holds tokens at positions[b] (a sequence's own positions from
-// 0), written to its KV slot at those positions; padding rows are computed and ignored.
+// 0), written to its KV blocks at those positions; padding rows are computed and ignored.
 struct AttentionBatch {
   at::Tensor positions;  // [batch, tokens] int64
-  at::Tensor slots;      // [batch] int64
-  bool slots_contiguous = false;
-  int64_t first_slot = 0;
-  int64_t key_length = 0;  // keys [0, key_length) of every slot take part
+  KvBlockTables kv;
+  int64_t key_length = 0;  // keys [0, key_length) of every row take part
   RopeTables rope;
   RopeTables rope_sliding;  // Gemma 3: the sliding layers' tables (rope_local_base_freq); else undefined
   // Boolean masks [batch, 1, tokens, key_length] per sliding window (0: full causal).

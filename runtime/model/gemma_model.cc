@@ -51,7 +51,7 @@ at::Tensor GemmaAttention(const at::Tensor& hidden, const std::vector<at::Tensor
   q = ApplyRope(q, rope);
   k = ApplyRope(k, rope);
   auto [keys, values] =
-      KvAppend(cache, batch.slots, batch.slots_contiguous, batch.first_slot, batch.positions, k, v, batch.key_length);
+      KvAppend(cache, batch.kv, batch.positions, k, v, batch.key_length);
   const at::Tensor& mask = batch.masks.at(unit.window);
   const double scale = dims.attention_scale > 0 ? dims.attention_scale : 1.0 / std::sqrt(double(dims.head_dim));
   at::Tensor out;

@@ -1,18 +1,17 @@
 #include "runtime/model/kv_cache.h"
 
-#include <ATen/ops/index_put.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/index_copy.h>
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/zeros.h>
 
-#include <vector>
-
 namespace strata::runtime {
 
-void KvCache::AddLayer(int64_t layer, at::Device device, at::ScalarType dtype, int64_t slots, int64_t max_context,
+void KvCache::AddLayer(int64_t layer, at::Device device, at::ScalarType dtype, int64_t blocks, int64_t block_tokens,
                        int64_t kv_heads, int64_t head_dim) {
   at::TensorOptions options = at::TensorOptions().dtype(dtype).device(device);
-  layers_[layer] = KvLayer{at::zeros({slots, max_context, kv_heads, head_dim}, options),
-                           at::zeros({slots, max_context, kv_heads, head_dim}, options)};
+  layers_[layer] = KvLayer{at::zeros({blocks * block_tokens, kv_heads, head_dim}, options),
+                           at::zeros({blocks * block_tokens, kv_heads, head_dim}, options)};
 }
 
 int64_t KvCache::bytes() const {
@@ -21,19 +20,40 @@ int64_t KvCache::bytes() const {
   return total;
 }
 
-std::pair<at::Tensor, at::Tensor> KvAppend(KvLayer& cache, const at::Tensor& slots, bool slots_contiguous,
-                                           int64_t first_slot, const at::Tensor& positions, const at::Tensor& k,
-                                           const at::Tensor& v, int64_t key_length) {
-  const c10::List<std::optional<at::Tensor>> index({slots.unsqueeze(1), positions});
-  cache.k.index_put_(index, k.transpose(1, 2));
-  cache.v.index_put_(index, v.transpose(1, 2));
-  // Consecutive slots are a slice of the cache; others (micro-batches of a running batch) are gathered,
-  // only the key_length positions that take part.
-  at::Tensor keys = slots_contiguous ? cache.k.narrow(0, first_slot, slots.size(0)).narrow(1, 0, key_length)
-                                     : cache.k.narrow(1, 0, key_length).index_select(0, slots);
-  at::Tensor values = slots_contiguous ? cache.v.narrow(0, first_slot, slots.size(0)).narrow(1, 0, key_length)
-                                       : cache.v.narrow(1, 0, key_length).index_select(0, slots);
-  return {keys.transpose(1, 2), values.transpose(1, 2)};
+namespace {
+
+// [batch, kv_heads, key_length, head_dim] of positions [0, key_length) of every row.
+at::Tensor Read(const at::Tensor& pool, const KvBlockTables& tables, int64_t key_length) {
+  const int64_t batch = tables.table.size(0);
+  const int64_t heads = pool.size(1);
+  const int64_t dim = pool.size(2);
+  at::Tensor rows;
+  if (tables.strided) {
+    const int64_t row = heads * dim;
+    rows = pool.as_strided({batch, key_length, heads, dim}, {tables.stride * tables.block_tokens * row, row, dim, 1},
+                           pool.storage_offset() + tables.first * tables.block_tokens * row);
+  } else {
+    const int64_t blocks = tables.table.size(1);
+    rows = pool.view({-1, tables.block_tokens, heads, dim})
+               .index_select(0, tables.table.reshape({-1}))
+               .view({batch, blocks * tables.block_tokens, heads, dim})
+               .narrow(1, 0, key_length);
+  }
+  return rows.transpose(1, 2);
+}
+
+}  // namespace
+
+std::pair<at::Tensor, at::Tensor> KvAppend(KvLayer& cache, const KvBlockTables& tables, const at::Tensor& positions,
+                                           const at::Tensor& k, const at::Tensor& v, int64_t key_length) {
+  // The pool row of every (batch, token): its block's first row plus the offset in the block.
+  const at::Tensor blocks = tables.table.gather(1, positions.div(tables.block_tokens, "floor"));
+  const at::Tensor where = (blocks * tables.block_tokens + positions.remainder(tables.block_tokens)).reshape({-1});
+  const int64_t heads = k.size(1);
+  const int64_t dim = k.size(3);
+  cache.k.index_copy_(0, where, k.transpose(1, 2).reshape({-1, heads, dim}));
+  cache.v.index_copy_(0, where, v.transpose(1, 2).reshape({-1, heads, dim}));
+  return {Read(cache.k, tables, key_length), Read(cache.v, tables, key_length)};
 }
 
 }  // namespace strata::runtime

@@ -1,6 +1,8 @@
 #pragma once
-// Internal (ATen): the KV cache of the decoder layers one stage runs, on that stage's device, allocated
-// once at load for `slots` sequences x `max_context` positions (GUIDE.md, KV cache).
+// Internal (ATen): the paged KV cache of the decoder layers one stage runs, on that stage's device: per
+// layer a pool of `blocks` blocks of `block_tokens` positions, allocated once at load and sized from the
+// plan's KV reserve (GUIDE.md, KV cache). Which block holds which positions of which sequence is the
+// engine's business (runtime/engine/kv_blocks.h); a forward pass brings each row's block table.
 
 #include <ATen/core/Tensor.h>
 
@@ -10,16 +12,16 @@
 namespace strata::runtime {
 
 struct KvLayer {
-  // [slots, max_context, kv_heads, head_dim]: a batch's new keys are written with one index_put_ at
-  // (slot, position) pairs, and each sequence's prefix is a plain slice.
+  // [blocks * block_tokens, kv_heads, head_dim]: position p of a sequence lives at row
+  // table[p / block_tokens] * block_tokens + p % block_tokens.
   at::Tensor k;
   at::Tensor v;
 };
 
 class KvCache {
  public:
-  // Allocates the layers' buffers (zeroed) on `device`.
-  void AddLayer(int64_t layer, at::Device device, at::ScalarType dtype, int64_t slots, int64_t max_context,
+  // Allocates the layer's pools (zeroed) on `device`.
+  void AddLayer(int64_t layer, at::Device device, at::ScalarType dtype, int64_t blocks, int64_t block_tokens,
                 int64_t kv_heads, int64_t head_dim);
   KvLayer& layer(int64_t index) { return layers_.at(index); }
   int64_t bytes() const;
@@ -28,11 +30,22 @@ class KvCache {
   std::map<int64_t, KvLayer> layers_;
 };
 
-// Writes `k`/`v` ([batch, kv_heads, tokens, head_dim]) at `positions` ([batch, tokens]) of `slots`
-// ([batch]) and returns each sequence's keys and values for positions [0, key_length) as
-// [batch, kv_heads, key_length, head_dim].
-std::pair<at::Tensor, at::Tensor> KvAppend(KvLayer& cache, const at::Tensor& slots, bool slots_contiguous,
-                                           int64_t first_slot, const at::Tensor& positions, const at::Tensor& k,
-                                           const at::Tensor& v, int64_t key_length);
+// How a batch's rows find their positions in the pools: the block tables, and what the host knows of them
+// without reading a device.
+struct KvBlockTables {
+  at::Tensor table;  // int64 [batch, table_blocks] on the stage's device
+  int64_t block_tokens = 16;
+  // Every row's table is a run of consecutive blocks, row b's starting at first + b * stride: the keys
+  // are then a strided view of the pool (no copy), as one contiguous sequence's always are.
+  bool strided = false;
+  int64_t first = 0;
+  int64_t stride = 0;
+};
+
+// Writes `k`/`v` ([batch, kv_heads, tokens, head_dim]) at `positions` ([batch, tokens]) of each row's
+// blocks and returns each row's keys and values for positions [0, key_length) as
+// [batch, kv_heads, key_length, head_dim] (a view when the tables are strided, else gathered).
+std::pair<at::Tensor, at::Tensor> KvAppend(KvLayer& cache, const KvBlockTables& tables, const at::Tensor& positions,
+                                           const at::Tensor& k, const at::Tensor& v, int64_t key_length);
 
 }  // namespace strata::runtime

@@ -113,7 +113,7 @@ TEST(CudaSync, DecodeLoopMakesNoSynchronizingCallAfterWarmUp) {
     // Same requests, same seeds: the same tokens as in the warm-up.
     EXPECT_EQ(c.Ids(index), warm.Ids(index)) << "request " << i;
   }
-  EngineStats stats = StatsWhenIdle(**engine, 8);
+  EngineStats stats = StatsWhenIdle(**engine);
   EXPECT_TRUE(stats.errors.empty()) << "a stage failed under sync-debug mode L_ERROR: stage "
                                     << stats.errors.front().stage << " on " << stats.errors.front().device;
   EXPECT_FALSE(stats.device_lost);

@@ -72,7 +72,7 @@ TEST(FaultInjection, FailedForwardEndsItsRequestsWithErrorAndTheEngineServesOn) 
   after.Wait(1);
   EXPECT_EQ(after.Reason(0), FinishReason::kLength);
   EXPECT_EQ(after.Ids(0).size(), 6u);
-  EngineStats stats = StatsWhenIdle(**engine, 4);
+  EngineStats stats = StatsWhenIdle(**engine);
   ASSERT_EQ(stats.errors.size(), 1u);
   EXPECT_EQ(stats.errors[0].stage, "1");
   EXPECT_EQ(stats.errors[0].device, "1");

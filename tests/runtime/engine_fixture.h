@@ -125,9 +125,10 @@ struct Collector {
 };
 
 // The engine publishes its counts after it processed a micro-batch, which is after the callbacks of
-// that micro-batch ran: wait (bounded) for every slot to be free again.
-inline EngineStats StatsWhenIdle(Engine& engine, int64_t slots) {
-  for (int tries = 0; tries < 500 && engine.Stats().free_slots != slots; ++tries) {
+// that micro-batch ran: wait (bounded) until no sequence runs and no KV block is in use.
+inline EngineStats StatsWhenIdle(Engine& engine) {
+  auto idle = [](const EngineStats& s) { return s.active == 0 && s.kv_used == 0; };
+  for (int tries = 0; tries < 500 && !idle(engine.Stats()); ++tries) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return engine.Stats();

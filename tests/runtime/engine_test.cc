@@ -55,9 +55,10 @@ TEST(Engine, GreedyEqualsOfflineGreedyUnderPipelinedMicroBatches) {
       EXPECT_EQ(c.Reason(static_cast<int>(i)), FinishReason::kLength);
       EXPECT_EQ(c.chunks[static_cast<int>(i)].back().completion_tokens, 12);
     }
-    EngineStats stats = StatsWhenIdle(**engine, 4);
+    EngineStats stats = StatsWhenIdle(**engine);
     EXPECT_EQ(stats.active, 0);
-    EXPECT_EQ(stats.free_slots, 4);
+    EXPECT_EQ(stats.kv_used, 0);
+    EXPECT_EQ(stats.kv_free + stats.kv_cached, stats.kv_blocks);
     ASSERT_EQ(stats.stages.size(), 2u);
     EXPECT_GT(stats.stages[0].busy_seconds, 0);
   }
@@ -147,11 +148,12 @@ TEST(Engine, CancelledRequestsFreeTheirSlots) {
   for (auto& h : handles) h->Cancel();
   c.Wait(10);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(c.Reason(i), FinishReason::kCancelled);
-  // The slots come back once in-flight micro-batches return.
-  EngineStats stats = StatsWhenIdle(**engine, 4);
+  // The blocks come back once in-flight micro-batches return.
+  EngineStats stats = StatsWhenIdle(**engine);
   EXPECT_EQ(stats.active, 0);
   EXPECT_EQ(stats.queued, 0);
-  EXPECT_EQ(stats.free_slots, 4);
+  EXPECT_EQ(stats.kv_used, 0);
+  EXPECT_EQ(stats.kv_free + stats.kv_cached, stats.kv_blocks);
 }
 
 TEST(Engine, FullQueueIsResourceExhausted) {
