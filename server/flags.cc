@@ -25,12 +25,15 @@ ABSL_FLAG(std::string, device_map, "balanced_low_0",
 ABSL_FLAG(std::string, max_memory, "", "per-device budgets as accelerate reads them: 0=20GiB,1=20GiB,cpu=64GiB");
 ABSL_FLAG(std::string, dtype, "", "size the weights in D (float16, bfloat16, float32, ...)");
 ABSL_FLAG(int64_t, kv_cache_tokens, 0,
-          "reserve KV cache for N tokens on every GPU that holds decoder layers; when serving weights the reserve "
-          "is --max-batch x --max-context instead");
+          "reserve KV cache for N tokens on every GPU that holds decoder layers; when serving, the paged KV cache "
+          "of each stage holds N tokens (0: --max-batch x --max-context)");
+ABSL_FLAG(int64_t, kv_block_tokens, 16, "positions per block of the paged KV cache");
+ABSL_FLAG(bool, prefix_cache, true,
+          "reuse the KV blocks of prompt prefixes seen before (--prefix-cache=false: off; always off for longrope)");
 ABSL_FLAG(std::string, physical_devices, "", "run plan GPUs on these devices: 0=cpu,1=cpu or 0=cuda:0,1=cuda:0");
-ABSL_FLAG(int64_t, max_batch, 16, "KV-cache slots: sequences generating at once");
-ABSL_FLAG(int64_t, max_context, 2048, "KV-cache positions per slot: prompt + new tokens");
-ABSL_FLAG(int64_t, max_queue, 256, "requests waiting for a slot before RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_batch, 16, "sequences running at once");
+ABSL_FLAG(int64_t, max_context, 2048, "positions a sequence may reach: prompt + new tokens");
+ABSL_FLAG(int64_t, max_queue, 256, "requests waiting to run before RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_new_tokens, 0, "most new tokens a request may ask for");
 ABSL_FLAG(int64_t, micro_batches, 0, "micro-batches in flight across the stages; 1 runs one stage at a time");
 ABSL_FLAG(int64_t, prefill_chunk, 256, "prompt tokens per prefill chunk");
@@ -100,6 +103,8 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
         Flag(FLAGS_physical_devices, "MAP").ShowDefault("GPU i is cuda:i").Section("Serving (weights present):"),
         Flag(FLAGS_max_batch, "N"),
         Flag(FLAGS_max_context, "N"),
+        Flag(FLAGS_kv_block_tokens, "N"),
+        Flag(FLAGS_prefix_cache),
         Flag(FLAGS_max_queue, "N"),
         Flag(FLAGS_max_new_tokens, "N").ShowDefault("--max-context"),
         Flag(FLAGS_micro_batches, "N").ShowDefault("0, one per stage of the plan"),
@@ -266,6 +271,7 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
   for (auto [value, flag, least] : {std::tuple{&options.kv_cache_tokens, &FLAGS_kv_cache_tokens, int64_t{0}},
                                     std::tuple{&options.max_batch, &FLAGS_max_batch, int64_t{1}},
                                     std::tuple{&options.max_context, &FLAGS_max_context, int64_t{1}},
+                                    std::tuple{&options.kv_block_tokens, &FLAGS_kv_block_tokens, int64_t{1}},
                                     std::tuple{&options.max_queue, &FLAGS_max_queue, int64_t{0}},
                                     std::tuple{&options.micro_batches, &FLAGS_micro_batches, int64_t{0}},
                                     std::tuple{&options.prefill_chunk, &FLAGS_prefill_chunk, int64_t{1}},
@@ -287,6 +293,11 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
     if (!checked.ok()) return checked.status();
     options.max_new_tokens = *checked;
   }
+  if (options.kv_block_tokens > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_kv_block_tokens), ": ", options.kv_block_tokens,
+                                                   " is more than 4096"));
+  }
+  options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   absl::StatusOr<int32_t> threads = AtLeast(FLAGS_intra_op_threads, int32_t{0}, "an integer >= 0");
   if (!threads.ok()) return threads.status();
   options.intra_op_threads = *threads;

@@ -71,9 +71,13 @@ struct ServerOptions {
 
   // Serving (when --model DIR holds safetensors weights; see ServerUsage).
   runtime::PhysicalDeviceMap physical_devices;  // --physical-devices 0=cpu,1=cpu; empty: GPU i is cuda:i
-  int64_t max_batch = 16;        // KV slots: sequences generating at once
-  int64_t max_context = 2048;    // positions per slot: prompt + new tokens
-  int64_t max_queue = 256;       // requests waiting for a slot before RESOURCE_EXHAUSTED
+  int64_t max_batch = 16;        // sequences running at once
+  int64_t max_context = 2048;    // positions a sequence may reach: prompt + new tokens
+  // The paged KV cache when serving: kv_cache_tokens (above; 0: max_batch x max_context) in blocks of
+  // kv_block_tokens; prefix_cache reuses the blocks of prompt prefixes seen before.
+  int64_t kv_block_tokens = 16;
+  bool prefix_cache = true;
+  int64_t max_queue = 256;       // requests waiting to run before RESOURCE_EXHAUSTED
   int64_t max_new_tokens = 0;    // limit per request; 0: max_context
   int64_t micro_batches = 0;     // micro-batches in flight across the stages (1: unpipelined; 0: one per stage)
   int64_t prefill_chunk = 256;   // prompt tokens per prefill chunk

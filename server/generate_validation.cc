@@ -102,6 +102,12 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::Gen
                    absl::StrCat(out.prompt.size(), " tokens and max_new_tokens ", s.max_new_tokens, " need ", needed,
                                 " positions, more than the max context ", limits.max_context));
   }
+  if (limits.kv_cache_tokens > 0 && needed > limits.kv_cache_tokens) {
+    return Invalid(prompt_field,
+                   absl::StrCat(out.prompt.size(), " tokens and max_new_tokens ", s.max_new_tokens, " need ", needed,
+                                " positions of KV cache, more than the whole cache holds (", limits.kv_cache_tokens,
+                                " tokens, --kv-cache-tokens)"));
+  }
   if (!(request.temperature() >= 0) || std::isinf(request.temperature())) {
     return Invalid("temperature", absl::StrCat(request.temperature(), " is not a finite number >= 0"));
   }

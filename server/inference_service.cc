@@ -2,6 +2,7 @@
 
 #include <grpc/grpc_security_constants.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -45,6 +46,9 @@ v1::GetDeviceMapResponse DeviceMapResponse(const ServedPlan& served,
     out.set_budget_bytes(usage.budget_bytes);
     out.set_planned_bytes(usage.planned_bytes);
     out.set_kv_cache_bytes(usage.kv_cache_bytes);
+    if (std::find(served.kv_devices.begin(), served.kv_devices.end(), out.device()) != served.kv_devices.end()) {
+      out.set_kv_cache_capacity_tokens(served.kv_cache_blocks * served.kv_block_tokens);
+    }
     if (measured == nullptr) continue;
     for (const runtime::DeviceMemory& m : *measured) {
       if (m.device != out.device()) continue;
@@ -64,6 +68,8 @@ v1::GetDeviceMapResponse DeviceMapResponse(const ServedPlan& served,
   response.set_architecture(served.spec.architecture);
   response.set_dtype(std::string(planner::DTypeName(served.spec.dtype)));
   response.set_kv_cache_tokens(served.kv_cache_tokens);
+  response.set_kv_cache_blocks(served.kv_cache_blocks);
+  response.set_kv_block_tokens(served.kv_block_tokens);
   if (plan.inventory) {
     for (size_t i = 0; i < plan.inventory->gpus.size(); ++i) {
       v1::InventoryDevice& out = *response.add_inventory();

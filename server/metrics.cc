@@ -106,14 +106,57 @@ Metrics::Metrics(ListenAddress address, std::shared_ptr<prometheus::Registry> re
                             .Add({})),
       queue_depth_(prometheus::BuildGauge()
                        .Name("strata_queue_depth")
-                       .Help("Requests waiting for a KV slot")
+                       .Help("Requests waiting to run (as strata_requests_waiting)")
                        .Register(*registry_)
                        .Add({})),
       active_sequences_(prometheus::BuildGauge()
                             .Name("strata_active_sequences")
-                            .Help("Sequences holding a KV slot")
+                            .Help("Sequences running, holding KV blocks (as strata_requests_running)")
                             .Register(*registry_)
                             .Add({})),
+      requests_waiting_(prometheus::BuildGauge()
+                            .Name("strata_requests_waiting")
+                            .Help("Requests waiting to run: not yet admitted, or preempted and waiting to be "
+                                  "recomputed (vLLM: vllm:num_requests_waiting)")
+                            .Register(*registry_)
+                            .Add({})),
+      requests_running_(prometheus::BuildGauge()
+                            .Name("strata_requests_running")
+                            .Help("Requests running, holding KV blocks (vLLM: vllm:num_requests_running)")
+                            .Register(*registry_)
+                            .Add({})),
+      kv_cache_usage_ratio_(prometheus::BuildGauge()
+                                .Name("strata_kv_cache_usage_ratio")
+                                .Help("Fraction of the device's KV blocks held by running requests; cached prefix "
+                                      "blocks count as free (vLLM: vllm:kv_cache_usage_perc)")
+                                .Register(*registry_)),
+      kv_cache_blocks_(prometheus::BuildGauge()
+                           .Name("strata_kv_cache_blocks")
+                           .Help("KV blocks of the device's pool by state: used (held by running requests), "
+                                 "cached (a prompt prefix no request holds, evicted when needed), free")
+                           .Register(*registry_)),
+      kv_cache_capacity_tokens_(prometheus::BuildGauge()
+                                    .Name("strata_kv_cache_capacity_tokens")
+                                    .Help("Tokens the device's KV pool holds (blocks x block tokens)")
+                                    .Register(*registry_)),
+      preemptions_total_(prometheus::BuildCounter()
+                             .Name("strata_preemptions_total")
+                             .Help("Running requests preempted for lack of KV blocks, to be recomputed "
+                                   "(vLLM: vllm:num_preemptions)")
+                             .Register(*registry_)
+                             .Add({})),
+      prefix_cache_queries_total_(prometheus::BuildCounter()
+                                      .Name("strata_prefix_cache_queries_total")
+                                      .Help("Prompt tokens looked up in the prefix cache at admission (vLLM: "
+                                            "vllm:prefix_cache_queries)")
+                                      .Register(*registry_)
+                                      .Add({})),
+      prefix_cache_hits_total_(prometheus::BuildCounter()
+                                   .Name("strata_prefix_cache_hits_total")
+                                   .Help("Prompt tokens found in the prefix cache, not computed again (vLLM: "
+                                         "vllm:prefix_cache_hits)")
+                                   .Register(*registry_)
+                                   .Add({})),
       batch_size_(prometheus::BuildHistogram()
                       .Name("strata_batch_size")
                       .Help("Rows of each micro-batch the engine runs")
@@ -194,6 +237,24 @@ void Metrics::ObserveBatchSize(int64_t rows) { batch_size_.Observe(static_cast<d
 void Metrics::RecordEngine(const runtime::EngineStats& stats) {
   queue_depth_.Set(static_cast<double>(stats.queued));
   active_sequences_.Set(static_cast<double>(stats.active));
+  requests_waiting_.Set(static_cast<double>(stats.queued));
+  requests_running_.Set(static_cast<double>(stats.active));
+  // Every KV pool has the same blocks, indexed alike (one block table serves all stages).
+  for (const std::string& device : stats.kv_devices) {
+    const double blocks = static_cast<double>(stats.kv_blocks);
+    kv_cache_usage_ratio_.Add({{"device", device}}).Set(blocks > 0 ? static_cast<double>(stats.kv_used) / blocks : 0);
+    kv_cache_capacity_tokens_.Add({{"device", device}}).Set(blocks * static_cast<double>(stats.kv_block_tokens));
+    for (auto [state, count] : {std::pair{"used", stats.kv_used}, std::pair{"cached", stats.kv_cached},
+                                std::pair{"free", stats.kv_free}}) {
+      kv_cache_blocks_.Add({{"device", device}, {"state", state}}).Set(static_cast<double>(count));
+    }
+  }
+  for (auto [counter, total] : {std::pair{&preemptions_total_, stats.preemptions},
+                                std::pair{&prefix_cache_queries_total_, stats.prefix_queried_tokens},
+                                std::pair{&prefix_cache_hits_total_, stats.prefix_hit_tokens}}) {
+    const double delta = static_cast<double>(total) - counter->Value();
+    if (delta > 0) counter->Increment(delta);
+  }
   for (size_t s = 0; s < stats.stages.size(); ++s) {
     prometheus::Counter& counter =
         stage_busy_seconds_.Add({{"stage", std::to_string(s)}, {"device", stats.stages[s].device}});

@@ -72,6 +72,14 @@ class Metrics {
   prometheus::Counter& generated_tokens_;
   prometheus::Gauge& queue_depth_;
   prometheus::Gauge& active_sequences_;
+  prometheus::Gauge& requests_waiting_;
+  prometheus::Gauge& requests_running_;
+  prometheus::Family<prometheus::Gauge>& kv_cache_usage_ratio_;
+  prometheus::Family<prometheus::Gauge>& kv_cache_blocks_;
+  prometheus::Family<prometheus::Gauge>& kv_cache_capacity_tokens_;
+  prometheus::Counter& preemptions_total_;
+  prometheus::Counter& prefix_cache_queries_total_;
+  prometheus::Counter& prefix_cache_hits_total_;
   prometheus::Histogram& batch_size_;
   prometheus::Family<prometheus::Counter>& stage_busy_seconds_;
   prometheus::Family<prometheus::Gauge>& inventory_free_bytes_;

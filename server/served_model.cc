@@ -24,11 +24,6 @@ bool HasWeights(const std::filesystem::path& dir) {
 absl::StatusOr<runtime::LoadOptions> PlanServedModel(const ServerOptions& options,
                                                      const std::optional<planner::MachineInventory>& inventory) {
   if (!options.model_dir) return absl::InvalidArgumentError("--model: a checkpoint directory is needed to serve");
-  if (options.kv_cache_tokens != 0) {
-    return absl::InvalidArgumentError(
-        "--kv-cache-tokens: a served model reserves --max-batch x --max-context tokens of KV cache; "
-        "set those instead");
-  }
   runtime::ServingRequest request;
   request.model_dir = *options.model_dir;
   request.device_map = options.device_map;
@@ -38,6 +33,8 @@ absl::StatusOr<runtime::LoadOptions> PlanServedModel(const ServerOptions& option
   request.dtype = options.dtype;
   request.max_batch = options.max_batch;
   request.max_context = options.max_context;
+  request.kv_cache_tokens = options.kv_cache_tokens;
+  request.kv_block_tokens = options.kv_block_tokens;
   absl::StatusOr<runtime::LoadOptions> load = runtime::PlanServing(request);
   if (!load.ok()) {
     return absl::Status(load.status().code(),
@@ -68,6 +65,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(
 
   runtime::EngineOptions engine_options;
   engine_options.max_queue = options.max_queue;
+  engine_options.prefix_cache = options.prefix_cache;
   // One micro-batch per stage keeps every stage busy; more only cut the batch finer, and each micro-batch
   // reads every weight of its stage again (a one-stage plan loses half its decode speed with two).
   engine_options.micro_batches =
@@ -86,12 +84,16 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(
 
   served->limits_.vocab_size = served->model_->vocab_size();
   served->limits_.max_context = options.max_context;
+  served->limits_.kv_cache_tokens = served->engine_->kv_cache_tokens();
   served->limits_.max_new_tokens = options.max_new_tokens > 0 ? options.max_new_tokens : options.max_context;
   served->limits_.max_prompt_bytes = options.max_prompt_bytes;
   served->limits_.max_prompt_tokens = options.max_prompt_tokens > 0 ? options.max_prompt_tokens : options.max_context;
   served->plan_.spec = served->model_->report().spec;
   served->plan_.plan = served->model_->report().plan;
-  served->plan_.kv_cache_tokens = options.max_batch * options.max_context;
+  served->plan_.kv_cache_tokens = served->engine_->kv_cache_tokens();
+  served->plan_.kv_cache_blocks = served->model_->kv_blocks();
+  served->plan_.kv_block_tokens = served->model_->kv_block_tokens();
+  served->plan_.kv_devices = served->model_->report().kv_devices;
   return served;
 }
 

@@ -20,6 +20,8 @@ namespace strata::server {
 struct GenerateLimits {
   int64_t vocab_size = 0;
   int64_t max_context = 0;
+  // What the paged KV cache holds (blocks x block tokens): one sequence can never need more. 0: unchecked.
+  int64_t kv_cache_tokens = 0;
   int64_t max_new_tokens = 0;
   int64_t max_prompt_bytes = 1 << 20;  // prompt text, checked before it is tokenized
   int64_t max_prompt_tokens = 0;       // text prompts after tokenizing, prompt_ids as given; 0: max_context

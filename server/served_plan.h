@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "planner/model_spec.h"
@@ -16,6 +18,10 @@ struct ServedPlan {
   planner::ModelSpec spec;
   planner::Plan plan;
   int64_t kv_cache_tokens = 0;
+  // Serving: the paged KV cache (blocks per pool, tokens per block) and the plan devices holding a pool.
+  int64_t kv_cache_blocks = 0;
+  int64_t kv_block_tokens = 0;
+  std::vector<std::string> kv_devices;
 };
 
 // Loads the model's spec (--model or --module-tree) and places it. Errors keep the planner's code and

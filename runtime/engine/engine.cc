@@ -232,6 +232,7 @@ EngineStats Engine::Stats() const {
     for (const auto& [where, count] : impl_->nonfinite) stats.nonfinite_logits.push_back({where.first, where.second, count});
   }
   stats.max_running = impl_->model.max_batch();
+  stats.kv_devices = impl_->model.report().kv_devices;
   stats.kv_blocks = impl_->model.kv_blocks();
   stats.kv_block_tokens = impl_->model.kv_block_tokens();
   stats.stages = impl_->executor->Busy();

@@ -117,6 +117,7 @@ struct EngineStats {
   int64_t active = 0;      // running: admitted, holding KV blocks
   int64_t max_running = 0;
   // The paged KV cache (every stage's pool has these blocks, indexed alike): KvBlocks' states.
+  std::vector<std::string> kv_devices;  // plan devices of the stages that hold KV pools ("0", "cpu", ...)
   int64_t kv_blocks = 0;
   int64_t kv_block_tokens = 0;
   int64_t kv_used = 0;

@@ -224,6 +224,12 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
   report.copied_tensors = stats.copied;
   report.disk_tensors = stats.on_disk;
   report.kv_cache_bytes = impl->pipeline->kv_cache_bytes();
+  for (const Stage& stage : impl->pipeline->stages()) {
+    if (stage.kv.bytes() > 0 && std::find(report.kv_devices.begin(), report.kv_devices.end(), stage.label) ==
+                                    report.kv_devices.end()) {
+      report.kv_devices.push_back(stage.label);
+    }
+  }
   report.stages = impl->pipeline->Describe();
   report.seconds = SecondsSince(start);
   return std::unique_ptr<LoadedModel>(new LoadedModel(std::move(impl)));

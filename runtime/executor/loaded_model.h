@@ -67,6 +67,7 @@ struct LoadReport {
   int64_t copied_tensors = 0;
   int64_t disk_tensors = 0;
   int64_t kv_cache_bytes = 0;
+  std::vector<std::string> kv_devices;  // plan devices of the stages holding KV pools, in stage order
   std::string stages;  // one line per stage
 };
 
