@@ -146,21 +146,21 @@ std::optional<ScheduledMicroBatch> Scheduler::Next() {
     r.last_scheduled = tick_;
     batch.rows.push_back(std::move(row));
   };
-  if (!prefilling.empty()) {
-    // The first waiting prompt sets the chunk length; others whose next chunk has the same length join
-    // while the token budget allows.
-    auto chunk = [&](const Running& r) { return std::min(r.length - r.computed, options_.prefill_chunk_tokens); };
-    const int64_t count = chunk(*prefilling.front().second);
-    for (auto& [id, r] : prefilling) {
-      if (static_cast<int64_t>(batch.rows.size()) >= share) break;
-      if ((static_cast<int64_t>(batch.rows.size()) + 1) * count > options_.micro_batch_tokens) break;
-      if (chunk(*r) == count) take(id, *r, count);
-    }
-  } else {
-    for (auto& [id, r] : decoding) {
-      if (static_cast<int64_t>(batch.rows.size()) >= std::min(share, options_.micro_batch_tokens)) break;
-      take(id, *r, 1);
-    }
+  // Decodes first, so that a burst of prompts never holds a running sequence back; prefill chunks fill
+  // what the token budget leaves, the longest-waiting first, the last one cut to fit (vLLM's chunked
+  // prefill). Rows of different lengths share the micro-batch (the executor runs each length as a group).
+  int64_t budget = options_.micro_batch_tokens;
+  auto room = [&] { return static_cast<int64_t>(batch.rows.size()) < share && budget > 0; };
+  for (auto& [id, r] : decoding) {
+    if (!room()) break;
+    take(id, *r, 1);
+    budget -= 1;
+  }
+  for (auto& [id, r] : prefilling) {
+    if (!room()) break;
+    const int64_t count = std::min({r->length - r->computed, options_.prefill_chunk_tokens, budget});
+    take(id, *r, count);
+    budget -= count;
   }
   if (batch.rows.empty()) return std::nullopt;
   ++in_flight_batches_;

@@ -9,9 +9,9 @@
 // at positions computed.. and, when that reaches the end of `tokens`, the last row's logits give the
 // next token. A prefill chunk and a decode step are the same thing with different n.
 //
-// A micro-batch holds rows that all feed the same number of tokens (decode rows feed 1; prefill chunks
-// of equal length can share one), so rows never need padding: nothing is written to a KV block but real
-// tokens, and what a row computes does not depend on which rows share its batch.
+// A micro-batch mixes decode rows (1 token) and prefill chunks of any length under a token budget
+// (micro_batch_tokens): decodes first, then chunks. Rows never need padding: nothing is written to a KV
+// block but real tokens, and what a row computes does not depend on which rows share its batch.
 //
 // Memory is counted in blocks, not slots. A queued sequence is admitted (FIFO) while fewer than
 // max_running run and the blocks for all its known tokens can be had, less the full blocks its tokens
@@ -40,7 +40,7 @@ struct SchedulerOptions {
   // sequence's length, so a block is not determined by the tokens before it.
   bool prefix_cache = true;
   int64_t prefill_chunk_tokens = 256;  // a longer prompt is prefilled in chunks of this many tokens
-  int64_t micro_batch_tokens = 512;    // tokens one micro-batch may feed in all
+  int64_t micro_batch_tokens = 512;    // tokens one micro-batch may feed in all (decodes + prefill chunks)
   int64_t micro_batches = 1;           // micro-batches in flight at once (pipeline depth)
   // longrope (Phi-3): original_max_position_embeddings, or 0. A sequence whose cache was computed while it
   // was at most this long is recomputed from position 0 when it grows past it, as transformers' generate()
@@ -59,7 +59,11 @@ struct ScheduledRow {
 
 struct ScheduledMicroBatch {
   std::vector<ScheduledRow> rows;
-  int64_t tokens() const { return rows.empty() ? 0 : static_cast<int64_t>(rows.size()) * rows.front().count; }
+  int64_t tokens() const {
+    int64_t total = 0;
+    for (const ScheduledRow& row : rows) total += row.count;
+    return total;
+  }
 };
 
 class Scheduler {
@@ -71,10 +75,11 @@ class Scheduler {
   // KV pool (validated before it gets here), so that it can always run once the others are preempted.
   void Add(uint64_t sequence, const std::vector<int32_t>& tokens);
 
-  // The next micro-batch among sequences not already in flight, or nothing when none can run. Admits
-  // queued sequences first, and gives running ones the blocks their next tokens need (preempting). Prefill chunks go before decodes (time to first token),
-  // and a micro-batch takes at most its share of the active sequences, ceil(active / micro_batches), so
-  // that the pipeline has `micro_batches` batches to overlap.
+  // The next micro-batch among sequences not already in flight, or nothing when none can run. Gives
+  // running sequences the blocks their next tokens need (preempting), then admits queued ones. Decodes go
+  // first, prefill chunks fill the rest of the token budget, and a micro-batch takes at most its share of
+  // the active sequences, ceil(active / micro_batches), so that the pipeline has `micro_batches` batches
+  // to overlap.
   std::optional<ScheduledMicroBatch> Next();
 
   // A scheduled micro-batch came back: its rows' chunks are in the cache. Rows that sampled and go on

@@ -1,6 +1,7 @@
 #include "runtime/executor/executor.h"
 
 #include <cmath>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/index_select.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
@@ -83,7 +84,9 @@ struct Executor::Impl {
     const Stage& last = pipeline.stages().back();
     std::optional<c10::StreamGuard> guard;
     if (last.stream) guard.emplace(*last.stream);
-    at::Tensor logits = mb.activation.hidden;
+    std::vector<at::Tensor> parts;
+    for (const StageActivation& a : mb.activations) parts.push_back(a.hidden);
+    at::Tensor logits = parts.size() == 1 ? parts.front() : at::cat(parts);
     if (mb.sample_index.defined()) {
       logits = logits.index_select(0, mb.sample_index.to(logits.device(), /*non_blocking=*/true));
     }
@@ -112,60 +115,91 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Start(LoadedModel& model, co
   return std::unique_ptr<Executor>(new Executor(std::move(impl)));
 }
 
+namespace {
+
+// One group's ForwardBatch: `members` are rows of `rows` that all feed `count` tokens.
+ForwardBatch StageGroup(const Pipeline& pipeline, const std::vector<BatchRow>& rows,
+                        const std::vector<int64_t>& members, int64_t count) {
+  const int64_t n = static_cast<int64_t>(members.size());
+  const int64_t block_tokens = pipeline.kv_block_tokens();
+  ForwardBatch b;
+  b.ids = pipeline.HostBuffer({n, count}, at::kLong);
+  b.starts = pipeline.HostBuffer({n}, at::kLong);
+  size_t width = 0;
+  for (int64_t r : members) width = std::max(width, rows[r].blocks.size());
+  // Rows with fewer blocks are padded with block 0: positions past a row's own are masked.
+  b.blocks = pipeline.HostBuffer({n, static_cast<int64_t>(width)}, at::kLong).zero_();
+  b.last = pipeline.HostBuffer({n}, at::kLong);
+  b.lengths = pipeline.HostBuffer({n}, at::kLong);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = members[i];
+    const BatchRow& row = rows[r];
+    std::copy(row.tokens.begin(), row.tokens.end(), b.ids.data_ptr<int64_t>() + i * count);
+    b.starts.data_ptr<int64_t>()[i] = row.start;
+    if (static_cast<int64_t>(row.blocks.size()) * block_tokens < row.start + count) {
+      throw std::invalid_argument(absl::StrCat("micro-batch row ", r, ": ", row.blocks.size(), " KV blocks of ",
+                                               block_tokens, " tokens do not reach position ", row.start + count - 1));
+    }
+    for (size_t k = 0; k < row.blocks.size(); ++k) {
+      if (row.blocks[k] < 0 || row.blocks[k] >= pipeline.kv_blocks()) {
+        throw std::invalid_argument(absl::StrCat("micro-batch row ", r, ": KV block ", row.blocks[k],
+                                                 " is outside the pool [0, ", pipeline.kv_blocks(), ")"));
+      }
+      b.blocks.data_ptr<int64_t>()[i * static_cast<int64_t>(width) + static_cast<int64_t>(k)] = row.blocks[k];
+    }
+    b.last.data_ptr<int64_t>()[i] = count - 1;
+    b.lengths.data_ptr<int64_t>()[i] = row.length > 0 ? row.length : row.start + count;
+    b.key_length = std::max(b.key_length, row.start + count);
+  }
+  Pipeline::DescribeBlocks(b);
+  return b;
+}
+
+}  // namespace
+
 void Executor::Submit(MicroBatchWork work) {
   auto mb = std::make_unique<MicroBatch>();
   mb->work = std::move(work);
   try {
-    // Stage every input once, in (pinned) host memory: stages copy what they need, non_blocking.
+    // Stage every input once, in (pinned) host memory: stages copy what they need, non_blocking. Rows
+    // feeding the same number of tokens form a group, one forward each (MicroBatch::groups).
     Pipeline& pipeline = impl_->pipeline;
     const std::vector<BatchRow>& rows = mb->work.rows;
     const int64_t n = static_cast<int64_t>(rows.size());
-    const int64_t count = n > 0 ? static_cast<int64_t>(rows.front().tokens.size()) : 0;
-    ForwardBatch& b = mb->batch;
-    b.ids = pipeline.HostBuffer({n, count}, at::kLong);
-    b.starts = pipeline.HostBuffer({n}, at::kLong);
-    size_t width = 0;
-    for (const BatchRow& row : rows) width = std::max(width, row.blocks.size());
-    // Rows with fewer blocks are padded with block 0: positions past a row's own are masked.
-    b.blocks = pipeline.HostBuffer({n, static_cast<int64_t>(width)}, at::kLong).zero_();
-    b.last = pipeline.HostBuffer({n}, at::kLong);
-    b.lengths = pipeline.HostBuffer({n}, at::kLong);
-    int64_t* ids = b.ids.data_ptr<int64_t>();
+    std::vector<int64_t> counts;                // the groups' token counts, in order of first appearance
+    std::vector<std::vector<int64_t>> members;  // each group's rows
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t count = static_cast<int64_t>(rows[r].tokens.size());
+      if (count < 1) throw std::invalid_argument(absl::StrCat("micro-batch row ", r, " feeds no token"));
+      auto it = std::find(counts.begin(), counts.end(), count);
+      if (it == counts.end()) {
+        counts.push_back(count);
+        members.emplace_back();
+        it = counts.end() - 1;
+      }
+      members[it - counts.begin()].push_back(r);
+    }
+    // Logits come back group after group: where each row lands in that order.
+    std::vector<int64_t> logits_row(static_cast<size_t>(n));
+    int64_t next = 0;
+    for (size_t g = 0; g < counts.size(); ++g) {
+      mb->groups.push_back(StageGroup(pipeline, rows, members[g], counts[g]));
+      for (int64_t r : members[g]) logits_row[r] = next++;
+    }
+    mb->activations.resize(mb->groups.size());
     std::vector<const BatchRow*> sampling;
     std::vector<int64_t> sample_rows;
+    bool in_order = true;
     for (int64_t r = 0; r < n; ++r) {
-      const BatchRow& row = rows[r];
-      if (static_cast<int64_t>(row.tokens.size()) != count) {
-        throw std::invalid_argument(absl::StrCat("micro-batch row ", r, " feeds ", row.tokens.size(),
-                                                 " tokens, row 0 feeds ", count));
-      }
-      std::copy(row.tokens.begin(), row.tokens.end(), ids + r * count);
-      b.starts.data_ptr<int64_t>()[r] = row.start;
-      const int64_t block_tokens = pipeline.kv_block_tokens();
-      if (static_cast<int64_t>(row.blocks.size()) * block_tokens < row.start + count) {
-        throw std::invalid_argument(absl::StrCat("micro-batch row ", r, ": ", row.blocks.size(), " KV blocks of ",
-                                                 block_tokens, " tokens do not reach position ", row.start + count - 1));
-      }
-      for (size_t i = 0; i < row.blocks.size(); ++i) {
-        if (row.blocks[i] < 0 || row.blocks[i] >= pipeline.kv_blocks()) {
-          throw std::invalid_argument(absl::StrCat("micro-batch row ", r, ": KV block ", row.blocks[i],
-                                                   " is outside the pool [0, ", pipeline.kv_blocks(), ")"));
-        }
-        b.blocks.data_ptr<int64_t>()[r * static_cast<int64_t>(width) + static_cast<int64_t>(i)] = row.blocks[i];
-      }
-      b.last.data_ptr<int64_t>()[r] = count - 1;
-      b.lengths.data_ptr<int64_t>()[r] = row.length > 0 ? row.length : row.start + count;
-      b.key_length = std::max(b.key_length, row.start + count);
-      if (row.samples) {
-        sampling.push_back(&row);
-        sample_rows.push_back(r);
-      }
+      if (!rows[r].samples) continue;
+      sampling.push_back(&rows[r]);
+      sample_rows.push_back(logits_row[r]);
+      in_order = in_order && logits_row[r] == static_cast<int64_t>(sample_rows.size()) - 1;
     }
-    Pipeline::DescribeBlocks(b);
     mb->sampling_rows = static_cast<int64_t>(sampling.size());
     if (!sampling.empty()) {
       mb->sampling = StageSamplingInputs(sampling, pipeline.uses_cuda());
-      if (mb->sampling_rows != n) {
+      if (mb->sampling_rows != n || !in_order) {
         mb->sample_index = pipeline.HostBuffer({mb->sampling_rows}, at::kLong);
         std::copy(sample_rows.begin(), sample_rows.end(), mb->sample_index.data_ptr<int64_t>());
       }

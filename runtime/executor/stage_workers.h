@@ -29,11 +29,15 @@ namespace strata::runtime {
 
 struct MicroBatch {
   MicroBatchWork work;
-  ForwardBatch batch;
+  // Rows feeding the same number of tokens form a group: one forward pass each, group after group on
+  // every stage (a mixed micro-batch of decodes and prefill chunks has several).
+  std::vector<ForwardBatch> groups;
   SamplingInputs sampling;     // the rows that sample, staged with the batch
   int64_t sampling_rows = 0;
-  at::Tensor sample_index;     // host int64 [sampling_rows] when only some rows sample
-  StageActivation activation;  // after the last stage: float32 logits [rows, vocab]
+  // host int64 [sampling_rows]: the sampling rows' places among the groups' logits, concatenated;
+  // undefined when those are exactly the sampling rows, in order
+  at::Tensor sample_index;
+  std::vector<StageActivation> activations;  // per group; after the last stage: float32 logits [rows, vocab]
   PendingSamples samples;      // after the last stage: the sampler's results on their way to the host
   std::exception_ptr error;    // a stage threw (the batch skips the remaining stages)
   size_t failed_stage = 0;

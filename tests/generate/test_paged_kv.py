@@ -31,7 +31,7 @@ SHARED = [(k * 7 + 3) % 320 for k in range(48)]  # three full blocks
 
 
 def _mix() -> list[dict]:
-    """Prompts of 1-300 tokens (a third start with SHARED), new tokens 8-40, arrival delays 0-0.6 s."""
+    """Prompts of 1-300 tokens (a third start with SHARED), new tokens 8-56, arrival delays 0-0.6 s."""
     rng = random.Random(11)
     lengths = [1, 3, 17, 31, 48, 64, 90, 120, 160, 200, 250, 300]
     requests = []
@@ -40,6 +40,10 @@ def _mix() -> list[dict]:
         if i % 3 == 1 and length > len(SHARED):
             prompt = SHARED + prompt[len(SHARED):]
         requests.append(dict(prompt=prompt, new=rng.randint(8, 40), delay=rng.uniform(0, 0.6)))
+    # Eight short prompts arriving at once, admitted at once (a block each), that grow to 5 blocks each:
+    # 40 blocks of a 24-block cache, so that some must be preempted whatever the timing.
+    for i in range(8):
+        requests.append(dict(prompt=[rng.randrange(320) for _ in range(rng.randint(10, 16))], new=56, delay=0.0))
     return requests
 
 

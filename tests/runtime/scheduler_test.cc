@@ -162,17 +162,49 @@ TEST(Scheduler, MicroBatchesSplitTheActiveSequences) {
   EXPECT_EQ(s.in_flight(), 4);
 }
 
-TEST(Scheduler, PrefillGoesBeforeDecode) {
-  Scheduler s(Options(2, 2));
+// One micro-batch carries the running decode and the new prompt's chunk together: decodes first, then
+// chunks of different lengths fill the token budget (8 here), the last one cut to fit.
+TEST(Scheduler, DecodesAndPrefillChunksShareAMicroBatch) {
+  Scheduler s(Options(4, 1));
   Tokens tokens;
   s.Add(1, tokens.Prompt(1, 1));
   auto first = s.Next();
   tokens.Append(s, 1);
   s.Complete(*first);
   s.Add(2, tokens.Prompt(2, 5));
+  s.Add(3, tokens.Prompt(3, 9));
   auto next = s.Next();
   ASSERT_TRUE(next);
-  EXPECT_EQ(next->rows[0].sequence, 2u);
+  ASSERT_EQ(next->rows.size(), 3u);
+  EXPECT_EQ(next->rows[0].sequence, 1u);  // the decode
+  EXPECT_EQ(next->rows[0].count, 1);
+  EXPECT_EQ(next->rows[1].sequence, 2u);  // a chunk of 4 (prefill_chunk_tokens)
+  EXPECT_EQ(next->rows[1].count, 4);
+  EXPECT_EQ(next->rows[2].sequence, 3u);  // what the budget leaves: 8 - 1 - 4
+  EXPECT_EQ(next->rows[2].count, 3);
+  EXPECT_EQ(next->tokens(), 8);
+}
+
+// A burst of prompts never keeps a running decode out of the next micro-batch.
+TEST(Scheduler, ABurstOfPromptsDoesNotStarveDecodes) {
+  Scheduler s(Options(16, 1, /*chunk=*/8));
+  Tokens tokens;
+  s.Add(1, tokens.Prompt(1, 1));
+  auto first = s.Next();
+  tokens.Append(s, 1);
+  s.Complete(*first);
+  for (uint64_t id = 2; id <= 12; ++id) s.Add(id, tokens.Prompt(id, 30));
+  for (int step = 0; step < 10; ++step) {
+    auto b = s.Next();
+    ASSERT_TRUE(b);
+    ASSERT_FALSE(b->rows.empty());
+    EXPECT_EQ(b->rows[0].sequence, 1u) << "step " << step;
+    EXPECT_LE(b->tokens(), 8);
+    for (const ScheduledRow& row : b->rows) {
+      if (row.samples) tokens.Append(s, row.sequence);
+    }
+    s.Complete(*b);
+  }
 }
 
 TEST(Scheduler, FinishingInFlightFreesTheBlocksWhenItComesBack) {
