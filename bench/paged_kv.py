@@ -88,10 +88,22 @@ def scrape(url: str) -> dict[str, float]:
     return samples
 
 
+def values_of(samples: dict[str, float], name: str) -> list[float]:
+    """A metric's values, one per label set."""
+    return [v for k, v in samples.items() if k == name or k.startswith(name + "{")]
+
+
 def summed(samples: dict[str, float], name: str) -> float | None:
-    """The sum of a metric over its label sets; None when absent."""
-    values = [v for k, v in samples.items() if k == name or k.startswith(name + "{")]
+    """A counter summed over its label sets; None when absent."""
+    values = values_of(samples, name)
     return sum(values) if values else None
+
+
+def largest(samples: dict[str, float], name: str) -> float | None:
+    """A gauge's largest value over its label sets (one per stage where it has a device label); None
+    when absent."""
+    values = values_of(samples, name)
+    return max(values) if values else None
 
 
 class Server:
@@ -100,7 +112,10 @@ class Server:
     def __init__(self, stubs, binary: pathlib.Path, label: str, flags: list[str], log_dir: pathlib.Path):
         self.label = label
         self.flags = flags
-        self.process = IH.ServerProcess(binary, flags, log_dir).start(stubs)
+        try:
+            self.process = IH.ServerProcess(binary, flags, log_dir).start(stubs)
+        except AssertionError as e:
+            raise AssertionError(f"{label} ({binary}) did not start: {e}") from None
         self.stub = stubs.strata_grpc.InferenceServiceStub(self.process.channel)
         self.request = stubs.strata.GenerateRequest
         self.metrics_url = self.process.metrics_url
@@ -112,7 +127,10 @@ class Server:
         return ids
 
     def stop(self) -> None:
-        self.process.stop()
+        try:
+            self.process.stop()
+        except AssertionError as e:  # it ignored SIGTERM and was killed: say so, stop the others
+            print(f"{self.label}: {e}", file=sys.stderr)
 
 
 class Stream:
@@ -214,19 +232,19 @@ class MetricsPoller:
         except OSError:
             return
         for name in ("strata_requests_running", "strata_active_sequences"):
-            value = summed(samples, name)
+            value = largest(samples, name)
             if value is not None:
                 self.running_metric = name
                 self.peak_running = max(self.peak_running, value)
                 break
         for name in ("strata_requests_waiting", "strata_queue_depth"):
-            value = summed(samples, name)
+            value = largest(samples, name)
             if value is not None:
                 self.peak_waiting = max(self.peak_waiting, value)
                 break
-        usage = [v for k, v in samples.items() if k.startswith("strata_kv_cache_usage_ratio")]
-        if usage:
-            self.peak_kv_usage = max(self.peak_kv_usage or 0.0, max(usage))
+        usage = largest(samples, "strata_kv_cache_usage_ratio")
+        if usage is not None:
+            self.peak_kv_usage = max(self.peak_kv_usage or 0.0, usage)
         for name in self.COUNTERS:
             value = summed(samples, name)
             if value is not None:
@@ -305,6 +323,7 @@ def run_prefix(server: Server, args, vocab: int, seed: int) -> dict:
                 raise_errors([stream])
                 times.append(stream.ttft())
                 ids.append((prompt, stream.ids))
+        time.sleep(0.3)  # counters the server updates with its gauges (every 250 ms) catch up
     return {"miss": miss, "hit": hit, "ids": ids, "queries": poller.delta("strata_prefix_cache_queries_total"),
             "hits": poller.delta("strata_prefix_cache_hits_total")}
 
@@ -402,9 +421,12 @@ def main() -> int:
     args.output_max = args.output_max or (128 if quick else 256)
     args.prefix_repeats = args.prefix_repeats or (3 if quick else 5)
     scenarios = set(args.scenarios.split(","))
-    if args.prompt_max + args.output_max > args.max_context or args.prefix_tokens + args.suffix_tokens + \
-            args.prefix_new_tokens > args.max_context or args.burst_prompt_tokens + args.burst_new_tokens > args.max_context:
+    longest = max(args.prompt_max + args.output_max, args.prefix_tokens + args.suffix_tokens + args.prefix_new_tokens,
+                  args.burst_prompt_tokens + args.burst_new_tokens)
+    if longest > args.max_context:
         parser.error("a request would not fit --max-context")
+    if args.burst_decodes >= args.slots:
+        parser.error("--burst-decodes must be below --slots, or A's burst would only queue")
     if args.max_context > MODEL["max_position_embeddings"]:
         parser.error(f"--max-context is at most {MODEL['max_position_embeddings']} for the bench's model")
 
@@ -424,7 +446,7 @@ def main() -> int:
     vocab = MODEL["vocab_size"]
     memory = args.slots * args.max_context
     common = ["--model", str(model_dir), "--device-map", '{"": "cpu"}', "--max-context", str(args.max_context),
-              "--max-streams-per-connection", "1000", *args.server_flags.split()]
+              "--max-streams-per-connection", "1000", "--drain-timeout", "0", *args.server_flags.split()]
     a_flags = [*common, "--max-batch", str(args.slots)]
     if args.dense_both:
         b_flags = [*common, "--max-batch", str(args.max_batch)]
@@ -454,8 +476,7 @@ def main() -> int:
             print("*** --dense-both: TEST MODE, B is a dense server with more memory; this is not the paged "
                   "comparison and the goals below mean nothing ***")
         else:
-            print(f"B: {args.server} --kv-cache-tokens {memory} --max-batch {args.max_batch} --max-context "
-                  f"{args.max_context}" + (f" --kv-block-tokens {args.kv_block_tokens}" if args.kv_block_tokens else ""))
+            print(f"B: {args.server} {' '.join(b_flags[len(common):])} --max-context {args.max_context}")
         if args.server_flags:
             print(f"both: {args.server_flags}")
         ok = True
@@ -486,18 +507,20 @@ def main() -> int:
                              spread([r["ttft_p50"] * 1e3 for r in rs], "{:.0f}"),
                              spread([r["ttft_p99"] * 1e3 for r in rs], "{:.0f}"),
                              spread([r["seconds"] for r in rs]),
+                             spread([r["peak_waiting"] for r in rs], "{:.0f}"),
                              "-" if rs[0]["preemptions"] is None else spread([r["preemptions"] for r in rs], "{:.0f}"),
-                             "-" if rs[0]["peak_kv_usage"] is None else spread([r["peak_kv_usage"] for r in rs], "{:.2f}")])
+                             "-" if rs[0]["peak_kv_usage"] is None else
+                             spread([r["peak_kv_usage"] for r in rs], "{:.2f}")])
             rows.append(["ratio B/A (medians)",
                          f"{med[b.label]['peak_running'] / max(med[a.label]['peak_running'], 1):.2f}x",
                          f"{med[b.label]['peak_streaming'] / max(med[a.label]['peak_streaming'], 1):.2f}x",
                          f"{med[b.label]['tokens_per_s'] / med[a.label]['tokens_per_s']:.2f}x",
                          f"{med[b.label]['ttft_p50'] / med[a.label]['ttft_p50']:.2f}x",
-                         f"{med[b.label]['ttft_p99'] / med[a.label]['ttft_p99']:.2f}x", "", "", ""])
+                         f"{med[b.label]['ttft_p99'] / med[a.label]['ttft_p99']:.2f}x", "", "", "", ""])
             table(["side", "peak running (server)", "peak streaming (client)", "generated tok/s", "TTFT p50 ms",
-                   "TTFT p99 ms", "wall s", "preemptions", "peak KV usage"], rows)
+                   "TTFT p99 ms", "wall s", "peak waiting", "preemptions", "peak KV usage"], rows)
             metrics = {s: runs[s][0]["running_metric"] for s in runs}
-            print(f"peak running (server): the largest {metrics[a.label]} (A) / {metrics[b.label]} (B) seen on /metrics, "
+            print(f"peak running (server): the largest {metrics[a.label]} (A) / {metrics[b.label]} (B) on /metrics, "
                   "polled every 50 ms (the server refreshes it every 250 ms); peak streaming (client): calls that "
                   "had their first token and had not ended")
             print(f"greedy ids equal A vs B: {equal}/{len(requests)} requests; every run the same as the first: "
@@ -529,9 +552,10 @@ def main() -> int:
                              f"{statistics.median(r['miss']) / statistics.median(r['hit']):.2f}x", cache])
             table(["side", "miss TTFT ms", "second request TTFT ms", "miss/second (medians)",
                    "prefix cache hit/query tokens"], rows)
-            same = all(x == y for x, y in zip(results[a.label]["ids"], results[b.label]["ids"]))
+            same = all(results[s.label]["ids"] == results[a.label]["ids"] for s in sides)
             ok &= same
-            print(f"greedy ids equal A vs B on all {2 * args.prefix_repeats} prefix requests: {'yes' if same else 'NO'}")
+            print(f"greedy ids equal on every side ({', '.join(s.label for s in sides)}) for all "
+                  f"{2 * args.prefix_repeats} prefix requests: {'yes' if same else 'NO'}")
             r = results[b.label]
             gain = statistics.median(r["miss"]) / statistics.median(r["hit"])
             print(f"goal: B prefix-cache hit >= 5x faster than a miss (TTFT medians): {gain:.2f}x {verdict(gain >= 5)}")
@@ -552,7 +576,8 @@ def main() -> int:
                 without, burst = results[s.label][False], results[s.label][True]
                 ratio = statistics.median(r["p99"] for r in burst) / statistics.median(r["p99"] for r in without)
                 goals.append((s.label, ratio))
-                rows.append([s.label, spread([r["p50"] * 1e3 for r in without]), spread([r["p99"] * 1e3 for r in without]),
+                rows.append([s.label, spread([r["p50"] * 1e3 for r in without]),
+                             spread([r["p99"] * 1e3 for r in without]),
                              spread([r["p50"] * 1e3 for r in burst]), spread([r["p99"] * 1e3 for r in burst]),
                              f"{ratio:.2f}x", spread([r["window_s"] for r in burst], "{:.2f}"),
                              spread([statistics.median(r["burst_ttft"]) * 1e3 for r in burst], "{:.0f}")])
@@ -560,6 +585,9 @@ def main() -> int:
                    "p99 burst/alone (medians)", "burst window s", "burst TTFT median ms"], rows)
             for label, ratio in goals:
                 print(f"goal: {label}: ITL p99 with the burst <= 2x without: {ratio:.2f}x {verdict(ratio <= 2)}")
+    except AssertionError as e:  # a server that did not start (a flag it refuses, a crash): its output
+        print(f"paged_kv.py: {e}", file=sys.stderr)
+        return 2
     finally:
         for server in servers:
             server.stop()
