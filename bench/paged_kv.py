@@ -43,7 +43,7 @@ import serve_speed  # noqa: E402  (save(): the random checkpoint with well-separ
 
 # Large enough that a 1,000-token prefill costs far more than a gRPC round trip, small enough that the
 # whole bench runs in minutes on a 2-core CPU. max_position_embeddings covers the default --max-context.
-MODEL = dict(serve_speed.MODEL, hidden_size=256, intermediate_size=704, num_hidden_layers=4, num_attention_heads=4,
+MODEL = dict(serve_speed.MODEL, hidden_size=256, intermediate_size=704, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=2000, max_position_embeddings=4096)
 PAGED_FLAGS = ("--kv-block-tokens", "--prefix-cache")
 DEFAULT_BASELINE = pathlib.Path.home() / ".cache" / "strata" / "baseline-dense" / "strata-server"
@@ -307,25 +307,35 @@ def run_mix(server: Server, requests) -> dict:
 
 # --- 2. shared prefix -------------------------------------------------------------------------------
 
-def run_prefix(server: Server, args, vocab: int, seed: int) -> dict:
-    """For each of args.prefix_repeats fresh prefixes (never sent before), two requests one after the
-    other: prefix + suffix a (the miss), then prefix + suffix b (a hit where a prefix cache has it)."""
+def run_prefix(servers: list[Server], args, vocab: int, seed: int) -> dict:
+    """For each of args.prefix_repeats fresh prefixes (never sent before), on each server in turn (so that
+    a burst of other work on the machine hits all alike), two requests one after the other: prefix +
+    suffix a (the miss), then prefix + suffix b (a hit where a prefix cache has it)."""
     rng = random.Random(seed)
-    miss, hit, ids = [], [], []
-    with MetricsPoller(server.metrics_url, period_s=1.0) as poller:
+    out = {s.label: {"miss": [], "hit": [], "ids": []} for s in servers}
+    pollers = [MetricsPoller(s.metrics_url, period_s=1.0) for s in servers]
+    for poller in pollers:
+        poller.__enter__()
+    try:
         for _ in range(args.prefix_repeats):
             prefix = [rng.randrange(1, vocab) for _ in range(args.prefix_tokens)]
-            for times in (miss, hit):
-                prompt = prefix + [rng.randrange(1, vocab) for _ in range(args.suffix_tokens)]
-                stream = Stream(server, prompt, args.prefix_new_tokens)
-                stream.thread.start()
-                stream.thread.join()
-                raise_errors([stream])
-                times.append(stream.ttft())
-                ids.append((prompt, stream.ids))
+            prompts = [prefix + [rng.randrange(1, vocab) for _ in range(args.suffix_tokens)] for _ in range(2)]
+            for server in servers:
+                for kind, prompt in zip(("miss", "hit"), prompts):
+                    stream = Stream(server, prompt, args.prefix_new_tokens)
+                    stream.thread.start()
+                    stream.thread.join()
+                    raise_errors([stream])
+                    out[server.label][kind].append(stream.ttft())
+                    out[server.label]["ids"].append((prompt, stream.ids))
         time.sleep(0.3)  # counters the server updates with its gauges (every 250 ms) catch up
-    return {"miss": miss, "hit": hit, "ids": ids, "queries": poller.delta("strata_prefix_cache_queries_total"),
-            "hits": poller.delta("strata_prefix_cache_hits_total")}
+    finally:
+        for poller in pollers:
+            poller.__exit__(None, None, None)
+    for server, poller in zip(servers, pollers):
+        out[server.label]["queries"] = poller.delta("strata_prefix_cache_queries_total")
+        out[server.label]["hits"] = poller.delta("strata_prefix_cache_hits_total")
+    return out
 
 
 # --- 3. burst ---------------------------------------------------------------------------------------
@@ -399,7 +409,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, help="alternating A/B runs of the mix and the burst (3; --quick 1)")
     parser.add_argument("--requests", type=int, help="requests in the mix (64; --quick 24)")
-    parser.add_argument("--rate", type=float, default=16.0, help="Poisson arrivals per second in the mix")
+    parser.add_argument("--rate", type=float, default=32.0,
+                        help="Poisson arrivals per second in the mix: more than A serves, so that requests queue")
     parser.add_argument("--prompt-min", type=int, default=16)
     parser.add_argument("--prompt-max", type=int, default=1024)
     parser.add_argument("--output-min", type=int, default=16)
@@ -407,7 +418,7 @@ def main() -> int:
     parser.add_argument("--prefix-tokens", type=int, default=1000)
     parser.add_argument("--suffix-tokens", type=int, default=8)
     parser.add_argument("--prefix-new-tokens", type=int, default=4)
-    parser.add_argument("--prefix-repeats", type=int, help="prefixes, each sent twice (5; --quick 3)")
+    parser.add_argument("--prefix-repeats", type=int, help="prefixes, each sent twice (9; --quick 5)")
     parser.add_argument("--burst-decodes", type=int, default=2, help="decodes running (fewer than --slots)")
     parser.add_argument("--burst-warm", type=int, default=16, help="tokens each decode has before the window")
     parser.add_argument("--burst-window-s", type=float, default=2.0, help="window without a burst")
@@ -419,7 +430,7 @@ def main() -> int:
     args.repeats = args.repeats or (1 if quick else 3)
     args.requests = args.requests or (24 if quick else 64)
     args.output_max = args.output_max or (128 if quick else 256)
-    args.prefix_repeats = args.prefix_repeats or (3 if quick else 5)
+    args.prefix_repeats = args.prefix_repeats or (5 if quick else 9)
     scenarios = set(args.scenarios.split(","))
     longest = max(args.prompt_max + args.output_max, args.prefix_tokens + args.suffix_tokens + args.prefix_new_tokens,
                   args.burst_prompt_tokens + args.burst_new_tokens)
@@ -523,6 +534,9 @@ def main() -> int:
             print(f"peak running (server): the largest {metrics[a.label]} (A) / {metrics[b.label]} (B) on /metrics, "
                   "polled every 50 ms (the server refreshes it every 250 ms); peak streaming (client): calls that "
                   "had their first token and had not ended")
+            if med[a.label]["peak_running"] < args.slots or min(r["peak_waiting"] for r in runs[a.label]) == 0:
+                print(f"warning: A was not saturated (all {args.slots} slots busy with requests waiting) in every "
+                      "run: the mix did not load it, raise --rate or --requests")
             print(f"greedy ids equal A vs B: {equal}/{len(requests)} requests; every run the same as the first: "
                   f"{'yes' if stable else 'NO'}")
             concurrency = med[b.label]["peak_running"] / max(med[a.label]["peak_running"], 1)
@@ -538,7 +552,7 @@ def main() -> int:
                 servers.append(off)
                 off.generate([1, 2, 3], 4)
                 sides.append(off)
-            results = {s.label: run_prefix(s, args, vocab, seed=args.seed + 1000) for s in sides}
+            results = run_prefix(sides, args, vocab, seed=args.seed + 1000)
             print(f"\n2. Shared prefix: {args.prefix_repeats} fresh prefixes of {args.prefix_tokens} tokens, each "
                   f"sent twice one after the other with distinct {args.suffix_tokens}-token suffixes "
                   f"({args.prefix_new_tokens} new tokens): TTFT of the first (miss) and the second (hit where "
