@@ -37,6 +37,9 @@ ABSL_FLAG(int64_t, max_queue, 256, "requests waiting to run before RESOURCE_EXHA
 ABSL_FLAG(int64_t, max_new_tokens, 0, "most new tokens a request may ask for");
 ABSL_FLAG(int64_t, micro_batches, 0, "micro-batches in flight across the stages; 1 runs one stage at a time");
 ABSL_FLAG(int64_t, prefill_chunk, 256, "prompt tokens per prefill chunk");
+ABSL_FLAG(int64_t, max_batch_tokens, 512,
+          "tokens one micro-batch feeds at most: running decodes first, then prefill chunks cut to fit (vLLM's "
+          "--max-num-batched-tokens; lower it for steadier inter-token latency under bursts of prompts)");
 ABSL_FLAG(int32_t, intra_op_threads, 0, "LibTorch intra-op threads per stage worker");
 ABSL_FLAG(std::string, inject_fault, "",
           "testing only: stage=N,call=M[,repeat][,device_lost] makes stage N throw on its M-th micro-batch "
@@ -109,6 +112,7 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
         Flag(FLAGS_max_new_tokens, "N").ShowDefault("--max-context"),
         Flag(FLAGS_micro_batches, "N").ShowDefault("0, one per stage of the plan"),
         Flag(FLAGS_prefill_chunk, "N"),
+        Flag(FLAGS_max_batch_tokens, "N"),
         Flag(FLAGS_intra_op_threads, "N").ShowDefault("LibTorch's"),
         Flag(FLAGS_inject_fault, "SPEC"),
         Flag(FLAGS_drain_timeout, "SECONDS"),
@@ -275,6 +279,7 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
                                     std::tuple{&options.max_queue, &FLAGS_max_queue, int64_t{0}},
                                     std::tuple{&options.micro_batches, &FLAGS_micro_batches, int64_t{0}},
                                     std::tuple{&options.prefill_chunk, &FLAGS_prefill_chunk, int64_t{1}},
+                                    std::tuple{&options.max_batch_tokens, &FLAGS_max_batch_tokens, int64_t{1}},
                                     std::tuple{&options.max_message_bytes, &FLAGS_max_message_bytes, int64_t{1}},
                                     std::tuple{&options.max_prompt_bytes, &FLAGS_max_prompt_bytes, int64_t{1}},
                                     std::tuple{&options.max_prompt_tokens, &FLAGS_max_prompt_tokens, int64_t{0}},

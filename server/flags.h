@@ -81,6 +81,7 @@ struct ServerOptions {
   int64_t max_new_tokens = 0;    // limit per request; 0: max_context
   int64_t micro_batches = 0;     // micro-batches in flight across the stages (1: unpipelined; 0: one per stage)
   int64_t prefill_chunk = 256;   // prompt tokens per prefill chunk
+  int64_t max_batch_tokens = 512;  // tokens per micro-batch: decodes first, then prefill chunks cut to fit
   int32_t intra_op_threads = 0;  // LibTorch intra-op threads per stage worker; 0: LibTorch's default
   std::optional<runtime::FaultInjection> fault;  // --inject-fault: the engine's test seam
 

@@ -73,7 +73,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(
           ? options.micro_batches
           : std::max<int64_t>(1, static_cast<int64_t>(served->model_->report().plan.stages.size()));
   engine_options.prefill_chunk_tokens = options.prefill_chunk;
-  engine_options.micro_batch_tokens = std::max<int64_t>(options.prefill_chunk, 512);
+  engine_options.micro_batch_tokens = options.max_batch_tokens;
   engine_options.intra_op_threads = options.intra_op_threads;
   engine_options.fault = options.fault;
   engine_options.on_device_lost = std::move(on_device_lost);

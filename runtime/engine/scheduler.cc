@@ -10,7 +10,7 @@ namespace {
 SchedulerOptions Normalized(SchedulerOptions o) {
   o.micro_batches = std::max<int64_t>(o.micro_batches, 1);
   o.prefill_chunk_tokens = std::max<int64_t>(o.prefill_chunk_tokens, 1);
-  o.micro_batch_tokens = std::max(o.micro_batch_tokens, o.prefill_chunk_tokens);
+  o.micro_batch_tokens = std::max<int64_t>(o.micro_batch_tokens, 1);
   o.block_tokens = std::max<int64_t>(o.block_tokens, 1);
   o.max_running = std::max<int64_t>(o.max_running, 1);
   if (o.recompute_at > 0) o.prefix_cache = false;

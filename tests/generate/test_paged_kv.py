@@ -172,3 +172,18 @@ def test_without_the_prefix_cache_nothing_is_looked_up(server_factory, text_mode
     assert GH.metric(server.metrics_url, "strata_prefix_cache_queries_total") == 0
     assert GH.metric(server.metrics_url, "strata_prefix_cache_hits_total") == 0
     assert GH.metric(server.metrics_url, 'strata_kv_cache_blocks{device="cpu",state="cached"}') == 0
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--kv-cache-tokens", "99999999999999"], "--kv-cache-tokens: 6250000000000 blocks of 16 tokens, more than the "
+                                              "2^30 a KV pool may have"),
+    (["--kv-block-tokens", "0"], "--kv-block-tokens"),
+])
+def test_a_kv_pool_that_cannot_be_is_refused_at_start(flags, message, server_bin, text_model):
+    import subprocess
+
+    directory, _ = text_model
+    done = subprocess.run([str(server_bin), "--model", str(directory), "--listen", "127.0.0.1:0", *flags],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr, done.stderr

@@ -87,13 +87,42 @@ TEST(ServerFlags, UsageListsEveryFlagWithItsDefault) {
   for (const char* flag :
        {"--model DIR", "--module-tree FILE", "--device-map S", "--max-memory SPEC", "--dtype D", "--kv-cache-tokens N",
         "--physical-devices MAP", "--max-batch N", "--max-context N", "--max-queue N", "--max-new-tokens N",
-        "--micro-batches N", "--prefill-chunk N", "--intra-op-threads N", "--inject-fault SPEC", "--listen HOST:PORT",
+        "--micro-batches N", "--prefill-chunk N", "--max-batch-tokens N", "--kv-block-tokens N", "--prefix-cache",
+        "--intra-op-threads N", "--inject-fault SPEC", "--listen HOST:PORT",
         "--drain-timeout SECONDS", "--metrics-listen HOST:PORT", "--help"}) {
     EXPECT_NE(usage.find(flag), std::string::npos) << flag;
   }
   EXPECT_NE(usage.find("(default: 127.0.0.1:50051)"), std::string::npos) << usage;
   EXPECT_NE(usage.find("(default: balanced_low_0)"), std::string::npos) << usage;
   EXPECT_NE(usage.find("(default: 20)"), std::string::npos) << usage;
+}
+
+TEST(ServerFlags, PagedKvCacheFlags) {
+  absl::StatusOr<ServerCommand> command = Parse({"--model", "m"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->options.kv_cache_tokens, 0);  // --max-batch x --max-context
+  EXPECT_EQ(command->options.kv_block_tokens, 16);
+  EXPECT_TRUE(command->options.prefix_cache);
+  EXPECT_EQ(command->options.max_batch_tokens, 512);
+  command = Parse({"--model", "m", "--kv-cache-tokens", "4096", "--kv-block-tokens=32", "--prefix-cache=false",
+                   "--max-batch-tokens", "64"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->options.kv_cache_tokens, 4096);
+  EXPECT_EQ(command->options.kv_block_tokens, 32);
+  EXPECT_FALSE(command->options.prefix_cache);
+  EXPECT_EQ(command->options.max_batch_tokens, 64);
+  for (const auto& [args, error] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--kv-block-tokens", "0"}, "--kv-block-tokens"},
+           {{"--kv-block-tokens", "5000"}, "--kv-block-tokens: 5000 is more than 4096"},
+           {{"--kv-cache-tokens", "-1"}, "--kv-cache-tokens"},
+           {{"--max-batch-tokens", "0"}, "--max-batch-tokens"},
+           {{"--prefix-cache=maybe"}, "prefix"}}) {
+    std::vector<std::string> argv{"--model", "m"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    command = Parse(argv);
+    ASSERT_FALSE(command.ok()) << args.front();
+    EXPECT_NE(command.status().message().find(error), std::string::npos) << command.status();
+  }
 }
 
 TEST(ServerFlags, LimitsHaveTheirDocumentedDefaults) {
