@@ -43,8 +43,15 @@ import serve_speed  # noqa: E402  (save(): the random checkpoint with well-separ
 
 # Large enough that a 1,000-token prefill costs far more than a gRPC round trip, small enough that the
 # whole bench runs in minutes on a 2-core CPU. max_position_embeddings covers the default --max-context.
-MODEL = dict(serve_speed.MODEL, hidden_size=256, intermediate_size=704, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, vocab_size=2000, max_position_embeddings=4096)
+# --model tiny: 2.5M parameters (10 MB float32), held in the CPU's caches: decode is compute bound, and
+# a larger batch saves little. --model small (the default): serve_speed's 31.8M (127 MB float32), read
+# from DRAM on every decode step: decode is bound by memory bandwidth, as a model served from a GPU's HBM
+# is, so running more sequences at once (what a paged cache allows in the same memory) pays.
+MODELS = {
+    "tiny": dict(serve_speed.MODEL, hidden_size=256, intermediate_size=704, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, vocab_size=2000, max_position_embeddings=4096),
+    "small": dict(serve_speed.MODEL, max_position_embeddings=4096),
+}
 PAGED_FLAGS = ("--kv-block-tokens", "--prefix-cache")
 DEFAULT_BASELINE = pathlib.Path.home() / ".cache" / "strata" / "baseline-dense" / "strata-server"
 DEFAULT_SERVER = pathlib.Path(os.environ.get("STRATA_BUILD_DIR", REPO / "build")) / "server" / "strata-server"
@@ -405,6 +412,9 @@ def main() -> int:
     parser.add_argument("--max-batch", type=int, default=64, help="M: B's --max-batch (running sequences)")
     parser.add_argument("--kv-block-tokens", type=int, default=0, help="B's --kv-block-tokens (0: its default)")
     parser.add_argument("--server-flags", default="", help="more flags for every server (A and B)")
+    parser.add_argument("--paged-flags", default="", help="more flags for B only (e.g. --max-batch-tokens 64)")
+    parser.add_argument("--model", choices=sorted(MODELS), default="small",
+                        help="small: 31.8M parameters, decode bound by memory bandwidth (default); tiny: 2.5M, in cache")
     parser.add_argument("--scenarios", default="mix,prefix,burst")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, help="alternating A/B runs of the mix and the burst (3; --quick 1)")
@@ -438,6 +448,7 @@ def main() -> int:
         parser.error("a request would not fit --max-context")
     if args.burst_decodes >= args.slots:
         parser.error("--burst-decodes must be below --slots, or A's burst would only queue")
+    MODEL = MODELS[args.model]
     if args.max_context > MODEL["max_position_embeddings"]:
         parser.error(f"--max-context is at most {MODEL['max_position_embeddings']} for the bench's model")
 
@@ -465,6 +476,7 @@ def main() -> int:
         b_flags = [*common, "--max-batch", str(args.max_batch), "--kv-cache-tokens", str(memory)]
         if args.kv_block_tokens:
             b_flags += ["--kv-block-tokens", str(args.kv_block_tokens)]
+        b_flags += args.paged_flags.split()
     b_name = "B dense (test mode)" if args.dense_both else "B paged"
 
     began = time.perf_counter()

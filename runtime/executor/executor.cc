@@ -1,7 +1,6 @@
 #include "runtime/executor/executor.h"
 
 #include <cmath>
-#include <ATen/ops/cat.h>
 #include <ATen/ops/index_select.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
@@ -84,9 +83,7 @@ struct Executor::Impl {
     const Stage& last = pipeline.stages().back();
     std::optional<c10::StreamGuard> guard;
     if (last.stream) guard.emplace(*last.stream);
-    std::vector<at::Tensor> parts;
-    for (const StageActivation& a : mb.activations) parts.push_back(a.hidden);
-    at::Tensor logits = parts.size() == 1 ? parts.front() : at::cat(parts);
+    at::Tensor logits = mb.activation.hidden;
     if (mb.sample_index.defined()) {
       logits = logits.index_select(0, mb.sample_index.to(logits.device(), /*non_blocking=*/true));
     }
@@ -117,13 +114,15 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Start(LoadedModel& model, co
 
 namespace {
 
-// One group's ForwardBatch: `members` are rows of `rows` that all feed `count` tokens.
-ForwardBatch StageGroup(const Pipeline& pipeline, const std::vector<BatchRow>& rows,
-                        const std::vector<int64_t>& members, int64_t count) {
+// One group of a pass: `members` are rows of `rows` that all feed `count` tokens; their ids go to
+// `ids` from `offset` on.
+ForwardGroup StageGroup(const Pipeline& pipeline, const std::vector<BatchRow>& rows,
+                        const std::vector<int64_t>& members, int64_t count, int64_t* ids) {
   const int64_t n = static_cast<int64_t>(members.size());
   const int64_t block_tokens = pipeline.kv_block_tokens();
-  ForwardBatch b;
-  b.ids = pipeline.HostBuffer({n, count}, at::kLong);
+  ForwardGroup b;
+  b.rows = n;
+  b.count = count;
   b.starts = pipeline.HostBuffer({n}, at::kLong);
   size_t width = 0;
   for (int64_t r : members) width = std::max(width, rows[r].blocks.size());
@@ -134,7 +133,7 @@ ForwardBatch StageGroup(const Pipeline& pipeline, const std::vector<BatchRow>& r
   for (int64_t i = 0; i < n; ++i) {
     const int64_t r = members[i];
     const BatchRow& row = rows[r];
-    std::copy(row.tokens.begin(), row.tokens.end(), b.ids.data_ptr<int64_t>() + i * count);
+    std::copy(row.tokens.begin(), row.tokens.end(), ids + i * count);
     b.starts.data_ptr<int64_t>()[i] = row.start;
     if (static_cast<int64_t>(row.blocks.size()) * block_tokens < row.start + count) {
       throw std::invalid_argument(absl::StrCat("micro-batch row ", r, ": ", row.blocks.size(), " KV blocks of ",
@@ -161,8 +160,8 @@ void Executor::Submit(MicroBatchWork work) {
   auto mb = std::make_unique<MicroBatch>();
   mb->work = std::move(work);
   try {
-    // Stage every input once, in (pinned) host memory: stages copy what they need, non_blocking. Rows
-    // feeding the same number of tokens form a group, one forward each (MicroBatch::groups).
+    // Stage every input once, in (pinned) host memory: stages copy what they need, non_blocking. The
+    // tokens are packed (ForwardBatch); rows feeding the same number of tokens form a group for attention.
     Pipeline& pipeline = impl_->pipeline;
     const std::vector<BatchRow>& rows = mb->work.rows;
     const int64_t n = static_cast<int64_t>(rows.size());
@@ -180,13 +179,22 @@ void Executor::Submit(MicroBatchWork work) {
       members[it - counts.begin()].push_back(r);
     }
     // Logits come back group after group: where each row lands in that order.
+    int64_t tokens = 0;
+    for (const BatchRow& row : rows) tokens += static_cast<int64_t>(row.tokens.size());
+    ForwardBatch& b = mb->batch;
+    b.ids = pipeline.HostBuffer({1, tokens}, at::kLong);
+    b.last = pipeline.HostBuffer({n}, at::kLong);
     std::vector<int64_t> logits_row(static_cast<size_t>(n));
     int64_t next = 0;
+    int64_t offset = 0;
     for (size_t g = 0; g < counts.size(); ++g) {
-      mb->groups.push_back(StageGroup(pipeline, rows, members[g], counts[g]));
-      for (int64_t r : members[g]) logits_row[r] = next++;
+      b.groups.push_back(StageGroup(pipeline, rows, members[g], counts[g], b.ids.data_ptr<int64_t>() + offset));
+      for (int64_t r : members[g]) {
+        logits_row[r] = next;
+        b.last.data_ptr<int64_t>()[next++] = offset + counts[g] - 1;
+        offset += counts[g];
+      }
     }
-    mb->activations.resize(mb->groups.size());
     std::vector<const BatchRow*> sampling;
     std::vector<int64_t> sample_rows;
     bool in_order = true;

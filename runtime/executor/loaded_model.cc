@@ -61,21 +61,20 @@ GreedyStep RecomputeStep(Pipeline& pipeline, const std::vector<std::vector<int64
     if (members.empty()) continue;
     const int64_t n = static_cast<int64_t>(members.size());
     const int64_t tokens = group ? positions[members[0]] + 1 : 1;
-    ForwardBatch batch;
-    batch.ids = pipeline.HostBuffer({n, tokens}, at::kLong);
-    batch.starts = pipeline.HostBuffer({n}, at::kLong);
-    batch.blocks = GreedyBlocks(pipeline, members, per_row);
-    batch.last = pipeline.HostBuffer({n}, at::kLong);
+    at::Tensor ids = pipeline.HostBuffer({n, tokens}, at::kLong);
+    ForwardGroup g;
+    g.starts = pipeline.HostBuffer({n}, at::kLong);
+    g.blocks = GreedyBlocks(pipeline, members, per_row);
+    g.last = pipeline.HostBuffer({n}, at::kLong);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t r = members[i];
       const std::vector<int64_t>& sequence = sequences[r];
-      std::copy(sequence.end() - tokens, sequence.end(), batch.ids.data_ptr<int64_t>() + i * tokens);
-      batch.starts.data_ptr<int64_t>()[i] = group ? 0 : positions[r];
-      batch.last.data_ptr<int64_t>()[i] = tokens - 1;
-      batch.key_length = std::max(batch.key_length, positions[r] + 1);
+      std::copy(sequence.end() - tokens, sequence.end(), ids.data_ptr<int64_t>() + i * tokens);
+      g.starts.data_ptr<int64_t>()[i] = group ? 0 : positions[r];
+      g.last.data_ptr<int64_t>()[i] = tokens - 1;
+      g.key_length = std::max(g.key_length, positions[r] + 1);
     }
-    Pipeline::DescribeBlocks(batch);
-    GreedyStep step = SampleGreedy(pipeline.Forward(batch), top_k);
+    GreedyStep step = SampleGreedy(pipeline.Forward(pipeline.OneGroup(ids, std::move(g))), top_k);
     for (int64_t i = 0; i < n; ++i) {
       merged.ids[members[i]] = step.ids[i];
       merged.logprobs[members[i]] = step.logprobs[i];
@@ -281,20 +280,21 @@ absl::StatusOr<std::vector<GreedyResult>> LoadedModel::Greedy(const GreedyReques
       // Prefill: prompts right-padded into one [rows, longest] batch from position 0, each in the KV blocks
       // of its row (GreedyBlocks). Inputs are staged on the host (pinned when a stage is CUDA) and copied by each stage.
       Pipeline& pipeline = *impl_->pipeline;
-      ForwardBatch batch;
-      batch.ids = pipeline.HostBuffer({rows, longest}, at::kLong).zero_();
-      batch.starts = pipeline.HostBuffer({rows}, at::kLong).zero_();
+      at::Tensor ids = pipeline.HostBuffer({rows, longest}, at::kLong).zero_();
+      ForwardGroup prefill;
+      prefill.starts = pipeline.HostBuffer({rows}, at::kLong).zero_();
       std::vector<int64_t> batch_rows(static_cast<size_t>(rows));
       for (int64_t r = 0; r < rows; ++r) batch_rows[r] = r;
-      batch.blocks = GreedyBlocks(pipeline, batch_rows, per_row);
-      batch.last = pipeline.HostBuffer({rows}, at::kLong);
+      prefill.blocks = GreedyBlocks(pipeline, batch_rows, per_row);
+      prefill.last = pipeline.HostBuffer({rows}, at::kLong);
       for (int64_t r = 0; r < rows; ++r) {
         const std::vector<int64_t>& prompt = request.prompts[begin + static_cast<size_t>(r)];
-        std::copy(prompt.begin(), prompt.end(), batch.ids.data_ptr<int64_t>() + r * longest);
-        batch.last.data_ptr<int64_t>()[r] = lengths[r] - 1;
+        std::copy(prompt.begin(), prompt.end(), ids.data_ptr<int64_t>() + r * longest);
+        prefill.last.data_ptr<int64_t>()[r] = lengths[r] - 1;
       }
-      batch.key_length = longest;
-      Pipeline::DescribeBlocks(batch);
+      prefill.key_length = longest;
+      const ForwardBatch batch = pipeline.OneGroup(ids, prefill);
+      const ForwardGroup& blocks = batch.groups.front();  // the decode steps reuse its block tables
 
       auto record = [&](const GreedyStep& step) {
         for (int64_t r = 0; r < rows; ++r) {
@@ -338,23 +338,18 @@ absl::StatusOr<std::vector<GreedyResult>> LoadedModel::Greedy(const GreedyReques
           }
         }
         // Decode: each row's newest token at its own next position.
-        ForwardBatch decode;
-        decode.ids = pipeline.HostBuffer({rows, 1}, at::kLong);
+        at::Tensor ids = pipeline.HostBuffer({rows, 1}, at::kLong);
+        ForwardGroup decode;
         decode.starts = pipeline.HostBuffer({rows}, at::kLong);
         decode.last = pipeline.HostBuffer({rows}, at::kLong).zero_();
-        int64_t key_length = 0;
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t position = lengths[r] + n - 1;
-          decode.ids.data_ptr<int64_t>()[r] = step.ids[r];
+          ids.data_ptr<int64_t>()[r] = step.ids[r];
           decode.starts.data_ptr<int64_t>()[r] = position;
-          key_length = std::max(key_length, position + 1);
+          decode.key_length = std::max(decode.key_length, position + 1);
         }
-        decode.blocks = batch.blocks;
-        decode.blocks_strided = batch.blocks_strided;
-        decode.first_block = batch.first_block;
-        decode.block_stride = batch.block_stride;
-        decode.key_length = key_length;
-        step = SampleGreedy(pipeline.Forward(decode), request.top_logprobs);
+        decode.blocks = blocks.blocks;
+        step = SampleGreedy(pipeline.Forward(pipeline.OneGroup(ids, std::move(decode))), request.top_logprobs);
         record(step);
         ++t.decode_steps;
       }

@@ -248,22 +248,36 @@ at::Tensor Pipeline::HostBuffer(at::IntArrayRef sizes, at::ScalarType dtype) con
   return at::empty(sizes, at::TensorOptions().dtype(dtype).pinned_memory(uses_cuda_));
 }
 
-void Pipeline::DescribeBlocks(ForwardBatch& batch) {
-  const int64_t rows = batch.blocks.size(0);
-  const int64_t width = batch.blocks.size(1);
-  const int64_t* table = batch.blocks.data_ptr<int64_t>();
-  batch.blocks_strided = rows > 0 && width > 0;
-  batch.first_block = rows > 0 && width > 0 ? table[0] : 0;
-  batch.block_stride = rows > 1 ? table[width] - table[0] : width;
-  if (batch.block_stride <= 0) batch.blocks_strided = false;  // as_strided takes no negative strides
-  for (int64_t r = 0; r < rows && batch.blocks_strided; ++r) {
+void Pipeline::DescribeBlocks(ForwardGroup& group) {
+  const int64_t rows = group.blocks.size(0);
+  const int64_t width = group.blocks.size(1);
+  const int64_t* table = group.blocks.data_ptr<int64_t>();
+  group.blocks_strided = rows > 0 && width > 0;
+  group.first_block = rows > 0 && width > 0 ? table[0] : 0;
+  group.block_stride = rows > 1 ? table[width] - table[0] : width;
+  if (group.block_stride <= 0) group.blocks_strided = false;  // as_strided takes no negative strides
+  for (int64_t r = 0; r < rows && group.blocks_strided; ++r) {
     for (int64_t i = 0; i < width; ++i) {
-      if (table[r * width + i] != batch.first_block + r * batch.block_stride + i) {
-        batch.blocks_strided = false;
+      if (table[r * width + i] != group.first_block + r * group.block_stride + i) {
+        group.blocks_strided = false;
         break;
       }
     }
   }
+}
+
+ForwardBatch Pipeline::OneGroup(const at::Tensor& ids, ForwardGroup group) const {
+  ForwardBatch batch;
+  group.rows = ids.size(0);
+  group.count = ids.size(1);
+  batch.ids = ids.view({1, group.rows * group.count});
+  batch.last = HostBuffer({group.rows}, at::kLong);
+  for (int64_t r = 0; r < group.rows; ++r) {
+    batch.last.data_ptr<int64_t>()[r] = r * group.count + group.last.data_ptr<int64_t>()[r];
+  }
+  DescribeBlocks(group);
+  batch.groups.push_back(std::move(group));
+  return batch;
 }
 
 void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation& activation) {
@@ -295,46 +309,52 @@ void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation
     }
   }
 
-  const int64_t tokens = batch.ids.size(1);
   AttentionBatch attention;
-  attention.positions =
-      on_device(batch.starts).unsqueeze(1) + at::arange(tokens, at::TensorOptions().dtype(at::kLong).device(stage.device));
-  attention.kv.table = on_device(batch.blocks);
-  attention.kv.block_tokens = options_.kv_block_tokens;
-  attention.kv.strided = batch.blocks_strided;
-  attention.kv.first = batch.first_block;
-  attention.kv.stride = batch.block_stride;
-  attention.key_length = batch.key_length;
-  attention.rope = RopeForPositions(stage.inv_freq, attention.positions, options_.dtype);
-  if (stage.inv_freq_long.defined()) {
-    // longrope picks its factors by the sequence's length, row by row, so that a row's result does not
-    // depend on its batch. transformers' generate() recomputes a sequence's whole cache with the long
-    // factors when it grows past original_max_position_embeddings: the callers do (the scheduler's
-    // recompute_at, LoadedModel::Greedy). A decode row that crosses without it is an error, never a
-    // silent approximation.
-    const int64_t threshold = static_cast<int64_t>(stage.rope.original_max_positions);
-    // starts and last are host tensors (ForwardBatch): reading them does not wait for a device.
-    const int64_t rows = batch.lengths.defined() ? 0 : batch.starts.size(0);
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t start = batch.starts.data_ptr<int64_t>()[r];
-      const int64_t end = start + batch.last.data_ptr<int64_t>()[r] + 1;
-      if (start > 0 && start <= threshold && end > threshold) {
-        throw std::invalid_argument(absl::StrCat(
-            "longrope: a sequence grows past original_max_position_embeddings (", threshold, ") at position ", start,
-            " after its first tokens were computed with the short factors; it must be recomputed from position 0 "
-            "with the long factors (as transformers' generate() does), not decoded on"));
+  int64_t offset = 0;
+  for (const ForwardGroup& group : batch.groups) {
+    AttentionGroup& g = attention.groups.emplace_back();
+    g.offset = offset;
+    g.rows = group.rows;
+    g.count = group.count;
+    offset += group.rows * group.count;
+    g.positions = on_device(group.starts).unsqueeze(1) +
+                  at::arange(group.count, at::TensorOptions().dtype(at::kLong).device(stage.device));
+    g.kv.table = on_device(group.blocks);
+    g.kv.block_tokens = options_.kv_block_tokens;
+    g.kv.strided = group.blocks_strided;
+    g.kv.first = group.first_block;
+    g.kv.stride = group.block_stride;
+    g.key_length = group.key_length;
+    g.rope = RopeForPositions(stage.inv_freq, g.positions, options_.dtype);
+    if (stage.inv_freq_long.defined()) {
+      // longrope picks its factors by the sequence's length, row by row, so that a row's result does not
+      // depend on its batch. transformers' generate() recomputes a sequence's whole cache with the long
+      // factors when it grows past original_max_position_embeddings: the callers do (the scheduler's
+      // recompute_at, LoadedModel::Greedy). A decode row that crosses without it is an error, never a
+      // silent approximation.
+      const int64_t threshold = static_cast<int64_t>(stage.rope.original_max_positions);
+      // starts and last are host tensors (ForwardGroup): reading them does not wait for a device.
+      const int64_t rows = group.lengths.defined() ? 0 : group.rows;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t start = group.starts.data_ptr<int64_t>()[r];
+        const int64_t end = start + group.last.data_ptr<int64_t>()[r] + 1;
+        if (start > 0 && start <= threshold && end > threshold) {
+          throw std::invalid_argument(absl::StrCat(
+              "longrope: a sequence grows past original_max_position_embeddings (", threshold, ") at position ",
+              start,
+              " after its first tokens were computed with the short factors; it must be recomputed from position 0 "
+              "with the long factors (as transformers' generate() does), not decoded on"));
+        }
       }
+      at::Tensor seq_len = group.lengths.defined() ? on_device(group.lengths)
+                                                   : on_device(group.starts) + on_device(group.last) + 1;
+      g.rope = LongRopeForPositions(stage.inv_freq, stage.inv_freq_long, stage.rope, g.positions, seq_len,
+                                    options_.dtype);
     }
-    at::Tensor seq_len = batch.lengths.defined() ? on_device(batch.lengths)
-                                                 : on_device(batch.starts) + on_device(batch.last) + 1;
-    attention.rope = LongRopeForPositions(stage.inv_freq, stage.inv_freq_long, stage.rope, attention.positions,
-                                          seq_len, options_.dtype);
-  }
-  if (stage.inv_freq_sliding.defined()) {
-    attention.rope_sliding = RopeForPositions(stage.inv_freq_sliding, attention.positions, options_.dtype);
-  }
-  for (int64_t window : stage.windows) {
-    attention.masks[window] = AttentionMask(attention.positions, batch.key_length, window);
+    if (stage.inv_freq_sliding.defined()) {
+      g.rope_sliding = RopeForPositions(stage.inv_freq_sliding, g.positions, options_.dtype);
+    }
+    for (int64_t window : stage.windows) g.masks[window] = AttentionMask(g.positions, group.key_length, window);
   }
   const at::Tensor last = on_device(batch.last);
 

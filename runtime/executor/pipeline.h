@@ -51,15 +51,16 @@ struct PipelineOptions {
   PhysicalDeviceMap physical;  // plan GPU -> device; missing entries default to cuda:i
 };
 
-// One forward pass's input, staged on the host once (in pinned memory when a stage runs on CUDA, so
-// every stage's copy is non_blocking on its own stream): the ids [rows, tokens] (right-padded), each
-// row's first position (its positions are start, start + 1, ...), KV block table and index of its last
-// real token. Positions, masks and RoPE tables are derived on each stage's device from these.
-struct ForwardBatch {
-  at::Tensor ids;     // int64 [rows, tokens]
+// One group of a forward pass: `rows` sequences that each feed `count` tokens (right-padded rows, as
+// strata-generate's prefill has, carry their real last token in `last`): each row's first position (its
+// positions are start, start + 1, ...), KV block table and last real token. Positions, masks and RoPE
+// tables are derived on each stage's device from these.
+struct ForwardGroup {
+  int64_t rows = 0;
+  int64_t count = 0;
   at::Tensor starts;  // int64 [rows]
   at::Tensor blocks;  // int64 [rows, table_blocks]: each row's KV blocks, covering its positions < key_length
-  at::Tensor last;    // int64 [rows]
+  at::Tensor last;    // int64 [rows]: within the row
   int64_t key_length = 0;
   // int64 [rows], optional: each row's sequence length (prompt + generated), by which longrope picks its
   // factors; undefined means each row's last fed position + 1.
@@ -68,6 +69,15 @@ struct ForwardBatch {
   bool blocks_strided = false;
   int64_t first_block = 0;
   int64_t block_stride = 0;
+};
+
+// One forward pass's input, staged on the host once (in pinned memory when a stage runs on CUDA, so
+// every stage's copy is non_blocking on its own stream). Its tokens are packed: the groups' rows one
+// after another (AttentionBatch), so decode rows and prefill chunks of any length share every projection.
+struct ForwardBatch {
+  at::Tensor ids;  // int64 [1, tokens]
+  std::vector<ForwardGroup> groups;
+  at::Tensor last;  // int64 [rows of all groups, in order]: each row's last real token among `ids`
 };
 
 // What flows from one stage to the next: the activation and, when its producer runs on a CUDA stream,
@@ -84,7 +94,7 @@ class Pipeline {
   static absl::StatusOr<std::unique_ptr<Pipeline>> Build(const planner::ModelSpec& spec, const DecoderConfig& config,
                                                          const planner::Plan& plan, const Checkpoint& checkpoint,
                                                          const PipelineOptions& options);
-  // float32 logits [batch, vocab] of each row's last token, on the last stage's device.
+  // float32 logits [rows, vocab] of each row's last token (groups in order), on the last stage's device.
   at::Tensor Forward(const ForwardBatch& batch);
   // One stage of a forward pass: reads `activation` (the previous stage's output, or the batch's ids when
   // `stage` is 0) and replaces it with this stage's output. Stages of different forward passes may run
@@ -97,8 +107,10 @@ class Pipeline {
   // A host tensor to stage inputs in: pinned when a stage runs on CUDA (its copies are then asynchronous
   // and the caching host allocator keeps the block until they complete), pageable otherwise.
   at::Tensor HostBuffer(at::IntArrayRef sizes, at::ScalarType dtype) const;
-  // Fills ForwardBatch's host-side facts about its block tables.
-  static void DescribeBlocks(ForwardBatch& batch);
+  // Fills a group's host-side facts about its block tables.
+  static void DescribeBlocks(ForwardGroup& group);
+  // A pass of one group whose ids are [rows, count] (a host buffer): packs them and sets `last`.
+  ForwardBatch OneGroup(const at::Tensor& ids, ForwardGroup group) const;
   int64_t kv_blocks() const { return options_.kv_blocks; }
   int64_t kv_block_tokens() const { return options_.kv_block_tokens; }
   bool uses_cuda() const { return uses_cuda_; }

@@ -44,10 +44,8 @@ void StageWorkers::RunOne(size_t stage, MicroBatch& batch) {
                                      : absl::StrCat("injected fault on micro-batch ", fault_calls_));
       }
     }
-    for (size_t g = 0; g < batch.groups.size(); ++g) {
-      if (stage == 0) batch.activations[g].hidden = batch.groups[g].ids;
-      pipeline_.RunStage(stage, batch.groups[g], batch.activations[g]);
-    }
+    if (stage == 0) batch.activation.hidden = batch.batch.ids;
+    pipeline_.RunStage(stage, batch.batch, batch.activation);
     if (stage + 1 == lanes_.size() && after_last_) after_last_(batch);
   } catch (...) {
     batch.error = std::current_exception();

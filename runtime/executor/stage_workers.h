@@ -29,15 +29,13 @@ namespace strata::runtime {
 
 struct MicroBatch {
   MicroBatchWork work;
-  // Rows feeding the same number of tokens form a group: one forward pass each, group after group on
-  // every stage (a mixed micro-batch of decodes and prefill chunks has several).
-  std::vector<ForwardBatch> groups;
+  ForwardBatch batch;  // packed: decode rows and prefill chunks of any length together
   SamplingInputs sampling;     // the rows that sample, staged with the batch
   int64_t sampling_rows = 0;
-  // host int64 [sampling_rows]: the sampling rows' places among the groups' logits, concatenated;
+  // host int64 [sampling_rows]: the sampling rows' places among the logits (rows grouped by length);
   // undefined when those are exactly the sampling rows, in order
   at::Tensor sample_index;
-  std::vector<StageActivation> activations;  // per group; after the last stage: float32 logits [rows, vocab]
+  StageActivation activation;  // after the last stage: float32 logits [rows, vocab]
   PendingSamples samples;      // after the last stage: the sampler's results on their way to the host
   std::exception_ptr error;    // a stage threw (the batch skips the remaining stages)
   size_t failed_stage = 0;

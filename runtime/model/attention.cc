@@ -2,6 +2,7 @@
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 
 #include <cmath>
@@ -19,29 +20,46 @@ at::Tensor AttentionMask(const at::Tensor& positions, int64_t key_length, int64_
   return visible.unsqueeze(1);                                            // [B, 1, T, K]
 }
 
+at::Tensor GroupHeads(const at::Tensor& x, const AttentionGroup& group) {
+  return x.narrow(0, group.offset, group.rows * group.count)
+      .view({group.rows, group.count, x.size(1), x.size(2)})
+      .transpose(1, 2);
+}
+
+at::Tensor PackHeads(const std::vector<at::Tensor>& outs) {
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& out : outs) {
+    flat.push_back(out.transpose(1, 2).reshape({out.size(0) * out.size(2), out.size(1) * out.size(3)}));
+  }
+  at::Tensor packed = flat.size() == 1 ? flat.front() : at::cat(flat);
+  return packed.unsqueeze(0);
+}
+
 at::Tensor SelfAttention(const at::Tensor& hidden, const AttentionWeights& w, int64_t num_heads, int64_t num_kv_heads,
                          int64_t head_dim, int64_t window, AttentionBatch& batch, KvLayer& cache,
                          const AttentionAdditions& additions) {
-  const int64_t b = hidden.size(0);
-  const int64_t t = hidden.size(1);
+  const int64_t n = hidden.size(1);  // packed tokens: hidden is [1, n, hidden]
   auto project = [&](const at::Tensor& weight, const at::Tensor& bias, int64_t heads, const at::Tensor& norm) {
     at::Tensor out = bias.defined() ? Linear(hidden, weight, bias) : Linear(hidden, weight);
-    out = out.view({b, t, heads, head_dim});
+    out = out.view({n, heads, head_dim});
     if (norm.defined()) out = RmsNorm(out, norm, additions.norm_eps);
-    return out.transpose(1, 2);  // [B, heads, T, D]
+    return out;  // [n, heads, D]
   };
-  at::Tensor q = ApplyRope(project(w.q, w.q_bias, num_heads, additions.q_norm), batch.rope);
-  at::Tensor k = ApplyRope(project(w.k, w.k_bias, num_kv_heads, additions.k_norm), batch.rope);
-  at::Tensor v = project(w.v, w.v_bias, num_kv_heads, at::Tensor());
-
-  auto [keys, values] =
-      KvAppend(cache, batch.kv, batch.positions, k, v, batch.key_length);
-  const at::Tensor& mask = batch.masks.at(window);
-  // GQA: SDPA repeats each KV head for its group of query heads (enable_gqa), as repeat_kv does upstream.
-  at::Tensor out = at::scaled_dot_product_attention(q, keys, values, mask, /*dropout_p=*/0.0, /*is_causal=*/false,
+  const at::Tensor q_all = project(w.q, w.q_bias, num_heads, additions.q_norm);
+  const at::Tensor k_all = project(w.k, w.k_bias, num_kv_heads, additions.k_norm);
+  const at::Tensor v_all = project(w.v, w.v_bias, num_kv_heads, at::Tensor());
+  std::vector<at::Tensor> outs;
+  for (AttentionGroup& group : batch.groups) {
+    at::Tensor q = ApplyRope(GroupHeads(q_all, group), group.rope);
+    at::Tensor k = ApplyRope(GroupHeads(k_all, group), group.rope);
+    auto [keys, values] = KvAppend(cache, group.kv, group.positions, k, GroupHeads(v_all, group), group.key_length);
+    // GQA: SDPA repeats each KV head for its group of query heads (enable_gqa), as repeat_kv does upstream.
+    outs.push_back(at::scaled_dot_product_attention(q, keys, values, group.masks.at(window), /*dropout_p=*/0.0,
+                                                    /*is_causal=*/false,
                                                     /*scale=*/1.0 / std::sqrt(static_cast<double>(head_dim)),
-                                                    /*enable_gqa=*/num_kv_heads != num_heads);
-  out = out.transpose(1, 2).reshape({b, t, num_heads * head_dim});
+                                                    /*enable_gqa=*/num_kv_heads != num_heads));
+  }
+  at::Tensor out = PackHeads(outs);
   return additions.o_bias.defined() ? Linear(out, w.o, additions.o_bias) : Linear(out, w.o);
 }
 

@@ -6,24 +6,40 @@
 
 #include <cstdint>
 #include <map>
+#include <vector>
 
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/rope.h"
 
 namespace strata::runtime {
 
-// One forward pass's batch as a stage sees it, on that stage's device. Sequences of different lengths
-// share the batch right-padded: row b holds tokens at positions[b] (a sequence's own positions from
-// 0), written to its KV blocks at those positions; padding rows are computed and ignored.
-struct AttentionBatch {
-  at::Tensor positions;  // [batch, tokens] int64
+// One group of a forward pass as a stage sees it, on that stage's device: `rows` sequences that each feed
+// `count` tokens, at [offset, offset + rows * count) of the pass's packed tokens. Row b holds tokens at
+// positions[b] (a sequence's own positions from 0), written to its KV blocks at those positions; a row
+// right-padded (strata-generate's prefill) computes its padding and ignores it.
+struct AttentionGroup {
+  int64_t offset = 0;
+  int64_t rows = 0;
+  int64_t count = 0;
+  at::Tensor positions;  // [rows, count] int64
   KvBlockTables kv;
   int64_t key_length = 0;  // keys [0, key_length) of every row take part
   RopeTables rope;
   RopeTables rope_sliding;  // Gemma 3: the sliding layers' tables (rope_local_base_freq); else undefined
-  // Boolean masks [batch, 1, tokens, key_length] per sliding window (0: full causal).
+  // Boolean masks [rows, 1, count, key_length] per sliding window (0: full causal).
   std::map<int64_t, at::Tensor> masks;
 };
+
+// A forward pass's tokens are packed, [1, tokens, hidden]: every projection, norm and MLP runs once over
+// all of them (decode rows and prefill chunks of any length together); attention runs group by group.
+struct AttentionBatch {
+  std::vector<AttentionGroup> groups;
+};
+
+// `x` [tokens, heads, head_dim] (packed) -> the group's [rows, heads, count, head_dim].
+at::Tensor GroupHeads(const at::Tensor& x, const AttentionGroup& group);
+// The group outputs [rows, heads, count, head_dim] -> packed [1, tokens, heads * head_dim].
+at::Tensor PackHeads(const std::vector<at::Tensor>& outs);
 
 // True where key position j is visible to the query at position p: j <= p, and p - j < window when
 // window > 0 (transformers' causal mask and sliding_window_overlay).

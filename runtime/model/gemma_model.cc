@@ -31,43 +31,43 @@ at::Tensor RepeatKv(const at::Tensor& x, int64_t groups) {
 
 at::Tensor GemmaAttention(const at::Tensor& hidden, const std::vector<at::Tensor>& w, const ModelDims& dims,
                           const Unit& unit, AttentionBatch& batch, KvLayer& cache) {
-  const int64_t b = hidden.size(0);
-  const int64_t t = hidden.size(1);
+  const int64_t n = hidden.size(1);  // packed tokens: hidden is [1, n, hidden]
   const bool gemma3 = dims.family == ModelFamily::kGemma3;
   const size_t bias0 = gemma3 ? kGemmaKNorm + 1 : kGemmaQNorm;
   auto project = [&](int index, int bias_offset, int64_t heads) {
     at::Tensor out =
         dims.qkv_bias ? Linear(hidden, w[index], w[bias0 + bias_offset]) : Linear(hidden, w[index]);
-    return out.view({b, t, heads, dims.head_dim}).transpose(1, 2);  // [B, heads, T, D]
+    return out.view({n, heads, dims.head_dim});  // [n, heads, D]
   };
-  at::Tensor q = project(kGemmaQ, 0, dims.num_heads);
-  at::Tensor k = project(kGemmaK, 1, dims.num_kv_heads);
-  at::Tensor v = project(kGemmaV, 2, dims.num_kv_heads);
+  at::Tensor q_all = project(kGemmaQ, 0, dims.num_heads);
+  at::Tensor k_all = project(kGemmaK, 1, dims.num_kv_heads);
+  const at::Tensor v_all = project(kGemmaV, 2, dims.num_kv_heads);
   if (gemma3) {
-    q = GemmaRmsNorm(q, w[kGemmaQNorm], dims.rms_norm_eps);
-    k = GemmaRmsNorm(k, w[kGemmaKNorm], dims.rms_norm_eps);
+    q_all = GemmaRmsNorm(q_all, w[kGemmaQNorm], dims.rms_norm_eps);
+    k_all = GemmaRmsNorm(k_all, w[kGemmaKNorm], dims.rms_norm_eps);
   }
-  const RopeTables& rope = unit.window > 0 && batch.rope_sliding.cos.defined() ? batch.rope_sliding : batch.rope;
-  q = ApplyRope(q, rope);
-  k = ApplyRope(k, rope);
-  auto [keys, values] =
-      KvAppend(cache, batch.kv, batch.positions, k, v, batch.key_length);
-  const at::Tensor& mask = batch.masks.at(unit.window);
   const double scale = dims.attention_scale > 0 ? dims.attention_scale : 1.0 / std::sqrt(double(dims.head_dim));
-  at::Tensor out;
-  if (dims.attn_logit_softcapping > 0) {
-    // Gemma 2's eager attention: scores, soft-cap, mask, float32 softmax cast back, weighted values.
-    const int64_t groups = dims.num_heads / dims.num_kv_heads;
-    at::Tensor scores = at::matmul(q, RepeatKv(keys, groups).transpose(2, 3)) * scale;
-    scores = SoftCap(scores, dims.attn_logit_softcapping);
-    scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity());
-    at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
-    out = at::matmul(probs, RepeatKv(values, groups));
-  } else {
-    out = at::scaled_dot_product_attention(q, keys, values, mask, /*dropout_p=*/0.0, /*is_causal=*/false, scale,
-                                           /*enable_gqa=*/dims.num_kv_heads != dims.num_heads);
+  std::vector<at::Tensor> outs;
+  for (AttentionGroup& group : batch.groups) {
+    const RopeTables& rope = unit.window > 0 && group.rope_sliding.cos.defined() ? group.rope_sliding : group.rope;
+    at::Tensor q = ApplyRope(GroupHeads(q_all, group), rope);
+    at::Tensor k = ApplyRope(GroupHeads(k_all, group), rope);
+    auto [keys, values] = KvAppend(cache, group.kv, group.positions, k, GroupHeads(v_all, group), group.key_length);
+    const at::Tensor& mask = group.masks.at(unit.window);
+    if (dims.attn_logit_softcapping > 0) {
+      // Gemma 2's eager attention: scores, soft-cap, mask, float32 softmax cast back, weighted values.
+      const int64_t groups = dims.num_heads / dims.num_kv_heads;
+      at::Tensor scores = at::matmul(q, RepeatKv(keys, groups).transpose(2, 3)) * scale;
+      scores = SoftCap(scores, dims.attn_logit_softcapping);
+      scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity());
+      at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+      outs.push_back(at::matmul(probs, RepeatKv(values, groups)));
+    } else {
+      outs.push_back(at::scaled_dot_product_attention(q, keys, values, mask, /*dropout_p=*/0.0, /*is_causal=*/false,
+                                                      scale, /*enable_gqa=*/dims.num_kv_heads != dims.num_heads));
+    }
   }
-  out = out.transpose(1, 2).reshape({b, t, dims.num_heads * dims.head_dim});
+  at::Tensor out = PackHeads(outs);
   return dims.qkv_bias ? Linear(out, w[kGemmaO], w[bias0 + 3]) : Linear(out, w[kGemmaO]);
 }
 
@@ -119,11 +119,7 @@ at::Tensor RunGemmaUnit(const Unit& unit, const std::vector<at::Tensor>& w, cons
       return at::embedding(w[0], hidden) * scale;
     }
     case UnitKind::kFinalNorm: {
-      at::Tensor rows = hidden;
-      if (hidden.size(1) > 1) {
-        at::Tensor index = last.view({-1, 1, 1}).expand({hidden.size(0), 1, hidden.size(2)});
-        rows = hidden.gather(1, index);
-      }
+      const at::Tensor rows = LastTokens(hidden, last);
       return GemmaRmsNorm(rows, w[0], dims.rms_norm_eps);
     }
     case UnitKind::kLmHead: {

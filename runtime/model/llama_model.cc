@@ -58,6 +58,13 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return weight * x32.to(x.scalar_type());
 }
 
+at::Tensor LastTokens(const at::Tensor& hidden, const at::Tensor& last) {
+  const at::Tensor tokens = hidden.select(0, 0);  // [tokens, hidden]
+  // Every token is a row's last (decode rows only): the packed tokens are the rows, in order.
+  if (tokens.size(0) == last.size(0)) return tokens.unsqueeze(1);
+  return tokens.index_select(0, last).unsqueeze(1);
+}
+
 at::Tensor RunUnit(const Unit& unit, const std::vector<at::Tensor>& w, const ModelDims& dims, const at::Tensor& hidden,
                    AttentionBatch& batch, KvLayer* cache, const at::Tensor& last) {
   if (dims.family == ModelFamily::kGemma2 || dims.family == ModelFamily::kGemma3) {
@@ -68,11 +75,7 @@ at::Tensor RunUnit(const Unit& unit, const std::vector<at::Tensor>& w, const Mod
     case UnitKind::kEmbedding:
       return at::embedding(w[0], hidden);
     case UnitKind::kFinalNorm: {
-      at::Tensor rows = hidden;
-      if (hidden.size(1) > 1) {
-        at::Tensor index = last.view({-1, 1, 1}).expand({hidden.size(0), 1, hidden.size(2)});
-        rows = hidden.gather(1, index);
-      }
+      const at::Tensor rows = LastTokens(hidden, last);
       return RmsNorm(rows, w[0], dims.rms_norm_eps);
     }
     case UnitKind::kLmHead:

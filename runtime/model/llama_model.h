@@ -73,5 +73,8 @@ at::Tensor RunUnit(const Unit& unit, const std::vector<at::Tensor>& weights, con
 
 // transformers' LlamaRMSNorm: in float32, cast back before the weight multiplies.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// The final norm's input: packed hidden [1, tokens, hidden] -> each row's last real token, [rows, 1, hidden];
+// `last` [rows] holds their places among the packed tokens.
+at::Tensor LastTokens(const at::Tensor& hidden, const at::Tensor& last);
 
 }  // namespace strata::runtime
