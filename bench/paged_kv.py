@@ -460,9 +460,7 @@ def main() -> int:
         return 2
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="strata-paged-kv-bench-"))
-    (work / "proto_src").mkdir()
-    (work / "proto_py").mkdir()
-    stubs = IH.generate_stubs(work / "proto_src", work / "proto_py")
+    stubs = IH.stubs_under(work)
     model_dir = work / "model"
     params = serve_speed.save(model_dir, MODEL)
     vocab = MODEL["vocab_size"]

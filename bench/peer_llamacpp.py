@@ -340,9 +340,7 @@ def main(argv=None) -> int:
     ids_report = []
     rss = {}
     if not args.skip_serving:
-        (work / "proto_src").mkdir(exist_ok=True)
-        (work / "proto_py").mkdir(exist_ok=True)
-        stubs = IH.generate_stubs(work / "proto_src", work / "proto_py")
+        stubs = IH.stubs_under(work)
         context = args.depth + args.serve_tokens
         requests = [prompt_ids(args.depth, vocab, salt=i + 1) for i in range(args.streams)]
         for dtype in dtypes:

@@ -173,9 +173,7 @@ def main() -> int:
         return 0
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="strata-serve-bench-"))
-    (work / "proto_src").mkdir()
-    (work / "proto_py").mkdir()
-    stubs = IH.generate_stubs(work / "proto_src", work / "proto_py")
+    stubs = IH.stubs_under(work)
 
     # 1. Pipelined vs one stage at a time.
     pipe_dir = work / "pipe_model"

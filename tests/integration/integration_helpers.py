@@ -221,3 +221,10 @@ def generate_stubs(src: Path, out: Path) -> types.SimpleNamespace:
         )
     finally:
         sys.path.remove(str(out))
+
+
+def stubs_under(work: Path) -> types.SimpleNamespace:
+    """generate_stubs into `work`/proto_src and `work`/proto_py (created if need be): for the benches."""
+    (work / "proto_src").mkdir(exist_ok=True)
+    (work / "proto_py").mkdir(exist_ok=True)
+    return generate_stubs(work / "proto_src", work / "proto_py")
