@@ -29,12 +29,6 @@ bool Scheduler::InFlight(uint64_t sequence) const {
   return it != running_.end() && it->second.in_flight;
 }
 
-std::optional<std::vector<int32_t>> Scheduler::BlocksOf(uint64_t sequence) const {
-  auto it = running_.find(sequence);
-  if (it == running_.end()) return std::nullopt;
-  return it->second.blocks;
-}
-
 void Scheduler::Admit() {
   while (!queue_.empty() && static_cast<int64_t>(running_.size()) < options_.max_running) {
     auto [sequence, tokens] = queue_.front();

@@ -96,8 +96,6 @@ class Scheduler {
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   int64_t in_flight() const { return in_flight_batches_; }
   bool InFlight(uint64_t sequence) const;
-  // The sequence's block table while it runs.
-  std::optional<std::vector<int32_t>> BlocksOf(uint64_t sequence) const;
   const KvBlocks& blocks() const { return blocks_; }
   uint64_t preemptions() const { return preemptions_; }
   // Prompt tokens looked up in the prefix cache at admission, and those found there (vLLM counts both).
