@@ -114,8 +114,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Start(LoadedModel& model, co
 
 namespace {
 
-// One group of a pass: `members` are rows of `rows` that all feed `count` tokens; their ids go to
-// `ids` from `offset` on.
+// One group of a pass: `members` are rows of `rows` that all feed `count` tokens; their ids are written
+// to `ids` (the group's place among the pass's packed ids), row after row.
 ForwardGroup StageGroup(const Pipeline& pipeline, const std::vector<BatchRow>& rows,
                         const std::vector<int64_t>& members, int64_t count, int64_t* ids) {
   const int64_t n = static_cast<int64_t>(members.size());

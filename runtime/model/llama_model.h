@@ -66,8 +66,9 @@ struct Unit {
 std::vector<std::string> UnitTensorNames(UnitKind kind, int64_t layer, const ModelDims& dims, bool tied_head);
 
 // Runs one unit. `weights` are the unit's tensors on its device (Weight::Use or a Prefetch).
-// Embedding: `hidden` is ids [B, T] int64. Final norm first keeps each row's `last` token ([B] int64):
-// logits are needed for one position per sequence. LM head returns float32 logits [B, vocab].
+// Embedding: `hidden` is the packed ids [1, tokens] int64. Final norm first keeps each row's last token
+// (`last`, [rows] int64 places among the packed tokens; LastTokens): logits are needed for one position per
+// sequence. LM head returns float32 logits [rows, vocab].
 at::Tensor RunUnit(const Unit& unit, const std::vector<at::Tensor>& weights, const ModelDims& dims,
                    const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last);
 
