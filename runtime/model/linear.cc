@@ -16,11 +16,6 @@ namespace {
 
 #define STRATA_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
-bool CpuHasAvx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl");
-  return has;
-}
 bool CpuHasAvx512Bf16() {
   static const bool has = CpuHasAvx512() && __builtin_cpu_supports("avx512bf16");
   return has;
@@ -122,6 +117,74 @@ STRATA_AVX512_BF16 void RowDot(const c10::BFloat16* x, const c10::BFloat16* w, c
   }
 }
 
+// The tiles of more rows (a batch of decodes, a short chunk): MR input rows against NR weight rows, every
+// pair's dot product over all of K at once. Each 16 (32) columns of a weight row are loaded once for MR rows
+// and each input chunk once for NR weight rows: MR x NR independent FMA chains and one load per two FMAs at
+// 4 x 4. The callers walk a block of NR weight rows over every group of MR input rows, so the block is read
+// from memory once and from L1 after (see Tiles).
+// The loops over MR and NR are unrolled by hand (GCC at -O2 keeps `acc` in memory otherwise).
+#define STRATA_UNROLL _Pragma("GCC unroll 16")
+
+template <int MR, int NR, typename T>
+STRATA_AVX512 inline void TileStep(const float* x, const T* w, int64_t k, int64_t n, int64_t m0, int64_t j,
+                                   __mmask16 mask, __m512 (&acc)[MR][NR]) {
+  __m512 wv[NR];
+  STRATA_UNROLL for (int r = 0; r < NR; ++r) wv[r] = LoadWeights(w + (n + r) * k, j, mask);
+  STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+    const __m512 xv = _mm512_maskz_loadu_ps(mask, x + (m0 + m) * k + j);
+    STRATA_UNROLL for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_fmadd_ps(wv[r], xv, acc[m][r]);
+  }
+}
+
+template <int MR, int NR, typename T>
+STRATA_AVX512 void Tile(const float* x, const T* w, const T* bias, T* y, int64_t k, int64_t n_total, int64_t n,
+                        int64_t m0) {
+  __m512 acc[MR][NR];
+  STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+    STRATA_UNROLL for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_setzero_ps();
+  }
+  int64_t j = 0;
+  for (; j + 16 <= k; j += 16) TileStep<MR, NR>(x, w, k, n, m0, j, static_cast<__mmask16>(0xFFFF), acc);
+  if (j < k) TileStep<MR, NR>(x, w, k, n, m0, j, static_cast<__mmask16>((1u << (k - j)) - 1), acc);
+  STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+    STRATA_UNROLL for (int r = 0; r < NR; ++r) {
+      float value = _mm512_reduce_add_ps(acc[m][r]);
+      if (bias != nullptr) value += static_cast<float>(bias[n + r]);
+      Store(y + (m0 + m) * n_total + n + r, value);
+    }
+  }
+}
+
+template <int MR, int NR>
+STRATA_AVX512_BF16 inline void TileDotStep(const c10::BFloat16* x, const c10::BFloat16* w, int64_t k, int64_t n,
+                                           int64_t m0, int64_t j, __mmask32 mask, __m512 (&acc)[MR][NR]) {
+  __m512bh wv[NR];
+  STRATA_UNROLL for (int r = 0; r < NR; ++r) wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + (n + r) * k + j);
+  STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+    const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(mask, x + (m0 + m) * k + j);
+    STRATA_UNROLL for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_dpbf16_ps(acc[m][r], wv[r], xv);
+  }
+}
+
+template <int MR, int NR>
+STRATA_AVX512_BF16 void TileDot(const c10::BFloat16* x, const c10::BFloat16* w, const c10::BFloat16* bias,
+                                c10::BFloat16* y, int64_t k, int64_t n_total, int64_t n, int64_t m0) {
+  __m512 acc[MR][NR];
+  STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+    STRATA_UNROLL for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_setzero_ps();
+  }
+  int64_t j = 0;
+  for (; j + 32 <= k; j += 32) TileDotStep<MR, NR>(x, w, k, n, m0, j, ~__mmask32{0}, acc);
+  if (j < k) TileDotStep<MR, NR>(x, w, k, n, m0, j, static_cast<__mmask32>((uint64_t{1} << (k - j)) - 1), acc);
+  STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+    STRATA_UNROLL for (int r = 0; r < NR; ++r) {
+      float value = _mm512_reduce_add_ps(acc[m][r]);
+      if (bias != nullptr) value += static_cast<float>(bias[n + r]);
+      y[(m0 + m) * n_total + n + r] = c10::BFloat16(value);
+    }
+  }
+}
+
 #pragma GCC diagnostic pop
 
 STRATA_AVX512_BF16 void RowsDot(const c10::BFloat16* x, const c10::BFloat16* w, const c10::BFloat16* bias,
@@ -154,14 +217,63 @@ STRATA_AVX512 void Rows(const float* x, const T* w, const T* bias, T* y, int64_t
   }
 }
 
+// Output rows [n0, n1) for `rows` input rows in tiles of up to 4 x 4: a block of 4 weight rows (12 KiB of
+// float32 at K = 768) is used by every group of 4 input rows while it is in L1. `Kernel` is Tile<MR, NR, T>
+// or TileDot<MR, NR>, chosen per tile from the table below.
+template <typename X, typename T>
+using TileFn = void (*)(const X*, const T*, const T*, T*, int64_t, int64_t, int64_t, int64_t);
+
+template <typename X, typename T, template <int, int> class Pick>
+void Tiles(const X* x, const T* w, const T* bias, T* y, int64_t rows, int64_t k, int64_t n_total, int64_t n0,
+           int64_t n1) {
+  static constexpr TileFn<X, T> kTable[4][4] = {
+      {Pick<1, 1>::fn, Pick<1, 2>::fn, Pick<1, 3>::fn, Pick<1, 4>::fn},
+      {Pick<2, 1>::fn, Pick<2, 2>::fn, Pick<2, 3>::fn, Pick<2, 4>::fn},
+      {Pick<3, 1>::fn, Pick<3, 2>::fn, Pick<3, 3>::fn, Pick<3, 4>::fn},
+      {Pick<4, 1>::fn, Pick<4, 2>::fn, Pick<4, 3>::fn, Pick<4, 4>::fn}};
+  for (int64_t n = n0; n < n1; n += 4) {
+    const int64_t nr = std::min<int64_t>(4, n1 - n);
+    for (int64_t m = 0; m < rows; m += 4) {
+      kTable[std::min<int64_t>(4, rows - m) - 1][nr - 1](x, w, bias, y, k, n_total, n, m);
+    }
+  }
+}
+
+template <typename T>
+struct PickTile {
+  template <int MR, int NR>
+  struct Of {
+    static constexpr TileFn<float, T> fn = &Tile<MR, NR, T>;
+  };
+};
+template <int MR, int NR>
+struct PickTileDot {
+  static constexpr TileFn<c10::BFloat16, c10::BFloat16> fn = &TileDot<MR, NR>;
+};
+
+// At least ~64 KiB of weights per task: smaller pieces cost more in scheduling than they save.
+int64_t Grain(int64_t k, int64_t element_size) { return std::max<int64_t>(1, (64 << 10) / (k * element_size)); }
+
+// One or two rows stream each weight row once (Rows); more go by tiles over blocks of 4 weight rows (Tiles).
 template <typename T>
 void FewRows(const float* x, const T* w, const T* bias, T* y, int64_t rows, int64_t k, int64_t n) {
-  // At least ~64 KiB of weights per task: smaller pieces cost more in scheduling than they save.
-  const int64_t grain = std::max<int64_t>(1, (64 << 10) / (k * static_cast<int64_t>(sizeof(T))));
-  at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) { Rows(x, w, bias, y, rows, k, n, begin, end); });
+  const int64_t grain = Grain(k, sizeof(T));
+  if (rows <= 2) {
+    at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) { Rows(x, w, bias, y, rows, k, n, begin, end); });
+    return;
+  }
+  at::parallel_for(0, (n + 3) / 4, (grain + 3) / 4, [&](int64_t begin, int64_t end) {
+    Tiles<float, T, PickTile<T>::template Of>(x, w, bias, y, rows, k, n, begin * 4, std::min(n, end * 4));
+  });
 }
 
 }  // namespace
+
+bool CpuHasAvx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
+  return has;
+}
 
 bool LinearUsesOwnKernel(const at::Tensor& x, const at::Tensor& weight) {
   if (!CpuHasAvx512() || !x.device().is_cpu() || !weight.device().is_cpu()) return false;
@@ -171,11 +283,9 @@ bool LinearUsesOwnKernel(const at::Tensor& x, const at::Tensor& weight) {
   const int64_t k = weight.size(1);
   if (k <= 0 || x.numel() == 0) return false;
   const int64_t rows = x.numel() / k;
-  // One or two rows always (decode of one or two sequences). Up to kFewRows when a group of four input rows
-  // stays in half the L1 cache beside the weight stream; past that (long rows of a wide layer) the x loads
-  // miss L1 and MKL/oneDNN's blocked kernels win (bench/linear_speed.cc, rows 3 and 4).
-  const int64_t group_bytes = std::min<int64_t>(rows, 4) * k * static_cast<int64_t>(x.element_size());
-  return rows <= 2 || (rows <= kFewRows && group_bytes <= (16 << 10));
+  // Past kFewRows (prefill) the blocked, packed GEMMs of MKL/oneDNN reuse each weight more often than 4 x 4
+  // tiles do (bench/linear_speed.cc: at 32 rows the tiles are still 1.1-3.9x ahead, at 64 even in bfloat16).
+  return rows <= kFewRows;
 }
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
@@ -198,8 +308,14 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
     const c10::BFloat16* ws = weight.data_ptr<c10::BFloat16>();
     const c10::BFloat16* bs = bias.defined() ? bias.data_ptr<c10::BFloat16>() : nullptr;
     c10::BFloat16* ys = y.data_ptr<c10::BFloat16>();
-    const int64_t grain = std::max<int64_t>(1, (64 << 10) / (k * 2));
-    at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) { RowsDot(xs, ws, bs, ys, rows, k, n, begin, end); });
+    const int64_t grain = Grain(k, 2);
+    if (rows <= 2) {
+      at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) { RowsDot(xs, ws, bs, ys, rows, k, n, begin, end); });
+    } else {
+      at::parallel_for(0, (n + 3) / 4, (grain + 3) / 4, [&](int64_t begin, int64_t end) {
+        Tiles<c10::BFloat16, c10::BFloat16, PickTileDot>(xs, ws, bs, ys, rows, k, n, begin * 4, std::min(n, end * 4));
+      });
+    }
   } else {
     // The few input rows widened once (the weights are widened in registers as they stream).
     thread_local std::vector<float> widened;

@@ -5,7 +5,10 @@
 // project's AMD EPYC, where one core reads 13-20 GiB/s (build/bench/strata_linear_bench). So for a few rows
 // on a CPU with AVX-512, float32 or bfloat16, Linear runs its own kernel: each weight row is read once, as
 // one sequential stream, for all the rows, accumulated in float32 (bfloat16 through AVX512_BF16's VDPBF16PS
-// where the CPU has it, else widened in registers), split over the intra-op threads by output rows.
+// where the CPU has it, else widened in registers), split over the intra-op threads by output rows. From 3 to
+// kFewRows rows (a batch of decodes, a short chunk) it runs register tiles of 4 x 4 over blocks of 4 weight
+// rows, reading the weights from memory once: MKL's generic path on AMD and oneDNN run 1.1-3x slower there
+// (strata_linear_bench --rows 16,32).
 // Everything else (prefill, CUDA, other dtypes, CPUs without AVX-512) is at::linear.
 
 #include <ATen/core/Tensor.h>
@@ -14,13 +17,16 @@
 
 namespace strata::runtime {
 
-inline constexpr int64_t kFewRows = 8;
+inline constexpr int64_t kFewRows = 32;
+
+// Whether this CPU has AVX-512 F/BW/VL, which strata's CPU kernels need (else they leave the work to ATen).
+bool CpuHasAvx512();
 
 // x [..., K], weight [N, K], bias [N] or undefined; returns [..., N] in x's dtype.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
 
-// Whether Linear runs strata's kernel for these operands: one or two rows, or up to kFewRows rows short
-// enough that four of them stay in L1 beside the weight stream (tests and benchmarks say which path ran).
+// Whether Linear runs strata's kernel for these operands: up to kFewRows rows (tests and benchmarks say
+// which path ran).
 bool LinearUsesOwnKernel(const at::Tensor& x, const at::Tensor& weight);
 
 }  // namespace strata::runtime

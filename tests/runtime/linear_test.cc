@@ -1,5 +1,6 @@
 // runtime/model/linear.h: strata's few-rows CPU kernel against at::linear on the same operands, over the
-// shapes that exercise its tails (K not a multiple of 16, N not a multiple of 4, 1-8 rows), with and
+// shapes that exercise its tails (K not a multiple of 16, N not a multiple of 4, 1-33 rows: row streams, 4 x 4
+// tiles and their partial tiles, and past kFewRows), with and
 // without bias, float32 and bfloat16, one and two intra-op threads.
 #include "runtime/model/linear.h"
 
@@ -35,7 +36,7 @@ TEST_P(LinearTest, MatchesAtLinear) {
   int checked = 0;
   for (int64_t k : {1, 15, 16, 17, 100, 768, 1500}) {
     for (int64_t n : {1, 3, 4, 5, 130}) {
-      for (int64_t rows : {1, 2, 3, 4, 5, 8, 9}) {
+      for (int64_t rows : {1, 2, 3, 4, 5, 8, 9, 16, 17, 33}) {
         const at::Tensor w = at::randn({n, k}).to(dtype);
         const at::Tensor b = with_bias ? at::randn({n}).to(dtype) : at::Tensor();
         const at::Tensor x = at::randn({rows, 1, k}).to(dtype);  // [batch, tokens, K] as the model calls it
@@ -55,14 +56,13 @@ TEST_P(LinearTest, MatchesAtLinear) {
           EXPECT_TRUE(at::allclose(got.to(at::kFloat), want, 1.0 / 128, 1e-3 * scale))
               << "k " << k << " n " << n << " rows " << rows;
         }
-        const bool short_rows = std::min<int64_t>(rows, 4) * k * x.element_size() <= (16 << 10);
-        EXPECT_EQ(LinearUsesOwnKernel(x, w), own && (rows <= 2 || (rows <= kFewRows && short_rows)));
+        EXPECT_EQ(LinearUsesOwnKernel(x, w), own && rows <= kFewRows);
         ++checked;
       }
     }
   }
   at::set_num_threads(previous);
-  EXPECT_EQ(checked, 7 * 5 * 7);
+  EXPECT_EQ(checked, 7 * 5 * 10);
   if (!own) GTEST_SKIP() << "this CPU has no AVX-512: Linear ran at::linear throughout (compared all the same)";
 }
 
@@ -73,7 +73,6 @@ INSTANTIATE_TEST_SUITE_P(DtypesBiasThreads, LinearTest,
 TEST(Linear, OtherOperandsFallBackToAtLinear) {
   const at::Tensor w = at::randn({8, 32});
   EXPECT_FALSE(LinearUsesOwnKernel(at::randn({kFewRows + 1, 32}), w));       // prefill: many rows
-  EXPECT_FALSE(LinearUsesOwnKernel(at::randn({3, 4096}), at::randn({8, 4096})));  // 3 long rows: 48 KiB
   EXPECT_FALSE(LinearUsesOwnKernel(at::randn({1, 32}).to(at::kHalf), w.to(at::kHalf)));  // float16
   EXPECT_FALSE(LinearUsesOwnKernel(at::randn({1, 32}), w.to(at::kBFloat16)));  // mixed dtypes
   EXPECT_FALSE(LinearUsesOwnKernel(at::randn({1, 32}), w.t().contiguous().t()));  // a strided weight
