@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "runtime/model/decode_attention.h"
 #include "runtime/model/llama_model.h"  // RmsNorm
 #include "runtime/model/linear.h"
 
@@ -52,11 +53,17 @@ at::Tensor SelfAttention(const at::Tensor& hidden, const AttentionWeights& w, in
   for (AttentionGroup& group : batch.groups) {
     at::Tensor q = ApplyRope(GroupHeads(q_all, group), group.rope);
     at::Tensor k = ApplyRope(GroupHeads(k_all, group), group.rope);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+    if (DecodeAttentionApplies(q, cache, group.count)) {  // decode rows on a CPU: straight from the pools
+      KvWrite(cache, group.kv, group.positions, k, GroupHeads(v_all, group));
+      outs.push_back(DecodeAttention(q, cache, group.kv, group.positions, window, scale));
+      continue;
+    }
     auto [keys, values] = KvAppend(cache, group.kv, group.positions, k, GroupHeads(v_all, group), group.key_length);
     // GQA: SDPA repeats each KV head for its group of query heads (enable_gqa), as repeat_kv does upstream.
     outs.push_back(at::scaled_dot_product_attention(q, keys, values, group.masks.at(window), /*dropout_p=*/0.0,
                                                     /*is_causal=*/false,
-                                                    /*scale=*/1.0 / std::sqrt(static_cast<double>(head_dim)),
+                                                    /*scale=*/scale,
                                                     /*enable_gqa=*/num_kv_heads != num_heads));
   }
   at::Tensor out = PackHeads(outs);

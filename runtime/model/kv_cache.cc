@@ -44,8 +44,8 @@ at::Tensor Read(const at::Tensor& pool, const KvBlockTables& tables, int64_t key
 
 }  // namespace
 
-std::pair<at::Tensor, at::Tensor> KvAppend(KvLayer& cache, const KvBlockTables& tables, const at::Tensor& positions,
-                                           const at::Tensor& k, const at::Tensor& v, int64_t key_length) {
+void KvWrite(KvLayer& cache, const KvBlockTables& tables, const at::Tensor& positions, const at::Tensor& k,
+             const at::Tensor& v) {
   // The pool row of every (batch, token): its block's first row plus the offset in the block.
   const at::Tensor blocks = tables.table.gather(1, positions.div(tables.block_tokens, "floor"));
   const at::Tensor where = (blocks * tables.block_tokens + positions.remainder(tables.block_tokens)).reshape({-1});
@@ -53,6 +53,11 @@ std::pair<at::Tensor, at::Tensor> KvAppend(KvLayer& cache, const KvBlockTables& 
   const int64_t dim = k.size(3);
   cache.k.index_copy_(0, where, k.transpose(1, 2).reshape({-1, heads, dim}));
   cache.v.index_copy_(0, where, v.transpose(1, 2).reshape({-1, heads, dim}));
+}
+
+std::pair<at::Tensor, at::Tensor> KvAppend(KvLayer& cache, const KvBlockTables& tables, const at::Tensor& positions,
+                                           const at::Tensor& k, const at::Tensor& v, int64_t key_length) {
+  KvWrite(cache, tables, positions, k, v);
   return {Read(cache.k, tables, key_length), Read(cache.v, tables, key_length)};
 }
 

@@ -42,8 +42,11 @@ struct KvBlockTables {
   int64_t stride = 0;
 };
 
-// Writes `k`/`v` ([batch, kv_heads, tokens, head_dim]) at `positions` ([batch, tokens]) of each row's
-// blocks and returns each row's keys and values for positions [0, key_length) as
+// Writes `k`/`v` ([batch, kv_heads, tokens, head_dim]) at `positions` ([batch, tokens]) of each row's blocks.
+void KvWrite(KvLayer& cache, const KvBlockTables& tables, const at::Tensor& positions, const at::Tensor& k,
+             const at::Tensor& v);
+
+// KvWrite, then each row's keys and values for positions [0, key_length) as
 // [batch, kv_heads, key_length, head_dim] (a view when the tables are strided, else gathered).
 std::pair<at::Tensor, at::Tensor> KvAppend(KvLayer& cache, const KvBlockTables& tables, const at::Tensor& positions,
                                            const at::Tensor& k, const at::Tensor& v, int64_t key_length);
