@@ -8,11 +8,8 @@
 
 #include "runtime/executor/pipeline.h"
 
-#ifdef STRATA_TORCH_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <cuda_runtime_api.h>
-#endif
+// The CUDA allocator through c10's device-generic interface: libc10_cuda is loaded at run time (cuda_loader.h).
+#include <c10/core/CachingDeviceAllocator.h>
 
 namespace strata::runtime {
 namespace {
@@ -55,22 +52,18 @@ std::vector<DeviceMemory> MeasureDeviceMemory(LoadedModel& model) {
       if (auto it = physical.find(m.device); it != physical.end()) device = it->second;
     }
     m.physical_device = device.str();
-#ifdef STRATA_TORCH_CUDA
     if (device.is_cuda()) {
-      const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+      c10::DeviceAllocator* allocator = c10::getDeviceAllocator(at::kCUDA);
+      const auto stats = allocator->getDeviceStats(device.index());
       using Stat = c10::CachingAllocator::StatType;
       m.allocated_bytes = stats.allocated_bytes[static_cast<size_t>(Stat::AGGREGATE)].current;
       m.reserved_bytes = stats.reserved_bytes[static_cast<size_t>(Stat::AGGREGATE)].current;
-      c10::cuda::CUDAGuard guard(device.index());
-      size_t free = 0, total = 0;
-      if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
-        m.free_bytes = static_cast<int64_t>(free);
-        m.total_bytes = static_cast<int64_t>(total);
-      }
+      const auto [free, total] = allocator->getMemoryInfo(device.index());
+      m.free_bytes = static_cast<int64_t>(free);
+      m.total_bytes = static_cast<int64_t>(total);
       out.push_back(m);
       continue;
     }
-#endif
     m.allocated_bytes = host.rss;
     m.reserved_bytes = host.rss;
     m.total_bytes = host.total;

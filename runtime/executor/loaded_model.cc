@@ -127,6 +127,9 @@ Pipeline& LoadedModel::pipeline() { return *impl_->pipeline; }
 absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
   if (request.max_batch < 1) return absl::InvalidArgumentError("--max-batch: must be at least 1");
   if (request.max_context < 1) return absl::InvalidArgumentError("--max-context: must be at least 1");
+  if (const TorchInfo torch = QueryTorch(); torch.cuda_load_failed) {
+    return absl::FailedPreconditionError(absl::StrCat("CUDA: ", torch.cuda_load));
+  }
   // Serving dtype: as asked; else the checkpoint's when a GPU will run it, float32 on the CPU.
   std::optional<planner::DType> dtype = request.dtype;
   if (!dtype) {

@@ -98,7 +98,7 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
       return absl::InvalidArgumentError(absl::StrCat(
           "device ", gpu, " of the plan runs on ", p.ToString(), ", but ",
           torch_info.cuda_available ? absl::StrCat("only ", torch_info.cuda_device_count, " CUDA devices are visible")
-                                    : std::string("no CUDA device is visible"),
+                                    : absl::StrCat("no CUDA device is visible (CUDA: ", torch_info.cuda_load, ")"),
           " (map it with --physical-devices, e.g. ", gpu, "=cpu)"));
     }
     return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(p.index));

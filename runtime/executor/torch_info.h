@@ -11,9 +11,12 @@ struct TorchInfo {
   bool built_with_cuda = false;  // the LibTorch was compiled with CUDA support
   bool cuda_available = false;   // a CUDA driver and at least one GPU are present now
   int cuda_device_count = 0;
+  std::string cuda_load;  // what LoadCuda() did (runtime/executor/cuda_loader.h)
+  bool cuda_load_failed = false;
 };
 
-// Queries the linked LibTorch. Never throws; with no GPU, cuda_available is false.
+// Loads LibTorch's CUDA half where a driver is (LoadCuda), then queries LibTorch. Never throws; with no
+// GPU, cuda_available is false.
 TorchInfo QueryTorch();
 
 }  // namespace strata::runtime
