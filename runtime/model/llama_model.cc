@@ -3,13 +3,13 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/rsqrt.h>
-#include <ATen/ops/silu.h>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/model/qwen3_model.h"
 #include "runtime/model/gemma_model.h"
 #include "runtime/model/phi3_model.h"
 #include "runtime/model/linear.h"
+#include "runtime/model/pointwise.h"
 
 namespace strata::runtime {
 
@@ -52,6 +52,7 @@ std::vector<std::string> UnitTensorNames(UnitKind kind, int64_t layer, const Mod
 }
 
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (FusedPointwiseApplies(x, weight)) return FusedRmsNorm(x, weight, eps);
   at::Tensor x32 = x.to(at::kFloat);
   at::Tensor variance = x32.pow(2).mean(-1, /*keepdim=*/true);
   x32 = x32 * at::rsqrt(variance + eps);
@@ -94,7 +95,7 @@ at::Tensor RunUnit(const Unit& unit, const std::vector<at::Tensor>& w, const Mod
   at::Tensor h = hidden + SelfAttention(normed, attention, dims.num_heads, dims.num_kv_heads, dims.head_dim,
                                         unit.window, batch, *cache);
   normed = RmsNorm(h, w[kPostNorm], dims.rms_norm_eps);
-  at::Tensor mlp = Linear(at::silu(Linear(normed, w[kGate])) * Linear(normed, w[kUp]), w[kDown]);
+  at::Tensor mlp = Linear(SiluMul(Linear(normed, w[kGate]), Linear(normed, w[kUp])), w[kDown]);
   return h + mlp;
 }
 

@@ -1,10 +1,10 @@
 #include "runtime/model/phi3_model.h"
 
 #include <ATen/TensorOperators.h>
-#include <ATen/ops/silu.h>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/model/linear.h"
+#include "runtime/model/pointwise.h"
 
 namespace strata::runtime {
 
@@ -44,7 +44,7 @@ at::Tensor RunPhi3Unit(const Unit& unit, const std::vector<at::Tensor>& w, const
   at::Tensor gate_up = Linear(normed, w[kPhi3GateUp]);
   at::Tensor gate = gate_up.narrow(-1, 0, dims.intermediate);
   at::Tensor up = gate_up.narrow(-1, dims.intermediate, dims.intermediate);
-  return h + Linear(up * at::silu(gate), w[kPhi3Down]);
+  return h + Linear(SiluMul(gate, up), w[kPhi3Down]);
 }
 
 }  // namespace strata::runtime

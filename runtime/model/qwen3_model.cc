@@ -1,11 +1,11 @@
 #include "runtime/model/qwen3_model.h"
 
 #include <ATen/TensorOperators.h>
-#include <ATen/ops/silu.h>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/model/moe.h"
 #include "runtime/model/linear.h"
+#include "runtime/model/pointwise.h"
 
 namespace strata::runtime {
 namespace {
@@ -67,7 +67,7 @@ at::Tensor RunExtendedLayer(const Unit& unit, const std::vector<at::Tensor>& w, 
   if (sparse) {
     mlp = SparseMoe(normed, w[kMlp], unit.experts.at(0).stored, unit.experts.at(1).stored, dims.moe);
   } else {
-    mlp = Linear(at::silu(Linear(normed, w[kMlp])) * Linear(normed, w[kMlp + 1]), w[kMlp + 2]);
+    mlp = Linear(SiluMul(Linear(normed, w[kMlp]), Linear(normed, w[kMlp + 1])), w[kMlp + 2]);
   }
   return h + mlp;
 }

@@ -1,0 +1,26 @@
+#pragma once
+// Internal (ATen): RMSNorm and SiLU(gate) * up in one pass each on a CPU with AVX-512. Written with ATen
+// ops they are seven and two operators (conversions, pow, mean, rsqrt, products), each a dispatch, an
+// allocation and a walk over the activations: for a decode step of a small model that per-op cost, not the
+// arithmetic, is what they take (bench/README.md, peer_llamacpp). Both round exactly where the ATen
+// expressions do (transformers' LlamaRMSNorm and LlamaMLP): float32 inside, the input's dtype at the same
+// two points, so bfloat16 results are the same up to float32 summation order and exp's last bit.
+
+#include <ATen/core/Tensor.h>
+
+namespace strata::runtime {
+
+// Whether the fused kernels run for `x` (and `other`, a weight or the second operand, in x's dtype): CPU,
+// AVX-512, float32 or bfloat16, contiguous.
+bool FusedPointwiseApplies(const at::Tensor& x, const at::Tensor& other);
+
+// weight * (x * rsqrt(mean(x^2, -1) + eps)).to(x.dtype), x rounded to float32 first: LlamaRMSNorm.
+at::Tensor FusedRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// silu(gate) * up, silu rounded to the dtype before the product (at::silu(gate) * up).
+at::Tensor FusedSiluMul(const at::Tensor& gate, const at::Tensor& up);
+
+// at::silu(gate) * up: FusedSiluMul where it applies, else the ATen expression.
+at::Tensor SiluMul(const at::Tensor& gate, const at::Tensor& up);
+
+}  // namespace strata::runtime

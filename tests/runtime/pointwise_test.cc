@@ -1,0 +1,103 @@
+// runtime/model/pointwise.h: the fused RMSNorm and SiLU * up against the ATen expressions they replace
+// (transformers' LlamaRMSNorm and LlamaMLP), float32 and bfloat16, widths with and without a tail of 16,
+// one and many rows, one and two intra-op threads; and the values at the edges (large gates, NaN).
+#include "runtime/model/pointwise.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/all.h>
+#include <ATen/ops/allclose.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/isnan.h>
+#include <ATen/ops/mean.h>
+#include <ATen/ops/ne.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/rsqrt.h>
+#include <ATen/ops/silu.h>
+#include <ATen/ops/sum.h>
+#include <ATen/ops/tensor.h>
+
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "runtime/model/linear.h"  // CpuHasAvx512
+
+namespace strata::runtime {
+namespace {
+
+at::Tensor AtenRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor x32 = x.to(at::kFloat);
+  x32 = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * x32.to(x.scalar_type());
+}
+
+// float32: a few ulps (summation order, exp's last bits). bfloat16: equal, except where float32 values one
+// ulp apart straddle a bfloat16 rounding boundary: a step there, which the second rounding (the product)
+// can make two, in a small share of the elements.
+void ExpectClose(const at::Tensor& got, const at::Tensor& want, const char* what) {
+  ASSERT_EQ(got.sizes(), want.sizes());
+  ASSERT_EQ(got.scalar_type(), want.scalar_type());
+  if (got.scalar_type() == at::kFloat) {
+    EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-6)) << what;
+    return;
+  }
+  EXPECT_TRUE(at::allclose(got.to(at::kFloat), want.to(at::kFloat), 1.0 / 64, 1e-6)) << what;
+  const double differ = at::ne(got, want).sum().item<double>() / static_cast<double>(got.numel());
+  EXPECT_LT(differ, 0.01) << what << ": " << differ * 100 << "% of the bfloat16 values differ";
+}
+
+class PointwiseTest : public ::testing::TestWithParam<std::tuple<at::ScalarType, int>> {};
+
+TEST_P(PointwiseTest, MatchesTheAtenExpressions) {
+  const auto [dtype, threads] = GetParam();
+  if (!CpuHasAvx512()) GTEST_SKIP() << "this CPU has no AVX-512: the ATen expressions run";
+  const int previous = at::get_num_threads();
+#if defined(__SANITIZE_THREAD__)
+  at::set_num_threads(1);  // the tsan lane runs LibTorch on one thread (tests/sanitize/README.md)
+  (void)threads;
+#else
+  at::set_num_threads(threads);
+#endif
+  for (int64_t width : {1, 15, 64, 768, 1000}) {
+    for (int64_t rows : {1, 3, 200}) {
+      const at::Tensor x = (at::randn({1, rows, width}) * 3).to(dtype);
+      const at::Tensor weight = at::randn({width}).to(dtype);
+      ASSERT_TRUE(FusedPointwiseApplies(x, weight));
+      const std::string what = "width " + std::to_string(width) + " rows " + std::to_string(rows);
+      ExpectClose(FusedRmsNorm(x, weight, 1e-5), AtenRmsNorm(x, weight, 1e-5), ("rms " + what).c_str());
+      const at::Tensor gate = (at::randn({1, rows, width}) * 4).to(dtype);
+      ExpectClose(FusedSiluMul(gate, x), at::silu(gate) * x, ("silu " + what).c_str());
+      ExpectClose(SiluMul(gate, x), at::silu(gate) * x, ("SiluMul " + what).c_str());
+    }
+  }
+  at::set_num_threads(previous);
+}
+
+INSTANTIATE_TEST_SUITE_P(DtypesThreads, PointwiseTest,
+                         ::testing::Combine(::testing::Values(at::kFloat, at::kBFloat16), ::testing::Values(1, 2)));
+
+TEST(Pointwise, EdgeValues) {
+  if (!CpuHasAvx512()) GTEST_SKIP() << "this CPU has no AVX-512";
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    // Gates far past exp's range: silu(-200) is -0 and silu(200) is 200, as at::silu.
+    const at::Tensor gate = at::tensor(std::vector<float>{-200.f, -90.f, -30.f, 0.f, 30.f, 90.f, 200.f}).to(dtype);
+    const at::Tensor up = at::full({7}, 1.5, at::TensorOptions().dtype(dtype));
+    EXPECT_TRUE(at::equal(FusedSiluMul(gate, up), at::silu(gate) * up)) << dtype;
+    // NaN stays NaN through both (non-finite logits are detected downstream).
+    const at::Tensor nan = at::tensor(std::vector<float>{1.f, NAN, 2.f}).to(dtype);
+    const at::Tensor ones = at::full({3}, 1.0, at::TensorOptions().dtype(dtype));
+    EXPECT_TRUE(at::isnan(FusedSiluMul(nan, ones))[1].item<bool>()) << dtype;
+    EXPECT_TRUE(at::isnan(FusedRmsNorm(nan, ones, 1e-6)).all().item<bool>()) << dtype;
+  }
+  // Other operands keep ATen: float16, mixed dtypes, a strided view.
+  const at::Tensor x = at::randn({4, 32});
+  EXPECT_FALSE(FusedPointwiseApplies(x.to(at::kHalf), at::randn({32}).to(at::kHalf)));
+  EXPECT_FALSE(FusedPointwiseApplies(x, at::randn({32}).to(at::kBFloat16)));
+  EXPECT_FALSE(FusedPointwiseApplies(x.t(), at::randn({4})));
+  EXPECT_TRUE(at::allclose(SiluMul(x.t(), x.t()), at::silu(x.t()) * x.t()));
+}
+
+}  // namespace
+}  // namespace strata::runtime
