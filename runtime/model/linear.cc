@@ -125,8 +125,58 @@ STRATA_AVX512_BF16 void RowDot(const c10::BFloat16* x, const c10::BFloat16* w, c
 // The loops over MR and NR are unrolled by hand (GCC at -O2 keeps `acc` in memory otherwise).
 #define STRATA_UNROLL _Pragma("GCC unroll 16")
 
+// The lane sums of 16 vectors at once, in a transpose-and-add tree (14 shuffles and 15 adds, where 16
+// _mm512_reduce_add_ps are 64 of each in chains): lane 4 * L + j of the result is the sum of v[4 * j + L].
+STRATA_AVX512 __attribute__((always_inline)) inline __m512 Sum16(const __m512 (&v)[16]) {
+  __m512 halves[8], quarters[4];
+  for (int i = 0; i < 8; ++i) {  // [v(2i) folded to 8 lanes | v(2i+1) folded to 8 lanes]
+    halves[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                              _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+  }
+  for (int j = 0; j < 4; ++j) {  // 128-bit lane L: v(4j + L) folded to 4 lanes
+    quarters[j] = _mm512_add_ps(_mm512_shuffle_f32x4(halves[2 * j], halves[2 * j + 1], 0x88),
+                                _mm512_shuffle_f32x4(halves[2 * j], halves[2 * j + 1], 0xDD));
+  }
+  const __m512 r01 = _mm512_add_ps(_mm512_unpacklo_ps(quarters[0], quarters[1]),
+                                   _mm512_unpackhi_ps(quarters[0], quarters[1]));
+  const __m512 r23 = _mm512_add_ps(_mm512_unpacklo_ps(quarters[2], quarters[3]),
+                                   _mm512_unpackhi_ps(quarters[2], quarters[3]));
+  const __m512d a = _mm512_castps_pd(r01), b = _mm512_castps_pd(r23);
+  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+}
+
+// y[m0 + m][n + r] = the sum of acc[m][r]'s lanes (+ bias[n + r]). A full 4 x 4 tile sums in one tree: with
+// v[4 r + m] = acc[m][r], lanes 4m .. 4m + 3 are row m's four outputs, side by side as y holds them.
 template <int MR, int NR, typename T>
-STRATA_AVX512 inline void TileStep(const float* x, const T* w, int64_t k, int64_t n, int64_t m0, int64_t j,
+STRATA_AVX512 __attribute__((always_inline)) inline void StoreTile(const __m512 (&acc)[MR][NR], const T* bias, T* y, int64_t n_total, int64_t n,
+                                    int64_t m0) {
+  if constexpr (MR == 4 && NR == 4) {
+    __m512 v[16];
+    STRATA_UNROLL for (int m = 0; m < 4; ++m) {
+      STRATA_UNROLL for (int r = 0; r < 4; ++r) v[4 * r + m] = acc[m][r];
+    }
+    alignas(64) float sums[16];
+    _mm512_store_ps(sums, Sum16(v));
+    for (int m = 0; m < 4; ++m) {
+      for (int r = 0; r < 4; ++r) {
+        float value = sums[4 * m + r];
+        if (bias != nullptr) value += static_cast<float>(bias[n + r]);
+        Store(y + (m0 + m) * n_total + n + r, value);
+      }
+    }
+  } else {
+    STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+      STRATA_UNROLL for (int r = 0; r < NR; ++r) {
+        float value = _mm512_reduce_add_ps(acc[m][r]);
+        if (bias != nullptr) value += static_cast<float>(bias[n + r]);
+        Store(y + (m0 + m) * n_total + n + r, value);
+      }
+    }
+  }
+}
+
+template <int MR, int NR, typename T>
+STRATA_AVX512 __attribute__((always_inline)) inline void TileStep(const float* x, const T* w, int64_t k, int64_t n, int64_t m0, int64_t j,
                                    __mmask16 mask, __m512 (&acc)[MR][NR]) {
   __m512 wv[NR];
   STRATA_UNROLL for (int r = 0; r < NR; ++r) wv[r] = LoadWeights(w + (n + r) * k, j, mask);
@@ -146,17 +196,11 @@ STRATA_AVX512 void Tile(const float* x, const T* w, const T* bias, T* y, int64_t
   int64_t j = 0;
   for (; j + 16 <= k; j += 16) TileStep<MR, NR>(x, w, k, n, m0, j, static_cast<__mmask16>(0xFFFF), acc);
   if (j < k) TileStep<MR, NR>(x, w, k, n, m0, j, static_cast<__mmask16>((1u << (k - j)) - 1), acc);
-  STRATA_UNROLL for (int m = 0; m < MR; ++m) {
-    STRATA_UNROLL for (int r = 0; r < NR; ++r) {
-      float value = _mm512_reduce_add_ps(acc[m][r]);
-      if (bias != nullptr) value += static_cast<float>(bias[n + r]);
-      Store(y + (m0 + m) * n_total + n + r, value);
-    }
-  }
+  StoreTile<MR, NR>(acc, bias, y, n_total, n, m0);
 }
 
 template <int MR, int NR>
-STRATA_AVX512_BF16 inline void TileDotStep(const c10::BFloat16* x, const c10::BFloat16* w, int64_t k, int64_t n,
+STRATA_AVX512_BF16 __attribute__((always_inline)) inline void TileDotStep(const c10::BFloat16* x, const c10::BFloat16* w, int64_t k, int64_t n,
                                            int64_t m0, int64_t j, __mmask32 mask, __m512 (&acc)[MR][NR]) {
   __m512bh wv[NR];
   STRATA_UNROLL for (int r = 0; r < NR; ++r) wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + (n + r) * k + j);
@@ -176,13 +220,7 @@ STRATA_AVX512_BF16 void TileDot(const c10::BFloat16* x, const c10::BFloat16* w, 
   int64_t j = 0;
   for (; j + 32 <= k; j += 32) TileDotStep<MR, NR>(x, w, k, n, m0, j, ~__mmask32{0}, acc);
   if (j < k) TileDotStep<MR, NR>(x, w, k, n, m0, j, static_cast<__mmask32>((uint64_t{1} << (k - j)) - 1), acc);
-  STRATA_UNROLL for (int m = 0; m < MR; ++m) {
-    STRATA_UNROLL for (int r = 0; r < NR; ++r) {
-      float value = _mm512_reduce_add_ps(acc[m][r]);
-      if (bias != nullptr) value += static_cast<float>(bias[n + r]);
-      y[(m0 + m) * n_total + n + r] = c10::BFloat16(value);
-    }
-  }
+  StoreTile<MR, NR>(acc, bias, y, n_total, n, m0);
 }
 
 #pragma GCC diagnostic pop
