@@ -2,51 +2,27 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
-#include <c10/util/BFloat16.h>
 #include <c10/util/Exception.h>
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "runtime/model/linear.h"  // CpuHasAvx512
+#include "runtime/model/simd_avx512.h"
 
 namespace strata::runtime {
 namespace {
 
-#define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-
 constexpr int64_t kMaxHeadDim = 256;
 constexpr int kMaxChunks = kMaxHeadDim / 16;
 
-STRATA_AVX512 inline __m512 Load(const float* p, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, p); }
-STRATA_AVX512 inline __m512 Load(const c10::BFloat16* p, __mmask16 mask) {
-  const __m256i raw = _mm256_maskz_loadu_epi16(mask, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
+using simd::Exp;
+using simd::Load;
+using simd::Tail;
+
 inline void Store(float* y, float value) { *y = value; }
 inline void Store(c10::BFloat16* y, float value) { *y = c10::BFloat16(value); }
-
-// e^x for x <= 0 (scores minus their maximum): x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor series to
-// r^7 (relative error below 2e-7, about one float32 step), scaled by 2^n. Below -87 the result is 0 or a
-// denormal, as far under the sum's precision as exp's.
-STRATA_AVX512 inline __m512 Exp(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);  // ln 2, high bits: n * hi is exact
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);  // ln 2, the rest
-  __m512 p = _mm512_set1_ps(1.0f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
 
 struct Shape {
   int64_t heads, kv_heads, group, dim, block_tokens, table_blocks, pool_rows, window;
@@ -65,10 +41,7 @@ STRATA_AVX512 void OneHead(const T* q, const T* keys, const T* values, const int
   const int64_t lo = s.window > 0 ? std::max<int64_t>(0, position - s.window + 1) : 0;
   const int64_t length = position - lo + 1;
   const int chunks = static_cast<int>((s.dim + 15) / 16);
-  auto mask_of = [&](int c) {
-    const int64_t left = s.dim - 16 * c;
-    return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-  };
+  auto mask_of = [&](int c) { return Tail(s.dim - 16 * c); };
   scores.resize(static_cast<size_t>(s.group * length));
   // The pool row of key position t: its block's first row plus its offset in the block.
   auto pool_row = [&](int64_t t) {
@@ -106,15 +79,13 @@ STRATA_AVX512 void OneHead(const T* q, const T* keys, const T* values, const int
     float* row = scores.data() + g * length;
     __m512 top = _mm512_set1_ps(-INFINITY);
     for (int64_t t = 0; t < length; t += 16) {
-      const __mmask16 m = length - t >= 16 ? static_cast<__mmask16>(0xFFFF)
-                                           : static_cast<__mmask16>((1u << (length - t)) - 1);
+      const __mmask16 m = Tail(length - t);
       top = _mm512_mask_max_ps(top, m, top, _mm512_maskz_loadu_ps(m, row + t));
     }
     const __m512 peak = _mm512_set1_ps(_mm512_reduce_max_ps(top));
     __m512 total = _mm512_setzero_ps();
     for (int64_t t = 0; t < length; t += 16) {
-      const __mmask16 m = length - t >= 16 ? static_cast<__mmask16>(0xFFFF)
-                                           : static_cast<__mmask16>((1u << (length - t)) - 1);
+      const __mmask16 m = Tail(length - t);
       const __m512 e = _mm512_maskz_mov_ps(m, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + t), peak)));
       _mm512_mask_storeu_ps(row + t, m, e);
       total = _mm512_add_ps(total, e);

@@ -3,18 +3,14 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linear.h>
-#include <c10/util/BFloat16.h>
-#include <immintrin.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "runtime/model/simd_avx512.h"
+
 namespace strata::runtime {
 namespace {
-
-#define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-
-#define STRATA_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 bool CpuHasAvx512Bf16() {
   static const bool has = CpuHasAvx512() && __builtin_cpu_supports("avx512bf16");
@@ -22,13 +18,9 @@ bool CpuHasAvx512Bf16() {
 }
 
 // 16 weights from row `w` at column j (fewer under `mask`), widened to float32.
-STRATA_AVX512 inline __m512 LoadWeights(const float* w, int64_t j, __mmask16 mask) {
-  return _mm512_maskz_loadu_ps(mask, w + j);
-}
-STRATA_AVX512 inline __m512 LoadWeights(const c10::BFloat16* w, int64_t j, __mmask16 mask) {
-  // bfloat16 is the high half of a float32: widen to 32 bits and shift into place.
-  const __m256i raw = _mm256_maskz_loadu_epi16(mask, w + j);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+template <typename T>
+STRATA_AVX512 inline __m512 LoadWeights(const T* w, int64_t j, __mmask16 mask) {
+  return simd::Load(w + j, mask);
 }
 
 inline void Store(float* y, float value) { *y = value; }

@@ -4,27 +4,25 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/silu.h>
-#include <c10/util/BFloat16.h>
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "runtime/model/linear.h"  // CpuHasAvx512
+#include "runtime/model/simd_avx512.h"
 
 namespace strata::runtime {
 namespace {
 
-#define STRATA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+// GCC 12 warns, wrongly, that intrinsics built on _mm512_undefined_*() (masked loads, reductions, min/max)
+// read an uninitialized value: that operand is meant to be undefined (see linear.cc).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-STRATA_AVX512 inline __mmask16 Tail(int64_t left) {
-  return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-}
-
-STRATA_AVX512 inline __m512 Load(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-STRATA_AVX512 inline __m512 Load(const c10::BFloat16* p, __mmask16 m) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
-}
+using simd::Exp;
+using simd::Load;
+using simd::Tail;
 
 // To the dtype and back to float32: for bfloat16, round to nearest even as c10::BFloat16 (NaN stays NaN).
 STRATA_AVX512 inline __m512 Round(__m512 v, float*) { return v; }
@@ -41,26 +39,6 @@ STRATA_AVX512 inline __m512 Round(__m512 v, c10::BFloat16*) {
 STRATA_AVX512 inline void Store(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
 STRATA_AVX512 inline void Store(c10::BFloat16* p, __m512 v, __mmask16 m) {
   _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
-}
-
-// e^x: x = n ln2 + r, e^r by its Taylor series to r^7, scaled by 2^n (as decode_attention.cc's, which only
-// needs x <= 0; here -x of a large negative gate overflows to inf, and silu to -0, as at::silu).
-STRATA_AVX512 inline __m512 Exp(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  x = _mm512_min_ps(x, _mm512_set1_ps(89.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
 }
 
 template <typename T>
@@ -93,6 +71,8 @@ STRATA_AVX512 void SiluMulRange(const T* gate, const T* up, T* y, int64_t begin,
     Store(y + j, Round(_mm512_mul_ps(silu, Load(up + j, m)), y), m);
   }
 }
+
+#pragma GCC diagnostic pop
 
 }  // namespace
 

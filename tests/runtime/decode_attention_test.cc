@@ -4,7 +4,6 @@
 // sliding windows, float32 and bfloat16, one and two intra-op threads.
 #include "runtime/model/decode_attention.h"
 
-#include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/allclose.h>
 #include <ATen/ops/cat.h>
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/runtime/intra_op_threads.h"
 #include "runtime/model/linear.h"  // CpuHasAvx512
 
 namespace strata::runtime {
@@ -49,13 +49,7 @@ class DecodeAttentionTest : public ::testing::TestWithParam<std::tuple<at::Scala
 TEST_P(DecodeAttentionTest, MatchesSoftmaxOverTheVisibleKeys) {
   const auto [dtype, threads] = GetParam();
   if (!CpuHasAvx512()) GTEST_SKIP() << "this CPU has no AVX-512: SDPA runs every decode (no kernel to compare)";
-  const int previous = at::get_num_threads();
-#if defined(__SANITIZE_THREAD__)
-  at::set_num_threads(1);  // the tsan lane runs LibTorch on one thread (tests/sanitize/README.md)
-  (void)threads;
-#else
-  at::set_num_threads(threads);
-#endif
+  const IntraOpThreads scope(threads);
   int checked = 0;
   for (const auto& [heads, kv_heads] : std::vector<std::pair<int64_t, int64_t>>{{4, 4}, {12, 4}, {16, 2}}) {
     for (int64_t dim : {64, 80, 256}) {
@@ -89,7 +83,6 @@ TEST_P(DecodeAttentionTest, MatchesSoftmaxOverTheVisibleKeys) {
       }
     }
   }
-  at::set_num_threads(previous);
   EXPECT_EQ(checked, 3 * 3 * 2 * 2 * 5);
 }
 

@@ -4,7 +4,6 @@
 // without bias, float32 and bfloat16, one and two intra-op threads.
 #include "runtime/model/linear.h"
 
-#include <ATen/Parallel.h>
 #include <ATen/ops/allclose.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/randn.h>
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/runtime/intra_op_threads.h"
 
 namespace strata::runtime {
 namespace {
@@ -23,15 +23,7 @@ class LinearTest : public ::testing::TestWithParam<std::tuple<at::ScalarType, bo
 
 TEST_P(LinearTest, MatchesAtLinear) {
   const auto [dtype, with_bias, threads] = GetParam();
-  const int previous = at::get_num_threads();
-#if defined(__SANITIZE_THREAD__)
-  // The tsan lane runs LibTorch on one thread: TSan cannot see into the wheel's own libgomp
-  // (tests/sanitize/README.md). The split over threads is covered by the other builds.
-  at::set_num_threads(1);
-  (void)threads;
-#else
-  at::set_num_threads(threads);
-#endif
+  const IntraOpThreads scope(threads);
   const bool own = LinearUsesOwnKernel(at::randn({1, 16}).to(dtype), at::randn({4, 16}).to(dtype));
   int checked = 0;
   for (int64_t k : {1, 15, 16, 17, 100, 768, 1500}) {
@@ -61,7 +53,6 @@ TEST_P(LinearTest, MatchesAtLinear) {
       }
     }
   }
-  at::set_num_threads(previous);
   EXPECT_EQ(checked, 7 * 5 * 10);
   if (!own) GTEST_SKIP() << "this CPU has no AVX-512: Linear ran at::linear throughout (compared all the same)";
 }

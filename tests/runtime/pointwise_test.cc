@@ -3,7 +3,6 @@
 // one and many rows, one and two intra-op threads; and the values at the edges (large gates, NaN).
 #include "runtime/model/pointwise.h"
 
-#include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/all.h>
 #include <ATen/ops/allclose.h>
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/runtime/intra_op_threads.h"
 #include "runtime/model/linear.h"  // CpuHasAvx512
 
 namespace strata::runtime {
@@ -53,13 +53,7 @@ class PointwiseTest : public ::testing::TestWithParam<std::tuple<at::ScalarType,
 TEST_P(PointwiseTest, MatchesTheAtenExpressions) {
   const auto [dtype, threads] = GetParam();
   if (!CpuHasAvx512()) GTEST_SKIP() << "this CPU has no AVX-512: the ATen expressions run";
-  const int previous = at::get_num_threads();
-#if defined(__SANITIZE_THREAD__)
-  at::set_num_threads(1);  // the tsan lane runs LibTorch on one thread (tests/sanitize/README.md)
-  (void)threads;
-#else
-  at::set_num_threads(threads);
-#endif
+  const IntraOpThreads scope(threads);
   for (int64_t width : {1, 15, 64, 768, 1000}) {
     for (int64_t rows : {1, 3, 200}) {
       const at::Tensor x = (at::randn({1, rows, width}) * 3).to(dtype);
@@ -72,7 +66,6 @@ TEST_P(PointwiseTest, MatchesTheAtenExpressions) {
       ExpectClose(SiluMul(gate, x), at::silu(gate) * x, ("SiluMul " + what).c_str());
     }
   }
-  at::set_num_threads(previous);
 }
 
 INSTANTIATE_TEST_SUITE_P(DtypesThreads, PointwiseTest,
