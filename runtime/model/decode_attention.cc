@@ -36,8 +36,8 @@ struct Shape {
 
 // Row b, KV head h: out[b, h * group + g] for its `group` query heads.
 template <typename T>
-STRATA_AVX512 void OneHead(const T* q, const T* keys, const T* values, const int64_t* table, int64_t position,
-                           T* out, const Shape& s, int64_t b, int64_t h, std::vector<float>& scores) {
+STRATA_AVX512 void OneHead(const T* q, const T* keys, const T* values, const int64_t* table, int64_t position, T* out,
+                           const Shape& s, int64_t b, int64_t h, std::vector<float>& scores) {
   const int64_t lo = s.window > 0 ? std::max<int64_t>(0, position - s.window + 1) : 0;
   const int64_t length = position - lo + 1;
   const int chunks = static_cast<int>((s.dim + 15) / 16);
@@ -151,11 +151,11 @@ at::Tensor DecodeAttention(const at::Tensor& q, const KvLayer& cache, const KvBl
   const at::Tensor table = tables.table.contiguous();
   const at::Tensor where = positions.reshape({-1}).contiguous();
   TORCH_CHECK(cache.k.is_contiguous() && cache.v.is_contiguous(), "DecodeAttention: the KV pools are not contiguous");
-  TORCH_CHECK(table.size(0) == q.size(0) && where.size(0) == q.size(0), "DecodeAttention: ", q.size(0),
-              " query rows, ", table.size(0), " block tables, ", where.size(0), " positions");
+  TORCH_CHECK(table.size(0) == q.size(0) && where.size(0) == q.size(0), "DecodeAttention: ", q.size(0), " query rows, ",
+              table.size(0), " block tables, ", where.size(0), " positions");
   const int64_t kv_heads = cache.k.size(1);
-  const Shape shape{q.size(1), kv_heads, q.size(1) / kv_heads, q.size(3), tables.block_tokens, table.size(1),
-                    cache.k.size(0), window, static_cast<float>(scale)};
+  const Shape shape{q.size(1),       kv_heads, q.size(1) / kv_heads,     q.size(3), tables.block_tokens, table.size(1),
+                    cache.k.size(0), window,   static_cast<float>(scale)};
   at::Tensor out = at::empty(q.sizes(), q.options());
   if (q.scalar_type() == at::kFloat) {
     Run<float>(qc, cache, table, where, out, shape);

@@ -116,10 +116,12 @@ STRATA_AVX512_BF16 void RowDot(const c10::BFloat16* x, const c10::BFloat16* w, c
 // from memory once and from L1 after (see Tiles).
 // The loops over MR and NR are unrolled by hand (GCC at -O2 keeps `acc` in memory otherwise).
 #define STRATA_UNROLL _Pragma("GCC unroll 16")
+// Inlined always: a tile's accumulators live in registers only while every step is inlined into its loop.
+#define STRATA_INLINE __attribute__((always_inline)) inline
 
 // The lane sums of 16 vectors at once, in a transpose-and-add tree (14 shuffles and 15 adds, where 16
 // _mm512_reduce_add_ps are 64 of each in chains): lane 4 * L + j of the result is the sum of v[4 * j + L].
-STRATA_AVX512 __attribute__((always_inline)) inline __m512 Sum16(const __m512 (&v)[16]) {
+STRATA_AVX512 STRATA_INLINE __m512 Sum16(const __m512 (&v)[16]) {
   __m512 halves[8], quarters[4];
   for (int i = 0; i < 8; ++i) {  // [v(2i) folded to 8 lanes | v(2i+1) folded to 8 lanes]
     halves[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
@@ -140,8 +142,8 @@ STRATA_AVX512 __attribute__((always_inline)) inline __m512 Sum16(const __m512 (&
 // y[m0 + m][n + r] = the sum of acc[m][r]'s lanes (+ bias[n + r]). A full 4 x 4 tile sums in one tree: with
 // v[4 r + m] = acc[m][r], lanes 4m .. 4m + 3 are row m's four outputs, side by side as y holds them.
 template <int MR, int NR, typename T>
-STRATA_AVX512 __attribute__((always_inline)) inline void StoreTile(const __m512 (&acc)[MR][NR], const T* bias, T* y, int64_t n_total, int64_t n,
-                                    int64_t m0) {
+STRATA_AVX512 STRATA_INLINE void StoreTile(const __m512 (&acc)[MR][NR], const T* bias, T* y, int64_t n_total,
+                                           int64_t n, int64_t m0) {
   if constexpr (MR == 4 && NR == 4) {
     __m512 v[16];
     STRATA_UNROLL for (int m = 0; m < 4; ++m) {
@@ -168,8 +170,8 @@ STRATA_AVX512 __attribute__((always_inline)) inline void StoreTile(const __m512 
 }
 
 template <int MR, int NR, typename T>
-STRATA_AVX512 __attribute__((always_inline)) inline void TileStep(const float* x, const T* w, int64_t k, int64_t n, int64_t m0, int64_t j,
-                                   __mmask16 mask, __m512 (&acc)[MR][NR]) {
+STRATA_AVX512 STRATA_INLINE void TileStep(const float* x, const T* w, int64_t k, int64_t n, int64_t m0, int64_t j,
+                                          __mmask16 mask, __m512 (&acc)[MR][NR]) {
   __m512 wv[NR];
   STRATA_UNROLL for (int r = 0; r < NR; ++r) wv[r] = LoadWeights(w + (n + r) * k, j, mask);
   STRATA_UNROLL for (int m = 0; m < MR; ++m) {
@@ -192,8 +194,9 @@ STRATA_AVX512 void Tile(const float* x, const T* w, const T* bias, T* y, int64_t
 }
 
 template <int MR, int NR>
-STRATA_AVX512_BF16 __attribute__((always_inline)) inline void TileDotStep(const c10::BFloat16* x, const c10::BFloat16* w, int64_t k, int64_t n,
-                                           int64_t m0, int64_t j, __mmask32 mask, __m512 (&acc)[MR][NR]) {
+STRATA_AVX512_BF16 STRATA_INLINE void TileDotStep(const c10::BFloat16* x, const c10::BFloat16* w, int64_t k,
+                                                  int64_t n, int64_t m0, int64_t j, __mmask32 mask,
+                                                  __m512 (&acc)[MR][NR]) {
   __m512bh wv[NR];
   STRATA_UNROLL for (int r = 0; r < NR; ++r) wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + (n + r) * k + j);
   STRATA_UNROLL for (int m = 0; m < MR; ++m) {
@@ -340,7 +343,8 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
     c10::BFloat16* ys = y.data_ptr<c10::BFloat16>();
     const int64_t grain = Grain(k, 2);
     if (rows <= 2) {
-      at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) { RowsDot(xs, ws, bs, ys, rows, k, n, begin, end); });
+      at::parallel_for(0, n, grain,
+                       [&](int64_t begin, int64_t end) { RowsDot(xs, ws, bs, ys, rows, k, n, begin, end); });
     } else {
       at::parallel_for(0, (n + 3) / 4, (grain + 3) / 4, [&](int64_t begin, int64_t end) {
         Tiles<c10::BFloat16, c10::BFloat16, PickTileDot>(xs, ws, bs, ys, rows, k, n, begin * 4, std::min(n, end * 4));

@@ -65,9 +65,8 @@ STRATA_AVX512 void SiluMulRange(const T* gate, const T* up, T* y, int64_t begin,
   for (int64_t j = begin; j < end; j += 16) {
     const __mmask16 m = Tail(end - j);
     const __m512 g = Load(gate + j, m);
-    const __m512 silu = Round(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), Exp(_mm512_sub_ps(
-                                                                                      _mm512_setzero_ps(), g)))),
-                              y);
+    const __m512 silu =
+        Round(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), Exp(_mm512_sub_ps(_mm512_setzero_ps(), g)))), y);
     Store(y + j, Round(_mm512_mul_ps(silu, Load(up + j, m)), y), m);
   }
 }

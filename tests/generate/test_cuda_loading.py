@@ -69,8 +69,9 @@ def test_a_gpu_plan_without_a_device_says_what_cuda_did(text_model):
         env = {k: v for k, v in os.environ.items() if k != "STRATA_CUDA"}
         if strata_cuda is not None:
             env["STRATA_CUDA"] = strata_cuda
-        proc = subprocess.run([str(RH.generate_path()), "--model", str(directory), "--device-map", '{"": 0}', "--prompt-ids", "5,6",
-                               "--max-new-tokens", "2"], capture_output=True, text=True, timeout=120, env=env)
+        proc = subprocess.run([str(RH.generate_path()), "--model", str(directory), "--device-map", '{"": 0}',
+                               "--prompt-ids", "5,6", "--max-new-tokens", "2"],
+                              capture_output=True, text=True, timeout=120, env=env)
         assert proc.returncode != 0
         assert "device 0 of the plan runs on cuda:0, but no CUDA device is visible" in proc.stderr, proc.stderr
         assert says in proc.stderr, proc.stderr

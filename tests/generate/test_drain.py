@@ -22,6 +22,10 @@ import integration_helpers as IH
 SERVICE = "strata.v1.InferenceService"
 LONG = 1000  # new tokens per stream: about a second alone on this machine's CPU, several when batched
 SHORT = 100  # well under a second, even with 8 streams batched
+# Streams the drain timeout must cut: 4 of 12,000 tokens batched take many seconds on any CPU (tens here;
+# attention grows with each token), so the cut does not depend on how fast the machine is. 1,000 did: the
+# 2-vCPU machine finished 4 of them inside a 1.5 s timeout once the CPU kernels got faster.
+UNFINISHABLE = 12000
 
 
 class Stream:
@@ -104,10 +108,12 @@ def drained_line(server: IH.ServerProcess) -> tuple[int, int, int]:
     return int(match.group(1)), int(match.group(2)), int(match.group(3))
 
 
-def serve(server_factory, text_model, drain_timeout: str):
+def serve(server_factory, text_model, drain_timeout: str, longest: int = LONG):
     directory, _ = text_model
+    context = max(1024, longest + 64)
     return server_factory(["--model", str(directory), *GH.TWO_STAGE_FLAGS, "--max-batch", "8",
-                           "--max-context", "1024", "--max-new-tokens", str(LONG), "--drain-timeout", drain_timeout])
+                           "--max-context", str(context), "--kv-cache-tokens", str(4 * context + 4 * 1024),
+                           "--max-new-tokens", str(longest), "--drain-timeout", drain_timeout])
 
 
 def test_sigterm_lets_streams_in_flight_finish(server_factory, text_model, stubs):
@@ -143,9 +149,9 @@ def test_sigterm_lets_streams_in_flight_finish(server_factory, text_model, stubs
 
 @pytest.mark.parametrize("drain_timeout", [0.0, 1.5])
 def test_drain_timeout_cuts_long_streams_unavailable(drain_timeout, server_factory, text_model, stubs):
-    server = serve(server_factory, text_model, str(drain_timeout))
-    # 4 long streams (4000 tokens batched: several seconds) and 4 short ones (a fraction of a second).
-    streams = start_streams(stubs, server, 4) + start_streams(stubs, server, 4, SHORT)
+    server = serve(server_factory, text_model, str(drain_timeout), UNFINISHABLE)
+    # 4 streams no CPU finishes within the timeout and 4 short ones (a fraction of a second).
+    streams = start_streams(stubs, server, 4, UNFINISHABLE) + start_streams(stubs, server, 4, SHORT)
     sent = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
     rc, seconds = wait_exit(server, drain_timeout + 10)
@@ -166,7 +172,7 @@ def test_drain_timeout_cuts_long_streams_unavailable(drain_timeout, server_facto
     if drain_timeout == 0:
         assert len(cut) == 8
     else:
-        assert [s.new_tokens for s in finished] == [SHORT] * 4 and [s.new_tokens for s in cut] == [LONG] * 4
+        assert [s.new_tokens for s in finished] == [SHORT] * 4 and [s.new_tokens for s in cut] == [UNFINISHABLE] * 4
     # The server's own count agrees with what the clients saw.
     assert drained_line(server) == (len(finished), 8, len(cut))
     print(f"\n--drain-timeout {drain_timeout:g}: {len(finished)} of 8 streams finished, {len(cut)} cut "

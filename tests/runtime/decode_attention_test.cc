@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/runtime/intra_op_threads.h"
 #include "runtime/model/linear.h"  // CpuHasAvx512
+#include "tests/runtime/intra_op_threads.h"
 
 namespace strata::runtime {
 namespace {
@@ -39,9 +39,9 @@ at::Tensor Reference(const at::Tensor& q, const KvLayer& cache, const at::Tensor
   const int64_t group = q.size(1) / cache.k.size(1);
   const at::Tensor k = cache.k.index_select(0, index).to(at::kDouble).transpose(0, 1).repeat_interleave(group, 0);
   const at::Tensor v = cache.v.index_select(0, index).to(at::kDouble).transpose(0, 1).repeat_interleave(group, 0);
-  const at::Tensor qb = q[b].to(at::kDouble);                          // [heads, 1, D]
+  const at::Tensor qb = q[b].to(at::kDouble);                                        // [heads, 1, D]
   const at::Tensor weights = at::softmax(qb.matmul(k.transpose(1, 2)) * scale, -1);  // [heads, 1, L]
-  return weights.matmul(v).squeeze(1);                                  // [heads, D]
+  return weights.matmul(v).squeeze(1);                                               // [heads, D]
 }
 
 class DecodeAttentionTest : public ::testing::TestWithParam<std::tuple<at::ScalarType, int>> {};
@@ -66,7 +66,8 @@ TEST_P(DecodeAttentionTest, MatchesSoftmaxOverTheVisibleKeys) {
           const at::Tensor q = at::randn({rows, heads, 1, dim}).to(dtype);
           const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
           ASSERT_TRUE(DecodeAttentionApplies(q, cache, 1));
-          const at::Tensor got = DecodeAttention(q, cache, KvBlockTables{tables, block_tokens}, positions, window, scale);
+          const at::Tensor got =
+              DecodeAttention(q, cache, KvBlockTables{tables, block_tokens}, positions, window, scale);
           ASSERT_EQ(got.sizes(), q.sizes());
           ASSERT_EQ(got.scalar_type(), dtype);
           for (int64_t b = 0; b < rows; ++b) {
@@ -93,8 +94,8 @@ TEST(DecodeAttention, OtherOperandsKeepSdpa) {
   const KvLayer cache{at::randn({32, 2, 64}), at::randn({32, 2, 64})};
   const bool avx512 = CpuHasAvx512();
   EXPECT_EQ(DecodeAttentionApplies(at::randn({1, 4, 1, 64}), cache, 1), avx512);
-  EXPECT_FALSE(DecodeAttentionApplies(at::randn({1, 4, 2, 64}), cache, 2));                   // a prefill chunk
-  EXPECT_FALSE(DecodeAttentionApplies(at::randn({1, 4, 1, 64}).to(at::kHalf), cache, 1));     // float16
+  EXPECT_FALSE(DecodeAttentionApplies(at::randn({1, 4, 2, 64}), cache, 2));                    // a prefill chunk
+  EXPECT_FALSE(DecodeAttentionApplies(at::randn({1, 4, 1, 64}).to(at::kHalf), cache, 1));      // float16
   EXPECT_FALSE(DecodeAttentionApplies(at::randn({1, 4, 1, 64}).to(at::kBFloat16), cache, 1));  // mixed dtypes
   EXPECT_FALSE(DecodeAttentionApplies(at::randn({1, 3, 1, 64}), cache, 1));  // 3 heads over 2 KV heads
   const KvLayer wide{at::randn({32, 2, 320}), at::randn({32, 2, 320})};
@@ -109,9 +110,10 @@ TEST(DecodeAttention, ABlockOutsideThePoolIsAnError) {
   const at::Tensor table = at::tensor(std::vector<int64_t>{0, 7}, at::kLong).view({1, 2});  // block 7 of 2
   EXPECT_THROW(DecodeAttention(q, cache, KvBlockTables{table, 16}, positions, 0, 0.125), c10::Error);
   const at::Tensor late = at::tensor(std::vector<int64_t>{40}, at::kLong).view({1, 1});  // past the table
-  EXPECT_THROW(DecodeAttention(q, cache, KvBlockTables{at::tensor(std::vector<int64_t>{0, 1}, at::kLong).view({1, 2}), 16},
-                               late, 0, 0.125),
-               c10::Error);
+  EXPECT_THROW(
+      DecodeAttention(q, cache, KvBlockTables{at::tensor(std::vector<int64_t>{0, 1}, at::kLong).view({1, 2}), 16}, late,
+                      0, 0.125),
+      c10::Error);
 }
 
 }  // namespace

@@ -63,10 +63,10 @@ INSTANTIATE_TEST_SUITE_P(DtypesBiasThreads, LinearTest,
 
 TEST(Linear, OtherOperandsFallBackToAtLinear) {
   const at::Tensor w = at::randn({8, 32});
-  EXPECT_FALSE(LinearUsesOwnKernel(at::randn({kFewRows + 1, 32}), w));       // prefill: many rows
+  EXPECT_FALSE(LinearUsesOwnKernel(at::randn({kFewRows + 1, 32}), w));                   // prefill: many rows
   EXPECT_FALSE(LinearUsesOwnKernel(at::randn({1, 32}).to(at::kHalf), w.to(at::kHalf)));  // float16
-  EXPECT_FALSE(LinearUsesOwnKernel(at::randn({1, 32}), w.to(at::kBFloat16)));  // mixed dtypes
-  EXPECT_FALSE(LinearUsesOwnKernel(at::randn({1, 32}), w.t().contiguous().t()));  // a strided weight
+  EXPECT_FALSE(LinearUsesOwnKernel(at::randn({1, 32}), w.to(at::kBFloat16)));            // mixed dtypes
+  EXPECT_FALSE(LinearUsesOwnKernel(at::randn({1, 32}), w.t().contiguous().t()));         // a strided weight
   const at::Tensor x = at::randn({kFewRows + 1, 32});
   EXPECT_TRUE(at::allclose(Linear(x, w), at::linear(x, w)));
 }

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/runtime/intra_op_threads.h"
 #include "runtime/model/linear.h"  // CpuHasAvx512
+#include "tests/runtime/intra_op_threads.h"
 
 namespace strata::runtime {
 namespace {
