@@ -127,13 +127,12 @@ Pipeline& LoadedModel::pipeline() { return *impl_->pipeline; }
 absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
   if (request.max_batch < 1) return absl::InvalidArgumentError("--max-batch: must be at least 1");
   if (request.max_context < 1) return absl::InvalidArgumentError("--max-context: must be at least 1");
-  if (const TorchInfo torch = QueryTorch(); torch.cuda_load_failed) {
-    return absl::FailedPreconditionError(absl::StrCat("CUDA: ", torch.cuda_load));
-  }
+  const TorchInfo torch = QueryTorch();
+  if (torch.cuda_load_failed) return absl::FailedPreconditionError(absl::StrCat("CUDA: ", torch.cuda_load));
   // Serving dtype: as asked; else the checkpoint's when a GPU will run it, float32 on the CPU.
   std::optional<planner::DType> dtype = request.dtype;
   if (!dtype) {
-    bool gpu = request.physical.empty() ? QueryTorch().cuda_available : false;
+    bool gpu = request.physical.empty() ? torch.cuda_available : false;
     for (const auto& [index, device] : request.physical) gpu = gpu || device.cuda;
     if (!gpu) dtype = planner::DType::kFloat32;  // else LoadModelSpec takes the config's
   }

@@ -19,10 +19,8 @@ constexpr int kMaxChunks = kMaxHeadDim / 16;
 
 using simd::Exp;
 using simd::Load;
+using simd::Store;
 using simd::Tail;
-
-inline void Store(float* y, float value) { *y = value; }
-inline void Store(c10::BFloat16* y, float value) { *y = c10::BFloat16(value); }
 
 struct Shape {
   int64_t heads, kv_heads, group, dim, block_tokens, table_blocks, pool_rows, window;
@@ -37,20 +35,22 @@ struct Shape {
 // Row b, KV head h: out[b, h * group + g] for its `group` query heads.
 template <typename T>
 STRATA_AVX512 void OneHead(const T* q, const T* keys, const T* values, const int64_t* table, int64_t position, T* out,
-                           const Shape& s, int64_t b, int64_t h, std::vector<float>& scores) {
+                           const Shape& s, int64_t b, int64_t h, std::vector<float>& scores,
+                           std::vector<int64_t>& offsets) {
   const int64_t lo = s.window > 0 ? std::max<int64_t>(0, position - s.window + 1) : 0;
   const int64_t length = position - lo + 1;
   const int chunks = static_cast<int>((s.dim + 15) / 16);
   auto mask_of = [&](int c) { return Tail(s.dim - 16 * c); };
   scores.resize(static_cast<size_t>(s.group * length));
-  // The pool row of key position t: its block's first row plus its offset in the block.
-  auto pool_row = [&](int64_t t) {
-    const int64_t block = table[t / s.block_tokens];
-    const int64_t row = block * s.block_tokens + t % s.block_tokens;
+  // Where key position lo + t of head h starts in the pools: its block's first row plus its offset in the block.
+  offsets.resize(static_cast<size_t>(length));
+  for (int64_t t = 0; t < length; ++t) {
+    const int64_t block = table[(lo + t) / s.block_tokens];
+    const int64_t row = block * s.block_tokens + (lo + t) % s.block_tokens;
     TORCH_CHECK(block >= 0 && row < s.pool_rows, "DecodeAttention: block ", block, " of row ", b,
                 " is outside the KV pool (", s.pool_rows, " positions)");
-    return (row * s.kv_heads + h) * s.dim;
-  };
+    offsets[static_cast<size_t>(t)] = (row * s.kv_heads + h) * s.dim;
+  }
 
   // Scores: each key is loaded once for the group's query heads.
   __m512 qv[8][kMaxChunks];
@@ -63,7 +63,7 @@ STRATA_AVX512 void OneHead(const T* q, const T* keys, const T* values, const int
       }
     }
     for (int64_t t = 0; t < length; ++t) {
-      const T* key = keys + pool_row(lo + t);
+      const T* key = keys + offsets[static_cast<size_t>(t)];
       __m512 kv[kMaxChunks];
       for (int c = 0; c < chunks; ++c) kv[c] = Load(key + 16 * c, mask_of(c));
       for (int64_t g = 0; g < gn; ++g) {
@@ -94,7 +94,7 @@ STRATA_AVX512 void OneHead(const T* q, const T* keys, const T* values, const int
     __m512 acc[kMaxChunks];
     for (int c = 0; c < chunks; ++c) acc[c] = _mm512_setzero_ps();
     for (int64_t t = 0; t < length; ++t) {
-      const T* value = values + pool_row(lo + t);
+      const T* value = values + offsets[static_cast<size_t>(t)];
       const __m512 weight = _mm512_set1_ps(row[t]);
       for (int c = 0; c < chunks; ++c) acc[c] = _mm512_fmadd_ps(weight, Load(value + 16 * c, mask_of(c)), acc[c]);
     }
@@ -128,9 +128,11 @@ void Run(const at::Tensor& q, const KvLayer& cache, const at::Tensor& table, con
   const int64_t grain = std::max<int64_t>(1, (32 << 10) / per_task);
   at::parallel_for(0, rows * s.kv_heads, grain, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;
+    thread_local std::vector<int64_t> offsets;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / s.kv_heads;
-      OneHead<T>(qs, keys, values, tables + b * s.table_blocks, where[b], outs, s, b, task % s.kv_heads, scores);
+      OneHead<T>(qs, keys, values, tables + b * s.table_blocks, where[b], outs, s, b, task % s.kv_heads, scores,
+                 offsets);
     }
   });
 }

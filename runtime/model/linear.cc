@@ -17,14 +17,8 @@ bool CpuHasAvx512Bf16() {
   return has;
 }
 
-// 16 weights from row `w` at column j (fewer under `mask`), widened to float32.
-template <typename T>
-STRATA_AVX512 inline __m512 LoadWeights(const T* w, int64_t j, __mmask16 mask) {
-  return simd::Load(w + j, mask);
-}
-
-inline void Store(float* y, float value) { *y = value; }
-inline void Store(c10::BFloat16* y, float value) { *y = c10::BFloat16(value); }  // round to nearest even
+using simd::Load;  // 16 weights (fewer under a mask) widened to float32
+using simd::Store;
 
 // GCC 12 warns, wrongly, that _mm512_reduce_add_ps reads an uninitialized value: its header builds the
 // upper half with _mm256_undefined_pd(), which is meant to be undefined.
@@ -48,7 +42,7 @@ STRATA_AVX512 void Row(const float* x, const T* w, const T* bias, T* y, int64_t 
   int64_t j = 0;
   for (; j + 16 * U <= k; j += 16 * U) {
     for (int u = 0; u < U; ++u) {
-      const __m512 wv = LoadWeights(row, j + 16 * u, kAll);
+      const __m512 wv = Load(row + j + 16 * u, kAll);
       for (int m = 0; m < MR; ++m) {
         acc[m][u] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + (m0 + m) * k + j + 16 * u), acc[m][u]);
       }
@@ -56,7 +50,7 @@ STRATA_AVX512 void Row(const float* x, const T* w, const T* bias, T* y, int64_t 
   }
   for (; j < k; j += 16) {
     const __mmask16 mask = k - j >= 16 ? kAll : static_cast<__mmask16>((1u << (k - j)) - 1);
-    const __m512 wv = LoadWeights(row, j, mask);
+    const __m512 wv = Load(row + j, mask);
     for (int m = 0; m < MR; ++m) {
       acc[m][0] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mask, x + (m0 + m) * k + j), acc[m][0]);
     }
@@ -173,7 +167,7 @@ template <int MR, int NR, typename T>
 STRATA_AVX512 STRATA_INLINE void TileStep(const float* x, const T* w, int64_t k, int64_t n, int64_t m0, int64_t j,
                                           __mmask16 mask, __m512 (&acc)[MR][NR]) {
   __m512 wv[NR];
-  STRATA_UNROLL for (int r = 0; r < NR; ++r) wv[r] = LoadWeights(w + (n + r) * k, j, mask);
+  STRATA_UNROLL for (int r = 0; r < NR; ++r) wv[r] = Load(w + (n + r) * k + j, mask);
   STRATA_UNROLL for (int m = 0; m < MR; ++m) {
     const __m512 xv = _mm512_maskz_loadu_ps(mask, x + (m0 + m) * k + j);
     STRATA_UNROLL for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_fmadd_ps(wv[r], xv, acc[m][r]);

@@ -24,6 +24,10 @@ STRATA_AVX512 inline __m512 Load(const c10::BFloat16* p, __mmask16 mask) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p)), 16));
 }
 
+// One float32 result in T (bfloat16: rounded to nearest even, as c10::BFloat16).
+inline void Store(float* y, float value) { *y = value; }
+inline void Store(c10::BFloat16* y, float value) { *y = c10::BFloat16(value); }
+
 // e^x: x = n ln2 + r with |r| <= ln2 / 2, e^r by its Taylor series to r^7 (relative error below 2e-7, about
 // one float32 step), scaled by 2^n. x is clamped to [-87, 89]: below, the result is 0 or a denormal, as far
 // under any sum's precision as exp's; above, 2^n overflows to inf as exp does.
