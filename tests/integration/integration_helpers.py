@@ -106,8 +106,8 @@ def require_binary(binary: Path) -> Path:
 
 
 def free_port() -> int:
-    # Bind port 0 and release it: another process could take it before the server does, which on a
-    # test machine's loopback is rare enough to accept.
+    # Bind port 0 and release it: another process could take it before the server does (ServerProcess
+    # then starts again on other ports).
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -120,6 +120,10 @@ def run_plan(plan_bin: Path, flags: list[str]) -> dict:
     return json.loads(done.stdout)
 
 
+class PortTaken(Exception):
+    """The server could not bind a port free_port() had chosen: another process took it first."""
+
+
 class ServerProcess:
     """A strata-server started with `flags` on free loopback ports; stdout/stderr go to files. `credentials`:
     the channel credentials its gRPC port needs (a server with --tls-cert); None: plaintext."""
@@ -128,28 +132,39 @@ class ServerProcess:
                  credentials: grpc.ChannelCredentials | None = None):
         self.env = env
         self.credentials = credentials
-        self.grpc_port = free_port()
-        self.metrics_port = free_port()
-        self.grpc_address = f"127.0.0.1:{self.grpc_port}"
-        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        self.args = [
-            str(server_bin),
-            *flags,
-            "--listen",
-            self.grpc_address,
-            "--metrics-listen",
-            f"127.0.0.1:{self.metrics_port}",
-        ]
+        self.server_bin = server_bin
+        self.flags = flags
+        self.pick_ports()
         log_dir.mkdir(parents=True, exist_ok=True)
         self.stdout_path = log_dir / "stdout.txt"
         self.stderr_path = log_dir / "stderr.txt"
         self.process: subprocess.Popen | None = None
         self.channel: grpc.Channel | None = None
 
+    def pick_ports(self) -> None:
+        self.grpc_port = free_port()
+        self.metrics_port = free_port()
+        self.grpc_address = f"127.0.0.1:{self.grpc_port}"
+        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        self.args = [str(self.server_bin), *self.flags, "--listen", self.grpc_address,
+                     "--metrics-listen", f"127.0.0.1:{self.metrics_port}"]
+
     def output(self) -> str:
         return f"stdout:\n{self.stdout_path.read_text()}\nstderr:\n{self.stderr_path.read_text()}"
 
-    def start(self, stubs) -> "ServerProcess":
+    def start(self, stubs, attempts: int = 3) -> "ServerProcess":
+        """Starts the server and waits until it is SERVING. A port free_port() chose but another process took
+        in between ends the server at once ("port in use"): it is started again on other ports."""
+        for attempt in range(attempts):
+            try:
+                return self.start_once(stubs)
+            except PortTaken:
+                if attempt + 1 == attempts:
+                    raise AssertionError(f"strata-server found its ports taken {attempts} times\n{self.output()}")
+                self.pick_ports()
+        raise AssertionError("unreachable")
+
+    def start_once(self, stubs) -> "ServerProcess":
         with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
             self.process = subprocess.Popen(self.args, stdout=out, stderr=err, env=self.env)
         self.channel = (grpc.secure_channel(self.grpc_address, self.credentials) if self.credentials is not None
@@ -159,6 +174,9 @@ class ServerProcess:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while True:
             if self.process.poll() is not None:
+                self.channel.close()
+                if "port in use" in self.stderr_path.read_text():
+                    raise PortTaken()
                 raise AssertionError(f"strata-server exited with {self.process.returncode}\n{self.output()}")
             try:
                 reply = health.Check(request, timeout=1.0)
