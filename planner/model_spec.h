@@ -32,6 +32,7 @@ inline constexpr int64_t kMaxHiddenSize = int64_t{1} << 20;      // hidden_size,
 inline constexpr int64_t kMaxAttentionHeads = int64_t{1} << 16;  // num_attention_heads, num_key_value_heads
 inline constexpr int64_t kMaxHeadDim = int64_t{1} << 16;         // head_dim
 inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;       // vocab_size
+inline constexpr int64_t kMaxPositions = int64_t{1} << 40;       // max_position_embeddings
 
 // a * b, or an error "`what`: ... does not fit in 64 bits" when the product overflows or either is
 // negative. The one checked multiplication for byte counts (tensor sizes, KV cache, batch x context).
@@ -90,6 +91,9 @@ struct ModelSpec {
   int64_t num_hidden_layers = 0;
   int64_t num_key_value_heads = 0;
   int64_t head_dim = 0;
+  // config.json's max_position_embeddings: the positions the model was trained for (0 when the config does
+  // not say, or for module trees). The server warns when --max-context goes past it.
+  int64_t max_position_embeddings = 0;
   // The parsed config.json the spec came from (LoadModelSpec; null for module trees): the runtime reads
   // what the forward pass needs from it instead of reading the file again.
   std::shared_ptr<const nlohmann::json> config;

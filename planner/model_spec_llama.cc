@@ -303,13 +303,7 @@ ModuleSpec RMSNorm(const ModuleSpec& parent, std::string_view local, const Famil
   return m;
 }
 
-}  // namespace
-
-absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DType dtype) {
-  if (!config.is_object()) return absl::InvalidArgumentError("config.json: expected a JSON object");
-  // Gemma 2 / Gemma 3 text and Phi-3 have their own builders (model_spec_gemma.cc, model_spec_phi3.cc).
-  if (IsGemmaConfig(config)) return GemmaSpecFromConfig(config, dtype);
-  if (IsPhi3Config(config)) return Phi3SpecFromConfig(config, dtype);
+absl::StatusOr<ModelSpec> LlamaFamilySpecFromConfig(const nlohmann::json& config, DType dtype) {
   absl::StatusOr<const Family*> family_or = ResolveFamily(config);
   if (!family_or.ok()) return family_or.status();
   const Family& family = **family_or;
@@ -451,6 +445,23 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DTyp
   if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) {
     return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
   }
+  return spec;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DType dtype) {
+  if (!config.is_object()) return absl::InvalidArgumentError("config.json: expected a JSON object");
+  // Gemma 2 / Gemma 3 text and Phi-3 have their own builders (model_spec_gemma.cc, model_spec_phi3.cc).
+  absl::StatusOr<ModelSpec> spec = IsGemmaConfig(config)  ? GemmaSpecFromConfig(config, dtype)
+                                   : IsPhi3Config(config) ? Phi3SpecFromConfig(config, dtype)
+                                                          : LlamaFamilySpecFromConfig(config, dtype);
+  if (!spec.ok()) return spec;
+  // Every family's config states it (its config class has a default); null or absent is "unknown".
+  absl::StatusOr<int64_t> positions =
+      spec_builder::PositiveIntOr(config, "max_position_embeddings", 0, /*may_be_null=*/true, kMaxPositions);
+  if (!positions.ok()) return positions.status();
+  spec->max_position_embeddings = *positions;
   return spec;
 }
 
