@@ -32,8 +32,10 @@ ABSL_FLAG(bool, prefix_cache, true,
           "reuse the KV blocks of prompt prefixes seen before (--prefix-cache=false: off; always off for longrope)");
 ABSL_FLAG(std::string, physical_devices, "", "run plan GPUs on these devices: 0=cpu,1=cpu or 0=cuda:0,1=cuda:0");
 ABSL_FLAG(int64_t, max_batch, 16, "sequences running at once");
-ABSL_FLAG(int64_t, max_context, 2048, "positions a sequence may reach: prompt + new tokens");
-ABSL_FLAG(int64_t, max_queue, 256, "requests waiting to run before RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_context, 2048,
+          "context of one request: its prompt tokens + max_new_tokens, at most (a warning at start-up when it is "
+          "more than the model's max_position_embeddings)");
+ABSL_FLAG(int64_t, max_queue, 256, "requests waiting to run before RESOURCE_EXHAUSTED (at least 1)");
 ABSL_FLAG(int64_t, max_new_tokens, 0, "most new tokens a request may ask for");
 ABSL_FLAG(int64_t, micro_batches, 0, "micro-batches in flight across the stages; 1 runs one stage at a time");
 ABSL_FLAG(int64_t, prefill_chunk, 256, "prompt tokens per prefill chunk");
@@ -42,11 +44,15 @@ ABSL_FLAG(int64_t, max_batch_tokens, 512,
           "--max-num-batched-tokens; lower it for steadier inter-token latency under bursts of prompts)");
 ABSL_FLAG(int32_t, intra_op_threads, 0, "LibTorch intra-op threads per stage worker");
 ABSL_FLAG(std::string, inject_fault, "",
-          "testing only: stage=N,call=M[,repeat][,device_lost] makes stage N throw on its M-th micro-batch "
-          "(device_lost: as a sticky CUDA error would)");
+          "testing only: stage=N,call=M[,repeat[,until=K]][,device_lost] makes stage N throw on its M-th micro-batch "
+          "(repeat: and every later one, to the K-th; device_lost: as a sticky CUDA error would)");
 ABSL_FLAG(double, drain_timeout, 20,
           "after SIGINT/SIGTERM, seconds that generations in flight may run to their end (health NOT_SERVING and "
           "new Generate calls UNAVAILABLE meanwhile) before they are cut with UNAVAILABLE; 0 cuts them at once");
+ABSL_FLAG(int64_t, not_serving_after_errors, 5,
+          "readiness: health turns NOT_SERVING after N requests in a row end INTERNAL (no token produced between "
+          "them), and SERVING again once a probe generation (or any request) produces a token; 0: never");
+ABSL_FLAG(double, ready_probe_interval, 5, "seconds between probe generations while NOT_SERVING after errors");
 ABSL_FLAG(int64_t, max_message_bytes, 4 << 20,
           "largest GenerateRequest accepted, in bytes; a larger one is RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_prompt_bytes, 1 << 20, "largest prompt text, in bytes, checked before it is tokenized");
@@ -116,6 +122,8 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
         Flag(FLAGS_intra_op_threads, "N").ShowDefault("LibTorch's"),
         Flag(FLAGS_inject_fault, "SPEC"),
         Flag(FLAGS_drain_timeout, "SECONDS"),
+        Flag(FLAGS_not_serving_after_errors, "N"),
+        Flag(FLAGS_ready_probe_interval, "SECONDS"),
         Flag(FLAGS_listen, "HOST:PORT"),
         Flag(FLAGS_metrics_listen, "HOST:PORT"),
         Flag(FLAGS_max_message_bytes, "N").Section("Limits (server/README.md, \"Limits\"):"),
@@ -276,7 +284,10 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
                                     std::tuple{&options.max_batch, &FLAGS_max_batch, int64_t{1}},
                                     std::tuple{&options.max_context, &FLAGS_max_context, int64_t{1}},
                                     std::tuple{&options.kv_block_tokens, &FLAGS_kv_block_tokens, int64_t{1}},
-                                    std::tuple{&options.max_queue, &FLAGS_max_queue, int64_t{0}},
+                                    // 0 would refuse every request while health says SERVING.
+                                    std::tuple{&options.max_queue, &FLAGS_max_queue, int64_t{1}},
+                                    std::tuple{&options.not_serving_after_errors, &FLAGS_not_serving_after_errors,
+                                               int64_t{0}},
                                     std::tuple{&options.micro_batches, &FLAGS_micro_batches, int64_t{0}},
                                     std::tuple{&options.prefill_chunk, &FLAGS_prefill_chunk, int64_t{1}},
                                     std::tuple{&options.max_batch_tokens, &FLAGS_max_batch_tokens, int64_t{1}},
@@ -327,6 +338,12 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
                                                    "\" is not a number of seconds from 0 to ", kMaxDrainSeconds));
   }
   options.drain_timeout = std::chrono::milliseconds(std::llround(drain_seconds * 1000));
+  const double probe_seconds = absl::GetFlag(FLAGS_ready_probe_interval);
+  if (!std::isfinite(probe_seconds) || probe_seconds < 0.1 || probe_seconds > kMaxDrainSeconds) {
+    return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_ready_probe_interval), ": \"", probe_seconds,
+                                                   "\" is not a number of seconds from 0.1 to ", kMaxDrainSeconds));
+  }
+  options.ready_probe_interval = std::chrono::milliseconds(std::llround(probe_seconds * 1000));
   if (options.max_new_tokens > options.max_context) {
     return absl::InvalidArgumentError(absl::StrCat("--max-new-tokens: ", options.max_new_tokens,
                                                    " is more than --max-context ", options.max_context));

@@ -72,7 +72,7 @@ struct ServerOptions {
   // Serving (when --model DIR holds safetensors weights; see ServerUsage).
   runtime::PhysicalDeviceMap physical_devices;  // --physical-devices 0=cpu,1=cpu; empty: GPU i is cuda:i
   int64_t max_batch = 16;        // sequences running at once
-  int64_t max_context = 2048;    // positions a sequence may reach: prompt + new tokens
+  int64_t max_context = 2048;    // prompt tokens + max_new_tokens of one request, at most
   // The paged KV cache when serving: kv_cache_tokens (above; 0: max_batch x max_context) in blocks of
   // kv_block_tokens; prefix_cache reuses the blocks of prompt prefixes seen before.
   int64_t kv_block_tokens = 16;
@@ -101,6 +101,12 @@ struct ServerOptions {
   // After SIGINT/SIGTERM, how long generations in flight may run to their end before they are cut
   // (UNAVAILABLE). Inside Kubernetes' default 30 s terminationGracePeriodSeconds; 0 cuts at once.
   std::chrono::milliseconds drain_timeout{20'000};
+
+  // The readiness rule (server/README.md, "Health"): after this many requests in a row end INTERNAL (a
+  // failed forward pass or sampler, no token produced between them) health says NOT_SERVING, and a probe
+  // generation runs every ready_probe_interval until one succeeds. 0: never.
+  int64_t not_serving_after_errors = 5;
+  std::chrono::milliseconds ready_probe_interval{5'000};
 };
 
 // The command line asked either for usage or for a server.

@@ -188,7 +188,8 @@ void GenerateReactor::OnWriteDone(bool ok) {
   std::unique_lock lock(mutex_);
   writing_ = false;
   if (!ok) {
-    client_gone_ = true;
+    // The stream is gone: the client cancelled or gave up at its deadline (this can come before OnCancel).
+    PeerGoneLocked();
     if (handle_) handle_->Cancel();
     if (final_written_) {
       FinishWith(grpc::Status::CANCELLED);
@@ -209,17 +210,35 @@ void GenerateReactor::OnCancel() {
   // The client cancelled or its deadline passed: the engine drops the request within one iteration and
   // then sends its last chunk, which ends the call.
   std::unique_lock lock(mutex_);
-  client_gone_ = true;
-  deadline_passed_ = std::chrono::system_clock::now() >= context_->deadline();
+  PeerGoneLocked();
   if (handle_) handle_->Cancel();
   if (!writing_ && !pending_.empty() && pending_.back().finish) WriteNextLocked();
   FinishAfterUnlock(lock);
+}
+
+void GenerateReactor::PeerGoneLocked() {
+  client_gone_ = true;
+  peer_cancelled_ = true;
+  deadline_passed_ = deadline_passed_ || DeadlinePassed(std::chrono::milliseconds(50));
+}
+
+bool GenerateReactor::DeadlinePassed(std::chrono::milliseconds slack) const {
+  // The client's deadline timer and the server's run on different clocks from different starts: the
+  // server's from when the call's headers arrived, which under load is later than when the client started
+  // its timer. A client that gives up at its deadline sends the same cancel (RST_STREAM CANCEL) as one
+  // that cancels, and it can reach the server before the server's own deadline. So the cancel is the
+  // deadline's (DEADLINE_EXCEEDED, as the client sees it) when the server's deadline is less than `slack`
+  // away as OnCancel runs (50 ms), or has passed when the call ends (an iteration later). A deadline-less
+  // call has deadline() in the far future.
+  return std::chrono::system_clock::now() + slack >= context_->deadline();
 }
 
 void GenerateReactor::FinishWith(const grpc::Status& given) {
   if (finished_) return;
   finished_ = true;
   // Cancelled by gRPC because the deadline passed, not by the client: say so, and count it apart.
+  // Looked at again now, an iteration or more after OnCancel: see DeadlinePassed.
+  if (peer_cancelled_ && !deadline_passed_) deadline_passed_ = DeadlinePassed(std::chrono::milliseconds(0));
   const grpc::Status status = given.error_code() == grpc::StatusCode::CANCELLED && deadline_passed_
                                   ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the call's deadline passed")
                                   : given;

@@ -57,6 +57,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   // Records the final status (under the mutex); FinishAfterUnlock then hands it to gRPC.
   void FinishWith(const grpc::Status& status);
   void FinishAfterUnlock(std::unique_lock<std::mutex>& lock);
+  // OnCancel, or a write that failed: the client cancelled, gave up at its deadline, or is gone.
+  void PeerGoneLocked();
+  bool DeadlinePassed(std::chrono::milliseconds slack) const;
 
   grpc::CallbackServerContext* context_;
   Metrics* metrics_;
@@ -85,7 +88,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   bool cut_ = false;
   bool ended_by_cut_ = false;  // the call's status came from Cut(): read in OnDone
   bool client_gone_ = false;
-  // OnCancel came after the call's deadline: the call ends, and is counted, DEADLINE_EXCEEDED.
+  // OnCancel came (the client cancelled, or gave up at its deadline); and whether the call's deadline had
+  // passed (DeadlinePassed) then or when the call ended: it ends, and is counted, DEADLINE_EXCEEDED.
+  bool peer_cancelled_ = false;
   bool deadline_passed_ = false;
   bool finished_ = false;
   std::optional<grpc::Status> finish_status_;

@@ -3,6 +3,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/unknown_field_set.h>
 
+#include <charconv>
 #include <cmath>
 #include <map>
 
@@ -17,6 +18,17 @@ namespace {
 absl::Status Invalid(absl::string_view field, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
 }
+
+// A float as the client sent it: the shortest decimal that reads back as the same float (absl's StrCat
+// keeps 6 significant digits, which prints 1.0000001 as "1").
+std::string Number(float value) {
+  char text[32];
+  const std::to_chars_result end = std::to_chars(text, text + sizeof(text), value);
+  return std::string(text, end.ptr);
+}
+
+// "1 token", "2 tokens".
+std::string Count(int64_t n, absl::string_view noun) { return absl::StrCat(n, " ", noun, n == 1 ? "" : "s"); }
 
 // Which string field of a request that protobuf could not parse is not UTF-8.
 absl::Status DiagnoseUnparsable(std::string_view wire) {
@@ -52,8 +64,8 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::Gen
                                                                    const tokenizer::Tokenizer* tokenizer) {
   runtime::GenerationRequest out;
   if (static_cast<int64_t>(request.request_id().size()) > limits.max_request_id_bytes) {
-    return Invalid("request_id", absl::StrCat(request.request_id().size(), " bytes, more than the limit ",
-                                              limits.max_request_id_bytes));
+    return Invalid("request_id", absl::StrCat(Count(static_cast<int64_t>(request.request_id().size()), "byte"),
+                                              ", more than the limit ", limits.max_request_id_bytes));
   }
   out.request_id = request.request_id();
   const bool has_text = !request.prompt().empty();
@@ -65,8 +77,9 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::Gen
     if (tokenizer == nullptr) return Invalid("prompt", "the model has no tokenizer.json: send prompt_ids");
     // Before tokenizing: the work is bounded by the limit, not by what a client sends.
     if (static_cast<int64_t>(request.prompt().size()) > limits.max_prompt_bytes) {
-      return Invalid("prompt", absl::StrCat(request.prompt().size(), " bytes, more than the server's limit of ",
-                                            limits.max_prompt_bytes, " bytes"));
+      return Invalid("prompt",
+                     absl::StrCat(Count(static_cast<int64_t>(request.prompt().size()), "byte"),
+                                  ", more than the server's limit of ", Count(limits.max_prompt_bytes, "byte")));
     }
     absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(request.prompt(), request.add_special_tokens());
     if (!ids.ok()) return Invalid("prompt", ids.status().message());
@@ -77,8 +90,9 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::Gen
   }
   const int64_t max_prompt_tokens = limits.max_prompt_tokens > 0 ? limits.max_prompt_tokens : limits.max_context;
   if (static_cast<int64_t>(out.prompt.size()) > max_prompt_tokens) {
-    return Invalid(prompt_field, absl::StrCat(out.prompt.size(), " tokens, more than the server's limit of ",
-                                              max_prompt_tokens, " prompt tokens"));
+    return Invalid(prompt_field,
+                   absl::StrCat(Count(static_cast<int64_t>(out.prompt.size()), "token"),
+                                ", more than the server's limit of ", Count(max_prompt_tokens, "prompt token")));
   }
   for (size_t i = 0; i < out.prompt.size(); ++i) {
     if (out.prompt[i] < 0 || out.prompt[i] >= limits.vocab_size) {
@@ -95,32 +109,37 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::Gen
                    absl::StrCat(request.max_new_tokens(), " is above the server's limit ", limits.max_new_tokens));
   }
   s.max_new_tokens = static_cast<int32_t>(request.max_new_tokens());
-  // The last new token is never fed back, so prompt + max_new_tokens - 1 positions are needed.
-  const int64_t needed = static_cast<int64_t>(out.prompt.size()) + s.max_new_tokens - 1;
-  if (needed > limits.max_context) {
+  // What counts against --max-context (as vLLM's max_model_len and OpenAI's context length count): every
+  // prompt token and every token the request may generate.
+  const int64_t prompt_tokens = static_cast<int64_t>(out.prompt.size());
+  const int64_t context = prompt_tokens + s.max_new_tokens;
+  if (context > limits.max_context) {
     return Invalid(prompt_field,
-                   absl::StrCat(out.prompt.size(), " tokens and max_new_tokens ", s.max_new_tokens, " need ", needed,
-                                " positions, more than the max context ", limits.max_context));
+                   absl::StrCat(Count(prompt_tokens, "token"), " + max_new_tokens ", s.max_new_tokens, " = ", context,
+                                ", more than the server's --max-context ", limits.max_context));
   }
-  if (limits.kv_cache_tokens > 0 && needed > limits.kv_cache_tokens) {
+  // The KV cache holds one position fewer: the last new token is never fed back.
+  const int64_t positions = context - 1;
+  if (limits.kv_cache_tokens > 0 && positions > limits.kv_cache_tokens) {
     return Invalid(prompt_field,
-                   absl::StrCat(out.prompt.size(), " tokens and max_new_tokens ", s.max_new_tokens, " need ", needed,
-                                " positions of KV cache, more than the whole cache holds (", limits.kv_cache_tokens,
-                                " tokens, --kv-cache-tokens)"));
+                   absl::StrCat(Count(prompt_tokens, "token"), " and max_new_tokens ", s.max_new_tokens, " need ",
+                                positions, " positions of KV cache, more than the whole cache holds (",
+                                limits.kv_cache_tokens, " tokens, --kv-cache-tokens)"));
   }
   if (!(request.temperature() >= 0) || std::isinf(request.temperature())) {
-    return Invalid("temperature", absl::StrCat(request.temperature(), " is not a finite number >= 0"));
+    return Invalid("temperature", absl::StrCat(Number(request.temperature()), " is not a finite number >= 0"));
   }
   s.temperature = request.temperature();
   if (request.has_top_p()) {
     if (!(request.top_p() > 0 && request.top_p() <= 1)) {
-      return Invalid("top_p", absl::StrCat(request.top_p(), " is outside (0, 1]"));
+      return Invalid("top_p", absl::StrCat(Number(request.top_p()), " is outside (0, 1]"));
     }
     s.top_p = request.top_p();
   }
   if (request.has_repetition_penalty()) {
     if (!(request.repetition_penalty() > 0) || std::isinf(request.repetition_penalty())) {
-      return Invalid("repetition_penalty", absl::StrCat(request.repetition_penalty(), " is not a finite number > 0"));
+      return Invalid("repetition_penalty",
+                     absl::StrCat(Number(request.repetition_penalty()), " is not a finite number > 0"));
     }
     s.repetition_penalty = request.repetition_penalty();
   }
@@ -132,8 +151,8 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::Gen
   }
   s.top_logprobs = static_cast<int32_t>(request.top_logprobs());
   if (request.stop_size() > limits.max_stop_strings) {
-    return Invalid("stop",
-                   absl::StrCat(request.stop_size(), " stop strings, more than the limit ", limits.max_stop_strings));
+    return Invalid("stop", absl::StrCat(Count(request.stop_size(), "stop string"), ", more than the limit ",
+                                        limits.max_stop_strings));
   }
   if (request.stop_size() > 0 && tokenizer == nullptr) {
     return Invalid("stop", "the model has no tokenizer.json to decode text with");
@@ -142,8 +161,8 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::Gen
     const std::string& stop = request.stop(i);
     if (stop.empty()) return Invalid(absl::StrCat("stop[", i, "]"), "empty");
     if (static_cast<int64_t>(stop.size()) > limits.max_stop_bytes) {
-      return Invalid(absl::StrCat("stop[", i, "]"),
-                     absl::StrCat(stop.size(), " bytes, more than ", limits.max_stop_bytes));
+      return Invalid(absl::StrCat("stop[", i, "]"), absl::StrCat(Count(static_cast<int64_t>(stop.size()), "byte"),
+                                                                 ", more than ", limits.max_stop_bytes));
     }
     s.stop.push_back(stop);
   }

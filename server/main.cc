@@ -1,5 +1,5 @@
 // strata-server: plans a model's placement at start-up and serves it over gRPC and /metrics.
-// Exit status: 0 after SIGINT/SIGTERM (after the graceful drain; at once when the stop comes during the
+// Exit status: 0 after SIGINT/SIGTERM/SIGHUP (after the graceful drain; at once when the stop comes during the
 // load), 2 on a bad flag or plan, 1 on any other failure (a device that became unusable while serving
 // included: a supervisor restarts the process).
 
@@ -40,7 +40,15 @@ constexpr int kLookAgainSignal = SIGUSR2;
 
 using Clock = std::chrono::steady_clock;
 
-const char* SignalName(int signal_number) { return signal_number == SIGINT ? "SIGINT" : "SIGTERM"; }
+// SIGHUP (a closed terminal, or a habitual "reload") stops the server as SIGTERM does: gracefully, with
+// the drain. strata has no configuration to reload; the default action would end it at once.
+bool IsStopSignal(int signal_number) {
+  return signal_number == SIGINT || signal_number == SIGTERM || signal_number == SIGHUP;
+}
+
+const char* SignalName(int signal_number) {
+  return signal_number == SIGINT ? "SIGINT" : signal_number == SIGHUP ? "SIGHUP" : "SIGTERM";
+}
 
 // The next of `signals` (all blocked in every thread), or 0 once `deadline` passed; -1 when waiting failed.
 int WaitForSignal(const sigset_t& signals, std::optional<Clock::time_point> deadline) {
@@ -91,7 +99,7 @@ int Drain(strata::server::RunningServer& running, std::chrono::milliseconds time
       // Every generation ends INTERNAL: the drain ends by itself; the process then exits 1.
       std::cerr << "strata-server: a device is unusable\n";
       device_lost = true;
-    } else if (signal_number == SIGINT || signal_number == SIGTERM) {
+    } else if (IsStopSignal(signal_number)) {
       std::cerr << "strata-server: " << SignalName(signal_number) << " again: cutting what is in flight now\n";
       break;
     }
@@ -153,6 +161,11 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
   for (const std::string& warning : plan ? plan->plan.warnings : load->plan.warnings) {
     std::cerr << "strata-server: WARNING: " << warning << "\n";
   }
+  if (load) {
+    const strata::server::ServingNotes notes = strata::server::NotesOnServing(options, *load);
+    for (const std::string& warning : notes.warnings) std::cerr << "strata-server: WARNING: " << warning << "\n";
+    for (const std::string& note : notes.notes) std::cerr << "strata-server: " << note << "\n";
+  }
 
   // The port opens before the weights load: health says NOT_SERVING and Generate UNAVAILABLE meanwhile.
   absl::StatusOr<std::unique_ptr<strata::server::RunningServer>> server = strata::server::RunningServer::Start(options);
@@ -172,7 +185,7 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
     // A sticky device error: report NOT_SERVING at once, then let the main thread shut down (answering
     // what is in flight, every generation having ended INTERNAL) and exit 1.
     auto on_device_lost = [&running](const absl::Status&) {
-      running.MarkNotServing();
+      running.MarkDeviceLost();
       kill(getpid(), kDeviceLostSignal);
     };
     // The load runs on its own thread while this one waits for signals, so that a stop during a load of
@@ -198,10 +211,10 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
       }
       std::lock_guard lock(load_state.mutex);
       if (load_state.done) {
-        if (signal_number == SIGINT || signal_number == SIGTERM) stop_during_load = signal_number;
+        if (IsStopSignal(signal_number)) stop_during_load = signal_number;
         break;
       }
-      if (signal_number != SIGINT && signal_number != SIGTERM) continue;
+      if (!IsStopSignal(signal_number)) continue;
       // The load cannot be interrupted (it is inside LibTorch and the checkpoint reader), and waiting for
       // it is what a stop must not do. Close the port (clients see the server go), then end the process
       // without running destructors or atexit handlers: _Exit ends the loader thread with it, so nothing
@@ -245,7 +258,7 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
       running.Shutdown();
       return kExitFailure;
     }
-    if (signal_number == SIGINT || signal_number == SIGTERM) stop_signal = signal_number;
+    if (IsStopSignal(signal_number)) stop_signal = signal_number;
   }
   return Drain(running, options.drain_timeout, stop_signal, stop_signals);
 }
@@ -253,12 +266,13 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Block SIGINT, SIGTERM and our own two before any thread exists: gRPC's, the engine's and /metrics' threads inherit
-  // the mask, so the signals wait for sigwait in Run instead of killing the process mid-call.
+  // Block SIGINT, SIGTERM, SIGHUP and our own two before any thread exists: gRPC's, the engine's and /metrics' threads
+  // inherit the mask, so the signals wait for sigwait in Run instead of killing the process mid-call.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
   sigaddset(&stop_signals, kDeviceLostSignal);
   sigaddset(&stop_signals, kLookAgainSignal);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);

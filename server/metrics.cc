@@ -16,6 +16,13 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
   return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 }
 
+// The codes a Generate call of strata's can end with: each has its series from the start (at 0), so that
+// rate() and increase() see the first failure (they ignore a series' first sample).
+constexpr grpc::StatusCode kGenerateCodes[] = {
+    grpc::StatusCode::OK,          grpc::StatusCode::CANCELLED,          grpc::StatusCode::INVALID_ARGUMENT,
+    grpc::StatusCode::DEADLINE_EXCEEDED, grpc::StatusCode::RESOURCE_EXHAUSTED, grpc::StatusCode::FAILED_PRECONDITION,
+    grpc::StatusCode::UNAVAILABLE, grpc::StatusCode::INTERNAL,           grpc::StatusCode::UNAUTHENTICATED};
+
 const char* CodeName(grpc::StatusCode code) {
   switch (code) {
     case grpc::StatusCode::OK:
@@ -201,7 +208,15 @@ Metrics::Metrics(ListenAddress address, std::shared_ptr<prometheus::Registry> re
                         .Name("strata_open_streams")
                         .Help("Generate calls open: validating, waiting, generating or being read (--max-streams)")
                         .Register(*registry_)
-                        .Add({})) {}
+                        .Add({})),
+      requests_failed_in_a_row_(prometheus::BuildGauge()
+                                    .Name("strata_requests_failed_in_a_row")
+                                    .Help("Requests that ended INTERNAL since the last forward pass that produced a "
+                                          "token; at --not-serving-after-errors health turns NOT_SERVING")
+                                    .Register(*registry_)
+                                    .Add({})) {
+  for (grpc::StatusCode code : kGenerateCodes) requests_total_.Add({{"code", CodeName(code)}});
+}
 
 void Metrics::RecordPlan(const planner::Plan& plan) {
   for (const planner::DeviceUsage& usage : plan.devices) {
@@ -255,9 +270,13 @@ void Metrics::RecordEngine(const runtime::EngineStats& stats) {
     const double delta = static_cast<double>(total) - counter->Value();
     if (delta > 0) counter->Increment(delta);
   }
+  requests_failed_in_a_row_.Set(static_cast<double>(stats.failed_in_a_row));
   for (size_t s = 0; s < stats.stages.size(); ++s) {
-    prometheus::Counter& counter =
-        stage_busy_seconds_.Add({{"stage", std::to_string(s)}, {"device", stats.stages[s].device}});
+    const prometheus::Labels labels{{"stage", std::to_string(s)}, {"device", stats.stages[s].device}};
+    // Every stage's error series exist from the first sample, at 0 (see kGenerateCodes).
+    engine_errors_total_.Add(labels);
+    nonfinite_logits_total_.Add(labels);
+    prometheus::Counter& counter = stage_busy_seconds_.Add(labels);
     // Counters only go up: add what accumulated since the last sample.
     const double delta = stats.stages[s].busy_seconds - counter.Value();
     if (delta > 0) counter.Increment(delta);

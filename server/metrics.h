@@ -89,6 +89,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& engine_errors_total_;
   prometheus::Family<prometheus::Counter>& nonfinite_logits_total_;
   prometheus::Gauge& open_streams_;
+  prometheus::Gauge& requests_failed_in_a_row_;
 };
 
 }  // namespace strata::server

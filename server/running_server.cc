@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "grpc/health/v1/health.pb.h"
 #include "absl/strings/str_cat.h"
 
 namespace strata::server {
@@ -31,7 +33,7 @@ std::shared_ptr<grpc::ServerCredentials> GrpcCredentials(const std::optional<Ser
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const ServerOptions& options) {
-  std::unique_ptr<RunningServer> running(new RunningServer());
+  std::unique_ptr<RunningServer> running(new RunningServer(options));
   const int tokenize_threads = options.tokenize_threads > 0
                                    ? options.tokenize_threads
                                    : std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 4);
@@ -39,6 +41,9 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const Server
       options.max_message_bytes, options.max_streams, options.max_stream_buffer_bytes, tokenize_threads});
   if (options.api_keys != nullptr) running->service_->RequireApiKeys(options.api_keys, options.auth_open_methods);
 
+  // Reflection resolves grpc.health.v1.Health from the generated pool: referencing a descriptor of that
+  // file links it in (an object of a static library nothing refers to is left out).
+  (void)grpc::health::v1::HealthCheckResponse::descriptor();
   // Both are process-wide settings read when a builder is made, so they come first.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -86,9 +91,17 @@ void RunningServer::MarkNotServing() {
   if (metrics_ != nullptr) metrics_->SetServing(false);
 }
 
+void RunningServer::MarkDeviceLost() {
+  {
+    std::lock_guard lock(health_mutex_);
+    device_lost_ = true;
+  }
+  MarkNotServing();
+}
+
 void RunningServer::SetServing() {
   std::lock_guard lock(health_mutex_);
-  if (health_shut_down_) return;
+  if (health_shut_down_ || device_lost_) return;
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   health->SetServingStatus(v1::InferenceService::service_full_name(), true);
   health->SetServingStatus("", true);
@@ -128,9 +141,48 @@ void RunningServer::ServeModel(std::unique_ptr<ServedModel> model) {
 }
 
 void RunningServer::SampleGauges() {
-  metrics_->RecordEngine(model_->engine().Stats());
+  const runtime::EngineStats stats = model_->engine().Stats();
+  metrics_->RecordEngine(stats);
   metrics_->SetOpenStreams(service_->open_streams());
   metrics_->RecordDeviceMemory(runtime::MeasureDeviceMemory(model_->model()));
+  ApplyReadinessRule(stats);
+}
+
+void RunningServer::ApplyReadinessRule(const runtime::EngineStats& stats) {
+  const int64_t limit = options_.not_serving_after_errors;
+  if (limit == 0 || stats.device_lost) return;
+  if (!failing_ && stats.failed_in_a_row >= limit) {
+    failing_ = true;
+    std::cerr << "strata-server: " << stats.failed_in_a_row << " requests in a row ended INTERNAL: NOT_SERVING "
+              << "until a generation succeeds (a probe every "
+              << std::chrono::duration<double>(options_.ready_probe_interval).count() << " s)" << std::endl;
+    MarkNotServing();
+    last_probe_ = std::chrono::steady_clock::now();  // the first probe after one interval
+  } else if (failing_ && stats.failed_in_a_row == 0) {
+    failing_ = false;
+    std::cerr << "strata-server: a generation succeeded: SERVING again" << std::endl;
+    SetServing();
+  }
+  if (failing_ && !probe_running_->load() &&
+      std::chrono::steady_clock::now() - last_probe_ >= options_.ready_probe_interval) {
+    StartProbe();
+  }
+}
+
+void RunningServer::StartProbe() {
+  // One greedy token of a one-token prompt: a forward pass through every stage and the sampler. Token 0
+  // is in every vocabulary. It goes through the engine like any request (the queue limit included).
+  runtime::GenerationRequest probe;
+  probe.prompt = {0};
+  probe.sampling.max_new_tokens = 1;
+  probe.request_id = "strata-readiness-probe";
+  last_probe_ = std::chrono::steady_clock::now();
+  probe_running_->store(true);
+  absl::StatusOr<std::shared_ptr<runtime::RequestHandle>> handle =
+      model_->engine().Submit(std::move(probe), [running = probe_running_](runtime::GenerationChunk chunk) {
+        if (chunk.finish) running->store(false);
+      });
+  if (!handle.ok()) probe_running_->store(false);
 }
 
 int64_t RunningServer::BeginDrain(std::function<void()> on_drained) {

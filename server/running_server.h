@@ -5,6 +5,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -47,19 +49,27 @@ class RunningServer {
   // (waiting a few seconds at most) and stops /metrics. Idempotent.
   void Shutdown();
   // Reports NOT_SERVING (health) while the server finishes what it answers: a device became unusable.
-  void MarkNotServing();
+  // For good: the readiness rule never makes it SERVING again.
+  void MarkDeviceLost();
 
   // The bound addresses, with the ports the system picked where port 0 was asked for.
   const ListenAddress& grpc_address() const { return grpc_address_; }
   const ListenAddress& metrics_address() const { return metrics_->address(); }
 
  private:
-  RunningServer() = default;
+  explicit RunningServer(const ServerOptions& options) : options_(options) {}
   void SetServing();
+  void MarkNotServing();
+  // The readiness rule (server/README.md, "Health"): NOT_SERVING after --not-serving-after-errors requests
+  // in a row ended INTERNAL, a probe generation every --ready-probe-interval meanwhile, SERVING again once a
+  // forward pass produces a token. Sampler thread.
+  void ApplyReadinessRule(const runtime::EngineStats& stats);
+  void StartProbe();
   // For good: health's Shutdown (every status NOT_SERVING, later changes ignored) and strata_serving 0.
   void ShutDownHealth();
   void SampleGauges();
 
+  const ServerOptions options_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -74,6 +84,12 @@ class RunningServer {
   // Orders SetServing against ShutDownHealth, so a load ending during a drain cannot report SERVING.
   std::mutex health_mutex_;
   bool health_shut_down_ = false;
+  bool device_lost_ = false;
+  // The readiness rule's state (sampler thread only): health was taken out of rotation by it; when the
+  // last probe started; whether one is running (cleared by its callback on the engine's output thread).
+  bool failing_ = false;
+  std::chrono::steady_clock::time_point last_probe_;
+  std::shared_ptr<std::atomic<bool>> probe_running_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace strata::server

@@ -43,6 +43,22 @@ absl::StatusOr<runtime::LoadOptions> PlanServedModel(const ServerOptions& option
   return load;
 }
 
+ServingNotes NotesOnServing(const ServerOptions& options, const runtime::LoadOptions& load) {
+  ServingNotes out;
+  const int64_t trained = load.spec.max_position_embeddings;
+  if (trained > 0 && options.max_context > trained) {
+    out.warnings.push_back(absl::StrCat("--max-context ", options.max_context, " is more than the ", trained,
+                                        " positions the model was trained for (config.json max_position_embeddings): "
+                                        "past them its output is unreliable"));
+  }
+  const int64_t pool_tokens = load.kv_blocks * load.kv_block_tokens;
+  if (options.kv_cache_tokens > 0 && pool_tokens != options.kv_cache_tokens) {
+    out.notes.push_back(absl::StrCat("--kv-cache-tokens ", options.kv_cache_tokens, " rounded up to ", pool_tokens,
+                                     ": whole blocks of --kv-block-tokens ", load.kv_block_tokens));
+  }
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(
     const ServerOptions& options, const runtime::LoadOptions& load,
     std::function<void(const absl::Status&)> on_device_lost) {

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "runtime/engine/engine.h"
@@ -34,6 +36,15 @@ struct GenerateLimits {
 
 // Whether `dir` holds weights to load (*.safetensors or an index); without them the server only plans.
 bool HasWeights(const std::filesystem::path& dir);
+
+// What start-up says about the flags against the planned model, each line naming the flag: a --max-context
+// beyond the positions the model was trained for (a WARNING), a --kv-cache-tokens rounded up to whole
+// blocks (a note).
+struct ServingNotes {
+  std::vector<std::string> warnings;
+  std::vector<std::string> notes;
+};
+ServingNotes NotesOnServing(const ServerOptions& options, const runtime::LoadOptions& load);
 
 // The one plan a serving process uses (GetDeviceMap shows it, the weights are placed by it): the spec in
 // the serving dtype and its placement with a KV reserve of --max-batch x --max-context tokens. Errors

@@ -12,6 +12,7 @@
 #include <variant>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/engine/scheduler.h"
 #include "runtime/engine/stop_strings.h"
@@ -120,6 +121,8 @@ struct Engine::Impl {
   uint64_t micro_batches_run = 0;
   std::map<std::pair<std::string, std::string>, uint64_t> errors;  // (stage, device) -> failed micro-batches
   std::map<std::pair<std::string, std::string>, uint64_t> nonfinite;  // (stage, device) -> rows with NaN/inf logits
+  // Requests ended kError since the last micro-batch that produced a token (EngineStats).
+  int64_t failed_in_a_row = 0;
   std::function<void(int64_t)> observer;
 
   // Output thread.
@@ -228,6 +231,7 @@ EngineStats Engine::Stats() const {
     stats.prefix_hit_tokens = impl_->prefix_hits;
     stats.micro_batches_run = impl_->micro_batches_run;
     stats.device_lost = impl_->refusing;
+    stats.failed_in_a_row = impl_->failed_in_a_row;
     for (const auto& [where, count] : impl_->errors) stats.errors.push_back({where.first, where.second, count});
     for (const auto& [where, count] : impl_->nonfinite) stats.nonfinite_logits.push_back({where.first, where.second, count});
   }
@@ -309,6 +313,10 @@ void Engine::Impl::Finish(Sequence& s, FinishReason reason, absl::Status error) 
   if (s.done) return;
   s.done = true;
   scheduler.Finish(s.id);
+  if (reason == FinishReason::kError) {
+    std::lock_guard lock(mutex);
+    ++failed_in_a_row;
+  }
   Emit(SequenceStep{s.id, std::nullopt, reason, std::move(error)});
 }
 
@@ -341,12 +349,15 @@ void Engine::Impl::Process(MicroBatchResult result) {
     scheduler.Complete(schedule);
     return;
   }
+  bool produced = false;
   for (size_t r = 0; r < schedule.rows.size(); ++r) {
     const ScheduledRow& row = schedule.rows[r];
     Sequence& s = *sequences.at(row.sequence);
     if (s.done) continue;
     if (r < result.row_errors.size() && !result.row_errors[r].ok()) {
-      std::cerr << "strata engine: request " << s.request.request_id << ": " << result.row_errors[r].message() << "\n";
+      // The request id is the client's: escaped, so that it cannot forge log lines or send terminal controls.
+      std::cerr << "strata engine: request \"" << absl::CHexEscape(s.request.request_id)
+                << "\": " << result.row_errors[r].message() << "\n";
       {
         std::lock_guard lock(mutex);
         ++nonfinite[{result.last_stage, result.last_device}];
@@ -355,6 +366,7 @@ void Engine::Impl::Process(MicroBatchResult result) {
       continue;
     }
     if (!result.tokens[r]) continue;
+    produced = true;
     const SampledToken& sampled = *result.tokens[r];
     GeneratedToken token{sampled.id, sampled.logprob, sampled.top};
     s.tokens.push_back(sampled.id);
@@ -369,6 +381,11 @@ void Engine::Impl::Process(MicroBatchResult result) {
       scheduler.Append(s.id);
     }
     Emit(SequenceStep{s.id, std::move(token), finish, absl::OkStatus()});
+  }
+  if (produced) {
+    // A forward pass produced a token: the engine works (again).
+    std::lock_guard lock(mutex);
+    failed_in_a_row = 0;
   }
   scheduler.Complete(schedule);
 }

@@ -133,6 +133,9 @@ struct EngineStats {
   // request with kError.
   std::vector<StageErrors> nonfinite_logits;
   bool device_lost = false;
+  // Requests that ended kError (a failed forward pass or sampler) since the last micro-batch that produced
+  // a token: the server's readiness rule reads it (server/README.md).
+  int64_t failed_in_a_row = 0;
 };
 
 class Engine {

@@ -56,21 +56,25 @@ absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text) {
       fault.repeat = true;
     } else if (kv.first == "device_lost" && kv.second.empty()) {
       fault.device_lost = true;
-    } else if (kv.first == "stage" || kv.first == "call") {
+    } else if (kv.first == "stage" || kv.first == "call" || kv.first == "until") {
       int64_t value = 0;
-      if (!absl::SimpleAtoi(kv.second, &value) || value < (kv.first == "call" ? 1 : 0)) {
+      if (!absl::SimpleAtoi(kv.second, &value) || value < (kv.first == "stage" ? 0 : 1)) {
         return absl::InvalidArgumentError(absl::StrCat("fault injection: ", kv.first, "=\"", kv.second,
-                                                       "\" is not a ", kv.first == "call" ? "positive" : "non-negative",
+                                                       "\" is not a ", kv.first == "stage" ? "non-negative" : "positive",
                                                        " integer"));
       }
-      (kv.first == "stage" ? fault.stage : fault.call) = value;
+      (kv.first == "stage" ? fault.stage : kv.first == "call" ? fault.call : fault.until) = value;
       has_stage = has_stage || kv.first == "stage";
     } else {
       return absl::InvalidArgumentError(absl::StrCat("fault injection: unknown field \"", std::string(part),
-                                                     "\" (expected stage=N, call=N, repeat, device_lost)"));
+                                                     "\" (expected stage=N, call=N, repeat, until=N, device_lost)"));
     }
   }
   if (!has_stage) return absl::InvalidArgumentError("fault injection: stage=N is required");
+  if (fault.until > 0 && (!fault.repeat || fault.until < fault.call)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fault injection: until=", fault.until, " needs repeat and call=N at most ", fault.until));
+  }
   return fault;
 }
 

@@ -25,8 +25,13 @@ namespace strata::runtime {
 
 // How one row picks its token, in transformers' order: repetition penalty over the row's context, then
 // temperature, top_k, top_p. temperature 0 is greedy (argmax of the penalised logits).
+// Temperatures below this sample greedily (vLLM's rule): logits / temperature overflows float32 long
+// before 0 (for a logit of 10, below about 3e-38), and a distribution of infinities has no draw. The limit
+// of softmax(logits / t) as t -> 0 is the argmax, which is what these rows get.
+inline constexpr float kMinSamplingTemperature = 1e-5f;
+
 struct RowSampling {
-  float temperature = 0;
+  float temperature = 0;  // below kMinSamplingTemperature: greedy
   int32_t top_k = 0;  // 0: off
   float top_p = 1;
   float repetition_penalty = 1;
@@ -88,11 +93,12 @@ struct MicroBatchResult {
 struct FaultInjection {
   int64_t stage = 0;
   int64_t call = 1;
-  bool repeat = false;
+  bool repeat = false;  // every call from `call` on (to `until`, when set) fails
   bool device_lost = false;
+  int64_t until = 0;
 };
 
-// "stage=1,call=3[,repeat][,device_lost]". The error names the field.
+// "stage=1,call=3[,repeat[,until=N]][,device_lost]". The error names the field.
 absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text);
 
 struct ExecutorOptions {

@@ -250,11 +250,12 @@ absl::StatusOr<std::vector<GreedyResult>> LoadedModel::Greedy(const GreedyReques
                                                        " is outside the vocabulary [0, ", vocab, ")"));
       }
     }
-    const int64_t needed = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(request.max_new_tokens - 1, 0);
-    if (needed > max_context) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt ", p, ": ", prompt.size(), " tokens and ",
-                                                     request.max_new_tokens, " new tokens need ", needed,
-                                                     " positions, more than --max-context ", max_context));
+    // As the server counts (server/README.md): every prompt token and every token that may be generated.
+    const int64_t context = static_cast<int64_t>(prompt.size()) + request.max_new_tokens;
+    if (context > max_context) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt ", p, ": ", prompt.size(), " tokens + ",
+                                                     request.max_new_tokens, " new tokens = ", context,
+                                                     ", more than --max-context ", max_context));
     }
   }
 

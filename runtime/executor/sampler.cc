@@ -1,6 +1,7 @@
 #include "runtime/executor/sampler.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/amax.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/cat.h>
@@ -8,6 +9,7 @@
 #include <ATen/ops/cumsum.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/gather.h>
+#include <ATen/ops/isfinite.h>
 #include <ATen/ops/log_softmax.h>
 #include <ATen/ops/masked_fill.h>
 #include <ATen/ops/scatter.h>
@@ -89,7 +91,10 @@ at::Tensor Warped(const at::Tensor& scores, const SamplingInputs& inputs, const 
 }
 
 // Per row [rows, 1]: sampled rows take the first token, in vocabulary order, whose cumulative probability
-// (float64) exceeds uniform x total; the others the argmax (the first of equal maxima).
+// (float64) exceeds uniform x total; the others the argmax (the first of equal maxima). A sampled row
+// whose scores overflowed to +inf (a repetition penalty or a temperature so small that l / p or l / t
+// leaves float32) has no finite distribution: softmax would be NaN everywhere and the draw meaningless.
+// It takes the argmax, the first +inf: the limit of that distribution as its scale grows.
 at::Tensor Choose(const at::Tensor& scores, const at::Tensor& params) {
   const int64_t vocab = scores.size(1);
   at::Tensor probabilities = at::softmax(scores.to(at::kDouble), 1);
@@ -104,7 +109,9 @@ at::Tensor Choose(const at::Tensor& scores, const at::Tensor& params) {
   at::Tensor last_positive = std::get<0>(at::cummax(at::where(positive, positions, -1), 1)).gather(1, index);
   at::Tensor first_positive = at::argmax(positive.to(at::kInt), 1, /*keepdim=*/true);
   at::Tensor drawn = at::where(last_positive.lt(0), first_positive, last_positive);
-  return at::where(Param(params, kTemperature).gt(0), drawn, at::argmax(scores, 1, /*keepdim=*/true));
+  at::Tensor finite = at::isfinite(at::amax(scores, 1, /*keepdim=*/true));
+  return at::where(Param(params, kTemperature).gt(0).logical_and(finite), drawn,
+                   at::argmax(scores, 1, /*keepdim=*/true));
 }
 
 }  // namespace
@@ -120,12 +127,13 @@ SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, boo
     const BatchRow& row = *rows[r];
     const RowSampling& s = row.sampling;
     double* p = params + r * kSamplingParams;
-    p[kTemperature] = s.temperature;
+    // Below the minimum a row is greedy (kMinSamplingTemperature): temperature 0 in what the device sees.
+    const bool sampled = s.temperature >= kMinSamplingTemperature;
+    p[kTemperature] = sampled ? s.temperature : 0;
     p[kTopK] = s.top_k;
     p[kTopP] = s.top_p;
     p[kPenalty] = s.repetition_penalty;
     p[kUniform] = s.uniform;
-    const bool sampled = s.temperature > 0;
     inputs.greedy_only = inputs.greedy_only && !sampled;
     inputs.any_top_k = inputs.any_top_k || (sampled && s.top_k > 0);
     inputs.any_top_p = inputs.any_top_p || (sampled && s.top_p < 1);

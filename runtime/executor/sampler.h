@@ -6,11 +6,13 @@
 //
 // Semantics (transformers' generate): repetition penalty over the row's context, then temperature,
 // top_k, top_p (RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper,
-// TopPLogitsWarper); temperature 0 is greedy: the argmax of the penalised logits, the first index among
-// equal maxima (torch.argmax). A sampled row takes the first token, in vocabulary order, whose
-// cumulative probability exceeds uniform x total (RowSampling::uniform: the request's own draw), never a
-// token of probability zero. Every operation is row-wise, so a row's token does not depend on the other
-// rows of its batch. Log-probabilities are log_softmax of the raw float32 logits.
+// TopPLogitsWarper); temperature 0 (and any below kMinSamplingTemperature) is greedy: the argmax of the
+// penalised logits, the first index among equal maxima (torch.argmax). A sampled row takes the first
+// token, in vocabulary order, whose cumulative probability exceeds uniform x total (RowSampling::uniform:
+// the request's own draw), never a token of probability zero; one whose processed scores overflowed to
+// +inf takes their argmax instead (transformers fails in torch.multinomial on the NaNs). Every operation
+// is row-wise, so a row's token does not depend on the other rows of its batch. Log-probabilities are
+// log_softmax of the raw float32 logits.
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Event.h>

@@ -38,7 +38,8 @@ void StageWorkers::RunOne(size_t stage, MicroBatch& batch) {
   try {
     if (fault_ && static_cast<size_t>(fault_->stage) == stage) {
       ++fault_calls_;
-      if (fault_calls_ == fault_->call || (fault_->repeat && fault_calls_ > fault_->call)) {
+      if (fault_calls_ == fault_->call ||
+          (fault_->repeat && fault_calls_ > fault_->call && (fault_->until == 0 || fault_calls_ <= fault_->until))) {
         throw std::runtime_error(fault_->device_lost
                                      ? "CUDA error: an illegal memory access was encountered (injected fault)"
                                      : absl::StrCat("injected fault on micro-batch ", fault_calls_));

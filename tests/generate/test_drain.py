@@ -147,6 +147,24 @@ def test_sigterm_lets_streams_in_flight_finish(server_factory, text_model, stubs
           f"streams finished (LENGTH, {LONG} tokens), 0 cut, exit 0 {time.monotonic() - sent:.1f} s after it")
 
 
+def test_sighup_drains_as_sigterm_does(server_factory, text_model, stubs):
+    """A closed terminal (or a habitual "reload") sends SIGHUP: the server drains and exits 0, as on SIGTERM
+    (the binary before died at once with exit 129, its streams reset)."""
+    server = serve(server_factory, text_model, "60")
+    streams = start_streams(stubs, server, 2)
+    sent = time.monotonic()
+    server.process.send_signal(signal.SIGHUP)
+    while health(stubs, server.channel, SERVICE) != stubs.health.HealthCheckResponse.NOT_SERVING:
+        assert time.monotonic() - sent < 3, "health still SERVING 3 s after SIGHUP"
+        time.sleep(0.01)
+    for stream in streams:
+        stream.join(60)
+        assert (stream.code, stream.finish, len(stream.ids)) == (None, "LENGTH", LONG), stream.details
+    assert wait_exit(server, 30)[0] == 0, server.output()
+    assert "SIGHUP, draining: NOT_SERVING" in server.output()
+    assert drained_line(server) == (2, 2, 0)
+
+
 @pytest.mark.parametrize("drain_timeout", [0.0, 1.5])
 def test_drain_timeout_cuts_long_streams_unavailable(drain_timeout, server_factory, text_model, stubs):
     server = serve(server_factory, text_model, str(drain_timeout), UNFINISHABLE)

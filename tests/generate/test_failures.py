@@ -97,3 +97,61 @@ def test_nonfinite_logits_end_the_request_internal_naming_the_stage_and_are_coun
     code, _ = GH.status_of(lambda: GH.generate(stubs, server.channel, prompt_ids=[11], max_new_tokens=2))
     assert code == grpc.StatusCode.INTERNAL
     assert server.stop() == 0
+
+
+def _health(stubs, server) -> int:
+    health = stubs.health_grpc.HealthStub(server.channel)
+    return health.Check(stubs.health.HealthCheckRequest(service="strata.v1.InferenceService"), timeout=10).status
+
+
+def test_every_request_failing_takes_the_server_out_of_rotation_until_a_probe_succeeds(server_factory, text_model,
+                                                                                        stubs):
+    """The readiness rule: after --not-serving-after-errors requests in a row end INTERNAL, health is
+    NOT_SERVING (the binary before stayed SERVING through 30 of 30 failures); a probe generation every
+    --ready-probe-interval, and SERVING again once one produces a token."""
+    directory, _ = text_model
+    # Stage 0 fails its micro-batches 1 to 12: every request fails at its prefill until the 13th call.
+    server = server_factory(["--model", str(directory), *GH.TWO_STAGE_FLAGS, "--micro-batches", "1",
+                             "--inject-fault", "stage=0,call=1,repeat,until=12", "--not-serving-after-errors", "3",
+                             "--ready-probe-interval", "0.2"])
+    serving = stubs.health.HealthCheckResponse.SERVING
+    assert _health(stubs, server) == serving
+    assert GH.metric(server.metrics_url, "strata_requests_failed_in_a_row") == 0
+    for _ in range(3):
+        code, _ = GH.status_of(lambda: GH.generate(stubs, server.channel, prompt_ids=[5, 6], max_new_tokens=2))
+        assert code == grpc.StatusCode.INTERNAL
+    # The sampler applies the rule a few times a second; then probes fail (calls 4..12) until call 13 works.
+    deadline = time.monotonic() + 10
+    seen_not_serving = False
+    while time.monotonic() < deadline and not seen_not_serving:
+        seen_not_serving = _health(stubs, server) == stubs.health.HealthCheckResponse.NOT_SERVING
+        time.sleep(0.02)
+    assert seen_not_serving, server.output()
+    assert "requests in a row ended INTERNAL: NOT_SERVING" in server.output()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _health(stubs, server) != serving:
+        time.sleep(0.05)
+    assert _health(stubs, server) == serving, server.output()
+    assert "a generation succeeded: SERVING again" in server.output()
+    assert GH.wait_metric(server.metrics_url, "strata_serving", lambda v: v == 1) == 1
+    assert GH.wait_metric(server.metrics_url, "strata_requests_failed_in_a_row", lambda v: v == 0) == 0
+    out = GH.generate(stubs, server.channel, prompt_ids=[9, 10], max_new_tokens=3)
+    assert out["finish"] == "LENGTH"
+    assert server.stop() == 0
+
+
+def test_a_request_id_cannot_forge_log_lines(server_factory, text_model, stubs, tmp_path):
+    """The request id is the client's: a failed row's log line escapes it (the binary before printed it raw,
+    so a client could forge 'strata-server: drained: ...' lines and send terminal control sequences)."""
+    directory, _ = text_model
+    broken = _with_nan_logit_row(directory, tmp_path / "nan_model")
+    server = server_factory(["--model", str(broken), *GH.TWO_STAGE_FLAGS])
+    forged = "x\nstrata-server: drained: 9 of 9 generations finished, 0 cut (UNAVAILABLE); shutting down\x1b[2J\r"
+    code, _ = GH.status_of(lambda: GH.generate(stubs, server.channel, prompt_ids=[5, 6, 9], max_new_tokens=4,
+                                               request_id=forged))
+    assert code == grpc.StatusCode.INTERNAL
+    assert server.stop() == 0
+    output = server.output()
+    assert "\x1b" not in output and "\r" not in output
+    assert not any(line.startswith("strata-server: drained: 9 of 9") for line in output.splitlines()), output
+    assert 'request "x\\nstrata-server: drained: 9 of 9' in output and "\\x1b[2J\\r" in output, output

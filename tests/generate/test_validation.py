@@ -5,6 +5,7 @@ server that only plans (FAILED_PRECONDITION)."""
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import grpc
@@ -142,3 +143,46 @@ def test_plan_only_server_refuses_generate(stubs, server_factory, tmp_path):
     code, details = GH.status_of(lambda: GH.generate(stubs, server.channel, prompt_ids=[1], max_new_tokens=2))
     assert code == grpc.StatusCode.FAILED_PRECONDITION, details
     assert "no safetensors weights" in details
+
+
+def test_start_up_warns_of_a_context_past_training_and_says_how_kv_tokens_were_rounded(server_factory, text_model):
+    """--max-context past config.json's max_position_embeddings (512 here) is a start-up WARNING naming both;
+    --kv-cache-tokens that is not whole blocks is rounded up, and start-up says so (the binary before said
+    neither)."""
+    directory, _ = text_model
+    server = server_factory(["--model", str(directory), *GH.TWO_STAGE_FLAGS, "--max-context", "100000",
+                             "--kv-cache-tokens", "50", "--kv-block-tokens", "16"])
+    output = server.output()
+    assert ("strata-server: WARNING: --max-context 100000 is more than the 512 positions the model was trained for "
+            "(config.json max_position_embeddings)") in output, output
+    assert "strata-server: --kv-cache-tokens 50 rounded up to 64: whole blocks of --kv-block-tokens 16" in output
+    assert server.stop() == 0
+
+
+def test_max_context_counts_the_prompt_and_every_new_token(server_factory, text_model, stubs):
+    """prompt + max_new_tokens must fit --max-context, as the proto and server/README.md say (the binary
+    before let one more through: the last new token is never fed back)."""
+    directory, _ = text_model
+    server = server_factory(["--model", str(directory), *GH.TWO_STAGE_FLAGS, "--max-context", "32"])
+    out = GH.generate(stubs, server.channel, prompt_ids=[5], max_new_tokens=31)
+    assert out["finish"] == "LENGTH" and len(out["ids"]) == 31
+    code, details = GH.status_of(lambda: GH.generate(stubs, server.channel, prompt_ids=[5], max_new_tokens=32))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert details == "prompt_ids: 1 token + max_new_tokens 32 = 33, more than the server's --max-context 32"
+    assert server.stop() == 0
+
+
+def test_tiny_temperatures_and_penalties_never_emit_an_unsupported_token(two_stage_server, stubs):
+    """Temperatures below 1e-5 are greedy; a penalty that overflows the scores takes their argmax. The binary
+    before emitted token 0 six times, log-probability about -12, for temperature 1e-39 whatever the seed."""
+    prompt = dict(prompt="hi", max_new_tokens=6)
+    greedy = GH.generate(stubs, two_stage_server.channel, **prompt)
+    for temperature in (1e-39, 1e-38, 1e-30, 9e-6):
+        for seed in (1, 2):
+            out = GH.generate(stubs, two_stage_server.channel, temperature=temperature, seed=seed, **prompt)
+            assert out["ids"] == greedy["ids"], (temperature, seed, out["ids"], greedy["ids"])
+    for seed in (1, 2, 3):
+        out = GH.generate(stubs, two_stage_server.channel, temperature=1.0, repetition_penalty=1e-40, seed=seed,
+                          **prompt)
+        assert len(out["ids"]) == 6 and all(math.isfinite(lp) for lp in out["logprobs"]), out
+        assert out["ids"] != [0] * 6, out

@@ -129,6 +129,32 @@ def test_reflection_lists_and_describes_the_service(two_gpu_server, stubs):
     assert [m.name for m in service.method] == ["GetDeviceMap", "Generate"]
 
 
+def test_reflection_describes_the_health_service_it_lists(two_gpu_server, stubs):
+    """grpcurl describes and calls grpc.health.v1.Health without a local proto: reflection resolves it (the
+    binary before listed it but answered file_containing_symbol NOT_FOUND)."""
+    from google.protobuf import descriptor_pb2
+
+    reflection = stubs.reflection_grpc.ServerReflectionStub(two_gpu_server.channel)
+    requests = [stubs.reflection.ServerReflectionRequest(list_services=""),
+                stubs.reflection.ServerReflectionRequest(file_containing_symbol="grpc.health.v1.Health"),
+                stubs.reflection.ServerReflectionRequest(file_containing_symbol="grpc.health.v1.HealthCheckResponse")]
+    listed, service, message = list(reflection.ServerReflectionInfo(iter(requests), timeout=10))
+    names = [s.name for s in listed.list_services_response.service]
+    assert "grpc.health.v1.Health" in names
+    for reply in (service, message):
+        assert not reply.HasField("error_response"), reply.error_response
+        files = [descriptor_pb2.FileDescriptorProto.FromString(b)
+                 for b in reply.file_descriptor_response.file_descriptor_proto]
+        health = next(f for f in files if f.package == "grpc.health.v1")
+        assert [m.name for m in health.service[0].method] == ["Check", "Watch"]
+        assert [m.name for m in health.message_type] == ["HealthCheckRequest", "HealthCheckResponse"]
+    # Every service reflection lists resolves.
+    for name in names:
+        (reply,) = list(reflection.ServerReflectionInfo(
+            iter([stubs.reflection.ServerReflectionRequest(file_containing_symbol=name)]), timeout=10))
+        assert not reply.HasField("error_response"), (name, reply.error_response)
+
+
 METRIC_LINE = re.compile(r'^(strata_device_\w+)\{device="([^"]+)"\} (\S+)$')
 
 

@@ -65,6 +65,8 @@ TEST(FaultInjection, FailedForwardEndsItsRequestsWithErrorAndTheEngineServesOn) 
   EXPECT_NE(last.error.message().find("stage 1 (plan device 1 on cpu)"), std::string::npos) << last.error;
   EXPECT_NE(last.error.message().find("injected fault"), std::string::npos) << last.error;
   EXPECT_EQ(c.Ids(0).size(), 2u);  // the tokens before the failure were streamed
+  // The readiness rule's count: one request ended kError since the last micro-batch that made a token.
+  EXPECT_EQ((*engine)->Stats().failed_in_a_row, 1);
 
   // Not sticky: the next request is served in full.
   Collector after;
@@ -78,7 +80,36 @@ TEST(FaultInjection, FailedForwardEndsItsRequestsWithErrorAndTheEngineServesOn) 
   EXPECT_EQ(stats.errors[0].device, "1");
   EXPECT_EQ(stats.errors[0].count, 1u);
   EXPECT_FALSE(stats.device_lost);
+  EXPECT_EQ(stats.failed_in_a_row, 0);  // a token since
   EXPECT_EQ(lost.load(), 0);
+}
+
+// until=N: micro-batches call..until fail, the later ones run (what the server's readiness test uses).
+TEST(FaultInjection, RepeatUntilStopsFailing) {
+  absl::StatusOr<FaultInjection> fault = ParseFaultInjection("stage=0,call=1,repeat,until=3");
+  ASSERT_TRUE(fault.ok()) << fault.status();
+  EXPECT_EQ(fault->until, 3);
+  EXPECT_FALSE(ParseFaultInjection("stage=0,call=1,until=3").ok());  // needs repeat
+  EXPECT_FALSE(ParseFaultInjection("stage=0,call=4,repeat,until=3").ok());
+  auto model = Load(4);
+  ASSERT_TRUE(model);
+  EngineOptions options;
+  options.micro_batches = 1;
+  options.fault = *fault;
+  auto engine = Engine::Start(*model, nullptr, {}, options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  for (int i = 0; i < 3; ++i) {
+    Collector c;
+    ASSERT_TRUE((*engine)->Submit(Request(i + 1, 2), c.For(0)).ok());
+    c.Wait(1);
+    EXPECT_EQ(c.Reason(0), FinishReason::kError) << "request " << i;
+  }
+  EXPECT_EQ((*engine)->Stats().failed_in_a_row, 3);
+  Collector c;
+  ASSERT_TRUE((*engine)->Submit(Request(4, 2), c.For(0)).ok());
+  c.Wait(1);
+  EXPECT_EQ(c.Reason(0), FinishReason::kLength);
+  EXPECT_EQ((*engine)->Stats().failed_in_a_row, 0);
 }
 
 TEST(FaultInjection, StickyDeviceErrorEndsEveryRequestAndRefusesNewOnes) {

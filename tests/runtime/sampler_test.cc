@@ -9,6 +9,7 @@
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/log_softmax.h>
 #include <ATen/ops/randn.h>
+#include <ATen/ops/softmax.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -172,6 +173,59 @@ TEST(Sampler, UniformNearOneNeverPicksAZeroProbabilityToken) {
   EXPECT_TRUE(std::isfinite(scores[0][id].item<float>()));
   EXPECT_FALSE(at::isfinite(scores[0].narrow(0, id + 1, 300 - id - 1)).any().item<bool>())
       << "a kept token lies after the chosen one";
+}
+
+// No sampling parameter makes the sampler emit a token its distribution does not support. Over extreme
+// temperatures (float32's smallest denormal to its largest), penalties and logit scales, every sampled id
+// has a finite log-probability, and is either a token of positive probability under the processed scores
+// or, where those overflowed to +inf, their argmax. Rows below kMinSamplingTemperature are exactly greedy.
+// (The binary before this test emitted id 0 with a log-probability near -12 for temperature 1e-39.)
+TEST(Sampler, ExtremeParametersNeverEmitAnUnsupportedToken) {
+  const float denorm = std::numeric_limits<float>::denorm_min();
+  const float big = std::numeric_limits<float>::max();
+  const std::vector<float> temperatures{denorm, 1e-39f, 1e-38f, 1e-30f, 1e-6f, 9.9e-6f, 1e-5f, 1e-3f, 1.f, 1e30f, big};
+  const std::vector<float> penalties{1e-40f, 1e-30f, 1e-6f, 1.f, 1.3f, 1e6f, 1e30f, big};
+  const std::vector<float> scales{1e-3f, 1.f, 30.f, 1e4f};
+  std::mt19937 gen(29);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  int rows_checked = 0, overflowed = 0;
+  for (float scale : scales) {
+    at::Tensor logits = RandomLogits(1, 64, static_cast<uint32_t>(scale * 7 + 1)).mul(scale);
+    const at::Tensor raw_logprobs = at::log_softmax(logits, 1);
+    const float best_logprob = raw_logprobs.max().item<float>();
+    for (float t : temperatures) {
+      for (float p : penalties) {
+        for (auto [top_k, top_p] : {std::pair{0, 1.f}, std::pair{5, 1.f}, std::pair{0, 0.5f}}) {
+          const std::vector<BatchRow> rows{Row(t, top_k, top_p, p, uniform(gen), 0, {3, 5, 17, 40, 63})};
+          const SampledToken token = Sample(logits, rows)[0];
+          const std::string where = "scale " + std::to_string(scale) + " temperature " + std::to_string(t) +
+                                    " penalty " + std::to_string(p) + " top_k " + std::to_string(top_k) + " top_p " +
+                                    std::to_string(top_p);
+          ASSERT_GE(token.id, 0) << where;
+          ASSERT_LT(token.id, 64) << where;
+          ASSERT_TRUE(std::isfinite(token.logprob)) << where;
+          const at::Tensor scores = ProcessedScores(logits, Stage(rows))[0];
+          const float max_score = scores.max().item<float>();
+          if (t < kMinSamplingTemperature) {
+            // Greedy: the argmax of the penalised logits.
+            EXPECT_EQ(token.id, scores.argmax().item<int64_t>()) << where;
+            if (p == 1.f) {
+              EXPECT_EQ(token.logprob, best_logprob) << where;
+            }
+          } else if (!std::isfinite(max_score)) {
+            ++overflowed;
+            EXPECT_EQ(scores[token.id].item<float>(), max_score) << where;
+          } else {
+            const double probability = at::softmax(scores.to(at::kDouble), 0)[token.id].item<double>();
+            EXPECT_GT(probability, 0.0) << where;
+          }
+          ++rows_checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(rows_checked, 4 * 11 * 8 * 3);
+  EXPECT_GT(overflowed, 0) << "no case reached the overflow guard";
 }
 
 TEST(Sampler, TopLogprobsPerRowOfTheRawLogits) {

@@ -119,7 +119,7 @@ def test_unsupported_rope_type(strata_generate, broken):
 
 
 def test_prompt_longer_than_max_context(strata_generate, checkpoint):
-    expect_bad_input(checkpoint(NAME), "prompt 1: 6 tokens and 2 new tokens need 7 positions, more than --max-context 5",
+    expect_bad_input(checkpoint(NAME), "prompt 1: 6 tokens + 2 new tokens = 8, more than --max-context 5",
                      prompts=([1, 2], [1, 2, 3, 4, 5, 6]), extra=("--max-context", "5"))
 
 

@@ -89,7 +89,8 @@ TEST(ServerFlags, UsageListsEveryFlagWithItsDefault) {
         "--physical-devices MAP", "--max-batch N", "--max-context N", "--max-queue N", "--max-new-tokens N",
         "--micro-batches N", "--prefill-chunk N", "--max-batch-tokens N", "--kv-block-tokens N", "--prefix-cache",
         "--intra-op-threads N", "--inject-fault SPEC", "--listen HOST:PORT",
-        "--drain-timeout SECONDS", "--metrics-listen HOST:PORT", "--help"}) {
+        "--drain-timeout SECONDS", "--metrics-listen HOST:PORT", "--not-serving-after-errors N",
+        "--ready-probe-interval SECONDS", "--help"}) {
     EXPECT_NE(usage.find(flag), std::string::npos) << flag;
   }
   EXPECT_NE(usage.find("(default: 127.0.0.1:50051)"), std::string::npos) << usage;
@@ -117,6 +118,35 @@ TEST(ServerFlags, PagedKvCacheFlags) {
            {{"--kv-cache-tokens", "-1"}, "--kv-cache-tokens"},
            {{"--max-batch-tokens", "0"}, "--max-batch-tokens"},
            {{"--prefix-cache=maybe"}, "prefix"}}) {
+    std::vector<std::string> argv{"--model", "m"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    command = Parse(argv);
+    ASSERT_FALSE(command.ok()) << args.front();
+    EXPECT_NE(command.status().message().find(error), std::string::npos) << command.status();
+  }
+}
+
+// --max-queue 0 refused every Generate while health said SERVING (the binary before accepted it).
+TEST(ServerFlags, MaxQueueZeroIsRefused) {
+  absl::StatusOr<ServerCommand> command = Parse({"--model", "m", "--max-queue", "0"});
+  ASSERT_FALSE(command.ok());
+  EXPECT_EQ(command.status().message(), "--max-queue: \"0\" is not an integer >= 1");
+  EXPECT_TRUE(Parse({"--model", "m", "--max-queue", "1"}).ok());
+}
+
+TEST(ServerFlags, ReadinessRuleFlags) {
+  absl::StatusOr<ServerCommand> command = Parse({"--model", "m"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->options.not_serving_after_errors, 5);
+  EXPECT_EQ(command->options.ready_probe_interval, std::chrono::seconds(5));
+  command = Parse({"--model", "m", "--not-serving-after-errors", "0", "--ready-probe-interval", "0.5"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->options.not_serving_after_errors, 0);
+  EXPECT_EQ(command->options.ready_probe_interval, std::chrono::milliseconds(500));
+  for (const auto& [args, error] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--not-serving-after-errors", "-1"}, "--not-serving-after-errors"},
+           {{"--ready-probe-interval", "0"}, "--ready-probe-interval: \"0\" is not a number of seconds"},
+           {{"--ready-probe-interval", "nan"}, "--ready-probe-interval"}}) {
     std::vector<std::string> argv{"--model", "m"};
     argv.insert(argv.end(), args.begin(), args.end());
     command = Parse(argv);

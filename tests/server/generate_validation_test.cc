@@ -79,10 +79,13 @@ TEST(GenerateValidation, TokenIdOutsideVocabularyNamesItsIndex) {
 
 TEST(GenerateValidation, PromptAndNewTokensMustFitTheContext) {
   v1::GenerateRequest request = Valid();
-  for (int i = 0; i < 27; ++i) request.add_prompt_ids(3);  // 29 + 4 - 1 = 32 positions: fits
+  for (int i = 0; i < 26; ++i) request.add_prompt_ids(3);  // 28 + max_new_tokens 4 = 32: fits
   EXPECT_TRUE(ValidateGenerateRequest(request, Limits(), nullptr).ok());
-  request.add_prompt_ids(3);  // 33
-  ExpectInvalid(request, "prompt_ids");
+  request.add_prompt_ids(3);  // 29 + 4 = 33, though the KV cache would hold its 32 positions
+  absl::StatusOr<runtime::GenerationRequest> result = ValidateGenerateRequest(request, Limits(), nullptr);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().message(),
+            "prompt_ids: 29 tokens + max_new_tokens 4 = 33, more than the server's --max-context 32");
 }
 
 TEST(GenerateValidation, PromptTokensAreBounded) {
@@ -96,6 +99,30 @@ TEST(GenerateValidation, PromptTokensAreBounded) {
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(result.status().message(), "prompt_ids: 4 tokens, more than the server's limit of 3 prompt tokens");
+}
+
+// Messages print what the client sent (the shortest form that reads back as the same float) and count
+// right: the binary before them said "top_p: 1 is outside (0, 1]" and "1 tokens".
+TEST(GenerateValidation, MessagesPrintValuesExactlyAndCountRight) {
+  v1::GenerateRequest top_p = Valid();
+  top_p.set_top_p(1.0000001f);
+  absl::StatusOr<runtime::GenerationRequest> result = ValidateGenerateRequest(top_p, Limits(), nullptr);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().message(), "top_p: 1.0000001 is outside (0, 1]");
+  v1::GenerateRequest temperature = Valid();
+  temperature.set_temperature(-1e-39f);
+  result = ValidateGenerateRequest(temperature, Limits(), nullptr);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().message(), "temperature: -1e-39 is not a finite number >= 0");
+  GenerateLimits limits = Limits();
+  limits.max_context = 4;
+  v1::GenerateRequest one;
+  one.add_prompt_ids(3);
+  one.set_max_new_tokens(4);
+  result = ValidateGenerateRequest(one, limits, nullptr);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().message(),
+            "prompt_ids: 1 token + max_new_tokens 4 = 5, more than the server's --max-context 4");
 }
 
 TEST(GenerateValidation, SamplingParametersOutOfRange) {
