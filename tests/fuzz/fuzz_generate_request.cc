@@ -121,7 +121,8 @@ void CheckAccepted(const strata::runtime::GenerationRequest& request, const Gene
     if (id < 0 || id >= limits.vocab_size) std::abort();
   }
   if (s.max_new_tokens < 1 || s.max_new_tokens > limits.max_new_tokens) std::abort();
-  if (static_cast<int64_t>(request.prompt.size()) + s.max_new_tokens - 1 > limits.max_context) std::abort();
+  // What counts against --max-context: every prompt token and every token that may be generated.
+  if (static_cast<int64_t>(request.prompt.size()) + s.max_new_tokens > limits.max_context) std::abort();
   if (!std::isfinite(s.temperature) || s.temperature < 0) std::abort();
   if (!(s.top_p > 0 && s.top_p <= 1)) std::abort();
   if (!std::isfinite(s.repetition_penalty) || s.repetition_penalty <= 0) std::abort();
