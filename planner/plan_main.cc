@@ -12,25 +12,15 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "cli/flags.h"
+#include "cli/placement_flags.h"
 #include "nlohmann/json.hpp"
 #include "planner/experts_on.h"
 #include "planner/model_spec.h"
 #include "planner/plan.h"
 
-ABSL_FLAG(std::string, model, "",
-          "checkpoint directory: config.json (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral), and *.safetensors "
-          "headers checked against it "
-          "when present");
-ABSL_FLAG(std::string, module_tree, "", "any architecture: a module tree JSON (tools/export_module_tree.py)");
-ABSL_FLAG(std::string, device_map, "balanced_low_0",
-          "auto | balanced | balanced_low_0 | sequential | a JSON map ('{\"\": 0}', '{\"model\": 0, \"lm_head\": "
-          "\"cpu\"}') | @FILE");
-ABSL_FLAG(std::string, max_memory, "", "0=20GiB,1=20GiB,cpu=64GiB,disk=1TB (accelerate's sizes)");
 ABSL_FLAG(std::string, inventory, "",
           "plan for this machine instead of the one found here: each GPU's free memory and the host's available "
           "memory, 0=79GiB,1=79GiB,cpu=200GiB (GPUs 0..n-1, cpu required); ignored with --max-memory");
-ABSL_FLAG(std::string, dtype, "", "float32 | float16 | bfloat16");
-ABSL_FLAG(int64_t, kv_cache_tokens, 0, "reserve on each GPU the KV cache of its decoder layers for N tokens");
 ABSL_FLAG(bool, json, false, "machine-readable plan (device_map in hf_device_map form)");
 ABSL_FLAG(bool, explain, false, "say why each module went where it went");
 ABSL_FLAG(bool, print_module_tree, false, "print the model's module tree JSON instead of a plan");
@@ -43,6 +33,8 @@ namespace {
 
 using strata::cli::Flag;
 
+constexpr strata::cli::PlacementFlagSet kPlacementFlags{.module_tree = true, .kv_cache_tokens = true};
+
 const strata::cli::CommandLine& Command() {
   static const strata::cli::CommandLine command = [] {
     strata::cli::CommandLine command;
@@ -51,21 +43,14 @@ const strata::cli::CommandLine& Command() {
 Plans where each module of a model lives (GPUs, cpu, disk) exactly as transformers'
 from_pretrained(device_map=..., max_memory=...) would, and beyond it.
 )";
-    command.flags = {Flag(FLAGS_model, "DIR"),
-                     Flag(FLAGS_module_tree, "FILE"),
-                     Flag(FLAGS_device_map, "S"),
-                     Flag(FLAGS_max_memory, "SPEC")
-                         .ShowDefault("what transformers takes from the machine (each GPU's free memory, 90% of the "
-                                      "available host memory; 90% of the GPU when one GPU has memory, unless "
-                                      "sequential)"),
+    command.flags = strata::cli::PlacementFlagSpecs(kPlacementFlags);
+    command.flags.insert(command.flags.end(), {
                      Flag(FLAGS_inventory, "SPEC"),
-                     Flag(FLAGS_dtype, "D").ShowDefault("the checkpoint's dtype"),
-                     Flag(FLAGS_kv_cache_tokens, "N"),
                      Flag(FLAGS_experts_on, "DEVICE").ShowDefault("none"),
                      Flag(FLAGS_json),
                      Flag(FLAGS_explain),
                      Flag(FLAGS_print_module_tree),
-                     Flag(FLAGS_bench, "N").ShowDefault("none")};
+                     Flag(FLAGS_bench, "N").ShowDefault("none")});
     return command;
   }();
   return command;
@@ -92,18 +77,11 @@ int main(int argc, char** argv) {
     std::cout << strata::cli::Help(Command());
     return 0;
   }
-  const std::string model = absl::GetFlag(FLAGS_model);
-  const std::string module_tree = absl::GetFlag(FLAGS_module_tree);
-  if (model.empty() == module_tree.empty()) return BadInput("give exactly one of --model DIR or --module-tree FILE");
+  absl::StatusOr<strata::cli::Placement> placement = strata::cli::ParsePlacement(*parsed, kPlacementFlags);
+  if (!placement.ok()) return BadInput(placement.status().message());
   const bool explain = absl::GetFlag(FLAGS_explain);
-
-  std::optional<DType> dtype;
-  if (const std::string text = absl::GetFlag(FLAGS_dtype); !text.empty()) {
-    absl::StatusOr<DType> parsed_dtype = ParseDType(text);
-    if (!parsed_dtype.ok()) return BadFlag(FLAGS_dtype, parsed_dtype.status());
-    dtype = *parsed_dtype;
-  }
-  absl::StatusOr<ModelSpec> spec = model.empty() ? LoadModuleTree(module_tree, dtype) : LoadModelSpec(model, dtype);
+  absl::StatusOr<ModelSpec> spec = placement->model_dir ? LoadModelSpec(*placement->model_dir, placement->dtype)
+                                                        : LoadModuleTree(*placement->module_tree, placement->dtype);
   if (!spec.ok()) return BadInput(spec.status().message());
   if (absl::GetFlag(FLAGS_print_module_tree)) {
     std::cout << ModuleTreeToJson(*spec).dump(1) << "\n";
@@ -111,15 +89,9 @@ int main(int argc, char** argv) {
   }
 
   PlanRequest request;
-  absl::StatusOr<DeviceMapChoice> choice = ParseDeviceMapChoice(absl::GetFlag(FLAGS_device_map));
-  if (!choice.ok()) return BadFlag(FLAGS_device_map, choice.status());
-  request.device_map = *std::move(choice);
+  request.device_map = placement->device_map;
   request.explain = explain;
-  if (const std::string text = absl::GetFlag(FLAGS_max_memory); !text.empty()) {
-    absl::StatusOr<MaxMemory> max_memory = ParseMaxMemory(text);
-    if (!max_memory.ok()) return BadFlag(FLAGS_max_memory, max_memory.status());
-    request.max_memory = *std::move(max_memory);
-  }
+  request.max_memory = placement->max_memory;
   if (const std::string text = absl::GetFlag(FLAGS_inventory); !text.empty()) {
     absl::StatusOr<MachineInventory> inventory = ParseInventory(text);
     if (!inventory.ok()) return BadFlag(FLAGS_inventory, inventory.status());
@@ -133,7 +105,7 @@ int main(int argc, char** argv) {
     }
     request.inventory = *std::move(inventory);
   }
-  request.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
+  request.kv_cache_tokens = placement->kv_cache_tokens;
 
   if (parsed->Given(FLAGS_bench)) {
     const int runs = absl::GetFlag(FLAGS_bench);

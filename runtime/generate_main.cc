@@ -16,11 +16,11 @@
 #include "absl/strings/str_split.h"
 #include "checkpoint/file_reader.h"
 #include "cli/flags.h"
+#include "cli/placement_flags.h"
 #include "nlohmann/json.hpp"
 #include "runtime/executor/loaded_model.h"
 #include "tokenizer/tokenizer.h"
 
-ABSL_FLAG(std::string, model, "", "checkpoint directory (config.json + safetensors [+ tokenizer.json])");
 ABSL_FLAG(std::string, prompt, "",
           "a text prompt, encoded with the checkpoint's tokenizer.json; repeat for more prompts (may be mixed with "
           "--prompt-ids, order is kept)");
@@ -29,12 +29,6 @@ ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json or a directory holding one
 ABSL_FLAG(bool, no_special_tokens, false, "encode --prompt text without the tokenizer's special tokens (BOS...)");
 ABSL_FLAG(int64_t, max_new_tokens, 16, "tokens to generate per prompt");
 ABSL_FLAG(int64_t, top_logprobs, 0, "also report the K most likely tokens at each step");
-ABSL_FLAG(std::string, device_map, "", "auto | balanced | balanced_low_0 (default) | sequential | JSON map | @FILE");
-ABSL_FLAG(std::string, max_memory, "", "0=20GiB,1=20GiB,cpu=64GiB,disk=1TB");
-ABSL_FLAG(std::string, physical_devices, "",
-          "run plan GPUs on these devices: 0=cpu,1=cpu or 0=cuda:0,1=cuda:0 (default: GPU i is cuda:i)");
-ABSL_FLAG(std::string, dtype, "",
-          "float32 | float16 | bfloat16 (default: the checkpoint's on GPUs, float32 on the CPU)");
 ABSL_FLAG(int64_t, max_batch, 0, "KV-cache sequence slots");
 ABSL_FLAG(int64_t, max_context, 0, "KV-cache positions per slot");
 ABSL_FLAG(int64_t, warmup, 0,
@@ -48,6 +42,8 @@ namespace {
 
 using strata::cli::Flag;
 
+constexpr strata::cli::PlacementFlagSet kPlacementFlags{.physical_devices = true};
+
 const strata::cli::CommandLine& Command() {
   static const strata::cli::CommandLine command = [] {
     strata::cli::CommandLine command;
@@ -55,21 +51,17 @@ const strata::cli::CommandLine& Command() {
 
 Greedy decoding of prompts (run together as one batch) on the devices a plan gives the model.
 )";
-    command.flags = {Flag(FLAGS_model, "DIR"),
-                     Flag(FLAGS_prompt, "TEXT").Repeatable(),
+    command.flags = strata::cli::PlacementFlagSpecs(kPlacementFlags);
+    command.flags.insert(command.flags.end(), {Flag(FLAGS_prompt, "TEXT").Repeatable(),
                      Flag(FLAGS_prompt_ids, "IDS").Repeatable(),
                      Flag(FLAGS_tokenizer, "PATH"),
                      Flag(FLAGS_no_special_tokens),
                      Flag(FLAGS_max_new_tokens, "N"),
                      Flag(FLAGS_top_logprobs, "K"),
-                     Flag(FLAGS_device_map, "S"),
-                     Flag(FLAGS_max_memory, "SPEC"),
-                     Flag(FLAGS_physical_devices, "MAP"),
-                     Flag(FLAGS_dtype, "D"),
                      Flag(FLAGS_max_batch, "N").ShowDefault("the number of prompts"),
                      Flag(FLAGS_max_context, "N").ShowDefault("longest prompt + new tokens"),
                      Flag(FLAGS_warmup, "N"),
-                     Flag(FLAGS_json)};
+                     Flag(FLAGS_json)});
     return command;
   }();
   return command;
@@ -125,7 +117,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::vector<PromptArg> prompts = Prompts(*parsed);
-  if (!parsed->Given(FLAGS_model)) return Fail(2, "--model DIR is required");
+  absl::StatusOr<strata::cli::Placement> placement = strata::cli::ParsePlacement(*parsed, kPlacementFlags);
+  if (!placement.ok()) return Fail(2, placement.status().message());
   if (prompts.empty()) return Fail(2, "give at least one --prompt TEXT or --prompt-ids IDS");
 
   // The tokenizer: required for text prompts, used for "text" in the output whenever one is found.
@@ -133,7 +126,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<strata::tokenizer::Tokenizer> tokenizer;
   {
     const bool explicit_path = parsed->Given(FLAGS_tokenizer);
-    const std::string path = absl::GetFlag(explicit_path ? FLAGS_tokenizer : FLAGS_model);
+    const std::string path = explicit_path ? absl::GetFlag(FLAGS_tokenizer) : placement->model_dir->string();
     const bool present =
         explicit_path || strata::checkpoint::PathMayExist(std::filesystem::path(path) / "tokenizer.json");
     if (present) {
@@ -181,28 +174,11 @@ int main(int argc, char** argv) {
   request.top_logprobs = top->value_or(0);
 
   ServingRequest serving;
-  serving.model_dir = absl::GetFlag(FLAGS_model);
-  if (parsed->Given(FLAGS_device_map)) {
-    absl::StatusOr<strata::planner::DeviceMapChoice> choice =
-        strata::planner::ParseDeviceMapChoice(absl::GetFlag(FLAGS_device_map));
-    if (!choice.ok()) return Fail(2, absl::StrCat("--device-map: ", choice.status().message()));
-    serving.device_map = *std::move(choice);
-  }
-  if (const std::string text = absl::GetFlag(FLAGS_max_memory); !text.empty()) {
-    absl::StatusOr<strata::planner::MaxMemory> max_memory = strata::planner::ParseMaxMemory(text);
-    if (!max_memory.ok()) return Fail(2, absl::StrCat("--max-memory: ", max_memory.status().message()));
-    serving.max_memory = *std::move(max_memory);
-  }
-  if (const std::string text = absl::GetFlag(FLAGS_physical_devices); !text.empty()) {
-    absl::StatusOr<PhysicalDeviceMap> physical = ParsePhysicalDevices(text);
-    if (!physical.ok()) return Fail(2, absl::StrCat("--physical-devices: ", physical.status().message()));
-    serving.physical = *std::move(physical);
-  }
-  if (const std::string text = absl::GetFlag(FLAGS_dtype); !text.empty()) {
-    absl::StatusOr<strata::planner::DType> dtype = strata::planner::ParseDType(text);
-    if (!dtype.ok()) return Fail(2, absl::StrCat("--dtype: ", dtype.status().message()));
-    serving.dtype = *dtype;
-  }
+  serving.model_dir = *placement->model_dir;
+  serving.device_map = placement->device_map;
+  serving.max_memory = placement->max_memory;
+  serving.physical = placement->physical_devices;
+  serving.dtype = placement->dtype;
   size_t longest = 0;
   for (const auto& prompt : request.prompts) longest = std::max(longest, prompt.size());
   serving.max_batch = max_batch->value_or(static_cast<int64_t>(request.prompts.size()));

@@ -13,24 +13,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cli/flags.h"
+#include "cli/placement_flags.h"
 #include "server/pem_files.h"
 
 // Declared at global scope, as ABSL_FLAG asks; only ParseServerFlags reads them.
-ABSL_FLAG(std::string, model, "",
-          "checkpoint directory: config.json, optionally *.safetensors (headers are checked against the config)");
-ABSL_FLAG(std::string, module_tree, "", "a module tree JSON (tools/export_module_tree.py) instead of --model");
-ABSL_FLAG(std::string, device_map, "balanced_low_0",
-          "balanced_low_0, balanced, auto, sequential; or a manual map as JSON ({\"model.embed_tokens\": 0, "
-          "\"lm_head\": \"cpu\", ...}) or @FILE holding it");
-ABSL_FLAG(std::string, max_memory, "", "per-device budgets as accelerate reads them: 0=20GiB,1=20GiB,cpu=64GiB");
-ABSL_FLAG(std::string, dtype, "", "size the weights in D (float16, bfloat16, float32, ...)");
-ABSL_FLAG(int64_t, kv_cache_tokens, 0,
-          "reserve KV cache for N tokens on every GPU that holds decoder layers; when serving, the paged KV cache "
-          "of each stage holds N tokens (0: --max-batch x --max-context)");
 ABSL_FLAG(int64_t, kv_block_tokens, 16, "positions per block of the paged KV cache");
 ABSL_FLAG(bool, prefix_cache, true,
           "reuse the KV blocks of prompt prefixes seen before (--prefix-cache=false: off; always off for longrope)");
-ABSL_FLAG(std::string, physical_devices, "", "run plan GPUs on these devices: 0=cpu,1=cpu or 0=cuda:0,1=cuda:0");
 ABSL_FLAG(int64_t, max_batch, 16, "sequences running at once");
 ABSL_FLAG(int64_t, max_context, 2048,
           "context of one request: its prompt tokens + max_new_tokens, at most (a warning at start-up when it is "
@@ -90,6 +79,8 @@ namespace {
 using cli::Flag;
 using cli::FlagError;
 
+constexpr cli::PlacementFlagSet kPlacementFlags{.module_tree = true, .kv_cache_tokens = true, .physical_devices = true};
+
 const cli::CommandLine& Command() {
   static const cli::CommandLine command = [] {
     cli::CommandLine command;
@@ -100,17 +91,10 @@ over gRPC (strata.v1.InferenceService/GetDeviceMap, health checking, reflection)
 When --model DIR holds safetensors weights, the server also loads them onto the planned devices and
 serves Generate (health is NOT_SERVING until the weights are loaded); otherwise it only plans.
 )";
-    command.flags = {
-        Flag(FLAGS_model, "DIR"),
-        Flag(FLAGS_module_tree, "FILE"),
-        Flag(FLAGS_device_map, "S"),
-        Flag(FLAGS_max_memory, "SPEC")
-            .ShowDefault("what transformers computes from this machine: each visible GPU's free memory, 90% of "
-                         "the available host memory"),
-        Flag(FLAGS_dtype, "D").ShowDefault("the checkpoint's torch_dtype"),
-        Flag(FLAGS_kv_cache_tokens, "N"),
-        Flag(FLAGS_physical_devices, "MAP").ShowDefault("GPU i is cuda:i").Section("Serving (weights present):"),
-        Flag(FLAGS_max_batch, "N"),
+    // The shared placement flags (cli/placement_flags.h), then the serving ones.
+    command.flags = cli::PlacementFlagSpecs(kPlacementFlags);
+    command.flags.insert(command.flags.end(), {
+        Flag(FLAGS_max_batch, "N").Section("Serving (weights present):"),
         Flag(FLAGS_max_context, "N"),
         Flag(FLAGS_kv_block_tokens, "N"),
         Flag(FLAGS_prefix_cache),
@@ -141,7 +125,7 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
         Flag(FLAGS_health_listen, "HOST:PORT").ShowDefault("none"),
         Flag(FLAGS_api_key_file, "FILE").ShowDefault("none, no key needed"),
         Flag(FLAGS_auth_open_methods, "M,M")
-            .ShowDefault("none of strata's; gRPC health checking and reflection are always open")};
+            .ShowDefault("none of strata's; gRPC health checking and reflection are always open")});
     command.epilogue = R"(
 Exit status: 0 after SIGINT/SIGTERM (once drained; at once when it comes during the load), 2 on a bad flag or plan (the message names it), 1 otherwise
 (for example a port already in use, or a device that became unusable while serving).
@@ -244,44 +228,11 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
   }
   ServerOptions& options = command.options;
 
-  const bool model = parsed->Given(FLAGS_model);
-  const bool module_tree = parsed->Given(FLAGS_module_tree);
-  if (model && module_tree) {
-    return absl::InvalidArgumentError("--model and --module-tree are exclusive: give one");
-  }
-  if (!model && !module_tree) {
-    return absl::InvalidArgumentError("one of --model DIR or --module-tree FILE is required");
-  }
-  if (model) {
-    if (absl::GetFlag(FLAGS_model).empty()) return absl::InvalidArgumentError("--model: empty path");
-    options.model_dir = absl::GetFlag(FLAGS_model);
-  } else {
-    if (absl::GetFlag(FLAGS_module_tree).empty()) return absl::InvalidArgumentError("--module-tree: empty path");
-    options.module_tree = absl::GetFlag(FLAGS_module_tree);
-  }
-
-  absl::StatusOr<planner::DeviceMapChoice> choice = planner::ParseDeviceMapChoice(absl::GetFlag(FLAGS_device_map));
-  if (!choice.ok()) return FlagError(FLAGS_device_map, choice.status());
-  options.device_map = *std::move(choice);
-  if (parsed->Given(FLAGS_max_memory)) {
-    absl::StatusOr<planner::MaxMemory> max_memory = planner::ParseMaxMemory(absl::GetFlag(FLAGS_max_memory));
-    if (!max_memory.ok()) return FlagError(FLAGS_max_memory, max_memory.status());
-    options.max_memory = *std::move(max_memory);
-  }
-  if (parsed->Given(FLAGS_dtype)) {
-    absl::StatusOr<planner::DType> dtype = planner::ParseDType(absl::GetFlag(FLAGS_dtype));
-    if (!dtype.ok()) return FlagError(FLAGS_dtype, dtype.status());
-    options.dtype = *dtype;
-  }
-  if (parsed->Given(FLAGS_physical_devices)) {
-    absl::StatusOr<runtime::PhysicalDeviceMap> physical =
-        runtime::ParsePhysicalDevices(absl::GetFlag(FLAGS_physical_devices));
-    if (!physical.ok()) return FlagError(FLAGS_physical_devices, physical.status());
-    options.physical_devices = *std::move(physical);
-  }
+  absl::StatusOr<cli::Placement> placement = cli::ParsePlacement(*parsed, kPlacementFlags);
+  if (!placement.ok()) return placement.status();
+  options.placement = *std::move(placement);
   // Integer flags: destination, flag, smallest allowed value.
-  for (auto [value, flag, least] : {std::tuple{&options.kv_cache_tokens, &FLAGS_kv_cache_tokens, int64_t{0}},
-                                    std::tuple{&options.max_batch, &FLAGS_max_batch, int64_t{1}},
+  for (auto [value, flag, least] : {std::tuple{&options.max_batch, &FLAGS_max_batch, int64_t{1}},
                                     std::tuple{&options.max_context, &FLAGS_max_context, int64_t{1}},
                                     std::tuple{&options.kv_block_tokens, &FLAGS_kv_block_tokens, int64_t{1}},
                                     // 0 would refuse every request while health says SERVING.

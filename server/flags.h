@@ -17,7 +17,7 @@
 #include "planner/model_spec.h"
 #include "planner/plan.h"
 #include "runtime/executor/executor.h"
-#include "runtime/executor/physical_devices.h"
+#include "cli/placement_flags.h"
 #include "server/api_keys.h"
 
 namespace strata::server {
@@ -47,16 +47,11 @@ inline constexpr char kGetDeviceMapMethod[] = "/strata.v1.InferenceService/GetDe
 
 // What strata-server runs with.
 struct ServerOptions {
-  // Exactly one of the two: a checkpoint directory (config.json, optional *.safetensors) or a module
-  // tree JSON file.
-  std::optional<std::filesystem::path> model_dir;
-  std::optional<std::filesystem::path> module_tree;
-  planner::DeviceMapChoice device_map;  // default: balanced_low_0, as transformers' examples use
-  std::optional<planner::MaxMemory> max_memory;  // absent: the planner's default (host memory)
-  std::optional<planner::DType> dtype;           // absent: what the checkpoint declares
-  int64_t kv_cache_tokens = 0;
-  ListenAddress listen{"0.0.0.0", 50051};
-  ListenAddress metrics_listen{"0.0.0.0", 9464};
+  // The model and where it goes: --model | --module-tree, --device-map, --max-memory, --dtype,
+  // --kv-cache-tokens, --physical-devices (the flags strata-plan and strata-generate share).
+  cli::Placement placement;
+  ListenAddress listen{"127.0.0.1", 50051};  // as the flags' defaults: loopback unless told otherwise
+  ListenAddress metrics_listen{"127.0.0.1", 9464};
 
   // Transport security and API keys of the gRPC port. `tls` absent: plaintext.
   std::optional<ServerTls> tls;
@@ -70,10 +65,9 @@ struct ServerOptions {
   std::set<std::string> auth_open_methods;
 
   // Serving (when --model DIR holds safetensors weights; see ServerUsage).
-  runtime::PhysicalDeviceMap physical_devices;  // --physical-devices 0=cpu,1=cpu; empty: GPU i is cuda:i
   int64_t max_batch = 16;        // sequences running at once
   int64_t max_context = 2048;    // prompt tokens + max_new_tokens of one request, at most
-  // The paged KV cache when serving: kv_cache_tokens (above; 0: max_batch x max_context) in blocks of
+  // The paged KV cache when serving: placement.kv_cache_tokens (0: max_batch x max_context) in blocks of
   // kv_block_tokens; prefix_cache reuses the blocks of prompt prefixes seen before.
   int64_t kv_block_tokens = 16;
   bool prefix_cache = true;

@@ -125,11 +125,11 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
   }
 
   const strata::server::ServerOptions& options = command->options;
-  const bool serve_weights = options.model_dir && strata::server::HasWeights(*options.model_dir);
+  const bool serve_weights = options.placement.model_dir && strata::server::HasWeights(*options.placement.model_dir);
   // The machine, discovered once (what transformers reads when it gets no max_memory): every visible
   // GPU's free memory and the host's available memory.
   std::optional<strata::planner::MachineInventory> inventory;
-  if (!options.max_memory) {
+  if (!options.placement.max_memory) {
     absl::StatusOr<strata::planner::MachineInventory> discovered = strata::planner::DiscoverInventory();
     if (!discovered.ok()) {
       std::cerr << "strata-server: " << discovered.status().message() << "\n";
@@ -180,7 +180,7 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
     std::cout << "strata-server: serving GetDeviceMap on " << running.grpc_address().ToString() << ", metrics on "
               << running.metrics_address().ToString() << "/metrics" << std::endl;
   } else {
-    std::cout << "strata-server: loading " << options.model_dir->string() << " (NOT_SERVING on "
+    std::cout << "strata-server: loading " << options.placement.model_dir->string() << " (NOT_SERVING on "
               << running.grpc_address().ToString() << " until loaded)" << std::endl;
     // A sticky device error: report NOT_SERVING at once, then let the main thread shut down (answering
     // what is in flight, every generation having ended INTERNAL) and exit 1.

@@ -23,22 +23,22 @@ bool HasWeights(const std::filesystem::path& dir) {
 
 absl::StatusOr<runtime::LoadOptions> PlanServedModel(const ServerOptions& options,
                                                      const std::optional<planner::MachineInventory>& inventory) {
-  if (!options.model_dir) return absl::InvalidArgumentError("--model: a checkpoint directory is needed to serve");
+  if (!options.placement.model_dir) return absl::InvalidArgumentError("--model: a checkpoint directory is needed to serve");
   runtime::ServingRequest request;
-  request.model_dir = *options.model_dir;
-  request.device_map = options.device_map;
-  request.max_memory = options.max_memory;
+  request.model_dir = *options.placement.model_dir;
+  request.device_map = options.placement.device_map;
+  request.max_memory = options.placement.max_memory;
   request.inventory = inventory;
-  request.physical = options.physical_devices;
-  request.dtype = options.dtype;
+  request.physical = options.placement.physical_devices;
+  request.dtype = options.placement.dtype;
   request.max_batch = options.max_batch;
   request.max_context = options.max_context;
-  request.kv_cache_tokens = options.kv_cache_tokens;
+  request.kv_cache_tokens = options.placement.kv_cache_tokens;
   request.kv_block_tokens = options.kv_block_tokens;
   absl::StatusOr<runtime::LoadOptions> load = runtime::PlanServing(request);
   if (!load.ok()) {
     return absl::Status(load.status().code(),
-                        absl::StrCat("--model ", options.model_dir->string(), ": ", load.status().message()));
+                        absl::StrCat("--model ", options.placement.model_dir->string(), ": ", load.status().message()));
   }
   return load;
 }
@@ -52,8 +52,8 @@ ServingNotes NotesOnServing(const ServerOptions& options, const runtime::LoadOpt
                                         "past them its output is unreliable"));
   }
   const int64_t pool_tokens = load.kv_blocks * load.kv_block_tokens;
-  if (options.kv_cache_tokens > 0 && pool_tokens != options.kv_cache_tokens) {
-    out.notes.push_back(absl::StrCat("--kv-cache-tokens ", options.kv_cache_tokens, " rounded up to ", pool_tokens,
+  if (options.placement.kv_cache_tokens > 0 && pool_tokens != options.placement.kv_cache_tokens) {
+    out.notes.push_back(absl::StrCat("--kv-cache-tokens ", options.placement.kv_cache_tokens, " rounded up to ", pool_tokens,
                                      ": whole blocks of --kv-block-tokens ", load.kv_block_tokens));
   }
   return out;
@@ -70,13 +70,13 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(
   }
   served->model_ = *std::move(model);
 
-  if (checkpoint::PathMayExist(*options.model_dir / "tokenizer.json")) {
+  if (checkpoint::PathMayExist(*options.placement.model_dir / "tokenizer.json")) {
     absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tok =
-        tokenizer::Tokenizer::FromPath(options.model_dir->string());
+        tokenizer::Tokenizer::FromPath(options.placement.model_dir->string());
     if (!tok.ok()) return tok.status();
     served->tokenizer_ = *std::move(tok);
   }
-  absl::StatusOr<std::vector<int32_t>> eos = runtime::ReadEosTokenIds(*options.model_dir);
+  absl::StatusOr<std::vector<int32_t>> eos = runtime::ReadEosTokenIds(*options.placement.model_dir);
   if (!eos.ok()) return eos.status();
 
   runtime::EngineOptions engine_options;

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/safetensors.h"
 #include "nlohmann/json.hpp"
-#include "runtime/executor/physical_devices.h"
+#include "planner/physical_devices.h"
 #include "runtime/executor/pipeline.h"
 #include "runtime/executor/sampler.h"
 #include "runtime/executor/torch_info.h"

@@ -91,7 +91,7 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
   // Physical devices: plan GPU i runs on --physical-devices' choice, else cuda:i, which must exist.
   const TorchInfo torch_info = QueryTorch();
   auto physical = [&](int gpu) -> absl::StatusOr<at::Device> {
-    PhysicalDevice p{true, gpu};
+    planner::PhysicalDevice p{true, gpu};
     if (auto it = options.physical.find(gpu); it != options.physical.end()) p = it->second;
     if (!p.cuda) return at::Device(at::kCPU);
     if (!torch_info.cuda_available || p.index >= torch_info.cuda_device_count) {

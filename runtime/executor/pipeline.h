@@ -24,7 +24,7 @@
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/llama_model.h"
 #include "runtime/model/model_config.h"
-#include "runtime/executor/physical_devices.h"
+#include "planner/physical_devices.h"
 #include "checkpoint/safetensors.h"
 #include "runtime/model/weights.h"
 
@@ -48,7 +48,7 @@ struct PipelineOptions {
   at::ScalarType dtype = at::kFloat;
   int64_t kv_blocks = 1;         // blocks in each stage's KV pool
   int64_t kv_block_tokens = 16;  // positions per block
-  PhysicalDeviceMap physical;  // plan GPU -> device; missing entries default to cuda:i
+  planner::PhysicalDeviceMap physical;  // plan GPU -> device; missing entries default to cuda:i
 };
 
 // One group of a forward pass: `rows` sequences that each feed `count` tokens (right-padded rows, as

@@ -20,7 +20,7 @@
 #include "planner/inventory.h"
 #include "planner/model_spec.h"
 #include "planner/plan.h"
-#include "runtime/executor/physical_devices.h"
+#include "planner/physical_devices.h"
 
 namespace {
 
@@ -65,7 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)ParseMemorySize(line);
     (void)ParseDevice(line);
   }
-  (void)strata::runtime::ParsePhysicalDevices(physical_text);
+  (void)strata::planner::ParsePhysicalDevices(physical_text);
 
   PlanRequest request;
   if (absl::StartsWith(absl::StripLeadingAsciiWhitespace(device_map_text), "@")) return 0;

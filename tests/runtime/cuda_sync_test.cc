@@ -81,7 +81,7 @@ TEST(CudaSync, DecodeLoopMakesNoSynchronizingCallAfterWarmUp) {
   if (!QueryTorch().cuda_available) {
     GTEST_SKIP() << "no CUDA device here; this test runs on a GPU machine (scripts/gpu-check.sh)";
   }
-  auto model = Load(8, PhysicalDevice{true, 0});
+  auto model = Load(8, planner::PhysicalDevice{true, 0});
   ASSERT_TRUE(model);
   EngineOptions options;
   options.micro_batches = 2;

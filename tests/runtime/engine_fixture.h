@@ -75,7 +75,7 @@ inline std::filesystem::path WriteTinyLlama() {
 
 // The checkpoint as a two-stage plan on two logical GPUs that both run on `device` (the CPU by default;
 // {true, 0} puts both stages on cuda:0), in float32.
-inline std::unique_ptr<LoadedModel> Load(int64_t max_batch, PhysicalDevice device = {false, 0}) {
+inline std::unique_ptr<LoadedModel> Load(int64_t max_batch, planner::PhysicalDevice device = {false, 0}) {
   ServingRequest r;
   r.model_dir = WriteTinyLlama();
   auto map = planner::ParseDeviceMapChoice(R"({"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 1,

@@ -16,12 +16,12 @@ TEST(ServerFlags, DefaultsAreBalancedLow0OnTheStandardPorts) {
   ASSERT_TRUE(command.ok()) << command.status();
   const ServerOptions& options = command->options;
   EXPECT_FALSE(command->help);
-  EXPECT_EQ(options.model_dir, std::filesystem::path("/models/llama"));
-  EXPECT_FALSE(options.module_tree.has_value());
-  EXPECT_EQ(options.device_map.strategy, planner::Strategy::kBalancedLow0);
-  EXPECT_FALSE(options.max_memory.has_value());
-  EXPECT_FALSE(options.dtype.has_value());
-  EXPECT_EQ(options.kv_cache_tokens, 0);
+  EXPECT_EQ(options.placement.model_dir, std::filesystem::path("/models/llama"));
+  EXPECT_FALSE(options.placement.module_tree.has_value());
+  EXPECT_EQ(options.placement.device_map.strategy, planner::Strategy::kBalancedLow0);
+  EXPECT_FALSE(options.placement.max_memory.has_value());
+  EXPECT_FALSE(options.placement.dtype.has_value());
+  EXPECT_EQ(options.placement.kv_cache_tokens, 0);
   // Loopback unless told otherwise; the image and the manifests pass 0.0.0.0 on purpose.
   EXPECT_EQ(options.listen.ToString(), "127.0.0.1:50051");
   EXPECT_EQ(options.metrics_listen.ToString(), "127.0.0.1:9464");
@@ -33,14 +33,14 @@ TEST(ServerFlags, AcceptsSpaceAndEqualsForms) {
              "float16", "--kv-cache-tokens=4096", "--listen", "127.0.0.1:0", "--metrics-listen=[::1]:9000"});
   ASSERT_TRUE(command.ok()) << command.status();
   const ServerOptions& options = command->options;
-  EXPECT_EQ(options.module_tree, std::filesystem::path("/t.json"));
-  EXPECT_EQ(options.device_map.strategy, planner::Strategy::kSequential);
-  ASSERT_TRUE(options.max_memory.has_value());
-  ASSERT_EQ(options.max_memory->size(), 2u);
-  EXPECT_EQ((*options.max_memory)[0].device, planner::Device::Gpu(0));
-  EXPECT_EQ((*options.max_memory)[0].bytes, 1024.0 * 1024 * 1024);
-  EXPECT_EQ(options.dtype, planner::DType::kFloat16);
-  EXPECT_EQ(options.kv_cache_tokens, 4096);
+  EXPECT_EQ(options.placement.module_tree, std::filesystem::path("/t.json"));
+  EXPECT_EQ(options.placement.device_map.strategy, planner::Strategy::kSequential);
+  ASSERT_TRUE(options.placement.max_memory.has_value());
+  ASSERT_EQ(options.placement.max_memory->size(), 2u);
+  EXPECT_EQ((*options.placement.max_memory)[0].device, planner::Device::Gpu(0));
+  EXPECT_EQ((*options.placement.max_memory)[0].bytes, 1024.0 * 1024 * 1024);
+  EXPECT_EQ(options.placement.dtype, planner::DType::kFloat16);
+  EXPECT_EQ(options.placement.kv_cache_tokens, 4096);
   EXPECT_EQ(options.listen.host, "127.0.0.1");
   EXPECT_EQ(options.listen.port, 0);
   EXPECT_EQ(options.metrics_listen.host, "[::1]");
@@ -50,8 +50,8 @@ TEST(ServerFlags, AcceptsSpaceAndEqualsForms) {
 TEST(ServerFlags, ManualMapIsJson) {
   absl::StatusOr<ServerCommand> command = Parse({"--model", "m", "--device-map", R"({"model": 0, "lm_head": "cpu"})"});
   ASSERT_TRUE(command.ok()) << command.status();
-  EXPECT_EQ(command->options.device_map.strategy, planner::Strategy::kManual);
-  EXPECT_EQ(command->options.device_map.manual.size(), 2u);
+  EXPECT_EQ(command->options.placement.device_map.strategy, planner::Strategy::kManual);
+  EXPECT_EQ(command->options.placement.device_map.manual.size(), 2u);
 }
 
 TEST(ServerFlags, HelpIsReadInOrderWithTheOtherFlags) {
@@ -70,7 +70,7 @@ TEST(ServerFlags, EachParseStartsFromTheDefaults) {
   ASSERT_TRUE(command.ok()) << command.status();
   EXPECT_EQ(command->options.max_batch, 16);
   EXPECT_EQ(command->options.listen.ToString(), "127.0.0.1:50051");
-  EXPECT_FALSE(command->options.max_memory.has_value());
+  EXPECT_FALSE(command->options.placement.max_memory.has_value());
 }
 
 TEST(ServerFlags, ServingLimitsAreCheckedAgainstEachOther) {
@@ -101,14 +101,14 @@ TEST(ServerFlags, UsageListsEveryFlagWithItsDefault) {
 TEST(ServerFlags, PagedKvCacheFlags) {
   absl::StatusOr<ServerCommand> command = Parse({"--model", "m"});
   ASSERT_TRUE(command.ok()) << command.status();
-  EXPECT_EQ(command->options.kv_cache_tokens, 0);  // --max-batch x --max-context
+  EXPECT_EQ(command->options.placement.kv_cache_tokens, 0);  // --max-batch x --max-context
   EXPECT_EQ(command->options.kv_block_tokens, 16);
   EXPECT_TRUE(command->options.prefix_cache);
   EXPECT_EQ(command->options.max_batch_tokens, 512);
   command = Parse({"--model", "m", "--kv-cache-tokens", "4096", "--kv-block-tokens=32", "--prefix-cache=false",
                    "--max-batch-tokens", "64"});
   ASSERT_TRUE(command.ok()) << command.status();
-  EXPECT_EQ(command->options.kv_cache_tokens, 4096);
+  EXPECT_EQ(command->options.placement.kv_cache_tokens, 4096);
   EXPECT_EQ(command->options.kv_block_tokens, 32);
   EXPECT_FALSE(command->options.prefix_cache);
   EXPECT_EQ(command->options.max_batch_tokens, 64);

@@ -1,4 +1,4 @@
-#include "runtime/executor/physical_devices.h"
+#include "planner/physical_devices.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -6,7 +6,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
-namespace strata::runtime {
+namespace strata::planner {
 
 absl::StatusOr<PhysicalDeviceMap> ParsePhysicalDevices(absl::string_view text) {
   PhysicalDeviceMap out;
@@ -34,4 +34,4 @@ absl::StatusOr<PhysicalDeviceMap> ParsePhysicalDevices(absl::string_view text) {
   return out;
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::planner

@@ -1,6 +1,7 @@
 #pragma once
 // Logical devices: a plan made for N GPUs runs on the devices that exist (GUIDE.md, Logical devices).
-// `--physical-devices 0=cpu,1=cpu` or `0=cuda:0,1=cuda:0`; by default GPU i is cuda:i. Plain C++.
+// `--physical-devices 0=cpu,1=cpu` or `0=cuda:0,1=cuda:0`; by default GPU i is cuda:i. Plain C++: the
+// planner's binaries and the runtime read it alike (cli/placement_flags.h parses the flag).
 
 #include <map>
 #include <string>
@@ -8,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace strata::runtime {
+namespace strata::planner {
 
 struct PhysicalDevice {
   bool cuda = false;
@@ -24,4 +25,4 @@ using PhysicalDeviceMap = std::map<int, PhysicalDevice>;
 // integer, a device other than cpu / cuda:N, an index given twice.
 absl::StatusOr<PhysicalDeviceMap> ParsePhysicalDevices(absl::string_view text);
 
-}  // namespace strata::runtime
+}  // namespace strata::planner

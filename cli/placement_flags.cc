@@ -1,0 +1,87 @@
+#include "cli/placement_flags.h"
+
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+// Declared at global scope, as ABSL_FLAG asks; only ParsePlacement reads them.
+ABSL_FLAG(std::string, model, "",
+          "checkpoint directory: config.json, *.safetensors (their headers are checked against the config) and "
+          "tokenizer.json where the binary uses one");
+ABSL_FLAG(std::string, module_tree, "", "any architecture: a module tree JSON (tools/export_module_tree.py)");
+ABSL_FLAG(std::string, device_map, "balanced_low_0",
+          "auto | balanced | balanced_low_0 | sequential | a JSON map ('{\"model\": 0, \"lm_head\": \"cpu\"}') | "
+          "@FILE holding one");
+ABSL_FLAG(std::string, max_memory, "", "per-device budgets as accelerate reads them: 0=20GiB,1=20GiB,cpu=64GiB,disk=1TB");
+ABSL_FLAG(std::string, dtype, "", "size (and run) the weights in D: float32 | float16 | bfloat16");
+ABSL_FLAG(int64_t, kv_cache_tokens, 0,
+          "reserve KV cache for N tokens on every GPU that holds decoder layers; when serving, the paged KV cache "
+          "of each stage holds N tokens (0: none when planning, --max-batch x --max-context when serving)");
+ABSL_FLAG(std::string, physical_devices, "", "run plan GPUs on these devices: 0=cpu,1=cpu or 0=cuda:0,1=cuda:0");
+
+namespace strata::cli {
+
+std::vector<FlagSpec> PlacementFlagSpecs(const PlacementFlagSet& set) {
+  std::vector<FlagSpec> flags;
+  flags.push_back(Flag(FLAGS_model, "DIR"));
+  if (set.module_tree) flags.push_back(Flag(FLAGS_module_tree, "FILE"));
+  flags.push_back(Flag(FLAGS_device_map, "S"));
+  flags.push_back(Flag(FLAGS_max_memory, "SPEC")
+                      .ShowDefault("what transformers takes from the machine (each GPU's free memory, 90% of the "
+                                   "available host memory; 90% of the GPU when one GPU has memory, unless "
+                                   "sequential)"));
+  flags.push_back(Flag(FLAGS_dtype, "D").ShowDefault("the checkpoint's; float32 when a server or strata-generate runs "
+                                                    "every stage on the CPU"));
+  if (set.kv_cache_tokens) flags.push_back(Flag(FLAGS_kv_cache_tokens, "N"));
+  if (set.physical_devices) flags.push_back(Flag(FLAGS_physical_devices, "MAP").ShowDefault("GPU i is cuda:i"));
+  return flags;
+}
+
+absl::StatusOr<Placement> ParsePlacement(const ParsedArgs& parsed, const PlacementFlagSet& set) {
+  Placement out;
+  const bool model = parsed.Given(FLAGS_model);
+  const bool module_tree = set.module_tree && parsed.Given(FLAGS_module_tree);
+  if (set.module_tree && model == module_tree) {
+    return absl::InvalidArgumentError("give exactly one of --model DIR or --module-tree FILE");
+  }
+  if (!set.module_tree && !model) return absl::InvalidArgumentError("--model DIR is required");
+  if (model) {
+    if (absl::GetFlag(FLAGS_model).empty()) return absl::InvalidArgumentError("--model: empty path");
+    out.model_dir = absl::GetFlag(FLAGS_model);
+  } else {
+    if (absl::GetFlag(FLAGS_module_tree).empty()) return absl::InvalidArgumentError("--module-tree: empty path");
+    out.module_tree = absl::GetFlag(FLAGS_module_tree);
+  }
+  absl::StatusOr<planner::DeviceMapChoice> choice = planner::ParseDeviceMapChoice(absl::GetFlag(FLAGS_device_map));
+  if (!choice.ok()) return FlagError(FLAGS_device_map, choice.status());
+  out.device_map = *std::move(choice);
+  if (parsed.Given(FLAGS_max_memory)) {
+    absl::StatusOr<planner::MaxMemory> max_memory = planner::ParseMaxMemory(absl::GetFlag(FLAGS_max_memory));
+    if (!max_memory.ok()) return FlagError(FLAGS_max_memory, max_memory.status());
+    out.max_memory = *std::move(max_memory);
+  }
+  if (parsed.Given(FLAGS_dtype)) {
+    absl::StatusOr<planner::DType> dtype = planner::ParseDType(absl::GetFlag(FLAGS_dtype));
+    if (!dtype.ok()) return FlagError(FLAGS_dtype, dtype.status());
+    out.dtype = *dtype;
+  }
+  if (set.kv_cache_tokens) {
+    out.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
+    if (out.kv_cache_tokens < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Spelling(FLAGS_kv_cache_tokens), ": \"", out.kv_cache_tokens, "\" is not an integer >= 0"));
+    }
+  }
+  if (set.physical_devices && parsed.Given(FLAGS_physical_devices)) {
+    // ParsePhysicalDevices' messages already start with the flag.
+    absl::StatusOr<planner::PhysicalDeviceMap> physical =
+        planner::ParsePhysicalDevices(absl::GetFlag(FLAGS_physical_devices));
+    if (!physical.ok()) return physical.status();
+    out.physical_devices = *std::move(physical);
+  }
+  return out;
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,50 @@
+#pragma once
+// The model and placement flags, declared once for strata-server, strata-generate and strata-plan: the
+// same names, help, defaults and error messages in all three. A binary lists the ones it takes
+// (PlacementFlagSpecs) in its CommandLine and reads them back as one Placement (ParsePlacement).
+//
+//   --model DIR, --module-tree FILE (where taken), --device-map S|JSON|@FILE (balanced_low_0),
+//   --max-memory SPEC, --dtype D, --kv-cache-tokens N (where taken), --physical-devices MAP (where taken)
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cli/flags.h"
+#include "planner/device.h"
+#include "planner/model_spec.h"
+#include "planner/physical_devices.h"
+#include "planner/plan.h"
+
+namespace strata::cli {
+
+// Which of the optional placement flags a binary takes (--model, --device-map, --max-memory and --dtype
+// always).
+struct PlacementFlagSet {
+  bool module_tree = false;       // --module-tree FILE as the other source of the spec
+  bool kv_cache_tokens = false;
+  bool physical_devices = false;  // only binaries that run the plan
+};
+
+// What the placement flags said.
+struct Placement {
+  // With PlacementFlagSet::module_tree exactly one of the two; otherwise model_dir.
+  std::optional<std::filesystem::path> model_dir;
+  std::optional<std::filesystem::path> module_tree;
+  planner::DeviceMapChoice device_map;           // default: balanced_low_0, as transformers' examples use
+  std::optional<planner::MaxMemory> max_memory;  // absent: the planner's default (the machine's memory)
+  std::optional<planner::DType> dtype;           // absent: what the checkpoint declares
+  int64_t kv_cache_tokens = 0;
+  planner::PhysicalDeviceMap physical_devices;  // empty: GPU i is cuda:i
+};
+
+// The flags of `set`, in the order --help lists them; `section` heads the first (may be empty).
+std::vector<FlagSpec> PlacementFlagSpecs(const PlacementFlagSet& set);
+
+// Reads the placement flags of `set` after Parse. Errors are InvalidArgument naming the flag
+// ("--max-memory: ...", "give exactly one of --model DIR or --module-tree FILE").
+absl::StatusOr<Placement> ParsePlacement(const ParsedArgs& parsed, const PlacementFlagSet& set);
+
+}  // namespace strata::cli
