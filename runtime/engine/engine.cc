@@ -367,12 +367,11 @@ void Engine::Impl::Process(MicroBatchResult result) {
     }
     if (!result.tokens[r]) continue;
     produced = true;
-    const SampledToken& sampled = *result.tokens[r];
-    GeneratedToken token{sampled.id, sampled.logprob, sampled.top};
-    s.tokens.push_back(sampled.id);
+    GeneratedToken& token = *result.tokens[r];
+    s.tokens.push_back(token.id);
     ++s.generated;
     std::optional<FinishReason> finish;
-    if (!s.request.sampling.ignore_eos && eos_ids.contains(sampled.id)) finish = FinishReason::kEos;
+    if (!s.request.sampling.ignore_eos && eos_ids.contains(token.id)) finish = FinishReason::kEos;
     if (!finish && s.generated >= s.request.sampling.max_new_tokens) finish = FinishReason::kLength;
     if (finish) {
       s.done = true;

@@ -57,14 +57,6 @@ struct GenerationRequest {
 enum class FinishReason { kLength, kStop, kEos, kCancelled, kError };
 const char* FinishReasonName(FinishReason reason);
 
-struct GeneratedToken {
-  int32_t id = 0;
-  // log_softmax of the model's raw logits (before penalty, temperature and truncation), as
-  // transformers' output_logits and vLLM's default logprobs report them.
-  double logprob = 0;
-  std::vector<std::pair<int32_t, double>> top;  // top_logprobs (id, logprob), best first
-};
-
 // One message of a request's stream: the tokens of one step (or several, when the consumer is slower
 // than the engine and chunks are merged), the text they completed, and on the last one the reason.
 struct GenerationChunk {

@@ -232,12 +232,12 @@ MicroBatchResult Executor::WaitCompleted() {
   if (!mb->error && mb->sampling_rows > 0) {
     try {
       // Waits on this micro-batch's copy event only.
-      std::vector<SampledToken> tokens = FinishSamples(mb->samples, mb->sampling);
+      std::vector<GeneratedToken> tokens = FinishSamples(mb->samples, mb->sampling);
       const Stage& last = stages.back();
       size_t k = 0;
       for (size_t r = 0; r < mb->work.rows.size(); ++r) {
         if (!mb->work.rows[r].samples) continue;
-        SampledToken& token = tokens.at(k++);
+        GeneratedToken& token = tokens.at(k++);
         if (std::isfinite(token.logprob)) {
           result.tokens[r] = std::move(token);
           continue;

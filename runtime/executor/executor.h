@@ -42,9 +42,11 @@ struct RowSampling {
   int32_t top_logprobs = 0;
 };
 
-struct SampledToken {
+// One generated token, as the sampler makes it and the engine streams it.
+struct GeneratedToken {
   int32_t id = 0;
-  // log_softmax of the raw logits (before penalty, temperature and truncation).
+  // log_softmax of the model's raw logits (before penalty, temperature and truncation), as
+  // transformers' output_logits and vLLM's default logprobs report them.
   double logprob = 0;
   std::vector<std::pair<int32_t, double>> top;  // top_logprobs (id, logprob), best first
 };
@@ -70,7 +72,7 @@ struct MicroBatchWork {
 
 struct MicroBatchResult {
   uint64_t id = 0;
-  std::vector<std::optional<SampledToken>> tokens;  // per row; set where the row samples
+  std::vector<std::optional<GeneratedToken>> tokens;  // per row; set where the row samples
   // Not OK when a stage (or the sampler) failed: INTERNAL naming the stage, its device and the error.
   absl::Status status;
   std::string failed_stage;   // the index of the stage that failed ("1"), for metrics

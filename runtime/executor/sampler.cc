@@ -196,7 +196,7 @@ PendingSamples SampleAsync(const at::Tensor& logits, const SamplingInputs& input
   return pending;
 }
 
-std::vector<SampledToken> FinishSamples(PendingSamples& pending, const SamplingInputs& inputs) {
+std::vector<GeneratedToken> FinishSamples(PendingSamples& pending, const SamplingInputs& inputs) {
   if (pending.ready) pending.ready->synchronize();
   const at::Tensor& host = pending.host;
   TORCH_CHECK(host.dim() == 2 && host.size(0) == inputs.rows(), "sampler: results for ", host.size(0), " rows, ",
@@ -204,10 +204,10 @@ std::vector<SampledToken> FinishSamples(PendingSamples& pending, const SamplingI
   const int64_t width = host.size(1);
   const int64_t top = (width - 2) / 2;
   const double* data = host.data_ptr<double>();
-  std::vector<SampledToken> tokens(static_cast<size_t>(inputs.rows()));
+  std::vector<GeneratedToken> tokens(static_cast<size_t>(inputs.rows()));
   for (int64_t r = 0; r < inputs.rows(); ++r) {
     const double* row = data + r * width;
-    SampledToken& token = tokens[r];
+    GeneratedToken& token = tokens[r];
     token.id = static_cast<int32_t>(row[0]);
     token.logprob = row[1];
     const int64_t wanted = std::min<int64_t>(top, inputs.row_top_logprobs[r]);
@@ -227,9 +227,9 @@ GreedyStep SampleGreedy(const at::Tensor& logits, int64_t top_k) {
   }
   const SamplingInputs inputs = StageSamplingInputs(pointers, logits.is_cuda());
   PendingSamples pending = SampleAsync(logits, inputs);
-  std::vector<SampledToken> tokens = FinishSamples(pending, inputs);
+  std::vector<GeneratedToken> tokens = FinishSamples(pending, inputs);
   GreedyStep step;
-  for (const SampledToken& token : tokens) {
+  for (const GeneratedToken& token : tokens) {
     step.ids.push_back(token.id);
     step.logprobs.push_back(token.logprob);
     std::vector<std::pair<int64_t, double>> top;

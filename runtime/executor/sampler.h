@@ -61,7 +61,7 @@ PendingSamples SampleAsync(const at::Tensor& logits, const SamplingInputs& input
 
 // Waits on `ready` (that event only: no device or stream synchronisation) and unpacks one token per row,
 // each with its own top_logprobs.
-std::vector<SampledToken> FinishSamples(PendingSamples& pending, const SamplingInputs& inputs);
+std::vector<GeneratedToken> FinishSamples(PendingSamples& pending, const SamplingInputs& inputs);
 
 // The processed scores of every row, float32 [rows, vocab] on logits' device: penalty, then (sampled
 // rows only) temperature, top_k and top_p with removed tokens at -inf. Greedy rows get the penalised

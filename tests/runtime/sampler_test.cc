@@ -64,7 +64,7 @@ SamplingInputs Stage(const std::vector<BatchRow>& rows, bool pinned = false) {
   return StageSamplingInputs(pointers, pinned);
 }
 
-std::vector<SampledToken> Sample(const at::Tensor& logits, const std::vector<BatchRow>& rows) {
+std::vector<GeneratedToken> Sample(const at::Tensor& logits, const std::vector<BatchRow>& rows) {
   SamplingInputs inputs = Stage(rows, logits.is_cuda());
   PendingSamples pending = SampleAsync(logits, inputs);
   return FinishSamples(pending, inputs);
@@ -83,7 +83,7 @@ std::vector<BatchRow> MixedRows() {
   };
 }
 
-void ExpectSameToken(const SampledToken& a, const SampledToken& b, const std::string& what) {
+void ExpectSameToken(const GeneratedToken& a, const GeneratedToken& b, const std::string& what) {
   EXPECT_EQ(a.id, b.id) << what;
   EXPECT_EQ(a.logprob, b.logprob) << what;
   EXPECT_EQ(a.top, b.top) << what;
@@ -92,12 +92,12 @@ void ExpectSameToken(const SampledToken& a, const SampledToken& b, const std::st
 TEST(Sampler, MixedBatchRowsEqualEachRowSampledAlone) {
   const std::vector<BatchRow> rows = MixedRows();
   at::Tensor logits = RandomLogits(static_cast<int64_t>(rows.size()), 1000, 7);
-  const std::vector<SampledToken> together = Sample(logits, rows);
+  const std::vector<GeneratedToken> together = Sample(logits, rows);
   const at::Tensor scores = ProcessedScores(logits, Stage(rows));
   ASSERT_EQ(together.size(), rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
     const at::Tensor one = logits.narrow(0, static_cast<int64_t>(r), 1).clone();
-    const std::vector<SampledToken> alone = Sample(one, {rows[r]});
+    const std::vector<GeneratedToken> alone = Sample(one, {rows[r]});
     ExpectSameToken(together[r], alone[0], "row " + std::to_string(r));
     EXPECT_TRUE(at::equal(scores.narrow(0, static_cast<int64_t>(r), 1), ProcessedScores(one, Stage({rows[r]}))))
         << "row " << r;
@@ -107,7 +107,7 @@ TEST(Sampler, MixedBatchRowsEqualEachRowSampledAlone) {
 TEST(Sampler, GreedyTiesTakeTheFirstIndexAsTorchArgmax) {
   at::Tensor logits = Logits({{1, 5, 2, 5, 5}, {3, 1, 6, 0, 3}});
   // Row 1: a penalty of 2 on token 2 (6 -> 3) ties it with tokens 0 and 4: token 0 wins.
-  const std::vector<SampledToken> tokens = Sample(logits, {Row(0, 0, 1, 1, 0.9, 0), Row(0, 0, 1, 2, 0.9, 0, {2})});
+  const std::vector<GeneratedToken> tokens = Sample(logits, {Row(0, 0, 1, 1, 0.9, 0), Row(0, 0, 1, 2, 0.9, 0, {2})});
   EXPECT_EQ(tokens[0].id, 1);
   EXPECT_EQ(tokens[1].id, 0);
   EXPECT_EQ(SampleGreedy(logits, 0).ids, (std::vector<int64_t>{1, 2}));
@@ -197,7 +197,7 @@ TEST(Sampler, ExtremeParametersNeverEmitAnUnsupportedToken) {
       for (float p : penalties) {
         for (auto [top_k, top_p] : {std::pair{0, 1.f}, std::pair{5, 1.f}, std::pair{0, 0.5f}}) {
           const std::vector<BatchRow> rows{Row(t, top_k, top_p, p, uniform(gen), 0, {3, 5, 17, 40, 63})};
-          const SampledToken token = Sample(logits, rows)[0];
+          const GeneratedToken token = Sample(logits, rows)[0];
           const std::string where = "scale " + std::to_string(scale) + " temperature " + std::to_string(t) +
                                     " penalty " + std::to_string(p) + " top_k " + std::to_string(top_k) + " top_p " +
                                     std::to_string(top_p);
@@ -231,11 +231,11 @@ TEST(Sampler, ExtremeParametersNeverEmitAnUnsupportedToken) {
 TEST(Sampler, TopLogprobsPerRowOfTheRawLogits) {
   const std::vector<BatchRow> rows{Row(0, 0, 1, 1, 0, 0), Row(0, 0, 1, 1.5f, 0, 2, {1}), Row(1.7f, 3, 1, 1, 0.6, 5)};
   at::Tensor logits = RandomLogits(3, 50, 17);
-  const std::vector<SampledToken> tokens = Sample(logits, rows);
+  const std::vector<GeneratedToken> tokens = Sample(logits, rows);
   at::Tensor logprobs = at::log_softmax(logits, 1);
   const std::vector<size_t> sizes{0, 2, 5};
   for (size_t r = 0; r < rows.size(); ++r) {
-    const SampledToken& t = tokens[r];
+    const GeneratedToken& t = tokens[r];
     ASSERT_EQ(t.top.size(), sizes[r]) << "row " << r;
     EXPECT_DOUBLE_EQ(t.logprob, logprobs[r][t.id].item<float>()) << "row " << r;
     for (size_t j = 0; j < t.top.size(); ++j) {
@@ -252,7 +252,7 @@ TEST(Sampler, TopLogprobsPerRowOfTheRawLogits) {
 TEST(Sampler, SampleGreedyIsTheAllGreedyBatch) {
   at::Tensor logits = RandomLogits(4, 321, 19);
   const GreedyStep step = SampleGreedy(logits, 3);
-  const std::vector<SampledToken> tokens = Sample(logits, std::vector<BatchRow>(4, Row(0, 0, 1, 1, 0.5, 3)));
+  const std::vector<GeneratedToken> tokens = Sample(logits, std::vector<BatchRow>(4, Row(0, 0, 1, 1, 0.5, 3)));
   for (size_t r = 0; r < 4; ++r) {
     EXPECT_EQ(step.ids[r], tokens[r].id);
     EXPECT_EQ(step.logprobs[r], tokens[r].logprob);
@@ -271,8 +271,8 @@ TEST(SamplerCuda, SamplesOnTheDeviceAsOnTheCpuWithOneEvent) {
   PendingSamples pending = SampleAsync(device_logits, inputs);
   EXPECT_TRUE(pending.ready.has_value());
   EXPECT_TRUE(pending.host.is_pinned());
-  const std::vector<SampledToken> on_device = FinishSamples(pending, inputs);
-  const std::vector<SampledToken> on_cpu = Sample(logits, rows);
+  const std::vector<GeneratedToken> on_device = FinishSamples(pending, inputs);
+  const std::vector<GeneratedToken> on_cpu = Sample(logits, rows);
   for (size_t r = 0; r < rows.size(); ++r) {
     EXPECT_EQ(on_device[r].id, on_cpu[r].id) << "row " << r;
     EXPECT_NEAR(on_device[r].logprob, on_cpu[r].logprob, 1e-4) << "row " << r;
@@ -280,7 +280,7 @@ TEST(SamplerCuda, SamplesOnTheDeviceAsOnTheCpuWithOneEvent) {
   }
   // Batch invariance on the device too.
   for (size_t r = 0; r < rows.size(); ++r) {
-    const std::vector<SampledToken> alone = Sample(device_logits.narrow(0, static_cast<int64_t>(r), 1), {rows[r]});
+    const std::vector<GeneratedToken> alone = Sample(device_logits.narrow(0, static_cast<int64_t>(r), 1), {rows[r]});
     EXPECT_EQ(alone[0].id, on_device[r].id) << "row " << r;
   }
 }

@@ -84,7 +84,7 @@ int main() {
     const strata::runtime::SamplingInputs inputs = strata::runtime::StageSamplingInputs(pointers, target.is_cuda());
     at::Tensor scores = strata::runtime::ProcessedScores(logits, inputs).to(at::kCPU).contiguous();
     strata::runtime::PendingSamples pending = strata::runtime::SampleAsync(logits, inputs);
-    const std::vector<strata::runtime::SampledToken> tokens = strata::runtime::FinishSamples(pending, inputs);
+    const std::vector<strata::runtime::GeneratedToken> tokens = strata::runtime::FinishSamples(pending, inputs);
 
     json result;
     json& score_rows = result["scores"] = json::array();
