@@ -14,7 +14,8 @@ ABSL_FLAG(std::string, module_tree, "", "any architecture: a module tree JSON (t
 ABSL_FLAG(std::string, device_map, "balanced_low_0",
           "auto | balanced | balanced_low_0 | sequential | a JSON map ('{\"model\": 0, \"lm_head\": \"cpu\"}') | "
           "@FILE holding one");
-ABSL_FLAG(std::string, max_memory, "", "per-device budgets as accelerate reads them: 0=20GiB,1=20GiB,cpu=64GiB,disk=1TB");
+ABSL_FLAG(std::string, max_memory, "",
+          "per-device budgets as accelerate reads them: 0=20GiB,1=20GiB,cpu=64GiB,disk=1TB");
 ABSL_FLAG(std::string, dtype, "", "size (and run) the weights in D: float32 | float16 | bfloat16");
 ABSL_FLAG(int64_t, kv_cache_tokens, 0,
           "reserve KV cache for N tokens on every GPU that holds decoder layers; when serving, the paged KV cache "
@@ -32,8 +33,9 @@ std::vector<FlagSpec> PlacementFlagSpecs(const PlacementFlagSet& set) {
                       .ShowDefault("what transformers takes from the machine (each GPU's free memory, 90% of the "
                                    "available host memory; 90% of the GPU when one GPU has memory, unless "
                                    "sequential)"));
-  flags.push_back(Flag(FLAGS_dtype, "D").ShowDefault("the checkpoint's; float32 when a server or strata-generate runs "
-                                                    "every stage on the CPU"));
+  flags.push_back(Flag(FLAGS_dtype, "D")
+                      .ShowDefault("the checkpoint's; float32 when a server or strata-generate runs "
+                                   "every stage on the CPU"));
   if (set.kv_cache_tokens) flags.push_back(Flag(FLAGS_kv_cache_tokens, "N"));
   if (set.physical_devices) flags.push_back(Flag(FLAGS_physical_devices, "MAP").ShowDefault("GPU i is cuda:i"));
   return flags;

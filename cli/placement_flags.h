@@ -23,7 +23,7 @@ namespace strata::cli {
 // Which of the optional placement flags a binary takes (--model, --device-map, --max-memory and --dtype
 // always).
 struct PlacementFlagSet {
-  bool module_tree = false;       // --module-tree FILE as the other source of the spec
+  bool module_tree = false;  // --module-tree FILE as the other source of the spec
   bool kv_cache_tokens = false;
   bool physical_devices = false;  // only binaries that run the plan
 };

@@ -18,7 +18,8 @@ absl::StatusOr<PhysicalDeviceMap> ParsePhysicalDevices(absl::string_view text) {
     };
     if (eq == absl::string_view::npos) return error("expected GPU=DEVICE, e.g. 0=cpu or 1=cuda:0");
     int gpu = 0;
-    if (!absl::SimpleAtoi(entry.substr(0, eq), &gpu) || gpu < 0) return error("the GPU index is not a non-negative integer");
+    if (!absl::SimpleAtoi(entry.substr(0, eq), &gpu) || gpu < 0)
+      return error("the GPU index is not a non-negative integer");
     absl::string_view device = entry.substr(eq + 1);
     PhysicalDevice physical;
     if (device == "cpu") {

@@ -44,13 +44,10 @@ Plans where each module of a model lives (GPUs, cpu, disk) exactly as transforme
 from_pretrained(device_map=..., max_memory=...) would, and beyond it.
 )";
     command.flags = strata::cli::PlacementFlagSpecs(kPlacementFlags);
-    command.flags.insert(command.flags.end(), {
-                     Flag(FLAGS_inventory, "SPEC"),
-                     Flag(FLAGS_experts_on, "DEVICE").ShowDefault("none"),
-                     Flag(FLAGS_json),
-                     Flag(FLAGS_explain),
-                     Flag(FLAGS_print_module_tree),
-                     Flag(FLAGS_bench, "N").ShowDefault("none")});
+    command.flags.insert(
+        command.flags.end(),
+        {Flag(FLAGS_inventory, "SPEC"), Flag(FLAGS_experts_on, "DEVICE").ShowDefault("none"), Flag(FLAGS_json),
+         Flag(FLAGS_explain), Flag(FLAGS_print_module_tree), Flag(FLAGS_bench, "N").ShowDefault("none")});
     return command;
   }();
   return command;

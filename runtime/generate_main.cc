@@ -52,16 +52,13 @@ const strata::cli::CommandLine& Command() {
 Greedy decoding of prompts (run together as one batch) on the devices a plan gives the model.
 )";
     command.flags = strata::cli::PlacementFlagSpecs(kPlacementFlags);
-    command.flags.insert(command.flags.end(), {Flag(FLAGS_prompt, "TEXT").Repeatable(),
-                     Flag(FLAGS_prompt_ids, "IDS").Repeatable(),
-                     Flag(FLAGS_tokenizer, "PATH"),
-                     Flag(FLAGS_no_special_tokens),
-                     Flag(FLAGS_max_new_tokens, "N"),
-                     Flag(FLAGS_top_logprobs, "K"),
-                     Flag(FLAGS_max_batch, "N").ShowDefault("the number of prompts"),
-                     Flag(FLAGS_max_context, "N").ShowDefault("longest prompt + new tokens"),
-                     Flag(FLAGS_warmup, "N"),
-                     Flag(FLAGS_json)});
+    command.flags.insert(
+        command.flags.end(),
+        {Flag(FLAGS_prompt, "TEXT").Repeatable(), Flag(FLAGS_prompt_ids, "IDS").Repeatable(),
+         Flag(FLAGS_tokenizer, "PATH"), Flag(FLAGS_no_special_tokens), Flag(FLAGS_max_new_tokens, "N"),
+         Flag(FLAGS_top_logprobs, "K"), Flag(FLAGS_max_batch, "N").ShowDefault("the number of prompts"),
+         Flag(FLAGS_max_context, "N").ShowDefault("longest prompt + new tokens"), Flag(FLAGS_warmup, "N"),
+         Flag(FLAGS_json)});
     return command;
   }();
   return command;

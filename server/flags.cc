@@ -93,39 +93,39 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
 )";
     // The shared placement flags (cli/placement_flags.h), then the serving ones.
     command.flags = cli::PlacementFlagSpecs(kPlacementFlags);
-    command.flags.insert(command.flags.end(), {
-        Flag(FLAGS_max_batch, "N").Section("Serving (weights present):"),
-        Flag(FLAGS_max_context, "N"),
-        Flag(FLAGS_kv_block_tokens, "N"),
-        Flag(FLAGS_prefix_cache),
-        Flag(FLAGS_max_queue, "N"),
-        Flag(FLAGS_max_new_tokens, "N").ShowDefault("--max-context"),
-        Flag(FLAGS_micro_batches, "N").ShowDefault("0, one per stage of the plan"),
-        Flag(FLAGS_prefill_chunk, "N"),
-        Flag(FLAGS_max_batch_tokens, "N"),
-        Flag(FLAGS_intra_op_threads, "N").ShowDefault("LibTorch's"),
-        Flag(FLAGS_inject_fault, "SPEC"),
-        Flag(FLAGS_drain_timeout, "SECONDS"),
-        Flag(FLAGS_not_serving_after_errors, "N"),
-        Flag(FLAGS_ready_probe_interval, "SECONDS"),
-        Flag(FLAGS_listen, "HOST:PORT"),
-        Flag(FLAGS_metrics_listen, "HOST:PORT"),
-        Flag(FLAGS_max_message_bytes, "N").Section("Limits (server/README.md, \"Limits\"):"),
-        Flag(FLAGS_max_prompt_bytes, "N"),
-        Flag(FLAGS_max_prompt_tokens, "N").ShowDefault("--max-context"),
-        Flag(FLAGS_max_streams, "N"),
-        Flag(FLAGS_max_streams_per_connection, "N"),
-        Flag(FLAGS_max_stream_buffer_bytes, "N"),
-        Flag(FLAGS_tokenize_threads, "N").ShowDefault("half the cores, 1 to 4"),
-        Flag(FLAGS_tls_cert, "FILE")
-            .ShowDefault("none, plaintext")
-            .Section("Security (the gRPC port; /metrics stays plaintext):"),
-        Flag(FLAGS_tls_key, "FILE"),
-        Flag(FLAGS_tls_client_ca, "FILE").ShowDefault("none, no client certificate asked"),
-        Flag(FLAGS_health_listen, "HOST:PORT").ShowDefault("none"),
-        Flag(FLAGS_api_key_file, "FILE").ShowDefault("none, no key needed"),
-        Flag(FLAGS_auth_open_methods, "M,M")
-            .ShowDefault("none of strata's; gRPC health checking and reflection are always open")});
+    command.flags.insert(command.flags.end(),
+                         {Flag(FLAGS_max_batch, "N").Section("Serving (weights present):"),
+                          Flag(FLAGS_max_context, "N"),
+                          Flag(FLAGS_kv_block_tokens, "N"),
+                          Flag(FLAGS_prefix_cache),
+                          Flag(FLAGS_max_queue, "N"),
+                          Flag(FLAGS_max_new_tokens, "N").ShowDefault("--max-context"),
+                          Flag(FLAGS_micro_batches, "N").ShowDefault("0, one per stage of the plan"),
+                          Flag(FLAGS_prefill_chunk, "N"),
+                          Flag(FLAGS_max_batch_tokens, "N"),
+                          Flag(FLAGS_intra_op_threads, "N").ShowDefault("LibTorch's"),
+                          Flag(FLAGS_inject_fault, "SPEC"),
+                          Flag(FLAGS_drain_timeout, "SECONDS"),
+                          Flag(FLAGS_not_serving_after_errors, "N"),
+                          Flag(FLAGS_ready_probe_interval, "SECONDS"),
+                          Flag(FLAGS_listen, "HOST:PORT"),
+                          Flag(FLAGS_metrics_listen, "HOST:PORT"),
+                          Flag(FLAGS_max_message_bytes, "N").Section("Limits (server/README.md, \"Limits\"):"),
+                          Flag(FLAGS_max_prompt_bytes, "N"),
+                          Flag(FLAGS_max_prompt_tokens, "N").ShowDefault("--max-context"),
+                          Flag(FLAGS_max_streams, "N"),
+                          Flag(FLAGS_max_streams_per_connection, "N"),
+                          Flag(FLAGS_max_stream_buffer_bytes, "N"),
+                          Flag(FLAGS_tokenize_threads, "N").ShowDefault("half the cores, 1 to 4"),
+                          Flag(FLAGS_tls_cert, "FILE")
+                              .ShowDefault("none, plaintext")
+                              .Section("Security (the gRPC port; /metrics stays plaintext):"),
+                          Flag(FLAGS_tls_key, "FILE"),
+                          Flag(FLAGS_tls_client_ca, "FILE").ShowDefault("none, no client certificate asked"),
+                          Flag(FLAGS_health_listen, "HOST:PORT").ShowDefault("none"),
+                          Flag(FLAGS_api_key_file, "FILE").ShowDefault("none, no key needed"),
+                          Flag(FLAGS_auth_open_methods, "M,M")
+                              .ShowDefault("none of strata's; gRPC health checking and reflection are always open")});
     command.epilogue = R"(
 Exit status: 0 after SIGINT/SIGTERM (once drained; at once when it comes during the load), 2 on a bad flag or plan (the message names it), 1 otherwise
 (for example a port already in use, or a device that became unusable while serving).
@@ -232,24 +232,22 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
   if (!placement.ok()) return placement.status();
   options.placement = *std::move(placement);
   // Integer flags: destination, flag, smallest allowed value.
-  for (auto [value, flag, least] : {std::tuple{&options.max_batch, &FLAGS_max_batch, int64_t{1}},
-                                    std::tuple{&options.max_context, &FLAGS_max_context, int64_t{1}},
-                                    std::tuple{&options.kv_block_tokens, &FLAGS_kv_block_tokens, int64_t{1}},
-                                    // 0 would refuse every request while health says SERVING.
-                                    std::tuple{&options.max_queue, &FLAGS_max_queue, int64_t{1}},
-                                    std::tuple{&options.not_serving_after_errors, &FLAGS_not_serving_after_errors,
-                                               int64_t{0}},
-                                    std::tuple{&options.micro_batches, &FLAGS_micro_batches, int64_t{0}},
-                                    std::tuple{&options.prefill_chunk, &FLAGS_prefill_chunk, int64_t{1}},
-                                    std::tuple{&options.max_batch_tokens, &FLAGS_max_batch_tokens, int64_t{1}},
-                                    std::tuple{&options.max_message_bytes, &FLAGS_max_message_bytes, int64_t{1}},
-                                    std::tuple{&options.max_prompt_bytes, &FLAGS_max_prompt_bytes, int64_t{1}},
-                                    std::tuple{&options.max_prompt_tokens, &FLAGS_max_prompt_tokens, int64_t{0}},
-                                    std::tuple{&options.max_streams, &FLAGS_max_streams, int64_t{1}},
-                                    std::tuple{&options.max_streams_per_connection,
-                                               &FLAGS_max_streams_per_connection, int64_t{1}},
-                                    std::tuple{&options.max_stream_buffer_bytes, &FLAGS_max_stream_buffer_bytes,
-                                               int64_t{1}}}) {
+  for (auto [value, flag, least] :
+       {std::tuple{&options.serving.max_batch, &FLAGS_max_batch, int64_t{1}},
+        std::tuple{&options.serving.max_context, &FLAGS_max_context, int64_t{1}},
+        std::tuple{&options.serving.kv_block_tokens, &FLAGS_kv_block_tokens, int64_t{1}},
+        // 0 would refuse every request while health says SERVING.
+        std::tuple{&options.serving.max_queue, &FLAGS_max_queue, int64_t{1}},
+        std::tuple{&options.lifecycle.not_serving_after_errors, &FLAGS_not_serving_after_errors, int64_t{0}},
+        std::tuple{&options.serving.micro_batches, &FLAGS_micro_batches, int64_t{0}},
+        std::tuple{&options.serving.prefill_chunk, &FLAGS_prefill_chunk, int64_t{1}},
+        std::tuple{&options.serving.max_batch_tokens, &FLAGS_max_batch_tokens, int64_t{1}},
+        std::tuple{&options.limits.max_message_bytes, &FLAGS_max_message_bytes, int64_t{1}},
+        std::tuple{&options.limits.max_prompt_bytes, &FLAGS_max_prompt_bytes, int64_t{1}},
+        std::tuple{&options.limits.max_prompt_tokens, &FLAGS_max_prompt_tokens, int64_t{0}},
+        std::tuple{&options.limits.max_streams, &FLAGS_max_streams, int64_t{1}},
+        std::tuple{&options.limits.max_streams_per_connection, &FLAGS_max_streams_per_connection, int64_t{1}},
+        std::tuple{&options.limits.max_stream_buffer_bytes, &FLAGS_max_stream_buffer_bytes, int64_t{1}}}) {
     absl::StatusOr<int64_t> checked = AtLeast(*flag, least, absl::StrCat("an integer >= ", least));
     if (!checked.ok()) return checked.status();
     *value = *checked;
@@ -258,27 +256,27 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
   if (parsed->Given(FLAGS_max_new_tokens)) {
     absl::StatusOr<int64_t> checked = AtLeast(FLAGS_max_new_tokens, int64_t{1}, "an integer >= 1");
     if (!checked.ok()) return checked.status();
-    options.max_new_tokens = *checked;
+    options.limits.max_new_tokens = *checked;
   }
-  if (options.kv_block_tokens > 4096) {
-    return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_kv_block_tokens), ": ", options.kv_block_tokens,
-                                                   " is more than 4096"));
+  if (options.serving.kv_block_tokens > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_kv_block_tokens), ": ",
+                                                   options.serving.kv_block_tokens, " is more than 4096"));
   }
-  options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
+  options.serving.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   absl::StatusOr<int32_t> threads = AtLeast(FLAGS_intra_op_threads, int32_t{0}, "an integer >= 0");
   if (!threads.ok()) return threads.status();
-  options.intra_op_threads = *threads;
+  options.serving.intra_op_threads = *threads;
   absl::StatusOr<int32_t> tokenize_threads = AtLeast(FLAGS_tokenize_threads, int32_t{0}, "an integer >= 0");
   if (!tokenize_threads.ok()) return tokenize_threads.status();
   if (*tokenize_threads > 256) {
     return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_tokenize_threads), ": ", *tokenize_threads,
                                                    " is more than 256"));
   }
-  options.tokenize_threads = *tokenize_threads;
+  options.limits.tokenize_threads = *tokenize_threads;
   if (parsed->Given(FLAGS_inject_fault)) {
     absl::StatusOr<runtime::FaultInjection> fault = runtime::ParseFaultInjection(absl::GetFlag(FLAGS_inject_fault));
     if (!fault.ok()) return FlagError(FLAGS_inject_fault, fault.status());
-    options.fault = *fault;
+    options.serving.fault = *fault;
   }
   // Seconds, fractions allowed; "nan" and "inf" parse as doubles, so finiteness is checked here. A day is
   // far beyond any grace period a supervisor gives.
@@ -288,34 +286,36 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
     return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_drain_timeout), ": \"", drain_seconds,
                                                    "\" is not a number of seconds from 0 to ", kMaxDrainSeconds));
   }
-  options.drain_timeout = std::chrono::milliseconds(std::llround(drain_seconds * 1000));
+  options.lifecycle.drain_timeout = std::chrono::milliseconds(std::llround(drain_seconds * 1000));
   const double probe_seconds = absl::GetFlag(FLAGS_ready_probe_interval);
   if (!std::isfinite(probe_seconds) || probe_seconds < 0.1 || probe_seconds > kMaxDrainSeconds) {
     return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_ready_probe_interval), ": \"", probe_seconds,
                                                    "\" is not a number of seconds from 0.1 to ", kMaxDrainSeconds));
   }
-  options.ready_probe_interval = std::chrono::milliseconds(std::llround(probe_seconds * 1000));
-  if (options.max_new_tokens > options.max_context) {
-    return absl::InvalidArgumentError(absl::StrCat("--max-new-tokens: ", options.max_new_tokens,
-                                                   " is more than --max-context ", options.max_context));
+  options.lifecycle.ready_probe_interval = std::chrono::milliseconds(std::llround(probe_seconds * 1000));
+  if (options.limits.max_new_tokens > options.serving.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-new-tokens: ", options.limits.max_new_tokens,
+                                                   " is more than --max-context ", options.serving.max_context));
   }
   // gRPC takes its message limit and stream count as int; the transport's own ceiling is twice the
   // message limit (server/README.md, "Limits").
   constexpr int64_t kMaxMessageBytes = 1 << 30;
-  if (options.max_message_bytes > kMaxMessageBytes) {
+  if (options.limits.max_message_bytes > kMaxMessageBytes) {
     return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_max_message_bytes), ": ",
-                                                   options.max_message_bytes, " is more than ", kMaxMessageBytes));
+                                                   options.limits.max_message_bytes, " is more than ",
+                                                   kMaxMessageBytes));
   }
-  if (options.max_streams_per_connection > INT32_MAX) {
+  if (options.limits.max_streams_per_connection > INT32_MAX) {
     return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_max_streams_per_connection), ": ",
-                                                   options.max_streams_per_connection, " is more than ", INT32_MAX));
+                                                   options.limits.max_streams_per_connection, " is more than ",
+                                                   INT32_MAX));
   }
-  if (options.max_prompt_tokens > options.max_context) {
-    return absl::InvalidArgumentError(absl::StrCat("--max-prompt-tokens: ", options.max_prompt_tokens,
-                                                   " is more than --max-context ", options.max_context));
+  if (options.limits.max_prompt_tokens > options.serving.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-prompt-tokens: ", options.limits.max_prompt_tokens,
+                                                   " is more than --max-context ", options.serving.max_context));
   }
-  for (auto [flag, address] :
-       {std::pair{&FLAGS_listen, &options.listen}, std::pair{&FLAGS_metrics_listen, &options.metrics_listen}}) {
+  for (auto [flag, address] : {std::pair{&FLAGS_listen, &options.endpoints.listen},
+                               std::pair{&FLAGS_metrics_listen, &options.endpoints.metrics_listen}}) {
     absl::StatusOr<ListenAddress> parsed_address = ParseListenAddress(absl::GetFlag(*flag));
     if (!parsed_address.ok()) return FlagError(*flag, parsed_address.status());
     *address = *std::move(parsed_address);
@@ -323,31 +323,31 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
 
   absl::StatusOr<std::optional<ServerTls>> tls = ReadServerTls(*parsed);
   if (!tls.ok()) return tls.status();
-  options.tls = *std::move(tls);
+  options.security.tls = *std::move(tls);
   if (parsed->Given(FLAGS_health_listen)) {
-    if (!options.tls) {
+    if (!options.security.tls) {
       return absl::InvalidArgumentError("--health-listen needs --tls-cert: without TLS, probes use --listen");
     }
     absl::StatusOr<ListenAddress> health = ParseListenAddress(absl::GetFlag(FLAGS_health_listen));
     if (!health.ok()) return FlagError(FLAGS_health_listen, health.status());
-    if (health->port != 0 && health->ToString() == options.listen.ToString()) {
+    if (health->port != 0 && health->ToString() == options.endpoints.listen.ToString()) {
       return absl::InvalidArgumentError("--health-listen: must differ from --listen (a second, plaintext port)");
     }
-    options.health_listen = *std::move(health);
+    options.endpoints.health_listen = *std::move(health);
   }
   if (parsed->Given(FLAGS_api_key_file)) {
     absl::StatusOr<std::vector<std::string>> keys = ReadApiKeyFile(absl::GetFlag(FLAGS_api_key_file));
     if (!keys.ok()) return FlagError(FLAGS_api_key_file, keys.status());
-    options.api_keys = std::make_shared<const ApiKeys>(*keys);
+    options.security.api_keys = std::make_shared<const ApiKeys>(*keys);
   }
   if (parsed->Given(FLAGS_auth_open_methods)) {
-    if (options.api_keys == nullptr) {
+    if (options.security.api_keys == nullptr) {
       return absl::InvalidArgumentError("--auth-open-methods needs --api-key-file: without it every method is open");
     }
     for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_auth_open_methods), ',', absl::SkipEmpty())) {
       absl::StatusOr<std::string> method = OpenMethod(name);
       if (!method.ok()) return FlagError(FLAGS_auth_open_methods, method.status());
-      options.auth_open_methods.insert(*std::move(method));
+      options.security.auth_open_methods.insert(*std::move(method));
     }
   }
   return command;

@@ -13,11 +13,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "cli/placement_flags.h"
 #include "planner/device.h"
 #include "planner/model_spec.h"
 #include "planner/plan.h"
 #include "runtime/executor/executor.h"
-#include "cli/placement_flags.h"
 #include "server/api_keys.h"
 
 namespace strata::server {
@@ -45,41 +45,26 @@ struct ServerTls {
 inline constexpr char kGenerateMethod[] = "/strata.v1.InferenceService/Generate";
 inline constexpr char kGetDeviceMapMethod[] = "/strata.v1.InferenceService/GetDeviceMap";
 
-// What strata-server runs with.
-struct ServerOptions {
-  // The model and where it goes: --model | --module-tree, --device-map, --max-memory, --dtype,
-  // --kv-cache-tokens, --physical-devices (the flags strata-plan and strata-generate share).
-  cli::Placement placement;
-  ListenAddress listen{"127.0.0.1", 50051};  // as the flags' defaults: loopback unless told otherwise
-  ListenAddress metrics_listen{"127.0.0.1", 9464};
-
-  // Transport security and API keys of the gRPC port. `tls` absent: plaintext.
-  std::optional<ServerTls> tls;
-  // --health-listen: a second, plaintext port for Kubernetes' gRPC probes (which speak no TLS); strata's
-  // methods refuse calls that come in there. Only with `tls`.
-  std::optional<ListenAddress> health_listen;
-  // --api-key-file: strata's methods need "authorization: Bearer KEY" with one of these keys, except
-  // `auth_open_methods` (full method names). Null: no key is needed. gRPC health checking and reflection
-  // are always open (probes cannot send metadata).
-  std::shared_ptr<const ApiKeys> api_keys;
-  std::set<std::string> auth_open_methods;
-
-  // Serving (when --model DIR holds safetensors weights; see ServerUsage).
+// How the engine runs (when --model DIR holds safetensors weights; see ServerUsage).
+struct ServingOptions {
   int64_t max_batch = 16;        // sequences running at once
   int64_t max_context = 2048;    // prompt tokens + max_new_tokens of one request, at most
-  // The paged KV cache when serving: placement.kv_cache_tokens (0: max_batch x max_context) in blocks of
+  // The paged KV cache: Placement::kv_cache_tokens (0: max_batch x max_context) in blocks of
   // kv_block_tokens; prefix_cache reuses the blocks of prompt prefixes seen before.
   int64_t kv_block_tokens = 16;
   bool prefix_cache = true;
   int64_t max_queue = 256;       // requests waiting to run before RESOURCE_EXHAUSTED
-  int64_t max_new_tokens = 0;    // limit per request; 0: max_context
   int64_t micro_batches = 0;     // micro-batches in flight across the stages (1: unpipelined; 0: one per stage)
   int64_t prefill_chunk = 256;   // prompt tokens per prefill chunk
   int64_t max_batch_tokens = 512;  // tokens per micro-batch: decodes first, then prefill chunks cut to fit
   int32_t intra_op_threads = 0;  // LibTorch intra-op threads per stage worker; 0: LibTorch's default
   std::optional<runtime::FaultInjection> fault;  // --inject-fault: the engine's test seam
+};
 
-  // Limits on what clients may hold (server/README.md, "Limits"). Every refusal is counted under its code.
+// Limits on what clients may ask and hold (server/README.md, "Limits"). Every refusal is counted under its
+// code.
+struct ClientLimits {
+  int64_t max_new_tokens = 0;                // per request; 0: ServingOptions::max_context
   int64_t max_message_bytes = 4 << 20;       // a GenerateRequest on the wire; larger: RESOURCE_EXHAUSTED
   int64_t max_prompt_bytes = 1 << 20;        // prompt text, checked before it is tokenized: INVALID_ARGUMENT
   int64_t max_prompt_tokens = 0;             // prompt tokens (text or ids); 0: max_context
@@ -91,16 +76,49 @@ struct ServerOptions {
   // Threads that validate and tokenize requests above 16 KiB (server/admission_pool.h); 0: half the
   // cores, from 1 to 4.
   int32_t tokenize_threads = 0;
+};
 
-  // After SIGINT/SIGTERM, how long generations in flight may run to their end before they are cut
+// Where the server listens.
+struct Endpoints {
+  ListenAddress listen{"127.0.0.1", 50051};  // as the flags' defaults: loopback unless told otherwise
+  ListenAddress metrics_listen{"127.0.0.1", 9464};
+  // --health-listen: a second, plaintext port for Kubernetes' gRPC probes (which speak no TLS); strata's
+  // methods refuse calls that come in there. Only with Security::tls.
+  std::optional<ListenAddress> health_listen;
+};
+
+// Transport security and API keys of the gRPC port.
+struct Security {
+  std::optional<ServerTls> tls;  // absent: plaintext
+  // --api-key-file: strata's methods need "authorization: Bearer KEY" with one of these keys, except
+  // `auth_open_methods` (full method names). Null: no key is needed. gRPC health checking and reflection
+  // are always open (probes cannot send metadata).
+  std::shared_ptr<const ApiKeys> api_keys;
+  std::set<std::string> auth_open_methods;
+};
+
+// When the server stops serving: the drain and the readiness rule.
+struct Lifecycle {
+  // After SIGINT/SIGTERM/SIGHUP, how long generations in flight may run to their end before they are cut
   // (UNAVAILABLE). Inside Kubernetes' default 30 s terminationGracePeriodSeconds; 0 cuts at once.
   std::chrono::milliseconds drain_timeout{20'000};
-
   // The readiness rule (server/README.md, "Health"): after this many requests in a row end INTERNAL (a
   // failed forward pass or sampler, no token produced between them) health says NOT_SERVING, and a probe
   // generation runs every ready_probe_interval until one succeeds. 0: never.
   int64_t not_serving_after_errors = 5;
   std::chrono::milliseconds ready_probe_interval{5'000};
+};
+
+// What strata-server runs with, in the parts its consumers take.
+struct ServerOptions {
+  // The model and where it goes: --model | --module-tree, --device-map, --max-memory, --dtype,
+  // --kv-cache-tokens, --physical-devices (the flags strata-plan and strata-generate share).
+  cli::Placement placement;
+  ServingOptions serving;
+  ClientLimits limits;
+  Endpoints endpoints;
+  Security security;
+  Lifecycle lifecycle;
 };
 
 // The command line asked either for usage or for a server.

@@ -142,14 +142,15 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
   std::optional<strata::server::ServedPlan> plan;
   std::optional<strata::runtime::LoadOptions> load;
   if (serve_weights) {
-    absl::StatusOr<strata::runtime::LoadOptions> planned = strata::server::PlanServedModel(options, inventory);
+    absl::StatusOr<strata::runtime::LoadOptions> planned =
+        strata::server::PlanServedModel(options.placement, options.serving, inventory);
     if (!planned.ok()) {
       std::cerr << "strata-server: " << planned.status().message() << "\n";
       return planned.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
     }
     load = *std::move(planned);
   } else {
-    absl::StatusOr<strata::server::ServedPlan> served = strata::server::MakeServedPlan(options, inventory);
+    absl::StatusOr<strata::server::ServedPlan> served = strata::server::MakeServedPlan(options.placement, inventory);
     if (!served.ok()) {
       std::cerr << "strata-server: " << served.status().message() << "\n";
       return kExitBadInput;
@@ -162,7 +163,8 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
     std::cerr << "strata-server: WARNING: " << warning << "\n";
   }
   if (load) {
-    const strata::server::ServingNotes notes = strata::server::NotesOnServing(options, *load);
+    const strata::server::ServingNotes notes =
+        strata::server::NotesOnServing(options.placement, options.serving, *load);
     for (const std::string& warning : notes.warnings) std::cerr << "strata-server: WARNING: " << warning << "\n";
     for (const std::string& note : notes.notes) std::cerr << "strata-server: " << note << "\n";
   }
@@ -260,7 +262,7 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
     }
     if (IsStopSignal(signal_number)) stop_signal = signal_number;
   }
-  return Drain(running, options.drain_timeout, stop_signal, stop_signals);
+  return Drain(running, options.lifecycle.drain_timeout, stop_signal, stop_signals);
 }
 
 }  // namespace

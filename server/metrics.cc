@@ -18,10 +18,15 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
 
 // The codes a Generate call of strata's can end with: each has its series from the start (at 0), so that
 // rate() and increase() see the first failure (they ignore a series' first sample).
-constexpr grpc::StatusCode kGenerateCodes[] = {
-    grpc::StatusCode::OK,          grpc::StatusCode::CANCELLED,          grpc::StatusCode::INVALID_ARGUMENT,
-    grpc::StatusCode::DEADLINE_EXCEEDED, grpc::StatusCode::RESOURCE_EXHAUSTED, grpc::StatusCode::FAILED_PRECONDITION,
-    grpc::StatusCode::UNAVAILABLE, grpc::StatusCode::INTERNAL,           grpc::StatusCode::UNAUTHENTICATED};
+constexpr grpc::StatusCode kGenerateCodes[] = {grpc::StatusCode::OK,
+                                               grpc::StatusCode::CANCELLED,
+                                               grpc::StatusCode::INVALID_ARGUMENT,
+                                               grpc::StatusCode::DEADLINE_EXCEEDED,
+                                               grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                               grpc::StatusCode::FAILED_PRECONDITION,
+                                               grpc::StatusCode::UNAVAILABLE,
+                                               grpc::StatusCode::INTERNAL,
+                                               grpc::StatusCode::UNAUTHENTICATED};
 
 const char* CodeName(grpc::StatusCode code) {
   switch (code) {

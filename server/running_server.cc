@@ -13,8 +13,8 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "grpc/health/v1/health.pb.h"
 #include "absl/strings/str_cat.h"
+#include "grpc/health/v1/health.pb.h"
 
 namespace strata::server {
 namespace {
@@ -34,12 +34,14 @@ std::shared_ptr<grpc::ServerCredentials> GrpcCredentials(const std::optional<Ser
 
 absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const ServerOptions& options) {
   std::unique_ptr<RunningServer> running(new RunningServer(options));
-  const int tokenize_threads = options.tokenize_threads > 0
-                                   ? options.tokenize_threads
+  const int tokenize_threads = options.limits.tokenize_threads > 0
+                                   ? options.limits.tokenize_threads
                                    : std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 4);
-  running->service_ = std::make_unique<InferenceService>(ServiceLimits{
-      options.max_message_bytes, options.max_streams, options.max_stream_buffer_bytes, tokenize_threads});
-  if (options.api_keys != nullptr) running->service_->RequireApiKeys(options.api_keys, options.auth_open_methods);
+  running->service_ =
+      std::make_unique<InferenceService>(ServiceLimits{options.limits.max_message_bytes, options.limits.max_streams,
+                                                       options.limits.max_stream_buffer_bytes, tokenize_threads});
+  if (options.security.api_keys != nullptr)
+    running->service_->RequireApiKeys(options.security.api_keys, options.security.auth_open_methods);
 
   // Reflection resolves grpc.health.v1.Health from the generated pool: referencing a descriptor of that
   // file links it in (an object of a static library nothing refers to is left out).
@@ -50,33 +52,37 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const Server
 
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen.ToString(), GrpcCredentials(options.tls), &port);
+  builder.AddListeningPort(options.endpoints.listen.ToString(), GrpcCredentials(options.security.tls), &port);
   int health_port = 0;
-  if (options.health_listen) {
-    builder.AddListeningPort(options.health_listen->ToString(), grpc::InsecureServerCredentials(), &health_port);
+  if (options.endpoints.health_listen) {
+    builder.AddListeningPort(options.endpoints.health_listen->ToString(), grpc::InsecureServerCredentials(),
+                             &health_port);
     running->service_->RequireTls();
   }
   // gRPC sets SO_REUSEPORT by default, which lets a second server bind a port that is already served
   // and split its traffic; a port in use must be an error instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, static_cast<int>(options.max_streams_per_connection));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(options.limits.max_streams_per_connection));
   // gRPC drops a message above its limit before any handler sees it (uncounted), so its limit is twice
   // --max-message-bytes: up to there the service refuses and counts the message (RESOURCE_EXHAUSTED).
-  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(2 * options.max_message_bytes, INT32_MAX)));
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<int64_t>(2 * options.limits.max_message_bytes, INT32_MAX)));
   builder.RegisterService(running->service_.get());
   running->server_ = builder.BuildAndStart();
   // On failure `running` shuts down what did start as it goes out of scope.
   if (running->server_ == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ", options.listen.ToString(), " (port in use?)"));
-  }
-  if (options.health_listen && health_port == 0) {
     return absl::UnavailableError(
-        absl::StrCat("cannot serve health checks on ", options.health_listen->ToString(), " (port in use?)"));
+        absl::StrCat("cannot serve gRPC on ", options.endpoints.listen.ToString(), " (port in use?)"));
   }
-  running->grpc_address_ = ListenAddress{options.listen.host, port};
+  if (options.endpoints.health_listen && health_port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve health checks on ", options.endpoints.health_listen->ToString(), " (port in use?)"));
+  }
+  running->grpc_address_ = ListenAddress{options.endpoints.listen.host, port};
   // At once: gRPC's default health service starts with "" SERVING and the service unknown (NOT_FOUND).
   running->MarkNotServing();
-  absl::StatusOr<std::unique_ptr<Metrics>> metrics = Metrics::Start(options.metrics_listen);
+  absl::StatusOr<std::unique_ptr<Metrics>> metrics = Metrics::Start(options.endpoints.metrics_listen);
   if (!metrics.ok()) return metrics.status();
   running->metrics_ = *std::move(metrics);
   running->service_->SetMetrics(running->metrics_.get());
@@ -149,13 +155,13 @@ void RunningServer::SampleGauges() {
 }
 
 void RunningServer::ApplyReadinessRule(const runtime::EngineStats& stats) {
-  const int64_t limit = options_.not_serving_after_errors;
+  const int64_t limit = options_.lifecycle.not_serving_after_errors;
   if (limit == 0 || stats.device_lost) return;
   if (!failing_ && stats.failed_in_a_row >= limit) {
     failing_ = true;
     std::cerr << "strata-server: " << stats.failed_in_a_row << " requests in a row ended INTERNAL: NOT_SERVING "
               << "until a generation succeeds (a probe every "
-              << std::chrono::duration<double>(options_.ready_probe_interval).count() << " s)" << std::endl;
+              << std::chrono::duration<double>(options_.lifecycle.ready_probe_interval).count() << " s)" << std::endl;
     MarkNotServing();
     last_probe_ = std::chrono::steady_clock::now();  // the first probe after one interval
   } else if (failing_ && stats.failed_in_a_row == 0) {
@@ -164,7 +170,7 @@ void RunningServer::ApplyReadinessRule(const runtime::EngineStats& stats) {
     SetServing();
   }
   if (failing_ && !probe_running_->load() &&
-      std::chrono::steady_clock::now() - last_probe_ >= options_.ready_probe_interval) {
+      std::chrono::steady_clock::now() - last_probe_ >= options_.lifecycle.ready_probe_interval) {
     StartProbe();
   }
 }

@@ -21,39 +21,40 @@ bool HasWeights(const std::filesystem::path& dir) {
   return false;
 }
 
-absl::StatusOr<runtime::LoadOptions> PlanServedModel(const ServerOptions& options,
+absl::StatusOr<runtime::LoadOptions> PlanServedModel(const cli::Placement& placement, const ServingOptions& serving,
                                                      const std::optional<planner::MachineInventory>& inventory) {
-  if (!options.placement.model_dir) return absl::InvalidArgumentError("--model: a checkpoint directory is needed to serve");
+  if (!placement.model_dir) return absl::InvalidArgumentError("--model: a checkpoint directory is needed to serve");
   runtime::ServingRequest request;
-  request.model_dir = *options.placement.model_dir;
-  request.device_map = options.placement.device_map;
-  request.max_memory = options.placement.max_memory;
+  request.model_dir = *placement.model_dir;
+  request.device_map = placement.device_map;
+  request.max_memory = placement.max_memory;
   request.inventory = inventory;
-  request.physical = options.placement.physical_devices;
-  request.dtype = options.placement.dtype;
-  request.max_batch = options.max_batch;
-  request.max_context = options.max_context;
-  request.kv_cache_tokens = options.placement.kv_cache_tokens;
-  request.kv_block_tokens = options.kv_block_tokens;
+  request.physical = placement.physical_devices;
+  request.dtype = placement.dtype;
+  request.max_batch = serving.max_batch;
+  request.max_context = serving.max_context;
+  request.kv_cache_tokens = placement.kv_cache_tokens;
+  request.kv_block_tokens = serving.kv_block_tokens;
   absl::StatusOr<runtime::LoadOptions> load = runtime::PlanServing(request);
   if (!load.ok()) {
     return absl::Status(load.status().code(),
-                        absl::StrCat("--model ", options.placement.model_dir->string(), ": ", load.status().message()));
+                        absl::StrCat("--model ", placement.model_dir->string(), ": ", load.status().message()));
   }
   return load;
 }
 
-ServingNotes NotesOnServing(const ServerOptions& options, const runtime::LoadOptions& load) {
+ServingNotes NotesOnServing(const cli::Placement& placement, const ServingOptions& serving,
+                            const runtime::LoadOptions& load) {
   ServingNotes out;
   const int64_t trained = load.spec.max_position_embeddings;
-  if (trained > 0 && options.max_context > trained) {
-    out.warnings.push_back(absl::StrCat("--max-context ", options.max_context, " is more than the ", trained,
+  if (trained > 0 && serving.max_context > trained) {
+    out.warnings.push_back(absl::StrCat("--max-context ", serving.max_context, " is more than the ", trained,
                                         " positions the model was trained for (config.json max_position_embeddings): "
                                         "past them its output is unreliable"));
   }
   const int64_t pool_tokens = load.kv_blocks * load.kv_block_tokens;
-  if (options.placement.kv_cache_tokens > 0 && pool_tokens != options.placement.kv_cache_tokens) {
-    out.notes.push_back(absl::StrCat("--kv-cache-tokens ", options.placement.kv_cache_tokens, " rounded up to ", pool_tokens,
+  if (placement.kv_cache_tokens > 0 && pool_tokens != placement.kv_cache_tokens) {
+    out.notes.push_back(absl::StrCat("--kv-cache-tokens ", placement.kv_cache_tokens, " rounded up to ", pool_tokens,
                                      ": whole blocks of --kv-block-tokens ", load.kv_block_tokens));
   }
   return out;
@@ -80,18 +81,18 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(
   if (!eos.ok()) return eos.status();
 
   runtime::EngineOptions engine_options;
-  engine_options.max_queue = options.max_queue;
-  engine_options.prefix_cache = options.prefix_cache;
+  engine_options.max_queue = options.serving.max_queue;
+  engine_options.prefix_cache = options.serving.prefix_cache;
   // One micro-batch per stage keeps every stage busy; more only cut the batch finer, and each micro-batch
   // reads every weight of its stage again (a one-stage plan loses half its decode speed with two).
   engine_options.micro_batches =
-      options.micro_batches > 0
-          ? options.micro_batches
+      options.serving.micro_batches > 0
+          ? options.serving.micro_batches
           : std::max<int64_t>(1, static_cast<int64_t>(served->model_->report().plan.stages.size()));
-  engine_options.prefill_chunk_tokens = options.prefill_chunk;
-  engine_options.micro_batch_tokens = options.max_batch_tokens;
-  engine_options.intra_op_threads = options.intra_op_threads;
-  engine_options.fault = options.fault;
+  engine_options.prefill_chunk_tokens = options.serving.prefill_chunk;
+  engine_options.micro_batch_tokens = options.serving.max_batch_tokens;
+  engine_options.intra_op_threads = options.serving.intra_op_threads;
+  engine_options.fault = options.serving.fault;
   engine_options.on_device_lost = std::move(on_device_lost);
   absl::StatusOr<std::unique_ptr<runtime::Engine>> engine =
       runtime::Engine::Start(*served->model_, served->tokenizer_.get(), *std::move(eos), engine_options);
@@ -99,11 +100,13 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(
   served->engine_ = *std::move(engine);
 
   served->limits_.vocab_size = served->model_->vocab_size();
-  served->limits_.max_context = options.max_context;
+  served->limits_.max_context = options.serving.max_context;
   served->limits_.kv_cache_tokens = served->engine_->kv_cache_tokens();
-  served->limits_.max_new_tokens = options.max_new_tokens > 0 ? options.max_new_tokens : options.max_context;
-  served->limits_.max_prompt_bytes = options.max_prompt_bytes;
-  served->limits_.max_prompt_tokens = options.max_prompt_tokens > 0 ? options.max_prompt_tokens : options.max_context;
+  served->limits_.max_new_tokens =
+      options.limits.max_new_tokens > 0 ? options.limits.max_new_tokens : options.serving.max_context;
+  served->limits_.max_prompt_bytes = options.limits.max_prompt_bytes;
+  served->limits_.max_prompt_tokens =
+      options.limits.max_prompt_tokens > 0 ? options.limits.max_prompt_tokens : options.serving.max_context;
   served->plan_.spec = served->model_->report().spec;
   served->plan_.plan = served->model_->report().plan;
   served->plan_.kv_cache_tokens = served->engine_->kv_cache_tokens();

@@ -12,9 +12,9 @@
 #include "absl/status/statusor.h"
 #include "runtime/engine/engine.h"
 #include "runtime/executor/loaded_model.h"
-#include "tokenizer/tokenizer.h"
 #include "server/flags.h"
 #include "server/served_plan.h"
+#include "tokenizer/tokenizer.h"
 
 namespace strata::server {
 
@@ -44,13 +44,14 @@ struct ServingNotes {
   std::vector<std::string> warnings;
   std::vector<std::string> notes;
 };
-ServingNotes NotesOnServing(const ServerOptions& options, const runtime::LoadOptions& load);
+ServingNotes NotesOnServing(const cli::Placement& placement, const ServingOptions& serving,
+                            const runtime::LoadOptions& load);
 
 // The one plan a serving process uses (GetDeviceMap shows it, the weights are placed by it): the spec in
 // the serving dtype and its placement with a KV reserve of --max-batch x --max-context tokens. Errors
 // name the flag or file.
 // `inventory`: the machine as discovered at start-up (used when --max-memory is absent).
-absl::StatusOr<runtime::LoadOptions> PlanServedModel(const ServerOptions& options,
+absl::StatusOr<runtime::LoadOptions> PlanServedModel(const cli::Placement& placement, const ServingOptions& serving,
                                                      const std::optional<planner::MachineInventory>& inventory);
 
 class ServedModel {

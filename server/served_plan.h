@@ -1,6 +1,6 @@
 #pragma once
 // The plan strata-server serves: the model's module tree and where each module lives, made once at
-// start-up from validated ServerOptions.
+// start-up from the validated placement flags.
 
 #include <cstdint>
 #include <optional>
@@ -27,7 +27,7 @@ struct ServedPlan {
 // Loads the model's spec (--model or --module-tree) and places it. Errors keep the planner's code and
 // message, prefixed with the flag that led to them ("--model /x: ...", "--device-map: ...").
 // `inventory`: the machine as discovered at start-up (used when --max-memory is absent).
-absl::StatusOr<ServedPlan> MakeServedPlan(const ServerOptions& options,
+absl::StatusOr<ServedPlan> MakeServedPlan(const cli::Placement& placement,
                                           const std::optional<planner::MachineInventory>& inventory);
 
 }  // namespace strata::server

@@ -59,9 +59,8 @@ absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text) {
     } else if (kv.first == "stage" || kv.first == "call" || kv.first == "until") {
       int64_t value = 0;
       if (!absl::SimpleAtoi(kv.second, &value) || value < (kv.first == "stage" ? 0 : 1)) {
-        return absl::InvalidArgumentError(absl::StrCat("fault injection: ", kv.first, "=\"", kv.second,
-                                                       "\" is not a ", kv.first == "stage" ? "non-negative" : "positive",
-                                                       " integer"));
+        return absl::InvalidArgumentError(absl::StrCat("fault injection: ", kv.first, "=\"", kv.second, "\" is not a ",
+                                                       kv.first == "stage" ? "non-negative" : "positive", " integer"));
       }
       (kv.first == "stage" ? fault.stage : kv.first == "call" ? fault.call : fault.until) = value;
       has_stage = has_stage || kv.first == "stage";

@@ -11,8 +11,8 @@
 
 #include "absl/status/statusor.h"
 #include "planner/model_spec.h"
-#include "planner/plan.h"
 #include "planner/physical_devices.h"
+#include "planner/plan.h"
 
 namespace strata::runtime {
 
@@ -25,7 +25,7 @@ struct ServingRequest {
   std::optional<planner::MaxMemory> max_memory;  // absent: DefaultMaxMemory(inventory), as transformers
   // The machine, discovered once by the caller; absent (and no max_memory): PlanServing discovers it.
   std::optional<planner::MachineInventory> inventory;
-  planner::PhysicalDeviceMap physical;                    // plan GPU -> device; missing entries are cuda:i
+  planner::PhysicalDeviceMap physical;  // plan GPU -> device; missing entries are cuda:i
   std::optional<planner::DType> dtype;  // absent: the checkpoint's when a GPU runs it, float32 on the CPU
   int64_t max_batch = 1;       // sequences running at once
   int64_t max_context = 2048;  // positions a sequence may reach

@@ -19,13 +19,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "checkpoint/safetensors.h"
 #include "planner/model_spec.h"
+#include "planner/physical_devices.h"
 #include "planner/plan.h"
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/llama_model.h"
 #include "runtime/model/model_config.h"
-#include "planner/physical_devices.h"
-#include "checkpoint/safetensors.h"
 #include "runtime/model/weights.h"
 
 namespace strata::runtime {

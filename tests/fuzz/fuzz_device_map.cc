@@ -19,8 +19,8 @@
 #include "planner/device.h"
 #include "planner/inventory.h"
 #include "planner/model_spec.h"
-#include "planner/plan.h"
 #include "planner/physical_devices.h"
+#include "planner/plan.h"
 
 namespace {
 

@@ -23,8 +23,8 @@ TEST(ServerFlags, DefaultsAreBalancedLow0OnTheStandardPorts) {
   EXPECT_FALSE(options.placement.dtype.has_value());
   EXPECT_EQ(options.placement.kv_cache_tokens, 0);
   // Loopback unless told otherwise; the image and the manifests pass 0.0.0.0 on purpose.
-  EXPECT_EQ(options.listen.ToString(), "127.0.0.1:50051");
-  EXPECT_EQ(options.metrics_listen.ToString(), "127.0.0.1:9464");
+  EXPECT_EQ(options.endpoints.listen.ToString(), "127.0.0.1:50051");
+  EXPECT_EQ(options.endpoints.metrics_listen.ToString(), "127.0.0.1:9464");
 }
 
 TEST(ServerFlags, AcceptsSpaceAndEqualsForms) {
@@ -41,10 +41,10 @@ TEST(ServerFlags, AcceptsSpaceAndEqualsForms) {
   EXPECT_EQ((*options.placement.max_memory)[0].bytes, 1024.0 * 1024 * 1024);
   EXPECT_EQ(options.placement.dtype, planner::DType::kFloat16);
   EXPECT_EQ(options.placement.kv_cache_tokens, 4096);
-  EXPECT_EQ(options.listen.host, "127.0.0.1");
-  EXPECT_EQ(options.listen.port, 0);
-  EXPECT_EQ(options.metrics_listen.host, "[::1]");
-  EXPECT_EQ(options.metrics_listen.port, 9000);
+  EXPECT_EQ(options.endpoints.listen.host, "127.0.0.1");
+  EXPECT_EQ(options.endpoints.listen.port, 0);
+  EXPECT_EQ(options.endpoints.metrics_listen.host, "[::1]");
+  EXPECT_EQ(options.endpoints.metrics_listen.port, 9000);
 }
 
 TEST(ServerFlags, ManualMapIsJson) {
@@ -68,15 +68,15 @@ TEST(ServerFlags, EachParseStartsFromTheDefaults) {
   ASSERT_TRUE(Parse({"--model", "m", "--max-batch", "4", "--listen", "127.0.0.1:1", "--max-memory", "cpu=1GiB"}).ok());
   absl::StatusOr<ServerCommand> command = Parse({"--model", "m"});
   ASSERT_TRUE(command.ok()) << command.status();
-  EXPECT_EQ(command->options.max_batch, 16);
-  EXPECT_EQ(command->options.listen.ToString(), "127.0.0.1:50051");
+  EXPECT_EQ(command->options.serving.max_batch, 16);
+  EXPECT_EQ(command->options.endpoints.listen.ToString(), "127.0.0.1:50051");
   EXPECT_FALSE(command->options.placement.max_memory.has_value());
 }
 
 TEST(ServerFlags, ServingLimitsAreCheckedAgainstEachOther) {
   absl::StatusOr<ServerCommand> command = Parse({"--model", "m", "--max-context", "8", "--max-new-tokens", "8"});
   ASSERT_TRUE(command.ok()) << command.status();
-  EXPECT_EQ(command->options.max_new_tokens, 8);
+  EXPECT_EQ(command->options.limits.max_new_tokens, 8);
   command = Parse({"--model", "m", "--max-context", "8", "--max-new-tokens", "9"});
   ASSERT_FALSE(command.ok());
   EXPECT_NE(command.status().message().find("more than --max-context 8"), std::string::npos) << command.status();
@@ -84,13 +84,30 @@ TEST(ServerFlags, ServingLimitsAreCheckedAgainstEachOther) {
 
 TEST(ServerFlags, UsageListsEveryFlagWithItsDefault) {
   const std::string usage = ServerUsage();
-  for (const char* flag :
-       {"--model DIR", "--module-tree FILE", "--device-map S", "--max-memory SPEC", "--dtype D", "--kv-cache-tokens N",
-        "--physical-devices MAP", "--max-batch N", "--max-context N", "--max-queue N", "--max-new-tokens N",
-        "--micro-batches N", "--prefill-chunk N", "--max-batch-tokens N", "--kv-block-tokens N", "--prefix-cache",
-        "--intra-op-threads N", "--inject-fault SPEC", "--listen HOST:PORT",
-        "--drain-timeout SECONDS", "--metrics-listen HOST:PORT", "--not-serving-after-errors N",
-        "--ready-probe-interval SECONDS", "--help"}) {
+  for (const char* flag : {"--model DIR",
+                           "--module-tree FILE",
+                           "--device-map S",
+                           "--max-memory SPEC",
+                           "--dtype D",
+                           "--kv-cache-tokens N",
+                           "--physical-devices MAP",
+                           "--max-batch N",
+                           "--max-context N",
+                           "--max-queue N",
+                           "--max-new-tokens N",
+                           "--micro-batches N",
+                           "--prefill-chunk N",
+                           "--max-batch-tokens N",
+                           "--kv-block-tokens N",
+                           "--prefix-cache",
+                           "--intra-op-threads N",
+                           "--inject-fault SPEC",
+                           "--listen HOST:PORT",
+                           "--drain-timeout SECONDS",
+                           "--metrics-listen HOST:PORT",
+                           "--not-serving-after-errors N",
+                           "--ready-probe-interval SECONDS",
+                           "--help"}) {
     EXPECT_NE(usage.find(flag), std::string::npos) << flag;
   }
   EXPECT_NE(usage.find("(default: 127.0.0.1:50051)"), std::string::npos) << usage;
@@ -102,16 +119,16 @@ TEST(ServerFlags, PagedKvCacheFlags) {
   absl::StatusOr<ServerCommand> command = Parse({"--model", "m"});
   ASSERT_TRUE(command.ok()) << command.status();
   EXPECT_EQ(command->options.placement.kv_cache_tokens, 0);  // --max-batch x --max-context
-  EXPECT_EQ(command->options.kv_block_tokens, 16);
-  EXPECT_TRUE(command->options.prefix_cache);
-  EXPECT_EQ(command->options.max_batch_tokens, 512);
+  EXPECT_EQ(command->options.serving.kv_block_tokens, 16);
+  EXPECT_TRUE(command->options.serving.prefix_cache);
+  EXPECT_EQ(command->options.serving.max_batch_tokens, 512);
   command = Parse({"--model", "m", "--kv-cache-tokens", "4096", "--kv-block-tokens=32", "--prefix-cache=false",
                    "--max-batch-tokens", "64"});
   ASSERT_TRUE(command.ok()) << command.status();
   EXPECT_EQ(command->options.placement.kv_cache_tokens, 4096);
-  EXPECT_EQ(command->options.kv_block_tokens, 32);
-  EXPECT_FALSE(command->options.prefix_cache);
-  EXPECT_EQ(command->options.max_batch_tokens, 64);
+  EXPECT_EQ(command->options.serving.kv_block_tokens, 32);
+  EXPECT_FALSE(command->options.serving.prefix_cache);
+  EXPECT_EQ(command->options.serving.max_batch_tokens, 64);
   for (const auto& [args, error] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--kv-block-tokens", "0"}, "--kv-block-tokens"},
            {{"--kv-block-tokens", "5000"}, "--kv-block-tokens: 5000 is more than 4096"},
@@ -137,12 +154,12 @@ TEST(ServerFlags, MaxQueueZeroIsRefused) {
 TEST(ServerFlags, ReadinessRuleFlags) {
   absl::StatusOr<ServerCommand> command = Parse({"--model", "m"});
   ASSERT_TRUE(command.ok()) << command.status();
-  EXPECT_EQ(command->options.not_serving_after_errors, 5);
-  EXPECT_EQ(command->options.ready_probe_interval, std::chrono::seconds(5));
+  EXPECT_EQ(command->options.lifecycle.not_serving_after_errors, 5);
+  EXPECT_EQ(command->options.lifecycle.ready_probe_interval, std::chrono::seconds(5));
   command = Parse({"--model", "m", "--not-serving-after-errors", "0", "--ready-probe-interval", "0.5"});
   ASSERT_TRUE(command.ok()) << command.status();
-  EXPECT_EQ(command->options.not_serving_after_errors, 0);
-  EXPECT_EQ(command->options.ready_probe_interval, std::chrono::milliseconds(500));
+  EXPECT_EQ(command->options.lifecycle.not_serving_after_errors, 0);
+  EXPECT_EQ(command->options.lifecycle.ready_probe_interval, std::chrono::milliseconds(500));
   for (const auto& [args, error] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--not-serving-after-errors", "-1"}, "--not-serving-after-errors"},
            {{"--ready-probe-interval", "0"}, "--ready-probe-interval: \"0\" is not a number of seconds"},
@@ -158,35 +175,35 @@ TEST(ServerFlags, ReadinessRuleFlags) {
 TEST(ServerFlags, LimitsHaveTheirDocumentedDefaults) {
   absl::StatusOr<ServerCommand> command = Parse({"--model", "m"});
   ASSERT_TRUE(command.ok()) << command.status();
-  EXPECT_EQ(command->options.max_message_bytes, 4 << 20);  // gRPC's own default
-  EXPECT_EQ(command->options.max_prompt_bytes, 1 << 20);
-  EXPECT_EQ(command->options.max_prompt_tokens, 0);  // --max-context
-  EXPECT_EQ(command->options.max_streams, 1024);
-  EXPECT_EQ(command->options.max_streams_per_connection, 100);
-  EXPECT_EQ(command->options.max_stream_buffer_bytes, 1 << 20);
-  EXPECT_EQ(command->options.tokenize_threads, 0);  // half the cores, 1 to 4
+  EXPECT_EQ(command->options.limits.max_message_bytes, 4 << 20);  // gRPC's own default
+  EXPECT_EQ(command->options.limits.max_prompt_bytes, 1 << 20);
+  EXPECT_EQ(command->options.limits.max_prompt_tokens, 0);  // --max-context
+  EXPECT_EQ(command->options.limits.max_streams, 1024);
+  EXPECT_EQ(command->options.limits.max_streams_per_connection, 100);
+  EXPECT_EQ(command->options.limits.max_stream_buffer_bytes, 1 << 20);
+  EXPECT_EQ(command->options.limits.tokenize_threads, 0);  // half the cores, 1 to 4
   command = Parse({"--model", "m", "--max-message-bytes", "65536", "--max-prompt-tokens", "100", "--max-streams=7",
                    "--max-streams-per-connection", "3", "--max-stream-buffer-bytes", "4096",
                    "--max-prompt-bytes", "1000"});
   ASSERT_TRUE(command.ok()) << command.status();
-  EXPECT_EQ(command->options.max_message_bytes, 65536);
-  EXPECT_EQ(command->options.max_prompt_bytes, 1000);
-  EXPECT_EQ(command->options.max_prompt_tokens, 100);
-  EXPECT_EQ(command->options.max_streams, 7);
-  EXPECT_EQ(command->options.max_streams_per_connection, 3);
-  EXPECT_EQ(command->options.max_stream_buffer_bytes, 4096);
+  EXPECT_EQ(command->options.limits.max_message_bytes, 65536);
+  EXPECT_EQ(command->options.limits.max_prompt_bytes, 1000);
+  EXPECT_EQ(command->options.limits.max_prompt_tokens, 100);
+  EXPECT_EQ(command->options.limits.max_streams, 7);
+  EXPECT_EQ(command->options.limits.max_streams_per_connection, 3);
+  EXPECT_EQ(command->options.limits.max_stream_buffer_bytes, 4096);
 }
 
 TEST(ServerFlags, DrainTimeoutIsSecondsDefaultingInsideKubernetesGrace) {
   absl::StatusOr<ServerCommand> command = Parse({"--model", "m"});
   ASSERT_TRUE(command.ok()) << command.status();
-  EXPECT_EQ(command->options.drain_timeout, std::chrono::seconds(20));
+  EXPECT_EQ(command->options.lifecycle.drain_timeout, std::chrono::seconds(20));
   command = Parse({"--model", "m", "--drain-timeout", "2.5"});
   ASSERT_TRUE(command.ok()) << command.status();
-  EXPECT_EQ(command->options.drain_timeout, std::chrono::milliseconds(2500));
+  EXPECT_EQ(command->options.lifecycle.drain_timeout, std::chrono::milliseconds(2500));
   command = Parse({"--model", "m", "--drain-timeout=0"});
   ASSERT_TRUE(command.ok()) << command.status();
-  EXPECT_EQ(command->options.drain_timeout, std::chrono::milliseconds(0));
+  EXPECT_EQ(command->options.lifecycle.drain_timeout, std::chrono::milliseconds(0));
 }
 
 // Every bad command line is InvalidArgument, and the message names what was wrong.

@@ -40,9 +40,9 @@ class SecurityFlags : public testing::Test {
 TEST_F(SecurityFlags, DefaultsArePlaintextWithoutKeys) {
   absl::StatusOr<ServerCommand> command = Parse({});
   ASSERT_TRUE(command.ok()) << command.status();
-  EXPECT_FALSE(command->options.tls.has_value());
-  EXPECT_EQ(command->options.api_keys, nullptr);
-  EXPECT_TRUE(command->options.auth_open_methods.empty());
+  EXPECT_FALSE(command->options.security.tls.has_value());
+  EXPECT_EQ(command->options.security.api_keys, nullptr);
+  EXPECT_TRUE(command->options.security.auth_open_methods.empty());
 }
 
 TEST_F(SecurityFlags, ApiKeyFileAndOpenMethodsInEverySpelling) {
@@ -50,13 +50,13 @@ TEST_F(SecurityFlags, ApiKeyFileAndOpenMethodsInEverySpelling) {
   absl::StatusOr<ServerCommand> command =
       Parse({"--api-key-file", keys, "--auth-open-methods", "GetDeviceMap,/strata.v1.InferenceService/Generate"});
   ASSERT_TRUE(command.ok()) << command.status();
-  ASSERT_NE(command->options.api_keys, nullptr);
-  EXPECT_EQ(command->options.api_keys->size(), 2u);
-  EXPECT_TRUE(command->options.api_keys->Accepts("abcdef0123456789abcdef"));
-  EXPECT_EQ(command->options.auth_open_methods, (std::set<std::string>{kGenerateMethod, kGetDeviceMapMethod}));
+  ASSERT_NE(command->options.security.api_keys, nullptr);
+  EXPECT_EQ(command->options.security.api_keys->size(), 2u);
+  EXPECT_TRUE(command->options.security.api_keys->Accepts("abcdef0123456789abcdef"));
+  EXPECT_EQ(command->options.security.auth_open_methods, (std::set<std::string>{kGenerateMethod, kGetDeviceMapMethod}));
   command = Parse({"--api-key-file", keys, "--auth-open-methods", "strata.v1.InferenceService/GetDeviceMap"});
   ASSERT_TRUE(command.ok()) << command.status();
-  EXPECT_EQ(command->options.auth_open_methods, (std::set<std::string>{kGetDeviceMapMethod}));
+  EXPECT_EQ(command->options.security.auth_open_methods, (std::set<std::string>{kGetDeviceMapMethod}));
 }
 
 TEST_F(SecurityFlags, BadCombinationsAndFilesNameTheFlag) {
