@@ -14,9 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/engine/output_processor.h"
 #include "runtime/engine/scheduler.h"
-#include "runtime/engine/stop_strings.h"
-#include "tokenizer/streaming_decoder.h"
 
 namespace strata::runtime {
 
@@ -47,29 +46,6 @@ struct Sequence {
   bool done = false;
 };
 
-// A request as the output thread sees it: its text state and where its chunks go.
-struct OutputStream {
-  ChunkCallback callback;
-  std::shared_ptr<std::atomic<bool>> stopped;
-  std::optional<tokenizer::StreamingDecoder> decoder;
-  std::optional<StopStringMatcher> stop;
-  int64_t prompt_tokens = 0;
-  int64_t emitted = 0;  // tokens sent to the callback
-  bool ended = false;   // its final chunk was sent
-};
-
-// Engine thread -> output thread, in order: a stream opens, then its tokens and its end.
-struct OpenStream {
-  uint64_t sequence = 0;
-  std::unique_ptr<OutputStream> stream;
-};
-struct SequenceStep {
-  uint64_t sequence = 0;
-  std::optional<GeneratedToken> token;
-  std::optional<FinishReason> finish;
-  absl::Status error;
-};
-using OutputEvent = std::variant<OpenStream, SequenceStep>;
 
 }  // namespace
 
@@ -87,8 +63,6 @@ struct Engine::Impl {
   void Publish();
   void Emit(OutputEvent event);
 
-  void RunOutput();
-  void Deliver(SequenceStep& step);
 
   LoadedModel& model;
   const tokenizer::Tokenizer* tokenizer;
@@ -125,15 +99,8 @@ struct Engine::Impl {
   int64_t failed_in_a_row = 0;
   std::function<void(int64_t)> observer;
 
-  // Output thread.
-  std::mutex output_mutex;
-  std::condition_variable output_wake;
-  std::deque<OutputEvent> output_queue;
-  bool output_closing = false;
-  std::map<uint64_t, std::unique_ptr<OutputStream>> streams;  // output thread only
-
   std::thread thread;
-  std::thread output_thread;
+  OutputProcessor output;  // detokenizing, stop strings, callbacks
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -162,7 +129,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(LoadedModel& model, const 
   if (!executor.ok()) return executor.status();
   impl->executor = *std::move(executor);
   Impl* raw = impl.get();
-  impl->output_thread = std::thread([raw] { raw->RunOutput(); });
   impl->thread = std::thread([raw] { raw->Run(); });
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -174,12 +140,7 @@ Engine::~Engine() {
   }
   impl_->wake.notify_all();
   impl_->thread.join();  // every request has been finished and its last event queued
-  {
-    std::lock_guard lock(impl_->output_mutex);
-    impl_->output_closing = true;
-  }
-  impl_->output_wake.notify_all();
-  impl_->output_thread.join();
+  impl_->output.Close();
   impl_->executor.reset();
 }
 
@@ -243,13 +204,7 @@ EngineStats Engine::Stats() const {
   return stats;
 }
 
-void Engine::Impl::Emit(OutputEvent event) {
-  {
-    std::lock_guard lock(output_mutex);
-    output_queue.push_back(std::move(event));
-  }
-  output_wake.notify_one();
-}
+void Engine::Impl::Emit(OutputEvent event) { output.Emit(std::move(event)); }
 
 void Engine::Impl::Admit() {
   std::deque<std::unique_ptr<Sequence>> arrived;
@@ -439,79 +394,5 @@ void Engine::Impl::Run() {
   }
 }
 
-void Engine::Impl::RunOutput() {
-  while (true) {
-    std::deque<OutputEvent> events;
-    {
-      std::unique_lock lock(output_mutex);
-      output_wake.wait(lock, [&] { return output_closing || !output_queue.empty(); });
-      if (output_queue.empty()) return;  // closing, and everything was delivered
-      events.swap(output_queue);
-    }
-    for (OutputEvent& event : events) {
-      if (auto* open = std::get_if<OpenStream>(&event)) {
-        streams[open->sequence] = std::move(open->stream);
-      } else {
-        Deliver(std::get<SequenceStep>(event));
-      }
-    }
-  }
-}
-
-void Engine::Impl::Deliver(SequenceStep& step) {
-  auto it = streams.find(step.sequence);
-  if (it == streams.end()) return;
-  OutputStream& out = *it->second;
-  if (out.ended) {
-    // A stop string ended it here; what the engine produced after that is dropped.
-    if (step.finish) streams.erase(it);
-    return;
-  }
-  GenerationChunk chunk;
-  std::optional<FinishReason> finish = step.finish;
-  if (step.token) {
-    const int32_t id = step.token->id;
-    chunk.tokens.push_back(*std::move(step.token));
-    ++out.emitted;
-    if (out.decoder) {
-      std::string piece = out.decoder->Step(id);
-      if (out.stop) {
-        StopStringMatcher::Result r = out.stop->Push(piece);
-        chunk.text = std::move(r.text);
-        if (r.stopped) finish = FinishReason::kStop;
-      } else {
-        chunk.text = std::move(piece);
-      }
-    }
-  }
-  if (finish && *finish != FinishReason::kStop && *finish != FinishReason::kCancelled &&
-      *finish != FinishReason::kError) {
-    // What the detokenizer and stop matcher still hold comes out with the last chunk, unless a stop
-    // string is in it.
-    std::string rest = out.decoder ? out.decoder->Finish() : std::string();
-    if (out.stop) {
-      StopStringMatcher::Result r = out.stop->Push(rest);
-      chunk.text += r.text;
-      if (r.stopped) {
-        finish = FinishReason::kStop;
-      } else {
-        chunk.text += out.stop->Flush();
-      }
-    } else {
-      chunk.text += rest;
-    }
-  }
-  chunk.prompt_tokens = out.prompt_tokens;
-  chunk.completion_tokens = out.emitted;
-  if (finish) {
-    chunk.finish = finish;
-    if (*finish == FinishReason::kError) chunk.error = step.error;
-    out.ended = true;
-    // Ended here by a stop string while the engine runs on: tell it to free the blocks.
-    if (!step.finish) out.stopped->store(true, std::memory_order_release);
-  }
-  out.callback(std::move(chunk));
-  if (step.finish) streams.erase(it);
-}
 
 }  // namespace strata::runtime
