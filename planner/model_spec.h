@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "checkpoint/dtype.h"
 #include "nlohmann/json_fwd.hpp"
+#include "planner/decoder_config.h"
 
 namespace strata::planner {
 
@@ -94,9 +94,12 @@ struct ModelSpec {
   // config.json's max_position_embeddings: the positions the model was trained for (0 when the config does
   // not say, or for module trees). The server warns when --max-context goes past it.
   int64_t max_position_embeddings = 0;
-  // The parsed config.json the spec came from (LoadModelSpec; null for module trees): the runtime reads
-  // what the forward pass needs from it instead of reading the file again.
-  std::shared_ptr<const nlohmann::json> config;
+  // What the forward pass needs beyond the tree (decoder_config.h), read from config.json with it; the
+  // runtime reads only this. An error when config.json asks for something the runtime does not implement
+  // (another RoPE type or activation: the planner places such a model all the same, the runtime refuses
+  // to load it with this error) and for module trees, which carry no config.
+  absl::StatusOr<DecoderConfig> decoder{
+      absl::InvalidArgumentError("the spec has no config.json (a module tree cannot be loaded)")};
   // Checkpoint layout where it differs from the module tree (MoE families, model_spec_moe.h): tensors
   // stored under another name, and fused expert parameters stored one tensor per expert.
   std::map<std::string, std::string> stored_names;  // spec tensor -> checkpoint tensor
@@ -109,8 +112,9 @@ struct ModelSpec {
 absl::StatusOr<int64_t> SpecBytes(const ModelSpec& spec);
 
 // Builds the tree transformers builds for LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-// Qwen3ForCausalLM, Qwen3MoeForCausalLM or MixtralForCausalLM from a parsed config.json, with parameters
-// in `dtype`. Errors name the config field.
+// Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM or
+// Phi3ForCausalLM from a parsed config.json, with parameters in `dtype`, and reads the forward pass's
+// settings (`decoder`) with it. Errors name the config field: "config.json: FIELD what".
 absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DType dtype);
 
 // Reads a module tree JSON (format "strata.module_tree.v1", written by tools/export_module_tree.py;
