@@ -100,6 +100,10 @@ struct ModelSpec {
   // to load it with this error) and for module trees, which carry no config.
   absl::StatusOr<DecoderConfig> decoder{
       absl::InvalidArgumentError("the spec has no config.json (a module tree cannot be loaded)")};
+  // config.json's eos_token_id: the ids that end a sequence unless generation_config.json names others
+  // (runtime/engine/generation_config.h). nullopt when config.json does not set it (and for module
+  // trees); an error, reported only where the ids are used, when it is not an id, a list of ids or null.
+  std::optional<absl::StatusOr<std::vector<int32_t>>> eos_token_ids;
   // Checkpoint layout where it differs from the module tree (MoE families, model_spec_moe.h): tensors
   // stored under another name, and fused expert parameters stored one tensor per expert.
   std::map<std::string, std::string> stored_names;  // spec tensor -> checkpoint tensor
@@ -114,7 +118,7 @@ absl::StatusOr<int64_t> SpecBytes(const ModelSpec& spec);
 // Builds the tree transformers builds for LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 // Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM or
 // Phi3ForCausalLM from a parsed config.json, with parameters in `dtype`, and reads the forward pass's
-// settings (`decoder`) with it. Errors name the config field: "config.json: FIELD what".
+// settings (`decoder`) and eos_token_id with it. Errors name the config field: "config.json: FIELD what".
 absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DType dtype);
 
 // Reads a module tree JSON (format "strata.module_tree.v1", written by tools/export_module_tree.py;
@@ -134,6 +138,10 @@ absl::StatusOr<ModelSpec> LoadModelSpec(const std::filesystem::path& checkpoint_
 
 // Reads a module tree file (see ModelSpecFromModuleTree).
 absl::StatusOr<ModelSpec> LoadModuleTree(const std::filesystem::path& file, std::optional<DType> dtype);
+
+// eos_token_id as transformers reads it from config.json and generation_config.json: an id or a list of
+// ids, each a non-negative 32-bit integer, or null (none). Errors name `file` and the field.
+absl::StatusOr<std::vector<int32_t>> EosTokenIdsFromJson(const nlohmann::json& value, absl::string_view file);
 
 // Writes a spec as a module tree JSON (the format ModelSpecFromModuleTree reads): what
 // `strata-plan --print-module-tree` prints, and what tools/export_module_tree.py writes.

@@ -523,6 +523,9 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DTyp
   if (!spec.ok()) return spec;
   if (!positions.ok()) return positions.status();
   spec->max_position_embeddings = *positions;
+  if (auto eos = config.find("eos_token_id"); eos != config.end()) {
+    spec->eos_token_ids = EosTokenIdsFromJson(*eos, "config.json");
+  }
   return spec;
 }
 

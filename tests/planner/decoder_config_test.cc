@@ -298,6 +298,29 @@ TEST(DecoderConfig, ModuleTreesHaveNone) {
       ModelSpecFromModuleTree({{"format", "strata.module_tree.v1"}, {"root", {{"class", "Tiny"}}}}, std::nullopt);
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_THAT(spec->decoder.status().message(), HasSubstr("a module tree cannot be loaded"));
+  EXPECT_FALSE(spec->eos_token_ids.has_value());
+}
+
+TEST(EosTokenIds, ReadWithTheSpecAndReportedWhereUsed) {
+  json config = Qwen2();
+  EXPECT_FALSE(ModelSpecFromConfig(config, DType::kFloat32)->eos_token_ids.has_value());
+  for (const auto& [value, ids] : std::vector<std::pair<json, std::vector<int32_t>>>{
+           {json(2), {2}}, {json({7, 8}), {7, 8}}, {json(nullptr), {}}}) {
+    config["eos_token_id"] = value;
+    absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(config, DType::kFloat32);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    ASSERT_TRUE(spec->eos_token_ids.has_value()) << value;
+    ASSERT_TRUE(spec->eos_token_ids->ok()) << spec->eos_token_ids->status();
+    EXPECT_EQ(**spec->eos_token_ids, ids) << value;
+  }
+  // A bad id does not stop the plan: generation_config.json may name the ids instead.
+  for (const json& bad : {json(-1), json(2.5), json({1, "2"}), json(int64_t{1} << 31)}) {
+    config["eos_token_id"] = bad;
+    absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(config, DType::kFloat32);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    ASSERT_TRUE(spec->eos_token_ids.has_value());
+    EXPECT_THAT(spec->eos_token_ids->status().message(), HasSubstr("config.json: eos_token_id must be")) << bad;
+  }
 }
 
 }  // namespace
