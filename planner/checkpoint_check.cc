@@ -170,7 +170,11 @@ absl::StatusOr<ModelSpec> LoadModelSpec(const std::filesystem::path& checkpoint_
   if (!dtype) dtype = *declared;
   absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(*config, *dtype);
   if (!spec.ok()) return in_config_file(spec.status());
-  spec->config = std::make_shared<const json>(*std::move(config));
+  // The errors kept for the runtime name the file too.
+  if (!spec->decoder.ok()) spec->decoder = in_config_file(spec->decoder.status());
+  if (spec->eos_token_ids && !spec->eos_token_ids->ok()) {
+    *spec->eos_token_ids = in_config_file(spec->eos_token_ids->status());
+  }
 
   absl::StatusOr<std::optional<CheckpointFiles>> files = FindCheckpointFiles(checkpoint_dir);
   if (!files.ok()) return files.status();

@@ -1,5 +1,7 @@
 #include "planner/model_spec.h"
 
+#include <climits>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -91,6 +93,29 @@ absl::StatusOr<DType> ConfigDType(const nlohmann::json& config) {
     return *dtype;
   }
   return DType::kFloat32;
+}
+
+absl::StatusOr<std::vector<int32_t>> EosTokenIdsFromJson(const nlohmann::json& value, absl::string_view file) {
+  std::vector<int32_t> ids;
+  auto add = [&](const nlohmann::json& id) -> absl::Status {
+    // The value is quoted: callers bound the JSON's depth first (checkpoint/json_depth.h).
+    if (!id.is_number_integer() || (id.is_number_unsigned() && id.get<uint64_t>() > INT32_MAX) ||
+        (!id.is_number_unsigned() && (id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file, ": eos_token_id must be a non-negative 32-bit integer, a list of them or null, got ", id.dump()));
+    }
+    ids.push_back(id.get<int32_t>());
+    return absl::OkStatus();
+  };
+  if (value.is_null()) return ids;
+  if (value.is_array()) {
+    for (const nlohmann::json& id : value) {
+      if (absl::Status s = add(id); !s.ok()) return s;
+    }
+  } else if (absl::Status s = add(value); !s.ok()) {
+    return s;
+  }
+  return ids;
 }
 
 std::map<std::string, ExpectedTensor> CheckpointTensors(const ModelSpec& spec) {

@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "checkpoint/dtype.h"
 #include "nlohmann/json_fwd.hpp"
+#include "planner/decoder_config.h"
 
 namespace strata::planner {
 
@@ -94,9 +94,16 @@ struct ModelSpec {
   // config.json's max_position_embeddings: the positions the model was trained for (0 when the config does
   // not say, or for module trees). The server warns when --max-context goes past it.
   int64_t max_position_embeddings = 0;
-  // The parsed config.json the spec came from (LoadModelSpec; null for module trees): the runtime reads
-  // what the forward pass needs from it instead of reading the file again.
-  std::shared_ptr<const nlohmann::json> config;
+  // What the forward pass needs beyond the tree (decoder_config.h), read from config.json with it; the
+  // runtime reads only this. An error when config.json asks for something the runtime does not implement
+  // (another RoPE type or activation: the planner places such a model all the same, the runtime refuses
+  // to load it with this error) and for module trees, which carry no config.
+  absl::StatusOr<DecoderConfig> decoder{
+      absl::InvalidArgumentError("the spec has no config.json (a module tree cannot be loaded)")};
+  // config.json's eos_token_id: the ids that end a sequence unless generation_config.json names others
+  // (runtime/engine/generation_config.h). nullopt when config.json does not set it (and for module
+  // trees); an error, reported only where the ids are used, when it is not an id, a list of ids or null.
+  std::optional<absl::StatusOr<std::vector<int32_t>>> eos_token_ids;
   // Checkpoint layout where it differs from the module tree (MoE families, model_spec_moe.h): tensors
   // stored under another name, and fused expert parameters stored one tensor per expert.
   std::map<std::string, std::string> stored_names;  // spec tensor -> checkpoint tensor
@@ -109,8 +116,9 @@ struct ModelSpec {
 absl::StatusOr<int64_t> SpecBytes(const ModelSpec& spec);
 
 // Builds the tree transformers builds for LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-// Qwen3ForCausalLM, Qwen3MoeForCausalLM or MixtralForCausalLM from a parsed config.json, with parameters
-// in `dtype`. Errors name the config field.
+// Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM or
+// Phi3ForCausalLM from a parsed config.json, with parameters in `dtype`, and reads the forward pass's
+// settings (`decoder`) and eos_token_id with it. Errors name the config field: "config.json: FIELD what".
 absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DType dtype);
 
 // Reads a module tree JSON (format "strata.module_tree.v1", written by tools/export_module_tree.py;
@@ -130,6 +138,10 @@ absl::StatusOr<ModelSpec> LoadModelSpec(const std::filesystem::path& checkpoint_
 
 // Reads a module tree file (see ModelSpecFromModuleTree).
 absl::StatusOr<ModelSpec> LoadModuleTree(const std::filesystem::path& file, std::optional<DType> dtype);
+
+// eos_token_id as transformers reads it from config.json and generation_config.json: an id or a list of
+// ids, each a non-negative 32-bit integer, or null (none). Errors name `file` and the field.
+absl::StatusOr<std::vector<int32_t>> EosTokenIdsFromJson(const nlohmann::json& value, absl::string_view file);
 
 // Writes a spec as a module tree JSON (the format ModelSpecFromModuleTree reads): what
 // `strata-plan --print-module-tree` prints, and what tools/export_module_tree.py writes.

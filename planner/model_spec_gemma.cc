@@ -7,8 +7,22 @@
 // post-attention, pre- and post-feedforward); Gemma 3 adds q_norm / k_norm over head_dim and one pair of
 // rotary buffers per layer type present ("full_attention_inv_freq", ...), in sorted type order; the MLP
 // activation comes from `hidden_activation`; embeddings are tied by default.
+//
+// The forward pass's settings (ModelSpec::decoder), as the two config classes and modeling code read them:
+// - layer_types, or by default every `sliding_window_pattern`-th layer full attention (Gemma 2: 2; Gemma 3:
+//   sliding_window_pattern, default 6), the others sliding with `sliding_window` (default 4096; the same
+//   create_sliding_window_causal_mask as Mistral: key visible when query - key < window);
+// - Gemma 2 RoPE is one Llama-style dict; Gemma 3 has one per layer type: the global layers' from
+//   rope_parameters.full_attention updated by the legacy rope_scaling (+ rope_theta, default 1e6), the
+//   sliding layers' from rope_parameters.sliding_attention (+ rope_local_base_freq, default 1e4);
+// - scores scaled by query_pre_attn_scalar^-1/2 (default 256); Gemma 2 soft-caps them with
+//   attn_logit_softcapping (default 50). Gemma3Attention in 5.23 does not pass attn_logit_softcapping to
+//   its attention function, so for Gemma 3 the field is validated and, as upstream, has no effect;
+// - final_logit_softcapping (Gemma 2 default 30, Gemma 3 none) caps the logits; the MLP runs
+//   gelu_pytorch_tanh only; bidirectional attention (use_bidirectional_attention) is refused.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -17,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "planner/decoder_config.h"
 #include "planner/model_spec.h"
 #include "planner/spec_builder.h"
 
@@ -143,6 +158,127 @@ absl::Status CheckRope(const json& config, const GemmaVariant& v) {
   return absl::OkStatus();
 }
 
+// A positive finite number; `fallback` when absent; 0 (none) when null and `nullable`.
+absl::StatusOr<double> PositiveNumberOr(const json& config, const char* field, double fallback, bool nullable) {
+  auto it = config.find(field);
+  if (it == config.end()) return fallback;
+  if (it->is_null() && nullable) return 0.0;
+  if (!it->is_number() || !(it->get<double>() > 0) || !std::isfinite(it->get<double>())) {
+    return FieldError(
+        field, absl::StrCat("must be a positive finite number", nullable ? " or null" : "", ", got ", it->dump()));
+  }
+  return it->get<double>();
+}
+
+// The type a RoPE dict names (its first string among rope_type and type), "default" when none.
+std::string RopeType(const json& params) {
+  for (const char* key : {"rope_type", "type"}) {
+    if (auto it = params.find(key); it != params.end() && it->is_string()) return it->get<std::string>();
+  }
+  return "default";
+}
+
+// Gemma 3's two RoPE dicts (Gemma3TextConfig.convert_rope_params_to_dict); CheckRope validated their shape.
+absl::Status ReadGemma3Rope(const json& config, DecoderConfig& decoder) {
+  json full = json{{"rope_type", "default"}};
+  json local = json{{"rope_type", "default"}};
+  if (auto it = config.find("rope_parameters"); it != config.end() && !it->is_null()) {
+    if (auto f = it->find("full_attention"); f != it->end() && !f->is_null()) full = *f;
+    if (auto s = it->find("sliding_attention"); s != it->end() && !s->is_null()) local = *s;
+  }
+  if (auto it = config.find("rope_scaling"); it != config.end() && !it->is_null()) full.update(*it);
+  if (!full.contains("rope_theta")) {
+    absl::StatusOr<double> theta = PositiveNumberOr(config, "rope_theta", 1000000.0, false);
+    if (!theta.ok()) return theta.status();
+    full["rope_theta"] = *theta;
+  }
+  if (!local.contains("rope_theta")) {
+    absl::StatusOr<double> theta = PositiveNumberOr(config, "rope_local_base_freq", 10000.0, false);
+    if (!theta.ok()) return theta.status();
+    local["rope_theta"] = *theta;
+  }
+  // CheckRope allowed default and linear only, so llama3's original length is never read.
+  absl::StatusOr<RopeConfig> global_rope =
+      LlamaStyleRope(full, "rope_parameters.full_attention.", RopeType(full), 10000.0, 8192.0);
+  if (!global_rope.ok()) return global_rope.status();
+  absl::StatusOr<RopeConfig> local_rope =
+      LlamaStyleRope(local, "rope_parameters.sliding_attention.", RopeType(local), 10000.0, 8192.0);
+  if (!local_rope.ok()) return local_rope.status();
+  decoder.rope = *global_rope;
+  decoder.sliding_rope = *local_rope;
+  return absl::OkStatus();
+}
+
+// The forward pass's settings of a config the builder accepted; `activation` and `layer_types` are what
+// it read.
+absl::StatusOr<DecoderConfig> ReadForwardPass(const json& config, const GemmaVariant& v, const std::string& activation,
+                                              const std::vector<std::string>& layer_types) {
+  const bool gemma3 = &v == &kGemma3;
+  DecoderConfig out;
+  out.architecture = std::string(v.architecture);
+  out.num_layers = static_cast<int64_t>(layer_types.size());
+  absl::StatusOr<double> eps = PositiveNumberOr(config, "rms_norm_eps", 1e-6, false);
+  if (!eps.ok()) return eps.status();
+  out.rms_norm_eps = *eps;
+  if (activation != "gelu_pytorch_tanh") {
+    return FieldError("hidden_activation",
+                      absl::StrCat("\"", activation, "\" is not supported by the runtime (gelu_pytorch_tanh)"));
+  }
+  if (auto it = config.find("use_bidirectional_attention"); it != config.end() && !it->is_null()) {
+    if (!it->is_boolean()) return FieldError("use_bidirectional_attention", "must be true, false or null");
+    if (it->get<bool>()) return FieldError("use_bidirectional_attention", "is not supported (bidirectional attention)");
+  }
+  absl::StatusOr<double> scalar = PositiveNumberOr(config, "query_pre_attn_scalar", 256, false);
+  if (!scalar.ok()) return scalar.status();
+  out.query_pre_attn_scalar = *scalar;
+  absl::StatusOr<double> final_cap = PositiveNumberOr(config, "final_logit_softcapping", gemma3 ? 0.0 : 30.0, true);
+  if (!final_cap.ok()) return final_cap.status();
+  out.final_logit_softcapping = *final_cap;
+  absl::StatusOr<double> attn_cap = PositiveNumberOr(config, "attn_logit_softcapping", gemma3 ? 0.0 : 50.0, true);
+  if (!attn_cap.ok()) return attn_cap.status();
+  if (!gemma3) out.attn_logit_softcapping = *attn_cap;
+
+  const bool any_sliding = std::find(layer_types.begin(), layer_types.end(), "sliding_attention") != layer_types.end();
+  int64_t window = 4096;
+  if (auto it = config.find("sliding_window"); it != config.end()) {
+    if (it->is_null()) {
+      if (any_sliding) return FieldError("sliding_window", "is null but layer_types has sliding_attention layers");
+    } else if (!it->is_number_integer() || it->get<int64_t>() <= 0) {
+      return FieldError("sliding_window", absl::StrCat("must be a positive integer, got ", it->dump()));
+    } else {
+      window = it->get<int64_t>();
+    }
+  }
+  out.sliding_window.assign(layer_types.size(), 0);
+  for (size_t i = 0; i < layer_types.size(); ++i) {
+    if (layer_types[i] == "sliding_attention") out.sliding_window[i] = window;
+  }
+
+  if (gemma3) {
+    if (absl::Status s = ReadGemma3Rope(config, out); !s.ok()) return s;
+    return out;
+  }
+  // Gemma 2: one Llama-style dict, a truthy legacy rope_scaling winning over rope_parameters (CheckRope
+  // allowed default and linear RoPE only, and no partial rotation).
+  const json* params = nullptr;
+  std::string prefix;
+  for (const char* name : {"rope_scaling", "rope_parameters"}) {
+    auto it = config.find(name);
+    if (it != config.end() && it->is_object() && !it->empty()) {
+      params = &*it;
+      prefix = absl::StrCat(name, ".");
+      break;
+    }
+  }
+  absl::StatusOr<double> theta = NumberOr(config, "", "rope_theta", 10000.0);
+  if (!theta.ok()) return theta.status();
+  absl::StatusOr<RopeConfig> rope = LlamaStyleRope(params != nullptr ? *params : json::object(), prefix,
+                                                   params != nullptr ? RopeType(*params) : "default", *theta, 8192.0);
+  if (!rope.ok()) return rope.status();
+  out.rope = *rope;
+  return out;
+}
+
 }  // namespace
 
 bool IsGemmaConfig(const json& config) { return FindVariant(config) != nullptr; }
@@ -264,6 +400,7 @@ absl::StatusOr<ModelSpec> GemmaSpecFromConfig(const json& config, DType dtype) {
   if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) {
     return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
   }
+  spec.decoder = ReadForwardPass(config, v, activation, *layer_types);
   return spec;
 }
 

@@ -5,6 +5,11 @@
 // registration order, parameters, buffers and tied weights. The three families share one layout and differ
 // in class-name prefix, config defaults, validation and which projections carry a bias. Qwen3, Qwen3-MoE
 // and Mixtral reuse this layout and edit it through Family::extend (model_spec_moe.h).
+//
+// The forward pass's settings (ModelSpec::decoder) are read with the tree: rms_norm_eps, RoPE (default,
+// linear, llama3), sliding windows per layer (Mistral: `sliding_window` on every layer; Qwen2 and Qwen3:
+// with `use_sliding_window`, on the layers `layer_types` or, absent, `max_window_layers` marks; Qwen3-MoE
+// on every layer with `use_sliding_window`; Llama none), the activation (SiLU only).
 
 #include <algorithm>
 #include <cmath>
@@ -21,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
+#include "planner/decoder_config.h"
 #include "planner/model_spec.h"
 #include "planner/model_spec_moe.h"
 #include "planner/spec_builder.h"
@@ -28,7 +34,17 @@
 namespace strata::planner {
 namespace {
 
-using json = nlohmann::json;
+using namespace spec_builder;  // NOLINT: the family builders' shared vocabulary
+
+// Which layers attend through a sliding window, as each family's modeling code decides it.
+enum class SlidingWindows {
+  kNone,     // Llama
+  kMistral,  // `sliding_window` (default none) on every layer: Mistral, Mixtral
+  // Qwen2, Qwen3: `sliding_window` (default 4096) where `use_sliding_window`, on the layers `layer_types`
+  // marks "sliding_attention", else on the layers from `max_window_layers` (default 28) on.
+  kQwen2,
+  kQwen2EveryLayer,  // Qwen3-MoE: as Qwen2, but on every layer
+};
 
 // How one family's config class and modeling code differ from Llama's.
 struct Family {
@@ -48,19 +64,24 @@ struct Family {
   bool requires_divisible_heads;  // LlamaConfig.validate_architecture, even when head_dim is explicit
   // head_dim when config.json omits it (Qwen3Config: 128), else hidden_size / num_attention_heads.
   std::optional<int64_t> default_head_dim = std::nullopt;
-  // The family's changes to the Llama layout (q/k norms, sparse MoE blocks), model_spec_moe.h.
-  absl::Status (*extend)(const json& config, ModelSpec& spec) = nullptr;
+  SlidingWindows sliding_windows = SlidingWindows::kNone;
+  // The family's changes to the Llama layout (q/k norms, sparse MoE blocks) and to the forward pass's
+  // settings that go with them, model_spec_moe.h.
+  absl::Status (*extend)(const json& config, ModelSpec& spec, DecoderConfig& decoder) = nullptr;
 };
 
 constexpr Family kFamilies[] = {
     {"LlamaForCausalLM", "llama", "Llama", std::nullopt, true, true, true, true, false, true},
-    {"MistralForCausalLM", "mistral", "Mistral", 8, false, true, false, false, false, false},
-    {"Qwen2ForCausalLM", "qwen2", "Qwen2", 32, true, false, false, false, true, false},
-    {"Qwen3ForCausalLM", "qwen3", "Qwen3", 32, true, true, true, false, false, false, 128, internal::ExtendQwen3Spec},
+    {"MistralForCausalLM", "mistral", "Mistral", 8, false, true, false, false, false, false, std::nullopt,
+     SlidingWindows::kMistral},
+    {"Qwen2ForCausalLM", "qwen2", "Qwen2", 32, true, false, false, false, true, false, std::nullopt,
+     SlidingWindows::kQwen2},
+    {"Qwen3ForCausalLM", "qwen3", "Qwen3", 32, true, true, true, false, false, false, 128, SlidingWindows::kQwen2,
+     internal::ExtendQwen3Spec},
     {"Qwen3MoeForCausalLM", "qwen3_moe", "Qwen3Moe", 4, false, false, true, false, false, false, std::nullopt,
-     internal::ExtendQwen3MoeSpec},
+     SlidingWindows::kQwen2EveryLayer, internal::ExtendQwen3MoeSpec},
     {"MixtralForCausalLM", "mixtral", "Mixtral", 8, false, true, false, false, false, false, std::nullopt,
-     internal::ExtendMixtralSpec},
+     SlidingWindows::kMistral, internal::ExtendMixtralSpec},
 };
 
 // ACT2FN's parameterless activations (transformers/activations.py): hidden_act -> module class name.
@@ -89,31 +110,6 @@ constexpr std::pair<absl::string_view, absl::string_view> kActivations[] = {
     {"tanh", "Tanh"},
 };
 
-absl::Status FieldError(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("config.json: ", field, " ", what));
-}
-
-// A positive integer no larger than `max` (the field's cap, model_spec.h), else an error naming the field.
-absl::StatusOr<int64_t> PositiveIntAtMost(const json& value, absl::string_view field, int64_t max) {
-  // Booleans are not integers here, and neither are floats such as 64.0: transformers' strict config
-  // dataclasses reject both for int fields.
-  if (!value.is_number_integer() || (!value.is_number_unsigned() && value.get<int64_t>() <= 0) ||
-      (value.is_number_unsigned() && value.get<uint64_t>() == 0)) {
-    return FieldError(field, absl::StrCat("must be a positive integer, got ", value.dump()));
-  }
-  if ((value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(max)) ||
-      (!value.is_number_unsigned() && value.get<int64_t>() > max)) {
-    return FieldError(field, absl::StrCat("must be at most ", max, ", got ", value.dump()));
-  }
-  return value.get<int64_t>();
-}
-
-absl::StatusOr<int64_t> RequiredPositiveInt(const json& config, absl::string_view field, int64_t max) {
-  auto it = config.find(field);
-  if (it == config.end()) return FieldError(field, "is missing (expected a positive integer)");
-  return PositiveIntAtMost(*it, field, max);
-}
-
 // A positive integer, absent (nullopt) or, where `may_be_null`, null (also nullopt).
 absl::StatusOr<std::optional<int64_t>> OptionalPositiveInt(const json& config, absl::string_view field,
                                                            bool may_be_null, int64_t max) {
@@ -123,13 +119,6 @@ absl::StatusOr<std::optional<int64_t>> OptionalPositiveInt(const json& config, a
   absl::StatusOr<int64_t> v = PositiveIntAtMost(*it, field, max);
   if (!v.ok()) return v.status();
   return std::optional<int64_t>(*v);
-}
-
-absl::StatusOr<bool> OptionalBool(const json& config, absl::string_view field, bool default_value) {
-  auto it = config.find(field);
-  if (it == config.end()) return default_value;
-  if (!it->is_boolean()) return FieldError(field, absl::StrCat("must be true or false, got ", it->dump()));
-  return it->get<bool>();
 }
 
 absl::StatusOr<const Family*> ResolveFamily(const json& config) {
@@ -187,6 +176,7 @@ struct RopeShape {
   std::optional<double> partial_rotary_factor;
   std::optional<int64_t> longrope_short_factors;  // length of short_factor, for "longrope"
   std::string field = "rope_parameters";          // the config field the settings came from
+  const json* params = nullptr;                   // its dict, when the config has a non-empty one
 };
 
 absl::StatusOr<RopeShape> ParseRope(const json& config) {
@@ -201,6 +191,7 @@ absl::StatusOr<RopeShape> ParseRope(const json& config) {
     if (it->empty()) continue;
     params = &*it;
     rope.field = std::string(field);
+    rope.params = params;
     break;
   }
   if (auto it = config.find("partial_rotary_factor"); it != config.end() && !it->is_null()) {
@@ -277,25 +268,6 @@ absl::StatusOr<int64_t> InvFreqLength(const RopeShape& rope, int64_t head_dim) {
   return length;
 }
 
-TensorSpec Tensor(std::string name, std::vector<int64_t> shape, DType dtype, bool persistent = true) {
-  return TensorSpec{std::move(name), std::move(shape), dtype, persistent};
-}
-
-ModuleSpec Module(const ModuleSpec& parent, std::string_view local, std::string class_name) {
-  ModuleSpec m;
-  m.name = parent.ChildName(local);
-  m.class_name = std::move(class_name);
-  return m;
-}
-
-// nn.Linear(in, out, bias): weight [out, in], then bias [out].
-ModuleSpec Linear(const ModuleSpec& parent, std::string_view local, int64_t in, int64_t out, bool bias, DType dtype) {
-  ModuleSpec m = Module(parent, local, "Linear");
-  m.parameters.push_back(Tensor("weight", {out, in}, dtype));
-  if (bias) m.parameters.push_back(Tensor("bias", {out}, dtype));
-  return m;
-}
-
 ModuleSpec RMSNorm(const ModuleSpec& parent, std::string_view local, const Family& family, int64_t hidden,
                    DType dtype) {
   ModuleSpec m = Module(parent, local, absl::StrCat(family.prefix, "RMSNorm"));
@@ -303,7 +275,90 @@ ModuleSpec RMSNorm(const ModuleSpec& parent, std::string_view local, const Famil
   return m;
 }
 
-absl::StatusOr<ModelSpec> LlamaFamilySpecFromConfig(const nlohmann::json& config, DType dtype) {
+// The layers' sliding windows (DecoderConfig::sliding_window), as `family` decides them.
+absl::Status ReadSlidingWindows(const json& config, const Family& family, DecoderConfig& decoder) {
+  decoder.sliding_window.assign(static_cast<size_t>(decoder.num_layers), 0);
+  if (family.sliding_windows == SlidingWindows::kNone) return absl::OkStatus();
+  const bool qwen2 = family.sliding_windows != SlidingWindows::kMistral;
+  // Every field is type-checked before use: json::value() would throw type_error on a null or a string.
+  int64_t window = 0;
+  if (auto it = config.find("sliding_window"); it != config.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() <= 0) {
+      return FieldError("sliding_window", absl::StrCat("must be a positive integer, got ", it->dump()));
+    }
+    window = it->get<int64_t>();
+  } else if (qwen2 && it == config.end()) {
+    window = 4096;  // Qwen2Config's default
+  }
+  bool use_window = !qwen2;
+  if (auto it = config.find("use_sliding_window"); qwen2 && it != config.end() && !it->is_null()) {
+    if (!it->is_boolean())
+      return FieldError("use_sliding_window", absl::StrCat("must be true or false, got ", it->dump()));
+    use_window = it->get<bool>();
+  }
+  if (!use_window || window == 0) return absl::OkStatus();
+  if (family.sliding_windows != SlidingWindows::kQwen2) {
+    for (int64_t& w : decoder.sliding_window) w = window;
+    return absl::OkStatus();
+  }
+  if (auto types = config.find("layer_types"); types != config.end() && types->is_array()) {
+    if (static_cast<int64_t>(types->size()) != decoder.num_layers) {
+      return FieldError("layer_types", "must have one entry per hidden layer");
+    }
+    for (int64_t i = 0; i < decoder.num_layers; ++i) {
+      const json& type = (*types)[static_cast<size_t>(i)];
+      if (!type.is_string()) {
+        return FieldError(absl::StrCat("layer_types[", i, "]"), absl::StrCat("must be a string, got ", type.dump()));
+      }
+      if (type == "sliding_attention") decoder.sliding_window[static_cast<size_t>(i)] = window;
+    }
+    return absl::OkStatus();
+  }
+  int64_t first = 28;  // Qwen2Config's default
+  if (auto it = config.find("max_window_layers"); it != config.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+      return FieldError("max_window_layers", absl::StrCat("must be a non-negative integer, got ", it->dump()));
+    }
+    first = it->get<int64_t>();
+  }
+  for (int64_t i = first; i < decoder.num_layers; ++i) decoder.sliding_window[static_cast<size_t>(i)] = window;
+  return absl::OkStatus();
+}
+
+// The forward pass's settings of a config the builder accepted, beyond what `decoder` holds already
+// (architecture, layers, and the q/k norms and MoE routing Family::extend set): rms_norm_eps, the
+// activation, RoPE and the sliding windows. `hidden_act` and `rope` are what the builder read.
+absl::StatusOr<DecoderConfig> ReadForwardPass(const json& config, const Family& family, const std::string& hidden_act,
+                                              const RopeShape& rope, int64_t max_positions, DecoderConfig decoder) {
+  absl::StatusOr<double> eps = NumberOr(config, "", "rms_norm_eps", 1e-6);
+  if (!eps.ok()) return eps.status();
+  // A zero or negative epsilon divides by zero (or takes the root of a negative) on a zero row: the model
+  // would stream garbage under status OK.
+  if (!(*eps > 0) || !std::isfinite(*eps)) {
+    return FieldError("rms_norm_eps", absl::StrCat("must be a positive finite number, got ", *eps));
+  }
+  decoder.rms_norm_eps = *eps;
+  if (hidden_act != "silu") {
+    return FieldError("hidden_act", absl::StrCat("\"", hidden_act, "\" is not supported by the runtime (silu)"));
+  }
+  // rope_theta may sit in the dict (transformers 5 writes it there) or at the top level (older exports).
+  absl::StatusOr<double> theta = NumberOr(config, "", "rope_theta", 10000.0);
+  if (!theta.ok()) return theta.status();
+  absl::StatusOr<RopeConfig> rotary = LlamaStyleRope(rope.params != nullptr ? *rope.params : json::object(),
+                                                     rope.params != nullptr ? rope.field + "." : "", rope.type, *theta,
+                                                     max_positions > 0 ? static_cast<double>(max_positions) : 8192.0);
+  if (!rotary.ok()) return rotary.status();
+  // Llama-family attention rotates the whole head; a partial factor would make transformers' own forward
+  // fail for scaled types and is ignored by the default type, so only 1 is meaningful here.
+  if (rope.partial_rotary_factor.value_or(1.0) != 1.0 && rotary->type != RopeConfig::Type::kDefault) {
+    return FieldError("partial_rotary_factor", "must be 1.0 for this RoPE type (the runtime rotates whole heads)");
+  }
+  decoder.rope = *rotary;
+  if (absl::Status s = ReadSlidingWindows(config, family, decoder); !s.ok()) return s;
+  return decoder;
+}
+
+absl::StatusOr<ModelSpec> LlamaFamilySpecFromConfig(const nlohmann::json& config, DType dtype, int64_t max_positions) {
   absl::StatusOr<const Family*> family_or = ResolveFamily(config);
   if (!family_or.ok()) return family_or.status();
   const Family& family = **family_or;
@@ -358,17 +413,17 @@ absl::StatusOr<ModelSpec> LlamaFamilySpecFromConfig(const nlohmann::json& config
     return FieldError("hidden_act", absl::StrCat("\"", hidden_act, "\" is not a supported parameterless activation"));
   }
 
-  absl::StatusOr<bool> tie = OptionalBool(config, "tie_word_embeddings", false);
+  absl::StatusOr<bool> tie = BoolOr(config, "tie_word_embeddings", false);
   if (!tie.ok()) return tie.status();
   bool attention_bias = false;
   bool mlp_bias = false;
   if (family.reads_attention_bias) {
-    absl::StatusOr<bool> b = OptionalBool(config, "attention_bias", false);
+    absl::StatusOr<bool> b = BoolOr(config, "attention_bias", false);
     if (!b.ok()) return b.status();
     attention_bias = *b;
   }
   if (family.reads_mlp_bias) {
-    absl::StatusOr<bool> b = OptionalBool(config, "mlp_bias", false);
+    absl::StatusOr<bool> b = BoolOr(config, "mlp_bias", false);
     if (!b.ok()) return b.status();
     mlp_bias = *b;
   }
@@ -439,12 +494,16 @@ absl::StatusOr<ModelSpec> LlamaFamilySpecFromConfig(const nlohmann::json& config
   // With tie_word_embeddings, lm_head.weight is the embedding's Parameter object: it still appears under
   // lm_head (as named_parameters(recurse=False) shows) and tied_weights records the sharing.
   root.children.push_back(Linear(root, "lm_head", *hidden, *vocab, /*bias=*/false, dtype));
+  DecoderConfig decoder;
+  decoder.architecture = spec.architecture;
+  decoder.num_layers = *layers;
   if (family.extend != nullptr) {
-    if (absl::Status s = family.extend(config, spec); !s.ok()) return s;
+    if (absl::Status s = family.extend(config, spec, decoder); !s.ok()) return s;
   }
   if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) {
     return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
   }
+  spec.decoder = ReadForwardPass(config, family, hidden_act, *rope, max_positions, std::move(decoder));
   return spec;
 }
 
@@ -452,16 +511,21 @@ absl::StatusOr<ModelSpec> LlamaFamilySpecFromConfig(const nlohmann::json& config
 
 absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DType dtype) {
   if (!config.is_object()) return absl::InvalidArgumentError("config.json: expected a JSON object");
-  // Gemma 2 / Gemma 3 text and Phi-3 have their own builders (model_spec_gemma.cc, model_spec_phi3.cc).
-  absl::StatusOr<ModelSpec> spec = IsGemmaConfig(config)  ? GemmaSpecFromConfig(config, dtype)
-                                   : IsPhi3Config(config) ? Phi3SpecFromConfig(config, dtype)
-                                                          : LlamaFamilySpecFromConfig(config, dtype);
-  if (!spec.ok()) return spec;
-  // Every family's config states it (its config class has a default); null or absent is "unknown".
+  // Every family's config states it (its config class has a default); null or absent is "unknown". Read
+  // first, for the families' RoPE defaults; an error is reported after the family's own.
   absl::StatusOr<int64_t> positions =
       spec_builder::PositiveIntOr(config, "max_position_embeddings", 0, /*may_be_null=*/true, kMaxPositions);
+  const int64_t max_positions = positions.ok() ? *positions : 0;
+  // Gemma 2 / Gemma 3 text and Phi-3 have their own builders (model_spec_gemma.cc, model_spec_phi3.cc).
+  absl::StatusOr<ModelSpec> spec = IsGemmaConfig(config)  ? GemmaSpecFromConfig(config, dtype)
+                                   : IsPhi3Config(config) ? Phi3SpecFromConfig(config, dtype, max_positions)
+                                                          : LlamaFamilySpecFromConfig(config, dtype, max_positions);
+  if (!spec.ok()) return spec;
   if (!positions.ok()) return positions.status();
   spec->max_position_embeddings = *positions;
+  if (auto eos = config.find("eos_token_id"); eos != config.end()) {
+    spec->eos_token_ids = EosTokenIdsFromJson(*eos, "config.json");
+  }
   return spec;
 }
 

@@ -10,15 +10,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "planner/spec_builder.h"
 
 namespace strata::planner::internal {
 namespace {
 
 using json = nlohmann::json;
-
-absl::Status FieldError(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("config.json: ", field, " ", what));
-}
+using spec_builder::FieldError;
 
 // An integer field in [min, max], `fallback` when absent. Booleans and floats are not integers (the
 // config dataclasses are strict).

@@ -1,7 +1,8 @@
 #pragma once
 // Internal to ModelSpecFromConfig: what Qwen3, Qwen3-MoE and Mixtral change in the Llama-family layout
 // that model_spec_llama.cc builds (q/k RMSNorms per head; sparse MoE blocks with fused experts), and the
-// MoE config fields they read. Each Extend* edits the finished Llama-layout spec in place.
+// MoE config fields they read. Each Extend* edits the finished Llama-layout spec in place and sets the
+// forward pass's settings that go with its changes (DecoderConfig::qk_norm, DecoderConfig::moe).
 
 #include <cstdint>
 #include <string>
@@ -10,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "planner/decoder_config.h"
 #include "planner/model_spec.h"
 
 namespace strata::planner::internal {
@@ -47,9 +49,9 @@ absl::StatusOr<MoeFields> ReadMixtralFields(const nlohmann::json& config);
 // Whether Qwen3-MoE's layer `layer` holds a sparse MoE block (Qwen3MoeDecoderLayer.__init__).
 bool Qwen3MoeLayerIsSparse(const MoeFields& moe, int64_t layer);
 
-absl::Status ExtendQwen3Spec(const nlohmann::json& config, ModelSpec& spec);
-absl::Status ExtendQwen3MoeSpec(const nlohmann::json& config, ModelSpec& spec);
-absl::Status ExtendMixtralSpec(const nlohmann::json& config, ModelSpec& spec);
+absl::Status ExtendQwen3Spec(const nlohmann::json& config, ModelSpec& spec, DecoderConfig& decoder);
+absl::Status ExtendQwen3MoeSpec(const nlohmann::json& config, ModelSpec& spec, DecoderConfig& decoder);
+absl::Status ExtendMixtralSpec(const nlohmann::json& config, ModelSpec& spec, DecoderConfig& decoder);
 
 // Shared by the Extend* functions (model_spec_moe.cc).
 // Adds `prefix`RMSNorm q_norm and k_norm over head_dim to every layer's self_attn (Qwen3Attention).

@@ -5,7 +5,20 @@
 // fused `gate_up_proj`, its activation module is `activation_fn`; each layer ends with two parameterless
 // Dropout children; RoPE is default or longrope ("su" and "yarn" are renamed to longrope by Phi3Config),
 // with partial_rotary_factor honoured by both.
+//
+// The forward pass's settings (ModelSpec::decoder), as Phi3Config and modeling_phi3 read them:
+// - RoPE: a truthy legacy rope_scaling replaces rope_parameters; rope_theta (default 1e4) and
+//   partial_rotary_factor (default 1) may sit in the dict or at the top level. The rotary embedding rotates
+//   the first int(head_dim * partial_rotary_factor) dims of each head, also for the default type.
+// - longrope (_compute_longrope_parameters): inv_freq = 1 / (ext * theta^(2i/d)) with ext = short_factor,
+//   or long_factor while the batch's longest sequence (max position + 1) exceeds
+//   original_max_position_embeddings (dynamic_rope_update); cos and sin are scaled by attention_factor,
+//   default sqrt(1 + ln(factor) / ln(original)) for factor = max_position_embeddings / original (1 when
+//   factor <= 1). original_max_position_embeddings is the top-level field (Phi3Config default 4096); for
+//   "su" the dict must also hold one (Phi3Config's validation), whose value is then overridden.
+// - sliding_window, when set, applies to every layer; rms_norm_eps defaults to 1e-5; the MLP runs SiLU only.
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -13,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "planner/decoder_config.h"
 #include "planner/model_spec.h"
 #include "planner/spec_builder.h"
 
@@ -30,12 +44,22 @@ absl::StatusOr<double> PartialRotaryFactor(const json& object, const std::string
   return it->get<double>();
 }
 
-// Phi3Config.convert_rope_params_to_dict + validate_rope: the length of the rotary inv_freq buffer.
-absl::StatusOr<int64_t> Phi3InvFreqLength(const json& config, int64_t hidden, int64_t heads, int64_t head_dim) {
+// The RoPE settings as Phi3Config.convert_rope_params_to_dict + validate_rope leave them.
+struct Phi3Rope {
+  int64_t inv_freq_length = 0;                    // of the rotary embedding's inv_freq buffer
+  const json* params = nullptr;                   // the dict, when the config has a non-empty one
+  std::string field;                              // its name: "rope_scaling", "rope_parameters"
+  std::string type = "default";                   // as config.json spells it: default, longrope, su, yarn
+  int64_t rotary_dim = 0;                         // int(head_dim * partial_rotary_factor)
+  std::vector<double> short_factor, long_factor;  // longrope
+};
+
+absl::StatusOr<Phi3Rope> ReadPhi3Rope(const json& config, int64_t hidden, int64_t heads, int64_t head_dim) {
+  Phi3Rope rope;
   absl::StatusOr<double> partial = PartialRotaryFactor(config, "", 1.0);
   if (!partial.ok()) return partial.status();
-  const json* params = nullptr;
-  std::string field;
+  const json*& params = rope.params;
+  std::string& field = rope.field;
   // A truthy legacy rope_scaling replaces rope_parameters.
   for (const char* name : {"rope_scaling", "rope_parameters"}) {
     auto it = config.find(name);
@@ -46,7 +70,7 @@ absl::StatusOr<int64_t> Phi3InvFreqLength(const json& config, int64_t hidden, in
     field = name;
     break;
   }
-  std::string type = "default";
+  std::string& type = rope.type;
   if (params != nullptr) {
     partial = PartialRotaryFactor(*params, field + ".", *partial);
     if (!partial.ok()) return partial.status();
@@ -62,7 +86,9 @@ absl::StatusOr<int64_t> Phi3InvFreqLength(const json& config, int64_t hidden, in
   const int64_t dim = static_cast<int64_t>(static_cast<double>(head_dim) * *partial);
   if (dim < 2) return FieldError("partial_rotary_factor", "leaves fewer than two rotary dimensions");
   const int64_t length = (dim + 1) / 2;
-  if (type == "default") return length;
+  rope.inv_freq_length = length;
+  rope.rotary_dim = dim;
+  if (type == "default") return rope;
   if (type != "longrope" && type != "su" && type != "yarn") {
     return FieldError(absl::StrCat(field, ".rope_type"),
                       absl::StrCat("\"", type, "\" is not a RoPE type Phi-3 supports (default, longrope, su)"));
@@ -78,17 +104,80 @@ absl::StatusOr<int64_t> Phi3InvFreqLength(const json& config, int64_t hidden, in
     if (it == params->end() || !it->is_array()) {
       return FieldError(absl::StrCat(field, ".", key), "must be an array of numbers for longrope");
     }
+    std::vector<double>& factors = key == std::string("short_factor") ? rope.short_factor : rope.long_factor;
     for (const json& x : *it) {
       if (!x.is_number() || !(x.get<double>() > 0)) {
         return FieldError(absl::StrCat(field, ".", key), absl::StrCat("must hold positive numbers, got ", x.dump()));
       }
+      factors.push_back(x.get<double>());
     }
     if (static_cast<int64_t>(it->size()) != expected || expected != length) {
       return FieldError(absl::StrCat(field, ".", key), absl::StrCat("has ", it->size(), " entries, expected ", expected,
                                                                     " (one per rotary frequency)"));
     }
   }
-  return length;
+  return rope;
+}
+
+// The forward pass's settings of a config the builder accepted; `activation` and `rope` are what it read.
+absl::StatusOr<DecoderConfig> ReadForwardPass(const json& config, int64_t layers, int64_t head_dim,
+                                              const std::string& activation, const Phi3Rope& rope,
+                                              int64_t max_positions) {
+  DecoderConfig out;
+  out.architecture = "Phi3ForCausalLM";
+  out.num_layers = layers;
+  absl::StatusOr<double> eps = NumberOr(config, "", "rms_norm_eps", 1e-5);
+  if (!eps.ok()) return eps.status();
+  if (!(*eps > 0)) return FieldError("rms_norm_eps", absl::StrCat("must be a positive finite number, got ", *eps));
+  out.rms_norm_eps = *eps;
+  if (activation != "silu") {
+    return FieldError("hidden_act", absl::StrCat("\"", activation, "\" is not supported by the runtime (silu)"));
+  }
+  out.sliding_window.assign(static_cast<size_t>(layers), 0);
+  if (auto it = config.find("sliding_window"); it != config.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() <= 0) {
+      return FieldError("sliding_window", absl::StrCat("must be a positive integer or null, got ", it->dump()));
+    }
+    for (int64_t& w : out.sliding_window) w = it->get<int64_t>();
+  }
+
+  const json& params = rope.params != nullptr ? *rope.params : json::object();
+  const std::string prefix = rope.params != nullptr ? rope.field + "." : "";
+  absl::StatusOr<double> top_theta = NumberOr(config, "", "rope_theta", 10000.0);
+  if (!top_theta.ok()) return top_theta.status();
+  absl::StatusOr<double> theta = NumberOr(params, prefix, "rope_theta", *top_theta);
+  if (!theta.ok()) return theta.status();
+  if (!(*theta > 0))
+    return FieldError(prefix + "rope_theta", absl::StrCat("must be a positive finite number, got ", *theta));
+  if (rope.rotary_dim % 2 != 0) {
+    return FieldError("partial_rotary_factor",
+                      absl::StrCat("gives ", rope.rotary_dim, " rotary dims; the runtime needs an even number >= 2"));
+  }
+  out.rotary_dim = rope.rotary_dim == head_dim ? 0 : rope.rotary_dim;
+  out.rope.theta = *theta;
+  if (rope.type == "default") return out;
+
+  RopeConfig& longrope = out.rope;
+  longrope.type = RopeConfig::Type::kLongRope;
+  longrope.short_factor = rope.short_factor;
+  longrope.long_factor = rope.long_factor;
+  // The top-level field (default 4096) overrides the dict's for every spelling: transformers'
+  // _compute_longrope_parameters standardizes again once the type reads "longrope".
+  absl::StatusOr<int64_t> original =
+      PositiveIntOr(config, "original_max_position_embeddings", 4096, /*may_be_null=*/true, kMaxPositions);
+  if (!original.ok()) return original.status();
+  const double positions = static_cast<double>(max_positions > 0 ? max_positions : 4096);
+  longrope.original_max_positions = static_cast<double>(*original);
+  absl::StatusOr<double> factor = NumberOr(params, prefix, "factor", positions / longrope.original_max_positions);
+  if (!factor.ok()) return factor.status();
+  if (!(*factor > 0)) return FieldError(prefix + "factor", "must be positive");
+  const double default_attention =
+      *factor <= 1.0 ? 1.0 : std::sqrt(1 + std::log(*factor) / std::log(longrope.original_max_positions));
+  absl::StatusOr<double> attention = NumberOr(params, prefix, "attention_factor", default_attention);
+  if (!attention.ok()) return attention.status();
+  if (!(*attention > 0)) return FieldError(prefix + "attention_factor", "must be positive");
+  longrope.attention_factor = *attention;
+  return out;
 }
 
 }  // namespace
@@ -102,7 +191,7 @@ bool IsPhi3Config(const json& config) {
          (*arch)[0].get<std::string>() == "Phi3ForCausalLM";
 }
 
-absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const json& config, DType dtype) {
+absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const json& config, DType dtype, int64_t max_positions) {
   if (absl::Status s = CheckArchitecture(config, "Phi3ForCausalLM", "phi3"); !s.ok()) return s;
   absl::StatusOr<int64_t> hidden = RequiredPositiveInt(config, "hidden_size", kMaxHiddenSize);
   if (!hidden.ok()) return hidden.status();
@@ -141,8 +230,8 @@ absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const json& config, DType dtype) {
   if (!act_class) return FieldError("hidden_act", absl::StrCat("\"", activation, "\" is not supported"));
   absl::StatusOr<bool> tie = BoolOr(config, "tie_word_embeddings", false);
   if (!tie.ok()) return tie.status();
-  absl::StatusOr<int64_t> inv_freq_length = Phi3InvFreqLength(config, *hidden, *heads, head_dim);
-  if (!inv_freq_length.ok()) return inv_freq_length.status();
+  absl::StatusOr<Phi3Rope> rope = ReadPhi3Rope(config, *hidden, *heads, head_dim);
+  if (!rope.ok()) return rope.status();
 
   ModelSpec spec;
   spec.architecture = "Phi3ForCausalLM";
@@ -181,14 +270,15 @@ absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const json& config, DType dtype) {
   model.children.push_back(std::move(layer_list));
   model.children.push_back(Norm(model, "norm", "Phi3RMSNorm", *hidden, dtype));
   ModuleSpec rotary = Module(model, "rotary_emb", "Phi3RotaryEmbedding");
-  rotary.buffers.push_back(Tensor("inv_freq", {*inv_freq_length}, DType::kFloat32, false));
-  rotary.buffers.push_back(Tensor("original_inv_freq", {*inv_freq_length}, DType::kFloat32, false));
+  rotary.buffers.push_back(Tensor("inv_freq", {rope->inv_freq_length}, DType::kFloat32, false));
+  rotary.buffers.push_back(Tensor("original_inv_freq", {rope->inv_freq_length}, DType::kFloat32, false));
   model.children.push_back(std::move(rotary));
   root.children.push_back(std::move(model));
   root.children.push_back(Linear(root, "lm_head", *hidden, *vocab, /*bias=*/false, dtype));
   if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) {
     return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
   }
+  spec.decoder = ReadForwardPass(config, *layers, head_dim, activation, *rope, max_positions);
   return spec;
 }
 

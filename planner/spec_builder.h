@@ -1,7 +1,8 @@
 #pragma once
-// Internal to planner/: the pieces the config.json model builders of the Gemma and Phi-3 families share
-// (model_spec_gemma.cc, model_spec_phi3.cc): typed field readers whose errors name the field, and
-// constructors for the nn.Module nodes transformers registers.
+// Internal to planner/: the pieces the config.json model builders share (model_spec_llama.cc,
+// model_spec_gemma.cc, model_spec_phi3.cc, model_spec_moe.cc): typed field readers whose errors name the
+// field ("config.json: FIELD what"), constructors for the nn.Module nodes transformers registers, and the
+// readers of the forward pass's settings (decoder_config.h) that more than one family uses.
 
 #include <cstdint>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
+#include "planner/decoder_config.h"
 #include "planner/model_spec.h"
 
 namespace strata::planner::spec_builder {
@@ -145,15 +147,30 @@ inline absl::Status CheckArchitecture(const json& config, absl::string_view arch
   return absl::OkStatus();
 }
 
+// --- The forward pass's settings (decoder_config.cc). Their errors are not the planner's: a family
+// builder keeps them in ModelSpec::decoder, for the runtime to report, and places the model all the same.
+
+// A number (not a boolean), `fallback` when absent or null; else an error naming `prefix` + `key`.
+absl::StatusOr<double> NumberOr(const json& object, absl::string_view prefix, absl::string_view key, double fallback);
+
+// The RoPE of one Llama-style dict (rope_parameters or the legacy rope_scaling; `prefix` names it with its
+// dot, and is "" with an empty `params` when the config has neither) whose `type` the builder resolved:
+// its rope_theta (else `theta`, the top-level field's), linear's and llama3's factor, llama3's frequency
+// factors and original_max_position_embeddings (else `max_positions`). Types other than default, linear
+// and llama3 are errors: the runtime implements no others for these families.
+absl::StatusOr<RopeConfig> LlamaStyleRope(const json& params, absl::string_view prefix, absl::string_view type,
+                                          double theta, double max_positions);
+
 }  // namespace strata::planner::spec_builder
 
 namespace strata::planner {
 
 // Gemma2ForCausalLM (model_type gemma2) and Gemma3ForCausalLM (gemma3_text): model_spec_gemma.cc.
-// Phi3ForCausalLM (phi3): model_spec_phi3.cc. Called by ModelSpecFromConfig when the config names them.
+// Phi3ForCausalLM (phi3): model_spec_phi3.cc. Called by ModelSpecFromConfig when the config names them;
+// `max_positions` is config.json's max_position_embeddings as it read it (0: not stated).
 bool IsGemmaConfig(const nlohmann::json& config);
 absl::StatusOr<ModelSpec> GemmaSpecFromConfig(const nlohmann::json& config, DType dtype);
 bool IsPhi3Config(const nlohmann::json& config);
-absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const nlohmann::json& config, DType dtype);
+absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const nlohmann::json& config, DType dtype, int64_t max_positions);
 
 }  // namespace strata::planner

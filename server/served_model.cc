@@ -77,7 +77,8 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(
     if (!tok.ok()) return tok.status();
     served->tokenizer_ = *std::move(tok);
   }
-  absl::StatusOr<std::vector<int32_t>> eos = runtime::ReadEosTokenIds(*options.placement.model_dir);
+  absl::StatusOr<std::vector<int32_t>> eos =
+      runtime::ReadEosTokenIds(*options.placement.model_dir, served->model_->report().spec);
   if (!eos.ok()) return eos.status();
 
   runtime::EngineOptions engine_options;

@@ -12,7 +12,7 @@
 namespace strata::runtime {
 namespace {
 
-// The file's eos_token_id, or nothing when the file is absent or does not set it.
+// generation_config.json's eos_token_id, or nothing when the file is absent or does not set it.
 absl::StatusOr<std::optional<std::vector<int32_t>>> EosFrom(const std::filesystem::path& file) {
   absl::StatusOr<std::optional<std::string>> text =
       checkpoint::ReadRegularFileIfPresent(file, checkpoint::kMaxConfigFileBytes);
@@ -27,35 +27,19 @@ absl::StatusOr<std::optional<std::vector<int32_t>>> EosFrom(const std::filesyste
     return absl::InvalidArgumentError(absl::StrCat(file.string(), ": invalid JSON: ", e.what()));
   }
   if (!json.is_object() || !json.contains("eos_token_id")) return std::optional<std::vector<int32_t>>();
-  const nlohmann::json& eos = json["eos_token_id"];
-  std::vector<int32_t> ids;
-  auto add = [&](const nlohmann::json& value) -> absl::Status {
-    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > INT32_MAX) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(file.string(), ": eos_token_id: ", value.dump(), " is not a non-negative 32-bit integer"));
-    }
-    ids.push_back(value.get<int32_t>());
-    return absl::OkStatus();
-  };
-  if (eos.is_null()) return std::optional<std::vector<int32_t>>(ids);
-  if (eos.is_array()) {
-    for (const nlohmann::json& value : eos) {
-      if (absl::Status s = add(value); !s.ok()) return s;
-    }
-  } else if (absl::Status s = add(eos); !s.ok()) {
-    return s;
-  }
-  return std::optional<std::vector<int32_t>>(ids);
+  absl::StatusOr<std::vector<int32_t>> ids = planner::EosTokenIdsFromJson(json["eos_token_id"], file.string());
+  if (!ids.ok()) return ids.status();
+  return std::optional<std::vector<int32_t>>(*std::move(ids));
 }
 
 }  // namespace
 
-absl::StatusOr<std::vector<int32_t>> ReadEosTokenIds(const std::filesystem::path& model_dir) {
-  for (const char* name : {"generation_config.json", "config.json"}) {
-    absl::StatusOr<std::optional<std::vector<int32_t>>> ids = EosFrom(model_dir / name);
-    if (!ids.ok()) return ids.status();
-    if (ids->has_value()) return **ids;
-  }
+absl::StatusOr<std::vector<int32_t>> ReadEosTokenIds(const std::filesystem::path& model_dir,
+                                                     const planner::ModelSpec& spec) {
+  absl::StatusOr<std::optional<std::vector<int32_t>>> ids = EosFrom(model_dir / "generation_config.json");
+  if (!ids.ok()) return ids.status();
+  if (ids->has_value()) return **ids;
+  if (spec.eos_token_ids.has_value()) return *spec.eos_token_ids;
   return std::vector<int32_t>();
 }
 

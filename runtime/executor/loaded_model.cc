@@ -15,12 +15,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/safetensors.h"
-#include "nlohmann/json.hpp"
 #include "planner/physical_devices.h"
 #include "runtime/executor/pipeline.h"
 #include "runtime/executor/sampler.h"
 #include "runtime/executor/torch_info.h"
-#include "runtime/model/model_config.h"
 
 namespace strata::runtime {
 namespace {
@@ -187,19 +185,15 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
   if (options.kv_blocks < 1 || options.kv_block_tokens < 1) {
     return absl::InvalidArgumentError("--kv-cache-tokens: the KV pool needs at least one block");
   }
-  if (options.spec.config == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(options.model_dir.string(), ": the spec has no config.json (a module tree cannot be loaded)"));
-  }
+  // The forward pass's settings, as the planner read them from config.json: an error when config.json asks
+  // for what the runtime does not implement, and for module trees.
+  if (!options.spec.decoder.ok()) return options.spec.decoder.status();
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   LoadReport& report = impl->report;
   report.spec = options.spec;
   report.plan = options.plan;
   report.dtype = std::string(planner::DTypeName(options.spec.dtype));
-  absl::StatusOr<DecoderConfig> decoder = DecoderConfigFromJson(*options.spec.config);
-  if (!decoder.ok()) return decoder.status();
-
   absl::StatusOr<Checkpoint> checkpoint = Checkpoint::Open(options.model_dir);
   if (!checkpoint.ok()) return checkpoint.status();
   impl->checkpoint = *std::move(checkpoint);
@@ -212,7 +206,7 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
   pipeline_options.physical = options.physical;
   try {
     absl::StatusOr<std::unique_ptr<Pipeline>> pipeline =
-        Pipeline::Build(report.spec, *decoder, report.plan, impl->checkpoint, pipeline_options);
+        Pipeline::Build(report.spec, report.plan, impl->checkpoint, pipeline_options);
     if (!pipeline.ok()) return pipeline.status();
     impl->pipeline = *std::move(pipeline);
   } catch (const c10::Error& e) {

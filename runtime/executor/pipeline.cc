@@ -50,9 +50,11 @@ c10::Stream CurrentStream(at::Device device) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSpec& spec, const DecoderConfig& config,
-                                                          const planner::Plan& plan, const Checkpoint& checkpoint,
+absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSpec& spec, const planner::Plan& plan,
+                                                          const Checkpoint& checkpoint,
                                                           const PipelineOptions& options) {
+  if (!spec.decoder.ok()) return spec.decoder.status();
+  const planner::DecoderConfig& config = *spec.decoder;
   auto pipeline = std::make_unique<Pipeline>();
   pipeline->options_ = options;
   ModelDims& dims = pipeline->dims_;
@@ -78,7 +80,7 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
   dims.final_logit_softcapping = config.final_logit_softcapping;
   if (fused_qkv) dims.intermediate = shape("model.layers.0.mlp.gate_up_proj.weight")[0] / 2;
   const int64_t rotary_dim = config.rotary_dim > 0 ? config.rotary_dim : dims.head_dim;
-  if (config.rope.type == RopeConfig::Type::kLongRope) {
+  if (config.rope.type == planner::RopeConfig::Type::kLongRope) {
     pipeline->recompute_threshold_ = static_cast<int64_t>(config.rope.original_max_positions);
   }
   dims.rms_norm_eps = config.rms_norm_eps;
@@ -205,7 +207,7 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
       stage.device = unit.device;
       stage.inv_freq = RopeInvFreq(config.rope, rotary_dim).to(unit.device);
       if (config.sliding_rope) stage.inv_freq_sliding = RopeInvFreq(*config.sliding_rope, rotary_dim).to(unit.device);
-      if (config.rope.type == RopeConfig::Type::kLongRope) {
+      if (config.rope.type == planner::RopeConfig::Type::kLongRope) {
         stage.inv_freq_long = LongRopeInvFreq(config.rope, rotary_dim, /*long_factors=*/true).to(unit.device);
         stage.rope = config.rope;
       }

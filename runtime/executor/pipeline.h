@@ -20,12 +20,12 @@
 
 #include "absl/status/statusor.h"
 #include "checkpoint/safetensors.h"
+#include "planner/decoder_config.h"
 #include "planner/model_spec.h"
 #include "planner/physical_devices.h"
 #include "planner/plan.h"
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/llama_model.h"
-#include "runtime/model/model_config.h"
 #include "runtime/model/weights.h"
 
 namespace strata::runtime {
@@ -40,7 +40,7 @@ struct Stage {
   at::Tensor inv_freq;                     // RoPE inverse frequencies on `device`
   at::Tensor inv_freq_sliding;             // Gemma 3: the sliding layers' (else undefined)
   at::Tensor inv_freq_long;                // longrope (Phi-3): the long factors' (inv_freq has the short)
-  RopeConfig rope;                         // longrope: its threshold and attention factor
+  planner::RopeConfig rope;                // longrope: its threshold and attention factor
   KvCache kv;
 };
 
@@ -90,10 +90,10 @@ struct StageActivation {
 
 class Pipeline {
  public:
-  // Loads every unit's weights onto the devices `plan` gives them and allocates the KV caches.
-  static absl::StatusOr<std::unique_ptr<Pipeline>> Build(const planner::ModelSpec& spec, const DecoderConfig& config,
-                                                         const planner::Plan& plan, const Checkpoint& checkpoint,
-                                                         const PipelineOptions& options);
+  // Loads every unit's weights onto the devices `plan` gives them and allocates the KV caches. The forward
+  // pass's settings are the spec's (ModelSpec::decoder); its error when it has none.
+  static absl::StatusOr<std::unique_ptr<Pipeline>> Build(const planner::ModelSpec& spec, const planner::Plan& plan,
+                                                         const Checkpoint& checkpoint, const PipelineOptions& options);
   // float32 logits [rows, vocab] of each row's last token (groups in order), on the last stage's device.
   at::Tensor Forward(const ForwardBatch& batch);
   // One stage of a forward pass: reads `activation` (the previous stage's output, or the batch's ids when

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "planner/decoder_config.h"
 #include "runtime/model/attention.h"
-#include "runtime/model/model_config.h"
 #include "runtime/model/weights.h"
 
 namespace strata::runtime {
@@ -29,7 +29,7 @@ struct ModelDims {
   bool qkv_bias = false;
   bool qk_norm = false;  // Qwen3 families (qwen3_model.h)
   bool o_bias = false;   // Qwen3 families with attention_bias (with qkv_bias)
-  MoeConfig moe;         // Qwen3-MoE, Mixtral (moe.h)
+  planner::MoeConfig moe;  // Qwen3-MoE, Mixtral (moe.h)
   // Gemma 2 / Gemma 3 / Phi-3 (zero: not used).
   ModelFamily family = ModelFamily::kLlama;
   double attention_scale = 0;          // Gemma: query_pre_attn_scalar^-1/2 (0: head_dim^-1/2)

@@ -20,7 +20,7 @@
 namespace strata::runtime {
 
 at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const at::Tensor& gate_up,
-                     const at::Tensor& down, const MoeConfig& moe) {
+                     const at::Tensor& down, const planner::MoeConfig& moe) {
   const int64_t h = hidden.size(-1);
   const int64_t k = moe.top_k;
   const int64_t experts = gate_up.size(0);

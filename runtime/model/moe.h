@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "planner/decoder_config.h"
 #include "planner/model_spec.h"
-#include "runtime/model/model_config.h"
 #include "runtime/model/weights.h"
 
 namespace strata::runtime {
@@ -28,7 +28,7 @@ namespace strata::runtime {
 // hidden [B, T, H] on the layer's device; router [E, H] there too; gate_up [E, 2I, H] and down [E, H, I]
 // on the experts' device. Returns [B, T, H] on hidden's device, in hidden's dtype.
 at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const at::Tensor& gate_up,
-                     const at::Tensor& down, const MoeConfig& moe);
+                     const at::Tensor& down, const planner::MoeConfig& moe);
 
 // Loads one experts module from its per-expert checkpoint tensors and fuses them on `device`:
 // {gate_up [E, 2I, H] (each expert's gate rows, then its up rows), down [E, H, I]}.

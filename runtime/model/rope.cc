@@ -15,13 +15,13 @@
 
 namespace strata::runtime {
 
-at::Tensor RopeInvFreq(const RopeConfig& rope, int64_t head_dim) {
+at::Tensor RopeInvFreq(const planner::RopeConfig& rope, int64_t head_dim) {
   // 1 / base ** (arange(0, dim, 2).float() / dim), in float32 like upstream.
   at::Tensor exponent = at::arange(0, head_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(head_dim);
   at::Tensor inv_freq = at::reciprocal(at::pow(rope.theta, exponent));
-  if (rope.type == RopeConfig::Type::kLongRope) return LongRopeInvFreq(rope, head_dim, /*long_factors=*/false);
-  if (rope.type == RopeConfig::Type::kLinear) return inv_freq / rope.factor;
-  if (rope.type != RopeConfig::Type::kLlama3) return inv_freq;
+  if (rope.type == planner::RopeConfig::Type::kLongRope) return LongRopeInvFreq(rope, head_dim, /*long_factors=*/false);
+  if (rope.type == planner::RopeConfig::Type::kLinear) return inv_freq / rope.factor;
+  if (rope.type != planner::RopeConfig::Type::kLlama3) return inv_freq;
 
   const double old_context = rope.original_max_positions;
   const double low_freq_wavelen = old_context / rope.low_freq_factor;
@@ -52,7 +52,7 @@ at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& tables) {
   return x * cos + rotated * sin;
 }
 
-at::Tensor LongRopeInvFreq(const RopeConfig& rope, int64_t rotary_dim, bool long_factors) {
+at::Tensor LongRopeInvFreq(const planner::RopeConfig& rope, int64_t rotary_dim, bool long_factors) {
   // torch.tensor(factors, dtype=float32) * base ** (arange(0, dim, 2).float() / dim), reciprocal.
   const std::vector<double>& factors = long_factors ? rope.long_factor : rope.short_factor;
   at::Tensor ext = at::tensor(at::ArrayRef<double>(factors), at::kDouble).to(at::kFloat);
@@ -61,7 +61,7 @@ at::Tensor LongRopeInvFreq(const RopeConfig& rope, int64_t rotary_dim, bool long
 }
 
 RopeTables LongRopeForPositions(const at::Tensor& short_inv_freq, const at::Tensor& long_inv_freq,
-                                const RopeConfig& rope, const at::Tensor& positions, const at::Tensor& seq_len,
+                                const planner::RopeConfig& rope, const at::Tensor& positions, const at::Tensor& seq_len,
                                 at::ScalarType dtype) {
   at::Tensor use_long = (seq_len > static_cast<int64_t>(rope.original_max_positions)).view({-1, 1});
   at::Tensor inv_freq = at::where(use_long, long_inv_freq, short_inv_freq);  // [B, D/2]

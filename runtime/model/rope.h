@@ -4,14 +4,14 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "runtime/model/model_config.h"
+#include "planner/decoder_config.h"
 
 namespace strata::runtime {
 
 // inv_freq (float32, CPU, head_dim / 2 entries) for the default, "linear" and "llama3" RoPE types, as
 // transformers' rope init functions compute it (llama3: divide low frequencies by `factor`, keep high
 // ones, interpolate between).
-at::Tensor RopeInvFreq(const RopeConfig& rope, int64_t head_dim);
+at::Tensor RopeInvFreq(const planner::RopeConfig& rope, int64_t head_dim);
 
 struct RopeTables {
   at::Tensor cos;  // [batch, tokens, head_dim], in the activations' dtype
@@ -27,13 +27,13 @@ RopeTables RopeForPositions(const at::Tensor& inv_freq, const at::Tensor& positi
 at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& tables);
 
 // longrope (Phi-3): 1 / (factor * theta^(2i/d)) with the short or long factors (`long_factors`).
-at::Tensor LongRopeInvFreq(const RopeConfig& rope, int64_t rotary_dim, bool long_factors);
+at::Tensor LongRopeInvFreq(const planner::RopeConfig& rope, int64_t rotary_dim, bool long_factors);
 
 // longrope's tables: per row, the long inverse frequencies when its sequence's length (`seq_len`, [batch]
 // int64 on the positions' device) exceeds original_max_positions, else the short ones (chosen on the
 // device, as dynamic_rope_update's torch.where); cos/sin scaled by attention_factor in float32.
 RopeTables LongRopeForPositions(const at::Tensor& short_inv_freq, const at::Tensor& long_inv_freq,
-                                const RopeConfig& rope, const at::Tensor& positions, const at::Tensor& seq_len,
+                                const planner::RopeConfig& rope, const at::Tensor& positions, const at::Tensor& seq_len,
                                 at::ScalarType dtype);
 
 }  // namespace strata::runtime

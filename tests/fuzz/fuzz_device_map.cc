@@ -1,5 +1,5 @@
 // libFuzzer harness: what --device-map, --max-memory, --inventory and --physical-devices parse (planner/
-// device.h, planner/plan.h, planner/inventory.h, runtime/executor/physical_devices.h), and the plan those
+// device.h, planner/plan.h, planner/inventory.h, planner/physical_devices.h), and the plan those
 // values make for a small Llama. The input is four lines:
 //   MAX_MEMORY \n INVENTORY \n PHYSICAL_DEVICES \n DEVICE_MAP...
 // (the device map is the rest: JSON may span lines). "@FILE" device maps are skipped: they read a file.
