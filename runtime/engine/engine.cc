@@ -21,11 +21,16 @@ namespace strata::runtime {
 
 const char* FinishReasonName(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kLength: return "length";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kEos: return "eos";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kError: return "error";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
   }
   return "unknown";
 }
@@ -46,7 +51,6 @@ struct Sequence {
   bool done = false;
 };
 
-
 }  // namespace
 
 struct Engine::Impl {
@@ -58,11 +62,10 @@ struct Engine::Impl {
   void Admit();
   MicroBatchWork Build(uint64_t id, const ScheduledMicroBatch& batch);
   void Process(MicroBatchResult result);
-  void Finish(Sequence& sequence, FinishReason reason, absl::Status error = absl::OkStatus());
+  void Finish(Sequence& sequence, FinishReason reason, const absl::Status& error = absl::OkStatus());
   void LoseDevice(const absl::Status& status);
   void Publish();
   void Emit(OutputEvent event);
-
 
   LoadedModel& model;
   const tokenizer::Tokenizer* tokenizer;
@@ -93,7 +96,7 @@ struct Engine::Impl {
   uint64_t prefix_queried = 0;
   uint64_t prefix_hits = 0;
   uint64_t micro_batches_run = 0;
-  std::map<std::pair<std::string, std::string>, uint64_t> errors;  // (stage, device) -> failed micro-batches
+  std::map<std::pair<std::string, std::string>, uint64_t> errors;     // (stage, device) -> failed micro-batches
   std::map<std::pair<std::string, std::string>, uint64_t> nonfinite;  // (stage, device) -> rows with NaN/inf logits
   // Requests ended kError since the last micro-batch that produced a token (EngineStats).
   int64_t failed_in_a_row = 0;
@@ -106,7 +109,7 @@ struct Engine::Impl {
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(LoadedModel& model, const tokenizer::Tokenizer* tokenizer,
-                                                     std::vector<int32_t> eos_ids, const EngineOptions& options) {
+                                                      std::vector<int32_t> eos_ids, const EngineOptions& options) {
   if (options.micro_batches < 1) return absl::InvalidArgumentError("micro_batches: must be at least 1");
   if (options.prefill_chunk_tokens < 1) return absl::InvalidArgumentError("prefill_chunk_tokens: must be at least 1");
   if (options.max_queue < 0) return absl::InvalidArgumentError("max_queue: must not be negative");
@@ -168,8 +171,8 @@ absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(GenerationRequest 
     }
     const int64_t queued = static_cast<int64_t>(impl_->incoming.size()) + impl_->scheduler_queued;
     if (queued >= impl_->options.max_queue) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("queue full: ", queued, " requests wait for a slot (--max-queue ", impl_->options.max_queue, ")"));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "queue full: ", queued, " requests wait for a slot (--max-queue ", impl_->options.max_queue, ")"));
     }
     sequence->id = impl_->next_id++;
     impl_->incoming.push_back(std::move(sequence));
@@ -194,7 +197,8 @@ EngineStats Engine::Stats() const {
     stats.device_lost = impl_->refusing;
     stats.failed_in_a_row = impl_->failed_in_a_row;
     for (const auto& [where, count] : impl_->errors) stats.errors.push_back({where.first, where.second, count});
-    for (const auto& [where, count] : impl_->nonfinite) stats.nonfinite_logits.push_back({where.first, where.second, count});
+    for (const auto& [where, count] : impl_->nonfinite)
+      stats.nonfinite_logits.push_back({where.first, where.second, count});
   }
   stats.max_running = impl_->model.max_batch();
   stats.kv_devices = impl_->model.report().kv_devices;
@@ -264,7 +268,7 @@ MicroBatchWork Engine::Impl::Build(uint64_t id, const ScheduledMicroBatch& batch
   return work;
 }
 
-void Engine::Impl::Finish(Sequence& s, FinishReason reason, absl::Status error) {
+void Engine::Impl::Finish(Sequence& s, FinishReason reason, const absl::Status& error) {
   if (s.done) return;
   s.done = true;
   scheduler.Finish(s.id);
@@ -272,7 +276,11 @@ void Engine::Impl::Finish(Sequence& s, FinishReason reason, absl::Status error) 
     std::lock_guard lock(mutex);
     ++failed_in_a_row;
   }
-  Emit(SequenceStep{s.id, std::nullopt, reason, std::move(error)});
+  // A Status of its own for the output thread: a copy would share its reference-counted payload with the
+  // micro-batch's result, which this thread drops while the output thread copies it into a chunk (the
+  // count is atomic, but Debian's Abseil frees the payload where ThreadSanitizer cannot see the order).
+  absl::Status own = error.ok() ? absl::OkStatus() : absl::Status(error.code(), error.message());
+  Emit(SequenceStep{s.id, std::nullopt, reason, std::move(own)});
 }
 
 void Engine::Impl::LoseDevice(const absl::Status& status) {
@@ -299,7 +307,8 @@ void Engine::Impl::Process(MicroBatchResult result) {
       std::lock_guard lock(mutex);
       ++errors[{result.failed_stage, result.failed_device}];
     }
-    for (const ScheduledRow& row : schedule.rows) Finish(*sequences.at(row.sequence), FinishReason::kError, result.status);
+    for (const ScheduledRow& row : schedule.rows)
+      Finish(*sequences.at(row.sequence), FinishReason::kError, result.status);
     if (result.device_lost) LoseDevice(result.status);
     scheduler.Complete(schedule);
     return;
@@ -393,6 +402,5 @@ void Engine::Impl::Run() {
     Process(executor->WaitCompleted());
   }
 }
-
 
 }  // namespace strata::runtime
