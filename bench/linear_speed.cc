@@ -51,18 +51,21 @@ int main(int argc, char** argv) {
   std::vector<int> threads = {1, 2}, rows_list = {1, 4};
   int repeats = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--threads") == 0) threads = Ints(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--rows") == 0) rows_list = Ints(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--repeats") == 0) repeats = Ints(argv[i + 1]).front();
+    if (std::strcmp(argv[i], "--threads") == 0)
+      threads = Ints(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--rows") == 0)
+      rows_list = Ints(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--repeats") == 0)
+      repeats = Ints(argv[i + 1]).front();
     else {
       std::fprintf(stderr, "usage: strata_linear_bench [--threads 1,2] [--rows 1,4] [--repeats 5]\n");
       return 2;
     }
   }
   // The bench/peer_llamacpp.py model (hidden 768, 12/4 heads, SwiGLU 3072) and a 4096-wide layer.
-  const std::vector<Shape> shapes = {{"q/o 768x768", 768, 768},        {"k/v 256x768", 256, 768},
-                                     {"gate/up 3072x768", 3072, 768},  {"down 768x3072", 768, 3072},
-                                     {"q/o 4096x4096", 4096, 4096},    {"gate/up 14336x4096", 14336, 4096}};
+  const std::vector<Shape> shapes = {{"q/o 768x768", 768, 768},       {"k/v 256x768", 256, 768},
+                                     {"gate/up 3072x768", 3072, 768}, {"down 768x3072", 768, 3072},
+                                     {"q/o 4096x4096", 4096, 4096},   {"gate/up 14336x4096", 14336, 4096}};
   constexpr int64_t kRotationBytes = int64_t{256} << 20;  // 8x a 32 MiB L3
   std::printf("| shape | dtype | threads | rows | at::linear GiB/s | strata GiB/s | ratio | read roofline GiB/s |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");

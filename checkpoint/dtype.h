@@ -12,6 +12,6 @@ enum class DType { kFloat32, kFloat16, kBFloat16, kFloat64, kInt64, kInt32, kInt
 
 absl::StatusOr<DType> ParseDType(std::string_view name);  // "float16", "bfloat16", "float32", ...
 std::string_view DTypeName(DType dtype);                  // torch's name: "bfloat16"
-int64_t DTypeSize(DType dtype);                            // bytes per element
+int64_t DTypeSize(DType dtype);                           // bytes per element
 
 }  // namespace strata::checkpoint

@@ -37,7 +37,8 @@ class MappedFile {
   void Release(uint64_t offset, uint64_t length) const;
 
  private:
-  MappedFile(std::string name, const std::byte* data, uint64_t size) : name_(std::move(name)), data_(data), size_(size) {}
+  MappedFile(std::string name, const std::byte* data, uint64_t size)
+      : name_(std::move(name)), data_(data), size_(size) {}
   std::string name_;
   const std::byte* data_ = nullptr;
   uint64_t size_ = 0;

@@ -62,7 +62,7 @@ std::vector<Item> SplitItems(const ModuleSpec& module, NameArena& arena) {
 // pointers to names that outlive the call: module specs' names, or the items' tensor names).
 template <typename Range>
 std::pair<int64_t, std::vector<const std::string*>> MaxLayerSize(const ModelSpec& spec, const ModuleSizes& sizes,
-                                                                const Range& items, bool modules_only) {
+                                                                 const Range& items, bool modules_only) {
   int64_t max_size = 0;
   std::vector<const std::string*> names;
   auto consider = [&](int64_t size, const std::string* name) {
@@ -252,8 +252,8 @@ absl::StatusOr<MaxMemory> BalancedMaxMemory(const ModelSpec& spec, const ModuleS
     for (int i = 1; i < num_devices; ++i) {
       double* budget = budget_of(i);
       if (budget == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "balanced_low_0: max_memory must list GPUs 0..", num_devices - 1, " (GPU ", i, " is missing)"));
+        return absl::InvalidArgumentError(absl::StrCat("balanced_low_0: max_memory must list GPUs 0..", num_devices - 1,
+                                                       " (GPU ", i, " is missing)"));
       }
       others += *budget;
     }
@@ -360,8 +360,8 @@ absl::StatusOr<DeviceMap> InferAutoDeviceMap(const ModelSpec& spec, const Module
     for (const std::string* param : tied_params) {
       auto holder = std::find_if(todo.begin(), todo.end(), [&](const Item& q) { return IsUnder(*param, *q.name); });
       if (holder == todo.end()) {
-        return absl::InternalError(absl::StrCat("tied parameter ", *param, " (tied to ", name,
-                                                ") belongs to no module still to place"));
+        return absl::InternalError(
+            absl::StrCat("tied parameter ", *param, " (tied to ", name, ") belongs to no module still to place"));
       }
       if (std::none_of(tied_items.begin(), tied_items.end(), [&](const Item& t) { return *t.name == *holder->name; })) {
         tied_items.push_back(*holder);
@@ -426,12 +426,12 @@ absl::StatusOr<DeviceMap> InferAutoDeviceMap(const ModelSpec& spec, const Module
     // Neither it nor its partners can be split: the device is full, go to the next one. The reserve
     // kept for the largest layer counts as used.
     if (trace) {
-      trace->push_back(absl::StrCat(
-          "next device after ", device.ToString(), ": ", name, " (", FormatBytes(size_with_ties),
-          item.module != nullptr && IsNoSplit(spec, *item.module)
-              ? absl::StrCat(", no-split class ", item.module->class_name)
-              : std::string(", cannot be split"),
-          ") does not fit in ", FormatBytes(std::max(0.0, free))));
+      trace->push_back(absl::StrCat("next device after ", device.ToString(), ": ", name, " (",
+                                    FormatBytes(size_with_ties),
+                                    item.module != nullptr && IsNoSplit(spec, *item.module)
+                                        ? absl::StrCat(", no-split class ", item.module->class_name)
+                                        : std::string(", cannot be split"),
+                                    ") does not fit in ", FormatBytes(std::max(0.0, free))));
     }
     used[current] += reserved;
     ++current;

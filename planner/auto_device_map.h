@@ -6,11 +6,11 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "planner/device.h"
 #include "planner/model_spec.h"
 #include "planner/plan.h"

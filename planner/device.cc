@@ -39,8 +39,8 @@ absl::StatusOr<Device> ParseDevice(absl::string_view text) {
   if (!digits.empty() && std::isdigit(static_cast<unsigned char>(digits[0])) && absl::SimpleAtoi(digits, &index)) {
     return Device::Gpu(index);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown device \"", text, "\": expected a GPU index (0, 1, ... or cuda:N), \"cpu\" or \"disk\""));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown device \"", text, "\": expected a GPU index (0, 1, ... or cuda:N), \"cpu\" or \"disk\""));
 }
 
 namespace {
@@ -70,10 +70,14 @@ absl::StatusOr<int64_t> ParseMemorySize(absl::string_view text) {
     bool decimal;
   };
   // TiB and TB go beyond accelerate (which rejects them) so that disk budgets read naturally.
-  static constexpr Unit kUnits[] = {{"TIB", 1099511627776.0, false}, {"GIB", 1073741824.0, false},
-                                    {"MIB", 1048576.0, false},       {"KIB", 1024.0, false},
-                                    {"TB", 1e12, true},              {"GB", 1e9, true},
-                                    {"MB", 1e6, true},               {"KB", 1e3, true}};
+  static constexpr Unit kUnits[] = {{"TIB", 1099511627776.0, false},
+                                    {"GIB", 1073741824.0, false},
+                                    {"MIB", 1048576.0, false},
+                                    {"KIB", 1024.0, false},
+                                    {"TB", 1e12, true},
+                                    {"GB", 1e9, true},
+                                    {"MB", 1e6, true},
+                                    {"KB", 1e3, true}};
   for (const Unit& unit : kUnits) {
     if (!absl::EndsWith(upper, unit.suffix)) continue;
     double number = 0;
@@ -111,7 +115,8 @@ absl::StatusOr<std::vector<DeviceSize>> ParseDeviceSizes(absl::string_view spec,
     }
     result.push_back({*device, *bytes});
   }
-  if (result.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": no devices given (e.g. 0=20GiB,cpu=64GiB)"));
+  if (result.empty())
+    return absl::InvalidArgumentError(absl::StrCat(what, ": no devices given (e.g. 0=20GiB,cpu=64GiB)"));
   std::stable_sort(result.begin(), result.end(),
                    [](const DeviceSize& a, const DeviceSize& b) { return a.device < b.device; });
   return result;

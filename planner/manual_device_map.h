@@ -6,11 +6,11 @@
 #include <map>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <unordered_map>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "planner/device.h"
 #include "planner/model_spec.h"
 #include "planner/plan.h"

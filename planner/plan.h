@@ -53,8 +53,8 @@ struct PlanRequest {
 
 struct DeviceUsage {
   Device device;
-  double budget_bytes = 0;    // the max_memory the placement ran with (after balancing)
-  int64_t planned_bytes = 0;  // sum of the sizes of the modules placed here
+  double budget_bytes = 0;     // the max_memory the placement ran with (after balancing)
+  int64_t planned_bytes = 0;   // sum of the sizes of the modules placed here
   int64_t kv_cache_bytes = 0;  // KV reserve taken from the budget (GPUs, with kv_cache_tokens)
 };
 

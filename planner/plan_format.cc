@@ -41,8 +41,8 @@ std::string Ranges(const std::vector<int>& indices) {
 
 struct LayerInfo {
   std::string name;
-  int index = -1;                 // trailing number of the name
-  std::set<Device> devices;       // where its tensors are
+  int index = -1;            // trailing number of the name
+  std::set<Device> devices;  // where its tensors are
 };
 
 std::vector<LayerInfo> Layers(const ModelSpec& spec, const DeviceMap& map) {
@@ -121,11 +121,11 @@ std::string PlanToTable(const ModelSpec& spec, const Plan& plan) {
   const std::vector<LayerInfo> layers = Layers(spec, plan.device_map);
   int64_t total = 0;
   for (const DeviceUsage& d : plan.devices) total += d.planned_bytes;
-  std::string out = absl::StrFormat("%s, %s, strategy %s, %s in %d stage%s\n", spec.architecture,
-                                    DTypeName(spec.dtype), StrategyName(plan.strategy), FormatBytes(total),
-                                    plan.stages.size(), plan.stages.size() == 1 ? "" : "s");
-  const bool any_kv = std::any_of(plan.devices.begin(), plan.devices.end(),
-                                  [](const DeviceUsage& d) { return d.kv_cache_bytes > 0; });
+  std::string out = absl::StrFormat("%s, %s, strategy %s, %s in %d stage%s\n", spec.architecture, DTypeName(spec.dtype),
+                                    StrategyName(plan.strategy), FormatBytes(total), plan.stages.size(),
+                                    plan.stages.size() == 1 ? "" : "s");
+  const bool any_kv =
+      std::any_of(plan.devices.begin(), plan.devices.end(), [](const DeviceUsage& d) { return d.kv_cache_bytes > 0; });
   absl::StrAppendFormat(&out, "%-6s  %-16s  %12s  %12s  %7s", "device", "layers", "planned", "budget", "used");
   if (any_kv) absl::StrAppendFormat(&out, "  %12s", "kv cache");
   absl::StrAppend(&out, "  other modules\n");

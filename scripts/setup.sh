@@ -22,7 +22,7 @@ venv=${STRATA_VENV:-$HOME/.cache/strata/venv}
 requirements="$here/scripts/requirements.txt"
 
 debian_packages=(
-  build-essential cmake ninja-build pkg-config ccache clang libclang-rt-14-dev
+  build-essential cmake ninja-build pkg-config ccache clang clang-format libclang-rt-14-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libmicrohttpd-dev nlohmann-json3-dev libonig-dev libutf8proc-dev libgtest-dev libgmock-dev
   libssl-dev openssl

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: set-up, build, every C++ test (CTest) and every Python parity/integration test
+# The test command: set-up, the formatting check (scripts/check_format.sh), build, every C++ test (CTest) and every Python parity/integration test
 # (pytest), the sanitizer lanes (tests/sanitize: the C++ suites and a serving scenario under ASan + UBSan
 # and TSan, built into build-asan/ and build-tsan/ by scripts/sanitize.sh) included. Exits non-zero on
 # any failure; the last line sums up.
@@ -11,6 +11,9 @@ venv=${STRATA_VENV:-$HOME/.cache/strata/venv}
 export STRATA_BUILD_DIR=${STRATA_BUILD_DIR:-$here/build}
 
 scripts/setup.sh || exit 1
+# Formatting first: it takes seconds, and its verdict counts in the exit status like a failed test.
+scripts/check_format.sh
+format_rc=$?
 scripts/build.sh || exit 1
 # The libFuzzer harnesses: a clang build of their own ($STRATA_FUZZ_BUILD_DIR, default build-fuzz/);
 # tests/fuzz runs each for $STRATA_FUZZ_SECONDS (30) under pytest.
@@ -42,6 +45,10 @@ failed=$((ctest_failed + py_failed + py_errors))
 skipped=$((ctest_skipped + py_skipped))
 rm -rf "$logs"
 echo "ctest: $ctest_passed passed, $ctest_failed failed, $ctest_skipped skipped; pytest: $py_passed passed, $((py_failed + py_errors)) failed, $py_skipped skipped"
+if [[ $format_rc -ne 0 ]]; then
+  echo "format: scripts/check_format.sh failed (listed above)"
+  failed=$((failed + 1))
+fi
 if [[ $ctest_rc -ne 0 || $pytest_rc -ne 0 ]] && [[ $failed -eq 0 ]]; then failed=1; fi
 echo "summary: $passed passed, $failed failed, $skipped skipped"
-[[ $ctest_rc -eq 0 && $pytest_rc -eq 0 ]]
+[[ $ctest_rc -eq 0 && $pytest_rc -eq 0 && $format_rc -eq 0 ]]

@@ -269,8 +269,8 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
   absl::StatusOr<int32_t> tokenize_threads = AtLeast(FLAGS_tokenize_threads, int32_t{0}, "an integer >= 0");
   if (!tokenize_threads.ok()) return tokenize_threads.status();
   if (*tokenize_threads > 256) {
-    return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_tokenize_threads), ": ", *tokenize_threads,
-                                                   " is more than 256"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(cli::Spelling(FLAGS_tokenize_threads), ": ", *tokenize_threads, " is more than 256"));
   }
   options.limits.tokenize_threads = *tokenize_threads;
   if (parsed->Given(FLAGS_inject_fault)) {

@@ -47,17 +47,17 @@ inline constexpr char kGetDeviceMapMethod[] = "/strata.v1.InferenceService/GetDe
 
 // How the engine runs (when --model DIR holds safetensors weights; see ServerUsage).
 struct ServingOptions {
-  int64_t max_batch = 16;        // sequences running at once
-  int64_t max_context = 2048;    // prompt tokens + max_new_tokens of one request, at most
+  int64_t max_batch = 16;      // sequences running at once
+  int64_t max_context = 2048;  // prompt tokens + max_new_tokens of one request, at most
   // The paged KV cache: Placement::kv_cache_tokens (0: max_batch x max_context) in blocks of
   // kv_block_tokens; prefix_cache reuses the blocks of prompt prefixes seen before.
   int64_t kv_block_tokens = 16;
   bool prefix_cache = true;
-  int64_t max_queue = 256;       // requests waiting to run before RESOURCE_EXHAUSTED
-  int64_t micro_batches = 0;     // micro-batches in flight across the stages (1: unpipelined; 0: one per stage)
-  int64_t prefill_chunk = 256;   // prompt tokens per prefill chunk
+  int64_t max_queue = 256;         // requests waiting to run before RESOURCE_EXHAUSTED
+  int64_t micro_batches = 0;       // micro-batches in flight across the stages (1: unpipelined; 0: one per stage)
+  int64_t prefill_chunk = 256;     // prompt tokens per prefill chunk
   int64_t max_batch_tokens = 512;  // tokens per micro-batch: decodes first, then prefill chunks cut to fit
-  int32_t intra_op_threads = 0;  // LibTorch intra-op threads per stage worker; 0: LibTorch's default
+  int32_t intra_op_threads = 0;    // LibTorch intra-op threads per stage worker; 0: LibTorch's default
   std::optional<runtime::FaultInjection> fault;  // --inject-fault: the engine's test seam
 };
 

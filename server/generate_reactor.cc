@@ -104,10 +104,10 @@ void GenerateReactor::OnChunk(runtime::GenerationChunk chunk) {
     // The client does not read (a zero flow-control window): its write is stuck and the chunks pile up.
     // The generation stops, the call is cancelled (the stuck write cannot deliver a status) and counted
     // RESOURCE_EXHAUSTED once the engine's last chunk is in.
-    overflow_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                             absl::StrCat("the client did not read: ", pending_bytes_,
-                                          " response bytes waiting, more than the server's limit of ",
-                                          max_buffer_bytes_, " bytes"));
+    overflow_ = grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("the client did not read: ", pending_bytes_,
+                     " response bytes waiting, more than the server's limit of ", max_buffer_bytes_, " bytes"));
     client_gone_ = true;
     cancel_call_ = true;
     if (handle_) handle_->Cancel();

@@ -79,7 +79,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   // with this RESOURCE_EXHAUSTED once the engine's last chunk is in.
   std::optional<grpc::Status> overflow_;
   bool cancel_call_ = false;  // FinishAfterUnlock cancels the call (a write stuck behind a client that does not read)
-  grpc::ByteBuffer buffer_;  // the message being written
+  grpc::ByteBuffer buffer_;   // the message being written
   bool writing_ = false;
   bool final_written_ = false;
   // The call ends with this error once the tokens before it are written: INTERNAL when the engine ended the

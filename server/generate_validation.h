@@ -7,9 +7,9 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/engine/engine.h"
-#include "tokenizer/tokenizer.h"
 #include "server/served_model.h"
 #include "strata/v1/strata.pb.h"
+#include "tokenizer/tokenizer.h"
 
 namespace strata::server {
 

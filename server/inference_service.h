@@ -35,8 +35,8 @@ using InferenceServiceBase = v1::InferenceService::WithCallbackMethod_GetDeviceM
 
 // What the service refuses (server/README.md, "Limits"), from the flags.
 struct ServiceLimits {
-  int64_t max_message_bytes = 4 << 20;       // a GenerateRequest's bytes
-  int64_t max_streams = 1024;                // Generate calls open at once
+  int64_t max_message_bytes = 4 << 20;        // a GenerateRequest's bytes
+  int64_t max_streams = 1024;                 // Generate calls open at once
   int64_t max_stream_buffer_bytes = 1 << 20;  // response bytes a stream holds for a client that does not read
   int tokenize_threads = 1;                   // the admission pool's threads
 };

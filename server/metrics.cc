@@ -264,8 +264,8 @@ void Metrics::RecordEngine(const runtime::EngineStats& stats) {
     const double blocks = static_cast<double>(stats.kv_blocks);
     kv_cache_usage_ratio_.Add({{"device", device}}).Set(blocks > 0 ? static_cast<double>(stats.kv_used) / blocks : 0);
     kv_cache_capacity_tokens_.Add({{"device", device}}).Set(blocks * static_cast<double>(stats.kv_block_tokens));
-    for (auto [state, count] : {std::pair{"used", stats.kv_used}, std::pair{"cached", stats.kv_cached},
-                                std::pair{"free", stats.kv_free}}) {
+    for (auto [state, count] :
+         {std::pair{"used", stats.kv_used}, std::pair{"cached", stats.kv_cached}, std::pair{"free", stats.kv_free}}) {
       kv_cache_blocks_.Add({{"device", device}, {"state", state}}).Set(static_cast<double>(count));
     }
   }
@@ -287,7 +287,7 @@ void Metrics::RecordEngine(const runtime::EngineStats& stats) {
     if (delta > 0) counter.Increment(delta);
   }
   for (auto [family, counts] : {std::pair{&engine_errors_total_, &stats.errors},
-                                 std::pair{&nonfinite_logits_total_, &stats.nonfinite_logits}}) {
+                                std::pair{&nonfinite_logits_total_, &stats.nonfinite_logits}}) {
     for (const runtime::StageErrors& e : *counts) {
       prometheus::Counter& counter = family->Add({{"stage", e.stage}, {"device", e.device}});
       const double delta = static_cast<double>(e.count) - counter.Value();

@@ -15,8 +15,8 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "runtime/executor/device_memory.h"
 #include "runtime/engine/engine.h"
+#include "runtime/executor/device_memory.h"
 #include "server/flags.h"
 #include "server/metrics_endpoint.h"
 

@@ -59,8 +59,9 @@ class ServedModel {
   // Loads the weights by `load` (PlanServedModel), the tokenizer.json when present and the EOS ids, and
   // starts the engine. `on_device_lost` is called (on the engine thread) when a failure leaves a device
   // unusable.
-  static absl::StatusOr<std::unique_ptr<ServedModel>> Load(const ServerOptions& options, const runtime::LoadOptions& load,
-                                                          std::function<void(const absl::Status&)> on_device_lost = {});
+  static absl::StatusOr<std::unique_ptr<ServedModel>> Load(
+      const ServerOptions& options, const runtime::LoadOptions& load,
+      std::function<void(const absl::Status&)> on_device_lost = {});
 
   runtime::Engine& engine() { return *engine_; }
   runtime::LoadedModel& model() { return *model_; }

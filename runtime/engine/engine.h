@@ -65,7 +65,7 @@ struct GenerationChunk {
   std::optional<FinishReason> finish;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;  // so far
-  absl::Status error;  // with kError: INTERNAL naming the stage, its device and the failure
+  absl::Status error;             // with kError: INTERNAL naming the stage, its device and the failure
 };
 
 // Called on the engine's output thread, once per step with new tokens and exactly once with `finish` set.
@@ -84,13 +84,13 @@ class RequestHandle {
 };
 
 struct EngineOptions {
-  int64_t max_queue = 256;           // queued (not yet admitted) requests beyond which Submit refuses
-  bool prefix_cache = true;          // reuse the KV blocks of prompt prefixes seen before (scheduler.h)
-  int64_t micro_batches = 2;         // micro-batches in flight across the stages (1: one stage at a time)
+  int64_t max_queue = 256;    // queued (not yet admitted) requests beyond which Submit refuses
+  bool prefix_cache = true;   // reuse the KV blocks of prompt prefixes seen before (scheduler.h)
+  int64_t micro_batches = 2;  // micro-batches in flight across the stages (1: one stage at a time)
   int64_t prefill_chunk_tokens = 256;
   int64_t micro_batch_tokens = 512;
-  int32_t intra_op_threads = 0;      // per stage worker (and sampler); 0: leave LibTorch's setting
-  bool stage_threads = true;         // one worker thread per stage; false: stages run on the engine thread
+  int32_t intra_op_threads = 0;         // per stage worker (and sampler); 0: leave LibTorch's setting
+  bool stage_threads = true;            // one worker thread per stage; false: stages run on the engine thread
   std::optional<FaultInjection> fault;  // the test seam (runtime/executor/executor.h)
   // Called once, on the engine thread, when a failure left a device unusable (a sticky CUDA error):
   // every request has then ended with kError and Submit refuses new ones. The server stops serving.
@@ -105,8 +105,8 @@ struct StageErrors {
 };
 
 struct EngineStats {
-  int64_t queued = 0;      // waiting: not yet admitted, or preempted and waiting to be recomputed
-  int64_t active = 0;      // running: admitted, holding KV blocks
+  int64_t queued = 0;  // waiting: not yet admitted, or preempted and waiting to be recomputed
+  int64_t active = 0;  // running: admitted, holding KV blocks
   int64_t max_running = 0;
   // The paged KV cache (every stage's pool has these blocks, indexed alike): KvBlocks' states.
   std::vector<std::string> kv_devices;  // plan devices of the stages that hold KV pools ("0", "cpu", ...)
@@ -136,7 +136,7 @@ class Engine {
   // `tokenizer` (may be null: then stop strings cannot be used and no text is produced) likewise.
   // `eos_ids` end a sequence (ReadEosTokenIds).
   static absl::StatusOr<std::unique_ptr<Engine>> Start(LoadedModel& model, const tokenizer::Tokenizer* tokenizer,
-                                                      std::vector<int32_t> eos_ids, const EngineOptions& options);
+                                                       std::vector<int32_t> eos_ids, const EngineOptions& options);
   ~Engine();  // Cancels what runs, finishes every callback, joins the threads.
 
   // Queues a validated request. ResourceExhausted when max_queue requests are already waiting;

@@ -65,16 +65,16 @@ class KvBlocks {
   struct State {
     int32_t references = 0;
     uint64_t generation = 0;
-    uint64_t last_use = 0;               // when its last reference was dropped (LRU order)
-    std::optional<Key> key;              // set while registered
+    uint64_t last_use = 0;   // when its last reference was dropped (LRU order)
+    std::optional<Key> key;  // set while registered
   };
   void Unregister(int32_t block);
 
   const int64_t block_tokens_;
   const bool prefix_cache_;
   std::vector<State> state_;
-  std::set<int32_t> free_;                        // lowest first: a new sequence's blocks tend to be consecutive
-  std::set<std::pair<uint64_t, int32_t>> lru_;    // cached blocks by last use
+  std::set<int32_t> free_;                      // lowest first: a new sequence's blocks tend to be consecutive
+  std::set<std::pair<uint64_t, int32_t>> lru_;  // cached blocks by last use
   std::map<Key, int32_t> registered_;
   uint64_t clock_ = 0;
 };

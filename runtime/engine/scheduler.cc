@@ -118,7 +118,7 @@ std::optional<ScheduledMicroBatch> Scheduler::Next() {
   }
   auto by_wait = [](const auto& a, const auto& b) {
     return a.second->last_scheduled != b.second->last_scheduled ? a.second->last_scheduled < b.second->last_scheduled
-                                                                 : a.first < b.first;
+                                                                : a.first < b.first;
   };
   std::sort(prefilling.begin(), prefilling.end(), by_wait);
   std::sort(decoding.begin(), decoding.end(), by_wait);

@@ -33,9 +33,9 @@
 namespace strata::runtime {
 
 struct SchedulerOptions {
-  int64_t max_running = 1;            // sequences running at once (--max-batch)
-  int64_t kv_blocks = 128;            // blocks in each stage's KV pool
-  int64_t block_tokens = 16;          // positions per block
+  int64_t max_running = 1;    // sequences running at once (--max-batch)
+  int64_t kv_blocks = 128;    // blocks in each stage's KV pool
+  int64_t block_tokens = 16;  // positions per block
   // Reuse cached full prompt blocks. Off when recompute_at is set: longrope's keys depend on the whole
   // sequence's length, so a block is not determined by the tokens before it.
   bool prefix_cache = true;
@@ -51,10 +51,10 @@ struct SchedulerOptions {
 struct ScheduledRow {
   uint64_t sequence = 0;
   std::vector<int32_t> blocks;  // the sequence's block table, as far as positions [0, start + count) reach
-  int64_t start = 0;  // first position fed
-  int64_t count = 0;  // tokens fed (equal across the micro-batch's rows)
-  bool samples = false;  // this chunk reaches the end of the known tokens: sample from its logits
-  int64_t length = 0;    // the sequence's known tokens (prompt + generated) when scheduled
+  int64_t start = 0;            // first position fed
+  int64_t count = 0;            // tokens fed (equal across the micro-batch's rows)
+  bool samples = false;         // this chunk reaches the end of the known tokens: sample from its logits
+  int64_t length = 0;           // the sequence's known tokens (prompt + generated) when scheduled
 };
 
 struct ScheduledMicroBatch {
@@ -106,11 +106,11 @@ class Scheduler {
   struct Running {
     const std::vector<int32_t>* tokens = nullptr;
     std::vector<int32_t> blocks;
-    int64_t length = 0;    // tokens known (prompt + generated)
-    int64_t computed = 0;  // tokens in the KV cache
+    int64_t length = 0;      // tokens known (prompt + generated)
+    int64_t computed = 0;    // tokens in the KV cache
     int64_t registered = 0;  // leading full blocks already offered to the prefix cache
     bool in_flight = false;
-    bool finished = false;  // retire when it comes back
+    bool finished = false;        // retire when it comes back
     uint64_t admitted = 0;        // admission order: the most recent is preempted first
     uint64_t last_scheduled = 0;  // Next() call that last took it: the longest-waiting go first
     bool short_prefix = false;    // recompute_at: its cache was computed at a length <= recompute_at

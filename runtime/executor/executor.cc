@@ -1,6 +1,5 @@
 #include "runtime/executor/executor.h"
 
-#include <cmath>
 #include <ATen/ops/index_select.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
@@ -37,9 +36,15 @@ std::string Describe(const std::exception_ptr& error) {
 // runtime's "sticky" errors). An out-of-memory error is not one of them: the next micro-batch may fit.
 bool IsStickyCudaError(const std::string& message) {
   constexpr const char* kSticky[] = {
-      "an illegal memory access was encountered", "device-side assert triggered", "unspecified launch failure",
-      "an illegal instruction was encountered",    "misaligned address",           "hardware stack error",
-      "invalid program counter",                  "uncorrectable ECC error",      "the launch timed out",
+      "an illegal memory access was encountered",
+      "device-side assert triggered",
+      "unspecified launch failure",
+      "an illegal instruction was encountered",
+      "misaligned address",
+      "hardware stack error",
+      "invalid program counter",
+      "uncorrectable ECC error",
+      "the launch timed out",
   };
   return std::any_of(std::begin(kSticky), std::end(kSticky),
                      [&](const char* s) { return message.find(s) != std::string::npos; });

@@ -32,7 +32,7 @@ inline constexpr float kMinSamplingTemperature = 1e-5f;
 
 struct RowSampling {
   float temperature = 0;  // below kMinSamplingTemperature: greedy
-  int32_t top_k = 0;  // 0: off
+  int32_t top_k = 0;      // 0: off
   float top_p = 1;
   float repetition_penalty = 1;
   // The request's draw for this step, in [0, 1), from its own generator: the token is where the
@@ -62,7 +62,7 @@ struct BatchRow {
   bool samples = false;  // the last fed token is the sequence's newest: choose the next one
   RowSampling sampling;
   std::vector<int32_t> context;  // prompt + generated so far; needed only with a repetition penalty
-  int64_t length = 0;  // the sequence's known tokens (longrope picks its factors by it); 0: start + tokens
+  int64_t length = 0;            // the sequence's known tokens (longrope picks its factors by it); 0: start + tokens
 };
 
 struct MicroBatchWork {
@@ -86,7 +86,7 @@ struct MicroBatchResult {
   // micro-batch's one copy anyway, is finite exactly when every logit of its row is (a NaN or +inf logit
   // makes the log-sum-exp, and so every log-probability, NaN or inf; finite logits give finite ones).
   std::vector<absl::Status> row_errors;
-  std::string last_stage;   // the stage that computed the logits: row_errors name it, metrics count it
+  std::string last_stage;  // the stage that computed the logits: row_errors name it, metrics count it
   std::string last_device;
 };
 
@@ -104,8 +104,8 @@ struct FaultInjection {
 absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text);
 
 struct ExecutorOptions {
-  bool stage_threads = true;      // one worker thread per stage; false: stages run on the caller's thread
-  int32_t intra_op_threads = 0;   // per stage worker; 0: leave LibTorch's setting
+  bool stage_threads = true;     // one worker thread per stage; false: stages run on the caller's thread
+  int32_t intra_op_threads = 0;  // per stage worker; 0: leave LibTorch's setting
   std::optional<FaultInjection> fault;
 };
 

@@ -101,15 +101,16 @@ int64_t LoadedModel::kv_blocks() const { return impl_->options.kv_blocks; }
 int64_t LoadedModel::kv_block_tokens() const { return impl_->options.kv_block_tokens; }
 
 absl::StatusOr<std::pair<int64_t, int64_t>> KvPoolBlocks(int64_t max_batch, int64_t max_context,
-                                                        int64_t kv_cache_tokens, int64_t kv_block_tokens) {
+                                                         int64_t kv_cache_tokens, int64_t kv_block_tokens) {
   if (kv_block_tokens < 1 || kv_block_tokens > 4096) {
     return absl::InvalidArgumentError(absl::StrCat("--kv-block-tokens: ", kv_block_tokens, " is not in [1, 4096]"));
   }
   if (kv_cache_tokens < 0) return absl::InvalidArgumentError("--kv-cache-tokens: must not be negative");
   int64_t blocks = (kv_cache_tokens + kv_block_tokens - 1) / kv_block_tokens;
   if (kv_cache_tokens == 0) {
-    absl::StatusOr<int64_t> dense = planner::CheckedMul(max_batch, (max_context + kv_block_tokens - 1) / kv_block_tokens,
-                                                        "--max-batch x --max-context (KV cache blocks)");
+    absl::StatusOr<int64_t> dense =
+        planner::CheckedMul(max_batch, (max_context + kv_block_tokens - 1) / kv_block_tokens,
+                            "--max-batch x --max-context (KV cache blocks)");
     if (!dense.ok()) return dense.status();
     blocks = *dense;
   }
@@ -220,8 +221,8 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
   report.disk_tensors = stats.on_disk;
   report.kv_cache_bytes = impl->pipeline->kv_cache_bytes();
   for (const Stage& stage : impl->pipeline->stages()) {
-    if (stage.kv.bytes() > 0 && std::find(report.kv_devices.begin(), report.kv_devices.end(), stage.label) ==
-                                    report.kv_devices.end()) {
+    if (stage.kv.bytes() > 0 &&
+        std::find(report.kv_devices.begin(), report.kv_devices.end(), stage.label) == report.kv_devices.end()) {
       report.kv_devices.push_back(stage.label);
     }
   }
@@ -255,9 +256,9 @@ absl::StatusOr<std::vector<GreedyResult>> LoadedModel::Greedy(const GreedyReques
 
   const int64_t per_row = (max_context + impl_->options.kv_block_tokens - 1) / impl_->options.kv_block_tokens;
   if (impl_->options.max_batch * per_row > impl_->options.kv_blocks) {
-    return absl::InvalidArgumentError(absl::StrCat("--max-batch ", impl_->options.max_batch, " sequences of --max-context ",
-                                                   max_context, " need ", impl_->options.max_batch * per_row,
-                                                   " KV blocks, the pool has ", impl_->options.kv_blocks));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-batch ", impl_->options.max_batch, " sequences of --max-context ", max_context, " need ",
+                     impl_->options.max_batch * per_row, " KV blocks, the pool has ", impl_->options.kv_blocks));
   }
   std::vector<GreedyResult> results(request.prompts.size());
   GenerateTiming local;
@@ -275,7 +276,8 @@ absl::StatusOr<std::vector<GreedyResult>> LoadedModel::Greedy(const GreedyReques
       }
       if (request.max_new_tokens == 0) continue;
       // Prefill: prompts right-padded into one [rows, longest] batch from position 0, each in the KV blocks
-      // of its row (GreedyBlocks). Inputs are staged on the host (pinned when a stage is CUDA) and copied by each stage.
+      // of its row (GreedyBlocks). Inputs are staged on the host (pinned when a stage is CUDA) and copied by each
+      // stage.
       Pipeline& pipeline = *impl_->pipeline;
       at::Tensor ids = pipeline.HostBuffer({rows, longest}, at::kLong).zero_();
       ForwardGroup prefill;

@@ -27,8 +27,8 @@ struct ServingRequest {
   std::optional<planner::MachineInventory> inventory;
   planner::PhysicalDeviceMap physical;  // plan GPU -> device; missing entries are cuda:i
   std::optional<planner::DType> dtype;  // absent: the checkpoint's when a GPU runs it, float32 on the CPU
-  int64_t max_batch = 1;       // sequences running at once
-  int64_t max_context = 2048;  // positions a sequence may reach
+  int64_t max_batch = 1;                // sequences running at once
+  int64_t max_context = 2048;           // positions a sequence may reach
   // The paged KV cache: tokens each stage's pool holds (0: max_batch sequences of max_context, each
   // rounded up to whole blocks, the memory the dense cache had) in blocks of kv_block_tokens.
   int64_t kv_cache_tokens = 0;
@@ -37,7 +37,7 @@ struct ServingRequest {
 
 // The KV pool of a ServingRequest: (blocks, block_tokens); errors name the flag.
 absl::StatusOr<std::pair<int64_t, int64_t>> KvPoolBlocks(int64_t max_batch, int64_t max_context,
-                                                        int64_t kv_cache_tokens, int64_t kv_block_tokens);
+                                                         int64_t kv_cache_tokens, int64_t kv_block_tokens);
 
 // A model ready to load: its spec in the serving dtype (every checkpoint header checked) and the one
 // plan the process serves, with a KV reserve of kv_blocks x kv_block_tokens tokens. GetDeviceMap shows
@@ -61,14 +61,14 @@ struct LoadReport {
   planner::ModelSpec spec;
   planner::Plan plan;
   std::string dtype;
-  double seconds = 0;               // wall time of Load
-  uint64_t checkpoint_bytes = 0;    // sum of the safetensors files
-  int64_t zero_copy_tensors = 0;    // CPU weights used in place from the mapping
+  double seconds = 0;             // wall time of Load
+  uint64_t checkpoint_bytes = 0;  // sum of the safetensors files
+  int64_t zero_copy_tensors = 0;  // CPU weights used in place from the mapping
   int64_t copied_tensors = 0;
   int64_t disk_tensors = 0;
   int64_t kv_cache_bytes = 0;
   std::vector<std::string> kv_devices;  // plan devices of the stages holding KV pools, in stage order
-  std::string stages;  // one line per stage
+  std::string stages;                   // one line per stage
 };
 
 struct GreedyRequest {

@@ -29,9 +29,9 @@ absl::StatusOr<Device> PlannedDevice(const planner::DeviceMap& map, const std::s
   const std::pair<std::string, Device>* best = nullptr;
   for (const auto& entry : map) {
     const std::string& key = entry.first;
-    const bool covers = key.empty() || tensor == key || (tensor.size() > key.size() &&
-                                                         tensor.compare(0, key.size(), key) == 0 &&
-                                                         tensor[key.size()] == '.');
+    const bool covers =
+        key.empty() || tensor == key ||
+        (tensor.size() > key.size() && tensor.compare(0, key.size(), key) == 0 && tensor[key.size()] == '.');
     if (covers && (best == nullptr || key.size() > best->first.size())) best = &entry;
   }
   if (best == nullptr) return absl::InvalidArgumentError(absl::StrCat("device_map: no entry covers tensor ", tensor));
@@ -70,8 +70,9 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
   dims.hidden = shape("model.embed_tokens.weight")[1];
   dims.head_dim = spec.head_dim;
   dims.num_kv_heads = spec.num_key_value_heads;
-  dims.num_heads = fused_qkv ? shape("model.layers.0.self_attn.qkv_proj.weight")[0] / spec.head_dim - 2 * dims.num_kv_heads
-                             : shape("model.layers.0.self_attn.q_proj.weight")[0] / spec.head_dim;
+  dims.num_heads = fused_qkv
+                       ? shape("model.layers.0.self_attn.qkv_proj.weight")[0] / spec.head_dim - 2 * dims.num_kv_heads
+                       : shape("model.layers.0.self_attn.q_proj.weight")[0] / spec.head_dim;
   if (config.architecture == "Gemma2ForCausalLM") dims.family = ModelFamily::kGemma2;
   if (config.architecture == "Gemma3ForCausalLM") dims.family = ModelFamily::kGemma3;
   if (config.architecture == "Phi3ForCausalLM") dims.family = ModelFamily::kPhi3;
@@ -342,16 +343,15 @@ void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation
         const int64_t end = start + group.last.data_ptr<int64_t>()[r] + 1;
         if (start > 0 && start <= threshold && end > threshold) {
           throw std::invalid_argument(absl::StrCat(
-              "longrope: a sequence grows past original_max_position_embeddings (", threshold, ") at position ",
-              start,
+              "longrope: a sequence grows past original_max_position_embeddings (", threshold, ") at position ", start,
               " after its first tokens were computed with the short factors; it must be recomputed from position 0 "
               "with the long factors (as transformers' generate() does), not decoded on"));
         }
       }
-      at::Tensor seq_len = group.lengths.defined() ? on_device(group.lengths)
-                                                   : on_device(group.starts) + on_device(group.last) + 1;
-      g.rope = LongRopeForPositions(stage.inv_freq, stage.inv_freq_long, stage.rope, g.positions, seq_len,
-                                    options_.dtype);
+      at::Tensor seq_len =
+          group.lengths.defined() ? on_device(group.lengths) : on_device(group.starts) + on_device(group.last) + 1;
+      g.rope =
+          LongRopeForPositions(stage.inv_freq, stage.inv_freq_long, stage.rope, g.positions, seq_len, options_.dtype);
     }
     if (stage.inv_freq_sliding.defined()) {
       g.rope_sliding = RopeForPositions(stage.inv_freq_sliding, g.positions, options_.dtype);

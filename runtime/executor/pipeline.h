@@ -46,8 +46,8 @@ struct Stage {
 
 struct PipelineOptions {
   at::ScalarType dtype = at::kFloat;
-  int64_t kv_blocks = 1;         // blocks in each stage's KV pool
-  int64_t kv_block_tokens = 16;  // positions per block
+  int64_t kv_blocks = 1;                // blocks in each stage's KV pool
+  int64_t kv_block_tokens = 16;         // positions per block
   planner::PhysicalDeviceMap physical;  // plan GPU -> device; missing entries default to cuda:i
 };
 
@@ -83,9 +83,9 @@ struct ForwardBatch {
 // What flows from one stage to the next: the activation and, when its producer runs on a CUDA stream,
 // the event recorded after writing it.
 struct StageActivation {
-  at::Tensor hidden;                 // ids before the first stage; logits after the last
+  at::Tensor hidden;  // ids before the first stage; logits after the last
   std::optional<c10::Event> produced;
-  const Stage* producer = nullptr;   // the stage that wrote `hidden`
+  const Stage* producer = nullptr;  // the stage that wrote `hidden`
 };
 
 class Pipeline {

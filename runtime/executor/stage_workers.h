@@ -29,8 +29,8 @@ namespace strata::runtime {
 
 struct MicroBatch {
   MicroBatchWork work;
-  ForwardBatch batch;  // packed: decode rows and prefill chunks of any length together
-  SamplingInputs sampling;     // the rows that sample, staged with the batch
+  ForwardBatch batch;       // packed: decode rows and prefill chunks of any length together
+  SamplingInputs sampling;  // the rows that sample, staged with the batch
   int64_t sampling_rows = 0;
   // host int64 [sampling_rows]: the sampling rows' places among the logits (rows grouped by length);
   // undefined when those are exactly the sampling rows, in order

@@ -7,7 +7,7 @@
 namespace strata::runtime {
 
 struct TorchInfo {
-  std::string torch_version;    // e.g. "2.15.0"
+  std::string torch_version;     // e.g. "2.15.0"
   bool built_with_cuda = false;  // the LibTorch was compiled with CUDA support
   bool cuda_available = false;   // a CUDA driver and at least one GPU are present now
   int cuda_device_count = 0;

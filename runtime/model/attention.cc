@@ -8,17 +8,17 @@
 #include <cmath>
 
 #include "runtime/model/decode_attention.h"
-#include "runtime/model/llama_model.h"  // RmsNorm
 #include "runtime/model/linear.h"
+#include "runtime/model/llama_model.h"  // RmsNorm
 
 namespace strata::runtime {
 
 at::Tensor AttentionMask(const at::Tensor& positions, int64_t key_length, int64_t window) {
-  at::Tensor keys = at::arange(key_length, positions.options());        // [K]
-  at::Tensor query = positions.unsqueeze(-1);                             // [B, T, 1]
-  at::Tensor visible = keys <= query;                                     // [B, T, K]
+  at::Tensor keys = at::arange(key_length, positions.options());  // [K]
+  at::Tensor query = positions.unsqueeze(-1);                     // [B, T, 1]
+  at::Tensor visible = keys <= query;                             // [B, T, K]
   if (window > 0) visible = visible.logical_and(keys > query - window);
-  return visible.unsqueeze(1);                                            // [B, 1, T, K]
+  return visible.unsqueeze(1);  // [B, 1, T, K]
 }
 
 at::Tensor GroupHeads(const at::Tensor& x, const AttentionGroup& group) {

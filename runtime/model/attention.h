@@ -46,7 +46,7 @@ at::Tensor PackHeads(const std::vector<at::Tensor>& outs);
 at::Tensor AttentionMask(const at::Tensor& positions, int64_t key_length, int64_t window);
 
 struct AttentionWeights {
-  at::Tensor q, k, v, o;           // projection weights [out, in]
+  at::Tensor q, k, v, o;              // projection weights [out, in]
   at::Tensor q_bias, k_bias, v_bias;  // undefined when the model has none (Llama, Mistral)
 };
 

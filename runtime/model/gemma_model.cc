@@ -35,8 +35,7 @@ at::Tensor GemmaAttention(const at::Tensor& hidden, const std::vector<at::Tensor
   const bool gemma3 = dims.family == ModelFamily::kGemma3;
   const size_t bias0 = gemma3 ? kGemmaKNorm + 1 : kGemmaQNorm;
   auto project = [&](int index, int bias_offset, int64_t heads) {
-    at::Tensor out =
-        dims.qkv_bias ? Linear(hidden, w[index], w[bias0 + bias_offset]) : Linear(hidden, w[index]);
+    at::Tensor out = dims.qkv_bias ? Linear(hidden, w[index], w[bias0 + bias_offset]) : Linear(hidden, w[index]);
     return out.view({n, heads, dims.head_dim});  // [n, heads, D]
   };
   at::Tensor q_all = project(kGemmaQ, 0, dims.num_heads);

@@ -125,10 +125,10 @@ STRATA_AVX512 STRATA_INLINE __m512 Sum16(const __m512 (&v)[16]) {
     quarters[j] = _mm512_add_ps(_mm512_shuffle_f32x4(halves[2 * j], halves[2 * j + 1], 0x88),
                                 _mm512_shuffle_f32x4(halves[2 * j], halves[2 * j + 1], 0xDD));
   }
-  const __m512 r01 = _mm512_add_ps(_mm512_unpacklo_ps(quarters[0], quarters[1]),
-                                   _mm512_unpackhi_ps(quarters[0], quarters[1]));
-  const __m512 r23 = _mm512_add_ps(_mm512_unpacklo_ps(quarters[2], quarters[3]),
-                                   _mm512_unpackhi_ps(quarters[2], quarters[3]));
+  const __m512 r01 =
+      _mm512_add_ps(_mm512_unpacklo_ps(quarters[0], quarters[1]), _mm512_unpackhi_ps(quarters[0], quarters[1]));
+  const __m512 r23 =
+      _mm512_add_ps(_mm512_unpacklo_ps(quarters[2], quarters[3]), _mm512_unpackhi_ps(quarters[2], quarters[3]));
   const __m512d a = _mm512_castps_pd(r01), b = _mm512_castps_pd(r23);
   return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
 }
@@ -136,13 +136,11 @@ STRATA_AVX512 STRATA_INLINE __m512 Sum16(const __m512 (&v)[16]) {
 // y[m0 + m][n + r] = the sum of acc[m][r]'s lanes (+ bias[n + r]). A full 4 x 4 tile sums in one tree: with
 // v[4 r + m] = acc[m][r], lanes 4m .. 4m + 3 are row m's four outputs, side by side as y holds them.
 template <int MR, int NR, typename T>
-STRATA_AVX512 STRATA_INLINE void StoreTile(const __m512 (&acc)[MR][NR], const T* bias, T* y, int64_t n_total,
-                                           int64_t n, int64_t m0) {
+STRATA_AVX512 STRATA_INLINE void StoreTile(const __m512 (&acc)[MR][NR], const T* bias, T* y, int64_t n_total, int64_t n,
+                                           int64_t m0) {
   if constexpr (MR == 4 && NR == 4) {
     __m512 v[16];
-    STRATA_UNROLL for (int m = 0; m < 4; ++m) {
-      STRATA_UNROLL for (int r = 0; r < 4; ++r) v[4 * r + m] = acc[m][r];
-    }
+    STRATA_UNROLL for (int m = 0; m < 4; ++m) { STRATA_UNROLL for (int r = 0; r < 4; ++r) v[4 * r + m] = acc[m][r]; }
     alignas(64) float sums[16];
     _mm512_store_ps(sums, Sum16(v));
     for (int m = 0; m < 4; ++m) {
@@ -188,9 +186,8 @@ STRATA_AVX512 void Tile(const float* x, const T* w, const T* bias, T* y, int64_t
 }
 
 template <int MR, int NR>
-STRATA_AVX512_BF16 STRATA_INLINE void TileDotStep(const c10::BFloat16* x, const c10::BFloat16* w, int64_t k,
-                                                  int64_t n, int64_t m0, int64_t j, __mmask32 mask,
-                                                  __m512 (&acc)[MR][NR]) {
+STRATA_AVX512_BF16 STRATA_INLINE void TileDotStep(const c10::BFloat16* x, const c10::BFloat16* w, int64_t k, int64_t n,
+                                                  int64_t m0, int64_t j, __mmask32 mask, __m512 (&acc)[MR][NR]) {
   __m512bh wv[NR];
   STRATA_UNROLL for (int r = 0; r < NR; ++r) wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + (n + r) * k + j);
   STRATA_UNROLL for (int m = 0; m < MR; ++m) {
@@ -219,10 +216,18 @@ STRATA_AVX512_BF16 void RowsDot(const c10::BFloat16* x, const c10::BFloat16* w, 
   for (int64_t m = 0; m < rows; m += 4) {
     for (int64_t n = n0; n < n1; ++n) {
       switch (std::min<int64_t>(4, rows - m)) {
-        case 4: RowDot<4, 1>(x, w, bias, y, k, n_total, n, m); break;
-        case 3: RowDot<3, 1>(x, w, bias, y, k, n_total, n, m); break;
-        case 2: RowDot<2, 2>(x, w, bias, y, k, n_total, n, m); break;
-        default: RowDot<1, 4>(x, w, bias, y, k, n_total, n, m); break;
+        case 4:
+          RowDot<4, 1>(x, w, bias, y, k, n_total, n, m);
+          break;
+        case 3:
+          RowDot<3, 1>(x, w, bias, y, k, n_total, n, m);
+          break;
+        case 2:
+          RowDot<2, 2>(x, w, bias, y, k, n_total, n, m);
+          break;
+        default:
+          RowDot<1, 4>(x, w, bias, y, k, n_total, n, m);
+          break;
       }
     }
   }
@@ -235,10 +240,18 @@ STRATA_AVX512 void Rows(const float* x, const T* w, const T* bias, T* y, int64_t
   for (int64_t m = 0; m < rows; m += 4) {
     for (int64_t n = n0; n < n1; ++n) {
       switch (std::min<int64_t>(4, rows - m)) {
-        case 4: Row<4, 1>(x, w, bias, y, k, n_total, n, m); break;
-        case 3: Row<3, 1>(x, w, bias, y, k, n_total, n, m); break;
-        case 2: Row<2, 2>(x, w, bias, y, k, n_total, n, m); break;
-        default: Row<1, 4>(x, w, bias, y, k, n_total, n, m); break;
+        case 4:
+          Row<4, 1>(x, w, bias, y, k, n_total, n, m);
+          break;
+        case 3:
+          Row<3, 1>(x, w, bias, y, k, n_total, n, m);
+          break;
+        case 2:
+          Row<2, 2>(x, w, bias, y, k, n_total, n, m);
+          break;
+        default:
+          Row<1, 4>(x, w, bias, y, k, n_total, n, m);
+          break;
       }
     }
   }
@@ -253,11 +266,10 @@ using TileFn = void (*)(const X*, const T*, const T*, T*, int64_t, int64_t, int6
 template <typename X, typename T, template <int, int> class Pick>
 void Tiles(const X* x, const T* w, const T* bias, T* y, int64_t rows, int64_t k, int64_t n_total, int64_t n0,
            int64_t n1) {
-  static constexpr TileFn<X, T> kTable[4][4] = {
-      {Pick<1, 1>::fn, Pick<1, 2>::fn, Pick<1, 3>::fn, Pick<1, 4>::fn},
-      {Pick<2, 1>::fn, Pick<2, 2>::fn, Pick<2, 3>::fn, Pick<2, 4>::fn},
-      {Pick<3, 1>::fn, Pick<3, 2>::fn, Pick<3, 3>::fn, Pick<3, 4>::fn},
-      {Pick<4, 1>::fn, Pick<4, 2>::fn, Pick<4, 3>::fn, Pick<4, 4>::fn}};
+  static constexpr TileFn<X, T> kTable[4][4] = {{Pick<1, 1>::fn, Pick<1, 2>::fn, Pick<1, 3>::fn, Pick<1, 4>::fn},
+                                                {Pick<2, 1>::fn, Pick<2, 2>::fn, Pick<2, 3>::fn, Pick<2, 4>::fn},
+                                                {Pick<3, 1>::fn, Pick<3, 2>::fn, Pick<3, 3>::fn, Pick<3, 4>::fn},
+                                                {Pick<4, 1>::fn, Pick<4, 2>::fn, Pick<4, 3>::fn, Pick<4, 4>::fn}};
   for (int64_t n = n0; n < n1; n += 4) {
     const int64_t nr = std::min<int64_t>(4, n1 - n);
     for (int64_t m = 0; m < rows; m += 4) {
@@ -297,8 +309,8 @@ void FewRows(const float* x, const T* w, const T* bias, T* y, int64_t rows, int6
 }  // namespace
 
 bool CpuHasAvx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl");
+  static const bool has =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   return has;
 }
 
@@ -351,8 +363,8 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
     const c10::BFloat16* src = xc.data_ptr<c10::BFloat16>();
     for (int64_t i = 0; i < rows * k; ++i) widened[static_cast<size_t>(i)] = static_cast<float>(src[i]);
     FewRows<c10::BFloat16>(widened.data(), weight.data_ptr<c10::BFloat16>(),
-                           bias.defined() ? bias.data_ptr<c10::BFloat16>() : nullptr, y.data_ptr<c10::BFloat16>(),
-                           rows, k, n);
+                           bias.defined() ? bias.data_ptr<c10::BFloat16>() : nullptr, y.data_ptr<c10::BFloat16>(), rows,
+                           k, n);
   }
   return y;
 }

@@ -5,11 +5,11 @@
 #include <ATen/ops/rsqrt.h>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/model/qwen3_model.h"
 #include "runtime/model/gemma_model.h"
-#include "runtime/model/phi3_model.h"
 #include "runtime/model/linear.h"
+#include "runtime/model/phi3_model.h"
 #include "runtime/model/pointwise.h"
+#include "runtime/model/qwen3_model.h"
 
 namespace strata::runtime {
 
@@ -32,17 +32,21 @@ std::vector<std::string> UnitTensorNames(UnitKind kind, int64_t layer, const Mod
   }
   if (dims.family == ModelFamily::kPhi3) return Phi3UnitTensorNames(kind, layer, dims, tied_head);
   switch (kind) {
-    case UnitKind::kEmbedding: return {"model.embed_tokens.weight"};
-    case UnitKind::kFinalNorm: return {"model.norm.weight"};
-    case UnitKind::kLmHead: return {tied_head ? "model.embed_tokens.weight" : "lm_head.weight"};
-    case UnitKind::kDecoderLayer: break;
+    case UnitKind::kEmbedding:
+      return {"model.embed_tokens.weight"};
+    case UnitKind::kFinalNorm:
+      return {"model.norm.weight"};
+    case UnitKind::kLmHead:
+      return {tied_head ? "model.embed_tokens.weight" : "lm_head.weight"};
+    case UnitKind::kDecoderLayer:
+      break;
   }
   if (dims.qk_norm || dims.moe.num_experts > 0) return ExtendedLayerTensorNames(layer, dims);
   const std::string p = absl::StrCat("model.layers.", layer, ".");
   std::vector<std::string> names = {
-      p + "input_layernorm.weight",          p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
-      p + "self_attn.v_proj.weight",         p + "self_attn.o_proj.weight", p + "post_attention_layernorm.weight",
-      p + "mlp.gate_proj.weight",            p + "mlp.up_proj.weight",      p + "mlp.down_proj.weight"};
+      p + "input_layernorm.weight",  p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+      p + "self_attn.v_proj.weight", p + "self_attn.o_proj.weight", p + "post_attention_layernorm.weight",
+      p + "mlp.gate_proj.weight",    p + "mlp.up_proj.weight",      p + "mlp.down_proj.weight"};
   if (dims.qkv_bias) {
     for (const char* b : {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}) {
       names.push_back(p + b);

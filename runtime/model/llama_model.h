@@ -27,8 +27,8 @@ struct ModelDims {
   int64_t vocab = 0;
   double rms_norm_eps = 1e-6;
   bool qkv_bias = false;
-  bool qk_norm = false;  // Qwen3 families (qwen3_model.h)
-  bool o_bias = false;   // Qwen3 families with attention_bias (with qkv_bias)
+  bool qk_norm = false;    // Qwen3 families (qwen3_model.h)
+  bool o_bias = false;     // Qwen3 families with attention_bias (with qkv_bias)
   planner::MoeConfig moe;  // Qwen3-MoE, Mixtral (moe.h)
   // Gemma 2 / Gemma 3 / Phi-3 (zero: not used).
   ModelFamily family = ModelFamily::kLlama;
@@ -42,7 +42,18 @@ enum class UnitKind { kEmbedding, kDecoderLayer, kFinalNorm, kLmHead };
 
 // Weight order of a decoder layer's unit.
 enum LayerWeight : int {
-  kInputNorm, kQ, kK, kV, kO, kPostNorm, kGate, kUp, kDown, kQBias, kKBias, kVBias,
+  kInputNorm,
+  kQ,
+  kK,
+  kV,
+  kO,
+  kPostNorm,
+  kGate,
+  kUp,
+  kDown,
+  kQBias,
+  kKBias,
+  kVBias,
 };
 
 struct Unit {

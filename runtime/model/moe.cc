@@ -29,7 +29,7 @@ at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const a
   const int64_t tokens = flat.size(0);
 
   // Routing, on the layer's device.
-  at::Tensor logits = Linear(flat, router);            // [N, E]
+  at::Tensor logits = Linear(flat, router);                // [N, E]
   at::Tensor probs = at::softmax(logits, -1, at::kFloat);  // softmax(dtype=float)
   auto [top_weights, top_ids] = at::topk(probs, k, -1);    // [N, k]
   if (moe.norm_topk_prob) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);

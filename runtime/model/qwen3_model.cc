@@ -3,8 +3,8 @@
 #include <ATen/TensorOperators.h>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/model/moe.h"
 #include "runtime/model/linear.h"
+#include "runtime/model/moe.h"
 #include "runtime/model/pointwise.h"
 
 namespace strata::runtime {

@@ -11,15 +11,24 @@ namespace strata::runtime {
 
 at::ScalarType ToScalarType(checkpoint::DType dtype) {
   switch (dtype) {
-    case checkpoint::DType::kFloat16: return at::kHalf;
-    case checkpoint::DType::kBFloat16: return at::kBFloat16;
-    case checkpoint::DType::kFloat64: return at::kDouble;
-    case checkpoint::DType::kInt64: return at::kLong;
-    case checkpoint::DType::kInt32: return at::kInt;
-    case checkpoint::DType::kInt8: return at::kChar;
-    case checkpoint::DType::kUInt8: return at::kByte;
-    case checkpoint::DType::kBool: return at::kBool;
-    case checkpoint::DType::kFloat32: break;
+    case checkpoint::DType::kFloat16:
+      return at::kHalf;
+    case checkpoint::DType::kBFloat16:
+      return at::kBFloat16;
+    case checkpoint::DType::kFloat64:
+      return at::kDouble;
+    case checkpoint::DType::kInt64:
+      return at::kLong;
+    case checkpoint::DType::kInt32:
+      return at::kInt;
+    case checkpoint::DType::kInt8:
+      return at::kChar;
+    case checkpoint::DType::kUInt8:
+      return at::kByte;
+    case checkpoint::DType::kBool:
+      return at::kBool;
+    case checkpoint::DType::kFloat32:
+      break;
   }
   return at::kFloat;
 }

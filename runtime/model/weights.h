@@ -59,9 +59,9 @@ class Prefetch {
 };
 
 struct WeightLoadStats {
-  int64_t zero_copy = 0;    // CPU tensors that are views of the mapped file
-  int64_t copied = 0;       // tensors copied (and cast where needed) to their device
-  int64_t on_disk = 0;      // "disk" entries left in the mapping
+  int64_t zero_copy = 0;          // CPU tensors that are views of the mapped file
+  int64_t copied = 0;             // tensors copied (and cast where needed) to their device
+  int64_t on_disk = 0;            // "disk" entries left in the mapping
   uint64_t bytes_on_devices = 0;  // bytes allocated for weights outside the mapping
 };
 

@@ -28,17 +28,27 @@ inline constexpr int64_t kVocab = 96, kHidden = 32, kInter = 64, kHeads = 4, kKv
 // logits are well apart.
 inline std::filesystem::path WriteTinyLlama() {
   static const std::filesystem::path dir = [] {
-    std::filesystem::path d = std::filesystem::temp_directory_path() / ("strata_engine_test_" + std::to_string(getpid()));
+    std::filesystem::path d =
+        std::filesystem::temp_directory_path() / ("strata_engine_test_" + std::to_string(getpid()));
     std::filesystem::create_directories(d);
-    nlohmann::json config = {
-        {"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"hidden_size", kHidden},
-        {"intermediate_size", kInter}, {"num_hidden_layers", kLayers}, {"num_attention_heads", kHeads},
-        {"num_key_value_heads", kKvHeads}, {"vocab_size", kVocab}, {"max_position_embeddings", 256},
-        {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0}, {"tie_word_embeddings", false}, {"hidden_act", "silu"},
-        {"torch_dtype", "float32"}};
+    nlohmann::json config = {{"architectures", {"LlamaForCausalLM"}},
+                             {"model_type", "llama"},
+                             {"hidden_size", kHidden},
+                             {"intermediate_size", kInter},
+                             {"num_hidden_layers", kLayers},
+                             {"num_attention_heads", kHeads},
+                             {"num_key_value_heads", kKvHeads},
+                             {"vocab_size", kVocab},
+                             {"max_position_embeddings", 256},
+                             {"rms_norm_eps", 1e-5},
+                             {"rope_theta", 10000.0},
+                             {"tie_word_embeddings", false},
+                             {"hidden_act", "silu"},
+                             {"torch_dtype", "float32"}};
     std::ofstream(d / "config.json") << config.dump();
     const int64_t head_dim = kHidden / kHeads;
-    std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {{"model.embed_tokens.weight", {kVocab, kHidden}}};
+    std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
+        {"model.embed_tokens.weight", {kVocab, kHidden}}};
     for (int64_t l = 0; l < kLayers; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       shapes.push_back({p + "input_layernorm.weight", {kHidden}});

@@ -30,7 +30,8 @@ class Tokens {
   // A prompt of `length` tokens unlike any other's, or `shared` tokens of a common prefix first.
   const std::vector<int32_t>& Prompt(uint64_t id, int64_t length, int64_t shared = 0) {
     std::vector<int32_t>& t = lists_[id];
-    for (int64_t i = 0; i < length; ++i) t.push_back(i < shared ? static_cast<int32_t>(i) : static_cast<int32_t>(id * 100000 + i));
+    for (int64_t i = 0; i < length; ++i)
+      t.push_back(i < shared ? static_cast<int32_t>(i) : static_cast<int32_t>(id * 100000 + i));
     return t;
   }
   void Append(Scheduler& s, uint64_t id) {
@@ -369,7 +370,7 @@ TEST(Scheduler, EvictsCachedBlocksLeastRecentlyUsedFirst) {
   while (auto b = s.Next()) s.Complete(*b);  // prefilled (its sample is never appended)
   s.Finish(1);
   EXPECT_EQ(s.blocks().counts().cached, 2);  // blocks 0 and 1 (positions 0-7); block 2 was partial
-  s.Add(2, tokens.Prompt(2, 9));               // 3 blocks: the free 2 and 3, then block 0 is evicted
+  s.Add(2, tokens.Prompt(2, 9));             // 3 blocks: the free 2 and 3, then block 0 is evicted
   auto b2 = s.Next();
   EXPECT_EQ(b2->rows[0].blocks, (std::vector<int32_t>{2, 3, 0}));
   EXPECT_EQ(s.blocks().counts().cached, 1);

@@ -182,9 +182,9 @@ TEST(ServerFlags, LimitsHaveTheirDocumentedDefaults) {
   EXPECT_EQ(command->options.limits.max_streams_per_connection, 100);
   EXPECT_EQ(command->options.limits.max_stream_buffer_bytes, 1 << 20);
   EXPECT_EQ(command->options.limits.tokenize_threads, 0);  // half the cores, 1 to 4
-  command = Parse({"--model", "m", "--max-message-bytes", "65536", "--max-prompt-tokens", "100", "--max-streams=7",
-                   "--max-streams-per-connection", "3", "--max-stream-buffer-bytes", "4096",
-                   "--max-prompt-bytes", "1000"});
+  command =
+      Parse({"--model", "m", "--max-message-bytes", "65536", "--max-prompt-tokens", "100", "--max-streams=7",
+             "--max-streams-per-connection", "3", "--max-stream-buffer-bytes", "4096", "--max-prompt-bytes", "1000"});
   ASSERT_TRUE(command.ok()) << command.status();
   EXPECT_EQ(command->options.limits.max_message_bytes, 65536);
   EXPECT_EQ(command->options.limits.max_prompt_bytes, 1000);
@@ -223,45 +223,43 @@ TEST_P(ServerFlagsRejects, NamingTheProblem) {
 
 INSTANTIATE_TEST_SUITE_P(
     ServerFlags, ServerFlagsRejects,
-    testing::Values(BadFlags{{}, "--model"}, BadFlags{{"--model", "a", "--module-tree", "b"}, "--module-tree"},
-                    BadFlags{{"--model", "a", "--bogus", "1"}, "--bogus"},
-                    BadFlags{{"--model"}, "--model needs a value"},
-                    BadFlags{{"--model", "a", "--model", "b"}, "given twice"},
-                    BadFlags{{"--model", "a", "stray"}, "stray"},
-                    BadFlags{{"--model", "a", "--device-map", "balanced_high"}, "balanced_high"},
-                    BadFlags{{"--model", "a", "--max-memory", "0=20XB"}, "20XB"},
-                    BadFlags{{"--model", "a", "--dtype", "float13"}, "float13"},
-                    BadFlags{{"--model", "a", "--kv-cache-tokens", "-1"}, "--kv-cache-tokens"},
-                    BadFlags{{"--model", "a", "--kv-cache-tokens", "many"}, "many"},
-                    BadFlags{{"--model", "a", "--max-batch", "0"}, "--max-batch: \"0\" is not an integer >= 1"},
-                    BadFlags{{"--model", "a", "--max-new-tokens", "0"}, "--max-new-tokens"},
-                    BadFlags{{"--model", "a", "--intra-op-threads", "-2"}, "--intra-op-threads"},
-                    BadFlags{{"--model", "a", "--inject-fault", "stage=x"}, "--inject-fault"},
-                    BadFlags{{"--model", "a", "--physical-devices", "0=tpu"}, "--physical-devices"},
-                    BadFlags{{"--model", "a", "--drain-timeout", "-1"}, "--drain-timeout: \"-1\" is not a number"},
-                    BadFlags{{"--model", "a", "--drain-timeout", "soon"}, "--drain-timeout"},
-                    BadFlags{{"--model", "a", "--drain-timeout", "20s"}, "--drain-timeout"},
-                    BadFlags{{"--model", "a", "--drain-timeout", "nan"}, "--drain-timeout"},
-                    BadFlags{{"--model", "a", "--drain-timeout", "inf"}, "--drain-timeout"},
-                    BadFlags{{"--model", "a", "--drain-timeout", "100000"}, "--drain-timeout"},
-                    BadFlags{{"--model", "a", "--listen", "50051"}, "--listen"},
-                    BadFlags{{"--model", "a", "--listen", ":50051"}, "no host"},
-                    BadFlags{{"--model", "a", "--listen", "::1:50051"}, "brackets"},
-                    BadFlags{{"--model", "a", "--metrics-listen", "localhost:70000"}, "--metrics-listen"},
-                    BadFlags{{"--model", "a", "--metrics-listen", "localhost:9x"}, "localhost:9x"},
-                    BadFlags{{"--model", "a", "--max-message-bytes", "0"}, "--max-message-bytes"},
-                    BadFlags{{"--model", "a", "--max-message-bytes", "2000000000"},
-                             "--max-message-bytes: 2000000000 is more than 1073741824"},
-                    BadFlags{{"--model", "a", "--max-prompt-bytes", "-5"}, "--max-prompt-bytes"},
-                    BadFlags{{"--model", "a", "--max-prompt-tokens", "4096"},
-                             "--max-prompt-tokens: 4096 is more than --max-context 2048"},
-                    BadFlags{{"--model", "a", "--max-streams", "0"}, "--max-streams"},
-                    BadFlags{{"--model", "a", "--max-streams-per-connection", "0"}, "--max-streams-per-connection"},
-                    BadFlags{{"--model", "a", "--max-streams-per-connection", "3000000000"},
-                             "--max-streams-per-connection"},
-                    BadFlags{{"--model", "a", "--max-stream-buffer-bytes", "none"}, "--max-stream-buffer-bytes"},
-                    BadFlags{{"--model", "a", "--tokenize-threads", "-1"}, "--tokenize-threads"},
-                    BadFlags{{"--model", "a", "--tokenize-threads", "1000"}, "--tokenize-threads: 1000 is more than 256"}));
+    testing::Values(
+        BadFlags{{}, "--model"}, BadFlags{{"--model", "a", "--module-tree", "b"}, "--module-tree"},
+        BadFlags{{"--model", "a", "--bogus", "1"}, "--bogus"}, BadFlags{{"--model"}, "--model needs a value"},
+        BadFlags{{"--model", "a", "--model", "b"}, "given twice"}, BadFlags{{"--model", "a", "stray"}, "stray"},
+        BadFlags{{"--model", "a", "--device-map", "balanced_high"}, "balanced_high"},
+        BadFlags{{"--model", "a", "--max-memory", "0=20XB"}, "20XB"},
+        BadFlags{{"--model", "a", "--dtype", "float13"}, "float13"},
+        BadFlags{{"--model", "a", "--kv-cache-tokens", "-1"}, "--kv-cache-tokens"},
+        BadFlags{{"--model", "a", "--kv-cache-tokens", "many"}, "many"},
+        BadFlags{{"--model", "a", "--max-batch", "0"}, "--max-batch: \"0\" is not an integer >= 1"},
+        BadFlags{{"--model", "a", "--max-new-tokens", "0"}, "--max-new-tokens"},
+        BadFlags{{"--model", "a", "--intra-op-threads", "-2"}, "--intra-op-threads"},
+        BadFlags{{"--model", "a", "--inject-fault", "stage=x"}, "--inject-fault"},
+        BadFlags{{"--model", "a", "--physical-devices", "0=tpu"}, "--physical-devices"},
+        BadFlags{{"--model", "a", "--drain-timeout", "-1"}, "--drain-timeout: \"-1\" is not a number"},
+        BadFlags{{"--model", "a", "--drain-timeout", "soon"}, "--drain-timeout"},
+        BadFlags{{"--model", "a", "--drain-timeout", "20s"}, "--drain-timeout"},
+        BadFlags{{"--model", "a", "--drain-timeout", "nan"}, "--drain-timeout"},
+        BadFlags{{"--model", "a", "--drain-timeout", "inf"}, "--drain-timeout"},
+        BadFlags{{"--model", "a", "--drain-timeout", "100000"}, "--drain-timeout"},
+        BadFlags{{"--model", "a", "--listen", "50051"}, "--listen"},
+        BadFlags{{"--model", "a", "--listen", ":50051"}, "no host"},
+        BadFlags{{"--model", "a", "--listen", "::1:50051"}, "brackets"},
+        BadFlags{{"--model", "a", "--metrics-listen", "localhost:70000"}, "--metrics-listen"},
+        BadFlags{{"--model", "a", "--metrics-listen", "localhost:9x"}, "localhost:9x"},
+        BadFlags{{"--model", "a", "--max-message-bytes", "0"}, "--max-message-bytes"},
+        BadFlags{{"--model", "a", "--max-message-bytes", "2000000000"},
+                 "--max-message-bytes: 2000000000 is more than 1073741824"},
+        BadFlags{{"--model", "a", "--max-prompt-bytes", "-5"}, "--max-prompt-bytes"},
+        BadFlags{{"--model", "a", "--max-prompt-tokens", "4096"},
+                 "--max-prompt-tokens: 4096 is more than --max-context 2048"},
+        BadFlags{{"--model", "a", "--max-streams", "0"}, "--max-streams"},
+        BadFlags{{"--model", "a", "--max-streams-per-connection", "0"}, "--max-streams-per-connection"},
+        BadFlags{{"--model", "a", "--max-streams-per-connection", "3000000000"}, "--max-streams-per-connection"},
+        BadFlags{{"--model", "a", "--max-stream-buffer-bytes", "none"}, "--max-stream-buffer-bytes"},
+        BadFlags{{"--model", "a", "--tokenize-threads", "-1"}, "--tokenize-threads"},
+        BadFlags{{"--model", "a", "--tokenize-threads", "1000"}, "--tokenize-threads: 1000 is more than 256"}));
 
 }  // namespace
 }  // namespace strata::server
