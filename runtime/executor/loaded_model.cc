@@ -248,9 +248,10 @@ absl::StatusOr<std::vector<GreedyResult>> LoadedModel::Greedy(const GreedyReques
     // As the server counts (server/README.md): every prompt token and every token that may be generated.
     const int64_t context = static_cast<int64_t>(prompt.size()) + request.max_new_tokens;
     if (context > max_context) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt ", p, ": ", prompt.size(), " tokens + ",
-                                                     request.max_new_tokens, " new tokens = ", context,
-                                                     ", more than --max-context ", max_context));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prompt ", p, ": ", prompt.size(), prompt.size() == 1 ? " token + " : " tokens + ", request.max_new_tokens,
+          request.max_new_tokens == 1 ? " new token = " : " new tokens = ", context, ", more than --max-context ",
+          max_context));
     }
   }
 
