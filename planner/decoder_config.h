@@ -36,8 +36,14 @@ struct MoeConfig {
   std::vector<bool> sparse;         // per layer: its MLP is the sparse block
 };
 
+// The runtime's unit runners (runtime/model/llama_model.h): Llama's block serves Llama, Mistral, Qwen2,
+// Qwen3, Qwen3-MoE and Mixtral; Gemma 2, Gemma 3 text and Phi-3 have their own. The family builders set it,
+// so that an architecture name is matched in the planner's family files only.
+enum class ModelFamily { kLlama, kGemma2, kGemma3, kPhi3 };
+
 struct DecoderConfig {
   std::string architecture;  // ModelSpec::architecture: "LlamaForCausalLM", "Gemma2ForCausalLM", ...
+  ModelFamily family = ModelFamily::kLlama;
   int64_t num_layers = 0;
   double rms_norm_eps = 1e-6;
   RopeConfig rope;

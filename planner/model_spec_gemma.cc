@@ -216,6 +216,7 @@ absl::StatusOr<DecoderConfig> ReadForwardPass(const json& config, const GemmaVar
   const bool gemma3 = &v == &kGemma3;
   DecoderConfig out;
   out.architecture = std::string(v.architecture);
+  out.family = gemma3 ? ModelFamily::kGemma3 : ModelFamily::kGemma2;
   out.num_layers = static_cast<int64_t>(layer_types.size());
   absl::StatusOr<double> eps = PositiveNumberOr(config, "rms_norm_eps", 1e-6, false);
   if (!eps.ok()) return eps.status();

@@ -125,6 +125,7 @@ absl::StatusOr<DecoderConfig> ReadForwardPass(const json& config, int64_t layers
                                               int64_t max_positions) {
   DecoderConfig out;
   out.architecture = "Phi3ForCausalLM";
+  out.family = ModelFamily::kPhi3;
   out.num_layers = layers;
   absl::StatusOr<double> eps = NumberOr(config, "", "rms_norm_eps", 1e-5);
   if (!eps.ok()) return eps.status();

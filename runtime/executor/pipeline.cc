@@ -73,9 +73,7 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
   dims.num_heads = fused_qkv
                        ? shape("model.layers.0.self_attn.qkv_proj.weight")[0] / spec.head_dim - 2 * dims.num_kv_heads
                        : shape("model.layers.0.self_attn.q_proj.weight")[0] / spec.head_dim;
-  if (config.architecture == "Gemma2ForCausalLM") dims.family = ModelFamily::kGemma2;
-  if (config.architecture == "Gemma3ForCausalLM") dims.family = ModelFamily::kGemma3;
-  if (config.architecture == "Phi3ForCausalLM") dims.family = ModelFamily::kPhi3;
+  dims.family = config.family;
   if (config.query_pre_attn_scalar > 0) dims.attention_scale = 1.0 / std::sqrt(config.query_pre_attn_scalar);
   dims.attn_logit_softcapping = config.attn_logit_softcapping;
   dims.final_logit_softcapping = config.final_logit_softcapping;

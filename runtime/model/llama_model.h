@@ -17,7 +17,8 @@
 namespace strata::runtime {
 
 // Which unit code runs (llama_model.cc dispatches the others to gemma_model.cc / phi3_model.cc).
-enum class ModelFamily { kLlama, kGemma2, kGemma3, kPhi3 };
+// Which unit runner a model's units take: the planner's family (planner/decoder_config.h).
+using ModelFamily = planner::ModelFamily;
 
 struct ModelDims {
   int64_t hidden = 0;

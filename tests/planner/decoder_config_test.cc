@@ -293,6 +293,22 @@ TEST(DecoderConfig, Phi3BadFieldsAreNamed) {
   EXPECT_THAT(ErrorOf(c), HasSubstr("sliding_window"));
 }
 
+// The runtime picks its unit runner by the family the builder set, never by the architecture's name.
+TEST(DecoderConfig, EachBuilderNamesItsFamily) {
+  const std::vector<std::pair<json, ModelFamily>> cases{
+      {Sized({{"architectures", {"LlamaForCausalLM"}}, {"num_hidden_layers", 2}}), ModelFamily::kLlama},
+      {Sized({{"architectures", {"Qwen2ForCausalLM"}}, {"num_hidden_layers", 2}}), ModelFamily::kLlama},
+      {Sized({{"architectures", {"MixtralForCausalLM"}}, {"num_hidden_layers", 2}}), ModelFamily::kLlama},
+      {Sized({{"architectures", {"Gemma2ForCausalLM"}}, {"num_hidden_layers", 2}}), ModelFamily::kGemma2},
+      {Sized({{"architectures", {"Gemma3ForCausalLM"}}, {"num_hidden_layers", 2}}), ModelFamily::kGemma3},
+      {Phi3Long(), ModelFamily::kPhi3}};
+  for (const auto& [config, family] : cases) {
+    absl::StatusOr<DecoderConfig> parsed = Decoder(config);
+    ASSERT_TRUE(parsed.ok()) << config["architectures"] << ": " << parsed.status();
+    EXPECT_EQ(parsed->family, family) << config["architectures"];
+  }
+}
+
 TEST(DecoderConfig, ModuleTreesHaveNone) {
   absl::StatusOr<ModelSpec> spec =
       ModelSpecFromModuleTree({{"format", "strata.module_tree.v1"}, {"root", {{"class", "Tiny"}}}}, std::nullopt);
