@@ -1,8 +1,9 @@
 #pragma once
-// Internal (ATen): the Llama family (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM) as a list of
-// execution units in forward order — embedding, decoder layers, final norm, LM head — each with its
-// weights already on their planned devices. Differences between the three are data: q/k/v biases
-// (Qwen2), sliding windows per layer (Mistral, Qwen2), tied embeddings.
+// Internal (ATen): a model as a list of execution units in forward order — embedding, decoder layers, final
+// norm, LM head — each with its weights already on their planned devices. Llama's units serve Llama,
+// Mistral, Qwen2, Qwen3, Qwen3-MoE and Mixtral, whose differences are data: q/k/v biases (Qwen2), q/k norms
+// (Qwen3), sliding windows per layer, sparse MoE layers, tied embeddings. ModelDims::family (the
+// planner's, planner/decoder_config.h) sends Gemma 2/3 and Phi-3 units to their own files.
 
 #include <ATen/core/Tensor.h>
 
