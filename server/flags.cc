@@ -145,6 +145,18 @@ absl::StatusOr<T> AtLeast(const absl::Flag<T>& flag, T least, absl::string_view 
   return value;
 }
 
+// A duration flag in seconds (fractions allowed) from `least` to a day, far beyond any grace period a
+// supervisor gives; "nan" and "inf" parse as doubles, so finiteness is checked here.
+absl::StatusOr<std::chrono::milliseconds> Seconds(const absl::Flag<double>& flag, double least) {
+  constexpr double kMaxSeconds = 86'400;
+  const double seconds = absl::GetFlag(flag);
+  if (!std::isfinite(seconds) || seconds < least || seconds > kMaxSeconds) {
+    return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(flag), ": \"", seconds,
+                                                   "\" is not a number of seconds from ", least, " to ", kMaxSeconds));
+  }
+  return std::chrono::milliseconds(std::llround(seconds * 1000));
+}
+
 // A strata method as --auth-open-methods names it ("GetDeviceMap", "strata.v1.InferenceService/GetDeviceMap"
 // or with a leading "/"), as gRPC spells it.
 absl::StatusOr<std::string> OpenMethod(absl::string_view name) {
@@ -278,21 +290,12 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
     if (!fault.ok()) return FlagError(FLAGS_inject_fault, fault.status());
     options.serving.fault = *fault;
   }
-  // Seconds, fractions allowed; "nan" and "inf" parse as doubles, so finiteness is checked here. A day is
-  // far beyond any grace period a supervisor gives.
-  constexpr double kMaxDrainSeconds = 86'400;
-  const double drain_seconds = absl::GetFlag(FLAGS_drain_timeout);
-  if (!std::isfinite(drain_seconds) || drain_seconds < 0 || drain_seconds > kMaxDrainSeconds) {
-    return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_drain_timeout), ": \"", drain_seconds,
-                                                   "\" is not a number of seconds from 0 to ", kMaxDrainSeconds));
-  }
-  options.lifecycle.drain_timeout = std::chrono::milliseconds(std::llround(drain_seconds * 1000));
-  const double probe_seconds = absl::GetFlag(FLAGS_ready_probe_interval);
-  if (!std::isfinite(probe_seconds) || probe_seconds < 0.1 || probe_seconds > kMaxDrainSeconds) {
-    return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_ready_probe_interval), ": \"", probe_seconds,
-                                                   "\" is not a number of seconds from 0.1 to ", kMaxDrainSeconds));
-  }
-  options.lifecycle.ready_probe_interval = std::chrono::milliseconds(std::llround(probe_seconds * 1000));
+  absl::StatusOr<std::chrono::milliseconds> drain = Seconds(FLAGS_drain_timeout, 0);
+  if (!drain.ok()) return drain.status();
+  options.lifecycle.drain_timeout = *drain;
+  absl::StatusOr<std::chrono::milliseconds> probe = Seconds(FLAGS_ready_probe_interval, 0.1);
+  if (!probe.ok()) return probe.status();
+  options.lifecycle.ready_probe_interval = *probe;
   if (options.limits.max_new_tokens > options.serving.max_context) {
     return absl::InvalidArgumentError(absl::StrCat("--max-new-tokens: ", options.limits.max_new_tokens,
                                                    " is more than --max-context ", options.serving.max_context));
