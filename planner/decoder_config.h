@@ -36,14 +36,15 @@ struct MoeConfig {
   std::vector<bool> sparse;         // per layer: its MLP is the sparse block
 };
 
-// The runtime's unit runners (runtime/model/llama_model.h): Llama's block serves Llama, Mistral, Qwen2,
-// Qwen3, Qwen3-MoE and Mixtral; Gemma 2, Gemma 3 text and Phi-3 have their own. The family builders set it,
-// so that an architecture name is matched in the planner's family files only.
-enum class ModelFamily { kLlama, kGemma2, kGemma3, kPhi3 };
+// Which of the runtime's unit runners executes the model (runtime/model/unit.h's table): Llama's dense
+// layers; Qwen3's with q/k norms and the sparse MoE blocks (Qwen3, Qwen3-MoE), which Mixtral's layers take
+// too; Gemma 2; Gemma 3 text; Phi-3. model_registry.cc names each architecture's family; architecture
+// names appear there and in each family's own files only.
+enum class ModelFamily { kLlama, kQwen3, kMixtral, kGemma2, kGemma3, kPhi3 };
 
 struct DecoderConfig {
-  std::string architecture;  // ModelSpec::architecture: "LlamaForCausalLM", "Gemma2ForCausalLM", ...
-  ModelFamily family = ModelFamily::kLlama;
+  std::string architecture;                  // ModelSpec::architecture (config.json's architectures[0])
+  ModelFamily family = ModelFamily::kLlama;  // set by ModelSpecFromConfig from model_registry.cc
   int64_t num_layers = 0;
   double rms_norm_eps = 1e-6;
   RopeConfig rope;

@@ -115,10 +115,9 @@ struct ModelSpec {
 // overflow.
 absl::StatusOr<int64_t> SpecBytes(const ModelSpec& spec);
 
-// Builds the tree transformers builds for LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-// Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM or
-// Phi3ForCausalLM from a parsed config.json, with parameters in `dtype`, and reads the forward pass's
-// settings (`decoder`) and eos_token_id with it. Errors name the config field: "config.json: FIELD what".
+// Builds the tree transformers builds for one of the architectures of model_registry.h's table from a
+// parsed config.json, with parameters in `dtype`, and reads the forward pass's settings (`decoder`) and
+// eos_token_id with it. Errors name the config field: "config.json: FIELD: what". model_registry.cc.
 absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DType dtype);
 
 // Reads a module tree JSON (format "strata.module_tree.v1", written by tools/export_module_tree.py;

@@ -32,6 +32,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "planner/decoder_config.h"
+#include "planner/model_registry.h"
 #include "planner/model_spec.h"
 #include "planner/spec_builder.h"
 
@@ -41,29 +42,18 @@ namespace {
 using namespace spec_builder;  // NOLINT: the family builders' shared vocabulary
 
 struct GemmaVariant {
-  absl::string_view architecture;
-  absl::string_view model_type;
+  absl::string_view architecture;  // model_registry.cc's name
   absl::string_view prefix;        // class-name prefix: Gemma2, Gemma3
   absl::string_view model_class;   // Gemma2Model, Gemma3TextModel
   bool qk_norm;                    // Gemma 3
   int64_t sliding_window_pattern;  // default layer_types: every pattern-th layer is full attention
 };
 
-constexpr GemmaVariant kGemma2{"Gemma2ForCausalLM", "gemma2", "Gemma2", "Gemma2Model", false, 2};
-constexpr GemmaVariant kGemma3{"Gemma3ForCausalLM", "gemma3_text", "Gemma3", "Gemma3TextModel", true, 6};
+constexpr GemmaVariant kGemma2{"Gemma2ForCausalLM", "Gemma2", "Gemma2Model", false, 2};
+constexpr GemmaVariant kGemma3{"Gemma3ForCausalLM", "Gemma3", "Gemma3TextModel", true, 6};
 
-const GemmaVariant* FindVariant(const json& config) {
-  if (!config.is_object()) return nullptr;
-  for (const GemmaVariant* v : {&kGemma2, &kGemma3}) {
-    auto mt = config.find("model_type");
-    if (mt != config.end() && mt->is_string() && mt->get<std::string>() == v->model_type) return v;
-    auto arch = config.find("architectures");
-    if (arch != config.end() && arch->is_array() && !arch->empty() && (*arch)[0].is_string() &&
-        (*arch)[0].get<std::string>() == v->architecture) {
-      return v;
-    }
-  }
-  return nullptr;
+const GemmaVariant& VariantOf(const Architecture& arch) {
+  return arch.name == kGemma3.architecture ? kGemma3 : kGemma2;
 }
 
 // The RoPE type of one rotary embedding: only the types whose inv_freq the runtime computes for this
@@ -216,7 +206,6 @@ absl::StatusOr<DecoderConfig> ReadForwardPass(const json& config, const GemmaVar
   const bool gemma3 = &v == &kGemma3;
   DecoderConfig out;
   out.architecture = std::string(v.architecture);
-  out.family = gemma3 ? ModelFamily::kGemma3 : ModelFamily::kGemma2;
   out.num_layers = static_cast<int64_t>(layer_types.size());
   absl::StatusOr<double> eps = PositiveNumberOr(config, "rms_norm_eps", 1e-6, false);
   if (!eps.ok()) return eps.status();
@@ -282,13 +271,9 @@ absl::StatusOr<DecoderConfig> ReadForwardPass(const json& config, const GemmaVar
 
 }  // namespace
 
-bool IsGemmaConfig(const json& config) { return FindVariant(config) != nullptr; }
-
-absl::StatusOr<ModelSpec> GemmaSpecFromConfig(const json& config, DType dtype) {
-  const GemmaVariant* variant = FindVariant(config);
-  if (variant == nullptr) return absl::InvalidArgumentError("config.json: not a Gemma 2 or Gemma 3 text config");
-  const GemmaVariant& v = *variant;
-  if (absl::Status s = CheckArchitecture(config, v.architecture, v.model_type); !s.ok()) return s;
+absl::StatusOr<ModelSpec> GemmaSpecFromConfig(const json& config, const Architecture& arch, DType dtype,
+                                              int64_t /*max_positions*/) {
+  const GemmaVariant& v = VariantOf(arch);
 
   absl::StatusOr<int64_t> hidden = RequiredPositiveInt(config, "hidden_size", kMaxHiddenSize);
   if (!hidden.ok()) return hidden.status();

@@ -27,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 #include "planner/decoder_config.h"
+#include "planner/model_registry.h"
 #include "planner/model_spec.h"
 #include "planner/model_spec_moe.h"
 #include "planner/spec_builder.h"
@@ -48,8 +49,7 @@ enum class SlidingWindows {
 
 // How one family's config class and modeling code differ from Llama's.
 struct Family {
-  absl::string_view architecture;  // "LlamaForCausalLM"
-  absl::string_view model_type;    // "llama"
+  absl::string_view architecture;  // "LlamaForCausalLM" (model_registry.cc's name)
   absl::string_view prefix;        // class-name prefix: "Llama" -> LlamaModel, LlamaDecoderLayer, ...
   // num_key_value_heads when config.json omits it: the config class's field default (MistralConfig: 8,
   // Qwen2Config: 32), or nullopt where the default is None and __post_init__ copies num_attention_heads.
@@ -71,16 +71,15 @@ struct Family {
 };
 
 constexpr Family kFamilies[] = {
-    {"LlamaForCausalLM", "llama", "Llama", std::nullopt, true, true, true, true, false, true},
-    {"MistralForCausalLM", "mistral", "Mistral", 8, false, true, false, false, false, false, std::nullopt,
+    {"LlamaForCausalLM", "Llama", std::nullopt, true, true, true, true, false, true},
+    {"MistralForCausalLM", "Mistral", 8, false, true, false, false, false, false, std::nullopt,
      SlidingWindows::kMistral},
-    {"Qwen2ForCausalLM", "qwen2", "Qwen2", 32, true, false, false, false, true, false, std::nullopt,
-     SlidingWindows::kQwen2},
-    {"Qwen3ForCausalLM", "qwen3", "Qwen3", 32, true, true, true, false, false, false, 128, SlidingWindows::kQwen2,
+    {"Qwen2ForCausalLM", "Qwen2", 32, true, false, false, false, true, false, std::nullopt, SlidingWindows::kQwen2},
+    {"Qwen3ForCausalLM", "Qwen3", 32, true, true, true, false, false, false, 128, SlidingWindows::kQwen2,
      internal::ExtendQwen3Spec},
-    {"Qwen3MoeForCausalLM", "qwen3_moe", "Qwen3Moe", 4, false, false, true, false, false, false, std::nullopt,
+    {"Qwen3MoeForCausalLM", "Qwen3Moe", 4, false, false, true, false, false, false, std::nullopt,
      SlidingWindows::kQwen2EveryLayer, internal::ExtendQwen3MoeSpec},
-    {"MixtralForCausalLM", "mixtral", "Mixtral", 8, false, true, false, false, false, false, std::nullopt,
+    {"MixtralForCausalLM", "Mixtral", 8, false, true, false, false, false, false, std::nullopt,
      SlidingWindows::kMistral, internal::ExtendMixtralSpec},
 };
 
@@ -121,53 +120,11 @@ absl::StatusOr<std::optional<int64_t>> OptionalPositiveInt(const json& config, a
   return std::optional<int64_t>(*v);
 }
 
-absl::StatusOr<const Family*> ResolveFamily(const json& config) {
-  std::vector<absl::string_view> supported;
-  for (const Family& f : kFamilies) supported.push_back(f.architecture);
-  // Built in model_spec_gemma.cc / model_spec_phi3.cc.
-  for (absl::string_view a : {"Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM"}) supported.push_back(a);
-  const std::string hint = absl::StrCat(" (supported: ", absl::StrJoin(supported, ", "),
-                                        "); describe other models with a module tree: run "
-                                        "tools/export_module_tree.py and pass --module-tree");
-
-  const Family* by_model_type = nullptr;
-  std::string model_type;
-  if (auto it = config.find("model_type"); it != config.end() && !it->is_null()) {
-    if (!it->is_string()) return FieldError("model_type", absl::StrCat("must be a string, got ", it->dump()));
-    model_type = it->get<std::string>();
-    for (const Family& f : kFamilies) {
-      if (f.model_type == model_type) by_model_type = &f;
-    }
-  }
-
-  auto arch_it = config.find("architectures");
-  if (arch_it == config.end() || arch_it->is_null()) {
-    if (by_model_type != nullptr) return by_model_type;
-    if (model_type.empty()) {
-      return absl::InvalidArgumentError("config.json: neither architectures nor model_type is set" + hint);
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: model_type \"", model_type, "\" is not supported", hint));
-  }
-  if (!arch_it->is_array() || arch_it->empty() || !(*arch_it)[0].is_string()) {
-    return FieldError("architectures", absl::StrCat("must be a non-empty array of strings, got ", arch_it->dump()));
-  }
-  const std::string architecture = (*arch_it)[0].get<std::string>();
-  const Family* family = nullptr;
+const Family& FamilyOf(const Architecture& arch) {
   for (const Family& f : kFamilies) {
-    if (f.architecture == architecture) family = &f;
+    if (f.architecture == arch.name) return f;
   }
-  if (family == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: architecture \"", architecture, "\" is not supported", hint));
-  }
-  // AutoModelForCausalLM picks the class from model_type, not from architectures: a config naming two
-  // different supported families would be built differently by transformers than it says.
-  if (by_model_type != nullptr && by_model_type != family) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: architectures[0] is \"", architecture, "\" but model_type is \"", model_type, "\""));
-  }
-  return family;
+  return kFamilies[0];  // unreachable: model_registry.cc names this builder for these architectures only
 }
 
 // The RoPE settings that decide the length of the rotary embedding's inv_freq buffer.
@@ -358,10 +315,11 @@ absl::StatusOr<DecoderConfig> ReadForwardPass(const json& config, const Family& 
   return decoder;
 }
 
-absl::StatusOr<ModelSpec> LlamaFamilySpecFromConfig(const nlohmann::json& config, DType dtype, int64_t max_positions) {
-  absl::StatusOr<const Family*> family_or = ResolveFamily(config);
-  if (!family_or.ok()) return family_or.status();
-  const Family& family = **family_or;
+}  // namespace
+
+absl::StatusOr<ModelSpec> LlamaFamilySpecFromConfig(const nlohmann::json& config, const Architecture& arch, DType dtype,
+                                                    int64_t max_positions) {
+  const Family& family = FamilyOf(arch);
 
   // Transformers would fall back to the config class's defaults (a 7B model's sizes) for these; a real
   // checkpoint always states them, so a missing one is a broken config rather than a wish for defaults.
@@ -504,28 +462,6 @@ absl::StatusOr<ModelSpec> LlamaFamilySpecFromConfig(const nlohmann::json& config
     return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
   }
   spec.decoder = ReadForwardPass(config, family, hidden_act, *rope, max_positions, std::move(decoder));
-  return spec;
-}
-
-}  // namespace
-
-absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DType dtype) {
-  if (!config.is_object()) return absl::InvalidArgumentError("config.json: expected a JSON object");
-  // Every family's config states it (its config class has a default); null or absent is "unknown". Read
-  // first, for the families' RoPE defaults; an error is reported after the family's own.
-  absl::StatusOr<int64_t> positions =
-      spec_builder::PositiveIntOr(config, "max_position_embeddings", 0, /*may_be_null=*/true, kMaxPositions);
-  const int64_t max_positions = positions.ok() ? *positions : 0;
-  // Gemma 2 / Gemma 3 text and Phi-3 have their own builders (model_spec_gemma.cc, model_spec_phi3.cc).
-  absl::StatusOr<ModelSpec> spec = IsGemmaConfig(config)  ? GemmaSpecFromConfig(config, dtype)
-                                   : IsPhi3Config(config) ? Phi3SpecFromConfig(config, dtype, max_positions)
-                                                          : LlamaFamilySpecFromConfig(config, dtype, max_positions);
-  if (!spec.ok()) return spec;
-  if (!positions.ok()) return positions.status();
-  spec->max_position_embeddings = *positions;
-  if (auto eos = config.find("eos_token_id"); eos != config.end()) {
-    spec->eos_token_ids = EosTokenIdsFromJson(*eos, "config.json");
-  }
   return spec;
 }
 

@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "planner/decoder_config.h"
+#include "planner/model_registry.h"
 #include "planner/model_spec.h"
 #include "planner/spec_builder.h"
 
@@ -125,7 +126,6 @@ absl::StatusOr<DecoderConfig> ReadForwardPass(const json& config, int64_t layers
                                               int64_t max_positions) {
   DecoderConfig out;
   out.architecture = "Phi3ForCausalLM";
-  out.family = ModelFamily::kPhi3;
   out.num_layers = layers;
   absl::StatusOr<double> eps = NumberOr(config, "", "rms_norm_eps", 1e-5);
   if (!eps.ok()) return eps.status();
@@ -183,17 +183,8 @@ absl::StatusOr<DecoderConfig> ReadForwardPass(const json& config, int64_t layers
 
 }  // namespace
 
-bool IsPhi3Config(const json& config) {
-  if (!config.is_object()) return false;
-  auto mt = config.find("model_type");
-  if (mt != config.end() && mt->is_string() && mt->get<std::string>() == "phi3") return true;
-  auto arch = config.find("architectures");
-  return arch != config.end() && arch->is_array() && !arch->empty() && (*arch)[0].is_string() &&
-         (*arch)[0].get<std::string>() == "Phi3ForCausalLM";
-}
-
-absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const json& config, DType dtype, int64_t max_positions) {
-  if (absl::Status s = CheckArchitecture(config, "Phi3ForCausalLM", "phi3"); !s.ok()) return s;
+absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const json& config, const Architecture& /*arch*/, DType dtype,
+                                             int64_t max_positions) {
   absl::StatusOr<int64_t> hidden = RequiredPositiveInt(config, "hidden_size", kMaxHiddenSize);
   if (!hidden.ok()) return hidden.status();
   absl::StatusOr<int64_t> intermediate = RequiredPositiveInt(config, "intermediate_size", kMaxHiddenSize);

@@ -126,27 +126,6 @@ inline ModuleSpec Norm(const ModuleSpec& parent, std::string_view local, const s
   return m;
 }
 
-// model_type / architectures[0] agreement: AutoModelForCausalLM builds from model_type.
-inline absl::Status CheckArchitecture(const json& config, absl::string_view architecture,
-                                      absl::string_view model_type) {
-  auto mt = config.find("model_type");
-  if (mt != config.end() && !mt->is_null() && (!mt->is_string() || mt->get<std::string>() != model_type)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: model_type is ", mt->dump(), " but ", architecture, " needs \"", model_type, "\""));
-  }
-  auto arch = config.find("architectures");
-  if (arch != config.end() && !arch->is_null()) {
-    if (!arch->is_array() || arch->empty() || !(*arch)[0].is_string()) {
-      return FieldError("architectures", absl::StrCat("must be a non-empty array of strings, got ", arch->dump()));
-    }
-    if ((*arch)[0].get<std::string>() != architecture) {
-      return absl::InvalidArgumentError(absl::StrCat("config.json: architectures[0] is ", (*arch)[0].dump(),
-                                                     " but model_type is \"", model_type, "\""));
-    }
-  }
-  return absl::OkStatus();
-}
-
 // --- The forward pass's settings (decoder_config.cc). Their errors are not the planner's: a family
 // builder keeps them in ModelSpec::decoder, for the runtime to report, and places the model all the same.
 
@@ -162,15 +141,3 @@ absl::StatusOr<RopeConfig> LlamaStyleRope(const json& params, absl::string_view 
                                           double theta, double max_positions);
 
 }  // namespace strata::planner::spec_builder
-
-namespace strata::planner {
-
-// Gemma2ForCausalLM (model_type gemma2) and Gemma3ForCausalLM (gemma3_text): model_spec_gemma.cc.
-// Phi3ForCausalLM (phi3): model_spec_phi3.cc. Called by ModelSpecFromConfig when the config names them;
-// `max_positions` is config.json's max_position_embeddings as it read it (0: not stated).
-bool IsGemmaConfig(const nlohmann::json& config);
-absl::StatusOr<ModelSpec> GemmaSpecFromConfig(const nlohmann::json& config, DType dtype);
-bool IsPhi3Config(const nlohmann::json& config);
-absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const nlohmann::json& config, DType dtype, int64_t max_positions);
-
-}  // namespace strata::planner

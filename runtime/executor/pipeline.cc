@@ -86,6 +86,7 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
   dims.qkv_bias = expected.contains("model.layers.0.self_attn.q_proj.bias");
   dims.qk_norm = config.qk_norm;
   dims.o_bias = expected.contains("model.layers.0.self_attn.o_proj.bias");
+  dims.mlp_bias = expected.contains("model.layers.0.mlp.gate_proj.bias");
   dims.moe = config.moe;
   const bool tied = spec.tied_weights.contains("lm_head.weight");
 
@@ -120,23 +121,26 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
   }
 
   WeightLoader loader(checkpoint, options.dtype);
-  std::vector<std::pair<UnitKind, int64_t>> order = {{UnitKind::kEmbedding, -1}};
-  for (int64_t i = 0; i < config.num_layers; ++i) order.push_back({UnitKind::kDecoderLayer, i});
-  order.push_back({UnitKind::kFinalNorm, -1});
-  order.push_back({UnitKind::kLmHead, -1});
+  absl::StatusOr<std::vector<UnitModule>> order = UnitModules(spec);
+  if (!order.ok()) return order.status();
+  if (static_cast<int64_t>(order->size()) != config.num_layers + 3) {
+    return absl::InvalidArgumentError(absl::StrCat(spec.architecture, ": the module tree has ", order->size() - 3,
+                                                   " decoder layers, the config ", config.num_layers));
+  }
   std::vector<std::string> labels;
-  for (const auto& [kind, layer] : order) {
+  for (const UnitModule& place : *order) {
+    const UnitKind kind = place.kind;
+    const int64_t layer = place.layer;
     Unit unit;
     unit.kind = kind;
     unit.layer = layer;
-    unit.module = kind == UnitKind::kEmbedding   ? "model.embed_tokens"
-                  : kind == UnitKind::kFinalNorm ? "model.norm"
-                  : kind == UnitKind::kLmHead    ? "lm_head"
-                                                 : absl::StrCat("model.layers.", layer);
+    unit.module = place.module->name;
     if (kind == UnitKind::kDecoderLayer) unit.window = config.sliding_window.at(static_cast<size_t>(layer));
     std::optional<at::Device> exec;
     std::string label;
-    for (const std::string& name : UnitTensorNames(kind, layer, dims, tied)) {
+    absl::StatusOr<std::vector<std::string>> names = UnitTensorNames(place, dims);
+    if (!names.ok()) return names.status();
+    for (const std::string& name : *names) {
       // The tied head shares the embedding's storage: reuse the loaded tensor, not a second copy.
       if (kind == UnitKind::kLmHead && tied) {
         unit.weights.push_back(pipeline->units_.front().weights.front());

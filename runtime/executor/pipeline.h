@@ -25,7 +25,7 @@
 #include "planner/physical_devices.h"
 #include "planner/plan.h"
 #include "runtime/model/kv_cache.h"
-#include "runtime/model/llama_model.h"
+#include "runtime/model/unit.h"
 #include "runtime/model/weights.h"
 
 namespace strata::runtime {

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <vector>
 
-#include "runtime/model/linear.h"  // CpuHasAvx512
+#include "runtime/model/cpu_features.h"
 #include "runtime/model/simd_avx512.h"
 
 namespace strata::runtime {

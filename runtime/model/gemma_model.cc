@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/model/linear.h"
+#include "runtime/model/llama_model.h"
 
 namespace strata::runtime {
 namespace {
@@ -78,31 +79,26 @@ at::Tensor GemmaRmsNorm(const at::Tensor& x, const at::Tensor& weight, double ep
   return (x32 * (1.0 + weight.to(at::kFloat))).to(x.scalar_type());
 }
 
-std::vector<std::string> GemmaUnitTensorNames(UnitKind kind, int64_t layer, const ModelDims& dims, bool tied_head) {
-  if (kind != UnitKind::kDecoderLayer) {
-    ModelDims llama = dims;
-    llama.family = ModelFamily::kLlama;
-    return UnitTensorNames(kind, layer, llama, tied_head);
-  }
-  const std::string p = absl::StrCat("model.layers.", layer, ".");
-  std::vector<std::string> names = {p + "input_layernorm.weight",
-                                    p + "self_attn.q_proj.weight",
-                                    p + "self_attn.k_proj.weight",
-                                    p + "self_attn.v_proj.weight",
-                                    p + "self_attn.o_proj.weight",
-                                    p + "post_attention_layernorm.weight",
-                                    p + "mlp.gate_proj.weight",
-                                    p + "mlp.up_proj.weight",
-                                    p + "mlp.down_proj.weight",
-                                    p + "pre_feedforward_layernorm.weight",
-                                    p + "post_feedforward_layernorm.weight"};
+std::vector<std::string> GemmaUnitWeights(UnitKind kind, int64_t layer, const ModelDims& dims) {
+  if (kind != UnitKind::kDecoderLayer) return LlamaUnitWeights(kind, layer, dims);
+  std::vector<std::string> names = {"input_layernorm.weight",
+                                    "self_attn.q_proj.weight",
+                                    "self_attn.k_proj.weight",
+                                    "self_attn.v_proj.weight",
+                                    "self_attn.o_proj.weight",
+                                    "post_attention_layernorm.weight",
+                                    "mlp.gate_proj.weight",
+                                    "mlp.up_proj.weight",
+                                    "mlp.down_proj.weight",
+                                    "pre_feedforward_layernorm.weight",
+                                    "post_feedforward_layernorm.weight"};
   if (dims.family == ModelFamily::kGemma3) {
-    names.push_back(p + "self_attn.q_norm.weight");
-    names.push_back(p + "self_attn.k_norm.weight");
+    names.push_back("self_attn.q_norm.weight");
+    names.push_back("self_attn.k_norm.weight");
   }
   if (dims.qkv_bias) {
     for (const char* bias : {"q_proj", "k_proj", "v_proj", "o_proj"})
-      names.push_back(p + "self_attn." + bias + ".bias");
+      names.push_back(absl::StrCat("self_attn.", bias, ".bias"));
   }
   return names;
 }

@@ -1,5 +1,5 @@
 #pragma once
-// Internal (ATen): Gemma 2 and Gemma 3 text units (llama_model.h's Unit / ModelDims), as transformers 5.23
+// Internal (ATen): Gemma 2 and Gemma 3 text units (unit.h's runner), as transformers 5.23
 // computes them: the embedding times sqrt(hidden) rounded to the serving dtype; Gemma RMSNorm
 // (x * rsqrt(mean(x^2) + eps) * (1 + weight), in float32, cast back at the end); input / post-attention /
 // pre-feedforward / post-feedforward norms; attention scaled by query_pre_attn_scalar^-1/2 with Gemma 3's
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model/llama_model.h"
+#include "runtime/model/unit.h"
 
 namespace strata::runtime {
 
@@ -32,7 +32,8 @@ enum GemmaLayerWeight : int {
   kGemmaKNorm,  // the last two: Gemma 3
 };
 
-std::vector<std::string> GemmaUnitTensorNames(UnitKind kind, int64_t layer, const ModelDims& dims, bool tied_head);
+// UnitRunner::weights and ::run (unit.h).
+std::vector<std::string> GemmaUnitWeights(UnitKind kind, int64_t layer, const ModelDims& dims);
 
 at::Tensor RunGemmaUnit(const Unit& unit, const std::vector<at::Tensor>& weights, const ModelDims& dims,
                         const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last);

@@ -7,15 +7,11 @@
 #include <algorithm>
 #include <vector>
 
+#include "runtime/model/cpu_features.h"
 #include "runtime/model/simd_avx512.h"
 
 namespace strata::runtime {
 namespace {
-
-bool CpuHasAvx512Bf16() {
-  static const bool has = CpuHasAvx512() && __builtin_cpu_supports("avx512bf16");
-  return has;
-}
 
 using simd::Load;  // 16 weights (fewer under a mask) widened to float32
 using simd::Store;
@@ -307,12 +303,6 @@ void FewRows(const float* x, const T* w, const T* bias, T* y, int64_t rows, int6
 }
 
 }  // namespace
-
-bool CpuHasAvx512() {
-  static const bool has =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  return has;
-}
 
 bool LinearUsesOwnKernel(const at::Tensor& x, const at::Tensor& weight) {
   if (!CpuHasAvx512() || !x.device().is_cpu() || !weight.device().is_cpu()) return false;

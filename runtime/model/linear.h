@@ -19,9 +19,6 @@ namespace strata::runtime {
 
 inline constexpr int64_t kFewRows = 32;
 
-// Whether this CPU has AVX-512 F/BW/VL, which strata's CPU kernels need (else they leave the work to ATen).
-bool CpuHasAvx512();
-
 // x [..., K], weight [N, K], bias [N] or undefined; returns [..., N] in x's dtype.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
 

@@ -4,53 +4,24 @@
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/rsqrt.h>
 
-#include "absl/strings/str_cat.h"
-#include "runtime/model/gemma_model.h"
 #include "runtime/model/linear.h"
-#include "runtime/model/phi3_model.h"
 #include "runtime/model/pointwise.h"
-#include "runtime/model/qwen3_model.h"
 
 namespace strata::runtime {
 
-bool Unit::offloaded() const {
-  for (const Weight& w : weights) {
-    if (w.needs_fetch()) return true;
-  }
-  return false;
-}
-
-std::vector<const Weight*> Unit::weight_ptrs() const {
-  std::vector<const Weight*> out;
-  for (const Weight& w : weights) out.push_back(&w);
-  return out;
-}
-
-std::vector<std::string> UnitTensorNames(UnitKind kind, int64_t layer, const ModelDims& dims, bool tied_head) {
-  if (dims.family == ModelFamily::kGemma2 || dims.family == ModelFamily::kGemma3) {
-    return GemmaUnitTensorNames(kind, layer, dims, tied_head);
-  }
-  if (dims.family == ModelFamily::kPhi3) return Phi3UnitTensorNames(kind, layer, dims, tied_head);
-  switch (kind) {
-    case UnitKind::kEmbedding:
-      return {"model.embed_tokens.weight"};
-    case UnitKind::kFinalNorm:
-      return {"model.norm.weight"};
-    case UnitKind::kLmHead:
-      return {tied_head ? "model.embed_tokens.weight" : "lm_head.weight"};
-    case UnitKind::kDecoderLayer:
-      break;
-  }
-  if (dims.qk_norm || dims.moe.num_experts > 0) return ExtendedLayerTensorNames(layer, dims);
-  const std::string p = absl::StrCat("model.layers.", layer, ".");
+std::vector<std::string> LlamaUnitWeights(UnitKind kind, int64_t /*layer*/, const ModelDims& dims) {
+  if (kind != UnitKind::kDecoderLayer) return {"weight"};
   std::vector<std::string> names = {
-      p + "input_layernorm.weight",  p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
-      p + "self_attn.v_proj.weight", p + "self_attn.o_proj.weight", p + "post_attention_layernorm.weight",
-      p + "mlp.gate_proj.weight",    p + "mlp.up_proj.weight",      p + "mlp.down_proj.weight"};
+      "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+      "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+      "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight"};
   if (dims.qkv_bias) {
-    for (const char* b : {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}) {
-      names.push_back(p + b);
-    }
+    for (const char* b : {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"})
+      names.push_back(b);
+  }
+  if (dims.o_bias) names.push_back("self_attn.o_proj.bias");
+  if (dims.mlp_bias) {
+    for (const char* b : {"mlp.gate_proj.bias", "mlp.up_proj.bias", "mlp.down_proj.bias"}) names.push_back(b);
   }
   return names;
 }
@@ -70,12 +41,8 @@ at::Tensor LastTokens(const at::Tensor& hidden, const at::Tensor& last) {
   return tokens.index_select(0, last).unsqueeze(1);
 }
 
-at::Tensor RunUnit(const Unit& unit, const std::vector<at::Tensor>& w, const ModelDims& dims, const at::Tensor& hidden,
-                   AttentionBatch& batch, KvLayer* cache, const at::Tensor& last) {
-  if (dims.family == ModelFamily::kGemma2 || dims.family == ModelFamily::kGemma3) {
-    return RunGemmaUnit(unit, w, dims, hidden, batch, cache, last);
-  }
-  if (dims.family == ModelFamily::kPhi3) return RunPhi3Unit(unit, w, dims, hidden, batch, cache, last);
+at::Tensor RunLlamaUnit(const Unit& unit, const std::vector<at::Tensor>& w, const ModelDims& dims,
+                        const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last) {
   switch (unit.kind) {
     case UnitKind::kEmbedding:
       return at::embedding(w[0], hidden);
@@ -88,18 +55,27 @@ at::Tensor RunUnit(const Unit& unit, const std::vector<at::Tensor>& w, const Mod
     case UnitKind::kDecoderLayer:
       break;
   }
-  if (dims.qk_norm || dims.moe.num_experts > 0) return RunExtendedLayer(unit, w, dims, hidden, batch, *cache);
   AttentionWeights attention{w[kQ], w[kK], w[kV], w[kO], {}, {}, {}};
+  AttentionAdditions additions;
+  size_t next = kDown + 1;
   if (dims.qkv_bias) {
-    attention.q_bias = w[kQBias];
-    attention.k_bias = w[kKBias];
-    attention.v_bias = w[kVBias];
+    attention.q_bias = w[next++];
+    attention.k_bias = w[next++];
+    attention.v_bias = w[next++];
+  }
+  if (dims.o_bias) additions.o_bias = w[next++];
+  at::Tensor gate_bias, up_bias, down_bias;
+  if (dims.mlp_bias) {
+    gate_bias = w[next++];
+    up_bias = w[next++];
+    down_bias = w[next++];
   }
   at::Tensor normed = RmsNorm(hidden, w[kInputNorm], dims.rms_norm_eps);
   at::Tensor h = hidden + SelfAttention(normed, attention, dims.num_heads, dims.num_kv_heads, dims.head_dim,
-                                        unit.window, batch, *cache);
+                                        unit.window, batch, *cache, additions);
   normed = RmsNorm(h, w[kPostNorm], dims.rms_norm_eps);
-  at::Tensor mlp = Linear(SiluMul(Linear(normed, w[kGate]), Linear(normed, w[kUp])), w[kDown]);
+  at::Tensor mlp =
+      Linear(SiluMul(Linear(normed, w[kGate], gate_bias), Linear(normed, w[kUp], up_bias)), w[kDown], down_bias);
   return h + mlp;
 }
 

@@ -2,30 +2,21 @@
 
 #include <ATen/TensorOperators.h>
 
-#include "absl/strings/str_cat.h"
 #include "runtime/model/linear.h"
+#include "runtime/model/llama_model.h"
 #include "runtime/model/pointwise.h"
 
 namespace strata::runtime {
 
-std::vector<std::string> Phi3UnitTensorNames(UnitKind kind, int64_t layer, const ModelDims& dims, bool tied_head) {
-  if (kind != UnitKind::kDecoderLayer) {
-    ModelDims llama = dims;
-    llama.family = ModelFamily::kLlama;
-    return UnitTensorNames(kind, layer, llama, tied_head);
-  }
-  const std::string p = absl::StrCat("model.layers.", layer, ".");
-  return {p + "input_layernorm.weight",          p + "self_attn.qkv_proj.weight", p + "self_attn.o_proj.weight",
-          p + "post_attention_layernorm.weight", p + "mlp.gate_up_proj.weight",   p + "mlp.down_proj.weight"};
+std::vector<std::string> Phi3UnitWeights(UnitKind kind, int64_t layer, const ModelDims& dims) {
+  if (kind != UnitKind::kDecoderLayer) return LlamaUnitWeights(kind, layer, dims);
+  return {"input_layernorm.weight",          "self_attn.qkv_proj.weight", "self_attn.o_proj.weight",
+          "post_attention_layernorm.weight", "mlp.gate_up_proj.weight",   "mlp.down_proj.weight"};
 }
 
 at::Tensor RunPhi3Unit(const Unit& unit, const std::vector<at::Tensor>& w, const ModelDims& dims,
                        const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last) {
-  if (unit.kind != UnitKind::kDecoderLayer) {
-    ModelDims llama = dims;
-    llama.family = ModelFamily::kLlama;
-    return RunUnit(unit, w, llama, hidden, batch, cache, last);
-  }
+  if (unit.kind != UnitKind::kDecoderLayer) return RunLlamaUnit(unit, w, dims, hidden, batch, cache, last);
   const int64_t q_rows = dims.num_heads * dims.head_dim;
   const int64_t kv_rows = dims.num_kv_heads * dims.head_dim;
   const at::Tensor& qkv = w[kPhi3Qkv];

@@ -2,7 +2,6 @@
 
 #include <ATen/TensorOperators.h>
 
-#include "absl/strings/str_cat.h"
 #include "runtime/model/linear.h"
 #include "runtime/model/moe.h"
 #include "runtime/model/pointwise.h"
@@ -19,31 +18,33 @@ enum : size_t { kNormIn, kQProj, kKProj, kVProj, kOProj, kNormPost, kMlp };
 
 }  // namespace
 
-std::vector<std::string> ExtendedLayerTensorNames(int64_t layer, const ModelDims& dims) {
-  const std::string p = absl::StrCat("model.layers.", layer, ".");
-  std::vector<std::string> names = {p + "input_layernorm.weight",  p + "self_attn.q_proj.weight",
-                                    p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight",
-                                    p + "self_attn.o_proj.weight", p + "post_attention_layernorm.weight"};
+std::vector<std::string> Qwen3UnitWeights(UnitKind kind, int64_t layer, const ModelDims& dims) {
+  if (kind != UnitKind::kDecoderLayer) return LlamaUnitWeights(kind, layer, dims);
+  std::vector<std::string> names = {"input_layernorm.weight",  "self_attn.q_proj.weight",
+                                    "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                                    "self_attn.o_proj.weight", "post_attention_layernorm.weight"};
   if (Sparse(dims, layer)) {
-    names.push_back(p + "mlp.gate.weight");
+    names.push_back("mlp.gate.weight");
   } else {
-    for (const char* n : {"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) names.push_back(p + n);
+    for (const char* n : {"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) names.push_back(n);
   }
   if (dims.qk_norm) {
-    names.push_back(p + "self_attn.q_norm.weight");
-    names.push_back(p + "self_attn.k_norm.weight");
+    names.push_back("self_attn.q_norm.weight");
+    names.push_back("self_attn.k_norm.weight");
   }
   if (dims.qkv_bias) {
-    for (const char* b : {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}) {
-      names.push_back(p + b);
-    }
+    for (const char* b : {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"})
+      names.push_back(b);
   }
-  if (dims.o_bias) names.push_back(p + "self_attn.o_proj.bias");
+  if (dims.o_bias) names.push_back("self_attn.o_proj.bias");
   return names;
 }
 
-at::Tensor RunExtendedLayer(const Unit& unit, const std::vector<at::Tensor>& w, const ModelDims& dims,
-                            const at::Tensor& hidden, AttentionBatch& batch, KvLayer& cache) {
+at::Tensor RunQwen3Unit(const Unit& unit, const std::vector<at::Tensor>& w, const ModelDims& dims,
+                        const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache_or_null,
+                        const at::Tensor& last) {
+  if (unit.kind != UnitKind::kDecoderLayer) return RunLlamaUnit(unit, w, dims, hidden, batch, cache_or_null, last);
+  KvLayer& cache = *cache_or_null;
   const bool sparse = Sparse(dims, unit.layer);
   AttentionWeights attention{w[kQProj], w[kKProj], w[kVProj], w[kOProj], {}, {}, {}};
   AttentionAdditions additions;

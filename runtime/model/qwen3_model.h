@@ -17,11 +17,10 @@
 
 namespace strata::runtime {
 
-// The module-tree tensor names of decoder layer `layer` (the checkpoint may store some under another
-// name: planner::ModelSpec::stored_names).
-std::vector<std::string> ExtendedLayerTensorNames(int64_t layer, const ModelDims& dims);
-
-at::Tensor RunExtendedLayer(const Unit& unit, const std::vector<at::Tensor>& weights, const ModelDims& dims,
-                            const at::Tensor& hidden, AttentionBatch& batch, KvLayer& cache);
+// UnitRunner::weights and ::run (unit.h); the embedding, final norm and LM head are Llama's. Some names are
+// stored under another in the checkpoint (planner::ModelSpec::stored_names).
+std::vector<std::string> Qwen3UnitWeights(UnitKind kind, int64_t layer, const ModelDims& dims);
+at::Tensor RunQwen3Unit(const Unit& unit, const std::vector<at::Tensor>& weights, const ModelDims& dims,
+                        const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last);
 
 }  // namespace strata::runtime

@@ -1,7 +1,7 @@
 #pragma once
 // Internal: what strata's AVX-512 CPU kernels share (linear.cc, decode_attention.cc, pointwise.cc). Each
 // function carries its own target attribute, so the files compile for the baseline x86-64 and call these
-// only after CpuHasAvx512() (linear.h) said yes.
+// only after CpuHasAvx512() (cpu_features.h) said yes.
 
 #include <c10/util/BFloat16.h>
 #include <immintrin.h>

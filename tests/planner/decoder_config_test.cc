@@ -293,12 +293,13 @@ TEST(DecoderConfig, Phi3BadFieldsAreNamed) {
   EXPECT_THAT(ErrorOf(c), HasSubstr("sliding_window"));
 }
 
-// The runtime picks its unit runner by the family the builder set, never by the architecture's name.
-TEST(DecoderConfig, EachBuilderNamesItsFamily) {
+// The runtime picks its unit runner by the family model_registry.cc names, never by the architecture's name.
+TEST(DecoderConfig, EachArchitectureHasItsRegistryFamily) {
   const std::vector<std::pair<json, ModelFamily>> cases{
       {Sized({{"architectures", {"LlamaForCausalLM"}}, {"num_hidden_layers", 2}}), ModelFamily::kLlama},
       {Sized({{"architectures", {"Qwen2ForCausalLM"}}, {"num_hidden_layers", 2}}), ModelFamily::kLlama},
-      {Sized({{"architectures", {"MixtralForCausalLM"}}, {"num_hidden_layers", 2}}), ModelFamily::kLlama},
+      {Sized({{"architectures", {"Qwen3ForCausalLM"}}, {"num_hidden_layers", 2}}), ModelFamily::kQwen3},
+      {Sized({{"architectures", {"MixtralForCausalLM"}}, {"num_hidden_layers", 2}}), ModelFamily::kMixtral},
       {Sized({{"architectures", {"Gemma2ForCausalLM"}}, {"num_hidden_layers", 2}}), ModelFamily::kGemma2},
       {Sized({{"architectures", {"Gemma3ForCausalLM"}}, {"num_hidden_layers", 2}}), ModelFamily::kGemma3},
       {Phi3Long(), ModelFamily::kPhi3}};

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/model/linear.h"  // CpuHasAvx512
+#include "runtime/model/cpu_features.h"
 #include "tests/runtime/intra_op_threads.h"
 
 namespace strata::runtime {

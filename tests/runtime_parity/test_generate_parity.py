@@ -150,3 +150,20 @@ def test_two_logical_stages_on_one_gpu(strata_generate, checkpoint, references, 
     assert "cuda:0" in got["load"]["stages"]
     # TF32 is off in LibTorch by default; CUDA kernels still sum in another order than the CPU.
     assert_matches(references(name), got, tolerance=1e-3)
+
+
+def test_llama_attention_and_mlp_biases(strata_generate, tmp_path):
+    """LlamaConfig's attention_bias puts a bias on q, k, v and o, and mlp_bias on gate, up and down: every
+    one is read (before the unit runners took their weights from the module tree, o's and the MLP's were
+    dropped without a word)."""
+    import transformers
+
+    config = transformers.LlamaConfig(**dict(H.CONFIGS["llama_llama3_gqa"][1], attention_bias=True, mlp_bias=True))
+    torch.manual_seed(1)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(8.0) if p.dim() > 1 else p.uniform_(-0.5, 0.5)
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    reference = H.reference_generate(tmp_path, PROMPTS[:3], 8)
+    assert_matches(reference, H.run_generate(tmp_path, PROMPTS[:3], 8, "--device-map", '{"": "cpu"}'))

@@ -1,0 +1,100 @@
+#include "planner/model_registry.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+#include "planner/spec_builder.h"
+
+namespace strata::planner {
+namespace {
+
+// One line per architecture. Llama's builder serves six of them (model_spec_llama.cc's trait table holds
+// their differences); Gemma's two.
+constexpr Architecture kArchitectures[] = {
+    {"LlamaForCausalLM", "llama", ModelFamily::kLlama, LlamaFamilySpecFromConfig},
+    {"MistralForCausalLM", "mistral", ModelFamily::kLlama, LlamaFamilySpecFromConfig},
+    {"Qwen2ForCausalLM", "qwen2", ModelFamily::kLlama, LlamaFamilySpecFromConfig},
+    {"Qwen3ForCausalLM", "qwen3", ModelFamily::kQwen3, LlamaFamilySpecFromConfig},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", ModelFamily::kQwen3, LlamaFamilySpecFromConfig},
+    {"MixtralForCausalLM", "mixtral", ModelFamily::kMixtral, LlamaFamilySpecFromConfig},
+    {"Gemma2ForCausalLM", "gemma2", ModelFamily::kGemma2, GemmaSpecFromConfig},
+    {"Gemma3ForCausalLM", "gemma3_text", ModelFamily::kGemma3, GemmaSpecFromConfig},
+    {"Phi3ForCausalLM", "phi3", ModelFamily::kPhi3, Phi3SpecFromConfig},
+};
+
+}  // namespace
+
+absl::Span<const Architecture> Architectures() { return kArchitectures; }
+
+absl::StatusOr<const Architecture*> ResolveArchitecture(const nlohmann::json& config) {
+  using spec_builder::FieldError;
+  std::vector<absl::string_view> supported;
+  for (const Architecture& a : kArchitectures) supported.push_back(a.name);
+  const std::string hint = absl::StrCat(" (supported: ", absl::StrJoin(supported, ", "),
+                                        "); describe other models with a module tree: run "
+                                        "tools/export_module_tree.py and pass --module-tree");
+
+  const Architecture* by_model_type = nullptr;
+  std::string model_type;
+  if (auto it = config.find("model_type"); it != config.end() && !it->is_null()) {
+    if (!it->is_string()) return FieldError("model_type", absl::StrCat("must be a string, got ", it->dump()));
+    model_type = it->get<std::string>();
+    for (const Architecture& a : kArchitectures) {
+      if (a.model_type == model_type) by_model_type = &a;
+    }
+  }
+
+  auto arch_it = config.find("architectures");
+  if (arch_it == config.end() || arch_it->is_null()) {
+    if (by_model_type != nullptr) return by_model_type;
+    if (model_type.empty()) {
+      return absl::InvalidArgumentError("config.json: neither architectures nor model_type is set" + hint);
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: model_type \"", model_type, "\" is not supported", hint));
+  }
+  if (!arch_it->is_array() || arch_it->empty() || !(*arch_it)[0].is_string()) {
+    return FieldError("architectures", absl::StrCat("must be a non-empty array of strings, got ", arch_it->dump()));
+  }
+  const std::string name = (*arch_it)[0].get<std::string>();
+  const Architecture* arch = nullptr;
+  for (const Architecture& a : kArchitectures) {
+    if (a.name == name) arch = &a;
+  }
+  if (arch == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: architecture \"", name, "\" is not supported", hint));
+  }
+  // AutoModelForCausalLM picks the class from model_type, not from architectures: a config naming two
+  // different classes would be built differently by transformers than it says; an unknown model_type is
+  // refused by AutoConfig.
+  if (!model_type.empty() && by_model_type != arch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: architectures[0] is \"", name, "\" but model_type is \"", model_type, "\""));
+  }
+  return arch;
+}
+
+absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DType dtype) {
+  if (!config.is_object()) return absl::InvalidArgumentError("config.json: expected a JSON object");
+  // Every family's config states it (its config class has a default); null or absent is "unknown". Read
+  // first, for the families' RoPE defaults; an error is reported after the family's own.
+  absl::StatusOr<int64_t> positions =
+      spec_builder::PositiveIntOr(config, "max_position_embeddings", 0, /*may_be_null=*/true, kMaxPositions);
+  const int64_t max_positions = positions.ok() ? *positions : 0;
+  absl::StatusOr<const Architecture*> arch = ResolveArchitecture(config);
+  if (!arch.ok()) return arch.status();
+  absl::StatusOr<ModelSpec> spec = (*arch)->build(config, **arch, dtype, max_positions);
+  if (!spec.ok()) return spec;
+  if (!positions.ok()) return positions.status();
+  if (spec->decoder.ok()) spec->decoder->family = (*arch)->family;
+  spec->max_position_embeddings = *positions;
+  if (auto eos = config.find("eos_token_id"); eos != config.end()) {
+    spec->eos_token_ids = EosTokenIdsFromJson(*eos, "config.json");
+  }
+  return spec;
+}
+
+}  // namespace strata::planner

@@ -1,0 +1,117 @@
+#include "runtime/model/unit.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/model/gemma_model.h"
+#include "runtime/model/llama_model.h"
+#include "runtime/model/phi3_model.h"
+#include "runtime/model/qwen3_model.h"
+
+namespace strata::runtime {
+namespace {
+
+const planner::ModuleSpec* Child(const planner::ModuleSpec& parent, std::string_view local) {
+  const std::string name = parent.ChildName(local);
+  for (const planner::ModuleSpec& child : parent.children) {
+    if (child.name == name) return &child;
+  }
+  return nullptr;
+}
+
+void CollectParameters(const planner::ModuleSpec& module, std::vector<std::string>& out) {
+  for (const planner::TensorSpec& p : module.parameters) out.push_back(module.ChildName(p.name));
+  for (const planner::ModuleSpec& child : module.children) CollectParameters(child, out);
+}
+
+}  // namespace
+
+bool Unit::offloaded() const {
+  for (const Weight& w : weights) {
+    if (w.needs_fetch()) return true;
+  }
+  return false;
+}
+
+std::vector<const Weight*> Unit::weight_ptrs() const {
+  std::vector<const Weight*> out;
+  for (const Weight& w : weights) out.push_back(&w);
+  return out;
+}
+
+// The table: one line per family. A family missing here is a -Wswitch warning.
+const UnitRunner& RunnerFor(ModelFamily family) {
+  static constexpr UnitRunner kLlama{LlamaUnitWeights, RunLlamaUnit};
+  static constexpr UnitRunner kQwen3{Qwen3UnitWeights, RunQwen3Unit};
+  static constexpr UnitRunner kGemma{GemmaUnitWeights, RunGemmaUnit};
+  static constexpr UnitRunner kPhi3{Phi3UnitWeights, RunPhi3Unit};
+  switch (family) {
+    case ModelFamily::kLlama:
+      return kLlama;
+    case ModelFamily::kQwen3:
+    case ModelFamily::kMixtral:
+      return kQwen3;
+    case ModelFamily::kGemma2:
+    case ModelFamily::kGemma3:
+      return kGemma;
+    case ModelFamily::kPhi3:
+      return kPhi3;
+  }
+  return kLlama;
+}
+
+absl::StatusOr<std::vector<UnitModule>> UnitModules(const planner::ModelSpec& spec) {
+  auto missing = [&](const std::string& name) {
+    return absl::InvalidArgumentError(absl::StrCat(spec.architecture, ": the module tree has no module ", name));
+  };
+  const planner::ModuleSpec* model = Child(spec.root, "model");
+  if (model == nullptr) return missing("model");
+  const planner::ModuleSpec* embed = Child(*model, "embed_tokens");
+  if (embed == nullptr) return missing("model.embed_tokens");
+  const planner::ModuleSpec* layers = Child(*model, "layers");
+  if (layers == nullptr) return missing("model.layers");
+  const planner::ModuleSpec* norm = Child(*model, "norm");
+  if (norm == nullptr) return missing("model.norm");
+  const planner::ModuleSpec* head = Child(spec.root, "lm_head");
+  if (head == nullptr) return missing("lm_head");
+  std::vector<UnitModule> units = {{UnitKind::kEmbedding, -1, embed}};
+  for (const planner::ModuleSpec& layer : layers->children) {
+    units.push_back({UnitKind::kDecoderLayer, static_cast<int64_t>(units.size() - 1), &layer});
+  }
+  units.push_back({UnitKind::kFinalNorm, -1, norm});
+  units.push_back({UnitKind::kLmHead, -1, head});
+  return units;
+}
+
+absl::StatusOr<std::vector<std::string>> UnitTensorNames(const UnitModule& unit, const ModelDims& dims) {
+  const planner::ModuleSpec& module = *unit.module;
+  std::vector<std::string> in_tree;
+  CollectParameters(module, in_tree);
+  const std::set<std::string> present(in_tree.begin(), in_tree.end());
+  std::vector<std::string> names;
+  for (const std::string& local : RunnerFor(dims.family).weights(unit.kind, unit.layer, dims)) {
+    std::string name = module.ChildName(local);
+    if (!present.contains(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("module ", module.name, " (", module.class_name, ") has no parameter ", name,
+                       ", which its unit runner reads"));
+    }
+    names.push_back(std::move(name));
+  }
+  // A parameter the runner would not read is a model it would compute wrongly: refused, never dropped.
+  const std::set<std::string> read(names.begin(), names.end());
+  const std::string experts = module.ChildName("mlp.experts.");
+  for (const std::string& name : in_tree) {
+    if (read.contains(name) || name.starts_with(experts)) continue;
+    return absl::InvalidArgumentError(absl::StrCat("module ", module.name, " (", module.class_name,
+                                                   ") holds parameter ", name, ", which its unit runner does not read"));
+  }
+  return names;
+}
+
+at::Tensor RunUnit(const Unit& unit, const std::vector<at::Tensor>& weights, const ModelDims& dims,
+                   const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last) {
+  return RunnerFor(dims.family).run(unit, weights, dims, hidden, batch, cache, last);
+}
+
+}  // namespace strata::runtime

@@ -1,0 +1,97 @@
+#pragma once
+// Internal (ATen): a model as a list of execution units in forward order — embedding, decoder layers, final
+// norm, LM head — each with its weights already on their planned devices, and the one table of unit runners:
+// planner::ModelFamily (model_registry.cc names each architecture's) -> the family's file that names a
+// unit's weights and runs it. Adding a family: runtime/model/README.md.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "planner/decoder_config.h"
+#include "planner/model_spec.h"
+#include "runtime/model/attention.h"
+#include "runtime/model/weights.h"
+
+namespace strata::runtime {
+
+using ModelFamily = planner::ModelFamily;
+
+// The sizes and switches a unit runner reads: the spec's tensor shapes with the planner's DecoderConfig
+// (Pipeline::Build fills it).
+struct ModelDims {
+  int64_t hidden = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t vocab = 0;
+  double rms_norm_eps = 1e-6;
+  bool qkv_bias = false;
+  bool mlp_bias = false;   // Llama's mlp_bias: gate, up and down have biases
+  bool qk_norm = false;    // Qwen3 families (qwen3_model.h)
+  bool o_bias = false;     // Qwen3 families with attention_bias (with qkv_bias)
+  planner::MoeConfig moe;  // Qwen3-MoE, Mixtral (moe.h)
+  ModelFamily family = ModelFamily::kLlama;
+  // Gemma 2 / Gemma 3 / Phi-3 (zero: not used).
+  double attention_scale = 0;          // Gemma: query_pre_attn_scalar^-1/2 (0: head_dim^-1/2)
+  double attn_logit_softcapping = 0;   // Gemma 2
+  double final_logit_softcapping = 0;  // Gemma
+  int64_t intermediate = 0;            // Phi-3: the split of gate_up_proj
+};
+
+enum class UnitKind { kEmbedding, kDecoderLayer, kFinalNorm, kLmHead };
+
+struct Unit {
+  UnitKind kind = UnitKind::kEmbedding;
+  std::string module;  // HF module name: "model.embed_tokens", "model.layers.3", "model.norm", "lm_head"
+  int64_t layer = -1;  // decoder layer index
+  int64_t window = 0;  // sliding window of a decoder layer (0: full)
+  std::vector<Weight> weights;
+  at::Device device = at::kCPU;  // where it executes
+  // A sparse MoE layer's fused experts {gate_up [E, 2I, H], down [E, H, I]}, resident on the device they
+  // execute on, which may differ from `device` (moe.h).
+  std::vector<Weight> experts;
+  std::string experts_label;  // the plan device of the experts ("cpu", "1")
+
+  bool offloaded() const;  // some weight is fetched on use
+  std::vector<const Weight*> weight_ptrs() const;
+};
+
+// A family's unit code. `weights` lists the parameters `run` reads, in the order it indexes them, by their
+// names relative to the unit's module ("weight"; "self_attn.q_proj.weight"). `run` gets them on the unit's
+// device (Weight::Use or a Prefetch). Embedding: `hidden` is the packed ids [1, tokens] int64. Final norm
+// first keeps each row's last token (`last`, [rows] int64 places among the packed tokens; LastTokens):
+// logits are needed for one position per sequence. LM head returns float32 logits [rows, vocab].
+struct UnitRunner {
+  std::vector<std::string> (*weights)(UnitKind kind, int64_t layer, const ModelDims& dims);
+  at::Tensor (*run)(const Unit& unit, const std::vector<at::Tensor>& weights, const ModelDims& dims,
+                    const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last);
+};
+
+// The runner of `family` (unit.cc's table).
+const UnitRunner& RunnerFor(ModelFamily family);
+
+// Where a unit's module sits in the spec's module tree.
+struct UnitModule {
+  UnitKind kind;
+  int64_t layer;                      // decoder layer index, else -1
+  const planner::ModuleSpec* module;  // in the spec's tree
+};
+
+// The units of a config.json-built spec in forward order, found in its module tree: model.embed_tokens, the
+// children of model.layers, model.norm, lm_head. An error names the module the tree lacks.
+absl::StatusOr<std::vector<UnitModule>> UnitModules(const planner::ModelSpec& spec);
+
+// The full names of the parameters the family's runner reads for `unit`, in its order: each is a parameter
+// of the unit's subtree, and each parameter of the subtree is read by the runner or is a sparse block's
+// fused experts (loaded apart, moe.h). An error names the tensor on either side of a mismatch.
+absl::StatusOr<std::vector<std::string>> UnitTensorNames(const UnitModule& unit, const ModelDims& dims);
+
+// Runs one unit with its family's runner.
+at::Tensor RunUnit(const Unit& unit, const std::vector<at::Tensor>& weights, const ModelDims& dims,
+                   const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last);
+
+}  // namespace strata::runtime
