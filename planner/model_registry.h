@@ -19,8 +19,8 @@ struct Architecture;
 
 // Builds the module tree and the forward pass's settings (ModelSpec::decoder) for `arch` from config.json.
 // `max_positions` is config.json's max_position_embeddings as ModelSpecFromConfig read it (0: not stated).
-using SpecBuilder = absl::StatusOr<ModelSpec> (*)(const nlohmann::json& config, const Architecture& arch,
-                                                  DType dtype, int64_t max_positions);
+using SpecBuilder = absl::StatusOr<ModelSpec> (*)(const nlohmann::json& config, const Architecture& arch, DType dtype,
+                                                  int64_t max_positions);
 
 struct Architecture {
   absl::string_view name;        // config.json's architectures[0]: "LlamaForCausalLM"
@@ -38,8 +38,8 @@ absl::Span<const Architecture> Architectures();
 absl::StatusOr<const Architecture*> ResolveArchitecture(const nlohmann::json& config);
 
 // The family builders the table names (each in its family's file).
-absl::StatusOr<ModelSpec> LlamaFamilySpecFromConfig(const nlohmann::json& config, const Architecture& arch,
-                                                    DType dtype, int64_t max_positions);
+absl::StatusOr<ModelSpec> LlamaFamilySpecFromConfig(const nlohmann::json& config, const Architecture& arch, DType dtype,
+                                                    int64_t max_positions);
 absl::StatusOr<ModelSpec> GemmaSpecFromConfig(const nlohmann::json& config, const Architecture& arch, DType dtype,
                                               int64_t max_positions);
 absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const nlohmann::json& config, const Architecture& arch, DType dtype,

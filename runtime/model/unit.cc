@@ -92,9 +92,8 @@ absl::StatusOr<std::vector<std::string>> UnitTensorNames(const UnitModule& unit,
   for (const std::string& local : RunnerFor(dims.family).weights(unit.kind, unit.layer, dims)) {
     std::string name = module.ChildName(local);
     if (!present.contains(name)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("module ", module.name, " (", module.class_name, ") has no parameter ", name,
-                       ", which its unit runner reads"));
+      return absl::InvalidArgumentError(absl::StrCat("module ", module.name, " (", module.class_name,
+                                                     ") has no parameter ", name, ", which its unit runner reads"));
     }
     names.push_back(std::move(name));
   }
@@ -104,7 +103,8 @@ absl::StatusOr<std::vector<std::string>> UnitTensorNames(const UnitModule& unit,
   for (const std::string& name : in_tree) {
     if (read.contains(name) || name.starts_with(experts)) continue;
     return absl::InvalidArgumentError(absl::StrCat("module ", module.name, " (", module.class_name,
-                                                   ") holds parameter ", name, ", which its unit runner does not read"));
+                                                   ") holds parameter ", name,
+                                                   ", which its unit runner does not read"));
   }
   return names;
 }

@@ -18,8 +18,8 @@ using json = nlohmann::json;
 using ::testing::HasSubstr;
 
 json Sized() {
-  return {{"hidden_size", 64}, {"intermediate_size", 128}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-          {"num_hidden_layers", 2}, {"vocab_size", 256}, {"pad_token_id", 0}};
+  return {{"hidden_size", 64},      {"intermediate_size", 128}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+          {"num_hidden_layers", 2}, {"vocab_size", 256},        {"pad_token_id", 0}};
 }
 
 std::string Error(const json& config) {

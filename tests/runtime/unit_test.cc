@@ -9,8 +9,8 @@
 #include <map>
 #include <string>
 
-#include "nlohmann/json.hpp"
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 #include "planner/model_registry.h"
 
 namespace strata::runtime {
