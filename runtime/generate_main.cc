@@ -1,11 +1,13 @@
 // strata-generate: offline greedy generation from text or token ids, no server. Loads a checkpoint onto the
-// devices a plan gives it and decodes a batch of prompts. Exit codes: 0 ok, 2 bad input (message on
-// stderr naming it), 1 anything else.
+// devices a plan gives it and decodes a batch of prompts through the serving engine (runtime/engine/
+// batch_generate.h): the same scheduler, executor and sampler the server runs. Exit codes: 0 ok, 2 bad
+// input (message on stderr naming it), 1 anything else.
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +20,8 @@
 #include "cli/flags.h"
 #include "cli/placement_flags.h"
 #include "nlohmann/json.hpp"
+#include "runtime/engine/batch_generate.h"
+#include "runtime/engine/engine.h"
 #include "runtime/executor/loaded_model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -49,7 +53,7 @@ const strata::cli::CommandLine& Command() {
     strata::cli::CommandLine command;
     command.usage = R"(usage: strata-generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [...] [options]
 
-Greedy decoding of prompts (run together as one batch) on the devices a plan gives the model.
+Greedy decoding of prompts, run together through the serving engine, on the devices a plan gives the model.
 )";
     command.flags = strata::cli::PlacementFlagSpecs(kPlacementFlags);
     command.flags.insert(
@@ -98,9 +102,145 @@ absl::StatusOr<std::optional<int64_t>> Count(const strata::cli::ParsedArgs& pars
 
 // The generated text: the new ids decoded as HF's decode(skip_special_tokens=True) does. Invalid
 // UTF-8 from byte tokens arrives as U+FFFD, so the JSON stays valid.
-std::string DecodeNew(const strata::tokenizer::Tokenizer& tokenizer, const std::vector<int64_t>& ids) {
-  std::vector<int32_t> narrow(ids.begin(), ids.end());
-  return tokenizer.Decode(narrow, /*skip_special_tokens=*/true);
+std::string DecodeNew(const strata::tokenizer::Tokenizer& tokenizer,
+                      const std::vector<strata::runtime::GeneratedToken>& tokens) {
+  std::vector<int32_t> ids;
+  for (const auto& t : tokens) ids.push_back(t.id);
+  return tokenizer.Decode(ids, /*skip_special_tokens=*/true);
+}
+
+// A failure's exit code: 2 for bad input, 1 for anything else.
+int FailWith(const absl::Status& status) {
+  return Fail(status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1, status.message());
+}
+
+// The tokenizer: required for text prompts, used for "text" in the output whenever one is found (null
+// when none is).
+absl::StatusOr<std::unique_ptr<strata::tokenizer::Tokenizer>> FindTokenizer(const strata::cli::ParsedArgs& parsed,
+                                                                            const std::filesystem::path& model_dir,
+                                                                            bool needed) {
+  const bool explicit_path = parsed.Given(FLAGS_tokenizer);
+  const std::string path = explicit_path ? absl::GetFlag(FLAGS_tokenizer) : model_dir.string();
+  if (explicit_path || strata::checkpoint::PathMayExist(std::filesystem::path(path) / "tokenizer.json")) {
+    return strata::tokenizer::Tokenizer::FromPath(path);
+  }
+  if (needed) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--prompt needs a tokenizer: ", path, " has no tokenizer.json (pass --tokenizer PATH, or use --prompt-ids)"));
+  }
+  return nullptr;
+}
+
+// The prompts as token ids, in the order given.
+absl::StatusOr<std::vector<std::vector<int32_t>>> PromptIds(const std::vector<PromptArg>& prompts,
+                                                            const strata::tokenizer::Tokenizer* tokenizer) {
+  std::vector<std::vector<int32_t>> out;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    std::vector<int32_t> ids;
+    if (prompts[p].is_text) {
+      absl::StatusOr<std::vector<int32_t>> encoded =
+          tokenizer->Encode(prompts[p].value, !absl::GetFlag(FLAGS_no_special_tokens));
+      if (!encoded.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("--prompt (prompt ", p, "): ", encoded.status().message()));
+      }
+      if (encoded->empty())
+        return absl::InvalidArgumentError(absl::StrCat("--prompt (prompt ", p, "): encodes to no tokens"));
+      ids = *std::move(encoded);
+    } else {
+      for (absl::string_view piece : absl::StrSplit(prompts[p].value, ',', absl::SkipWhitespace())) {
+        int64_t id = 0;
+        if (!absl::SimpleAtoi(piece, &id)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("--prompt-ids (prompt ", p, "): \"", piece, "\" is not an integer token id"));
+        }
+        if (id < std::numeric_limits<int32_t>::min() || id > std::numeric_limits<int32_t>::max()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("prompt ", p, ": token id ", id, " at position ", ids.size(), " is outside the vocabulary"));
+        }
+        ids.push_back(static_cast<int32_t>(id));
+      }
+    }
+    out.push_back(std::move(ids));
+  }
+  return out;
+}
+
+// The counts of the command line, each checked.
+struct Counts {
+  int64_t max_new_tokens = 16;
+  int64_t top_logprobs = 0;
+  std::optional<int64_t> max_batch, max_context;
+  int64_t warmup = 0;
+};
+
+absl::StatusOr<Counts> ParseCounts(const strata::cli::ParsedArgs& parsed) {
+  absl::StatusOr<std::optional<int64_t>> new_tokens = Count(parsed, FLAGS_max_new_tokens);
+  absl::StatusOr<std::optional<int64_t>> top = Count(parsed, FLAGS_top_logprobs);
+  absl::StatusOr<std::optional<int64_t>> max_batch = Count(parsed, FLAGS_max_batch);
+  absl::StatusOr<std::optional<int64_t>> max_context = Count(parsed, FLAGS_max_context);
+  absl::StatusOr<std::optional<int64_t>> warmup = Count(parsed, FLAGS_warmup);
+  for (const auto* count : {&new_tokens, &top, &max_batch, &max_context, &warmup}) {
+    if (!count->ok()) return count->status();
+  }
+  constexpr int64_t kMaxWarmup = 100;
+  if (warmup->value_or(0) > kMaxWarmup) {
+    return absl::InvalidArgumentError(absl::StrCat("--warmup: at most ", kMaxWarmup, " runs"));
+  }
+  Counts counts{new_tokens->value_or(absl::GetFlag(FLAGS_max_new_tokens)), top->value_or(0), *max_batch, *max_context,
+                warmup->value_or(0)};
+  constexpr int64_t kInt32 = std::numeric_limits<int32_t>::max();
+  if (counts.max_new_tokens > kInt32) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-new-tokens: at most ", kInt32));
+  }
+  if (counts.top_logprobs > kInt32) return absl::InvalidArgumentError(absl::StrCat("--top-logprobs: at most ", kInt32));
+  return counts;
+}
+
+void PrintJson(const std::vector<strata::runtime::BatchOutput>& results, const strata::runtime::LoadReport& report,
+               const strata::runtime::BatchTiming& timing, const strata::tokenizer::Tokenizer* tokenizer) {
+  nlohmann::ordered_json out;
+  out["results"] = nlohmann::json::array();
+  for (const strata::runtime::BatchOutput& r : results) {
+    nlohmann::ordered_json item;
+    std::vector<int64_t> ids;
+    std::vector<double> logprobs;
+    nlohmann::json top_json = nlohmann::json::array();
+    for (const strata::runtime::GeneratedToken& t : r.tokens) {
+      ids.push_back(t.id);
+      logprobs.push_back(t.logprob);
+      nlohmann::json pairs = nlohmann::json::array();
+      for (const auto& [id, lp] : t.top) pairs.push_back({id, lp});
+      if (!t.top.empty()) top_json.push_back(std::move(pairs));
+    }
+    item["ids"] = ids;
+    if (tokenizer != nullptr) item["text"] = DecodeNew(*tokenizer, r.tokens);
+    item["logprobs"] = logprobs;
+    item["top_logprobs"] = std::move(top_json);
+    out["results"].push_back(std::move(item));
+  }
+  out["load"] = {{"seconds", report.seconds},
+                 {"dtype", report.dtype},
+                 {"checkpoint_bytes", report.checkpoint_bytes},
+                 {"zero_copy_tensors", report.zero_copy_tensors},
+                 {"copied_tensors", report.copied_tensors},
+                 {"disk_tensors", report.disk_tensors},
+                 {"kv_cache_bytes", report.kv_cache_bytes},
+                 {"stages", report.stages}};
+  out["timing"] = {{"prefill_seconds", timing.prefill_seconds},
+                   {"decode_seconds", timing.decode_seconds},
+                   {"decode_steps", timing.decode_steps}};
+  std::cout << out.dump() << "\n";
+}
+
+void PrintText(const std::vector<strata::runtime::BatchOutput>& results, const strata::runtime::LoadReport& report,
+               const strata::tokenizer::Tokenizer* tokenizer) {
+  std::cerr << report.stages << "\n";
+  for (size_t p = 0; p < results.size(); ++p) {
+    std::cout << "prompt " << p << ":";
+    for (const auto& t : results[p].tokens) std::cout << " " << t.id;
+    if (tokenizer != nullptr) std::cout << "\n  " << nlohmann::json(DecodeNew(*tokenizer, results[p].tokens)).dump();
+    std::cout << "\n";
+  }
 }
 
 }  // namespace
@@ -113,62 +253,19 @@ int main(int argc, char** argv) {
     std::cout << strata::cli::Help(Command());
     return 0;
   }
-  const std::vector<PromptArg> prompts = Prompts(*parsed);
+  const std::vector<PromptArg> prompt_args = Prompts(*parsed);
   absl::StatusOr<strata::cli::Placement> placement = strata::cli::ParsePlacement(*parsed, kPlacementFlags);
   if (!placement.ok()) return Fail(2, placement.status().message());
-  if (prompts.empty()) return Fail(2, "give at least one --prompt TEXT or --prompt-ids IDS");
-
-  // The tokenizer: required for text prompts, used for "text" in the output whenever one is found.
-  const bool any_text = std::any_of(prompts.begin(), prompts.end(), [](const PromptArg& p) { return p.is_text; });
-  std::unique_ptr<strata::tokenizer::Tokenizer> tokenizer;
-  {
-    const bool explicit_path = parsed->Given(FLAGS_tokenizer);
-    const std::string path = explicit_path ? absl::GetFlag(FLAGS_tokenizer) : placement->model_dir->string();
-    const bool present =
-        explicit_path || strata::checkpoint::PathMayExist(std::filesystem::path(path) / "tokenizer.json");
-    if (present) {
-      absl::StatusOr<std::unique_ptr<strata::tokenizer::Tokenizer>> loaded =
-          strata::tokenizer::Tokenizer::FromPath(path);
-      if (!loaded.ok()) return Fail(2, loaded.status().message());
-      tokenizer = *std::move(loaded);
-    } else if (any_text) {
-      return Fail(2, absl::StrCat("--prompt needs a tokenizer: ", path,
-                                  " has no tokenizer.json (pass --tokenizer PATH, or use --prompt-ids)"));
-    }
-  }
-
-  GreedyRequest request;
-  for (size_t p = 0; p < prompts.size(); ++p) {
-    std::vector<int64_t> ids;
-    if (prompts[p].is_text) {
-      absl::StatusOr<std::vector<int32_t>> encoded =
-          tokenizer->Encode(prompts[p].value, !absl::GetFlag(FLAGS_no_special_tokens));
-      if (!encoded.ok()) return Fail(2, absl::StrCat("--prompt (prompt ", p, "): ", encoded.status().message()));
-      if (encoded->empty()) return Fail(2, absl::StrCat("--prompt (prompt ", p, "): encodes to no tokens"));
-      ids.assign(encoded->begin(), encoded->end());
-    } else {
-      for (absl::string_view piece : absl::StrSplit(prompts[p].value, ',', absl::SkipWhitespace())) {
-        int64_t id = 0;
-        if (!absl::SimpleAtoi(piece, &id)) {
-          return Fail(2, absl::StrCat("--prompt-ids (prompt ", p, "): \"", piece, "\" is not an integer token id"));
-        }
-        ids.push_back(id);
-      }
-    }
-    request.prompts.push_back(std::move(ids));
-  }
-  absl::StatusOr<std::optional<int64_t>> new_tokens = Count(*parsed, FLAGS_max_new_tokens);
-  absl::StatusOr<std::optional<int64_t>> top = Count(*parsed, FLAGS_top_logprobs);
-  absl::StatusOr<std::optional<int64_t>> max_batch = Count(*parsed, FLAGS_max_batch);
-  absl::StatusOr<std::optional<int64_t>> max_context = Count(*parsed, FLAGS_max_context);
-  absl::StatusOr<std::optional<int64_t>> warmup = Count(*parsed, FLAGS_warmup);
-  for (const auto* count : {&new_tokens, &top, &max_batch, &max_context, &warmup}) {
-    if (!count->ok()) return Fail(2, count->status().message());
-  }
-  constexpr int64_t kMaxWarmup = 100;
-  if (warmup->value_or(0) > kMaxWarmup) return Fail(2, absl::StrCat("--warmup: at most ", kMaxWarmup, " runs"));
-  request.max_new_tokens = new_tokens->value_or(absl::GetFlag(FLAGS_max_new_tokens));
-  request.top_logprobs = top->value_or(0);
+  if (prompt_args.empty()) return Fail(2, "give at least one --prompt TEXT or --prompt-ids IDS");
+  const bool any_text =
+      std::any_of(prompt_args.begin(), prompt_args.end(), [](const PromptArg& p) { return p.is_text; });
+  absl::StatusOr<std::unique_ptr<strata::tokenizer::Tokenizer>> tokenizer =
+      FindTokenizer(*parsed, *placement->model_dir, any_text);
+  if (!tokenizer.ok()) return Fail(2, tokenizer.status().message());
+  absl::StatusOr<std::vector<std::vector<int32_t>>> prompts = PromptIds(prompt_args, tokenizer->get());
+  if (!prompts.ok()) return Fail(2, prompts.status().message());
+  absl::StatusOr<Counts> counts = ParseCounts(*parsed);
+  if (!counts.ok()) return Fail(2, counts.status().message());
 
   ServingRequest serving;
   serving.model_dir = *placement->model_dir;
@@ -177,69 +274,38 @@ int main(int argc, char** argv) {
   serving.physical = placement->physical_devices;
   serving.dtype = placement->dtype;
   size_t longest = 0;
-  for (const auto& prompt : request.prompts) longest = std::max(longest, prompt.size());
-  serving.max_batch = max_batch->value_or(static_cast<int64_t>(request.prompts.size()));
-  serving.max_context = max_context->value_or(static_cast<int64_t>(longest) + request.max_new_tokens);
+  for (const auto& prompt : *prompts) longest = std::max(longest, prompt.size());
+  serving.max_batch = counts->max_batch.value_or(static_cast<int64_t>(prompts->size()));
+  serving.max_context = counts->max_context.value_or(static_cast<int64_t>(longest) + counts->max_new_tokens);
   absl::StatusOr<LoadOptions> options = PlanServing(serving);
-  if (!options.ok()) {
-    return Fail(options.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1, options.status().message());
-  }
-
+  if (!options.ok()) return FailWith(options.status());
   absl::StatusOr<std::unique_ptr<LoadedModel>> model = LoadedModel::Load(*options);
-  if (!model.ok()) {
-    return Fail(model.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1, model.status().message());
-  }
-  for (int64_t i = 0; i < warmup->value_or(0); ++i) {
-    GenerateTiming ignored;
-    absl::StatusOr<std::vector<GreedyResult>> warm = (*model)->Greedy(request, &ignored);
-    if (!warm.ok()) {
-      return Fail(warm.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1, warm.status().message());
-    }
-  }
-  GenerateTiming timing;
-  absl::StatusOr<std::vector<GreedyResult>> results = (*model)->Greedy(request, &timing);
-  if (!results.ok()) {
-    return Fail(results.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1, results.status().message());
-  }
+  if (!model.ok()) return FailWith(model.status());
 
-  const LoadReport& report = (*model)->report();
+  // Greedy (temperature 0) for exactly max_new_tokens: no EOS ids. One micro-batch in flight, so that the
+  // engine forms the same batches on every run (the server's default, 2, overlaps stages instead), and no
+  // prefix cache, so that a --warmup run leaves nothing the measured run reuses.
+  EngineOptions engine_options;
+  engine_options.max_queue = static_cast<int64_t>(prompts->size());
+  engine_options.micro_batches = 1;
+  engine_options.prefix_cache = false;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Start(**model, nullptr, {}, engine_options);
+  if (!engine.ok()) return FailWith(engine.status());
+  SamplingParams sampling;
+  sampling.max_new_tokens = static_cast<int32_t>(counts->max_new_tokens);
+  sampling.top_logprobs = static_cast<int32_t>(counts->top_logprobs);
+  sampling.ignore_eos = true;
+  for (int64_t i = 0; i < counts->warmup; ++i) {
+    absl::StatusOr<std::vector<BatchOutput>> warm = GenerateBatch(**engine, *prompts, sampling);
+    if (!warm.ok()) return FailWith(warm.status());
+  }
+  BatchTiming timing;
+  absl::StatusOr<std::vector<BatchOutput>> results = GenerateBatch(**engine, *prompts, sampling, &timing);
+  if (!results.ok()) return FailWith(results.status());
   if (absl::GetFlag(FLAGS_json)) {
-    nlohmann::ordered_json out;
-    out["results"] = nlohmann::json::array();
-    for (const GreedyResult& r : *results) {
-      nlohmann::ordered_json item;
-      item["ids"] = r.ids;
-      if (tokenizer) item["text"] = DecodeNew(*tokenizer, r.ids);
-      item["logprobs"] = r.logprobs;
-      nlohmann::json top_json = nlohmann::json::array();
-      for (const auto& step : r.top_logprobs) {
-        nlohmann::json pairs = nlohmann::json::array();
-        for (const TokenLogprob& t : step) pairs.push_back({t.id, t.logprob});
-        top_json.push_back(std::move(pairs));
-      }
-      item["top_logprobs"] = std::move(top_json);
-      out["results"].push_back(std::move(item));
-    }
-    out["load"] = {{"seconds", report.seconds},
-                   {"dtype", report.dtype},
-                   {"checkpoint_bytes", report.checkpoint_bytes},
-                   {"zero_copy_tensors", report.zero_copy_tensors},
-                   {"copied_tensors", report.copied_tensors},
-                   {"disk_tensors", report.disk_tensors},
-                   {"kv_cache_bytes", report.kv_cache_bytes},
-                   {"stages", report.stages}};
-    out["timing"] = {{"prefill_seconds", timing.prefill_seconds},
-                     {"decode_seconds", timing.decode_seconds},
-                     {"decode_steps", timing.decode_steps}};
-    std::cout << out.dump() << "\n";
+    PrintJson(*results, (*model)->report(), timing, tokenizer->get());
   } else {
-    std::cerr << report.stages << "\n";
-    for (size_t p = 0; p < results->size(); ++p) {
-      std::cout << "prompt " << p << ":";
-      for (int64_t id : (*results)[p].ids) std::cout << " " << id;
-      if (tokenizer) std::cout << "\n  " << nlohmann::json(DecodeNew(*tokenizer, (*results)[p].ids)).dump();
-      std::cout << "\n";
-    }
+    PrintText(*results, (*model)->report(), tokenizer->get());
   }
   return 0;
 }

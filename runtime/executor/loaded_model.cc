@@ -1,15 +1,9 @@
 #include "runtime/executor/loaded_model.h"
 
-#include <ATen/TensorOperators.h>
-#include <ATen/ops/arange.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/from_blob.h>
-#include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <chrono>
-#include <tuple>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -17,7 +11,6 @@
 #include "checkpoint/safetensors.h"
 #include "planner/physical_devices.h"
 #include "runtime/executor/pipeline.h"
-#include "runtime/executor/sampler.h"
 #include "runtime/executor/torch_info.h"
 
 namespace strata::runtime {
@@ -25,61 +18,6 @@ namespace {
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// Greedy's KV layout: the sequence of batch row r owns blocks [r * per_row, (r + 1) * per_row), enough
-// for max_context positions. `rows[i]` is the batch row that line i of the forward pass feeds.
-at::Tensor GreedyBlocks(const Pipeline& pipeline, const std::vector<int64_t>& rows, int64_t per_row) {
-  const int64_t n = static_cast<int64_t>(rows.size());
-  at::Tensor blocks = pipeline.HostBuffer({n, per_row}, at::kLong);
-  int64_t* table = blocks.data_ptr<int64_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < per_row; ++j) table[i * per_row + j] = rows[i] * per_row + j;
-  }
-  return blocks;
-}
-
-// One greedy decode step in which some rows' sequences grow past longrope's original_max_position_embeddings
-// with a cache computed under the short factors: as transformers' generate() (Phi3ForCausalLM drops its
-// cache there), those rows are recomputed from position 0 over their whole sequence (`sequences[r]`, which
-// ends with the token being fed) in one forward; the other rows decode as usual in another.
-GreedyStep RecomputeStep(Pipeline& pipeline, const std::vector<std::vector<int64_t>>& sequences,
-                         const std::vector<int64_t>& positions, const std::vector<bool>& recompute, int64_t top_k,
-                         int64_t per_row) {
-  const int64_t rows = static_cast<int64_t>(sequences.size());
-  GreedyStep merged;
-  merged.ids.resize(rows);
-  merged.logprobs.resize(rows);
-  merged.top.resize(rows);
-  for (bool group : {true, false}) {
-    std::vector<int64_t> members;
-    for (int64_t r = 0; r < rows; ++r) {
-      if (recompute[r] == group) members.push_back(r);
-    }
-    if (members.empty()) continue;
-    const int64_t n = static_cast<int64_t>(members.size());
-    const int64_t tokens = group ? positions[members[0]] + 1 : 1;
-    at::Tensor ids = pipeline.HostBuffer({n, tokens}, at::kLong);
-    ForwardGroup g;
-    g.starts = pipeline.HostBuffer({n}, at::kLong);
-    g.blocks = GreedyBlocks(pipeline, members, per_row);
-    g.last = pipeline.HostBuffer({n}, at::kLong);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t r = members[i];
-      const std::vector<int64_t>& sequence = sequences[r];
-      std::copy(sequence.end() - tokens, sequence.end(), ids.data_ptr<int64_t>() + i * tokens);
-      g.starts.data_ptr<int64_t>()[i] = group ? 0 : positions[r];
-      g.last.data_ptr<int64_t>()[i] = tokens - 1;
-      g.key_length = std::max(g.key_length, positions[r] + 1);
-    }
-    GreedyStep step = SampleGreedy(pipeline.Forward(pipeline.OneGroup(ids, std::move(g))), top_k);
-    for (int64_t i = 0; i < n; ++i) {
-      merged.ids[members[i]] = step.ids[i];
-      merged.logprobs[members[i]] = step.logprobs[i];
-      if (!step.top.empty()) merged.top[members[i]] = step.top[i];
-    }
-  }
-  return merged;
 }
 
 }  // namespace
@@ -229,138 +167,6 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
   report.stages = impl->pipeline->Describe();
   report.seconds = SecondsSince(start);
   return std::unique_ptr<LoadedModel>(new LoadedModel(std::move(impl)));
-}
-
-absl::StatusOr<std::vector<GreedyResult>> LoadedModel::Greedy(const GreedyRequest& request, GenerateTiming* timing) {
-  const int64_t vocab = vocab_size();
-  const int64_t max_context = impl_->options.max_context;
-  if (request.max_new_tokens < 0) return absl::InvalidArgumentError("--max-new-tokens: must not be negative");
-  if (request.top_logprobs < 0) return absl::InvalidArgumentError("--top-logprobs: must not be negative");
-  for (size_t p = 0; p < request.prompts.size(); ++p) {
-    const std::vector<int64_t>& prompt = request.prompts[p];
-    if (prompt.empty()) return absl::InvalidArgumentError(absl::StrCat("prompt ", p, ": no token ids"));
-    for (size_t i = 0; i < prompt.size(); ++i) {
-      if (prompt[i] < 0 || prompt[i] >= vocab) {
-        return absl::InvalidArgumentError(absl::StrCat("prompt ", p, ": token id ", prompt[i], " at position ", i,
-                                                       " is outside the vocabulary [0, ", vocab, ")"));
-      }
-    }
-    // As the server counts (server/README.md): every prompt token and every token that may be generated.
-    const int64_t context = static_cast<int64_t>(prompt.size()) + request.max_new_tokens;
-    if (context > max_context) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "prompt ", p, ": ", prompt.size(), prompt.size() == 1 ? " token + " : " tokens + ", request.max_new_tokens,
-          request.max_new_tokens == 1 ? " new token = " : " new tokens = ", context, ", more than --max-context ",
-          max_context));
-    }
-  }
-
-  const int64_t per_row = (max_context + impl_->options.kv_block_tokens - 1) / impl_->options.kv_block_tokens;
-  if (impl_->options.max_batch * per_row > impl_->options.kv_blocks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--max-batch ", impl_->options.max_batch, " sequences of --max-context ", max_context, " need ",
-                     impl_->options.max_batch * per_row, " KV blocks, the pool has ", impl_->options.kv_blocks));
-  }
-  std::vector<GreedyResult> results(request.prompts.size());
-  GenerateTiming local;
-  GenerateTiming& t = timing != nullptr ? *timing : local;
-  try {
-    const int64_t max_batch = impl_->options.max_batch;
-    for (size_t begin = 0; begin < request.prompts.size(); begin += static_cast<size_t>(max_batch)) {
-      const size_t end = std::min(request.prompts.size(), begin + static_cast<size_t>(max_batch));
-      const int64_t rows = static_cast<int64_t>(end - begin);
-      std::vector<int64_t> lengths;
-      int64_t longest = 0;
-      for (size_t p = begin; p < end; ++p) {
-        lengths.push_back(static_cast<int64_t>(request.prompts[p].size()));
-        longest = std::max(longest, lengths.back());
-      }
-      if (request.max_new_tokens == 0) continue;
-      // Prefill: prompts right-padded into one [rows, longest] batch from position 0, each in the KV blocks
-      // of its row (GreedyBlocks). Inputs are staged on the host (pinned when a stage is CUDA) and copied by each
-      // stage.
-      Pipeline& pipeline = *impl_->pipeline;
-      at::Tensor ids = pipeline.HostBuffer({rows, longest}, at::kLong).zero_();
-      ForwardGroup prefill;
-      prefill.starts = pipeline.HostBuffer({rows}, at::kLong).zero_();
-      std::vector<int64_t> batch_rows(static_cast<size_t>(rows));
-      for (int64_t r = 0; r < rows; ++r) batch_rows[r] = r;
-      prefill.blocks = GreedyBlocks(pipeline, batch_rows, per_row);
-      prefill.last = pipeline.HostBuffer({rows}, at::kLong);
-      for (int64_t r = 0; r < rows; ++r) {
-        const std::vector<int64_t>& prompt = request.prompts[begin + static_cast<size_t>(r)];
-        std::copy(prompt.begin(), prompt.end(), ids.data_ptr<int64_t>() + r * longest);
-        prefill.last.data_ptr<int64_t>()[r] = lengths[r] - 1;
-      }
-      prefill.key_length = longest;
-      const ForwardBatch batch = pipeline.OneGroup(ids, prefill);
-      const ForwardGroup& blocks = batch.groups.front();  // the decode steps reuse its block tables
-
-      auto record = [&](const GreedyStep& step) {
-        for (int64_t r = 0; r < rows; ++r) {
-          GreedyResult& out = results[begin + static_cast<size_t>(r)];
-          out.ids.push_back(step.ids[r]);
-          out.logprobs.push_back(step.logprobs[r]);
-          if (request.top_logprobs > 0) {
-            std::vector<TokenLogprob> top;
-            for (const auto& [id, lp] : step.top[r]) top.push_back({id, lp});
-            out.top_logprobs.push_back(std::move(top));
-          }
-        }
-      };
-      auto start = std::chrono::steady_clock::now();
-      GreedyStep step = SampleGreedy(pipeline.Forward(batch), request.top_logprobs);
-      record(step);
-      t.prefill_seconds += SecondsSince(start);
-
-      start = std::chrono::steady_clock::now();
-      const int64_t threshold = pipeline.recompute_threshold();
-      for (int64_t n = 1; n < request.max_new_tokens; ++n) {
-        if (threshold > 0) {
-          // longrope: rows whose prompt was at most `threshold` long reach threshold + 1 tokens now.
-          std::vector<bool> recompute(static_cast<size_t>(rows));
-          std::vector<std::vector<int64_t>> sequences(static_cast<size_t>(rows));
-          std::vector<int64_t> positions(static_cast<size_t>(rows));
-          bool any = false;
-          for (int64_t r = 0; r < rows; ++r) {
-            positions[r] = lengths[r] + n - 1;
-            recompute[r] = lengths[r] <= threshold && positions[r] == threshold;
-            any = any || recompute[r];
-            sequences[r] = request.prompts[begin + static_cast<size_t>(r)];
-            const std::vector<int64_t>& generated = results[begin + static_cast<size_t>(r)].ids;
-            sequences[r].insert(sequences[r].end(), generated.begin(), generated.end());
-          }
-          if (any) {
-            step = RecomputeStep(pipeline, sequences, positions, recompute, request.top_logprobs, per_row);
-            record(step);
-            ++t.decode_steps;
-            continue;
-          }
-        }
-        // Decode: each row's newest token at its own next position.
-        at::Tensor ids = pipeline.HostBuffer({rows, 1}, at::kLong);
-        ForwardGroup decode;
-        decode.starts = pipeline.HostBuffer({rows}, at::kLong);
-        decode.last = pipeline.HostBuffer({rows}, at::kLong).zero_();
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t position = lengths[r] + n - 1;
-          ids.data_ptr<int64_t>()[r] = step.ids[r];
-          decode.starts.data_ptr<int64_t>()[r] = position;
-          decode.key_length = std::max(decode.key_length, position + 1);
-        }
-        decode.blocks = blocks.blocks;
-        step = SampleGreedy(pipeline.Forward(pipeline.OneGroup(ids, std::move(decode))), request.top_logprobs);
-        record(step);
-        ++t.decode_steps;
-      }
-      t.decode_seconds += SecondsSince(start);
-    }
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("forward: ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("forward: ", e.what()));
-  }
-  return results;
 }
 
 }  // namespace strata::runtime

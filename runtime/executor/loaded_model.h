@@ -1,6 +1,7 @@
 #pragma once
-// The runtime's plain-C++ face (no torch headers): load a checkpoint onto the devices a plan gives it,
-// then run greedy generation for a batch of token-id prompts. server/ and strata-generate include this.
+// The runtime's plain-C++ face (no torch headers): plan a checkpoint and load it onto the devices the plan
+// gives it. Generation runs through the Engine (runtime/engine/engine.h; batch_generate.h offline).
+// server/ and strata-generate include this.
 
 #include <cstdint>
 #include <filesystem>
@@ -71,41 +72,12 @@ struct LoadReport {
   std::string stages;                   // one line per stage
 };
 
-struct GreedyRequest {
-  std::vector<std::vector<int64_t>> prompts;
-  int64_t max_new_tokens = 16;
-  int64_t top_logprobs = 0;
-};
-
-struct TokenLogprob {
-  int64_t id = 0;
-  double logprob = 0;
-};
-
-struct GreedyResult {
-  std::vector<int64_t> ids;  // the new tokens only
-  std::vector<double> logprobs;
-  std::vector<std::vector<TokenLogprob>> top_logprobs;  // per new token, best first
-};
-
-struct GenerateTiming {
-  double prefill_seconds = 0;
-  double decode_seconds = 0;
-  int64_t decode_steps = 0;  // forward passes after the prefill
-};
-
 class LoadedModel {
  public:
   // Loads the weights where options.plan puts them and allocates the KV caches. Bad input (checkpoint
   // bytes, config fields the forward needs, devices) is InvalidArgument naming the thing.
   static absl::StatusOr<std::unique_ptr<LoadedModel>> Load(const LoadOptions& options);
   ~LoadedModel();
-
-  // Greedy decoding of every prompt for exactly max_new_tokens (EOS and stop strings are the Engine's, in
-  // engine.h: this is the offline path of strata-generate and the parity tests), the prompts run
-  // together in batches of up to max_batch. A prompt that does not fit max_context with its new tokens, or
-  // holds a token id outside [0, vocab_size), is InvalidArgument naming the prompt.
-  absl::StatusOr<std::vector<GreedyResult>> Greedy(const GreedyRequest& request, GenerateTiming* timing = nullptr);
 
   const LoadReport& report() const;
   int64_t vocab_size() const;

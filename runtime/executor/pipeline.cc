@@ -234,14 +234,6 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
   return pipeline;
 }
 
-at::Tensor Pipeline::Forward(const ForwardBatch& batch) {
-  StageActivation activation;
-  activation.hidden = batch.ids;
-  for (size_t s = 0; s < stages_.size(); ++s) RunStage(s, batch, activation);
-  AwaitOutput(activation);
-  return activation.hidden;
-}
-
 void Pipeline::AwaitOutput(StageActivation& activation) {
   // Whoever reads the logits next runs on the device's current stream: order it after the last stage.
   if (activation.produced && activation.producer != nullptr) {
@@ -269,20 +261,6 @@ void Pipeline::DescribeBlocks(ForwardGroup& group) {
       }
     }
   }
-}
-
-ForwardBatch Pipeline::OneGroup(const at::Tensor& ids, ForwardGroup group) const {
-  ForwardBatch batch;
-  group.rows = ids.size(0);
-  group.count = ids.size(1);
-  batch.ids = ids.view({1, group.rows * group.count});
-  batch.last = HostBuffer({group.rows}, at::kLong);
-  for (int64_t r = 0; r < group.rows; ++r) {
-    batch.last.data_ptr<int64_t>()[r] = r * group.count + group.last.data_ptr<int64_t>()[r];
-  }
-  DescribeBlocks(group);
-  batch.groups.push_back(std::move(group));
-  return batch;
 }
 
 void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation& activation) {
@@ -334,9 +312,8 @@ void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation
     if (stage.inv_freq_long.defined()) {
       // longrope picks its factors by the sequence's length, row by row, so that a row's result does not
       // depend on its batch. transformers' generate() recomputes a sequence's whole cache with the long
-      // factors when it grows past original_max_position_embeddings: the callers do (the scheduler's
-      // recompute_at, LoadedModel::Greedy). A decode row that crosses without it is an error, never a
-      // silent approximation.
+      // factors when it grows past original_max_position_embeddings: the scheduler does (recompute_at).
+      // A decode row that crosses without it is an error, never a silent approximation.
       const int64_t threshold = static_cast<int64_t>(stage.rope.original_max_positions);
       // starts and last are host tensors (ForwardGroup): reading them does not wait for a device.
       const int64_t rows = group.lengths.defined() ? 0 : group.rows;

@@ -94,8 +94,6 @@ class Pipeline {
   // pass's settings are the spec's (ModelSpec::decoder); its error when it has none.
   static absl::StatusOr<std::unique_ptr<Pipeline>> Build(const planner::ModelSpec& spec, const planner::Plan& plan,
                                                          const Checkpoint& checkpoint, const PipelineOptions& options);
-  // float32 logits [rows, vocab] of each row's last token (groups in order), on the last stage's device.
-  at::Tensor Forward(const ForwardBatch& batch);
   // One stage of a forward pass: reads `activation` (the previous stage's output, or the batch's ids when
   // `stage` is 0) and replaces it with this stage's output. Stages of different forward passes may run
   // at the same time on different threads (micro-batch pipelining): a stage touches only its own
@@ -109,8 +107,6 @@ class Pipeline {
   at::Tensor HostBuffer(at::IntArrayRef sizes, at::ScalarType dtype) const;
   // Fills a group's host-side facts about its block tables.
   static void DescribeBlocks(ForwardGroup& group);
-  // A pass of one group whose ids are [rows, count] (a host buffer): packs them and sets `last`.
-  ForwardBatch OneGroup(const at::Tensor& ids, ForwardGroup group) const;
   int64_t kv_blocks() const { return options_.kv_blocks; }
   int64_t kv_block_tokens() const { return options_.kv_block_tokens; }
   bool uses_cuda() const { return uses_cuda_; }

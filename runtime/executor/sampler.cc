@@ -216,27 +216,4 @@ std::vector<GeneratedToken> FinishSamples(PendingSamples& pending, const Samplin
   return tokens;
 }
 
-GreedyStep SampleGreedy(const at::Tensor& logits, int64_t top_k) {
-  const int64_t rows = logits.size(0);
-  std::vector<BatchRow> batch(static_cast<size_t>(rows));
-  std::vector<const BatchRow*> pointers;
-  for (BatchRow& row : batch) {
-    row.samples = true;
-    row.sampling.top_logprobs = static_cast<int32_t>(top_k);
-    pointers.push_back(&row);
-  }
-  const SamplingInputs inputs = StageSamplingInputs(pointers, logits.is_cuda());
-  PendingSamples pending = SampleAsync(logits, inputs);
-  std::vector<GeneratedToken> tokens = FinishSamples(pending, inputs);
-  GreedyStep step;
-  for (const GeneratedToken& token : tokens) {
-    step.ids.push_back(token.id);
-    step.logprobs.push_back(token.logprob);
-    std::vector<std::pair<int64_t, double>> top;
-    for (const auto& [id, logprob] : token.top) top.push_back({id, logprob});
-    step.top.push_back(std::move(top));
-  }
-  return step;
-}
-
 }  // namespace strata::runtime

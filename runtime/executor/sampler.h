@@ -68,13 +68,4 @@ std::vector<GeneratedToken> FinishSamples(PendingSamples& pending, const Samplin
 // logits (generate applies no warper without do_sample). SampleAsync draws from exactly these.
 at::Tensor ProcessedScores(const at::Tensor& logits, const SamplingInputs& inputs);
 
-// The offline path (LoadedModel::Greedy): every row greedy, without penalty, through SampleAsync and
-// FinishSamples.
-struct GreedyStep {
-  std::vector<int64_t> ids;      // per row: argmax (the first index among equal maxima, as torch.argmax)
-  std::vector<double> logprobs;  // per row: log-probability of that id
-  std::vector<std::vector<std::pair<int64_t, double>>> top;  // per row: the top_k (id, logprob), best first
-};
-GreedyStep SampleGreedy(const at::Tensor& logits, int64_t top_k);
-
 }  // namespace strata::runtime

@@ -110,7 +110,9 @@ TEST(Sampler, GreedyTiesTakeTheFirstIndexAsTorchArgmax) {
   const std::vector<GeneratedToken> tokens = Sample(logits, {Row(0, 0, 1, 1, 0.9, 0), Row(0, 0, 1, 2, 0.9, 0, {2})});
   EXPECT_EQ(tokens[0].id, 1);
   EXPECT_EQ(tokens[1].id, 0);
-  EXPECT_EQ(SampleGreedy(logits, 0).ids, (std::vector<int64_t>{1, 2}));
+  const std::vector<GeneratedToken> greedy = Sample(logits, std::vector<BatchRow>(2, Row(0, 0, 1, 1, 0.5, 0)));
+  EXPECT_EQ(greedy[0].id, 1);
+  EXPECT_EQ(greedy[1].id, 2);
 }
 
 TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
@@ -138,7 +140,7 @@ TEST(Sampler, TopPOneRemovesNothingEvenTokensOfProbabilityZero) {
 
 TEST(Sampler, TinyTopPKeepsOnlyTheMostLikelyToken) {
   at::Tensor logits = RandomLogits(1, 500, 11);
-  const int64_t best = SampleGreedy(logits, 0).ids[0];
+  const int64_t best = Sample(logits, {Row(0, 0, 1, 1, 0.5, 0)})[0].id;
   for (double uniform : {0.0, 0.5, 0.999999}) {
     const std::vector<BatchRow> rows{Row(1.5f, 0, 1e-6f, 1, uniform, 0)};
     at::Tensor scores = ProcessedScores(logits, Stage(rows));
@@ -246,19 +248,9 @@ TEST(Sampler, TopLogprobsPerRowOfTheRawLogits) {
     }
   }
   // Top logprobs are of the raw logits, not of the penalised ones.
-  EXPECT_EQ(tokens[1].top[0].first, SampleGreedy(logits, 1).top[1][0].first);
-}
-
-TEST(Sampler, SampleGreedyIsTheAllGreedyBatch) {
-  at::Tensor logits = RandomLogits(4, 321, 19);
-  const GreedyStep step = SampleGreedy(logits, 3);
-  const std::vector<GeneratedToken> tokens = Sample(logits, std::vector<BatchRow>(4, Row(0, 0, 1, 1, 0.5, 3)));
-  for (size_t r = 0; r < 4; ++r) {
-    EXPECT_EQ(step.ids[r], tokens[r].id);
-    EXPECT_EQ(step.logprobs[r], tokens[r].logprob);
-    ASSERT_EQ(step.top[r].size(), 3u);
-    EXPECT_EQ(step.top[r][0].first, step.ids[r]);
-  }
+  const std::vector<GeneratedToken> unpenalised =
+      Sample(logits, std::vector<BatchRow>(static_cast<size_t>(logits.size(0)), Row(0, 0, 1, 1, 0.5, 1)));
+  EXPECT_EQ(tokens[1].top[0].first, unpenalised[1].top[0].first);
 }
 
 TEST(SamplerCuda, SamplesOnTheDeviceAsOnTheCpuWithOneEvent) {
