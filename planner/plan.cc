@@ -164,6 +164,37 @@ absl::string_view StrategyName(Strategy strategy) {
   return "?";
 }
 
+absl::StatusOr<PlannedModel> PlanModel(const ModelSource& source, std::optional<DType> dtype,
+                                       const PlanRequest& request) {
+  PlannedModel out;
+  if (source.model_dir.has_value()) {
+    absl::StatusOr<ModelSpec> spec = LoadModelSpec(*source.model_dir, dtype);
+    if (!spec.ok()) {
+      return absl::Status(spec.status().code(),
+                          absl::StrCat("--model ", source.model_dir->string(), ": ", spec.status().message()));
+    }
+    out.spec = *std::move(spec);
+  } else if (source.module_tree.has_value()) {
+    absl::StatusOr<ModelSpec> spec = LoadModuleTree(*source.module_tree, dtype);
+    if (!spec.ok()) {
+      return absl::Status(spec.status().code(),
+                          absl::StrCat("--module-tree ", source.module_tree->string(), ": ", spec.status().message()));
+    }
+    out.spec = *std::move(spec);
+  } else {
+    return absl::InvalidArgumentError("give --model DIR or --module-tree FILE");
+  }
+  absl::StatusOr<Plan> plan = MakePlan(out.spec, request);
+  if (!plan.ok()) {
+    // The planner names the module or device; say which flag the plan came from.
+    return absl::Status(plan.status().code(), absl::StrCat("cannot place the model with --device-map ",
+                                                           std::string(StrategyName(request.device_map.strategy)), ": ",
+                                                           plan.status().message()));
+  }
+  out.plan = *std::move(plan);
+  return out;
+}
+
 absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request) {
   if (request.kv_cache_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrCat("kv_cache_tokens: must be >= 0, got ", request.kv_cache_tokens));

@@ -2,6 +2,7 @@
 // Plans: where every module of a model lives, with transformers' device_map semantics.
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <utility>
@@ -82,6 +83,25 @@ struct Plan {
 // manual maps are validated (coverage, unknown modules/devices, tied weights, budgets). Errors are
 // InvalidArgument naming the module or device.
 absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request);
+
+// Where a model's description comes from: a checkpoint directory (--model) or a module tree JSON
+// (--module-tree); one of them.
+struct ModelSource {
+  std::optional<std::filesystem::path> model_dir;
+  std::optional<std::filesystem::path> module_tree;
+};
+
+struct PlannedModel {
+  ModelSpec spec;
+  Plan plan;
+};
+
+// The one planning step of strata-server (plan-only and serving) and the runtime's PlanServing: the spec of
+// `source` in `dtype` (LoadModelSpec, every checkpoint header checked; or LoadModuleTree), placed by
+// `request` (MakePlan). Errors keep their code and message, prefixed with the flag that led to them:
+// "--model DIR: ...", "--module-tree FILE: ...", "cannot place the model with --device-map S: ...".
+absl::StatusOr<PlannedModel> PlanModel(const ModelSource& source, std::optional<DType> dtype,
+                                       const PlanRequest& request);
 
 // {"strategy", "device_map": {...}, "devices": [...], "stages": [...], "inventory" (when the plan has one),
 // "warnings": [...]} (see planner/README.md), map keys in plan order.

@@ -35,12 +35,8 @@ absl::StatusOr<runtime::LoadOptions> PlanServedModel(const cli::Placement& place
   request.max_context = serving.max_context;
   request.kv_cache_tokens = placement.kv_cache_tokens;
   request.kv_block_tokens = serving.kv_block_tokens;
-  absl::StatusOr<runtime::LoadOptions> load = runtime::PlanServing(request);
-  if (!load.ok()) {
-    return absl::Status(load.status().code(),
-                        absl::StrCat("--model ", placement.model_dir->string(), ": ", load.status().message()));
-  }
-  return load;
+  // Errors name their flag (planner::PlanModel prefixes the spec's with --model DIR).
+  return runtime::PlanServing(request);
 }
 
 ServingNotes NotesOnServing(const cli::Placement& placement, const ServingOptions& serving,

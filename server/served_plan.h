@@ -25,7 +25,7 @@ struct ServedPlan {
 };
 
 // Loads the model's spec (--model or --module-tree) and places it. Errors keep the planner's code and
-// message, prefixed with the flag that led to them ("--model /x: ...", "--device-map: ...").
+// message, prefixed with the flag that led to them (planner::PlanModel, which PlanServing uses too).
 // `inventory`: the machine as discovered at start-up (used when --max-memory is absent).
 absl::StatusOr<ServedPlan> MakeServedPlan(const cli::Placement& placement,
                                           const std::optional<planner::MachineInventory>& inventory);

@@ -87,18 +87,6 @@ absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
       KvPoolBlocks(request.max_batch, request.max_context, request.kv_cache_tokens, request.kv_block_tokens);
   if (!pool.ok()) return pool.status();
   std::tie(options.kv_blocks, options.kv_block_tokens) = *pool;
-  // The spec checks every checkpoint header against the expected tensors (missing, unexpected,
-  // mis-shaped): the one list of what the model needs.
-  absl::StatusOr<planner::ModelSpec> spec = planner::LoadModelSpec(request.model_dir, dtype);
-  if (!spec.ok()) return spec.status();
-  options.spec = *std::move(spec);
-  const planner::DType serving = options.spec.dtype;
-  if (serving != planner::DType::kFloat32 && serving != planner::DType::kFloat16 &&
-      serving != planner::DType::kBFloat16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat((request.model_dir / "config.json").string(), ": dtype ", std::string(planner::DTypeName(serving)),
-                     " is not a serving dtype (float32, float16, bfloat16); pass --dtype"));
-  }
   planner::PlanRequest plan_request;
   plan_request.device_map = request.device_map;
   plan_request.max_memory = request.max_memory;
@@ -111,9 +99,21 @@ absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
     plan_request.inventory = *std::move(inventory);
   }
   plan_request.kv_cache_tokens = options.kv_blocks * options.kv_block_tokens;
-  absl::StatusOr<planner::Plan> plan = planner::MakePlan(options.spec, plan_request);
-  if (!plan.ok()) return plan.status();
-  options.plan = *std::move(plan);
+  // The spec checks every checkpoint header against the expected tensors (missing, unexpected,
+  // mis-shaped): the one list of what the model needs. The server plans with the same function.
+  absl::StatusOr<planner::PlannedModel> planned =
+      planner::PlanModel(planner::ModelSource{request.model_dir, std::nullopt}, dtype, plan_request);
+  if (!planned.ok()) return planned.status();
+  const planner::DType serving = planned->spec.dtype;
+  if (serving != planner::DType::kFloat32 && serving != planner::DType::kFloat16 &&
+      serving != planner::DType::kBFloat16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model ", request.model_dir.string(), ": ", (request.model_dir / "config.json").string(),
+                     ": dtype ", std::string(planner::DTypeName(serving)),
+                     " is not a serving dtype (float32, float16, bfloat16); pass --dtype"));
+  }
+  options.spec = std::move(planned->spec);
+  options.plan = std::move(planned->plan);
   return options;
 }
 
