@@ -399,7 +399,7 @@ def table(header: list[str], rows: list[list[str]]) -> None:
         print(line(row))
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--server", type=pathlib.Path, default=DEFAULT_SERVER, help="the paged server (B)")
     parser.add_argument("--baseline-server", type=pathlib.Path, default=DEFAULT_BASELINE,
@@ -435,13 +435,18 @@ def main() -> int:
     parser.add_argument("--burst-prompts", type=int, default=4)
     parser.add_argument("--burst-prompt-tokens", type=int, default=1024)
     parser.add_argument("--burst-new-tokens", type=int, default=4)
+    return parser
+
+
+def parse_args() -> argparse.Namespace:
+    """The command line, --quick's defaults filled in, the sizes checked (parser.error exits 2)."""
+    parser = build_parser()
     args = parser.parse_args()
     quick = args.quick
     args.repeats = args.repeats or (1 if quick else 3)
     args.requests = args.requests or (24 if quick else 64)
     args.output_max = args.output_max or (128 if quick else 256)
     args.prefix_repeats = args.prefix_repeats or (5 if quick else 9)
-    scenarios = set(args.scenarios.split(","))
     longest = max(args.prompt_max + args.output_max, args.prefix_tokens + args.suffix_tokens + args.prefix_new_tokens,
                   args.burst_prompt_tokens + args.burst_new_tokens)
     if longest > args.max_context:
@@ -451,6 +456,164 @@ def main() -> int:
     MODEL = MODELS[args.model]
     if args.max_context > MODEL["max_position_embeddings"]:
         parser.error(f"--max-context is at most {MODEL['max_position_embeddings']} for the bench's model")
+    return args
+
+
+def server_flags(args, model_dir: pathlib.Path) -> tuple[list[str], list[str], list[str]]:
+    """The flags both servers get, then A's and B's: the same KV memory (S x C tokens) on both sides."""
+    memory = args.slots * args.max_context
+    common = ["--model", str(model_dir), "--device-map", '{"": "cpu"}', "--max-context", str(args.max_context),
+              "--max-streams-per-connection", "1000", "--drain-timeout", "0", *args.server_flags.split()]
+    a_flags = [*common, "--max-batch", str(args.slots)]
+    if args.dense_both:
+        b_flags = [*common, "--max-batch", str(args.max_batch)]
+    else:
+        b_flags = [*common, "--max-batch", str(args.max_batch), "--kv-cache-tokens", str(memory)]
+        if args.kv_block_tokens:
+            b_flags += ["--kv-block-tokens", str(args.kv_block_tokens)]
+        b_flags += args.paged_flags.split()
+    return common, a_flags, b_flags
+
+
+def print_setup(args, params: int, vocab: int, common: list[str], b_flags: list[str]) -> None:
+    """The model and what runs on each side."""
+    memory = args.slots * args.max_context
+    print(f"\nmodel: Llama {params / 1e6:.1f}M parameters (float32, random, vocab {vocab}), {os.cpu_count()} CPUs")
+    print(f"A: {args.baseline_server} --max-batch {args.slots} --max-context {args.max_context} "
+          f"(KV memory {memory} tokens)")
+    if args.dense_both:
+        print(f"B: {args.server} --max-batch {args.max_batch} --max-context {args.max_context} "
+              f"(KV memory {args.max_batch * args.max_context} tokens)")
+        print("*** --dense-both: TEST MODE, B is a dense server with more memory; this is not the paged "
+              "comparison and the goals below mean nothing ***")
+    else:
+        print(f"B: {args.server} {' '.join(b_flags[len(common):])} --max-context {args.max_context}")
+    if args.server_flags:
+        print(f"both: {args.server_flags}")
+
+
+def scenario_mix(args, a: Server, b: Server, vocab: int) -> bool:
+    """1. Realistic mix: alternating runs on A and B, their table and goals. True when B's greedy ids equal
+    A's and every run gave the ids of the first."""
+    requests = mix_requests(args, vocab)
+    runs = {a.label: [], b.label: []}
+    for _ in range(args.repeats):
+        for server in (a, b):
+            runs[server.label].append(run_mix(server, requests))
+    equal = sum(x == y for x, y in zip(runs[a.label][0]["ids"], runs[b.label][0]["ids"]))
+    stable = all(r["ids"] == runs[s][0]["ids"] for s in runs for r in runs[s])
+    ids_equal = equal == len(requests) and stable
+    med = {s: {k: statistics.median(r[k] for r in runs[s])
+               for k in ("tokens_per_s", "ttft_p50", "ttft_p99", "peak_running", "peak_streaming")}
+           for s in runs}
+    arrivals = requests[-1][0]
+    print(f"\n1. Realistic mix: {len(requests)} requests, prompts {args.prompt_min}-{args.prompt_max} tokens, "
+          f"outputs {args.output_min}-{args.output_max} (uniform, seed {args.seed}), Poisson arrivals at "
+          f"{args.rate:g}/s (last at {arrivals:.1f} s); min / median / max of {args.repeats} alternating "
+          f"run(s) per side")
+    rows = []
+    for s in runs:
+        rs = runs[s]
+        rows.append([s, spread([r["peak_running"] for r in rs], "{:.0f}"),
+                     spread([r["peak_streaming"] for r in rs], "{:.0f}"),
+                     spread([r["tokens_per_s"] for r in rs]),
+                     spread([r["ttft_p50"] * 1e3 for r in rs], "{:.0f}"),
+                     spread([r["ttft_p99"] * 1e3 for r in rs], "{:.0f}"),
+                     spread([r["seconds"] for r in rs]),
+                     spread([r["peak_waiting"] for r in rs], "{:.0f}"),
+                     "-" if rs[0]["preemptions"] is None else spread([r["preemptions"] for r in rs], "{:.0f}"),
+                     "-" if rs[0]["peak_kv_usage"] is None else
+                     spread([r["peak_kv_usage"] for r in rs], "{:.2f}")])
+    rows.append(["ratio B/A (medians)",
+                 f"{med[b.label]['peak_running'] / max(med[a.label]['peak_running'], 1):.2f}x",
+                 f"{med[b.label]['peak_streaming'] / max(med[a.label]['peak_streaming'], 1):.2f}x",
+                 f"{med[b.label]['tokens_per_s'] / med[a.label]['tokens_per_s']:.2f}x",
+                 f"{med[b.label]['ttft_p50'] / med[a.label]['ttft_p50']:.2f}x",
+                 f"{med[b.label]['ttft_p99'] / med[a.label]['ttft_p99']:.2f}x", "", "", "", ""])
+    table(["side", "peak running (server)", "peak streaming (client)", "generated tok/s", "TTFT p50 ms",
+           "TTFT p99 ms", "wall s", "peak waiting", "preemptions", "peak KV usage"], rows)
+    metrics = {s: runs[s][0]["running_metric"] for s in runs}
+    print(f"peak running (server): the largest {metrics[a.label]} (A) / {metrics[b.label]} (B) on /metrics, "
+          "polled every 50 ms (the server refreshes it every 250 ms); peak streaming (client): calls that "
+          "had their first token and had not ended")
+    if med[a.label]["peak_running"] < args.slots or min(r["peak_waiting"] for r in runs[a.label]) == 0:
+        print(f"warning: A was not saturated (all {args.slots} slots busy with requests waiting) in every "
+              "run: the mix did not load it, raise --rate or --requests")
+    print(f"greedy ids equal A vs B: {equal}/{len(requests)} requests; every run the same as the first: "
+          f"{'yes' if stable else 'NO'}")
+    concurrency = med[b.label]["peak_running"] / max(med[a.label]["peak_running"], 1)
+    speed = med[b.label]["tokens_per_s"] / med[a.label]["tokens_per_s"]
+    print(f"goal: peak running sequences B/A >= 4x: {concurrency:.2f}x {verdict(concurrency >= 4)}")
+    print(f"goal: generated tok/s B/A >= 1.5x: {speed:.2f}x {verdict(speed >= 1.5)}")
+    return ids_equal
+
+
+def scenario_prefix(args, a: Server, b: Server, b_flags: list[str], stubs, work: pathlib.Path,
+                    servers: list[Server], vocab: int) -> bool:
+    """2. Shared prefix: miss and hit TTFT on A, B and (paged) B without its prefix cache, a server started
+    here and added to `servers`. True when every side gave the same greedy ids."""
+    sides = [a, b]
+    if not args.dense_both:
+        off = Server(stubs, args.server, "B paged, --prefix-cache=false", [*b_flags, "--prefix-cache=false"],
+                     work / "b-no-prefix")
+        servers.append(off)
+        off.generate([1, 2, 3], 4)
+        sides.append(off)
+    results = run_prefix(sides, args, vocab, seed=args.seed + 1000)
+    print(f"\n2. Shared prefix: {args.prefix_repeats} fresh prefixes of {args.prefix_tokens} tokens, each "
+          f"sent twice one after the other with distinct {args.suffix_tokens}-token suffixes "
+          f"({args.prefix_new_tokens} new tokens): TTFT of the first (miss) and the second (hit where "
+          "cached); min / median / max")
+    rows = []
+    for s in sides:
+        r = results[s.label]
+        cache = ("-" if r["queries"] is None else
+                 f"{r['hits']:.0f}/{r['queries']:.0f}")
+        rows.append([s.label, spread([x * 1e3 for x in r["miss"]]), spread([x * 1e3 for x in r["hit"]]),
+                     f"{statistics.median(r['miss']) / statistics.median(r['hit']):.2f}x", cache])
+    table(["side", "miss TTFT ms", "second request TTFT ms", "miss/second (medians)",
+           "prefix cache hit/query tokens"], rows)
+    same = all(results[s.label]["ids"] == results[a.label]["ids"] for s in sides)
+    print(f"greedy ids equal on every side ({', '.join(s.label for s in sides)}) for all "
+          f"{2 * args.prefix_repeats} prefix requests: {'yes' if same else 'NO'}")
+    r = results[b.label]
+    gain = statistics.median(r["miss"]) / statistics.median(r["hit"])
+    print(f"goal: B prefix-cache hit >= 5x faster than a miss (TTFT medians): {gain:.2f}x {verdict(gain >= 5)}")
+    return same
+
+
+def scenario_burst(args, a: Server, b: Server, vocab: int) -> None:
+    """3. Burst: inter-token latency of running decodes alone and while a burst of long prompts arrives."""
+    results = {s.label: {False: [], True: []} for s in (a, b)}
+    for i in range(args.repeats):
+        for s in (a, b):
+            for with_burst in (False, True):
+                results[s.label][with_burst].append(
+                    run_burst(s, args, vocab, seed=args.seed + 2000 + i, with_burst=with_burst))
+    print(f"\n3. Burst: {args.burst_decodes} decodes running; inter-token latency (client side, per token) "
+          f"of those decodes over {args.burst_window_s:g} s alone, and from the arrival of "
+          f"{args.burst_prompts} prompts of {args.burst_prompt_tokens} tokens until the last of them ends "
+          f"({args.burst_new_tokens} new tokens each); min / median / max of {args.repeats} run(s)")
+    rows, goals = [], []
+    for s in (a, b):
+        without, burst = results[s.label][False], results[s.label][True]
+        ratio = statistics.median(r["p99"] for r in burst) / statistics.median(r["p99"] for r in without)
+        goals.append((s.label, ratio))
+        rows.append([s.label, spread([r["p50"] * 1e3 for r in without]),
+                     spread([r["p99"] * 1e3 for r in without]),
+                     spread([r["p50"] * 1e3 for r in burst]), spread([r["p99"] * 1e3 for r in burst]),
+                     f"{ratio:.2f}x", spread([r["window_s"] for r in burst], "{:.2f}"),
+                     spread([statistics.median(r["burst_ttft"]) * 1e3 for r in burst], "{:.0f}")])
+    table(["side", "ITL p50 ms alone", "ITL p99 ms alone", "ITL p50 ms burst", "ITL p99 ms burst",
+           "p99 burst/alone (medians)", "burst window s", "burst TTFT median ms"], rows)
+    for label, ratio in goals:
+        print(f"goal: {label}: ITL p99 with the burst <= 2x without: {ratio:.2f}x {verdict(ratio <= 2)}")
+
+
+def main() -> int:
+    args = parse_args()
+    scenarios = set(args.scenarios.split(","))
+    MODEL = MODELS[args.model]
 
     try:
         check_binary(args.baseline_server, "--baseline-server", paged=False)
@@ -464,17 +627,7 @@ def main() -> int:
     model_dir = work / "model"
     params = serve_speed.save(model_dir, MODEL)
     vocab = MODEL["vocab_size"]
-    memory = args.slots * args.max_context
-    common = ["--model", str(model_dir), "--device-map", '{"": "cpu"}', "--max-context", str(args.max_context),
-              "--max-streams-per-connection", "1000", "--drain-timeout", "0", *args.server_flags.split()]
-    a_flags = [*common, "--max-batch", str(args.slots)]
-    if args.dense_both:
-        b_flags = [*common, "--max-batch", str(args.max_batch)]
-    else:
-        b_flags = [*common, "--max-batch", str(args.max_batch), "--kv-cache-tokens", str(memory)]
-        if args.kv_block_tokens:
-            b_flags += ["--kv-block-tokens", str(args.kv_block_tokens)]
-        b_flags += args.paged_flags.split()
+    common, a_flags, b_flags = server_flags(args, model_dir)
     b_name = "B dense (test mode)" if args.dense_both else "B paged"
 
     began = time.perf_counter()
@@ -488,127 +641,14 @@ def main() -> int:
             server.generate([1, 2, 3], 4)
             server.generate([(7 * i) % (vocab - 1) + 1 for i in range(args.prompt_max)], 4)
 
-        print(f"\nmodel: Llama {params / 1e6:.1f}M parameters (float32, random, vocab {vocab}), {os.cpu_count()} CPUs")
-        print(f"A: {args.baseline_server} --max-batch {args.slots} --max-context {args.max_context} "
-              f"(KV memory {memory} tokens)")
-        if args.dense_both:
-            print(f"B: {args.server} --max-batch {args.max_batch} --max-context {args.max_context} "
-                  f"(KV memory {args.max_batch * args.max_context} tokens)")
-            print("*** --dense-both: TEST MODE, B is a dense server with more memory; this is not the paged "
-                  "comparison and the goals below mean nothing ***")
-        else:
-            print(f"B: {args.server} {' '.join(b_flags[len(common):])} --max-context {args.max_context}")
-        if args.server_flags:
-            print(f"both: {args.server_flags}")
+        print_setup(args, params, vocab, common, b_flags)
         ok = True
-
         if "mix" in scenarios:
-            requests = mix_requests(args, vocab)
-            runs = {a.label: [], b.label: []}
-            for _ in range(args.repeats):
-                for server in (a, b):
-                    runs[server.label].append(run_mix(server, requests))
-            equal = sum(x == y for x, y in zip(runs[a.label][0]["ids"], runs[b.label][0]["ids"]))
-            stable = all(r["ids"] == runs[s][0]["ids"] for s in runs for r in runs[s])
-            ok &= equal == len(requests) and stable
-            med = {s: {k: statistics.median(r[k] for r in runs[s])
-                       for k in ("tokens_per_s", "ttft_p50", "ttft_p99", "peak_running", "peak_streaming")}
-                   for s in runs}
-            arrivals = requests[-1][0]
-            print(f"\n1. Realistic mix: {len(requests)} requests, prompts {args.prompt_min}-{args.prompt_max} tokens, "
-                  f"outputs {args.output_min}-{args.output_max} (uniform, seed {args.seed}), Poisson arrivals at "
-                  f"{args.rate:g}/s (last at {arrivals:.1f} s); min / median / max of {args.repeats} alternating "
-                  f"run(s) per side")
-            rows = []
-            for s in runs:
-                rs = runs[s]
-                rows.append([s, spread([r["peak_running"] for r in rs], "{:.0f}"),
-                             spread([r["peak_streaming"] for r in rs], "{:.0f}"),
-                             spread([r["tokens_per_s"] for r in rs]),
-                             spread([r["ttft_p50"] * 1e3 for r in rs], "{:.0f}"),
-                             spread([r["ttft_p99"] * 1e3 for r in rs], "{:.0f}"),
-                             spread([r["seconds"] for r in rs]),
-                             spread([r["peak_waiting"] for r in rs], "{:.0f}"),
-                             "-" if rs[0]["preemptions"] is None else spread([r["preemptions"] for r in rs], "{:.0f}"),
-                             "-" if rs[0]["peak_kv_usage"] is None else
-                             spread([r["peak_kv_usage"] for r in rs], "{:.2f}")])
-            rows.append(["ratio B/A (medians)",
-                         f"{med[b.label]['peak_running'] / max(med[a.label]['peak_running'], 1):.2f}x",
-                         f"{med[b.label]['peak_streaming'] / max(med[a.label]['peak_streaming'], 1):.2f}x",
-                         f"{med[b.label]['tokens_per_s'] / med[a.label]['tokens_per_s']:.2f}x",
-                         f"{med[b.label]['ttft_p50'] / med[a.label]['ttft_p50']:.2f}x",
-                         f"{med[b.label]['ttft_p99'] / med[a.label]['ttft_p99']:.2f}x", "", "", "", ""])
-            table(["side", "peak running (server)", "peak streaming (client)", "generated tok/s", "TTFT p50 ms",
-                   "TTFT p99 ms", "wall s", "peak waiting", "preemptions", "peak KV usage"], rows)
-            metrics = {s: runs[s][0]["running_metric"] for s in runs}
-            print(f"peak running (server): the largest {metrics[a.label]} (A) / {metrics[b.label]} (B) on /metrics, "
-                  "polled every 50 ms (the server refreshes it every 250 ms); peak streaming (client): calls that "
-                  "had their first token and had not ended")
-            if med[a.label]["peak_running"] < args.slots or min(r["peak_waiting"] for r in runs[a.label]) == 0:
-                print(f"warning: A was not saturated (all {args.slots} slots busy with requests waiting) in every "
-                      "run: the mix did not load it, raise --rate or --requests")
-            print(f"greedy ids equal A vs B: {equal}/{len(requests)} requests; every run the same as the first: "
-                  f"{'yes' if stable else 'NO'}")
-            concurrency = med[b.label]["peak_running"] / max(med[a.label]["peak_running"], 1)
-            speed = med[b.label]["tokens_per_s"] / med[a.label]["tokens_per_s"]
-            print(f"goal: peak running sequences B/A >= 4x: {concurrency:.2f}x {verdict(concurrency >= 4)}")
-            print(f"goal: generated tok/s B/A >= 1.5x: {speed:.2f}x {verdict(speed >= 1.5)}")
-
+            ok &= scenario_mix(args, a, b, vocab)
         if "prefix" in scenarios:
-            sides = [a, b]
-            if not args.dense_both:
-                off = Server(stubs, args.server, "B paged, --prefix-cache=false", [*b_flags, "--prefix-cache=false"],
-                             work / "b-no-prefix")
-                servers.append(off)
-                off.generate([1, 2, 3], 4)
-                sides.append(off)
-            results = run_prefix(sides, args, vocab, seed=args.seed + 1000)
-            print(f"\n2. Shared prefix: {args.prefix_repeats} fresh prefixes of {args.prefix_tokens} tokens, each "
-                  f"sent twice one after the other with distinct {args.suffix_tokens}-token suffixes "
-                  f"({args.prefix_new_tokens} new tokens): TTFT of the first (miss) and the second (hit where "
-                  "cached); min / median / max")
-            rows = []
-            for s in sides:
-                r = results[s.label]
-                cache = ("-" if r["queries"] is None else
-                         f"{r['hits']:.0f}/{r['queries']:.0f}")
-                rows.append([s.label, spread([x * 1e3 for x in r["miss"]]), spread([x * 1e3 for x in r["hit"]]),
-                             f"{statistics.median(r['miss']) / statistics.median(r['hit']):.2f}x", cache])
-            table(["side", "miss TTFT ms", "second request TTFT ms", "miss/second (medians)",
-                   "prefix cache hit/query tokens"], rows)
-            same = all(results[s.label]["ids"] == results[a.label]["ids"] for s in sides)
-            ok &= same
-            print(f"greedy ids equal on every side ({', '.join(s.label for s in sides)}) for all "
-                  f"{2 * args.prefix_repeats} prefix requests: {'yes' if same else 'NO'}")
-            r = results[b.label]
-            gain = statistics.median(r["miss"]) / statistics.median(r["hit"])
-            print(f"goal: B prefix-cache hit >= 5x faster than a miss (TTFT medians): {gain:.2f}x {verdict(gain >= 5)}")
-
+            ok &= scenario_prefix(args, a, b, b_flags, stubs, work, servers, vocab)
         if "burst" in scenarios:
-            results = {s.label: {False: [], True: []} for s in (a, b)}
-            for i in range(args.repeats):
-                for s in (a, b):
-                    for with_burst in (False, True):
-                        results[s.label][with_burst].append(
-                            run_burst(s, args, vocab, seed=args.seed + 2000 + i, with_burst=with_burst))
-            print(f"\n3. Burst: {args.burst_decodes} decodes running; inter-token latency (client side, per token) "
-                  f"of those decodes over {args.burst_window_s:g} s alone, and from the arrival of "
-                  f"{args.burst_prompts} prompts of {args.burst_prompt_tokens} tokens until the last of them ends "
-                  f"({args.burst_new_tokens} new tokens each); min / median / max of {args.repeats} run(s)")
-            rows, goals = [], []
-            for s in (a, b):
-                without, burst = results[s.label][False], results[s.label][True]
-                ratio = statistics.median(r["p99"] for r in burst) / statistics.median(r["p99"] for r in without)
-                goals.append((s.label, ratio))
-                rows.append([s.label, spread([r["p50"] * 1e3 for r in without]),
-                             spread([r["p99"] * 1e3 for r in without]),
-                             spread([r["p50"] * 1e3 for r in burst]), spread([r["p99"] * 1e3 for r in burst]),
-                             f"{ratio:.2f}x", spread([r["window_s"] for r in burst], "{:.2f}"),
-                             spread([statistics.median(r["burst_ttft"]) * 1e3 for r in burst], "{:.0f}")])
-            table(["side", "ITL p50 ms alone", "ITL p99 ms alone", "ITL p50 ms burst", "ITL p99 ms burst",
-                   "p99 burst/alone (medians)", "burst window s", "burst TTFT median ms"], rows)
-            for label, ratio in goals:
-                print(f"goal: {label}: ITL p99 with the burst <= 2x without: {ratio:.2f}x {verdict(ratio <= 2)}")
+            scenario_burst(args, a, b, vocab)
     except AssertionError as e:  # a server that did not start (a flag it refuses, a crash): its output
         print(f"paged_kv.py: {e}", file=sys.stderr)
         return 2

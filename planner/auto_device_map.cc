@@ -269,182 +269,302 @@ absl::StatusOr<MaxMemory> BalancedMaxMemory(const ModelSpec& spec, const ModuleS
   return max_memory;
 }
 
-absl::StatusOr<DeviceMap> InferAutoDeviceMap(const ModelSpec& spec, const ModuleSizes& sizes,
-                                             const MaxMemory& max_memory, std::vector<std::string>* trace) {
+namespace {
+
+// The devices infer_auto_device_map fills, in order, with their budgets: max_memory's, then an
+// unlimited "disk" unless max_memory lists it.
+struct FillOrder {
   std::vector<Device> devices;
   std::vector<double> budgets;
-  for (const DeviceBudget& b : max_memory) {
-    devices.push_back(b.device);
-    budgets.push_back(b.bytes);
-  }
-  if (std::find(devices.begin(), devices.end(), Device::Disk()) == devices.end()) {
-    devices.push_back(Device::Disk());
-    budgets.push_back(std::numeric_limits<double>::infinity());
-  }
   // Devices that keep room to bring back the largest offloaded layer: the first GPU and the CPU.
   std::vector<Device> main_devices;
-  for (const Device& d : devices) {
+
+  bool IsMain(const Device& d) const {
+    return std::find(main_devices.begin(), main_devices.end(), d) != main_devices.end();
+  }
+};
+
+FillOrder MakeFillOrder(const MaxMemory& max_memory) {
+  FillOrder order;
+  for (const DeviceBudget& b : max_memory) {
+    order.devices.push_back(b.device);
+    order.budgets.push_back(b.bytes);
+  }
+  if (std::find(order.devices.begin(), order.devices.end(), Device::Disk()) == order.devices.end()) {
+    order.devices.push_back(Device::Disk());
+    order.budgets.push_back(std::numeric_limits<double>::infinity());
+  }
+  for (const Device& d : order.devices) {
     if (d.is_gpu()) {
-      main_devices.push_back(d);
+      order.main_devices.push_back(d);
       break;
     }
   }
-  main_devices.push_back(Device::Cpu());
-  auto is_main = [&](const Device& d) {
-    return std::find(main_devices.begin(), main_devices.end(), d) != main_devices.end();
-  };
+  order.main_devices.push_back(Device::Cpu());
+  return order;
+}
 
-  // Tied groups as upstream forms them: for each shared target, the sorted list of its aliases and
-  // itself.
+using TiedGroups = std::vector<std::vector<std::string>>;
+
+// Tied groups as upstream forms them: for each shared target, the sorted list of its aliases and
+// itself.
+TiedGroups MakeTiedGroups(const ModelSpec& spec) {
   std::map<std::string, std::vector<std::string>> groups_by_target;
   for (const auto& [key, target] : spec.tied_weights) groups_by_target[target].push_back(key);
-  std::vector<std::vector<std::string>> tied_groups;
+  TiedGroups tied_groups;
   for (auto& [target, keys] : groups_by_target) {
     keys.push_back(target);
     std::sort(keys.begin(), keys.end());
     tied_groups.push_back(keys);
   }
+  return tied_groups;
+}
 
-  NameArena arena;
-  std::deque<Item> todo;
-  const ModuleSpec& root = spec.root;
-  for (const TensorSpec& p : root.parameters) todo.push_back(TensorItem(root, p, arena));
-  for (const ModuleSpec& c : root.children) todo.push_back(Item::Of(c));
-  for (const TensorSpec& b : root.buffers) todo.push_back(TensorItem(root, b, arena));
-
-  std::vector<std::pair<const std::string*, Device>> assigned;
-  std::vector<int64_t> used(devices.size(), 0);
-  size_t current = 0;
-  auto [max_layer_size, max_layer_names] = MaxLayerSize(spec, sizes, todo, /*modules_only=*/false);
-  auto queued = [&](absl::string_view queued_name) {
-    return std::find_if(todo.begin(), todo.end(), [&](const Item& q) { return *q.name == queued_name; });
-  };
-
-  while (!todo.empty()) {
-    const Item item = todo.front();
-    todo.pop_front();
-    const std::string& name = *item.name;
-    // The largest remaining layer may have been this one: if none of its holders remain, rescan.
-    std::erase_if(max_layer_names, [&](const std::string* n) { return *n == name || IsUnder(*n, name); });
-    if (max_layer_names.empty()) {
-      std::tie(max_layer_size, max_layer_names) = MaxLayerSize(spec, sizes, todo, /*modules_only=*/true);
+// The tied parameters outside the item `name` whose partner is inside it, as pointers into
+// `tied_groups`.
+std::vector<const std::string*> TiedOutside(const TiedGroups& tied_groups, const std::string& name) {
+  std::vector<const std::string*> tied_params;
+  for (const auto& group : tied_groups) {
+    bool any = false, all = true;
+    for (const std::string& k : group) {
+      const bool inside = InModule(k, name);
+      any = any || inside;
+      all = all && inside;
     }
-    const int64_t module_size = item.size(sizes);
+    if (!any || all) continue;
+    for (const std::string& k : group)
+      if (!InModule(k, name)) tied_params.push_back(&k);
+  }
+  return tied_params;
+}
 
-    // Tied parameters outside this item whose partner is inside it must land on the same device.
-    std::vector<const std::string*> tied_params;
-    for (const auto& group : tied_groups) {
-      bool any = false, all = true;
-      for (const std::string& k : group) {
-        const bool inside = InModule(k, name);
-        any = any || inside;
-        all = all && inside;
-      }
-      if (!any || all) continue;
-      for (const std::string& k : group)
-        if (!InModule(k, name)) tied_params.push_back(&k);
-    }
+// The item at the front of the queue, weighed against the current device.
+struct Attempt {
+  Item item;
+  int64_t module_size = 0;
+  std::vector<const std::string*> tied_params;
+  std::vector<Item> tied_items;  // the queued items that hold tied_params
+  int64_t size_with_ties = 0;    // module_size plus the tied items' sizes
+  Device device;
+  bool unlimited = false;  // the device is the disk
+  double current_max = 0;  // the device's budget less the reserve
+  int64_t reserved = 0;    // the reserve kept for the largest layer on a main device
+  double free = 0;         // current_max less what the device already holds
+};
 
-    const Device device = devices[current];
-    const bool unlimited = device.kind == Device::Kind::kDisk;
-    double current_max = budgets[current];
-    int64_t reserved = 0;
-    if (is_main(device)) {
-      current_max -= static_cast<double>(max_layer_size);
-      reserved = max_layer_size;
-    }
+// infer_auto_device_map's loop and its state: the items still to place (modules_to_treat), what is
+// placed where, how full each device is, and the largest layer still to place.
+class AutoPlacement {
+ public:
+  AutoPlacement(const ModelSpec& spec, const ModuleSizes& sizes, const MaxMemory& max_memory,
+                std::vector<std::string>* trace);
 
-    // get_module_size_with_ties: add the queued modules that hold the tied parameters.
-    int64_t size_with_ties = module_size;
-    std::vector<Item> tied_items;
-    for (const std::string* param : tied_params) {
-      auto holder = std::find_if(todo.begin(), todo.end(), [&](const Item& q) { return IsUnder(*param, *q.name); });
-      if (holder == todo.end()) {
-        return absl::InternalError(
-            absl::StrCat("tied parameter ", *param, " (tied to ", name, ") belongs to no module still to place"));
-      }
-      if (std::none_of(tied_items.begin(), tied_items.end(), [&](const Item& t) { return *t.name == *holder->name; })) {
-        tied_items.push_back(*holder);
-        size_with_ties += holder->size(sizes);
-      }
+  // Places every item, one turn per item at the front of the queue.
+  absl::Status Run() {
+    while (!todo_.empty()) {
+      if (absl::Status status = PlaceFront(); !status.ok()) return status;
     }
-    auto tied_list = [&] {
-      std::vector<std::string> names;
-      for (const Item& t : tied_items) names.push_back(*t.name);
-      return absl::StrJoin(names, ", ");
-    };
-
-    const double free = current_max - static_cast<double>(used[current]);
-    if (unlimited || static_cast<double>(used[current] + size_with_ties) <= current_max) {
-      used[current] += size_with_ties;
-      assigned.push_back({item.name, device});
-      if (trace) {
-        std::string line = absl::StrCat(name, " -> ", device.ToString(), ": fits (", FormatBytes(module_size));
-        if (!tied_items.empty()) absl::StrAppend(&line, " with tied ", tied_list());
-        if (!unlimited) absl::StrAppend(&line, ", ", FormatBytes(std::max(0.0, free)), " free");
-        if (reserved > 0) absl::StrAppend(&line, " after reserving ", FormatBytes(reserved), " for the largest layer");
-        trace->push_back(line + ")");
-      }
-      for (const Item& tied : tied_items) {
-        if (auto it = queued(*tied.name); it != todo.end()) todo.erase(it);
-        assigned.push_back({tied.name, device});
-        if (trace) trace->push_back(absl::StrCat(*tied.name, " -> ", device.ToString(), ": tied to ", name));
-      }
-      continue;
-    }
-
-    // The item fits without its tied partners: try to split a partner instead of moving on.
-    if (!tied_params.empty() && static_cast<double>(used[current] + module_size) <= current_max) {
-      bool split = false;
-      for (const Item& tied : tied_items) {
-        const ModuleSpec* tied_module = tied.module;
-        if (tied_module == nullptr || tied_module->children.empty() || IsNoSplit(spec, *tied_module)) continue;
-        std::vector<Item> parts = SplitItems(*tied_module, arena);
-        auto it = todo.erase(queued(*tied.name));
-        todo.insert(it, parts.begin(), parts.end());
-        todo.push_front(item);
-        std::tie(max_layer_size, max_layer_names) = MaxLayerSize(spec, sizes, todo, /*modules_only=*/true);
-        if (trace) trace->push_back(absl::StrCat("split ", *tied.name, ": its tie to ", name, " does not fit"));
-        split = true;
-        break;
-      }
-      if (split) continue;
-    }
-
-    // Split the item into its parameters and children, unless it is a leaf or of a no-split class.
-    if (item.module != nullptr && !item.module->children.empty() && !IsNoSplit(spec, *item.module)) {
-      std::vector<Item> parts = SplitItems(*item.module, arena);
-      todo.insert(todo.begin(), parts.begin(), parts.end());
-      std::tie(max_layer_size, max_layer_names) = MaxLayerSize(spec, sizes, todo, /*modules_only=*/true);
-      if (trace) {
-        trace->push_back(absl::StrCat("split ", name, ": ", FormatBytes(size_with_ties), " does not fit in the ",
-                                      FormatBytes(std::max(0.0, free)), " left on ", device.ToString()));
-      }
-      continue;
-    }
-
-    // Neither it nor its partners can be split: the device is full, go to the next one. The reserve
-    // kept for the largest layer counts as used.
-    if (trace) {
-      trace->push_back(absl::StrCat("next device after ", device.ToString(), ": ", name, " (",
-                                    FormatBytes(size_with_ties),
-                                    item.module != nullptr && IsNoSplit(spec, *item.module)
-                                        ? absl::StrCat(", no-split class ", item.module->class_name)
-                                        : std::string(", cannot be split"),
-                                    ") does not fit in ", FormatBytes(std::max(0.0, free))));
-    }
-    used[current] += reserved;
-    ++current;
-    if (current >= devices.size()) return absl::InternalError(absl::StrCat("no device left for ", name));
-    todo.push_front(item);
+    return absl::OkStatus();
   }
 
+  // The placement through clean_device_map, in definition order.
+  DeviceMap Result() const;
+
+ private:
+  absl::Status PlaceFront();
+  absl::StatusOr<Attempt> Weigh(const Item& item) const;
+  void Assign(const Attempt& a);
+  bool SplitTiedPartner(const Attempt& a);
+  bool SplitItem(const Attempt& a);
+  absl::Status NextDevice(const Attempt& a);
+
+  void RescanMaxLayer() {
+    std::tie(max_layer_size_, max_layer_names_) = MaxLayerSize(spec_, sizes_, todo_, /*modules_only=*/true);
+  }
+  std::deque<Item>::iterator Queued(absl::string_view queued_name) {
+    return std::find_if(todo_.begin(), todo_.end(), [&](const Item& q) { return *q.name == queued_name; });
+  }
+
+  const ModelSpec& spec_;
+  const ModuleSizes& sizes_;
+  std::vector<std::string>* trace_;
+  const FillOrder order_;
+  const TiedGroups tied_groups_;
+  NameArena arena_;
+  std::deque<Item> todo_;
+  std::vector<std::pair<const std::string*, Device>> assigned_;
+  std::vector<int64_t> used_;
+  size_t current_ = 0;
+  int64_t max_layer_size_ = 0;
+  std::vector<const std::string*> max_layer_names_;
+};
+
+AutoPlacement::AutoPlacement(const ModelSpec& spec, const ModuleSizes& sizes, const MaxMemory& max_memory,
+                             std::vector<std::string>* trace)
+    : spec_(spec),
+      sizes_(sizes),
+      trace_(trace),
+      order_(MakeFillOrder(max_memory)),
+      tied_groups_(MakeTiedGroups(spec)),
+      used_(order_.devices.size(), 0) {
+  const ModuleSpec& root = spec.root;
+  for (const TensorSpec& p : root.parameters) todo_.push_back(TensorItem(root, p, arena_));
+  for (const ModuleSpec& c : root.children) todo_.push_back(Item::Of(c));
+  for (const TensorSpec& b : root.buffers) todo_.push_back(TensorItem(root, b, arena_));
+  std::tie(max_layer_size_, max_layer_names_) = MaxLayerSize(spec, sizes, todo_, /*modules_only=*/false);
+}
+
+// One turn: the front item goes to the current device (with its tied partners), or is split (or a
+// partner is), or the device is full and the item waits for the next one.
+absl::Status AutoPlacement::PlaceFront() {
+  const Item item = todo_.front();
+  todo_.pop_front();
+  const std::string& name = *item.name;
+  // The largest remaining layer may have been this one: if none of its holders remain, rescan.
+  std::erase_if(max_layer_names_, [&](const std::string* n) { return *n == name || IsUnder(*n, name); });
+  if (max_layer_names_.empty()) RescanMaxLayer();
+
+  absl::StatusOr<Attempt> attempt = Weigh(item);
+  if (!attempt.ok()) return attempt.status();
+  const Attempt& a = *attempt;
+  if (a.unlimited || static_cast<double>(used_[current_] + a.size_with_ties) <= a.current_max) {
+    Assign(a);
+    return absl::OkStatus();
+  }
+  // The item fits without its tied partners: try to split a partner instead of moving on.
+  if (!a.tied_params.empty() && static_cast<double>(used_[current_] + a.module_size) <= a.current_max &&
+      SplitTiedPartner(a)) {
+    return absl::OkStatus();
+  }
+  if (SplitItem(a)) return absl::OkStatus();
+  return NextDevice(a);
+}
+
+// The item's size, with its tied partners, against the current device's room.
+absl::StatusOr<Attempt> AutoPlacement::Weigh(const Item& item) const {
+  Attempt a;
+  a.item = item;
+  const std::string& name = *item.name;
+  a.module_size = item.size(sizes_);
+  // Tied parameters outside this item whose partner is inside it must land on the same device.
+  a.tied_params = TiedOutside(tied_groups_, name);
+
+  a.device = order_.devices[current_];
+  a.unlimited = a.device.kind == Device::Kind::kDisk;
+  a.current_max = order_.budgets[current_];
+  if (order_.IsMain(a.device)) {
+    a.current_max -= static_cast<double>(max_layer_size_);
+    a.reserved = max_layer_size_;
+  }
+
+  // get_module_size_with_ties: add the queued modules that hold the tied parameters.
+  a.size_with_ties = a.module_size;
+  for (const std::string* param : a.tied_params) {
+    auto holder = std::find_if(todo_.begin(), todo_.end(), [&](const Item& q) { return IsUnder(*param, *q.name); });
+    if (holder == todo_.end()) {
+      return absl::InternalError(
+          absl::StrCat("tied parameter ", *param, " (tied to ", name, ") belongs to no module still to place"));
+    }
+    if (std::none_of(a.tied_items.begin(), a.tied_items.end(),
+                     [&](const Item& t) { return *t.name == *holder->name; })) {
+      a.tied_items.push_back(*holder);
+      a.size_with_ties += holder->size(sizes_);
+    }
+  }
+  a.free = a.current_max - static_cast<double>(used_[current_]);
+  return a;
+}
+
+// The item and its tied partners fit: all of them go to the current device.
+void AutoPlacement::Assign(const Attempt& a) {
+  const std::string& name = *a.item.name;
+  used_[current_] += a.size_with_ties;
+  assigned_.push_back({a.item.name, a.device});
+  if (trace_) {
+    std::string line = absl::StrCat(name, " -> ", a.device.ToString(), ": fits (", FormatBytes(a.module_size));
+    if (!a.tied_items.empty()) {
+      std::vector<std::string> names;
+      for (const Item& t : a.tied_items) names.push_back(*t.name);
+      absl::StrAppend(&line, " with tied ", absl::StrJoin(names, ", "));
+    }
+    if (!a.unlimited) absl::StrAppend(&line, ", ", FormatBytes(std::max(0.0, a.free)), " free");
+    if (a.reserved > 0) absl::StrAppend(&line, " after reserving ", FormatBytes(a.reserved), " for the largest layer");
+    trace_->push_back(line + ")");
+  }
+  for (const Item& tied : a.tied_items) {
+    if (auto it = Queued(*tied.name); it != todo_.end()) todo_.erase(it);
+    assigned_.push_back({tied.name, a.device});
+    if (trace_) trace_->push_back(absl::StrCat(*tied.name, " -> ", a.device.ToString(), ": tied to ", name));
+  }
+}
+
+// Splits the first tied partner that can be split, in its place in the queue, and puts the item back
+// in front. False if none can.
+bool AutoPlacement::SplitTiedPartner(const Attempt& a) {
+  for (const Item& tied : a.tied_items) {
+    const ModuleSpec* tied_module = tied.module;
+    if (tied_module == nullptr || tied_module->children.empty() || IsNoSplit(spec_, *tied_module)) continue;
+    std::vector<Item> parts = SplitItems(*tied_module, arena_);
+    auto it = todo_.erase(Queued(*tied.name));
+    todo_.insert(it, parts.begin(), parts.end());
+    todo_.push_front(a.item);
+    RescanMaxLayer();
+    if (trace_) trace_->push_back(absl::StrCat("split ", *tied.name, ": its tie to ", *a.item.name, " does not fit"));
+    return true;
+  }
+  return false;
+}
+
+// Split the item into its parameters and children, unless it is a leaf or of a no-split class.
+bool AutoPlacement::SplitItem(const Attempt& a) {
+  const Item& item = a.item;
+  if (item.module == nullptr || item.module->children.empty() || IsNoSplit(spec_, *item.module)) return false;
+  std::vector<Item> parts = SplitItems(*item.module, arena_);
+  todo_.insert(todo_.begin(), parts.begin(), parts.end());
+  RescanMaxLayer();
+  if (trace_) {
+    trace_->push_back(absl::StrCat("split ", *item.name, ": ", FormatBytes(a.size_with_ties), " does not fit in the ",
+                                   FormatBytes(std::max(0.0, a.free)), " left on ", a.device.ToString()));
+  }
+  return true;
+}
+
+// Neither it nor its partners can be split: the device is full, go to the next one. The reserve
+// kept for the largest layer counts as used.
+absl::Status AutoPlacement::NextDevice(const Attempt& a) {
+  const Item& item = a.item;
+  const std::string& name = *item.name;
+  if (trace_) {
+    trace_->push_back(absl::StrCat("next device after ", a.device.ToString(), ": ", name, " (",
+                                   FormatBytes(a.size_with_ties),
+                                   item.module != nullptr && IsNoSplit(spec_, *item.module)
+                                       ? absl::StrCat(", no-split class ", item.module->class_name)
+                                       : std::string(", cannot be split"),
+                                   ") does not fit in ", FormatBytes(std::max(0.0, a.free))));
+  }
+  used_[current_] += a.reserved;
+  ++current_;
+  if (current_ >= order_.devices.size()) return absl::InternalError(absl::StrCat("no device left for ", name));
+  todo_.push_front(item);
+  return absl::OkStatus();
+}
+
+DeviceMap AutoPlacement::Result() const {
   std::map<std::string, Device> cleaned;
-  for (const auto& [name, device] : assigned) cleaned.emplace(*name, device);
+  for (const auto& [name, device] : assigned_) cleaned.emplace(*name, device);
   Clean(cleaned, "");
   DeviceMap result(cleaned.begin(), cleaned.end());
-  SortByDefinition(spec, result);
+  SortByDefinition(spec_, result);
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<DeviceMap> InferAutoDeviceMap(const ModelSpec& spec, const ModuleSizes& sizes,
+                                             const MaxMemory& max_memory, std::vector<std::string>* trace) {
+  AutoPlacement placement(spec, sizes, max_memory, trace);
+  if (absl::Status status = placement.Run(); !status.ok()) return status;
+  return placement.Result();
 }
 
 namespace {

@@ -146,6 +146,138 @@ std::vector<Stage> Stages(const ModelSpec& spec, const DeviceMap& map) {
   return stages;
 }
 
+// The KV cache request against the model: tokens >= 0, a model that says how large a KV cache is, and
+// a whole cache whose bytes fit in int64.
+absl::Status CheckKvCacheRequest(const ModelSpec& spec, const PlanRequest& request) {
+  if (request.kv_cache_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("kv_cache_tokens: must be >= 0, got ", request.kv_cache_tokens));
+  }
+  if (request.kv_cache_tokens > 0 && (spec.num_key_value_heads <= 0 || spec.head_dim <= 0)) {
+    return absl::InvalidArgumentError(
+        "kv_cache_tokens: the model description has no num_key_value_heads/head_dim to size a KV cache with");
+  }
+  if (request.kv_cache_tokens > 0) {
+    // The whole model's KV cache, with checked arithmetic: each device's share is a part of it, so
+    // KvCacheBytes cannot overflow once this fits.
+    int64_t total = request.kv_cache_tokens;
+    for (int64_t factor : {int64_t{2}, spec.num_key_value_heads, spec.head_dim, DTypeSize(spec.dtype),
+                           static_cast<int64_t>(DecoderLayers(spec).size())}) {
+      absl::StatusOr<int64_t> next = CheckedMul(total, factor, "kv_cache_tokens: the KV cache's bytes");
+      if (!next.ok()) return next.status();
+      total = *next;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The request's max_memory or, without one, the defaults from the machine's inventory (the request's,
+// or discovered now), which the plan keeps.
+absl::StatusOr<MaxMemory> ResolveMaxMemory(const PlanRequest& request, Plan& plan) {
+  if (request.max_memory) return *request.max_memory;
+  if (request.inventory) {
+    plan.inventory = request.inventory;
+  } else {
+    absl::StatusOr<MachineInventory> discovered = DiscoverInventory();
+    if (!discovered.ok()) return discovered.status();
+    plan.inventory = *std::move(discovered);
+  }
+  return DefaultMaxMemory(*plan.inventory, plan.strategy);
+}
+
+// What a placement leaves for the accounting per device.
+struct PlacedBudgets {
+  MaxMemory placed_with;                 // the budgets the placement ran with
+  std::map<Device, int64_t> kv_reserve;  // the KV cache reserved on each device
+};
+
+// A manual map, validated against the budgets less its KV cache.
+absl::Status PlaceManual(const ModelSpec& spec, const ModuleSizes& sizes, const PlanRequest& request,
+                         const MaxMemory& max_memory, Plan& plan, PlacedBudgets& placed) {
+  if (request.device_map.manual.empty()) return absl::InvalidArgumentError("device_map: the map is empty");
+  plan.device_map = request.device_map.manual;
+  placed.placed_with = max_memory;
+  placed.kv_reserve = KvCacheBytes(spec, plan.device_map, max_memory, request.kv_cache_tokens);
+  for (DeviceBudget& b : placed.placed_with) b.bytes -= static_cast<double>(placed.kv_reserve[b.device]);
+  std::optional<MaxMemory> limits;
+  if (request.max_memory) limits = placed.placed_with;
+  Device fallback = plan.device_map.front().second;
+  absl::Status valid =
+      internal::ValidateManualMap(spec, plan.device_map, limits, PlannedBytes(spec, sizes, plan.device_map, fallback));
+  if (!valid.ok()) return valid;
+  plan.explanation.push_back("manual map: validated (every checkpoint tensor covered once, tied weights together)");
+  return absl::OkStatus();
+}
+
+// transformers' placement for the strategy (balanced budgets unless sequential, then
+// infer_auto_device_map), with the KV cache reserved on the devices its layers land on.
+absl::Status PlaceAuto(const ModelSpec& spec, const ModuleSizes& sizes, const PlanRequest& request,
+                       const MaxMemory& max_memory, Plan& plan, PlacedBudgets& placed) {
+  std::map<Device, int64_t>& kv_reserve = placed.kv_reserve;
+  // The KV reserve depends on where the layers go, and the placement on the reserve: start with none
+  // and grow it (never shrink, so this ends) until the placement no longer changes the need.
+  for (int round = 0;; ++round) {
+    MaxMemory budgets = max_memory;
+    for (DeviceBudget& b : budgets) b.bytes = std::max(0.0, b.bytes - static_cast<double>(kv_reserve[b.device]));
+    std::vector<std::string> trace;
+    std::vector<std::string>* explain = request.explain ? &trace : nullptr;
+    if (plan.strategy == Strategy::kSequential) {
+      placed.placed_with = budgets;
+    } else {
+      absl::StatusOr<MaxMemory> balanced =
+          internal::BalancedMaxMemory(spec, sizes, budgets, plan.strategy == Strategy::kBalancedLow0, explain);
+      if (!balanced.ok()) return balanced.status();
+      placed.placed_with = *std::move(balanced);
+    }
+    absl::StatusOr<DeviceMap> map = internal::InferAutoDeviceMap(spec, sizes, placed.placed_with, explain);
+    if (!map.ok()) return map.status();
+    plan.device_map = *std::move(map);
+    plan.explanation = std::move(trace);
+    if (request.kv_cache_tokens == 0) break;
+    bool grew = false;
+    for (const auto& [device, bytes] : KvCacheBytes(spec, plan.device_map, max_memory, request.kv_cache_tokens)) {
+      if (bytes > kv_reserve[device]) {
+        kv_reserve[device] = bytes;
+        grew = true;
+      }
+    }
+    if (!grew) break;
+    if (round > 64) return absl::InternalError("kv_cache_tokens: KV reserve did not settle");
+  }
+  if (request.kv_cache_tokens > 0) {
+    for (const auto& [device, bytes] : kv_reserve) {
+      plan.explanation.push_back(absl::StrCat("kv cache: ", FormatBytes(bytes), " reserved on GPU ", device.ToString(),
+                                              " for ", request.kv_cache_tokens, " tokens"));
+    }
+  }
+  if (std::optional<std::string> warning =
+          NoLayerOnAGpuWarning(spec, plan.device_map, max_memory, kv_reserve, request.kv_cache_tokens)) {
+    plan.warnings.push_back(*std::move(warning));
+  }
+  return absl::OkStatus();
+}
+
+// plan.devices: each device's budget, planned bytes and KV reserve, in device order.
+void AccountDevices(const ModelSpec& spec, const ModuleSizes& sizes, PlacedBudgets& placed, Plan& plan) {
+  const MaxMemory& placed_with = placed.placed_with;
+  std::map<Device, int64_t>& kv_reserve = placed.kv_reserve;
+  const std::map<Device, int64_t> planned = PlannedBytes(spec, sizes, plan.device_map, plan.device_map.front().second);
+  for (const DeviceBudget& b : placed_with) {
+    auto it = planned.find(b.device);
+    plan.devices.push_back({b.device, b.bytes, it == planned.end() ? 0 : it->second, kv_reserve[b.device]});
+  }
+  // Devices the map uses that max_memory did not list: disk (always allowed, unlimited) and, for
+  // manual maps without max_memory, whatever the map names.
+  for (const auto& [device, bytes] : planned) {
+    // clang before 16 cannot capture a structured binding (the fuzz build uses Debian's clang 14).
+    const Device& used = device;
+    bool listed =
+        std::any_of(placed_with.begin(), placed_with.end(), [&](const DeviceBudget& b) { return b.device == used; });
+    if (!listed) plan.devices.push_back({device, std::numeric_limits<double>::infinity(), bytes, 0});
+  }
+  std::stable_sort(plan.devices.begin(), plan.devices.end(),
+                   [](const DeviceUsage& a, const DeviceUsage& b) { return a.device < b.device; });
+}
+
 }  // namespace
 
 absl::string_view StrategyName(Strategy strategy) {
@@ -196,119 +328,24 @@ absl::StatusOr<PlannedModel> PlanModel(const ModelSource& source, std::optional<
 }
 
 absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request) {
-  if (request.kv_cache_tokens < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("kv_cache_tokens: must be >= 0, got ", request.kv_cache_tokens));
-  }
-  if (request.kv_cache_tokens > 0 && (spec.num_key_value_heads <= 0 || spec.head_dim <= 0)) {
-    return absl::InvalidArgumentError(
-        "kv_cache_tokens: the model description has no num_key_value_heads/head_dim to size a KV cache with");
-  }
-  if (request.kv_cache_tokens > 0) {
-    // The whole model's KV cache, with checked arithmetic: each device's share is a part of it, so
-    // KvCacheBytes cannot overflow once this fits.
-    int64_t total = request.kv_cache_tokens;
-    for (int64_t factor : {int64_t{2}, spec.num_key_value_heads, spec.head_dim, DTypeSize(spec.dtype),
-                           static_cast<int64_t>(DecoderLayers(spec).size())}) {
-      absl::StatusOr<int64_t> next = CheckedMul(total, factor, "kv_cache_tokens: the KV cache's bytes");
-      if (!next.ok()) return next.status();
-      total = *next;
-    }
-  }
+  if (absl::Status kv = CheckKvCacheRequest(spec, request); !kv.ok()) return kv;
   if (!HasTensors(spec.root)) {
     return absl::InvalidArgumentError("model: the module tree holds no parameters or buffers: nothing to place");
   }
   Plan plan;
   plan.strategy = request.device_map.strategy;
-  MaxMemory max_memory;
-  if (request.max_memory) {
-    max_memory = *request.max_memory;
-  } else {
-    if (request.inventory) {
-      plan.inventory = request.inventory;
-    } else {
-      absl::StatusOr<MachineInventory> discovered = DiscoverInventory();
-      if (!discovered.ok()) return discovered.status();
-      plan.inventory = *std::move(discovered);
-    }
-    max_memory = DefaultMaxMemory(*plan.inventory, plan.strategy);
-  }
+  absl::StatusOr<MaxMemory> max_memory = ResolveMaxMemory(request, plan);
+  if (!max_memory.ok()) return max_memory.status();
   const ModuleSizes sizes(spec);
 
-  MaxMemory placed_with;  // the budgets the placement ran with
-  std::map<Device, int64_t> kv_reserve;
-  if (plan.strategy == Strategy::kManual) {
-    if (request.device_map.manual.empty()) return absl::InvalidArgumentError("device_map: the map is empty");
-    plan.device_map = request.device_map.manual;
-    placed_with = max_memory;
-    kv_reserve = KvCacheBytes(spec, plan.device_map, max_memory, request.kv_cache_tokens);
-    for (DeviceBudget& b : placed_with) b.bytes -= static_cast<double>(kv_reserve[b.device]);
-    std::optional<MaxMemory> limits;
-    if (request.max_memory) limits = placed_with;
-    Device fallback = plan.device_map.front().second;
-    absl::Status valid = internal::ValidateManualMap(spec, plan.device_map, limits,
-                                                     PlannedBytes(spec, sizes, plan.device_map, fallback));
-    if (!valid.ok()) return valid;
-    plan.explanation.push_back("manual map: validated (every checkpoint tensor covered once, tied weights together)");
-  } else {
-    // The KV reserve depends on where the layers go, and the placement on the reserve: start with none
-    // and grow it (never shrink, so this ends) until the placement no longer changes the need.
-    for (int round = 0;; ++round) {
-      MaxMemory budgets = max_memory;
-      for (DeviceBudget& b : budgets) b.bytes = std::max(0.0, b.bytes - static_cast<double>(kv_reserve[b.device]));
-      std::vector<std::string> trace;
-      std::vector<std::string>* explain = request.explain ? &trace : nullptr;
-      if (plan.strategy == Strategy::kSequential) {
-        placed_with = budgets;
-      } else {
-        absl::StatusOr<MaxMemory> balanced =
-            internal::BalancedMaxMemory(spec, sizes, budgets, plan.strategy == Strategy::kBalancedLow0, explain);
-        if (!balanced.ok()) return balanced.status();
-        placed_with = *std::move(balanced);
-      }
-      absl::StatusOr<DeviceMap> map = internal::InferAutoDeviceMap(spec, sizes, placed_with, explain);
-      if (!map.ok()) return map.status();
-      plan.device_map = *std::move(map);
-      plan.explanation = std::move(trace);
-      if (request.kv_cache_tokens == 0) break;
-      bool grew = false;
-      for (const auto& [device, bytes] : KvCacheBytes(spec, plan.device_map, max_memory, request.kv_cache_tokens)) {
-        if (bytes > kv_reserve[device]) {
-          kv_reserve[device] = bytes;
-          grew = true;
-        }
-      }
-      if (!grew) break;
-      if (round > 64) return absl::InternalError("kv_cache_tokens: KV reserve did not settle");
-    }
-    if (request.kv_cache_tokens > 0) {
-      for (const auto& [device, bytes] : kv_reserve) {
-        plan.explanation.push_back(absl::StrCat("kv cache: ", FormatBytes(bytes), " reserved on GPU ",
-                                                device.ToString(), " for ", request.kv_cache_tokens, " tokens"));
-      }
-    }
-    if (std::optional<std::string> warning =
-            NoLayerOnAGpuWarning(spec, plan.device_map, max_memory, kv_reserve, request.kv_cache_tokens)) {
-      plan.warnings.push_back(*std::move(warning));
-    }
-  }
+  PlacedBudgets placed;
+  absl::Status status = plan.strategy == Strategy::kManual
+                            ? PlaceManual(spec, sizes, request, *max_memory, plan, placed)
+                            : PlaceAuto(spec, sizes, request, *max_memory, plan, placed);
+  if (!status.ok()) return status;
 
   if (plan.device_map.empty()) return absl::InternalError("device map: the placement produced no entries");
-  const std::map<Device, int64_t> planned = PlannedBytes(spec, sizes, plan.device_map, plan.device_map.front().second);
-  for (const DeviceBudget& b : placed_with) {
-    auto it = planned.find(b.device);
-    plan.devices.push_back({b.device, b.bytes, it == planned.end() ? 0 : it->second, kv_reserve[b.device]});
-  }
-  // Devices the map uses that max_memory did not list: disk (always allowed, unlimited) and, for
-  // manual maps without max_memory, whatever the map names.
-  for (const auto& [device, bytes] : planned) {
-    // clang before 16 cannot capture a structured binding (the fuzz build uses Debian's clang 14).
-    const Device& used = device;
-    bool listed =
-        std::any_of(placed_with.begin(), placed_with.end(), [&](const DeviceBudget& b) { return b.device == used; });
-    if (!listed) plan.devices.push_back({device, std::numeric_limits<double>::infinity(), bytes, 0});
-  }
-  std::stable_sort(plan.devices.begin(), plan.devices.end(),
-                   [](const DeviceUsage& a, const DeviceUsage& b) { return a.device < b.device; });
+  AccountDevices(spec, sizes, placed, plan);
   plan.stages = Stages(spec, plan.device_map);
   return plan;
 }

@@ -204,6 +204,135 @@ absl::StatusOr<std::optional<ServerTls>> ReadServerTls(const cli::ParsedArgs& pa
   return tls;
 }
 
+// The serving, limit and lifecycle flags into `options`, each checked on its own.
+absl::Status ReadServingFlags(const cli::ParsedArgs& parsed, ServerOptions& options) {
+  // Integer flags: destination, flag, smallest allowed value.
+  for (auto [value, flag, least] :
+       {std::tuple{&options.serving.max_batch, &FLAGS_max_batch, int64_t{1}},
+        std::tuple{&options.serving.max_context, &FLAGS_max_context, int64_t{1}},
+        std::tuple{&options.serving.kv_block_tokens, &FLAGS_kv_block_tokens, int64_t{1}},
+        // 0 would refuse every request while health says SERVING.
+        std::tuple{&options.serving.max_queue, &FLAGS_max_queue, int64_t{1}},
+        std::tuple{&options.lifecycle.not_serving_after_errors, &FLAGS_not_serving_after_errors, int64_t{0}},
+        std::tuple{&options.serving.micro_batches, &FLAGS_micro_batches, int64_t{0}},
+        std::tuple{&options.serving.prefill_chunk, &FLAGS_prefill_chunk, int64_t{1}},
+        std::tuple{&options.serving.max_batch_tokens, &FLAGS_max_batch_tokens, int64_t{1}},
+        std::tuple{&options.limits.max_message_bytes, &FLAGS_max_message_bytes, int64_t{1}},
+        std::tuple{&options.limits.max_prompt_bytes, &FLAGS_max_prompt_bytes, int64_t{1}},
+        std::tuple{&options.limits.max_prompt_tokens, &FLAGS_max_prompt_tokens, int64_t{0}},
+        std::tuple{&options.limits.max_streams, &FLAGS_max_streams, int64_t{1}},
+        std::tuple{&options.limits.max_streams_per_connection, &FLAGS_max_streams_per_connection, int64_t{1}},
+        std::tuple{&options.limits.max_stream_buffer_bytes, &FLAGS_max_stream_buffer_bytes, int64_t{1}}}) {
+    absl::StatusOr<int64_t> checked = AtLeast(*flag, least, absl::StrCat("an integer >= ", least));
+    if (!checked.ok()) return checked.status();
+    *value = *checked;
+  }
+  // --max-new-tokens 0 is not a limit a user may give: its default means "--max-context".
+  if (parsed.Given(FLAGS_max_new_tokens)) {
+    absl::StatusOr<int64_t> checked = AtLeast(FLAGS_max_new_tokens, int64_t{1}, "an integer >= 1");
+    if (!checked.ok()) return checked.status();
+    options.limits.max_new_tokens = *checked;
+  }
+  if (options.serving.kv_block_tokens > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_kv_block_tokens), ": ",
+                                                   options.serving.kv_block_tokens, " is more than 4096"));
+  }
+  options.serving.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
+  absl::StatusOr<int32_t> threads = AtLeast(FLAGS_intra_op_threads, int32_t{0}, "an integer >= 0");
+  if (!threads.ok()) return threads.status();
+  options.serving.intra_op_threads = *threads;
+  absl::StatusOr<int32_t> tokenize_threads = AtLeast(FLAGS_tokenize_threads, int32_t{0}, "an integer >= 0");
+  if (!tokenize_threads.ok()) return tokenize_threads.status();
+  if (*tokenize_threads > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(cli::Spelling(FLAGS_tokenize_threads), ": ", *tokenize_threads, " is more than 256"));
+  }
+  options.limits.tokenize_threads = *tokenize_threads;
+  if (parsed.Given(FLAGS_inject_fault)) {
+    absl::StatusOr<runtime::FaultInjection> fault = runtime::ParseFaultInjection(absl::GetFlag(FLAGS_inject_fault));
+    if (!fault.ok()) return FlagError(FLAGS_inject_fault, fault.status());
+    options.serving.fault = *fault;
+  }
+  absl::StatusOr<std::chrono::milliseconds> drain = Seconds(FLAGS_drain_timeout, 0);
+  if (!drain.ok()) return drain.status();
+  options.lifecycle.drain_timeout = *drain;
+  absl::StatusOr<std::chrono::milliseconds> probe = Seconds(FLAGS_ready_probe_interval, 0.1);
+  if (!probe.ok()) return probe.status();
+  options.lifecycle.ready_probe_interval = *probe;
+  return absl::OkStatus();
+}
+
+// The limits against --max-context and against what gRPC can take.
+absl::Status CheckLimits(const ServerOptions& options) {
+  if (options.limits.max_new_tokens > options.serving.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-new-tokens: ", options.limits.max_new_tokens,
+                                                   " is more than --max-context ", options.serving.max_context));
+  }
+  // gRPC takes its message limit and stream count as int; the transport's own ceiling is twice the
+  // message limit (server/README.md, "Limits").
+  constexpr int64_t kMaxMessageBytes = 1 << 30;
+  if (options.limits.max_message_bytes > kMaxMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_max_message_bytes), ": ",
+                                                   options.limits.max_message_bytes, " is more than ",
+                                                   kMaxMessageBytes));
+  }
+  if (options.limits.max_streams_per_connection > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_max_streams_per_connection), ": ",
+                                                   options.limits.max_streams_per_connection, " is more than ",
+                                                   INT32_MAX));
+  }
+  if (options.limits.max_prompt_tokens > options.serving.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-prompt-tokens: ", options.limits.max_prompt_tokens,
+                                                   " is more than --max-context ", options.serving.max_context));
+  }
+  return absl::OkStatus();
+}
+
+// --listen and --metrics-listen.
+absl::Status ReadListenAddresses(ServerOptions& options) {
+  for (auto [flag, address] : {std::pair{&FLAGS_listen, &options.endpoints.listen},
+                               std::pair{&FLAGS_metrics_listen, &options.endpoints.metrics_listen}}) {
+    absl::StatusOr<ListenAddress> parsed_address = ParseListenAddress(absl::GetFlag(*flag));
+    if (!parsed_address.ok()) return FlagError(*flag, parsed_address.status());
+    *address = *std::move(parsed_address);
+  }
+  return absl::OkStatus();
+}
+
+// TLS, the plaintext health port that needs it, the API keys and the methods open without one.
+absl::Status ReadSecurityFlags(const cli::ParsedArgs& parsed, ServerOptions& options) {
+  absl::StatusOr<std::optional<ServerTls>> tls = ReadServerTls(parsed);
+  if (!tls.ok()) return tls.status();
+  options.security.tls = *std::move(tls);
+  if (parsed.Given(FLAGS_health_listen)) {
+    if (!options.security.tls) {
+      return absl::InvalidArgumentError("--health-listen needs --tls-cert: without TLS, probes use --listen");
+    }
+    absl::StatusOr<ListenAddress> health = ParseListenAddress(absl::GetFlag(FLAGS_health_listen));
+    if (!health.ok()) return FlagError(FLAGS_health_listen, health.status());
+    if (health->port != 0 && health->ToString() == options.endpoints.listen.ToString()) {
+      return absl::InvalidArgumentError("--health-listen: must differ from --listen (a second, plaintext port)");
+    }
+    options.endpoints.health_listen = *std::move(health);
+  }
+  if (parsed.Given(FLAGS_api_key_file)) {
+    absl::StatusOr<std::vector<std::string>> keys = ReadApiKeyFile(absl::GetFlag(FLAGS_api_key_file));
+    if (!keys.ok()) return FlagError(FLAGS_api_key_file, keys.status());
+    options.security.api_keys = std::make_shared<const ApiKeys>(*keys);
+  }
+  if (parsed.Given(FLAGS_auth_open_methods)) {
+    if (options.security.api_keys == nullptr) {
+      return absl::InvalidArgumentError("--auth-open-methods needs --api-key-file: without it every method is open");
+    }
+    for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_auth_open_methods), ',', absl::SkipEmpty())) {
+      absl::StatusOr<std::string> method = OpenMethod(name);
+      if (!method.ok()) return FlagError(FLAGS_auth_open_methods, method.status());
+      options.security.auth_open_methods.insert(*std::move(method));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string ListenAddress::ToString() const { return absl::StrCat(host, ":", port); }
@@ -243,116 +372,10 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
   absl::StatusOr<cli::Placement> placement = cli::ParsePlacement(*parsed, kPlacementFlags);
   if (!placement.ok()) return placement.status();
   options.placement = *std::move(placement);
-  // Integer flags: destination, flag, smallest allowed value.
-  for (auto [value, flag, least] :
-       {std::tuple{&options.serving.max_batch, &FLAGS_max_batch, int64_t{1}},
-        std::tuple{&options.serving.max_context, &FLAGS_max_context, int64_t{1}},
-        std::tuple{&options.serving.kv_block_tokens, &FLAGS_kv_block_tokens, int64_t{1}},
-        // 0 would refuse every request while health says SERVING.
-        std::tuple{&options.serving.max_queue, &FLAGS_max_queue, int64_t{1}},
-        std::tuple{&options.lifecycle.not_serving_after_errors, &FLAGS_not_serving_after_errors, int64_t{0}},
-        std::tuple{&options.serving.micro_batches, &FLAGS_micro_batches, int64_t{0}},
-        std::tuple{&options.serving.prefill_chunk, &FLAGS_prefill_chunk, int64_t{1}},
-        std::tuple{&options.serving.max_batch_tokens, &FLAGS_max_batch_tokens, int64_t{1}},
-        std::tuple{&options.limits.max_message_bytes, &FLAGS_max_message_bytes, int64_t{1}},
-        std::tuple{&options.limits.max_prompt_bytes, &FLAGS_max_prompt_bytes, int64_t{1}},
-        std::tuple{&options.limits.max_prompt_tokens, &FLAGS_max_prompt_tokens, int64_t{0}},
-        std::tuple{&options.limits.max_streams, &FLAGS_max_streams, int64_t{1}},
-        std::tuple{&options.limits.max_streams_per_connection, &FLAGS_max_streams_per_connection, int64_t{1}},
-        std::tuple{&options.limits.max_stream_buffer_bytes, &FLAGS_max_stream_buffer_bytes, int64_t{1}}}) {
-    absl::StatusOr<int64_t> checked = AtLeast(*flag, least, absl::StrCat("an integer >= ", least));
-    if (!checked.ok()) return checked.status();
-    *value = *checked;
-  }
-  // --max-new-tokens 0 is not a limit a user may give: its default means "--max-context".
-  if (parsed->Given(FLAGS_max_new_tokens)) {
-    absl::StatusOr<int64_t> checked = AtLeast(FLAGS_max_new_tokens, int64_t{1}, "an integer >= 1");
-    if (!checked.ok()) return checked.status();
-    options.limits.max_new_tokens = *checked;
-  }
-  if (options.serving.kv_block_tokens > 4096) {
-    return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_kv_block_tokens), ": ",
-                                                   options.serving.kv_block_tokens, " is more than 4096"));
-  }
-  options.serving.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
-  absl::StatusOr<int32_t> threads = AtLeast(FLAGS_intra_op_threads, int32_t{0}, "an integer >= 0");
-  if (!threads.ok()) return threads.status();
-  options.serving.intra_op_threads = *threads;
-  absl::StatusOr<int32_t> tokenize_threads = AtLeast(FLAGS_tokenize_threads, int32_t{0}, "an integer >= 0");
-  if (!tokenize_threads.ok()) return tokenize_threads.status();
-  if (*tokenize_threads > 256) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(cli::Spelling(FLAGS_tokenize_threads), ": ", *tokenize_threads, " is more than 256"));
-  }
-  options.limits.tokenize_threads = *tokenize_threads;
-  if (parsed->Given(FLAGS_inject_fault)) {
-    absl::StatusOr<runtime::FaultInjection> fault = runtime::ParseFaultInjection(absl::GetFlag(FLAGS_inject_fault));
-    if (!fault.ok()) return FlagError(FLAGS_inject_fault, fault.status());
-    options.serving.fault = *fault;
-  }
-  absl::StatusOr<std::chrono::milliseconds> drain = Seconds(FLAGS_drain_timeout, 0);
-  if (!drain.ok()) return drain.status();
-  options.lifecycle.drain_timeout = *drain;
-  absl::StatusOr<std::chrono::milliseconds> probe = Seconds(FLAGS_ready_probe_interval, 0.1);
-  if (!probe.ok()) return probe.status();
-  options.lifecycle.ready_probe_interval = *probe;
-  if (options.limits.max_new_tokens > options.serving.max_context) {
-    return absl::InvalidArgumentError(absl::StrCat("--max-new-tokens: ", options.limits.max_new_tokens,
-                                                   " is more than --max-context ", options.serving.max_context));
-  }
-  // gRPC takes its message limit and stream count as int; the transport's own ceiling is twice the
-  // message limit (server/README.md, "Limits").
-  constexpr int64_t kMaxMessageBytes = 1 << 30;
-  if (options.limits.max_message_bytes > kMaxMessageBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_max_message_bytes), ": ",
-                                                   options.limits.max_message_bytes, " is more than ",
-                                                   kMaxMessageBytes));
-  }
-  if (options.limits.max_streams_per_connection > INT32_MAX) {
-    return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_max_streams_per_connection), ": ",
-                                                   options.limits.max_streams_per_connection, " is more than ",
-                                                   INT32_MAX));
-  }
-  if (options.limits.max_prompt_tokens > options.serving.max_context) {
-    return absl::InvalidArgumentError(absl::StrCat("--max-prompt-tokens: ", options.limits.max_prompt_tokens,
-                                                   " is more than --max-context ", options.serving.max_context));
-  }
-  for (auto [flag, address] : {std::pair{&FLAGS_listen, &options.endpoints.listen},
-                               std::pair{&FLAGS_metrics_listen, &options.endpoints.metrics_listen}}) {
-    absl::StatusOr<ListenAddress> parsed_address = ParseListenAddress(absl::GetFlag(*flag));
-    if (!parsed_address.ok()) return FlagError(*flag, parsed_address.status());
-    *address = *std::move(parsed_address);
-  }
-
-  absl::StatusOr<std::optional<ServerTls>> tls = ReadServerTls(*parsed);
-  if (!tls.ok()) return tls.status();
-  options.security.tls = *std::move(tls);
-  if (parsed->Given(FLAGS_health_listen)) {
-    if (!options.security.tls) {
-      return absl::InvalidArgumentError("--health-listen needs --tls-cert: without TLS, probes use --listen");
-    }
-    absl::StatusOr<ListenAddress> health = ParseListenAddress(absl::GetFlag(FLAGS_health_listen));
-    if (!health.ok()) return FlagError(FLAGS_health_listen, health.status());
-    if (health->port != 0 && health->ToString() == options.endpoints.listen.ToString()) {
-      return absl::InvalidArgumentError("--health-listen: must differ from --listen (a second, plaintext port)");
-    }
-    options.endpoints.health_listen = *std::move(health);
-  }
-  if (parsed->Given(FLAGS_api_key_file)) {
-    absl::StatusOr<std::vector<std::string>> keys = ReadApiKeyFile(absl::GetFlag(FLAGS_api_key_file));
-    if (!keys.ok()) return FlagError(FLAGS_api_key_file, keys.status());
-    options.security.api_keys = std::make_shared<const ApiKeys>(*keys);
-  }
-  if (parsed->Given(FLAGS_auth_open_methods)) {
-    if (options.security.api_keys == nullptr) {
-      return absl::InvalidArgumentError("--auth-open-methods needs --api-key-file: without it every method is open");
-    }
-    for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_auth_open_methods), ',', absl::SkipEmpty())) {
-      absl::StatusOr<std::string> method = OpenMethod(name);
-      if (!method.ok()) return FlagError(FLAGS_auth_open_methods, method.status());
-      options.security.auth_open_methods.insert(*std::move(method));
-    }
-  }
+  if (absl::Status status = ReadServingFlags(*parsed, options); !status.ok()) return status;
+  if (absl::Status status = CheckLimits(options); !status.ok()) return status;
+  if (absl::Status status = ReadListenAddresses(options); !status.ok()) return status;
+  if (absl::Status status = ReadSecurityFlags(*parsed, options); !status.ok()) return status;
   return command;
 }
 

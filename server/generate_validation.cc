@@ -50,24 +50,9 @@ absl::Status DiagnoseUnparsable(std::string_view wire) {
   return Invalid("request", "not a valid strata.v1.GenerateRequest");
 }
 
-}  // namespace
-
-absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(std::string_view wire, const GenerateLimits& limits,
-                                                                   const tokenizer::Tokenizer* tokenizer) {
-  v1::GenerateRequest request;
-  if (!request.ParseFromArray(wire.data(), static_cast<int>(wire.size()))) return DiagnoseUnparsable(wire);
-  return ValidateGenerateRequest(request, limits, tokenizer);
-}
-
-absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
-                                                                   const GenerateLimits& limits,
-                                                                   const tokenizer::Tokenizer* tokenizer) {
-  runtime::GenerationRequest out;
-  if (static_cast<int64_t>(request.request_id().size()) > limits.max_request_id_bytes) {
-    return Invalid("request_id", absl::StrCat(Count(static_cast<int64_t>(request.request_id().size()), "byte"),
-                                              ", more than the limit ", limits.max_request_id_bytes));
-  }
-  out.request_id = request.request_id();
+// The prompt, as text (tokenized here) or as ids, within the limits and the vocabulary.
+absl::Status ReadPrompt(const v1::GenerateRequest& request, const GenerateLimits& limits,
+                        const tokenizer::Tokenizer* tokenizer, runtime::GenerationRequest& out) {
   const bool has_text = !request.prompt().empty();
   const bool has_ids = request.prompt_ids_size() > 0;
   if (has_text && has_ids) return Invalid("prompt", "give prompt or prompt_ids, not both");
@@ -101,7 +86,13 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::Gen
           absl::StrCat("token id ", out.prompt[i], " is outside the vocabulary [0, ", limits.vocab_size, ")"));
     }
   }
+  return absl::OkStatus();
+}
 
+// max_new_tokens, and the prompt with it against --max-context and the KV cache. `prompt_field` names
+// the prompt as the request gave it.
+absl::Status ReadLength(const v1::GenerateRequest& request, const GenerateLimits& limits,
+                        absl::string_view prompt_field, runtime::GenerationRequest& out) {
   runtime::SamplingParams& s = out.sampling;
   if (request.max_new_tokens() == 0) return Invalid("max_new_tokens", "must be at least 1");
   if (request.max_new_tokens() > limits.max_new_tokens) {
@@ -126,6 +117,12 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::Gen
                                 positions, " positions of KV cache, more than the whole cache holds (",
                                 limits.kv_cache_tokens, " tokens, --kv-cache-tokens)"));
   }
+  return absl::OkStatus();
+}
+
+// temperature, top_p, repetition_penalty, top_k, seed and top_logprobs.
+absl::Status ReadSampling(const v1::GenerateRequest& request, const GenerateLimits& limits,
+                          runtime::SamplingParams& s) {
   if (!(request.temperature() >= 0) || std::isinf(request.temperature())) {
     return Invalid("temperature", absl::StrCat(Number(request.temperature()), " is not a finite number >= 0"));
   }
@@ -150,6 +147,12 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::Gen
                    absl::StrCat(request.top_logprobs(), " is above the limit ", limits.max_top_logprobs));
   }
   s.top_logprobs = static_cast<int32_t>(request.top_logprobs());
+  return absl::OkStatus();
+}
+
+// The stop strings: how many, how long, and a tokenizer to decode text with.
+absl::Status ReadStops(const v1::GenerateRequest& request, const GenerateLimits& limits,
+                       const tokenizer::Tokenizer* tokenizer, runtime::SamplingParams& s) {
   if (request.stop_size() > limits.max_stop_strings) {
     return Invalid("stop", absl::StrCat(Count(request.stop_size(), "stop string"), ", more than the limit ",
                                         limits.max_stop_strings));
@@ -166,6 +169,33 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::Gen
     }
     s.stop.push_back(stop);
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(std::string_view wire, const GenerateLimits& limits,
+                                                                   const tokenizer::Tokenizer* tokenizer) {
+  v1::GenerateRequest request;
+  if (!request.ParseFromArray(wire.data(), static_cast<int>(wire.size()))) return DiagnoseUnparsable(wire);
+  return ValidateGenerateRequest(request, limits, tokenizer);
+}
+
+absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
+                                                                   const GenerateLimits& limits,
+                                                                   const tokenizer::Tokenizer* tokenizer) {
+  runtime::GenerationRequest out;
+  if (static_cast<int64_t>(request.request_id().size()) > limits.max_request_id_bytes) {
+    return Invalid("request_id", absl::StrCat(Count(static_cast<int64_t>(request.request_id().size()), "byte"),
+                                              ", more than the limit ", limits.max_request_id_bytes));
+  }
+  out.request_id = request.request_id();
+  if (absl::Status prompt = ReadPrompt(request, limits, tokenizer, out); !prompt.ok()) return prompt;
+  // ReadPrompt accepted exactly one of the two.
+  const char* prompt_field = request.prompt().empty() ? "prompt_ids" : "prompt";
+  if (absl::Status length = ReadLength(request, limits, prompt_field, out); !length.ok()) return length;
+  if (absl::Status sampling = ReadSampling(request, limits, out.sampling); !sampling.ok()) return sampling;
+  if (absl::Status stops = ReadStops(request, limits, tokenizer, out.sampling); !stops.ok()) return stops;
   return out;
 }
 

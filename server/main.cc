@@ -111,6 +111,160 @@ int Drain(strata::server::RunningServer& running, std::chrono::milliseconds time
   return device_lost ? kExitFailure : 0;
 }
 
+// Start-up steps give back the exit status when strata-server ends there (the reason already printed),
+// nothing when it goes on.
+using EarlyExit = std::optional<int>;
+
+// The plan made at start-up: with weights to serve, the load options (whose plan the load follows);
+// without, the plan alone, served by GetDeviceMap.
+struct StartupPlan {
+  std::optional<strata::server::ServedPlan> plan;
+  std::optional<strata::runtime::LoadOptions> load;
+};
+
+// The machine, discovered once (what transformers reads when it gets no max_memory): every visible
+// GPU's free memory and the host's available memory. Nothing to discover with --max-memory.
+EarlyExit DiscoverMachine(const strata::server::ServerOptions& options,
+                          std::optional<strata::planner::MachineInventory>& inventory) {
+  if (options.placement.max_memory) return std::nullopt;
+  absl::StatusOr<strata::planner::MachineInventory> discovered = strata::planner::DiscoverInventory();
+  if (!discovered.ok()) {
+    std::cerr << "strata-server: " << discovered.status().message() << "\n";
+    return kExitFailure;
+  }
+  inventory = *std::move(discovered);
+  std::cout << "strata-server: machine: " << strata::planner::InventoryToString(*inventory) << std::endl;
+  return std::nullopt;
+}
+
+// One plan per process, made before anything starts: a bad plan exits 2 at once.
+EarlyExit MakeStartupPlan(const strata::server::ServerOptions& options, bool serve_weights,
+                          const std::optional<strata::planner::MachineInventory>& inventory, StartupPlan& startup) {
+  if (serve_weights) {
+    absl::StatusOr<strata::runtime::LoadOptions> planned =
+        strata::server::PlanServedModel(options.placement, options.serving, inventory);
+    if (!planned.ok()) {
+      std::cerr << "strata-server: " << planned.status().message() << "\n";
+      return planned.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
+    }
+    startup.load = *std::move(planned);
+  } else {
+    absl::StatusOr<strata::server::ServedPlan> served = strata::server::MakeServedPlan(options.placement, inventory);
+    if (!served.ok()) {
+      std::cerr << "strata-server: " << served.status().message() << "\n";
+      return kExitBadInput;
+    }
+    startup.plan = *std::move(served);
+  }
+  return std::nullopt;
+}
+
+// The plan's warnings and, when serving weights, the notes on how they will be served.
+void PrintPlanWarnings(const strata::server::ServerOptions& options, const StartupPlan& startup) {
+  // Loudly: a plan that names GPUs but serves from the CPU is almost never what the operator wants.
+  for (const std::string& warning : startup.plan ? startup.plan->plan.warnings : startup.load->plan.warnings) {
+    std::cerr << "strata-server: WARNING: " << warning << "\n";
+  }
+  if (startup.load) {
+    const strata::server::ServingNotes notes =
+        strata::server::NotesOnServing(options.placement, options.serving, *startup.load);
+    for (const std::string& warning : notes.warnings) std::cerr << "strata-server: WARNING: " << warning << "\n";
+    for (const std::string& note : notes.notes) std::cerr << "strata-server: " << note << "\n";
+  }
+}
+
+// Waits for signals while the load thread runs, until it is `done`: returns the stop signal that came
+// as the load ended (0 if none), or -1 when waiting failed. A stop before that ends the process here.
+int WaitWhileLoading(ModelLoad& load_state, strata::server::RunningServer& running, const sigset_t& stop_signals) {
+  for (;;) {
+    const int signal_number = WaitForSignal(stop_signals, std::nullopt);
+    if (signal_number < 0) return -1;
+    std::lock_guard lock(load_state.mutex);
+    if (load_state.done) return IsStopSignal(signal_number) ? signal_number : 0;
+    if (!IsStopSignal(signal_number)) continue;
+    // The load cannot be interrupted (it is inside LibTorch and the checkpoint reader), and waiting for
+    // it is what a stop must not do. Close the port (clients see the server go), then end the process
+    // without running destructors or atexit handlers: _Exit ends the loader thread with it, so nothing
+    // frees state that thread still uses, and the kernel and the GPU driver reclaim its memory and
+    // mappings. Nothing was served, so nothing is lost.
+    std::cerr << "strata-server: " << SignalName(signal_number) << " while loading: exiting without waiting for "
+              << "the load" << std::endl;
+    running.Shutdown();
+    std::cout.flush();
+    std::cerr.flush();
+    std::_Exit(0);
+  }
+}
+
+// Loads the weights by `load` and serves them; the port is already open (NOT_SERVING until then).
+EarlyExit LoadAndServe(strata::server::RunningServer& running, const strata::server::ServerOptions& options,
+                       const strata::runtime::LoadOptions& load, const sigset_t& stop_signals) {
+  std::cout << "strata-server: loading " << options.placement.model_dir->string() << " (NOT_SERVING on "
+            << running.grpc_address().ToString() << " until loaded)" << std::endl;
+  // A sticky device error: report NOT_SERVING at once, then let the main thread shut down (answering
+  // what is in flight, every generation having ended INTERNAL) and exit 1.
+  auto on_device_lost = [&running](const absl::Status&) {
+    running.MarkDeviceLost();
+    kill(getpid(), kDeviceLostSignal);
+  };
+  // The load runs on its own thread while this one waits for signals, so that a stop during a load of
+  // minutes is obeyed at once.
+  ModelLoad load_state;
+  std::thread loader([&] {
+    absl::StatusOr<std::unique_ptr<strata::server::ServedModel>> loaded =
+        strata::server::ServedModel::Load(options, load, on_device_lost);
+    {
+      std::lock_guard lock(load_state.mutex);
+      load_state.model = std::move(loaded);
+      load_state.done = true;
+    }
+    kill(getpid(), kLookAgainSignal);
+  });
+  const int stop_during_load = WaitWhileLoading(load_state, running, stop_signals);
+  loader.join();
+  if (stop_during_load < 0) {
+    running.Shutdown();
+    return kExitFailure;
+  }
+  absl::StatusOr<std::unique_ptr<strata::server::ServedModel>>& model = load_state.model;
+  if (!model.ok()) {
+    std::cerr << "strata-server: " << model.status().message() << "\n";
+    running.Shutdown();
+    return model.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
+  }
+  if (stop_during_load != 0) {
+    // The stop came as the load ended: nothing was served, so there is nothing to drain.
+    std::cerr << "strata-server: " << SignalName(stop_during_load) << " while loading, shutting down\n";
+    running.Shutdown();
+    return 0;
+  }
+  const strata::runtime::LoadReport& report = (*model)->model().report();
+  std::cout << strata::planner::PlanToTable(report.spec, report.plan) << report.stages << "\n"
+            << "strata-server: loaded in " << report.seconds << " s (" << report.dtype << ", "
+            << ((*model)->tokenizer() != nullptr ? "tokenizer.json" : "no tokenizer: token ids only") << ")\n";
+  running.ServeModel(*std::move(model));
+  std::cout << "strata-server: serving Generate and GetDeviceMap on " << running.grpc_address().ToString()
+            << ", metrics on " << running.metrics_address().ToString() << "/metrics" << std::endl;
+  return std::nullopt;
+}
+
+// Serves until a stop signal, then drains; a lost device ends the server at once (exit 1).
+int ServeUntilStopped(strata::server::RunningServer& running, const strata::server::ServerOptions& options,
+                      const sigset_t& stop_signals) {
+  int stop_signal = 0;
+  while (stop_signal == 0) {
+    const int signal_number = WaitForSignal(stop_signals, std::nullopt);
+    if (signal_number < 0) return kExitFailure;
+    if (signal_number == kDeviceLostSignal) {
+      std::cerr << "strata-server: a device is unusable, shutting down\n";
+      running.Shutdown();
+      return kExitFailure;
+    }
+    if (IsStopSignal(signal_number)) stop_signal = signal_number;
+  }
+  return Drain(running, options.lifecycle.drain_timeout, stop_signal, stop_signals);
+}
+
 int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
   using strata::server::ServerCommand;
   absl::StatusOr<ServerCommand> command = strata::server::ParseServerFlags(args);
@@ -126,48 +280,11 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
 
   const strata::server::ServerOptions& options = command->options;
   const bool serve_weights = options.placement.model_dir && strata::server::HasWeights(*options.placement.model_dir);
-  // The machine, discovered once (what transformers reads when it gets no max_memory): every visible
-  // GPU's free memory and the host's available memory.
   std::optional<strata::planner::MachineInventory> inventory;
-  if (!options.placement.max_memory) {
-    absl::StatusOr<strata::planner::MachineInventory> discovered = strata::planner::DiscoverInventory();
-    if (!discovered.ok()) {
-      std::cerr << "strata-server: " << discovered.status().message() << "\n";
-      return kExitFailure;
-    }
-    inventory = *std::move(discovered);
-    std::cout << "strata-server: machine: " << strata::planner::InventoryToString(*inventory) << std::endl;
-  }
-  // One plan per process, made before anything starts: a bad plan exits 2 at once.
-  std::optional<strata::server::ServedPlan> plan;
-  std::optional<strata::runtime::LoadOptions> load;
-  if (serve_weights) {
-    absl::StatusOr<strata::runtime::LoadOptions> planned =
-        strata::server::PlanServedModel(options.placement, options.serving, inventory);
-    if (!planned.ok()) {
-      std::cerr << "strata-server: " << planned.status().message() << "\n";
-      return planned.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
-    }
-    load = *std::move(planned);
-  } else {
-    absl::StatusOr<strata::server::ServedPlan> served = strata::server::MakeServedPlan(options.placement, inventory);
-    if (!served.ok()) {
-      std::cerr << "strata-server: " << served.status().message() << "\n";
-      return kExitBadInput;
-    }
-    plan = *std::move(served);
-  }
-
-  // Loudly: a plan that names GPUs but serves from the CPU is almost never what the operator wants.
-  for (const std::string& warning : plan ? plan->plan.warnings : load->plan.warnings) {
-    std::cerr << "strata-server: WARNING: " << warning << "\n";
-  }
-  if (load) {
-    const strata::server::ServingNotes notes =
-        strata::server::NotesOnServing(options.placement, options.serving, *load);
-    for (const std::string& warning : notes.warnings) std::cerr << "strata-server: WARNING: " << warning << "\n";
-    for (const std::string& note : notes.notes) std::cerr << "strata-server: " << note << "\n";
-  }
+  if (EarlyExit exit = DiscoverMachine(options, inventory)) return *exit;
+  StartupPlan startup;
+  if (EarlyExit exit = MakeStartupPlan(options, serve_weights, inventory, startup)) return *exit;
+  PrintPlanWarnings(options, startup);
 
   // The port opens before the weights load: health says NOT_SERVING and Generate UNAVAILABLE meanwhile.
   absl::StatusOr<std::unique_ptr<strata::server::RunningServer>> server = strata::server::RunningServer::Start(options);
@@ -176,93 +293,15 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
     return kExitFailure;
   }
   strata::server::RunningServer& running = **server;
-  if (plan) {
-    std::cout << strata::planner::PlanToTable(plan->spec, plan->plan);
-    running.ServePlan(*std::move(plan));
+  if (startup.plan) {
+    std::cout << strata::planner::PlanToTable(startup.plan->spec, startup.plan->plan);
+    running.ServePlan(*std::move(startup.plan));
     std::cout << "strata-server: serving GetDeviceMap on " << running.grpc_address().ToString() << ", metrics on "
               << running.metrics_address().ToString() << "/metrics" << std::endl;
-  } else {
-    std::cout << "strata-server: loading " << options.placement.model_dir->string() << " (NOT_SERVING on "
-              << running.grpc_address().ToString() << " until loaded)" << std::endl;
-    // A sticky device error: report NOT_SERVING at once, then let the main thread shut down (answering
-    // what is in flight, every generation having ended INTERNAL) and exit 1.
-    auto on_device_lost = [&running](const absl::Status&) {
-      running.MarkDeviceLost();
-      kill(getpid(), kDeviceLostSignal);
-    };
-    // The load runs on its own thread while this one waits for signals, so that a stop during a load of
-    // minutes is obeyed at once.
-    ModelLoad load_state;
-    std::thread loader([&] {
-      absl::StatusOr<std::unique_ptr<strata::server::ServedModel>> loaded =
-          strata::server::ServedModel::Load(options, *load, on_device_lost);
-      {
-        std::lock_guard lock(load_state.mutex);
-        load_state.model = std::move(loaded);
-        load_state.done = true;
-      }
-      kill(getpid(), kLookAgainSignal);
-    });
-    int stop_during_load = 0;
-    for (;;) {
-      const int signal_number = WaitForSignal(stop_signals, std::nullopt);
-      if (signal_number < 0) {
-        loader.join();
-        running.Shutdown();
-        return kExitFailure;
-      }
-      std::lock_guard lock(load_state.mutex);
-      if (load_state.done) {
-        if (IsStopSignal(signal_number)) stop_during_load = signal_number;
-        break;
-      }
-      if (!IsStopSignal(signal_number)) continue;
-      // The load cannot be interrupted (it is inside LibTorch and the checkpoint reader), and waiting for
-      // it is what a stop must not do. Close the port (clients see the server go), then end the process
-      // without running destructors or atexit handlers: _Exit ends the loader thread with it, so nothing
-      // frees state that thread still uses, and the kernel and the GPU driver reclaim its memory and
-      // mappings. Nothing was served, so nothing is lost.
-      std::cerr << "strata-server: " << SignalName(signal_number) << " while loading: exiting without waiting for "
-                << "the load" << std::endl;
-      running.Shutdown();
-      std::cout.flush();
-      std::cerr.flush();
-      std::_Exit(0);
-    }
-    loader.join();
-    absl::StatusOr<std::unique_ptr<strata::server::ServedModel>>& model = load_state.model;
-    if (!model.ok()) {
-      std::cerr << "strata-server: " << model.status().message() << "\n";
-      running.Shutdown();
-      return model.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
-    }
-    if (stop_during_load != 0) {
-      // The stop came as the load ended: nothing was served, so there is nothing to drain.
-      std::cerr << "strata-server: " << SignalName(stop_during_load) << " while loading, shutting down\n";
-      running.Shutdown();
-      return 0;
-    }
-    const strata::runtime::LoadReport& report = (*model)->model().report();
-    std::cout << strata::planner::PlanToTable(report.spec, report.plan) << report.stages << "\n"
-              << "strata-server: loaded in " << report.seconds << " s (" << report.dtype << ", "
-              << ((*model)->tokenizer() != nullptr ? "tokenizer.json" : "no tokenizer: token ids only") << ")\n";
-    running.ServeModel(*std::move(model));
-    std::cout << "strata-server: serving Generate and GetDeviceMap on " << running.grpc_address().ToString()
-              << ", metrics on " << running.metrics_address().ToString() << "/metrics" << std::endl;
+  } else if (EarlyExit exit = LoadAndServe(running, options, *startup.load, stop_signals)) {
+    return *exit;
   }
-
-  int stop_signal = 0;
-  while (stop_signal == 0) {
-    const int signal_number = WaitForSignal(stop_signals, std::nullopt);
-    if (signal_number < 0) return kExitFailure;
-    if (signal_number == kDeviceLostSignal) {
-      std::cerr << "strata-server: a device is unusable, shutting down\n";
-      running.Shutdown();
-      return kExitFailure;
-    }
-    if (IsStopSignal(signal_number)) stop_signal = signal_number;
-  }
-  return Drain(running, options.lifecycle.drain_timeout, stop_signal, stop_signals);
+  return ServeUntilStopped(running, options, stop_signals);
 }
 
 }  // namespace

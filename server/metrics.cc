@@ -64,230 +64,274 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const ListenAddress& add
   return std::unique_ptr<Metrics>(new Metrics(std::move(bound), std::move(registry), *std::move(endpoint)));
 }
 
+Metrics::DeviceGauges Metrics::RegisterDeviceGauges(prometheus::Registry& registry) {
+  return {
+      .budget_bytes = prometheus::BuildGauge()
+                          .Name("strata_device_budget_bytes")
+                          .Help("Memory budget of a device (max_memory after balancing), in bytes")
+                          .Register(registry),
+      .planned_bytes = prometheus::BuildGauge()
+                           .Name("strata_device_planned_bytes")
+                           .Help("Bytes of weights the plan places on a device")
+                           .Register(registry),
+      .kv_cache_bytes = prometheus::BuildGauge()
+                            .Name("strata_device_kv_cache_bytes")
+                            .Help("KV cache bytes the plan reserves on a device")
+                            .Register(registry),
+      .memory_bytes = prometheus::BuildGauge()
+                          .Name("strata_device_memory_bytes")
+                          .Help("Measured memory of a device: kind allocated, reserved, total or free "
+                                "(CUDA allocator and cudaMemGetInfo; process RSS and host memory for cpu)")
+                          .Register(registry),
+  };
+}
+
+Metrics::RequestMetrics Metrics::RegisterRequestMetrics(prometheus::Registry& registry) {
+  return {
+      .total =
+          prometheus::BuildCounter()
+              .Name("strata_requests_total")
+              .Help("Generate calls by their final gRPC status code, and GetDeviceMap calls refused UNAUTHENTICATED")
+              .Register(registry),
+      .duration = prometheus::BuildHistogram()
+                      .Name("strata_request_duration_seconds")
+                      .Help("Generate calls from arrival to their final status")
+                      .Register(registry)
+                      .Add({}, LatencyBuckets()),
+      .time_to_first_token = prometheus::BuildHistogram()
+                                 .Name("strata_time_to_first_token_seconds")
+                                 .Help("From a Generate call's arrival to its first generated token")
+                                 .Register(registry)
+                                 .Add({}, LatencyBuckets()),
+      .inter_token_latency = prometheus::BuildHistogram()
+                                 .Name("strata_inter_token_latency_seconds")
+                                 .Help("Between consecutive generated tokens of one request")
+                                 .Register(registry)
+                                 .Add({}, LatencyBuckets()),
+      .prompt_tokens = prometheus::BuildCounter()
+                           .Name("strata_prompt_tokens_total")
+                           .Help("Prompt tokens of accepted Generate calls")
+                           .Register(registry)
+                           .Add({}),
+      .generated_tokens = prometheus::BuildCounter()
+                              .Name("strata_generated_tokens_total")
+                              .Help("Tokens generated")
+                              .Register(registry)
+                              .Add({}),
+  };
+}
+
+Metrics::SchedulerGauges Metrics::RegisterSchedulerGauges(prometheus::Registry& registry) {
+  return {
+      .queue_depth = prometheus::BuildGauge()
+                         .Name("strata_queue_depth")
+                         .Help("Requests waiting to run (as strata_requests_waiting)")
+                         .Register(registry)
+                         .Add({}),
+      .active_sequences = prometheus::BuildGauge()
+                              .Name("strata_active_sequences")
+                              .Help("Sequences running, holding KV blocks (as strata_requests_running)")
+                              .Register(registry)
+                              .Add({}),
+      .requests_waiting = prometheus::BuildGauge()
+                              .Name("strata_requests_waiting")
+                              .Help("Requests waiting to run: not yet admitted, or preempted and waiting to be "
+                                    "recomputed (vLLM: vllm:num_requests_waiting)")
+                              .Register(registry)
+                              .Add({}),
+      .requests_running = prometheus::BuildGauge()
+                              .Name("strata_requests_running")
+                              .Help("Requests running, holding KV blocks (vLLM: vllm:num_requests_running)")
+                              .Register(registry)
+                              .Add({}),
+  };
+}
+
+Metrics::KvCacheMetrics Metrics::RegisterKvCacheMetrics(prometheus::Registry& registry) {
+  return {
+      .usage_ratio = prometheus::BuildGauge()
+                         .Name("strata_kv_cache_usage_ratio")
+                         .Help("Fraction of the device's KV blocks held by running requests; cached prefix "
+                               "blocks count as free (vLLM: vllm:kv_cache_usage_perc)")
+                         .Register(registry),
+      .blocks = prometheus::BuildGauge()
+                    .Name("strata_kv_cache_blocks")
+                    .Help("KV blocks of the device's pool by state: used (held by running requests), "
+                          "cached (a prompt prefix no request holds, evicted when needed), free")
+                    .Register(registry),
+      .capacity_tokens = prometheus::BuildGauge()
+                             .Name("strata_kv_cache_capacity_tokens")
+                             .Help("Tokens the device's KV pool holds (blocks x block tokens)")
+                             .Register(registry),
+      .preemptions_total = prometheus::BuildCounter()
+                               .Name("strata_preemptions_total")
+                               .Help("Running requests preempted for lack of KV blocks, to be recomputed "
+                                     "(vLLM: vllm:num_preemptions)")
+                               .Register(registry)
+                               .Add({}),
+      .prefix_queries_total = prometheus::BuildCounter()
+                                  .Name("strata_prefix_cache_queries_total")
+                                  .Help("Prompt tokens looked up in the prefix cache at admission (vLLM: "
+                                        "vllm:prefix_cache_queries)")
+                                  .Register(registry)
+                                  .Add({}),
+      .prefix_hits_total = prometheus::BuildCounter()
+                               .Name("strata_prefix_cache_hits_total")
+                               .Help("Prompt tokens found in the prefix cache, not computed again (vLLM: "
+                                     "vllm:prefix_cache_hits)")
+                               .Register(registry)
+                               .Add({}),
+  };
+}
+
+Metrics::PipelineMetrics Metrics::RegisterPipelineMetrics(prometheus::Registry& registry) {
+  return {
+      .batch_size = prometheus::BuildHistogram()
+                        .Name("strata_batch_size")
+                        .Help("Rows of each micro-batch the engine runs")
+                        .Register(registry)
+                        .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128, 256}),
+      .stage_busy_seconds = prometheus::BuildCounter()
+                                .Name("strata_stage_busy_seconds_total")
+                                .Help("Wall time a pipeline stage spent running micro-batches (on CUDA: issuing them)")
+                                .Register(registry),
+  };
+}
+
+Metrics::PlanGauges Metrics::RegisterPlanGauges(prometheus::Registry& registry) {
+  return {
+      .inventory_free_bytes = prometheus::BuildGauge()
+                                  .Name("strata_device_inventory_free_bytes")
+                                  .Help("Free memory the plan's default budgets came from, at start-up (GPUs: "
+                                        "cudaMemGetInfo; cpu: MemAvailable); absent with --max-memory")
+                                  .Register(registry),
+      .inventory_total_bytes = prometheus::BuildGauge()
+                                   .Name("strata_device_inventory_total_bytes")
+                                   .Help("Total memory of each visible GPU at start-up (cudaMemGetInfo)")
+                                   .Register(registry),
+      .warnings = prometheus::BuildGauge()
+                      .Name("strata_plan_warnings")
+                      .Help("Warnings about the served plan (e.g. GPUs in the budgets holding no decoder "
+                            "layer); GetDeviceMap lists them")
+                      .Register(registry)
+                      .Add({}),
+  };
+}
+
+Metrics::HealthMetrics Metrics::RegisterHealthMetrics(prometheus::Registry& registry) {
+  return {
+      .serving = prometheus::BuildGauge()
+                     .Name("strata_serving")
+                     .Help("1 while the gRPC health service says SERVING; 0 while the weights load, during a "
+                           "drain and after a lost device")
+                     .Register(registry)
+                     .Add({}),
+      .engine_errors_total = prometheus::BuildCounter()
+                                 .Name("strata_engine_errors_total")
+                                 .Help("Micro-batches whose forward pass or sampling failed, by stage; their requests "
+                                       "ended INTERNAL")
+                                 .Register(registry),
+      .nonfinite_logits_total = prometheus::BuildCounter()
+                                    .Name("strata_nonfinite_logits_total")
+                                    .Help("Rows whose logits were not finite (NaN or inf), by the stage that computed "
+                                          "them; each ended its request INTERNAL")
+                                    .Register(registry),
+      .open_streams = prometheus::BuildGauge()
+                          .Name("strata_open_streams")
+                          .Help("Generate calls open: validating, waiting, generating or being read (--max-streams)")
+                          .Register(registry)
+                          .Add({}),
+      .requests_failed_in_a_row = prometheus::BuildGauge()
+                                      .Name("strata_requests_failed_in_a_row")
+                                      .Help("Requests that ended INTERNAL since the last forward pass that produced a "
+                                            "token; at --not-serving-after-errors health turns NOT_SERVING")
+                                      .Register(registry)
+                                      .Add({}),
+  };
+}
+
 Metrics::Metrics(ListenAddress address, std::shared_ptr<prometheus::Registry> registry,
                  std::unique_ptr<MetricsEndpoint> endpoint)
     : address_(std::move(address)),
       registry_(std::move(registry)),
       endpoint_(std::move(endpoint)),
-      device_budget_bytes_(prometheus::BuildGauge()
-                               .Name("strata_device_budget_bytes")
-                               .Help("Memory budget of a device (max_memory after balancing), in bytes")
-                               .Register(*registry_)),
-      device_planned_bytes_(prometheus::BuildGauge()
-                                .Name("strata_device_planned_bytes")
-                                .Help("Bytes of weights the plan places on a device")
-                                .Register(*registry_)),
-      device_kv_cache_bytes_(prometheus::BuildGauge()
-                                 .Name("strata_device_kv_cache_bytes")
-                                 .Help("KV cache bytes the plan reserves on a device")
-                                 .Register(*registry_)),
-      device_memory_bytes_(prometheus::BuildGauge()
-                               .Name("strata_device_memory_bytes")
-                               .Help("Measured memory of a device: kind allocated, reserved, total or free "
-                                     "(CUDA allocator and cudaMemGetInfo; process RSS and host memory for cpu)")
-                               .Register(*registry_)),
-      requests_total_(
-          prometheus::BuildCounter()
-              .Name("strata_requests_total")
-              .Help("Generate calls by their final gRPC status code, and GetDeviceMap calls refused UNAUTHENTICATED")
-              .Register(*registry_)),
-      request_duration_(prometheus::BuildHistogram()
-                            .Name("strata_request_duration_seconds")
-                            .Help("Generate calls from arrival to their final status")
-                            .Register(*registry_)
-                            .Add({}, LatencyBuckets())),
-      time_to_first_token_(prometheus::BuildHistogram()
-                               .Name("strata_time_to_first_token_seconds")
-                               .Help("From a Generate call's arrival to its first generated token")
-                               .Register(*registry_)
-                               .Add({}, LatencyBuckets())),
-      inter_token_latency_(prometheus::BuildHistogram()
-                               .Name("strata_inter_token_latency_seconds")
-                               .Help("Between consecutive generated tokens of one request")
-                               .Register(*registry_)
-                               .Add({}, LatencyBuckets())),
-      prompt_tokens_(prometheus::BuildCounter()
-                         .Name("strata_prompt_tokens_total")
-                         .Help("Prompt tokens of accepted Generate calls")
-                         .Register(*registry_)
-                         .Add({})),
-      generated_tokens_(prometheus::BuildCounter()
-                            .Name("strata_generated_tokens_total")
-                            .Help("Tokens generated")
-                            .Register(*registry_)
-                            .Add({})),
-      queue_depth_(prometheus::BuildGauge()
-                       .Name("strata_queue_depth")
-                       .Help("Requests waiting to run (as strata_requests_waiting)")
-                       .Register(*registry_)
-                       .Add({})),
-      active_sequences_(prometheus::BuildGauge()
-                            .Name("strata_active_sequences")
-                            .Help("Sequences running, holding KV blocks (as strata_requests_running)")
-                            .Register(*registry_)
-                            .Add({})),
-      requests_waiting_(prometheus::BuildGauge()
-                            .Name("strata_requests_waiting")
-                            .Help("Requests waiting to run: not yet admitted, or preempted and waiting to be "
-                                  "recomputed (vLLM: vllm:num_requests_waiting)")
-                            .Register(*registry_)
-                            .Add({})),
-      requests_running_(prometheus::BuildGauge()
-                            .Name("strata_requests_running")
-                            .Help("Requests running, holding KV blocks (vLLM: vllm:num_requests_running)")
-                            .Register(*registry_)
-                            .Add({})),
-      kv_cache_usage_ratio_(prometheus::BuildGauge()
-                                .Name("strata_kv_cache_usage_ratio")
-                                .Help("Fraction of the device's KV blocks held by running requests; cached prefix "
-                                      "blocks count as free (vLLM: vllm:kv_cache_usage_perc)")
-                                .Register(*registry_)),
-      kv_cache_blocks_(prometheus::BuildGauge()
-                           .Name("strata_kv_cache_blocks")
-                           .Help("KV blocks of the device's pool by state: used (held by running requests), "
-                                 "cached (a prompt prefix no request holds, evicted when needed), free")
-                           .Register(*registry_)),
-      kv_cache_capacity_tokens_(prometheus::BuildGauge()
-                                    .Name("strata_kv_cache_capacity_tokens")
-                                    .Help("Tokens the device's KV pool holds (blocks x block tokens)")
-                                    .Register(*registry_)),
-      preemptions_total_(prometheus::BuildCounter()
-                             .Name("strata_preemptions_total")
-                             .Help("Running requests preempted for lack of KV blocks, to be recomputed "
-                                   "(vLLM: vllm:num_preemptions)")
-                             .Register(*registry_)
-                             .Add({})),
-      prefix_cache_queries_total_(prometheus::BuildCounter()
-                                      .Name("strata_prefix_cache_queries_total")
-                                      .Help("Prompt tokens looked up in the prefix cache at admission (vLLM: "
-                                            "vllm:prefix_cache_queries)")
-                                      .Register(*registry_)
-                                      .Add({})),
-      prefix_cache_hits_total_(prometheus::BuildCounter()
-                                   .Name("strata_prefix_cache_hits_total")
-                                   .Help("Prompt tokens found in the prefix cache, not computed again (vLLM: "
-                                         "vllm:prefix_cache_hits)")
-                                   .Register(*registry_)
-                                   .Add({})),
-      batch_size_(prometheus::BuildHistogram()
-                      .Name("strata_batch_size")
-                      .Help("Rows of each micro-batch the engine runs")
-                      .Register(*registry_)
-                      .Add({}, prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128, 256})),
-      stage_busy_seconds_(prometheus::BuildCounter()
-                              .Name("strata_stage_busy_seconds_total")
-                              .Help("Wall time a pipeline stage spent running micro-batches (on CUDA: issuing them)")
-                              .Register(*registry_)),
-      inventory_free_bytes_(prometheus::BuildGauge()
-                                .Name("strata_device_inventory_free_bytes")
-                                .Help("Free memory the plan's default budgets came from, at start-up (GPUs: "
-                                      "cudaMemGetInfo; cpu: MemAvailable); absent with --max-memory")
-                                .Register(*registry_)),
-      inventory_total_bytes_(prometheus::BuildGauge()
-                                 .Name("strata_device_inventory_total_bytes")
-                                 .Help("Total memory of each visible GPU at start-up (cudaMemGetInfo)")
-                                 .Register(*registry_)),
-      plan_warnings_(prometheus::BuildGauge()
-                         .Name("strata_plan_warnings")
-                         .Help("Warnings about the served plan (e.g. GPUs in the budgets holding no decoder "
-                               "layer); GetDeviceMap lists them")
-                         .Register(*registry_)
-                         .Add({})),
-      serving_(prometheus::BuildGauge()
-                   .Name("strata_serving")
-                   .Help("1 while the gRPC health service says SERVING; 0 while the weights load, during a "
-                         "drain and after a lost device")
-                   .Register(*registry_)
-                   .Add({})),
-      engine_errors_total_(prometheus::BuildCounter()
-                               .Name("strata_engine_errors_total")
-                               .Help("Micro-batches whose forward pass or sampling failed, by stage; their requests "
-                                     "ended INTERNAL")
-                               .Register(*registry_)),
-      nonfinite_logits_total_(prometheus::BuildCounter()
-                                  .Name("strata_nonfinite_logits_total")
-                                  .Help("Rows whose logits were not finite (NaN or inf), by the stage that computed "
-                                        "them; each ended its request INTERNAL")
-                                  .Register(*registry_)),
-      open_streams_(prometheus::BuildGauge()
-                        .Name("strata_open_streams")
-                        .Help("Generate calls open: validating, waiting, generating or being read (--max-streams)")
-                        .Register(*registry_)
-                        .Add({})),
-      requests_failed_in_a_row_(prometheus::BuildGauge()
-                                    .Name("strata_requests_failed_in_a_row")
-                                    .Help("Requests that ended INTERNAL since the last forward pass that produced a "
-                                          "token; at --not-serving-after-errors health turns NOT_SERVING")
-                                    .Register(*registry_)
-                                    .Add({})) {
-  for (grpc::StatusCode code : kGenerateCodes) requests_total_.Add({{"code", CodeName(code)}});
+      devices_(RegisterDeviceGauges(*registry_)),
+      requests_(RegisterRequestMetrics(*registry_)),
+      scheduler_(RegisterSchedulerGauges(*registry_)),
+      kv_cache_(RegisterKvCacheMetrics(*registry_)),
+      pipeline_(RegisterPipelineMetrics(*registry_)),
+      plan_(RegisterPlanGauges(*registry_)),
+      health_(RegisterHealthMetrics(*registry_)) {
+  for (grpc::StatusCode code : kGenerateCodes) requests_.total.Add({{"code", CodeName(code)}});
 }
 
 void Metrics::RecordPlan(const planner::Plan& plan) {
   for (const planner::DeviceUsage& usage : plan.devices) {
     const prometheus::Labels labels{{"device", usage.device.ToString()}};
-    device_budget_bytes_.Add(labels).Set(usage.budget_bytes);
-    device_planned_bytes_.Add(labels).Set(static_cast<double>(usage.planned_bytes));
-    device_kv_cache_bytes_.Add(labels).Set(static_cast<double>(usage.kv_cache_bytes));
+    devices_.budget_bytes.Add(labels).Set(usage.budget_bytes);
+    devices_.planned_bytes.Add(labels).Set(static_cast<double>(usage.planned_bytes));
+    devices_.kv_cache_bytes.Add(labels).Set(static_cast<double>(usage.kv_cache_bytes));
   }
   if (plan.inventory) {
     for (size_t i = 0; i < plan.inventory->gpus.size(); ++i) {
       const prometheus::Labels labels{{"device", std::to_string(i)}};
-      inventory_free_bytes_.Add(labels).Set(static_cast<double>(plan.inventory->gpus[i].free_bytes));
-      inventory_total_bytes_.Add(labels).Set(static_cast<double>(plan.inventory->gpus[i].total_bytes));
+      plan_.inventory_free_bytes.Add(labels).Set(static_cast<double>(plan.inventory->gpus[i].free_bytes));
+      plan_.inventory_total_bytes.Add(labels).Set(static_cast<double>(plan.inventory->gpus[i].total_bytes));
     }
-    inventory_free_bytes_.Add({{"device", "cpu"}}).Set(static_cast<double>(plan.inventory->host_available_bytes));
+    plan_.inventory_free_bytes.Add({{"device", "cpu"}}).Set(static_cast<double>(plan.inventory->host_available_bytes));
   }
-  plan_warnings_.Set(static_cast<double>(plan.warnings.size()));
+  plan_.warnings.Set(static_cast<double>(plan.warnings.size()));
 }
 
 void Metrics::RecordRequest(grpc::StatusCode code, double seconds) {
-  requests_total_.Add({{"code", CodeName(code)}}).Increment();
-  request_duration_.Observe(seconds);
+  requests_.total.Add({{"code", CodeName(code)}}).Increment();
+  requests_.duration.Observe(seconds);
 }
 void Metrics::RecordUnauthenticated() {
-  requests_total_.Add({{"code", CodeName(grpc::StatusCode::UNAUTHENTICATED)}}).Increment();
+  requests_.total.Add({{"code", CodeName(grpc::StatusCode::UNAUTHENTICATED)}}).Increment();
 }
-void Metrics::RecordPromptTokens(int64_t tokens) { prompt_tokens_.Increment(static_cast<double>(tokens)); }
-void Metrics::RecordGeneratedTokens(int64_t tokens) { generated_tokens_.Increment(static_cast<double>(tokens)); }
-void Metrics::ObserveTimeToFirstToken(double seconds) { time_to_first_token_.Observe(seconds); }
-void Metrics::ObserveInterTokenLatency(double seconds) { inter_token_latency_.Observe(seconds); }
-void Metrics::ObserveBatchSize(int64_t rows) { batch_size_.Observe(static_cast<double>(rows)); }
+void Metrics::RecordPromptTokens(int64_t tokens) { requests_.prompt_tokens.Increment(static_cast<double>(tokens)); }
+void Metrics::RecordGeneratedTokens(int64_t tokens) {
+  requests_.generated_tokens.Increment(static_cast<double>(tokens));
+}
+void Metrics::ObserveTimeToFirstToken(double seconds) { requests_.time_to_first_token.Observe(seconds); }
+void Metrics::ObserveInterTokenLatency(double seconds) { requests_.inter_token_latency.Observe(seconds); }
+void Metrics::ObserveBatchSize(int64_t rows) { pipeline_.batch_size.Observe(static_cast<double>(rows)); }
 
 void Metrics::RecordEngine(const runtime::EngineStats& stats) {
-  queue_depth_.Set(static_cast<double>(stats.queued));
-  active_sequences_.Set(static_cast<double>(stats.active));
-  requests_waiting_.Set(static_cast<double>(stats.queued));
-  requests_running_.Set(static_cast<double>(stats.active));
+  scheduler_.queue_depth.Set(static_cast<double>(stats.queued));
+  scheduler_.active_sequences.Set(static_cast<double>(stats.active));
+  scheduler_.requests_waiting.Set(static_cast<double>(stats.queued));
+  scheduler_.requests_running.Set(static_cast<double>(stats.active));
   // Every KV pool has the same blocks, indexed alike (one block table serves all stages).
   for (const std::string& device : stats.kv_devices) {
     const double blocks = static_cast<double>(stats.kv_blocks);
-    kv_cache_usage_ratio_.Add({{"device", device}}).Set(blocks > 0 ? static_cast<double>(stats.kv_used) / blocks : 0);
-    kv_cache_capacity_tokens_.Add({{"device", device}}).Set(blocks * static_cast<double>(stats.kv_block_tokens));
+    kv_cache_.usage_ratio.Add({{"device", device}}).Set(blocks > 0 ? static_cast<double>(stats.kv_used) / blocks : 0);
+    kv_cache_.capacity_tokens.Add({{"device", device}}).Set(blocks * static_cast<double>(stats.kv_block_tokens));
     for (auto [state, count] :
          {std::pair{"used", stats.kv_used}, std::pair{"cached", stats.kv_cached}, std::pair{"free", stats.kv_free}}) {
-      kv_cache_blocks_.Add({{"device", device}, {"state", state}}).Set(static_cast<double>(count));
+      kv_cache_.blocks.Add({{"device", device}, {"state", state}}).Set(static_cast<double>(count));
     }
   }
-  for (auto [counter, total] : {std::pair{&preemptions_total_, stats.preemptions},
-                                std::pair{&prefix_cache_queries_total_, stats.prefix_queried_tokens},
-                                std::pair{&prefix_cache_hits_total_, stats.prefix_hit_tokens}}) {
+  for (auto [counter, total] : {std::pair{&kv_cache_.preemptions_total, stats.preemptions},
+                                std::pair{&kv_cache_.prefix_queries_total, stats.prefix_queried_tokens},
+                                std::pair{&kv_cache_.prefix_hits_total, stats.prefix_hit_tokens}}) {
     const double delta = static_cast<double>(total) - counter->Value();
     if (delta > 0) counter->Increment(delta);
   }
-  requests_failed_in_a_row_.Set(static_cast<double>(stats.failed_in_a_row));
+  health_.requests_failed_in_a_row.Set(static_cast<double>(stats.failed_in_a_row));
   for (size_t s = 0; s < stats.stages.size(); ++s) {
     const prometheus::Labels labels{{"stage", std::to_string(s)}, {"device", stats.stages[s].device}};
     // Every stage's error series exist from the first sample, at 0 (see kGenerateCodes).
-    engine_errors_total_.Add(labels);
-    nonfinite_logits_total_.Add(labels);
-    prometheus::Counter& counter = stage_busy_seconds_.Add(labels);
+    health_.engine_errors_total.Add(labels);
+    health_.nonfinite_logits_total.Add(labels);
+    prometheus::Counter& counter = pipeline_.stage_busy_seconds.Add(labels);
     // Counters only go up: add what accumulated since the last sample.
     const double delta = stats.stages[s].busy_seconds - counter.Value();
     if (delta > 0) counter.Increment(delta);
   }
-  for (auto [family, counts] : {std::pair{&engine_errors_total_, &stats.errors},
-                                std::pair{&nonfinite_logits_total_, &stats.nonfinite_logits}}) {
+  for (auto [family, counts] : {std::pair{&health_.engine_errors_total, &stats.errors},
+                                std::pair{&health_.nonfinite_logits_total, &stats.nonfinite_logits}}) {
     for (const runtime::StageErrors& e : *counts) {
       prometheus::Counter& counter = family->Add({{"stage", e.stage}, {"device", e.device}});
       const double delta = static_cast<double>(e.count) - counter.Value();
@@ -300,13 +344,13 @@ void Metrics::RecordDeviceMemory(const std::vector<runtime::DeviceMemory>& devic
   for (const runtime::DeviceMemory& d : devices) {
     for (auto [kind, value] : {std::pair{"allocated", d.allocated_bytes}, std::pair{"reserved", d.reserved_bytes},
                                std::pair{"total", d.total_bytes}, std::pair{"free", d.free_bytes}}) {
-      device_memory_bytes_.Add({{"device", d.device}, {"kind", kind}}).Set(static_cast<double>(value));
+      devices_.memory_bytes.Add({{"device", d.device}, {"kind", kind}}).Set(static_cast<double>(value));
     }
   }
 }
 
-void Metrics::SetOpenStreams(int64_t streams) { open_streams_.Set(static_cast<double>(streams)); }
+void Metrics::SetOpenStreams(int64_t streams) { health_.open_streams.Set(static_cast<double>(streams)); }
 
-void Metrics::SetServing(bool serving) { serving_.Set(serving ? 1.0 : 0.0); }
+void Metrics::SetServing(bool serving) { health_.serving.Set(serving ? 1.0 : 0.0); }
 
 }  // namespace strata::server

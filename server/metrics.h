@@ -60,36 +60,72 @@ class Metrics {
   ListenAddress address_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<MetricsEndpoint> endpoint_;
-  prometheus::Family<prometheus::Gauge>& device_budget_bytes_;
-  prometheus::Family<prometheus::Gauge>& device_planned_bytes_;
-  prometheus::Family<prometheus::Gauge>& device_kv_cache_bytes_;
-  prometheus::Family<prometheus::Gauge>& device_memory_bytes_;
-  prometheus::Family<prometheus::Counter>& requests_total_;
-  prometheus::Histogram& request_duration_;
-  prometheus::Histogram& time_to_first_token_;
-  prometheus::Histogram& inter_token_latency_;
-  prometheus::Counter& prompt_tokens_;
-  prometheus::Counter& generated_tokens_;
-  prometheus::Gauge& queue_depth_;
-  prometheus::Gauge& active_sequences_;
-  prometheus::Gauge& requests_waiting_;
-  prometheus::Gauge& requests_running_;
-  prometheus::Family<prometheus::Gauge>& kv_cache_usage_ratio_;
-  prometheus::Family<prometheus::Gauge>& kv_cache_blocks_;
-  prometheus::Family<prometheus::Gauge>& kv_cache_capacity_tokens_;
-  prometheus::Counter& preemptions_total_;
-  prometheus::Counter& prefix_cache_queries_total_;
-  prometheus::Counter& prefix_cache_hits_total_;
-  prometheus::Histogram& batch_size_;
-  prometheus::Family<prometheus::Counter>& stage_busy_seconds_;
-  prometheus::Family<prometheus::Gauge>& inventory_free_bytes_;
-  prometheus::Family<prometheus::Gauge>& inventory_total_bytes_;
-  prometheus::Gauge& plan_warnings_;
-  prometheus::Gauge& serving_;
-  prometheus::Family<prometheus::Counter>& engine_errors_total_;
-  prometheus::Family<prometheus::Counter>& nonfinite_logits_total_;
-  prometheus::Gauge& open_streams_;
-  prometheus::Gauge& requests_failed_in_a_row_;
+  // Per device: the plan's budget, weights and KV cache reserve (RecordPlan), and its measured memory.
+  struct DeviceGauges {
+    prometheus::Family<prometheus::Gauge>& budget_bytes;
+    prometheus::Family<prometheus::Gauge>& planned_bytes;
+    prometheus::Family<prometheus::Gauge>& kv_cache_bytes;
+    prometheus::Family<prometheus::Gauge>& memory_bytes;
+  };
+  // Generate calls: their final codes, latencies and tokens.
+  struct RequestMetrics {
+    prometheus::Family<prometheus::Counter>& total;
+    prometheus::Histogram& duration;
+    prometheus::Histogram& time_to_first_token;
+    prometheus::Histogram& inter_token_latency;
+    prometheus::Counter& prompt_tokens;
+    prometheus::Counter& generated_tokens;
+  };
+  // The engine's requests, waiting and running.
+  struct SchedulerGauges {
+    prometheus::Gauge& queue_depth;
+    prometheus::Gauge& active_sequences;
+    prometheus::Gauge& requests_waiting;
+    prometheus::Gauge& requests_running;
+  };
+  // The KV pools, preemptions for want of blocks, and the prefix cache.
+  struct KvCacheMetrics {
+    prometheus::Family<prometheus::Gauge>& usage_ratio;
+    prometheus::Family<prometheus::Gauge>& blocks;
+    prometheus::Family<prometheus::Gauge>& capacity_tokens;
+    prometheus::Counter& preemptions_total;
+    prometheus::Counter& prefix_queries_total;
+    prometheus::Counter& prefix_hits_total;
+  };
+  // The micro-batches the engine runs and the stages' busy time.
+  struct PipelineMetrics {
+    prometheus::Histogram& batch_size;
+    prometheus::Family<prometheus::Counter>& stage_busy_seconds;
+  };
+  // What the plan's default budgets came from, and the plan's warnings.
+  struct PlanGauges {
+    prometheus::Family<prometheus::Gauge>& inventory_free_bytes;
+    prometheus::Family<prometheus::Gauge>& inventory_total_bytes;
+    prometheus::Gauge& warnings;
+  };
+  // What health watches: serving or not, failed micro-batches and requests, open calls.
+  struct HealthMetrics {
+    prometheus::Gauge& serving;
+    prometheus::Family<prometheus::Counter>& engine_errors_total;
+    prometheus::Family<prometheus::Counter>& nonfinite_logits_total;
+    prometheus::Gauge& open_streams;
+    prometheus::Gauge& requests_failed_in_a_row;
+  };
+  static DeviceGauges RegisterDeviceGauges(prometheus::Registry& registry);
+  static RequestMetrics RegisterRequestMetrics(prometheus::Registry& registry);
+  static SchedulerGauges RegisterSchedulerGauges(prometheus::Registry& registry);
+  static KvCacheMetrics RegisterKvCacheMetrics(prometheus::Registry& registry);
+  static PipelineMetrics RegisterPipelineMetrics(prometheus::Registry& registry);
+  static PlanGauges RegisterPlanGauges(prometheus::Registry& registry);
+  static HealthMetrics RegisterHealthMetrics(prometheus::Registry& registry);
+
+  DeviceGauges devices_;
+  RequestMetrics requests_;
+  SchedulerGauges scheduler_;
+  KvCacheMetrics kv_cache_;
+  PipelineMetrics pipeline_;
+  PlanGauges plan_;
+  HealthMetrics health_;
 };
 
 }  // namespace strata::server

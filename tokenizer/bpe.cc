@@ -50,9 +50,16 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Parse(const JsonAt& json) {
     return dropout.Error("unsupported: BPE dropout samples merges at random, so its output is not reproducible");
   }
 
-  JsonAt vocab = json.Field("vocab");
+  if (absl::Status vocab = model->ParseVocab(json.Field("vocab")); !vocab.ok()) return vocab;
+  if (absl::Status options = model->ParseOptions(json); !options.ok()) return options;
+  if (absl::Status merges = model->ParseMerges(json.Field("merges")); !merges.ok()) return merges;
+  return model;
+}
+
+// vocab_, and the id -> token table from it.
+absl::Status BpeModel::ParseVocab(const JsonAt& vocab) {
   if (!vocab.value.is_object()) return vocab.Error("expected an object mapping tokens to ids");
-  model->vocab_.reserve(vocab.value.size());
+  vocab_.reserve(vocab.value.size());
   int32_t max_id = -1;
   for (const auto& [token, id] : vocab.value.items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
@@ -65,53 +72,58 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Parse(const JsonAt& json) {
           StrCat("id ", id.get<int64_t>(), " is above the largest supported id (", kMaxTokenId, ")"));
     }
     const auto i = static_cast<int32_t>(id.get<int64_t>());
-    model->vocab_.emplace(token, i);
+    vocab_.emplace(token, i);
     max_id = std::max(max_id, i);
   }
-  model->id_to_token_.resize(static_cast<size_t>(max_id + 1));
-  model->has_token_.assign(static_cast<size_t>(max_id + 1), false);
-  for (const auto& [token, id] : model->vocab_) {
-    model->id_to_token_[id] = token;
-    model->has_token_[id] = true;
+  id_to_token_.resize(static_cast<size_t>(max_id + 1));
+  has_token_.assign(static_cast<size_t>(max_id + 1), false);
+  for (const auto& [token, id] : vocab_) {
+    id_to_token_[id] = token;
+    has_token_[id] = true;
   }
+  return absl::OkStatus();
+}
 
+// The affixes, fuse_unk, byte_fallback, ignore_merges, unk_token and the byte-fallback tokens' ids.
+absl::Status BpeModel::ParseOptions(const JsonAt& json) {
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (json.Has(key)) {
       auto s = json.String(key);
       if (!s.ok()) return s.status();
-      (std::string_view(key) == "continuing_subword_prefix" ? model->continuing_subword_prefix_
-                                                            : model->end_of_word_suffix_) = *s;
+      (std::string_view(key) == "continuing_subword_prefix" ? continuing_subword_prefix_ : end_of_word_suffix_) = *s;
     }
   }
   auto fuse_unk = json.Bool("fuse_unk", false);
   if (!fuse_unk.ok()) return fuse_unk.status();
-  model->fuse_unk_ = *fuse_unk;
+  fuse_unk_ = *fuse_unk;
   auto byte_fallback = json.Bool("byte_fallback", false);
   if (!byte_fallback.ok()) return byte_fallback.status();
-  model->byte_fallback_ = *byte_fallback;
+  byte_fallback_ = *byte_fallback;
   auto ignore_merges = json.Bool("ignore_merges", false);
   if (!ignore_merges.ok()) return ignore_merges.status();
-  model->ignore_merges_ = *ignore_merges;
+  ignore_merges_ = *ignore_merges;
   if (json.Has("unk_token")) {
     auto unk = json.String("unk_token");
     if (!unk.ok()) return unk.status();
-    auto it = model->vocab_.find(*unk);
-    if (it == model->vocab_.end()) {
+    auto it = vocab_.find(*unk);
+    if (it == vocab_.end()) {
       return json.FieldError("unk_token", StrCat("\"", *unk, "\" is not in model.vocab"));
     }
-    model->unk_id_ = it->second;
+    unk_id_ = it->second;
   }
   for (int b = 0; b < 256; ++b) {
-    auto it = model->vocab_.find(absl::StrFormat("<0x%02X>", b));
-    model->byte_ids_[b] = it == model->vocab_.end() ? -1 : it->second;
+    auto it = vocab_.find(absl::StrFormat("<0x%02X>", b));
+    byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
   }
+  return absl::OkStatus();
+}
 
-  // Merges: "a b" strings (split at the first space) or ["a", "b"] pairs. A merge's rank is its index;
-  // a repeated pair keeps its last rank, as upstream's map collection does.
-  JsonAt merges = json.Field("merges");
+// Merges: "a b" strings (split at the first space) or ["a", "b"] pairs. A merge's rank is its index;
+// a repeated pair keeps its last rank, as upstream's map collection does.
+absl::Status BpeModel::ParseMerges(const JsonAt& merges) {
   if (!merges.value.is_array()) return merges.Error("expected an array of merges");
-  model->merges_.reserve(merges.value.size());
-  const size_t prefix_len = model->continuing_subword_prefix_.size();
+  merges_.reserve(merges.value.size());
+  const size_t prefix_len = continuing_subword_prefix_.size();
   for (size_t i = 0; i < merges.value.size(); ++i) {
     JsonAt m = merges.Index(i);
     std::string a, b;
@@ -127,18 +139,18 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Parse(const JsonAt& json) {
     } else {
       return m.Error("expected a \"left right\" string or a [left, right] pair");
     }
-    auto ia = model->vocab_.find(a);
-    if (ia == model->vocab_.end()) return m.Error(StrCat("token \"", a, "\" is not in model.vocab"));
-    auto ib = model->vocab_.find(b);
-    if (ib == model->vocab_.end()) return m.Error(StrCat("token \"", b, "\" is not in model.vocab"));
+    auto ia = vocab_.find(a);
+    if (ia == vocab_.end()) return m.Error(StrCat("token \"", a, "\" is not in model.vocab"));
+    auto ib = vocab_.find(b);
+    if (ib == vocab_.end()) return m.Error(StrCat("token \"", b, "\" is not in model.vocab"));
     const std::string merged = a + b.substr(std::min(prefix_len, b.size()));
-    auto im = model->vocab_.find(merged);
-    if (im == model->vocab_.end()) {
+    auto im = vocab_.find(merged);
+    if (im == vocab_.end()) {
       return m.Error(StrCat("merged token \"", merged, "\" is not in model.vocab"));
     }
-    model->merges_.insert_or_assign(PairKey(ia->second, ib->second), MergeRule{static_cast<int32_t>(i), im->second});
+    merges_.insert_or_assign(PairKey(ia->second, ib->second), MergeRule{static_cast<int32_t>(i), im->second});
   }
-  return model;
+  return absl::OkStatus();
 }
 
 std::optional<int32_t> BpeModel::TokenToId(std::string_view token) const {

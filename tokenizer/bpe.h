@@ -45,6 +45,10 @@ class BpeModel {
   static uint64_t PairKey(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
+  // Parse's steps: model.vocab (and the id -> token table), the options, model.merges (after both).
+  absl::Status ParseVocab(const JsonAt& vocab);
+  absl::Status ParseOptions(const JsonAt& json);
+  absl::Status ParseMerges(const JsonAt& merges);
   // The initial symbols of `word` (characters, byte-fallback bytes, unk), then every merge.
   void MergeWord(std::string_view word, std::vector<int32_t>& ids) const;
 
