@@ -48,16 +48,8 @@ c10::Stream CurrentStream(at::Device device) {
   return impl.getStream(device);
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSpec& spec, const planner::Plan& plan,
-                                                          const Checkpoint& checkpoint,
-                                                          const PipelineOptions& options) {
-  if (!spec.decoder.ok()) return spec.decoder.status();
-  const planner::DecoderConfig& config = *spec.decoder;
-  auto pipeline = std::make_unique<Pipeline>();
-  pipeline->options_ = options;
-  ModelDims& dims = pipeline->dims_;
+// The sizes and switches of the unit runners: the spec's tensor shapes with its DecoderConfig.
+absl::StatusOr<ModelDims> DimsOf(const planner::ModelSpec& spec, const planner::DecoderConfig& config) {
   const std::map<std::string, planner::ExpectedTensor> expected = planner::CheckpointTensors(spec);
   auto shape = [&](const std::string& name) -> const std::vector<int64_t>& { return expected.at(name).shape; };
   // Phi-3 fuses q, k and v into qkv_proj (rows: heads, kv_heads, kv_heads times head_dim).
@@ -66,6 +58,7 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
       (!fused_qkv && !expected.contains("model.layers.0.self_attn.q_proj.weight"))) {
     return absl::InvalidArgumentError(absl::StrCat(spec.architecture, ": the spec has no Llama-family tensors"));
   }
+  ModelDims dims;
   dims.vocab = shape("model.embed_tokens.weight")[0];
   dims.hidden = shape("model.embed_tokens.weight")[1];
   dims.head_dim = spec.head_dim;
@@ -78,49 +71,79 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
   dims.attn_logit_softcapping = config.attn_logit_softcapping;
   dims.final_logit_softcapping = config.final_logit_softcapping;
   if (fused_qkv) dims.intermediate = shape("model.layers.0.mlp.gate_up_proj.weight")[0] / 2;
-  const int64_t rotary_dim = config.rotary_dim > 0 ? config.rotary_dim : dims.head_dim;
-  if (config.rope.type == planner::RopeConfig::Type::kLongRope) {
-    pipeline->recompute_threshold_ = static_cast<int64_t>(config.rope.original_max_positions);
-  }
   dims.rms_norm_eps = config.rms_norm_eps;
   dims.qkv_bias = expected.contains("model.layers.0.self_attn.q_proj.bias");
   dims.qk_norm = config.qk_norm;
   dims.o_bias = expected.contains("model.layers.0.self_attn.o_proj.bias");
   dims.mlp_bias = expected.contains("model.layers.0.mlp.gate_proj.bias");
   dims.moe = config.moe;
-  const bool tied = spec.tied_weights.contains("lm_head.weight");
+  return dims;
+}
 
-  // Physical devices: plan GPU i runs on --physical-devices' choice, else cuda:i, which must exist.
-  const TorchInfo torch_info = QueryTorch();
-  auto physical = [&](int gpu) -> absl::StatusOr<at::Device> {
+}  // namespace
+
+// Where the plan's devices execute: plan GPU i on --physical-devices' choice, else cuda:i, which must exist.
+// "cpu" and "disk" entries execute on the main device: the first GPU of the plan when it is a CUDA device
+// (weights fetched there on use), else the CPU.
+struct Pipeline::Devices {
+  const planner::PhysicalDeviceMap& physical;
+  TorchInfo torch = QueryTorch();
+  at::Device main = at::kCPU;
+
+  absl::StatusOr<at::Device> Of(int gpu) const {
     planner::PhysicalDevice p{true, gpu};
-    if (auto it = options.physical.find(gpu); it != options.physical.end()) p = it->second;
+    if (auto it = physical.find(gpu); it != physical.end()) p = it->second;
     if (!p.cuda) return at::Device(at::kCPU);
-    if (!torch_info.cuda_available || p.index >= torch_info.cuda_device_count) {
+    if (!torch.cuda_available || p.index >= torch.cuda_device_count) {
       return absl::InvalidArgumentError(absl::StrCat(
           "device ", gpu, " of the plan runs on ", p.ToString(), ", but ",
-          torch_info.cuda_available ? absl::StrCat("only ", torch_info.cuda_device_count, " CUDA devices are visible")
-                                    : absl::StrCat("no CUDA device is visible (CUDA: ", torch_info.cuda_load, ")"),
+          torch.cuda_available ? absl::StrCat("only ", torch.cuda_device_count, " CUDA devices are visible")
+                               : absl::StrCat("no CUDA device is visible (CUDA: ", torch.cuda_load, ")"),
           " (map it with --physical-devices, e.g. ", gpu, "=cpu)"));
     }
     return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(p.index));
-  };
-  // "cpu" and "disk" entries execute on the main device: the first GPU of the plan when it is a CUDA
-  // device (weights fetched there on use), else the CPU.
-  at::Device main_device = at::kCPU;
-  {
-    std::optional<int> first_gpu;
-    for (const auto& [module, device] : plan.device_map) {
-      if (device.is_gpu() && (!first_gpu || device.index < *first_gpu)) first_gpu = device.index;
-    }
-    if (first_gpu) {
-      absl::StatusOr<at::Device> d = physical(*first_gpu);
-      if (!d.ok()) return d.status();
-      main_device = *d;
-    }
   }
 
+  absl::Status FindMain(const planner::DeviceMap& map) {
+    std::optional<int> first_gpu;
+    for (const auto& [module, device] : map) {
+      if (device.is_gpu() && (!first_gpu || device.index < *first_gpu)) first_gpu = device.index;
+    }
+    if (!first_gpu) return absl::OkStatus();
+    absl::StatusOr<at::Device> d = Of(*first_gpu);
+    if (!d.ok()) return d.status();
+    main = *d;
+    return absl::OkStatus();
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSpec& spec, const planner::Plan& plan,
+                                                          const Checkpoint& checkpoint,
+                                                          const PipelineOptions& options) {
+  if (!spec.decoder.ok()) return spec.decoder.status();
+  const planner::DecoderConfig& config = *spec.decoder;
+  auto pipeline = std::make_unique<Pipeline>();
+  pipeline->options_ = options;
+  absl::StatusOr<ModelDims> dims = DimsOf(spec, config);
+  if (!dims.ok()) return dims.status();
+  pipeline->dims_ = *std::move(dims);
+  if (config.rope.type == planner::RopeConfig::Type::kLongRope) {
+    pipeline->recompute_threshold_ = static_cast<int64_t>(config.rope.original_max_positions);
+  }
+  Devices devices{options.physical};
+  if (absl::Status s = devices.FindMain(plan.device_map); !s.ok()) return s;
   WeightLoader loader(checkpoint, options.dtype);
+  absl::StatusOr<std::vector<std::string>> labels = pipeline->LoadUnits(spec, plan, devices, loader);
+  if (!labels.ok()) return labels.status();
+  pipeline->load_stats_ = loader.stats();
+  pipeline->FormStages(config, *labels);
+  return pipeline;
+}
+
+absl::StatusOr<std::vector<std::string>> Pipeline::LoadUnits(const planner::ModelSpec& spec, const planner::Plan& plan,
+                                                             const Devices& devices, WeightLoader& loader) {
+  const planner::DecoderConfig& config = *spec.decoder;
+  const bool tied = spec.tied_weights.contains("lm_head.weight");
   absl::StatusOr<std::vector<UnitModule>> order = UnitModules(spec);
   if (!order.ok()) return order.status();
   if (static_cast<int64_t>(order->size()) != config.num_layers + 3) {
@@ -129,82 +152,99 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
   }
   std::vector<std::string> labels;
   for (const UnitModule& place : *order) {
-    const UnitKind kind = place.kind;
-    const int64_t layer = place.layer;
     Unit unit;
-    unit.kind = kind;
-    unit.layer = layer;
+    unit.kind = place.kind;
+    unit.layer = place.layer;
     unit.module = place.module->name;
-    if (kind == UnitKind::kDecoderLayer) unit.window = config.sliding_window.at(static_cast<size_t>(layer));
-    std::optional<at::Device> exec;
+    if (unit.kind == UnitKind::kDecoderLayer) unit.window = config.sliding_window.at(static_cast<size_t>(unit.layer));
     std::string label;
-    absl::StatusOr<std::vector<std::string>> names = UnitTensorNames(place, dims);
-    if (!names.ok()) return names.status();
-    for (const std::string& name : *names) {
-      // The tied head shares the embedding's storage: reuse the loaded tensor, not a second copy.
-      if (kind == UnitKind::kLmHead && tied) {
-        unit.weights.push_back(pipeline->units_.front().weights.front());
-        exec = pipeline->units_.front().device;
-        label = labels.front();
-        break;
-      }
-      absl::StatusOr<Device> planned = PlannedDevice(plan.device_map, name);
-      if (!planned.ok()) return planned.status();
-      Residency residency = Residency::kResident;
-      at::Device device = main_device;
-      if (planned->is_gpu()) {
-        absl::StatusOr<at::Device> d = physical(planned->index);
-        if (!d.ok()) return d.status();
-        device = *d;
-      } else if (planned->kind == Device::Kind::kDisk) {
-        residency = Residency::kDisk;
-      } else if (main_device.is_cuda()) {
-        residency = Residency::kHost;
-      }
-      if (exec && *exec != device) {
-        return absl::InvalidArgumentError(absl::StrCat("device_map: module ", unit.module, " would execute on both ",
-                                                       exec->str(), " and ", device.str(), " (tensor ", name,
-                                                       "); the runtime runs a module on one device"));
-      }
-      exec = device;
-      if (label.empty()) label = planned->ToString();
-      auto stored_name = spec.stored_names.find(name);  // Mixtral's router is stored under block_sparse_moe
-      absl::StatusOr<Weight> weight =
-          loader.Load(stored_name == spec.stored_names.end() ? name : stored_name->second, residency, device);
-      if (!weight.ok()) return weight.status();
-      unit.weights.push_back(*std::move(weight));
+    // The tied head shares the embedding's storage: reuse the loaded tensor, not a second copy.
+    if (unit.kind == UnitKind::kLmHead && tied) {
+      unit.weights.push_back(units_.front().weights.front());
+      unit.device = units_.front().device;
+      label = labels.front();
+    } else {
+      absl::StatusOr<std::vector<std::string>> names = UnitTensorNames(place, dims_);
+      if (!names.ok()) return names.status();
+      absl::StatusOr<std::string> loaded = LoadUnitWeights(spec, plan, devices, loader, *names, unit);
+      if (!loaded.ok()) return loaded.status();
+      label = *std::move(loaded);
     }
-    unit.device = *exec;
-    // A sparse layer's experts load on their own planned device and execute there (moe.h): a GPU of the
-    // plan, else the CPU (cpu and disk experts run where their weights are, as llama.cpp's --n-cpu-moe).
-    if (kind == UnitKind::kDecoderLayer) {
-      const std::string experts_module = absl::StrCat(unit.module, ".mlp.experts");
-      for (const planner::ExpertsStorage& storage : spec.per_expert_storage) {
-        if (storage.module != experts_module) continue;
-        absl::StatusOr<Device> planned = PlannedDevice(plan.device_map, experts_module + ".gate_up_proj");
-        if (!planned.ok()) return planned.status();
-        at::Device device = at::kCPU;
-        if (planned->is_gpu()) {
-          absl::StatusOr<at::Device> d = physical(planned->index);
-          if (!d.ok()) return d.status();
-          device = *d;
-        }
-        absl::StatusOr<std::vector<Weight>> experts = LoadExperts(loader, storage, device);
-        if (!experts.ok()) return experts.status();
-        unit.experts = *std::move(experts);
-        unit.experts_label = planned->ToString();
-      }
+    if (unit.kind == UnitKind::kDecoderLayer) {
+      if (absl::Status s = LoadExpertsOf(spec, plan, devices, loader, unit); !s.ok()) return s;
     }
     labels.push_back(label);
-    pipeline->units_.push_back(std::move(unit));
+    units_.push_back(std::move(unit));
   }
-  pipeline->load_stats_ = loader.stats();
+  return labels;
+}
 
-  // Stages: consecutive units with the same plan device (and so the same executing device).
-  std::vector<Stage>& stages = pipeline->stages_;
-  for (size_t i = 0; i < pipeline->units_.size(); ++i) {
-    const Unit& unit = pipeline->units_[i];
-    if (stages.empty() || stages.back().label != labels[i] || stages.back().device != unit.device) {
+absl::StatusOr<std::string> Pipeline::LoadUnitWeights(const planner::ModelSpec& spec, const planner::Plan& plan,
+                                                      const Devices& devices, WeightLoader& loader,
+                                                      const std::vector<std::string>& names, Unit& unit) {
+  std::optional<at::Device> exec;
+  std::string label;
+  for (const std::string& name : names) {
+    absl::StatusOr<Device> planned = PlannedDevice(plan.device_map, name);
+    if (!planned.ok()) return planned.status();
+    Residency residency = Residency::kResident;
+    at::Device device = devices.main;
+    if (planned->is_gpu()) {
+      absl::StatusOr<at::Device> d = devices.Of(planned->index);
+      if (!d.ok()) return d.status();
+      device = *d;
+    } else if (planned->kind == Device::Kind::kDisk) {
+      residency = Residency::kDisk;
+    } else if (devices.main.is_cuda()) {
+      residency = Residency::kHost;
+    }
+    if (exec && *exec != device) {
+      return absl::InvalidArgumentError(absl::StrCat("device_map: module ", unit.module, " would execute on both ",
+                                                     exec->str(), " and ", device.str(), " (tensor ", name,
+                                                     "); the runtime runs a module on one device"));
+    }
+    exec = device;
+    if (label.empty()) label = planned->ToString();
+    auto stored_name = spec.stored_names.find(name);  // Mixtral's router is stored under block_sparse_moe
+    absl::StatusOr<Weight> weight =
+        loader.Load(stored_name == spec.stored_names.end() ? name : stored_name->second, residency, device);
+    if (!weight.ok()) return weight.status();
+    unit.weights.push_back(*std::move(weight));
+  }
+  unit.device = *exec;
+  return label;
+}
+
+// A sparse layer's experts load on their own planned device and execute there (moe.h): a GPU of the
+// plan, else the CPU (cpu and disk experts run where their weights are, as llama.cpp's --n-cpu-moe).
+absl::Status Pipeline::LoadExpertsOf(const planner::ModelSpec& spec, const planner::Plan& plan, const Devices& devices,
+                                     WeightLoader& loader, Unit& unit) {
+  const std::string experts_module = absl::StrCat(unit.module, ".mlp.experts");
+  for (const planner::ExpertsStorage& storage : spec.per_expert_storage) {
+    if (storage.module != experts_module) continue;
+    absl::StatusOr<Device> planned = PlannedDevice(plan.device_map, experts_module + ".gate_up_proj");
+    if (!planned.ok()) return planned.status();
+    at::Device device = at::kCPU;
+    if (planned->is_gpu()) {
+      absl::StatusOr<at::Device> d = devices.Of(planned->index);
+      if (!d.ok()) return d.status();
+      device = *d;
+    }
+    absl::StatusOr<std::vector<Weight>> experts = LoadExperts(loader, storage, device);
+    if (!experts.ok()) return experts.status();
+    unit.experts = *std::move(experts);
+    unit.experts_label = planned->ToString();
+  }
+  return absl::OkStatus();
+}
+
+// Stages: consecutive units with the same plan device (and so the same executing device), each with its
+// RoPE tables, stream and KV pool.
+void Pipeline::FormStages(const planner::DecoderConfig& config, const std::vector<std::string>& labels) {
+  const int64_t rotary_dim = config.rotary_dim > 0 ? config.rotary_dim : dims_.head_dim;
+  for (size_t i = 0; i < units_.size(); ++i) {
+    const Unit& unit = units_[i];
+    if (stages_.empty() || stages_.back().label != labels[i] || stages_.back().device != unit.device) {
       Stage stage;
       stage.label = labels[i];
       stage.device = unit.device;
@@ -216,22 +256,21 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
       }
       if (unit.device.is_cuda()) {
         stage.stream = CudaStreamFromPool(unit.device);
-        pipeline->uses_cuda_ = true;
+        uses_cuda_ = true;
       }
-      stages.push_back(std::move(stage));
+      stages_.push_back(std::move(stage));
     }
-    Stage& stage = stages.back();
+    Stage& stage = stages_.back();
     stage.units.push_back(i);
     if (unit.kind == UnitKind::kDecoderLayer) {
       stage.windows.insert(unit.window);
-      stage.kv.AddLayer(unit.layer, unit.device, options.dtype, options.kv_blocks, options.kv_block_tokens,
-                        dims.num_kv_heads, dims.head_dim);
+      stage.kv.AddLayer(unit.layer, unit.device, options_.dtype, options_.kv_blocks, options_.kv_block_tokens,
+                        dims_.num_kv_heads, dims_.head_dim);
     }
     if (unit.offloaded() && unit.device.is_cuda() && !stage.copy_stream) {
       stage.copy_stream = CudaStreamFromPool(unit.device);
     }
   }
-  return pipeline;
 }
 
 void Pipeline::AwaitOutput(StageActivation& activation) {

@@ -120,6 +120,18 @@ class Pipeline {
   std::string Describe() const;  // "stage 0 (plan device 0 on cpu): model.embed_tokens, layers 0-1"
 
  private:
+  struct Devices;  // where the plan's devices execute (pipeline.cc)
+  // Build's steps: every unit's weights loaded onto its planned device, in forward order (returns each
+  // unit's plan-device label); one unit's weights; a sparse layer's experts; the stages over the units.
+  absl::StatusOr<std::vector<std::string>> LoadUnits(const planner::ModelSpec& spec, const planner::Plan& plan,
+                                                     const Devices& devices, WeightLoader& loader);
+  absl::StatusOr<std::string> LoadUnitWeights(const planner::ModelSpec& spec, const planner::Plan& plan,
+                                              const Devices& devices, WeightLoader& loader,
+                                              const std::vector<std::string>& names, Unit& unit);
+  absl::Status LoadExpertsOf(const planner::ModelSpec& spec, const planner::Plan& plan, const Devices& devices,
+                             WeightLoader& loader, Unit& unit);
+  void FormStages(const planner::DecoderConfig& config, const std::vector<std::string>& labels);
+
   ModelDims dims_;
   PipelineOptions options_;
   std::vector<Unit> units_;

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 import generate_helpers as GH
 import runtime_helpers as RH
@@ -24,12 +23,7 @@ def gemma_model(tmp_path_factory):
     directory = tmp_path_factory.mktemp("gemma2_text")
     kwargs = dict(RH.CONFIGS["gemma2_softcap"][1], vocab_size=320)
     config = transformers.Gemma2Config(**kwargs)
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(8.0) if p.dim() > 1 else p.uniform_(-0.5, 0.5)
-    model.save_pretrained(directory, safe_serialization=True)
+    RH.save_random_model(directory, config, seed=0)
     tok = RH.train_tokenizer(vocab_size=300)
     tok.save(str(directory / "tokenizer.json"))
     return directory, tok
@@ -80,13 +74,7 @@ def phi3_model(tmp_path_factory):
     directory = tmp_path_factory.mktemp("phi3_text")
     kwargs = dict(RH.CONFIGS["phi3_longrope"][1], vocab_size=320, original_max_position_embeddings=4)
     config = transformers.Phi3Config(**kwargs)
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.mul_(8.0)
-    model.save_pretrained(directory, safe_serialization=True)
+    RH.save_random_model(directory, config, seed=0, vectors=False)
     RH.train_tokenizer(vocab_size=300).save(str(directory / "tokenizer.json"))
     return directory
 

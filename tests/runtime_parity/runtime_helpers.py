@@ -74,6 +74,23 @@ CONFIGS = {
 }
 
 
+def save_random_model(directory: pathlib.Path, config, seed: int = 1, vectors: bool = True) -> pathlib.Path:
+    """A random model of `config` saved by transformers: matrices scaled up (well-separated top tokens) and,
+    with `vectors`, every 1-d parameter (norms, biases) uniform in [-0.5, 0.5] so that each one matters."""
+    import transformers
+
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.mul_(8.0)
+            elif vectors:
+                p.uniform_(-0.5, 0.5)
+    model.save_pretrained(directory, safe_serialization=True)
+    return directory
+
+
 def make_checkpoint(directory: pathlib.Path, name: str, dtype=torch.float32, seed: int = 0) -> pathlib.Path:
     import transformers
 

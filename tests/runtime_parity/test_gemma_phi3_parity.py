@@ -81,12 +81,7 @@ def test_gemma_attention_bias(strata_generate, tmp_path, config_class, name):
     import transformers
 
     config = getattr(transformers, config_class)(**dict(H.CONFIGS[name][1], attention_bias=True))
-    torch.manual_seed(1)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(8.0) if p.dim() > 1 else p.uniform_(-0.5, 0.5)
-    model.save_pretrained(tmp_path, safe_serialization=True)
+    H.save_random_model(tmp_path, config)
     reference = H.reference_generate(tmp_path, PROMPTS[:3], 8)
     assert_matches(reference, H.run_generate(tmp_path, PROMPTS[:3], 8, "--device-map", '{"": "cpu"}'))
 
