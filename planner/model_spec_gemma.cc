@@ -269,12 +269,19 @@ absl::StatusOr<DecoderConfig> ReadForwardPass(const json& config, const GemmaVar
   return out;
 }
 
-}  // namespace
+// The model's sizes, read from config.json and checked as both config classes do.
+struct GemmaSizes {
+  int64_t hidden = 0;
+  int64_t intermediate = 0;
+  int64_t layers = 0;
+  int64_t heads = 0;
+  int64_t vocab = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+};
 
-absl::StatusOr<ModelSpec> GemmaSpecFromConfig(const json& config, const Architecture& arch, DType dtype,
-                                              int64_t /*max_positions*/) {
-  const GemmaVariant& v = VariantOf(arch);
-
+// Reads and checks hidden, intermediate, layers, heads, vocab, kv heads, head_dim and pad_token_id.
+absl::StatusOr<GemmaSizes> ReadSizes(const json& config) {
   absl::StatusOr<int64_t> hidden = RequiredPositiveInt(config, "hidden_size", kMaxHiddenSize);
   if (!hidden.ok()) return hidden.status();
   absl::StatusOr<int64_t> intermediate = RequiredPositiveInt(config, "intermediate_size", kMaxHiddenSize);
@@ -300,78 +307,82 @@ absl::StatusOr<ModelSpec> GemmaSpecFromConfig(const json& config, const Architec
                       absl::StrCat("(", *kv_heads, ") must divide num_attention_heads (", *heads, ")"));
   }
   if (absl::Status s = CheckPadTokenId(config, *vocab, 0); !s.ok()) return s;
+  return GemmaSizes{*hidden, *intermediate, *layers, *heads, *vocab, *kv_heads, *head_dim};
+}
 
+// The activation, the embedding tie and the attention bias, as config.json states them.
+struct GemmaOptions {
   std::string activation = "gelu_pytorch_tanh";
+  std::string act_class;
+  bool tie = true;
+  bool bias = false;
+};
+
+// Reads and checks hidden_activation, tie_word_embeddings and attention_bias.
+absl::StatusOr<GemmaOptions> ReadOptions(const json& config) {
+  GemmaOptions options;
   if (auto it = config.find("hidden_activation"); it != config.end() && !it->is_null()) {
     if (!it->is_string()) return FieldError("hidden_activation", absl::StrCat("must be a string, got ", it->dump()));
-    activation = it->get<std::string>();
+    options.activation = it->get<std::string>();
   }
-  std::optional<std::string> act_class = ActivationClass(activation);
-  if (!act_class) return FieldError("hidden_activation", absl::StrCat("\"", activation, "\" is not supported"));
+  std::optional<std::string> act_class = ActivationClass(options.activation);
+  if (!act_class) return FieldError("hidden_activation", absl::StrCat("\"", options.activation, "\" is not supported"));
+  options.act_class = *act_class;
 
   absl::StatusOr<bool> tie = BoolOr(config, "tie_word_embeddings", true);
   if (!tie.ok()) return tie.status();
+  options.tie = *tie;
   absl::StatusOr<bool> bias = BoolOr(config, "attention_bias", false);
   if (!bias.ok()) return bias.status();
-  absl::StatusOr<std::vector<std::string>> layer_types = LayerTypes(config, v, *layers);
-  if (!layer_types.ok()) return layer_types.status();
-  if (absl::Status s = CheckRope(config, v); !s.ok()) return s;
+  options.bias = *bias;
+  return options;
+}
 
+// One decoder layer: attention (with Gemma 3's q/k norms), MLP and the four norms.
+ModuleSpec DecoderLayer(const ModuleSpec& layer_list, int64_t i, const GemmaVariant& v, const GemmaSizes& sizes,
+                        const GemmaOptions& options, DType dtype) {
   const std::string p(v.prefix);
   const std::string norm_class = p + "RMSNorm";
-  ModelSpec spec;
-  spec.architecture = std::string(v.architecture);
-  spec.dtype = dtype;
-  spec.no_split_classes = {p + "DecoderLayer"};
-  if (*tie) spec.tied_weights["lm_head.weight"] = "model.embed_tokens.weight";
-  spec.num_hidden_layers = *layers;
-  spec.num_key_value_heads = *kv_heads;
-  spec.head_dim = *head_dim;
-
-  ModuleSpec& root = spec.root;
-  root.class_name = spec.architecture;
-  ModuleSpec model = Module(root, "model", std::string(v.model_class));
-  // torch.tensor(hidden_size ** 0.5) built under from_config's default dtype: a 0-d buffer in the
-  // serving dtype, not saved in checkpoints.
-  ModuleSpec embed = Module(model, "embed_tokens", p + "TextScaledWordEmbedding");
-  embed.parameters.push_back(Tensor("weight", {*vocab, *hidden}, dtype));
-  embed.buffers.push_back(Tensor("embed_scale", {}, dtype, /*persistent=*/false));
-  model.children.push_back(std::move(embed));
-
-  ModuleSpec layer_list = Module(model, "layers", "ModuleList");
-  for (int64_t i = 0; i < *layers; ++i) {
-    ModuleSpec layer = Module(layer_list, std::to_string(i), p + "DecoderLayer");
-    ModuleSpec attn = Module(layer, "self_attn", p + "Attention");
-    attn.children.push_back(Linear(attn, "q_proj", *hidden, *heads * *head_dim, *bias, dtype));
-    attn.children.push_back(Linear(attn, "k_proj", *hidden, *kv_heads * *head_dim, *bias, dtype));
-    attn.children.push_back(Linear(attn, "v_proj", *hidden, *kv_heads * *head_dim, *bias, dtype));
-    attn.children.push_back(Linear(attn, "o_proj", *heads * *head_dim, *hidden, *bias, dtype));
-    if (v.qk_norm) {
-      attn.children.push_back(Norm(attn, "q_norm", norm_class, *head_dim, dtype));
-      attn.children.push_back(Norm(attn, "k_norm", norm_class, *head_dim, dtype));
-    }
-    layer.children.push_back(std::move(attn));
-    ModuleSpec mlp = Module(layer, "mlp", p + "MLP");
-    mlp.children.push_back(Linear(mlp, "gate_proj", *hidden, *intermediate, false, dtype));
-    mlp.children.push_back(Linear(mlp, "up_proj", *hidden, *intermediate, false, dtype));
-    mlp.children.push_back(Linear(mlp, "down_proj", *intermediate, *hidden, false, dtype));
-    mlp.children.push_back(Module(mlp, "act_fn", *act_class));
-    layer.children.push_back(std::move(mlp));
-    for (const char* norm :
-         {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"}) {
-      layer.children.push_back(Norm(layer, norm, norm_class, *hidden, dtype));
-    }
-    layer_list.children.push_back(std::move(layer));
+  const int64_t hidden = sizes.hidden;
+  const int64_t intermediate = sizes.intermediate;
+  const int64_t heads = sizes.heads;
+  const int64_t kv_heads = sizes.kv_heads;
+  const int64_t head_dim = sizes.head_dim;
+  const bool bias = options.bias;
+  ModuleSpec layer = Module(layer_list, std::to_string(i), p + "DecoderLayer");
+  ModuleSpec attn = Module(layer, "self_attn", p + "Attention");
+  attn.children.push_back(Linear(attn, "q_proj", hidden, heads * head_dim, bias, dtype));
+  attn.children.push_back(Linear(attn, "k_proj", hidden, kv_heads * head_dim, bias, dtype));
+  attn.children.push_back(Linear(attn, "v_proj", hidden, kv_heads * head_dim, bias, dtype));
+  attn.children.push_back(Linear(attn, "o_proj", heads * head_dim, hidden, bias, dtype));
+  if (v.qk_norm) {
+    attn.children.push_back(Norm(attn, "q_norm", norm_class, head_dim, dtype));
+    attn.children.push_back(Norm(attn, "k_norm", norm_class, head_dim, dtype));
   }
-  model.children.push_back(std::move(layer_list));
-  model.children.push_back(Norm(model, "norm", norm_class, *hidden, dtype));
+  layer.children.push_back(std::move(attn));
+  ModuleSpec mlp = Module(layer, "mlp", p + "MLP");
+  mlp.children.push_back(Linear(mlp, "gate_proj", hidden, intermediate, false, dtype));
+  mlp.children.push_back(Linear(mlp, "up_proj", hidden, intermediate, false, dtype));
+  mlp.children.push_back(Linear(mlp, "down_proj", intermediate, hidden, false, dtype));
+  mlp.children.push_back(Module(mlp, "act_fn", options.act_class));
+  layer.children.push_back(std::move(mlp));
+  for (const char* norm :
+       {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"}) {
+    layer.children.push_back(Norm(layer, norm, norm_class, hidden, dtype));
+  }
+  return layer;
+}
 
+// The rotary embedding and its non-persistent float32 buffers.
+ModuleSpec RotaryEmbedding(const ModuleSpec& model, const GemmaVariant& v, int64_t head_dim,
+                           const std::vector<std::string>& layer_types) {
+  const std::string p(v.prefix);
   // Default and linear RoPE: arange(0, head_dim, 2) frequencies, float32, non-persistent.
-  const int64_t inv_freq_length = (*head_dim + 1) / 2;
+  const int64_t inv_freq_length = (head_dim + 1) / 2;
   ModuleSpec rotary = Module(model, "rotary_emb", p + "RotaryEmbedding");
   if (v.qk_norm) {
     // Gemma3RotaryEmbedding: one pair per layer type in use, in sorted order.
-    const std::set<std::string> used(layer_types->begin(), layer_types->end());
+    const std::set<std::string> used(layer_types.begin(), layer_types.end());
     for (const std::string& type : used) {
       rotary.buffers.push_back(Tensor(type + "_inv_freq", {inv_freq_length}, DType::kFloat32, false));
       rotary.buffers.push_back(Tensor(type + "_original_inv_freq", {inv_freq_length}, DType::kFloat32, false));
@@ -380,13 +391,65 @@ absl::StatusOr<ModelSpec> GemmaSpecFromConfig(const json& config, const Architec
     rotary.buffers.push_back(Tensor("inv_freq", {inv_freq_length}, DType::kFloat32, false));
     rotary.buffers.push_back(Tensor("original_inv_freq", {inv_freq_length}, DType::kFloat32, false));
   }
-  model.children.push_back(std::move(rotary));
+  return rotary;
+}
+
+// The spec's summary fields and its module tree, from the checked sizes, options and layer types.
+ModelSpec BuildSpec(const GemmaVariant& v, const GemmaSizes& sizes, const GemmaOptions& options,
+                    const std::vector<std::string>& layer_types, DType dtype) {
+  const std::string p(v.prefix);
+  const std::string norm_class = p + "RMSNorm";
+  ModelSpec spec;
+  spec.architecture = std::string(v.architecture);
+  spec.dtype = dtype;
+  spec.no_split_classes = {p + "DecoderLayer"};
+  if (options.tie) spec.tied_weights["lm_head.weight"] = "model.embed_tokens.weight";
+  spec.num_hidden_layers = sizes.layers;
+  spec.num_key_value_heads = sizes.kv_heads;
+  spec.head_dim = sizes.head_dim;
+
+  ModuleSpec& root = spec.root;
+  root.class_name = spec.architecture;
+  ModuleSpec model = Module(root, "model", std::string(v.model_class));
+  // torch.tensor(hidden_size ** 0.5) built under from_config's default dtype: a 0-d buffer in the
+  // serving dtype, not saved in checkpoints.
+  ModuleSpec embed = Module(model, "embed_tokens", p + "TextScaledWordEmbedding");
+  embed.parameters.push_back(Tensor("weight", {sizes.vocab, sizes.hidden}, dtype));
+  embed.buffers.push_back(Tensor("embed_scale", {}, dtype, /*persistent=*/false));
+  model.children.push_back(std::move(embed));
+
+  ModuleSpec layer_list = Module(model, "layers", "ModuleList");
+  for (int64_t i = 0; i < sizes.layers; ++i) {
+    layer_list.children.push_back(DecoderLayer(layer_list, i, v, sizes, options, dtype));
+  }
+  model.children.push_back(std::move(layer_list));
+  model.children.push_back(Norm(model, "norm", norm_class, sizes.hidden, dtype));
+
+  model.children.push_back(RotaryEmbedding(model, v, sizes.head_dim, layer_types));
   root.children.push_back(std::move(model));
-  root.children.push_back(Linear(root, "lm_head", *hidden, *vocab, /*bias=*/false, dtype));
+  root.children.push_back(Linear(root, "lm_head", sizes.hidden, sizes.vocab, /*bias=*/false, dtype));
+  return spec;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelSpec> GemmaSpecFromConfig(const json& config, const Architecture& arch, DType dtype,
+                                              int64_t /*max_positions*/) {
+  const GemmaVariant& v = VariantOf(arch);
+
+  absl::StatusOr<GemmaSizes> sizes = ReadSizes(config);
+  if (!sizes.ok()) return sizes.status();
+  absl::StatusOr<GemmaOptions> options = ReadOptions(config);
+  if (!options.ok()) return options.status();
+  absl::StatusOr<std::vector<std::string>> layer_types = LayerTypes(config, v, sizes->layers);
+  if (!layer_types.ok()) return layer_types.status();
+  if (absl::Status s = CheckRope(config, v); !s.ok()) return s;
+
+  ModelSpec spec = BuildSpec(v, *sizes, *options, *layer_types, dtype);
   if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) {
     return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
   }
-  spec.decoder = ReadForwardPass(config, v, activation, *layer_types);
+  spec.decoder = ReadForwardPass(config, v, options->activation, *layer_types);
   return spec;
 }
 

@@ -315,12 +315,21 @@ absl::StatusOr<DecoderConfig> ReadForwardPass(const json& config, const Family& 
   return decoder;
 }
 
-}  // namespace
+// The model's sizes, read from config.json and checked as `family`'s config class and modeling code do.
+struct LlamaSizes {
+  int64_t hidden = 0;
+  int64_t intermediate = 0;
+  int64_t layers = 0;
+  int64_t heads = 0;
+  int64_t vocab = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  bool has_head_dim_attribute = false;  // whether the config object has a head_dim attribute
+};
 
-absl::StatusOr<ModelSpec> LlamaFamilySpecFromConfig(const nlohmann::json& config, const Architecture& arch, DType dtype,
-                                                    int64_t max_positions) {
-  const Family& family = FamilyOf(arch);
-
+// Reads and checks hidden, intermediate, layers, heads, vocab, kv heads and head_dim.
+absl::StatusOr<LlamaSizes> ReadSizes(const json& config, const Family& family) {
+  LlamaSizes sizes;
   // Transformers would fall back to the config class's defaults (a 7B model's sizes) for these; a real
   // checkpoint always states them, so a missing one is a broken config rather than a wish for defaults.
   absl::StatusOr<int64_t> hidden = RequiredPositiveInt(config, "hidden_size", kMaxHiddenSize);
@@ -333,135 +342,193 @@ absl::StatusOr<ModelSpec> LlamaFamilySpecFromConfig(const nlohmann::json& config
   if (!heads.ok()) return heads.status();
   absl::StatusOr<int64_t> vocab = RequiredPositiveInt(config, "vocab_size", kMaxVocabSize);
   if (!vocab.ok()) return vocab.status();
+  sizes.hidden = *hidden;
+  sizes.intermediate = *intermediate;
+  sizes.layers = *layers;
+  sizes.heads = *heads;
+  sizes.vocab = *vocab;
 
   absl::StatusOr<std::optional<int64_t>> kv_heads_field =
       OptionalPositiveInt(config, "num_key_value_heads", family.kv_heads_may_be_null, kMaxAttentionHeads);
   if (!kv_heads_field.ok()) return kv_heads_field.status();
-  int64_t kv_heads = *heads;
+  sizes.kv_heads = *heads;
   if (kv_heads_field->has_value()) {
-    kv_heads = **kv_heads_field;
+    sizes.kv_heads = **kv_heads_field;
   } else if (!config.contains("num_key_value_heads") && family.default_kv_heads) {
-    kv_heads = *family.default_kv_heads;
+    sizes.kv_heads = *family.default_kv_heads;
   }
 
   absl::StatusOr<std::optional<int64_t>> head_dim_field =
       OptionalPositiveInt(config, "head_dim", family.declares_head_dim, kMaxHeadDim);
   if (!head_dim_field.ok()) return head_dim_field.status();
-  const int64_t head_dim = head_dim_field->value_or(family.default_head_dim.value_or(*hidden / *heads));
+  sizes.head_dim = head_dim_field->value_or(family.default_head_dim.value_or(*hidden / *heads));
   // Whether the config object has a head_dim attribute, which is what RoPE validation looks at.
-  const bool has_head_dim_attribute = family.declares_head_dim || head_dim_field->has_value();
+  sizes.has_head_dim_attribute = family.declares_head_dim || head_dim_field->has_value();
 
   if (family.requires_divisible_heads && *hidden % *heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("config.json: hidden_size (", *hidden,
                                                    ") must be a multiple of num_attention_heads (", *heads, ")"));
   }
+  return sizes;
+}
 
+// The activation, the biases and the embedding tie, as config.json states them.
+struct LlamaOptions {
   std::string act_class;
   std::string hidden_act = "silu";
+  bool tie = false;
+  bool attention_bias = false;
+  bool mlp_bias = false;
+};
+
+// Reads and checks hidden_act, tie_word_embeddings and the bias flags `family` reads.
+absl::StatusOr<LlamaOptions> ReadOptions(const json& config, const Family& family) {
+  LlamaOptions options;
   if (auto it = config.find("hidden_act"); it != config.end()) {
     if (!it->is_string()) return FieldError("hidden_act", absl::StrCat("must be a string, got ", it->dump()));
-    hidden_act = it->get<std::string>();
+    options.hidden_act = it->get<std::string>();
   }
   for (const auto& [name, cls] : kActivations) {
-    if (name == hidden_act) act_class = std::string(cls);
+    if (name == options.hidden_act) options.act_class = std::string(cls);
   }
   // prelu carries a parameter; xielu's buffers depend on an optional CUDA kernel. Neither is used by
   // this family's checkpoints, so they are refused rather than guessed.
-  if (act_class.empty()) {
-    return FieldError("hidden_act", absl::StrCat("\"", hidden_act, "\" is not a supported parameterless activation"));
+  if (options.act_class.empty()) {
+    return FieldError("hidden_act",
+                      absl::StrCat("\"", options.hidden_act, "\" is not a supported parameterless activation"));
   }
 
   absl::StatusOr<bool> tie = BoolOr(config, "tie_word_embeddings", false);
   if (!tie.ok()) return tie.status();
-  bool attention_bias = false;
-  bool mlp_bias = false;
+  options.tie = *tie;
   if (family.reads_attention_bias) {
     absl::StatusOr<bool> b = BoolOr(config, "attention_bias", false);
     if (!b.ok()) return b.status();
-    attention_bias = *b;
+    options.attention_bias = *b;
   }
   if (family.reads_mlp_bias) {
     absl::StatusOr<bool> b = BoolOr(config, "mlp_bias", false);
     if (!b.ok()) return b.status();
-    mlp_bias = *b;
+    options.mlp_bias = *b;
   }
+  return options;
+}
 
-  absl::StatusOr<RopeShape> rope = ParseRope(config);
-  if (!rope.ok()) return rope.status();
+// Parses the RoPE settings, checks head_dim against them and returns the inv_freq length.
+absl::StatusOr<int64_t> ReadRope(const json& config, const LlamaSizes& sizes, RopeShape& rope) {
+  absl::StatusOr<RopeShape> parsed = ParseRope(config);
+  if (!parsed.ok()) return parsed.status();
+  rope = *std::move(parsed);
+  const int64_t head_dim = sizes.head_dim;
   // PreTrainedConfig.validate_rope: an odd head that is rotated in full is refused (heads of 4 or less pass,
   // for tiny test checkpoints).
-  if (has_head_dim_attribute && head_dim > 4 && head_dim % 2 == 1 &&
-      static_cast<int64_t>(static_cast<double>(head_dim) * rope->partial_rotary_factor.value_or(1.0)) == head_dim) {
+  if (sizes.has_head_dim_attribute && head_dim > 4 && head_dim % 2 == 1 &&
+      static_cast<int64_t>(static_cast<double>(head_dim) * rope.partial_rotary_factor.value_or(1.0)) == head_dim) {
     return FieldError("head_dim", absl::StrCat("(", head_dim, ") must be even: RoPE rotates pairs of dimensions"));
   }
-  absl::StatusOr<int64_t> inv_freq_length = InvFreqLength(*rope, head_dim);
-  if (!inv_freq_length.ok()) return inv_freq_length.status();
+  return InvFreqLength(rope, head_dim);
+}
 
+// One decoder layer: attention, MLP and the two norms.
+ModuleSpec DecoderLayer(const ModuleSpec& layer_list, int64_t i, const Family& family, const LlamaSizes& sizes,
+                        const LlamaOptions& options, DType dtype) {
+  const std::string p(family.prefix);
+  const int64_t hidden = sizes.hidden;
+  const int64_t intermediate = sizes.intermediate;
+  const int64_t heads = sizes.heads;
+  const int64_t kv_heads = sizes.kv_heads;
+  const int64_t head_dim = sizes.head_dim;
+  const bool attention_bias = options.attention_bias;
+  const bool mlp_bias = options.mlp_bias;
+  const bool qkv_bias = family.qkv_bias || attention_bias;
+  ModuleSpec layer = Module(layer_list, std::to_string(i), absl::StrCat(p, "DecoderLayer"));
+
+  ModuleSpec attn = Module(layer, "self_attn", absl::StrCat(p, "Attention"));
+  attn.children.push_back(Linear(attn, "q_proj", hidden, heads * head_dim, qkv_bias, dtype));
+  attn.children.push_back(Linear(attn, "k_proj", hidden, kv_heads * head_dim, qkv_bias, dtype));
+  attn.children.push_back(Linear(attn, "v_proj", hidden, kv_heads * head_dim, qkv_bias, dtype));
+  attn.children.push_back(Linear(attn, "o_proj", heads * head_dim, hidden, attention_bias, dtype));
+  layer.children.push_back(std::move(attn));
+
+  ModuleSpec mlp = Module(layer, "mlp", absl::StrCat(p, "MLP"));
+  mlp.children.push_back(Linear(mlp, "gate_proj", hidden, intermediate, mlp_bias, dtype));
+  mlp.children.push_back(Linear(mlp, "up_proj", hidden, intermediate, mlp_bias, dtype));
+  mlp.children.push_back(Linear(mlp, "down_proj", intermediate, hidden, mlp_bias, dtype));
+  mlp.children.push_back(Module(mlp, "act_fn", options.act_class));
+  layer.children.push_back(std::move(mlp));
+
+  layer.children.push_back(RMSNorm(layer, "input_layernorm", family, hidden, dtype));
+  layer.children.push_back(RMSNorm(layer, "post_attention_layernorm", family, hidden, dtype));
+  return layer;
+}
+
+// The spec's summary fields and its module tree, from the checked sizes and options.
+ModelSpec BuildSpec(const Family& family, const LlamaSizes& sizes, const LlamaOptions& options, DType dtype,
+                    int64_t inv_freq_length) {
   const std::string p(family.prefix);
   ModelSpec spec;
   spec.architecture = std::string(family.architecture);
   spec.dtype = dtype;
   spec.no_split_classes = {absl::StrCat(p, "DecoderLayer")};
-  if (*tie) spec.tied_weights["lm_head.weight"] = "model.embed_tokens.weight";
-  spec.num_hidden_layers = *layers;
-  spec.num_key_value_heads = kv_heads;
-  spec.head_dim = head_dim;
+  if (options.tie) spec.tied_weights["lm_head.weight"] = "model.embed_tokens.weight";
+  spec.num_hidden_layers = sizes.layers;
+  spec.num_key_value_heads = sizes.kv_heads;
+  spec.head_dim = sizes.head_dim;
 
   ModuleSpec& root = spec.root;
   root.class_name = spec.architecture;
 
   ModuleSpec model = Module(root, "model", absl::StrCat(p, "Model"));
   ModuleSpec embed = Module(model, "embed_tokens", "Embedding");
-  embed.parameters.push_back(Tensor("weight", {*vocab, *hidden}, dtype));
+  embed.parameters.push_back(Tensor("weight", {sizes.vocab, sizes.hidden}, dtype));
   model.children.push_back(std::move(embed));
 
   ModuleSpec layer_list = Module(model, "layers", "ModuleList");
-  const bool qkv_bias = family.qkv_bias || attention_bias;
-  for (int64_t i = 0; i < *layers; ++i) {
-    ModuleSpec layer = Module(layer_list, std::to_string(i), absl::StrCat(p, "DecoderLayer"));
-
-    ModuleSpec attn = Module(layer, "self_attn", absl::StrCat(p, "Attention"));
-    attn.children.push_back(Linear(attn, "q_proj", *hidden, *heads * head_dim, qkv_bias, dtype));
-    attn.children.push_back(Linear(attn, "k_proj", *hidden, kv_heads * head_dim, qkv_bias, dtype));
-    attn.children.push_back(Linear(attn, "v_proj", *hidden, kv_heads * head_dim, qkv_bias, dtype));
-    attn.children.push_back(Linear(attn, "o_proj", *heads * head_dim, *hidden, attention_bias, dtype));
-    layer.children.push_back(std::move(attn));
-
-    ModuleSpec mlp = Module(layer, "mlp", absl::StrCat(p, "MLP"));
-    mlp.children.push_back(Linear(mlp, "gate_proj", *hidden, *intermediate, mlp_bias, dtype));
-    mlp.children.push_back(Linear(mlp, "up_proj", *hidden, *intermediate, mlp_bias, dtype));
-    mlp.children.push_back(Linear(mlp, "down_proj", *intermediate, *hidden, mlp_bias, dtype));
-    mlp.children.push_back(Module(mlp, "act_fn", act_class));
-    layer.children.push_back(std::move(mlp));
-
-    layer.children.push_back(RMSNorm(layer, "input_layernorm", family, *hidden, dtype));
-    layer.children.push_back(RMSNorm(layer, "post_attention_layernorm", family, *hidden, dtype));
-    layer_list.children.push_back(std::move(layer));
+  for (int64_t i = 0; i < sizes.layers; ++i) {
+    layer_list.children.push_back(DecoderLayer(layer_list, i, family, sizes, options, dtype));
   }
   model.children.push_back(std::move(layer_list));
-  model.children.push_back(RMSNorm(model, "norm", family, *hidden, dtype));
+  model.children.push_back(RMSNorm(model, "norm", family, sizes.hidden, dtype));
 
   // The rotary tables are computed in float32 (arange(..., dtype=int64).float()) and registered as
   // non-persistent buffers, so from_config's dtype does not touch them and checkpoints do not hold them.
   ModuleSpec rotary = Module(model, "rotary_emb", absl::StrCat(p, "RotaryEmbedding"));
-  rotary.buffers.push_back(Tensor("inv_freq", {*inv_freq_length}, DType::kFloat32, /*persistent=*/false));
-  rotary.buffers.push_back(Tensor("original_inv_freq", {*inv_freq_length}, DType::kFloat32, /*persistent=*/false));
+  rotary.buffers.push_back(Tensor("inv_freq", {inv_freq_length}, DType::kFloat32, /*persistent=*/false));
+  rotary.buffers.push_back(Tensor("original_inv_freq", {inv_freq_length}, DType::kFloat32, /*persistent=*/false));
   model.children.push_back(std::move(rotary));
 
   root.children.push_back(std::move(model));
   // With tie_word_embeddings, lm_head.weight is the embedding's Parameter object: it still appears under
   // lm_head (as named_parameters(recurse=False) shows) and tied_weights records the sharing.
-  root.children.push_back(Linear(root, "lm_head", *hidden, *vocab, /*bias=*/false, dtype));
+  root.children.push_back(Linear(root, "lm_head", sizes.hidden, sizes.vocab, /*bias=*/false, dtype));
+  return spec;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelSpec> LlamaFamilySpecFromConfig(const nlohmann::json& config, const Architecture& arch, DType dtype,
+                                                    int64_t max_positions) {
+  const Family& family = FamilyOf(arch);
+
+  absl::StatusOr<LlamaSizes> sizes = ReadSizes(config, family);
+  if (!sizes.ok()) return sizes.status();
+  absl::StatusOr<LlamaOptions> options = ReadOptions(config, family);
+  if (!options.ok()) return options.status();
+  RopeShape rope;
+  absl::StatusOr<int64_t> inv_freq_length = ReadRope(config, *sizes, rope);
+  if (!inv_freq_length.ok()) return inv_freq_length.status();
+
+  ModelSpec spec = BuildSpec(family, *sizes, *options, dtype, *inv_freq_length);
   DecoderConfig decoder;
   decoder.architecture = spec.architecture;
-  decoder.num_layers = *layers;
+  decoder.num_layers = sizes->layers;
   if (family.extend != nullptr) {
     if (absl::Status s = family.extend(config, spec, decoder); !s.ok()) return s;
   }
   if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) {
     return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
   }
-  spec.decoder = ReadForwardPass(config, family, hidden_act, *rope, max_positions, std::move(decoder));
+  spec.decoder = ReadForwardPass(config, family, options->hidden_act, rope, max_positions, std::move(decoder));
   return spec;
 }
 
