@@ -270,15 +270,7 @@ absl::StatusOr<DecoderConfig> ReadForwardPass(const json& config, const GemmaVar
 }
 
 // The model's sizes, read from config.json and checked as both config classes do.
-struct GemmaSizes {
-  int64_t hidden = 0;
-  int64_t intermediate = 0;
-  int64_t layers = 0;
-  int64_t heads = 0;
-  int64_t vocab = 0;
-  int64_t kv_heads = 0;
-  int64_t head_dim = 0;
-};
+using GemmaSizes = DecoderSizes;
 
 // Reads and checks hidden, intermediate, layers, heads, vocab, kv heads, head_dim and pad_token_id.
 absl::StatusOr<GemmaSizes> ReadSizes(const json& config) {

@@ -316,14 +316,7 @@ absl::StatusOr<DecoderConfig> ReadForwardPass(const json& config, const Family& 
 }
 
 // The model's sizes, read from config.json and checked as `family`'s config class and modeling code do.
-struct LlamaSizes {
-  int64_t hidden = 0;
-  int64_t intermediate = 0;
-  int64_t layers = 0;
-  int64_t heads = 0;
-  int64_t vocab = 0;
-  int64_t kv_heads = 0;
-  int64_t head_dim = 0;
+struct LlamaSizes : DecoderSizes {
   bool has_head_dim_attribute = false;  // whether the config object has a head_dim attribute
 };
 

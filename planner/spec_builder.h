@@ -110,6 +110,17 @@ inline ModuleSpec Module(const ModuleSpec& parent, std::string_view local, std::
   return m;
 }
 
+// A decoder's sizes as a family builder reads them from config.json.
+struct DecoderSizes {
+  int64_t hidden = 0;
+  int64_t intermediate = 0;
+  int64_t layers = 0;
+  int64_t heads = 0;
+  int64_t vocab = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
 // nn.Linear(in, out, bias): weight [out, in], then bias [out].
 inline ModuleSpec Linear(const ModuleSpec& parent, std::string_view local, int64_t in, int64_t out, bool bias,
                          DType dtype) {
