@@ -47,6 +47,7 @@ struct Sequence {
   std::shared_ptr<std::atomic<bool>> stopped = std::make_shared<std::atomic<bool>>(false);
   std::vector<int32_t> tokens;  // prompt, then generated
   int64_t generated = 0;
+  size_t penalty_sent = 0;  // tokens the sampler's repetition-penalty state holds (BatchRow::penalty_tokens)
   std::mt19937_64 random;
   bool done = false;
 };
@@ -76,6 +77,7 @@ struct Engine::Impl {
   // Engine thread only.
   Scheduler scheduler;
   std::map<uint64_t, std::unique_ptr<Sequence>> sequences;
+  std::vector<uint64_t> released;  // ended sequences with penalty state, for the next micro-batch to free
   std::map<uint64_t, ScheduledMicroBatch> in_flight;  // by micro-batch id
   uint64_t next_batch = 1;
   std::mt19937_64 seeds{std::random_device{}()};
@@ -245,6 +247,8 @@ void Engine::Impl::Publish() {
 MicroBatchWork Engine::Impl::Build(uint64_t id, const ScheduledMicroBatch& batch) {
   MicroBatchWork work;
   work.id = id;
+  work.released = std::move(released);
+  released.clear();
   for (const ScheduledRow& row : batch.rows) {
     Sequence& s = *sequences.at(row.sequence);
     const SamplingParams& p = s.request.sampling;
@@ -261,7 +265,12 @@ MicroBatchWork Engine::Impl::Build(uint64_t id, const ScheduledMicroBatch& batch
       r.sampling.repetition_penalty = p.repetition_penalty;
       r.sampling.uniform = std::uniform_real_distribution<double>(0.0, 1.0)(s.random);
       r.sampling.top_logprobs = p.top_logprobs;
-      if (p.repetition_penalty != 1.0f) r.context = s.tokens;
+      if (p.repetition_penalty != 1.0f) {
+        r.sequence = s.id;
+        r.penalty_reset = s.penalty_sent == 0;
+        r.penalty_tokens.assign(s.tokens.begin() + static_cast<std::ptrdiff_t>(s.penalty_sent), s.tokens.end());
+        s.penalty_sent = s.tokens.size();
+      }
     }
     work.rows.push_back(std::move(r));
   }
@@ -372,7 +381,12 @@ void Engine::Impl::Run() {
       }
     }
     for (auto it = sequences.begin(); it != sequences.end();) {
-      it = it->second->done && !scheduler.InFlight(it->first) ? sequences.erase(it) : std::next(it);
+      if (!it->second->done || scheduler.InFlight(it->first)) {
+        ++it;
+        continue;
+      }
+      if (it->second->penalty_sent > 0) released.push_back(it->first);
+      it = sequences.erase(it);
     }
     if (!stop_now && !device_lost) {
       while (scheduler.in_flight() < options.micro_batches) {

@@ -95,11 +95,15 @@ struct Executor::Impl {
     if (mb.sample_index.defined()) {
       logits = logits.index_select(0, mb.sample_index.to(logits.device(), /*non_blocking=*/true));
     }
-    mb.samples = SampleAsync(logits, mb.sampling);
+    mb.samples = SampleAsync(logits, mb.sampling, &penalty_pool);
   }
 
   LoadedModel& model;
   Pipeline& pipeline;
+  // The repetition penalty's state: slots assigned where micro-batches are staged (Submit, the caller's
+  // thread), the seen ids where they are sampled (the last stage's worker).
+  PenaltySlots penalty_slots;
+  PenaltyPool penalty_pool;
   std::unique_ptr<StageWorkers> workers;
 };
 
@@ -167,6 +171,9 @@ ForwardGroup StageGroup(const Pipeline& pipeline, const std::vector<BatchRow>& r
 void Executor::Submit(MicroBatchWork work) {
   auto mb = std::make_unique<MicroBatch>();
   mb->work = std::move(work);
+  // No row of a released sequence is in flight: its slot may be given to a sequence of this micro-batch,
+  // which the pool empties first, in micro-batch order.
+  for (uint64_t sequence : mb->work.released) impl_->penalty_slots.Release(sequence);
   try {
     // Stage every input once, in (pinned) host memory: stages copy what they need, non_blocking. The
     // tokens are packed (ForwardBatch); rows feeding the same number of tokens form a group for attention.
@@ -214,7 +221,7 @@ void Executor::Submit(MicroBatchWork work) {
     }
     mb->sampling_rows = static_cast<int64_t>(sampling.size());
     if (!sampling.empty()) {
-      mb->sampling = StageSamplingInputs(sampling, pipeline.uses_cuda());
+      mb->sampling = StageSamplingInputs(sampling, pipeline.uses_cuda(), &impl_->penalty_slots);
       if (mb->sampling_rows != n || !in_order) {
         mb->sample_index = pipeline.HostBuffer({mb->sampling_rows}, at::kLong);
         std::copy(sample_rows.begin(), sample_rows.end(), mb->sample_index.data_ptr<int64_t>());

@@ -61,13 +61,21 @@ struct BatchRow {
   std::vector<int32_t> tokens;
   bool samples = false;  // the last fed token is the sequence's newest: choose the next one
   RowSampling sampling;
-  std::vector<int32_t> context;  // prompt + generated so far; needed only with a repetition penalty
-  int64_t length = 0;            // the sequence's known tokens (longrope picks its factors by it); 0: start + tokens
+  // With a repetition penalty: the sampler keeps the ids each sequence has seen (PenaltySlots, sampler.h),
+  // so a row sends only what changed: the whole prompt and output so far when `penalty_reset` (the first
+  // step), then each step's new tokens.
+  uint64_t sequence = 0;
+  std::vector<int32_t> penalty_tokens;
+  bool penalty_reset = false;
+  int64_t length = 0;  // the sequence's known tokens (longrope picks its factors by it); 0: start + tokens
 };
 
 struct MicroBatchWork {
   uint64_t id = 0;
   std::vector<BatchRow> rows;
+  // Sequences that ended since the last micro-batch (none of their rows is in flight): their penalty
+  // state is freed.
+  std::vector<uint64_t> released;
 };
 
 struct MicroBatchResult {

@@ -48,15 +48,11 @@ c10::Stream CurrentStream(at::Device device) {
 
 // transformers' RepetitionPenaltyLogitsProcessor: every token id present in the row's context has its
 // logit l replaced by l * p when l < 0 and l / p otherwise (float32, as transformers computes it).
-at::Tensor Penalised(const at::Tensor& logits, const SamplingInputs& inputs, const at::Tensor& params) {
+at::Tensor Penalised(const at::Tensor& logits, const SamplingInputs& inputs, const at::Tensor& params,
+                     PenaltyPool* pool) {
   if (!inputs.any_penalty) return logits;
-  const int64_t vocab = logits.size(1);
-  at::Tensor context = OnDevice(inputs.context, logits.device());
-  // Padding (-1) and ids beyond the logits land in one extra column, dropped below.
-  context = at::where(context.ge(0).logical_and(context.lt(vocab)), context, vocab);
-  at::Tensor present =
-      at::zeros({logits.size(0), vocab + 1}, logits.options().dtype(at::kBool)).scatter_(1, context, true);
-  present = present.narrow(1, 0, vocab);
+  PenaltyPool local;
+  const at::Tensor present = (pool != nullptr ? pool : &local)->Present(inputs, logits.device(), logits.size(1));
   at::Tensor penalty = Param(params, kPenalty).to(at::kFloat);
   return at::where(present, at::where(logits.lt(0), logits * penalty, logits / penalty), logits);
 }
@@ -114,9 +110,80 @@ at::Tensor Choose(const at::Tensor& scores, const at::Tensor& params) {
                    at::argmax(scores, 1, /*keepdim=*/true));
 }
 
+// The repetition penalty's part of SamplingInputs: each penalised row's slot, the ids it adds and the
+// slots that start empty. Rows staged without PenaltySlots take fresh slots of a local table.
+void StagePenalty(const std::vector<const BatchRow*>& rows, const at::TensorOptions& host, int64_t longest,
+                  PenaltySlots* slots, SamplingInputs& inputs) {
+  PenaltySlots local;
+  PenaltySlots& table = slots != nullptr ? *slots : local;
+  const int64_t n = static_cast<int64_t>(rows.size());
+  inputs.penalty_slots = at::empty({n}, host.dtype(at::kLong));
+  inputs.penalty_tokens = at::empty({n, std::max<int64_t>(longest, 1)}, host.dtype(at::kLong));
+  int64_t* slot = inputs.penalty_slots.data_ptr<int64_t>();
+  int64_t* tokens = inputs.penalty_tokens.data_ptr<int64_t>();
+  const int64_t width = inputs.penalty_tokens.size(1);
+  std::fill(tokens, tokens + n * width, -1);
+  std::vector<int64_t> resets;
+  for (int64_t r = 0; r < n; ++r) {
+    const BatchRow& row = *rows[r];
+    slot[r] = 0;
+    if (row.sampling.repetition_penalty == 1) continue;
+    const auto [s, fresh] = slots != nullptr ? table.SlotOf(row.sequence) : table.SlotOf(static_cast<uint64_t>(r));
+    slot[r] = s;
+    if (fresh || row.penalty_reset) resets.push_back(s);
+    std::copy(row.penalty_tokens.begin(), row.penalty_tokens.end(), tokens + r * width);
+  }
+  inputs.penalty_resets = at::empty({static_cast<int64_t>(resets.size())}, host.dtype(at::kLong));
+  std::copy(resets.begin(), resets.end(), inputs.penalty_resets.data_ptr<int64_t>());
+  inputs.penalty_capacity = table.capacity();
+}
+
 }  // namespace
 
-SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, bool pinned) {
+std::pair<int64_t, bool> PenaltySlots::SlotOf(uint64_t sequence) {
+  if (auto it = slots_.find(sequence); it != slots_.end()) return {it->second, false};
+  int64_t slot = next_;
+  if (free_.empty()) {
+    ++next_;
+  } else {
+    slot = free_.back();
+    free_.pop_back();
+  }
+  slots_.emplace(sequence, slot);
+  return {slot, true};
+}
+
+void PenaltySlots::Release(uint64_t sequence) {
+  auto it = slots_.find(sequence);
+  if (it == slots_.end()) return;
+  free_.push_back(it->second);
+  slots_.erase(it);
+}
+
+at::Tensor PenaltyPool::Present(const SamplingInputs& inputs, at::Device device, int64_t vocab) {
+  const int64_t width = vocab + 1;
+  if (pool_.defined()) {
+    TORCH_CHECK(pool_.size(1) == width && pool_.device() == device, "sampler: penalty pool of ", pool_.sizes(), " on ",
+                pool_.device(), " for a vocabulary of ", vocab, " on ", device);
+  }
+  if (!pool_.defined() || pool_.size(0) < inputs.penalty_capacity) {
+    // Grows by doubling; the slots already in use keep their ids.
+    const int64_t rows = std::max<int64_t>(inputs.penalty_capacity, pool_.defined() ? 2 * pool_.size(0) : 8);
+    at::Tensor grown = at::zeros({rows, width}, at::TensorOptions().dtype(at::kBool).device(device));
+    if (pool_.defined()) grown.narrow(0, 0, pool_.size(0)).copy_(pool_);
+    pool_ = std::move(grown);
+  }
+  const at::Tensor slots = OnDevice(inputs.penalty_slots, device);
+  if (inputs.penalty_resets.numel() > 0) pool_.index_fill_(0, OnDevice(inputs.penalty_resets, device), false);
+  // Each row's new ids (padding and ids outside the vocabulary land in the last column), set in one
+  // index_fill_ over the flattened pool.
+  at::Tensor ids = OnDevice(inputs.penalty_tokens, device);
+  ids = at::where(ids.ge(0).logical_and(ids.lt(vocab)), ids, vocab);
+  pool_.view({-1}).index_fill_(0, (slots.unsqueeze(1) * width + ids).view({-1}), true);
+  return pool_.index_select(0, slots).narrow(1, 0, vocab);
+}
+
+SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, bool pinned, PenaltySlots* slots) {
   const int64_t n = static_cast<int64_t>(rows.size());
   const at::TensorOptions host = at::TensorOptions().pinned_memory(pinned);
   SamplingInputs inputs;
@@ -137,41 +204,32 @@ SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, boo
     inputs.greedy_only = inputs.greedy_only && !sampled;
     inputs.any_top_k = inputs.any_top_k || (sampled && s.top_k > 0);
     inputs.any_top_p = inputs.any_top_p || (sampled && s.top_p < 1);
-    if (s.repetition_penalty != 1 && !row.context.empty()) {
+    if (s.repetition_penalty != 1) {
       inputs.any_penalty = true;
-      longest = std::max(longest, static_cast<int64_t>(row.context.size()));
+      longest = std::max(longest, static_cast<int64_t>(row.penalty_tokens.size()));
     }
     inputs.row_top_logprobs.push_back(std::max<int32_t>(0, s.top_logprobs));
     inputs.top_logprobs = std::max<int64_t>(inputs.top_logprobs, inputs.row_top_logprobs.back());
   }
-  if (inputs.any_penalty) {
-    inputs.context = at::empty({n, longest}, host.dtype(at::kLong));
-    int64_t* context = inputs.context.data_ptr<int64_t>();
-    std::fill(context, context + n * longest, -1);
-    for (int64_t r = 0; r < n; ++r) {
-      const BatchRow& row = *rows[r];
-      if (row.sampling.repetition_penalty != 1)
-        std::copy(row.context.begin(), row.context.end(), context + r * longest);
-    }
-  }
+  if (inputs.any_penalty) StagePenalty(rows, host, longest, slots, inputs);
   return inputs;
 }
 
-at::Tensor ProcessedScores(const at::Tensor& logits, const SamplingInputs& inputs) {
+at::Tensor ProcessedScores(const at::Tensor& logits, const SamplingInputs& inputs, PenaltyPool* pool) {
   TORCH_CHECK(logits.dim() == 2 && logits.size(0) == inputs.rows(), "sampler: logits ", logits.sizes(), " for ",
               inputs.rows(), " sampling rows");
   at::Tensor params = OnDevice(inputs.params, logits.device());
-  at::Tensor scores = Penalised(logits, inputs, params);
+  at::Tensor scores = Penalised(logits, inputs, params, pool);
   return inputs.greedy_only ? scores : Warped(scores, inputs, params);
 }
 
-PendingSamples SampleAsync(const at::Tensor& logits, const SamplingInputs& inputs) {
+PendingSamples SampleAsync(const at::Tensor& logits, const SamplingInputs& inputs, PenaltyPool* pool) {
   TORCH_CHECK(logits.dim() == 2 && logits.size(0) == inputs.rows(), "sampler: logits ", logits.sizes(), " for ",
               inputs.rows(), " sampling rows");
   const at::Device device = logits.device();
   const int64_t vocab = logits.size(1);
   at::Tensor params = OnDevice(inputs.params, device);
-  at::Tensor scores = Penalised(logits, inputs, params);
+  at::Tensor scores = Penalised(logits, inputs, params, pool);
   at::Tensor ids =
       inputs.greedy_only ? at::argmax(scores, 1, /*keepdim=*/true) : Choose(Warped(scores, inputs, params), params);
   at::Tensor logprobs = at::log_softmax(logits, 1);

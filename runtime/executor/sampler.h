@@ -4,7 +4,8 @@
 // vocabulary. The rows' parameters travel to the device as tensors staged (pinned) with the micro-batch;
 // the results (ids, logprobs, top logprobs) come back in ONE non_blocking copy followed by an event.
 //
-// Semantics (transformers' generate): repetition penalty over the row's context, then temperature,
+// Semantics (transformers' generate): repetition penalty over the row's context (every id of its prompt
+// and output so far, kept between steps in PenaltyPool: the engine sends each step's new ids), then temperature,
 // top_k, top_p (RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper,
 // TopPLogitsWarper); temperature 0 (and any below kMinSamplingTemperature) is greedy: the argmax of the
 // penalised logits, the first index among equal maxima (torch.argmax). A sampled row takes the first
@@ -19,6 +20,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -32,9 +34,13 @@ namespace strata::runtime {
 struct SamplingInputs {
   // float64 [rows, kSamplingParams]: temperature, top_k, top_p, repetition_penalty, uniform.
   at::Tensor params;
-  // int64 [rows, longest context], -1 past a row's end; rows without a penalty are all -1. Undefined
-  // when no row has a penalty.
-  at::Tensor context;
+  // The repetition penalty's updates (PenaltyPool), undefined when no row has a penalty. int64 [rows]:
+  // each row's slot (0, always empty, for rows without a penalty); int64 [rows, longest]: the ids each
+  // row adds to its slot, -1 past its end; int64 [resets]: the slots that start empty this step.
+  at::Tensor penalty_slots;
+  at::Tensor penalty_tokens;
+  at::Tensor penalty_resets;
+  int64_t penalty_capacity = 0;           // slots the pool must have
   std::vector<int32_t> row_top_logprobs;  // per row, for unpacking
   int64_t top_logprobs = 0;               // the largest of row_top_logprobs: columns copied back
   bool greedy_only = true;                // every row has temperature 0: no warpers, no draw
@@ -45,7 +51,36 @@ struct SamplingInputs {
 };
 inline constexpr int64_t kSamplingParams = 5;
 
-SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, bool pinned);
+// Which slot of the penalty pool holds each penalised sequence's seen ids: assigned at staging, on the
+// engine's thread; freed when the engine releases the sequence. Slot 0 stays empty (rows without a penalty).
+class PenaltySlots {
+ public:
+  // The sequence's slot, and whether it is new (so it starts empty).
+  std::pair<int64_t, bool> SlotOf(uint64_t sequence);
+  void Release(uint64_t sequence);
+  int64_t capacity() const { return next_; }
+
+ private:
+  std::unordered_map<uint64_t, int64_t> slots_;
+  std::vector<int64_t> free_;
+  int64_t next_ = 1;
+};
+
+// The seen ids themselves, on the sampling device: bool [slots, vocab + 1] (the last column takes padding
+// and ids outside the vocabulary). Touched only where the micro-batches are sampled, in their order.
+class PenaltyPool {
+ public:
+  // Applies the inputs' resets and new ids, and returns each row's seen ids, bool [rows, vocab].
+  at::Tensor Present(const SamplingInputs& inputs, at::Device device, int64_t vocab);
+
+ private:
+  at::Tensor pool_;
+};
+
+// `slots` may be null: every penalised row then gets a slot of its own and must carry its whole context
+// (penalty_reset), as tests and the sampling probe do.
+SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, bool pinned,
+                                   PenaltySlots* slots = nullptr);
 
 // The packed results of SampleAsync on their way to the host: float64 [rows, 2 + 2 * top_logprobs]
 // (id, logprob, top ids, top logprobs); `ready` is recorded after the copy (none on the CPU, where the
@@ -57,7 +92,8 @@ struct PendingSamples {
 
 // Enqueues every step on logits' device, on its current stream, and ends with one non_blocking copy into
 // pinned host memory. logits: float32 [inputs.rows(), vocab].
-PendingSamples SampleAsync(const at::Tensor& logits, const SamplingInputs& inputs);
+// `pool` may be null: a pool of this call's alone (rows staged without PenaltySlots).
+PendingSamples SampleAsync(const at::Tensor& logits, const SamplingInputs& inputs, PenaltyPool* pool = nullptr);
 
 // Waits on `ready` (that event only: no device or stream synchronisation) and unpacks one token per row,
 // each with its own top_logprobs.
@@ -66,6 +102,6 @@ std::vector<GeneratedToken> FinishSamples(PendingSamples& pending, const Samplin
 // The processed scores of every row, float32 [rows, vocab] on logits' device: penalty, then (sampled
 // rows only) temperature, top_k and top_p with removed tokens at -inf. Greedy rows get the penalised
 // logits (generate applies no warper without do_sample). SampleAsync draws from exactly these.
-at::Tensor ProcessedScores(const at::Tensor& logits, const SamplingInputs& inputs);
+at::Tensor ProcessedScores(const at::Tensor& logits, const SamplingInputs& inputs, PenaltyPool* pool = nullptr);
 
 }  // namespace strata::runtime

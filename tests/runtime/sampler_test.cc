@@ -54,7 +54,8 @@ BatchRow Row(float temperature, int32_t top_k, float top_p, float penalty, doubl
   row.sampling.repetition_penalty = penalty;
   row.sampling.uniform = uniform;
   row.sampling.top_logprobs = top_logprobs;
-  row.context = std::move(context);
+  row.penalty_tokens = std::move(context);  // the whole context, as a first step sends it
+  row.penalty_reset = true;
   return row;
 }
 
@@ -251,6 +252,51 @@ TEST(Sampler, TopLogprobsPerRowOfTheRawLogits) {
   const std::vector<GeneratedToken> unpenalised =
       Sample(logits, std::vector<BatchRow>(static_cast<size_t>(logits.size(0)), Row(0, 0, 1, 1, 0.5, 1)));
   EXPECT_EQ(tokens[1].top[0].first, unpenalised[1].top[0].first);
+}
+
+// The engine sends a penalised sequence's context once, then each step's new ids: the pool must hold what
+// the whole context would give, across steps, slot reuse and growth.
+TEST(Sampler, PenaltyStateAcrossStepsEqualsTheWholeContext) {
+  const at::Tensor logits = RandomLogits(3, 50, 29);
+  PenaltySlots slots;
+  PenaltyPool pool;
+  auto step = [&](std::vector<BatchRow> rows) {
+    std::vector<const BatchRow*> pointers;
+    for (const BatchRow& row : rows) pointers.push_back(&row);
+    return ProcessedScores(logits.narrow(0, 0, static_cast<int64_t>(rows.size())),
+                           StageSamplingInputs(pointers, false, &slots), &pool);
+  };
+  auto whole = [&](std::vector<BatchRow> rows) {  // stateless: every row carries its whole context
+    return ProcessedScores(logits.narrow(0, 0, static_cast<int64_t>(rows.size())), Stage(rows));
+  };
+  auto row = [](uint64_t sequence, std::vector<int32_t> added, bool reset) {
+    BatchRow r = Row(0, 0, 1, 1.7f, 0.5, 0);
+    r.sequence = sequence;
+    r.penalty_tokens = std::move(added);
+    r.penalty_reset = reset;
+    return r;
+  };
+  // Step 1: two sequences send their prompts; a third row has no penalty.
+  EXPECT_TRUE(
+      at::equal(step({row(7, {0, 1}, true), row(9, {4}, true), Row(0, 0, 1, 1, 0.5, 0)}),
+                whole({Row(0, 0, 1, 1.7f, 0.5, 0, {0, 1}), Row(0, 0, 1, 1.7f, 0.5, 0, {4}), Row(0, 0, 1, 1, 0.5, 0)})));
+  // Step 2: each sends only its new id (and an id outside the vocabulary, ignored).
+  EXPECT_TRUE(at::equal(step({row(9, {2}, false), row(7, {3, 77}, false)}),
+                        whole({Row(0, 0, 1, 1.7f, 0.5, 0, {4, 2}), Row(0, 0, 1, 1.7f, 0.5, 0, {0, 1, 3})})));
+  // Sequence 7 ends; a new one takes its slot and starts empty, whatever 7 had seen.
+  slots.Release(7);
+  EXPECT_TRUE(at::equal(step({row(11, {5}, true)}), whole({Row(0, 0, 1, 1.7f, 0.5, 0, {5})})));
+  // Twenty more sequences: the pool grows past its first 8 slots and keeps what 9 and 11 have seen.
+  std::vector<BatchRow> many;
+  for (uint64_t s = 20; s < 40; ++s) many.push_back(row(s, {static_cast<int32_t>(s)}, true));
+  for (size_t k = 0; k < many.size(); k += 3) {
+    std::vector<BatchRow> three(many.begin() + static_cast<std::ptrdiff_t>(k),
+                                many.begin() + static_cast<std::ptrdiff_t>(std::min(k + 3, many.size())));
+    step(three);
+  }
+  EXPECT_GE(slots.capacity(), 22);
+  EXPECT_TRUE(at::equal(step({row(9, {}, false), row(11, {}, false)}),
+                        whole({Row(0, 0, 1, 1.7f, 0.5, 0, {4, 2}), Row(0, 0, 1, 1.7f, 0.5, 0, {5})})));
 }
 
 TEST(SamplerCuda, SamplesOnTheDeviceAsOnTheCpuWithOneEvent) {

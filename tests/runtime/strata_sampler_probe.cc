@@ -69,7 +69,8 @@ int main() {
       row.sampling.repetition_penalty = p.value("repetition_penalty", 1.0f);
       row.sampling.uniform = p.value("uniform", 0.0);
       row.sampling.top_logprobs = p.value("top_logprobs", 0);
-      row.context = p.value("context", std::vector<int32_t>{});
+      row.penalty_tokens = p.value("context", std::vector<int32_t>{});  // the whole context: a first step
+      row.penalty_reset = true;
       rows.push_back(std::move(row));
     }
     device = in.value("device", std::string("cpu"));
