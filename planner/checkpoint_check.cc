@@ -22,6 +22,7 @@
 #include "checkpoint/json_depth.h"
 #include "checkpoint/safetensors_header.h"
 #include "nlohmann/json.hpp"
+#include "planner/generation_config.h"
 #include "planner/model_spec.h"
 
 namespace strata::planner {
@@ -175,6 +176,7 @@ absl::StatusOr<ModelSpec> LoadModelSpec(const std::filesystem::path& checkpoint_
   if (spec->eos_token_ids && !spec->eos_token_ids->ok()) {
     *spec->eos_token_ids = in_config_file(spec->eos_token_ids->status());
   }
+  ApplyGenerationConfig(checkpoint_dir, *spec);
 
   absl::StatusOr<std::optional<CheckpointFiles>> files = FindCheckpointFiles(checkpoint_dir);
   if (!files.ok()) return files.status();

@@ -100,9 +100,10 @@ struct ModelSpec {
   // to load it with this error) and for module trees, which carry no config.
   absl::StatusOr<DecoderConfig> decoder{
       absl::InvalidArgumentError("the spec has no config.json (a module tree cannot be loaded)")};
-  // config.json's eos_token_id: the ids that end a sequence unless generation_config.json names others
-  // (runtime/engine/generation_config.h). nullopt when config.json does not set it (and for module
-  // trees); an error, reported only where the ids are used, when it is not an id, a list of ids or null.
+  // The ids that end a sequence: generation_config.json's eos_token_id when LoadModelSpec found one there
+  // (planner/generation_config.h), else config.json's. nullopt when neither sets it (and for module
+  // trees); an error, reported only where the ids are used (EosTokenIds), when a file cannot be read or an
+  // id is not an id, a list of ids or null.
   std::optional<absl::StatusOr<std::vector<int32_t>>> eos_token_ids;
   // Checkpoint layout where it differs from the module tree (MoE families, model_spec_moe.h): tensors
   // stored under another name, and fused expert parameters stored one tensor per expert.

@@ -6,7 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/file_reader.h"
-#include "runtime/engine/generation_config.h"
+#include "planner/generation_config.h"
 
 namespace strata::server {
 
@@ -73,8 +73,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(
     if (!tok.ok()) return tok.status();
     served->tokenizer_ = *std::move(tok);
   }
-  absl::StatusOr<std::vector<int32_t>> eos =
-      runtime::ReadEosTokenIds(*options.placement.model_dir, served->model_->report().spec);
+  absl::StatusOr<std::vector<int32_t>> eos = planner::EosTokenIds(served->model_->report().spec);
   if (!eos.ok()) return eos.status();
 
   runtime::EngineOptions engine_options;

@@ -134,7 +134,7 @@ class Engine {
  public:
   // Starts the engine thread (and one worker per stage) over `model`, which must outlive the engine.
   // `tokenizer` (may be null: then stop strings cannot be used and no text is produced) likewise.
-  // `eos_ids` end a sequence (ReadEosTokenIds).
+  // `eos_ids` end a sequence (planner::EosTokenIds).
   static absl::StatusOr<std::unique_ptr<Engine>> Start(LoadedModel& model, const tokenizer::Tokenizer* tokenizer,
                                                        std::vector<int32_t> eos_ids, const EngineOptions& options);
   ~Engine();  // Cancels what runs, finishes every callback, joins the threads.

@@ -1,7 +1,7 @@
-#include "runtime/engine/generation_config.h"
+#include "planner/generation_config.h"
 
-#include <cstdint>
 #include <optional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -9,7 +9,7 @@
 #include "checkpoint/json_depth.h"
 #include "nlohmann/json.hpp"
 
-namespace strata::runtime {
+namespace strata::planner {
 namespace {
 
 // generation_config.json's eos_token_id, or nothing when the file is absent or does not set it.
@@ -27,20 +27,25 @@ absl::StatusOr<std::optional<std::vector<int32_t>>> EosFrom(const std::filesyste
     return absl::InvalidArgumentError(absl::StrCat(file.string(), ": invalid JSON: ", e.what()));
   }
   if (!json.is_object() || !json.contains("eos_token_id")) return std::optional<std::vector<int32_t>>();
-  absl::StatusOr<std::vector<int32_t>> ids = planner::EosTokenIdsFromJson(json["eos_token_id"], file.string());
+  absl::StatusOr<std::vector<int32_t>> ids = EosTokenIdsFromJson(json["eos_token_id"], file.string());
   if (!ids.ok()) return ids.status();
   return std::optional<std::vector<int32_t>>(*std::move(ids));
 }
 
 }  // namespace
 
-absl::StatusOr<std::vector<int32_t>> ReadEosTokenIds(const std::filesystem::path& model_dir,
-                                                     const planner::ModelSpec& spec) {
-  absl::StatusOr<std::optional<std::vector<int32_t>>> ids = EosFrom(model_dir / "generation_config.json");
-  if (!ids.ok()) return ids.status();
-  if (ids->has_value()) return **ids;
+void ApplyGenerationConfig(const std::filesystem::path& checkpoint_dir, ModelSpec& spec) {
+  absl::StatusOr<std::optional<std::vector<int32_t>>> ids = EosFrom(checkpoint_dir / "generation_config.json");
+  if (!ids.ok()) {
+    spec.eos_token_ids = ids.status();
+  } else if (ids->has_value()) {
+    spec.eos_token_ids = **std::move(ids);
+  }
+}
+
+absl::StatusOr<std::vector<int32_t>> EosTokenIds(const ModelSpec& spec) {
   if (spec.eos_token_ids.has_value()) return *spec.eos_token_ids;
   return std::vector<int32_t>();
 }
 
-}  // namespace strata::runtime
+}  // namespace strata::planner
