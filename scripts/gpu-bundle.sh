@@ -43,6 +43,7 @@ packages=(
   nlohmann-json3-dev
   libonig-dev libonig5
   libutf8proc-dev libutf8proc2
+  libhwy-dev libhwy1
   libgtest-dev libgmock-dev googletest
   pkg-config pkgconf pkgconf-bin libpkgconf3
 )

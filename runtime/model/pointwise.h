@@ -1,5 +1,6 @@
 #pragma once
-// Internal (ATen): RMSNorm and SiLU(gate) * up in one pass each on a CPU with AVX-512. Written with ATen
+// Internal (ATen): RMSNorm and SiLU(gate) * up in one pass each on the CPU (kernels/pointwise.h: one Highway
+// source, the best target of this CPU: AVX-512, AVX2, SSE4, ...). Written with ATen
 // ops they are seven and two operators (conversions, pow, mean, rsqrt, products), each a dispatch, an
 // allocation and a walk over the activations: for a decode step of a small model that per-op cost, not the
 // arithmetic, is what they take (bench/README.md, peer_llamacpp). Both round exactly where the ATen
@@ -11,7 +12,7 @@
 namespace strata::runtime {
 
 // Whether the fused kernels run for `x` (and `other`, a weight or the second operand, in x's dtype): CPU,
-// AVX-512, float32 or bfloat16, contiguous.
+// float32 or bfloat16, contiguous.
 bool FusedPointwiseApplies(const at::Tensor& x, const at::Tensor& other);
 
 // weight * (x * rsqrt(mean(x^2, -1) + eps)).to(x.dtype), x rounded to float32 first: LlamaRMSNorm.

@@ -1,0 +1,120 @@
+// Per-target code of pointwise.cc (Highway's convention: included once per target, guarded by the toggle).
+#if defined(STRATA_KERNELS_POINTWISE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef STRATA_KERNELS_POINTWISE_INL_H_
+#undef STRATA_KERNELS_POINTWISE_INL_H_
+#else
+#define STRATA_KERNELS_POINTWISE_INL_H_
+#endif
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "hwy/highway.h"
+#include "kernels/bf16-inl.h"
+#include "kernels/exp-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace strata::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Element access by type: float32 as is; bfloat16 as its bits, widened on load and rounded on store.
+struct F32 {
+  using T = float;
+  template <class D>
+  static hn::Vec<D> Load(D d, const float* p) {
+    return hn::LoadU(d, p);
+  }
+  template <class D>
+  static hn::Vec<D> Round(D, hn::Vec<D> v) {
+    return v;
+  }
+  template <class D>
+  static void Store(D d, hn::Vec<D> v, float* p) {
+    hn::StoreU(v, d, p);
+  }
+  static float LoadOne(const float* p) { return *p; }
+  static float RoundOne(float v) { return v; }
+  static void StoreOne(float v, float* p) { *p = v; }
+};
+
+struct BF16 {
+  using T = uint16_t;
+  template <class D>
+  static hn::Vec<D> Load(D d, const uint16_t* p) {
+    return LoadBF16(d, p);
+  }
+  template <class D>
+  static hn::Vec<D> Round(D d, hn::Vec<D> v) {
+    return RoundBF16(d, v);
+  }
+  template <class D>
+  static void Store(D d, hn::Vec<D> v, uint16_t* p) {
+    StoreRoundedBF16(d, v, p);
+  }
+  static float LoadOne(const uint16_t* p) { return BF16ToFloat(*p); }
+  static float RoundOne(float v) { return BF16ToFloat(FloatToBF16(v)); }
+  static void StoreOne(float v, uint16_t* p) { *p = FloatToBF16(v); }
+};
+
+template <class E>
+void RmsNormRowsT(const typename E::T* x, const typename E::T* w, typename E::T* y, int64_t width, int64_t rows,
+                  float eps) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t row = 0; row < rows; ++row) {
+    const typename E::T* in = x + row * width;
+    typename E::T* out = y + row * width;
+    auto squares = hn::Zero(d);
+    int64_t j = 0;
+    for (; j + lanes <= width; j += lanes) {
+      const auto v = E::Load(d, in + j);
+      squares = hn::MulAdd(v, v, squares);
+    }
+    float sum = hn::GetLane(hn::SumOfLanes(d, squares));
+    for (int64_t t = j; t < width; ++t) sum += E::LoadOne(in + t) * E::LoadOne(in + t);
+    const float scale = 1.0f / std::sqrt(sum / static_cast<float>(width) + eps);
+    const auto vscale = hn::Set(d, scale);
+    for (j = 0; j + lanes <= width; j += lanes) {
+      const auto normed = E::Round(d, hn::Mul(E::Load(d, in + j), vscale));
+      E::Store(d, hn::Mul(E::Load(d, w + j), normed), out + j);
+    }
+    for (int64_t t = j; t < width; ++t) {
+      E::StoreOne(E::LoadOne(w + t) * E::RoundOne(E::LoadOne(in + t) * scale), out + t);
+    }
+  }
+}
+
+template <class E>
+void SiluMulT(const typename E::T* gate, const typename E::T* up, typename E::T* y, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto one = hn::Set(d, 1.0f);
+  int64_t j = 0;
+  for (; j + lanes <= n; j += lanes) {
+    const auto g = E::Load(d, gate + j);
+    const auto silu = E::Round(d, hn::Div(g, hn::Add(one, FastExp(d, hn::Neg(g)))));
+    E::Store(d, hn::Mul(silu, E::Load(d, up + j)), y + j);
+  }
+  for (; j < n; ++j) {
+    const float g = E::LoadOne(gate + j);
+    E::StoreOne(E::RoundOne(g / (1.0f + std::exp(-g))) * E::LoadOne(up + j), y + j);
+  }
+}
+
+// The target this copy of the code was compiled for: what the dispatch picked.
+const char* TargetOfThisCode() { return hwy::TargetName(HWY_TARGET); }
+
+void RmsNormRowsF32(const float* x, const float* w, float* y, int64_t width, int64_t rows, float eps) {
+  RmsNormRowsT<F32>(x, w, y, width, rows, eps);
+}
+void RmsNormRowsBF16(const uint16_t* x, const uint16_t* w, uint16_t* y, int64_t width, int64_t rows, float eps) {
+  RmsNormRowsT<BF16>(x, w, y, width, rows, eps);
+}
+void SiluMulF32(const float* gate, const float* up, float* y, int64_t n) { SiluMulT<F32>(gate, up, y, n); }
+void SiluMulBF16(const uint16_t* gate, const uint16_t* up, uint16_t* y, int64_t n) { SiluMulT<BF16>(gate, up, y, n); }
+
+}  // namespace strata::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // STRATA_KERNELS_POINTWISE_INL_H_

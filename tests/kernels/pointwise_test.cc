@@ -1,0 +1,135 @@
+// kernels/pointwise: RMSNorm and SiLU x up on every Highway target this machine supports, against a
+// scalar reference with the same rounding points (runtime/model/pointwise_test.cc checks the ATen side).
+#include "kernels/pointwise.h"
+
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+#include <hwy/tests/hwy_gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace strata::kernels {
+namespace {
+
+HWY_BEFORE_TEST(KernelsPointwise);
+
+float FromBF16(BFloat16 v) {
+  const uint32_t wide = static_cast<uint32_t>(v.bits) << 16;
+  float f;
+  std::memcpy(&f, &wide, sizeof f);
+  return f;
+}
+
+// Round to nearest even, as c10::BFloat16.
+BFloat16 ToBF16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if (std::isnan(f)) return {static_cast<uint16_t>((bits >> 16) | 0x0040)};
+  bits += 0x7FFF + ((bits >> 16) & 1);
+  return {static_cast<uint16_t>(bits >> 16)};
+}
+
+float RoundBF16(float f) { return FromBF16(ToBF16(f)); }
+
+std::vector<float> Random(int64_t n, uint32_t seed, float scale = 2.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = normal(gen);
+  return v;
+}
+
+// Units in the last place of bfloat16 between two values.
+int64_t BF16Ulps(float a, float b) {
+  return std::llabs(static_cast<int64_t>(ToBF16(a).bits) - static_cast<int64_t>(ToBF16(b).bits));
+}
+
+TEST_P(KernelsPointwise, RunsOnTheTargetUnderTest) {
+  EXPECT_EQ(std::string(KernelTarget()), std::string(hwy::TargetName(GetParam())));
+}
+
+TEST_P(KernelsPointwise, RmsNormFloat32MatchesTheReference) {
+  for (int64_t width : {1, 7, 16, 33, 64, 4101}) {
+    const int64_t rows = 3;
+    const std::vector<float> x = Random(width * rows, 1), w = Random(width, 2, 1.0f);
+    std::vector<float> y(x.size());
+    RmsNormRows(x.data(), w.data(), y.data(), width, rows, 1e-5f);
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0;
+      for (int64_t j = 0; j < width; ++j) sum += double{x[r * width + j]} * x[r * width + j];
+      const float scale = 1.0f / std::sqrt(static_cast<float>(sum / width) + 1e-5f);
+      for (int64_t j = 0; j < width; ++j) {
+        const float expected = w[j] * (x[r * width + j] * scale);
+        ASSERT_NEAR(y[r * width + j], expected, 2e-6f * std::abs(expected) + 1e-30f)
+            << "width " << width << " row " << r << " column " << j;
+      }
+    }
+  }
+}
+
+TEST_P(KernelsPointwise, RmsNormBFloat16RoundsWhereTransformersDoes) {
+  for (int64_t width : {5, 32, 100, 2048}) {
+    const int64_t rows = 2;
+    std::vector<BFloat16> x, w, y(static_cast<size_t>(width * rows));
+    for (float v : Random(width * rows, 3)) x.push_back(ToBF16(v));
+    for (float v : Random(width, 4, 1.0f)) w.push_back(ToBF16(v));
+    RmsNormRows(x.data(), w.data(), y.data(), width, rows, 1e-6f);
+    int64_t exact = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0;
+      for (int64_t j = 0; j < width; ++j) sum += double{FromBF16(x[r * width + j])} * FromBF16(x[r * width + j]);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(sum / width) + 1e-6f);
+      for (int64_t j = 0; j < width; ++j) {
+        // LlamaRMSNorm: (x * rsqrt) rounded to bfloat16, then times the weight, rounded again.
+        const float expected = RoundBF16(FromBF16(w[j]) * RoundBF16(FromBF16(x[r * width + j]) * scale));
+        const float got = FromBF16(y[r * width + j]);
+        ASSERT_LE(BF16Ulps(got, expected), 1) << "width " << width << " column " << j;
+        exact += got == expected;
+      }
+    }
+    // Only the float32 sum's order differs from the reference: almost every value is exact.
+    EXPECT_GE(exact, width * rows * 99 / 100) << "width " << width;
+  }
+}
+
+TEST_P(KernelsPointwise, SiluMulMatchesTheReferenceAndTheEdges) {
+  for (int64_t n : {1, 9, 64, 1000, 11008}) {
+    std::vector<float> gate = Random(n, 5, 4.0f), up = Random(n, 6), y(static_cast<size_t>(n));
+    gate[0] = -100.0f;  // exp(100) overflows: silu is -0, not NaN
+    if (n > 1) gate[1] = 90.0f;
+    SiluMul(gate.data(), up.data(), y.data(), n);
+    for (int64_t j = 0; j < n; ++j) {
+      const float expected = gate[j] / (1.0f + std::exp(-gate[j])) * up[j];
+      ASSERT_TRUE(std::isfinite(y[j])) << "n " << n << " index " << j << " gate " << gate[j];
+      ASSERT_NEAR(y[j], expected, 4e-6f * std::abs(expected) + 1e-30f) << "n " << n << " index " << j;
+    }
+  }
+}
+
+TEST_P(KernelsPointwise, SiluMulBFloat16AndNaNs) {
+  const int64_t n = 777;
+  std::vector<BFloat16> gate, up, y(static_cast<size_t>(n));
+  for (float v : Random(n, 7, 4.0f)) gate.push_back(ToBF16(v));
+  for (float v : Random(n, 8)) up.push_back(ToBF16(v));
+  gate[3] = ToBF16(std::numeric_limits<float>::quiet_NaN());
+  SiluMul(gate.data(), up.data(), y.data(), n);
+  for (int64_t j = 0; j < n; ++j) {
+    const float g = FromBF16(gate[j]);
+    const float expected = RoundBF16(RoundBF16(g / (1.0f + std::exp(-g))) * FromBF16(up[j]));
+    const float got = FromBF16(y[j]);
+    if (std::isnan(expected)) {
+      EXPECT_TRUE(std::isnan(got)) << j;
+      continue;
+    }
+    ASSERT_LE(BF16Ulps(got, expected), 1) << "index " << j;
+  }
+}
+
+}  // namespace
+}  // namespace strata::kernels
