@@ -9,6 +9,8 @@
 // machine): that target's code on this machine's memory system.
 #include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/rsqrt.h>
 #include <ATen/ops/silu.h>
@@ -25,6 +27,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "kernels/pointwise.h"
+#include "runtime/model/decode_attention.h"
 #include "runtime/model/pointwise.h"
 
 namespace {
@@ -121,6 +124,34 @@ int main(int argc, char** argv) {
           std::printf("| %s | %s | %d | %ld x %ld | %.1f | %.1f | %.2fx |\n", c.name,
                       dtype == at::kFloat ? "f32" : "bf16", t, static_cast<long>(rows), static_cast<long>(c.width),
                       Median(a), Median(b), Median(a) / Median(b));
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  // Decode attention from the paged pool: rows x 32 query heads over 8 KV heads of 128, each row at `context`
+  // positions of its own blocks (16 tokens each).
+  std::printf("\n| op | dtype | threads | rows x context | strata us |\n|---|---|---|---|---|\n");
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (int t : threads) {
+      at::set_num_threads(t);
+      for (int64_t rows : {1, 16}) {
+        for (int64_t context : {512, 4096}) {
+          const int64_t blocks_per_row = context / 16;
+          strata::runtime::KvLayer cache{at::randn({rows * blocks_per_row * 16, 8, 128}).to(dtype),
+                                         at::randn({rows * blocks_per_row * 16, 8, 128}).to(dtype)};
+          const at::Tensor table = at::arange(rows * blocks_per_row, at::kLong).view({rows, blocks_per_row});
+          const at::Tensor positions = at::full({rows, 1}, context - 1, at::kLong);
+          const at::Tensor q = at::randn({rows, 32, 1, 128}).to(dtype);
+          std::vector<double> b;
+          for (int i = 0; i < repeats; ++i) {
+            b.push_back(Micros([&] {
+              return strata::runtime::DecodeAttention(q, cache, strata::runtime::KvBlockTables{table, 16}, positions, 0,
+                                                      0.088);
+            }));
+          }
+          std::printf("| DecodeAttention | %s | %d | %ld x %ld | %.1f |\n", dtype == at::kFloat ? "f32" : "bf16", t,
+                      static_cast<long>(rows), static_cast<long>(context), Median(b));
           std::fflush(stdout);
         }
       }

@@ -18,45 +18,6 @@ HWY_BEFORE_NAMESPACE();
 namespace strata::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Element access by type: float32 as is; bfloat16 as its bits, widened on load and rounded on store.
-struct F32 {
-  using T = float;
-  template <class D>
-  static hn::Vec<D> Load(D d, const float* p) {
-    return hn::LoadU(d, p);
-  }
-  template <class D>
-  static hn::Vec<D> Round(D, hn::Vec<D> v) {
-    return v;
-  }
-  template <class D>
-  static void Store(D d, hn::Vec<D> v, float* p) {
-    hn::StoreU(v, d, p);
-  }
-  static float LoadOne(const float* p) { return *p; }
-  static float RoundOne(float v) { return v; }
-  static void StoreOne(float v, float* p) { *p = v; }
-};
-
-struct BF16 {
-  using T = uint16_t;
-  template <class D>
-  static hn::Vec<D> Load(D d, const uint16_t* p) {
-    return LoadBF16(d, p);
-  }
-  template <class D>
-  static hn::Vec<D> Round(D d, hn::Vec<D> v) {
-    return RoundBF16(d, v);
-  }
-  template <class D>
-  static void Store(D d, hn::Vec<D> v, uint16_t* p) {
-    StoreRoundedBF16(d, v, p);
-  }
-  static float LoadOne(const uint16_t* p) { return BF16ToFloat(*p); }
-  static float RoundOne(float v) { return BF16ToFloat(FloatToBF16(v)); }
-  static void StoreOne(float v, uint16_t* p) { *p = FloatToBF16(v); }
-};
-
 template <class E>
 void RmsNormRowsT(const typename E::T* x, const typename E::T* w, typename E::T* y, int64_t width, int64_t rows,
                   float eps) {

@@ -1,11 +1,11 @@
 #pragma once
-// Internal (ATen): attention of decode rows (one query token each) read straight from the paged KV pools, on a
-// CPU with AVX-512. SDPA needs each row's keys as one tensor, so a batch of decodes gathers its blocks
-// (index_select) and then runs flash attention's per-head GEMMs of one query row: on a CPU those are
-// thousands of tiny BLAS calls per step (MKL's bfloat16 gemv was 14% of a 16-stream serving profile). Here
-// each (row, KV head) task walks the row's block table once: scores of its query heads against every visible
-// key, a softmax in float32, and the weighted sum of the values. Prefill chunks, CUDA and other dtypes keep
-// SDPA.
+// Internal (ATen): attention of decode rows (one query token each) read straight from the paged KV pools, on
+// any CPU (kernels/attention.h: one Highway source, the best target of this CPU). SDPA needs each row's keys as one
+// tensor, so a batch of decodes gathers its blocks (index_select) and then runs flash attention's per-head GEMMs of one
+// query row: on a CPU those are thousands of tiny BLAS calls per step (MKL's bfloat16 gemv was 14% of a 16-stream
+// serving profile). Here each (row, KV head) task walks the row's block table once: scores of its query heads against
+// every visible key, a softmax in float32, and the weighted sum of the values. Prefill chunks, CUDA and other dtypes
+// keep SDPA.
 
 #include <ATen/core/Tensor.h>
 
@@ -16,7 +16,7 @@
 namespace strata::runtime {
 
 // Whether DecodeAttention runs for a group of `count` tokens per row with queries `q` over `cache`: one token
-// per row, on a CPU with AVX-512, float32 or bfloat16 queries and pools of that dtype, head_dim <= 256.
+// per row, on the CPU, float32 or bfloat16 queries and pools of that dtype, head_dim <= 256.
 bool DecodeAttentionApplies(const at::Tensor& q, const KvLayer& cache, int64_t count);
 
 // q [rows, heads, 1, head_dim] (RoPE applied, heads a multiple of the pools' kv_heads: query head i reads KV
