@@ -67,7 +67,7 @@ void DecodeAttentionHeadT(const typename E::T* q, const typename E::T* keys, con
                           typename E::T* out, float* scratch) {
   const hn::ScalableTag<float> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  float* qs = scratch;                   // [group, dim]: the scaled queries, float32
+  float* qs = scratch;                    // [group, dim]: the scaled queries, float32
   float* scores = scratch + group * dim;  // [group, length]
   for (int64_t g = 0; g < group; ++g) {
     for (int64_t c = 0; c < dim; ++c) qs[g * dim + c] = E::LoadOne(q + g * dim + c) * scale;

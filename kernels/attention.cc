@@ -14,8 +14,8 @@ namespace strata::kernels {
 HWY_EXPORT(DecodeAttentionHeadF32);
 HWY_EXPORT(DecodeAttentionHeadBF16);
 
-void DecodeAttentionHead(const float* q, const float* keys, const float* values, const int64_t* offsets,
-                         int64_t length, int64_t group, int64_t dim, float scale, float* out, float* scratch) {
+void DecodeAttentionHead(const float* q, const float* keys, const float* values, const int64_t* offsets, int64_t length,
+                         int64_t group, int64_t dim, float scale, float* out, float* scratch) {
   HWY_DYNAMIC_DISPATCH(DecodeAttentionHeadF32)(q, keys, values, offsets, length, group, dim, scale, out, scratch);
 }
 void DecodeAttentionHead(const BFloat16* q, const BFloat16* keys, const BFloat16* values, const int64_t* offsets,

@@ -13,8 +13,8 @@ namespace strata::kernels {
 // For query heads g < group: q + g * dim (dim values, not yet scaled), out + g * dim. Key t is
 // keys + offsets[t], its value values + offsets[t] (dim values each), t < length (length >= 1).
 // out[g] = sum_t softmax_t(scale * q[g] . key_t) value_t. `scratch` holds group * (length + dim) floats.
-void DecodeAttentionHead(const float* q, const float* keys, const float* values, const int64_t* offsets,
-                         int64_t length, int64_t group, int64_t dim, float scale, float* out, float* scratch);
+void DecodeAttentionHead(const float* q, const float* keys, const float* values, const int64_t* offsets, int64_t length,
+                         int64_t group, int64_t dim, float scale, float* out, float* scratch);
 void DecodeAttentionHead(const BFloat16* q, const BFloat16* keys, const BFloat16* values, const int64_t* offsets,
                          int64_t length, int64_t group, int64_t dim, float scale, BFloat16* out, float* scratch);
 
