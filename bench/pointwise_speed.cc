@@ -1,7 +1,8 @@
 // strata_pointwise_bench: a decoder layer's pointwise work, the ATen expressions transformers runs
 // (LlamaRMSNorm: to(float), pow, mean, rsqrt, products; silu(gate) * up) against runtime/model/pointwise.h
-// (kernels/pointwise.h: one pass each, the best Highway target of this CPU). Microseconds per call, medians
-// of alternating runs, on decode (1 row), batched decode (32 rows) and prefill (512 rows) shapes.
+// (kernels/pointwise.h: one pass each, the best Highway target of this CPU), and decode attention from the
+// paged pool (runtime/model/decode_attention.h over kernels/attention.h). Microseconds per call, medians of
+// alternating runs, on decode (1 row), batched decode (32 rows) and prefill (512 rows) shapes.
 //
 //   build/bench/strata_pointwise_bench [--threads 1,2] [--repeats 7] [--target AVX2]
 //
