@@ -1,12 +1,10 @@
 #include "runtime/model/cpu_features.h"
 
+#include "kernels/targets.h"
+
 namespace strata::runtime {
 
-bool CpuHasAvx512() {
-  static const bool has =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  return has;
-}
+bool CpuHasAvx512() { return kernels::Avx512Allowed(); }
 
 bool CpuHasAvx512Bf16() {
   static const bool has = CpuHasAvx512() && __builtin_cpu_supports("avx512bf16");

@@ -4,7 +4,7 @@
 
 namespace strata::runtime {
 
-// AVX-512 F/BW/VL: linear.cc, decode_attention.cc and pointwise.cc's kernels.
+// AVX-512 F/BW/VL, unless STRATA_CPU_ISA caps strata below it (kernels/targets.h): linear.cc's kernels.
 bool CpuHasAvx512();
 // AVX-512 BF16 (VDPBF16PS) besides the above: linear.cc's bfloat16 dot products.
 bool CpuHasAvx512Bf16();

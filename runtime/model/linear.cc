@@ -5,8 +5,10 @@
 #include <ATen/ops/linear.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/linear.h"
 #include "runtime/model/cpu_features.h"
 #include "runtime/model/simd_avx512.h"
 
@@ -305,7 +307,7 @@ void FewRows(const float* x, const T* w, const T* bias, T* y, int64_t rows, int6
 }  // namespace
 
 bool LinearUsesOwnKernel(const at::Tensor& x, const at::Tensor& weight) {
-  if (!CpuHasAvx512() || !x.device().is_cpu() || !weight.device().is_cpu()) return false;
+  if (!x.device().is_cpu() || !weight.device().is_cpu()) return false;
   if (x.scalar_type() != weight.scalar_type()) return false;
   if (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) return false;
   if (weight.dim() != 2 || !weight.is_contiguous() || x.dim() < 1 || x.size(-1) != weight.size(1)) return false;
@@ -314,8 +316,37 @@ bool LinearUsesOwnKernel(const at::Tensor& x, const at::Tensor& weight) {
   const int64_t rows = x.numel() / k;
   // Past kFewRows (prefill) the blocked, packed GEMMs of MKL/oneDNN reuse each weight more often than 4 x 4
   // tiles do (bench/linear_speed.cc: at 32 rows the tiles are still 1.1-3.9x ahead, at 64 even in bfloat16).
-  return rows <= kFewRows;
+  if (CpuHasAvx512()) return rows <= kFewRows;
+  // The portable kernel streams bfloat16 weights of a wide layer for two rows slower than ATen's AVX2 GEMV
+  // (0.7-0.8x at K 3072-4096 in strata_linear_bench under STRATA_CPU_ISA=avx2; one row is at par or ahead).
+  if (x.scalar_type() == at::kBFloat16 && rows == 2 && k > 2048) return false;
+  return rows <= kPortableRows;
 }
+
+namespace {
+
+// The portable path: the few input rows widened to float32 once, output rows split over the threads.
+template <typename T, typename K>
+void PortableRows(const at::Tensor& xc, const at::Tensor& weight, const at::Tensor& bias, at::Tensor& y, int64_t rows,
+                  int64_t k, int64_t n) {
+  thread_local std::vector<float> widened;
+  const float* xs = nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    xs = xc.data_ptr<float>();
+  } else {
+    widened.resize(static_cast<size_t>(rows * k));
+    const c10::BFloat16* src = xc.data_ptr<c10::BFloat16>();
+    for (int64_t i = 0; i < rows * k; ++i) widened[static_cast<size_t>(i)] = static_cast<float>(src[i]);
+    xs = widened.data();
+  }
+  const K* ws = reinterpret_cast<const K*>(weight.data_ptr<T>());
+  const K* bs = bias.defined() ? reinterpret_cast<const K*>(bias.data_ptr<T>()) : nullptr;
+  K* ys = reinterpret_cast<K*>(y.data_ptr<T>());
+  at::parallel_for(0, n, Grain(k, sizeof(T)),
+                   [&](int64_t begin, int64_t end) { kernels::LinearRows(xs, ws, bs, ys, rows, k, n, begin, end); });
+}
+
+}  // namespace
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (!LinearUsesOwnKernel(x, weight) ||
@@ -329,7 +360,13 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
   sizes.back() = n;
   at::Tensor y = at::empty(sizes, x.options());
   const at::Tensor xc = x.contiguous();
-  if (x.scalar_type() == at::kFloat) {
+  if (!CpuHasAvx512()) {
+    if (x.scalar_type() == at::kFloat) {
+      PortableRows<float, float>(xc, weight, bias, y, rows, k, n);
+    } else {
+      PortableRows<c10::BFloat16, kernels::BFloat16>(xc, weight, bias, y, rows, k, n);
+    }
+  } else if (x.scalar_type() == at::kFloat) {
     FewRows<float>(xc.data_ptr<float>(), weight.data_ptr<float>(), bias.defined() ? bias.data_ptr<float>() : nullptr,
                    y.data_ptr<float>(), rows, k, n);
   } else if (CpuHasAvx512Bf16()) {

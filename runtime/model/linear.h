@@ -9,7 +9,8 @@
 // kFewRows rows (a batch of decodes, a short chunk) it runs register tiles of 4 x 4 over blocks of 4 weight
 // rows, reading the weights from memory once: MKL's generic path on AMD and oneDNN run 1.1-3x slower there
 // (strata_linear_bench --rows 16,32).
-// Everything else (prefill, CUDA, other dtypes, CPUs without AVX-512) is at::linear.
+// Without AVX-512, one or two rows run kernels/linear.h (one Highway source: AVX2, SSE4, NEON, ...).
+// Everything else (prefill, CUDA, other dtypes) is at::linear.
 
 #include <ATen/core/Tensor.h>
 
@@ -18,6 +19,9 @@
 namespace strata::runtime {
 
 inline constexpr int64_t kFewRows = 32;
+// Without AVX-512 (or under STRATA_CPU_ISA=avx2 and below): up to this many rows run kernels/linear.h, the
+// portable Highway kernel (a decode step); more stay with at::linear until the tiles are ported (issue 22).
+inline constexpr int64_t kPortableRows = 2;
 
 // x [..., K], weight [N, K], bias [N] or undefined; returns [..., N] in x's dtype.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});

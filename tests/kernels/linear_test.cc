@@ -1,0 +1,85 @@
+// kernels/linear: one and two rows against a weight matrix on every Highway target this machine supports,
+// against a double-precision reference (runtime/model's test compares Linear with at::linear).
+#include "kernels/linear.h"
+
+#include <gtest/gtest.h>
+#include <hwy/tests/hwy_gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+namespace strata::kernels {
+namespace {
+
+HWY_BEFORE_TEST(KernelsLinear);
+
+float FromBF16(BFloat16 v) {
+  const uint32_t wide = static_cast<uint32_t>(v.bits) << 16;
+  float f;
+  std::memcpy(&f, &wide, sizeof f);
+  return f;
+}
+
+BFloat16 ToBF16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  bits += 0x7FFF + ((bits >> 16) & 1);
+  return {static_cast<uint16_t>(bits >> 16)};
+}
+
+float Value(float v) { return v; }
+float Value(BFloat16 v) { return FromBF16(v); }
+
+template <typename T>
+void Check(int64_t rows, int64_t k, bool with_bias) {
+  const int64_t n = 7;
+  std::mt19937 gen(static_cast<uint32_t>(rows * 100000 + k * 2 + with_bias));
+  std::normal_distribution<float> normal;
+  std::vector<float> x(static_cast<size_t>(rows * k));
+  for (float& v : x) v = normal(gen);
+  std::vector<T> w(static_cast<size_t>(n * k)), bias(static_cast<size_t>(n)), y(static_cast<size_t>(rows * n));
+  for (size_t i = 0; i < w.size(); ++i) {
+    const float v = normal(gen);
+    if constexpr (std::is_same_v<T, float>) {
+      w[i] = v;
+    } else {
+      w[i] = ToBF16(v);
+    }
+  }
+  for (size_t i = 0; i < bias.size(); ++i) {
+    if constexpr (std::is_same_v<T, float>) {
+      bias[i] = normal(gen);
+    } else {
+      bias[i] = ToBF16(normal(gen));
+    }
+  }
+  // Output rows 2 .. 6 only: the kernel writes [n0, n1) and leaves the rest.
+  LinearRows(x.data(), w.data(), with_bias ? bias.data() : nullptr, y.data(), rows, k, n, 2, 6);
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t j = 2; j < 6; ++j) {
+      double expected = with_bias ? Value(bias[j]) : 0.0;
+      for (int64_t i = 0; i < k; ++i) expected += double{x[m * k + i]} * Value(w[j * k + i]);
+      const double tolerance = (std::is_same_v<T, float> ? 1e-5 : 1e-2 * std::abs(expected) + 1e-3) *
+                               std::max(1.0, std::sqrt(static_cast<double>(k)));
+      ASSERT_NEAR(Value(y[m * n + j]), expected, tolerance) << "rows " << rows << " k " << k << " out " << j;
+    }
+  }
+}
+
+TEST_P(KernelsLinear, OneAndTwoRowsMatchTheReference) {
+  for (int64_t rows : {1, 2}) {
+    for (int64_t k : {1, 7, 64, 100, 2049, 3000}) {
+      for (bool bias : {false, true}) {
+        Check<float>(rows, k, bias);
+        Check<BFloat16>(rows, k, bias);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::kernels
