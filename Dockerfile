@@ -26,7 +26,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update -q && apt-get install -y -q --no-install-recommends \
       build-essential cmake ninja-build pkg-config ccache ca-certificates python3 python3-venv binutils \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev prometheus-cpp-dev libmicrohttpd-dev libssl-dev \
-      nlohmann-json3-dev libonig-dev libutf8proc-dev libhwy-dev \
+      nlohmann-json3-dev libonig-dev libutf8proc-dev \
     && rm -rf /var/lib/apt/lists/*
 
 # torch, at the version scripts/requirements.txt pins (TORCH_SPEC overrides: e.g. a CPU wheel from
@@ -58,6 +58,10 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     && ln -sfn "$cuda" /usr/local/cuda
 ENV PATH=/usr/local/cuda/bin:$PATH CUDA_HOME=/usr/local/cuda
 
+# Google Highway for kernels/ (a layer of its own, after the toolkit: adding it did not invalidate the
+# torch and CUDA layers above).
+RUN apt-get update -q && apt-get install -y -q --no-install-recommends libhwy-dev && rm -rf /var/lib/apt/lists/*
+
 # Sources only (tests/, docs/, bench/ stay out, so editing them does not rebuild).
 WORKDIR /src
 COPY CMakeLists.txt ./
@@ -66,6 +70,7 @@ COPY cli cli
 COPY checkpoint checkpoint
 COPY planner planner
 COPY tokenizer tokenizer
+COPY kernels kernels
 COPY runtime runtime
 COPY proto proto
 COPY server server
