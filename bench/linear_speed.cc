@@ -16,8 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
 #include "runtime/model/linear.h"
 
 namespace {
@@ -27,23 +26,8 @@ struct Shape {
   int64_t n, k;
 };
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-std::vector<int> Ints(const char* text) {
-  std::vector<int> out;
-  for (absl::string_view piece : absl::StrSplit(text, ',')) {
-    int value = 0;
-    if (!absl::SimpleAtoi(piece, &value) || value <= 0) {
-      std::fprintf(stderr, "strata_linear_bench: \"%s\" is not a list of positive integers\n", text);
-      std::exit(2);
-    }
-    out.push_back(value);
-  }
-  return out;
-}
+std::vector<int> Ints(const char* text) { return strata::bench::Ints("strata_linear_bench", text); }
+using strata::bench::Median;
 
 }  // namespace
 

@@ -25,31 +25,15 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
 #include "kernels/pointwise.h"
 #include "runtime/model/decode_attention.h"
 #include "runtime/model/pointwise.h"
 
 namespace {
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-std::vector<int> Ints(const char* text) {
-  std::vector<int> out;
-  for (absl::string_view piece : absl::StrSplit(text, ',')) {
-    int value = 0;
-    if (!absl::SimpleAtoi(piece, &value) || value <= 0) {
-      std::fprintf(stderr, "strata_pointwise_bench: \"%s\" is not a list of positive integers\n", text);
-      std::exit(2);
-    }
-    out.push_back(value);
-  }
-  return out;
-}
+std::vector<int> Ints(const char* text) { return strata::bench::Ints("strata_pointwise_bench", text); }
+using strata::bench::Median;
 
 // Microseconds per call of `op`, enough calls for ~20 ms.
 template <typename Op>

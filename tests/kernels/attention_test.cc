@@ -12,27 +12,16 @@
 #include <random>
 #include <vector>
 
+#include "tests/kernels/bf16_util.h"
+
 namespace strata::kernels {
 namespace {
 
+using reference::FromBF16;
+using reference::ToBF16;
+using reference::Value;
+
 HWY_BEFORE_TEST(KernelsAttention);
-
-float FromBF16(BFloat16 v) {
-  const uint32_t wide = static_cast<uint32_t>(v.bits) << 16;
-  float f;
-  std::memcpy(&f, &wide, sizeof f);
-  return f;
-}
-
-BFloat16 ToBF16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  bits += 0x7FFF + ((bits >> 16) & 1);
-  return {static_cast<uint16_t>(bits >> 16)};
-}
-
-float Value(float v) { return v; }
-float Value(BFloat16 v) { return FromBF16(v); }
 
 template <typename T>
 void Check(int64_t group, int64_t dim, int64_t length, double tolerance) {

@@ -14,26 +14,16 @@
 #include <string>
 #include <vector>
 
+#include "tests/kernels/bf16_util.h"
+
 namespace strata::kernels {
 namespace {
 
+using reference::FromBF16;
+using reference::ToBF16;
+using reference::Value;
+
 HWY_BEFORE_TEST(KernelsPointwise);
-
-float FromBF16(BFloat16 v) {
-  const uint32_t wide = static_cast<uint32_t>(v.bits) << 16;
-  float f;
-  std::memcpy(&f, &wide, sizeof f);
-  return f;
-}
-
-// Round to nearest even, as c10::BFloat16.
-BFloat16 ToBF16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if (std::isnan(f)) return {static_cast<uint16_t>((bits >> 16) | 0x0040)};
-  bits += 0x7FFF + ((bits >> 16) & 1);
-  return {static_cast<uint16_t>(bits >> 16)};
-}
 
 float RoundBF16(float f) { return FromBF16(ToBF16(f)); }
 
