@@ -55,7 +55,6 @@ struct Collected {
   std::mutex mutex;
   std::condition_variable changed;
   std::vector<BatchOutput> outputs;
-  std::vector<bool> finished;
   size_t with_first_token = 0;
   size_t ended = 0;
   std::optional<Clock::time_point> first_tokens_at;
@@ -74,7 +73,6 @@ absl::StatusOr<std::vector<BatchOutput>> GenerateBatch(Engine& engine, const std
 
   auto collected = std::make_shared<Collected>();
   collected->outputs.resize(prompts.size());
-  collected->finished.assign(prompts.size(), false);
   const Clock::time_point start = Clock::now();
   std::vector<std::shared_ptr<RequestHandle>> handles;
   for (size_t p = 0; p < prompts.size(); ++p) {
@@ -93,7 +91,6 @@ absl::StatusOr<std::vector<BatchOutput>> GenerateBatch(Engine& engine, const std
         if (*chunk.finish == FinishReason::kError && collected->error.ok()) {
           collected->error = absl::Status(chunk.error.code(), absl::StrCat("prompt ", p, ": ", chunk.error.message()));
         }
-        collected->finished[p] = true;
         ++collected->ended;
       }
       collected->changed.notify_all();

@@ -5,7 +5,6 @@
 #include <ATen/ops/linear.h>
 
 #include <algorithm>
-#include <type_traits>
 #include <vector>
 
 #include "kernels/linear.h"
@@ -325,20 +324,22 @@ bool LinearUsesOwnKernel(const at::Tensor& x, const at::Tensor& weight) {
 
 namespace {
 
-// The portable path: the few input rows widened to float32 once, output rows split over the threads.
+// The few input rows as float32: float32 inputs in place, bfloat16 ones widened once into a per-thread buffer
+// (the weights are widened in registers as they stream).
+const float* Float32Rows(const at::Tensor& xc, int64_t count) {
+  if (xc.scalar_type() == at::kFloat) return xc.data_ptr<float>();
+  thread_local std::vector<float> widened;
+  widened.resize(static_cast<size_t>(count));
+  const c10::BFloat16* src = xc.data_ptr<c10::BFloat16>();
+  for (int64_t i = 0; i < count; ++i) widened[static_cast<size_t>(i)] = static_cast<float>(src[i]);
+  return widened.data();
+}
+
+// The portable path: output rows split over the threads.
 template <typename T, typename K>
 void PortableRows(const at::Tensor& xc, const at::Tensor& weight, const at::Tensor& bias, at::Tensor& y, int64_t rows,
                   int64_t k, int64_t n) {
-  thread_local std::vector<float> widened;
-  const float* xs = nullptr;
-  if constexpr (std::is_same_v<T, float>) {
-    xs = xc.data_ptr<float>();
-  } else {
-    widened.resize(static_cast<size_t>(rows * k));
-    const c10::BFloat16* src = xc.data_ptr<c10::BFloat16>();
-    for (int64_t i = 0; i < rows * k; ++i) widened[static_cast<size_t>(i)] = static_cast<float>(src[i]);
-    xs = widened.data();
-  }
+  const float* xs = Float32Rows(xc, rows * k);
   const K* ws = reinterpret_cast<const K*>(weight.data_ptr<T>());
   const K* bs = bias.defined() ? reinterpret_cast<const K*>(bias.data_ptr<T>()) : nullptr;
   K* ys = reinterpret_cast<K*>(y.data_ptr<T>());
@@ -384,12 +385,7 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
       });
     }
   } else {
-    // The few input rows widened once (the weights are widened in registers as they stream).
-    thread_local std::vector<float> widened;
-    widened.resize(static_cast<size_t>(rows * k));
-    const c10::BFloat16* src = xc.data_ptr<c10::BFloat16>();
-    for (int64_t i = 0; i < rows * k; ++i) widened[static_cast<size_t>(i)] = static_cast<float>(src[i]);
-    FewRows<c10::BFloat16>(widened.data(), weight.data_ptr<c10::BFloat16>(),
+    FewRows<c10::BFloat16>(Float32Rows(xc, rows * k), weight.data_ptr<c10::BFloat16>(),
                            bias.defined() ? bias.data_ptr<c10::BFloat16>() : nullptr, y.data_ptr<c10::BFloat16>(), rows,
                            k, n);
   }
