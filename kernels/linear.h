@@ -1,8 +1,9 @@
 #pragma once
-// y = x W^T (+ b) for one or two input rows (a decode step), streaming each weight row once: the matrix is
-// read as one sequential stream at memory speed, every row's dot product accumulated in float32. One
-// Highway source for every ISA; runtime/model/linear.cc splits the output rows over threads and uses it
-// where its AVX-512 kernels do not run.
+// y = x W^T (+ b) for the few input rows of decode steps and short chunks, accumulated in float32. One or two
+// rows stream each weight row once: the matrix is read as one sequential stream at memory speed. More rows
+// go by register tiles (4 input rows x 3 or 4 weight rows, as many as the target has registers for) over
+// blocks of weight rows, each block read from memory once for all the input rows. One Highway source for
+// every ISA; runtime/model/linear.cc splits the output rows over threads.
 
 #include <cstdint>
 
@@ -10,7 +11,7 @@
 
 namespace strata::kernels {
 
-// x: `rows` (1 or 2) rows of k float32 (bfloat16 inputs are widened once by the caller). w: [n_total, k];
+// x: `rows` rows of k float32 (bfloat16 inputs are widened once by the caller). w: [n_total, k];
 // bias: [n_total] or null. Writes y[m][n] for n in [n0, n1), y row-major [rows, n_total]; bfloat16 outputs
 // rounded to nearest even.
 void LinearRows(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t k, int64_t n_total,

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linear.h>
+#include <ATen/ops/mm.h>
 
 #include <algorithm>
 #include <vector>
@@ -315,11 +316,7 @@ bool LinearUsesOwnKernel(const at::Tensor& x, const at::Tensor& weight) {
   const int64_t rows = x.numel() / k;
   // Past kFewRows (prefill) the blocked, packed GEMMs of MKL/oneDNN reuse each weight more often than 4 x 4
   // tiles do (bench/linear_speed.cc: at 32 rows the tiles are still 1.1-3.9x ahead, at 64 even in bfloat16).
-  if (CpuHasAvx512()) return rows <= kFewRows;
-  // The portable kernel streams bfloat16 weights of a wide layer for two rows slower than ATen's AVX2 GEMV
-  // (0.7-0.8x at K 3072-4096 in strata_linear_bench under STRATA_CPU_ISA=avx2; one row is at par or ahead).
-  if (x.scalar_type() == at::kBFloat16 && rows == 2 && k > 2048) return false;
-  return rows <= kPortableRows;
+  return rows <= kFewRows;
 }
 
 namespace {
@@ -349,9 +346,55 @@ void PortableRows(const at::Tensor& xc, const at::Tensor& weight, const at::Tens
 
 }  // namespace
 
+bool LinearWidensBf16(const at::Tensor& x, const at::Tensor& weight) {
+  return x.device().is_cpu() && weight.device().is_cpu() && x.scalar_type() == at::kBFloat16 &&
+         weight.scalar_type() == at::kBFloat16 && weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1) &&
+         x.numel() / std::max<int64_t>(1, weight.size(1)) > kFewRows && !CpuHasAvx512Bf16();
+}
+
+namespace {
+
+// Weights widened per block: a few MiB of float32, used by every row of x while it is in cache.
+constexpr int64_t kWidenBlockBytes = int64_t{8} << 20;
+
+// bfloat16 prefill on a CPU without AVX512_BF16, where ATen's bfloat16 GEMM (oneDNN's) runs 3-5x slower than
+// its float32 one: as llama.cpp does, widen to float32 and run the float32 GEMM (MKL sgemm). x is widened
+// once; the weights block by block into one reused buffer, each block's product written into its columns of
+// a float32 result that is rounded to bfloat16 once, as a bfloat16 GEMM with float32 accumulation rounds.
+at::Tensor WidenedLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  const int64_t k = weight.size(1);
+  const int64_t n = weight.size(0);
+  const int64_t rows = x.numel() / k;
+  const at::Tensor x32 = x.reshape({rows, k}).to(at::kFloat);
+  at::Tensor y32 = at::empty({rows, n}, x32.options());
+  const int64_t block = std::clamp<int64_t>(kWidenBlockBytes / (4 * k), 16, n);
+  at::Tensor w32 = at::empty({block, k}, x32.options());
+  at::Tensor part = at::empty({rows, block}, x32.options());
+  for (int64_t n0 = 0; n0 < n; n0 += block) {
+    const int64_t nb = std::min(block, n - n0);
+    at::Tensor w_block = w32.narrow(0, 0, nb);
+    w_block.copy_(weight.narrow(0, n0, nb));
+    at::Tensor out = part.narrow(1, 0, nb);
+    if (nb == block) {
+      at::mm_out(part, x32, w_block.t());
+    } else {
+      out = at::mm(x32, w_block.t());
+    }
+    y32.narrow(1, n0, nb).copy_(out);
+  }
+  if (bias.defined()) y32.add_(bias.to(at::kFloat));
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() = n;
+  return y32.to(at::kBFloat16).reshape(sizes);
+}
+
+}  // namespace
+
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  if (!LinearUsesOwnKernel(x, weight) ||
-      (bias.defined() && (bias.scalar_type() != x.scalar_type() || !bias.is_contiguous() || !bias.device().is_cpu()))) {
+  const bool bias_ok =
+      !bias.defined() || (bias.scalar_type() == x.scalar_type() && bias.is_contiguous() && bias.device().is_cpu());
+  if (bias_ok && LinearWidensBf16(x, weight)) return WidenedLinear(x, weight, bias);
+  if (!bias_ok || !LinearUsesOwnKernel(x, weight)) {
     return bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);
   }
   const int64_t k = weight.size(1);

@@ -9,7 +9,10 @@
 // kFewRows rows (a batch of decodes, a short chunk) it runs register tiles of 4 x 4 over blocks of 4 weight
 // rows, reading the weights from memory once: MKL's generic path on AMD and oneDNN run 1.1-3x slower there
 // (strata_linear_bench --rows 16,32).
-// Without AVX-512, one or two rows run kernels/linear.h (one Highway source: AVX2, SSE4, NEON, ...).
+// Without AVX-512 (or under STRATA_CPU_ISA=avx2 and below) the same rows run kernels/linear.h (one Highway
+// source: AVX2, SSE4, NEON, ...): one or two rows streamed, 3 to kFewRows by tiles of 4 x 3.
+// bfloat16 prefill (more than kFewRows rows) on a CPU without AVX512_BF16 widens to float32 block by block and
+// runs ATen's float32 GEMM, 3-5x faster there than its bfloat16 one (as llama.cpp converts to float32).
 // Everything else (prefill, CUDA, other dtypes) is at::linear.
 
 #include <ATen/core/Tensor.h>
@@ -19,9 +22,6 @@
 namespace strata::runtime {
 
 inline constexpr int64_t kFewRows = 32;
-// Without AVX-512 (or under STRATA_CPU_ISA=avx2 and below): up to this many rows run kernels/linear.h, the
-// portable Highway kernel (a decode step); more stay with at::linear until the tiles are ported (issue 22).
-inline constexpr int64_t kPortableRows = 2;
 
 // x [..., K], weight [N, K], bias [N] or undefined; returns [..., N] in x's dtype.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
@@ -29,5 +29,8 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 // Whether Linear runs strata's kernel for these operands: up to kFewRows rows (tests and benchmarks say
 // which path ran).
 bool LinearUsesOwnKernel(const at::Tensor& x, const at::Tensor& weight);
+
+// Whether Linear runs bfloat16 prefill through float32 (a CPU without AVX512_BF16, more than kFewRows rows).
+bool LinearWidensBf16(const at::Tensor& x, const at::Tensor& weight);
 
 }  // namespace strata::runtime

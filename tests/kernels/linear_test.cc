@@ -1,4 +1,4 @@
-// kernels/linear: one and two rows against a weight matrix on every Highway target this machine supports,
+// kernels/linear: one to 33 rows against a weight matrix on every Highway target this machine supports,
 // against a double-precision reference (runtime/model's test compares Linear with at::linear).
 #include "kernels/linear.h"
 
@@ -62,6 +62,19 @@ void Check(int64_t rows, int64_t k, bool with_bias) {
 TEST_P(KernelsLinear, OneAndTwoRowsMatchTheReference) {
   for (int64_t rows : {1, 2}) {
     for (int64_t k : {1, 7, 64, 100, 2049, 3000}) {
+      for (bool bias : {false, true}) {
+        Check<float>(rows, k, bias);
+        Check<BFloat16>(rows, k, bias);
+      }
+    }
+  }
+}
+
+// Three and more rows go by tiles: every row count modulo the 4-row groups, K with and without a tail, and
+// the output range [2, 6) cut across tile blocks of 3 and 4 weight rows.
+TEST_P(KernelsLinear, TilesOfMoreRowsMatchTheReference) {
+  for (int64_t rows : {3, 4, 5, 6, 7, 8, 16, 33}) {
+    for (int64_t k : {1, 9, 64, 100, 768}) {
       for (bool bias : {false, true}) {
         Check<float>(rows, k, bias);
         Check<BFloat16>(rows, k, bias);

@@ -52,8 +52,7 @@ TEST_P(LinearTest, MatchesAtLinear) {
           EXPECT_TRUE(at::allclose(got.to(at::kFloat), want, 1.0 / 128, 1e-3 * scale))
               << "k " << k << " n " << n << " rows " << rows;
         }
-        const bool portable = rows <= kPortableRows && !(dtype == at::kBFloat16 && rows == 2 && k > 2048);
-        EXPECT_EQ(LinearUsesOwnKernel(x, w), own && (CpuHasAvx512() ? rows <= kFewRows : portable));
+        EXPECT_EQ(LinearUsesOwnKernel(x, w), own && rows <= kFewRows);
         ++checked;
       }
     }
@@ -74,6 +73,32 @@ TEST(Linear, OtherOperandsFallBackToAtLinear) {
   EXPECT_FALSE(LinearUsesOwnKernel(at::randn({1, 32}), w.t().contiguous().t()));         // a strided weight
   const at::Tensor x = at::randn({kFewRows + 1, 32});
   EXPECT_TRUE(at::allclose(Linear(x, w), at::linear(x, w)));
+}
+
+// bfloat16 prefill: on a CPU without AVX512_BF16 (and under the KernelsCappedAtAvx2 test's cap) widened to
+// float32 block by block; several blocks at K 65536 (32 weight rows per 8 MiB block) and a partial last one.
+TEST(Linear, Bf16PrefillMatchesAFloat32Reference) {
+  for (const int threads : {1, 2}) {
+    const IntraOpThreads scope(threads);
+    for (const auto& [rows, k, n] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t>>{{kFewRows + 1, 100, 5}, {64, 768, 130}, {40, 65536, 70}}) {
+      for (const bool with_bias : {false, true}) {
+        const at::Tensor w = at::randn({n, k}).to(at::kBFloat16);
+        const at::Tensor b = with_bias ? at::randn({n}).to(at::kBFloat16) : at::Tensor();
+        const at::Tensor x = at::randn({1, rows, k}).to(at::kBFloat16);  // [batch, tokens, K]
+        const at::Tensor got = Linear(x, w, b);
+        ASSERT_EQ(got.sizes(), (std::vector<int64_t>{1, rows, n}));
+        ASSERT_EQ(got.scalar_type(), at::kBFloat16);
+        const at::Tensor want32 = b.defined() ? at::linear(x.to(at::kFloat), w.to(at::kFloat), b.to(at::kFloat))
+                                              : at::linear(x.to(at::kFloat), w.to(at::kFloat));
+        const double scale = std::sqrt(static_cast<double>(k));
+        EXPECT_TRUE(at::allclose(got.to(at::kFloat), want32.to(at::kBFloat16).to(at::kFloat), 1.0 / 128, 1e-3 * scale))
+            << "rows " << rows << " k " << k << " n " << n;
+        EXPECT_EQ(LinearWidensBf16(x, w), !CpuHasAvx512Bf16());
+        EXPECT_FALSE(LinearUsesOwnKernel(x, w));
+      }
+    }
+  }
 }
 
 // STRATA_CPU_ISA caps strata's kernels (kernels/targets.h): the KernelsCappedAtAvx2 test runs this suite
