@@ -7,6 +7,7 @@
 #endif
 
 #include <cstdint>
+#include <vector>
 
 #include "hwy/highway.h"
 #include "kernels/bf16-inl.h"
@@ -183,13 +184,174 @@ void LinearT(const float* x, const typename E::T* w, const typename E::T* bias, 
   }
 }
 
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// The per-target specialisation for AVX512_BF16 (Highway 1.0.3 has no target with it): VDPBF16PS multiplies
+// 32 pairs of bfloat16 and adds them into 16 float32 sums, so neither side is widened (twice the columns per
+// instruction of the widening path, and no conversion in the 4 x 4 tiles). The products of two bfloat16 are
+// exact in float32; the sums round to nearest even as FMA does (denormals flush to zero). Raw intrinsics on
+// the AVX-512 registers; called only where the CPU has AVX512_BF16 (Bf16DotAvailable).
+#define STRATA_BF16_DOT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define STRATA_UNROLL _Pragma("GCC unroll 16")
+#define STRATA_ALWAYS_INLINE __attribute__((always_inline)) inline
+
+// GCC 12 warns, wrongly, that _mm512_reduce_add_ps reads an uninitialized value: its header builds the
+// upper half with _mm256_undefined_pd(), which is meant to be undefined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// 32 bfloat16 at p (fewer under `mask`, the rest 0).
+STRATA_BF16_DOT STRATA_ALWAYS_INLINE __m512bh LoadDot(const uint16_t* p, __mmask32 mask) {
+  return (__m512bh)_mm512_maskz_loadu_epi16(mask, p);
+}
+
+// The lane sums of 16 vectors at once, in a transpose-and-add tree (14 shuffles and 15 adds, where 16
+// _mm512_reduce_add_ps are 64 of each in chains): lane 4 * L + j of the result is the sum of v[4 * j + L].
+STRATA_BF16_DOT STRATA_ALWAYS_INLINE __m512 Sum16(const __m512 (&v)[16]) {
+  __m512 halves[8], quarters[4];
+  for (int i = 0; i < 8; ++i) {  // [v(2i) folded to 8 lanes | v(2i+1) folded to 8 lanes]
+    halves[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                              _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+  }
+  for (int j = 0; j < 4; ++j) {  // 128-bit lane L: v(4j + L) folded to 4 lanes
+    quarters[j] = _mm512_add_ps(_mm512_shuffle_f32x4(halves[2 * j], halves[2 * j + 1], 0x88),
+                                _mm512_shuffle_f32x4(halves[2 * j], halves[2 * j + 1], 0xDD));
+  }
+  const __m512 r01 =
+      _mm512_add_ps(_mm512_unpacklo_ps(quarters[0], quarters[1]), _mm512_unpackhi_ps(quarters[0], quarters[1]));
+  const __m512 r23 =
+      _mm512_add_ps(_mm512_unpacklo_ps(quarters[2], quarters[3]), _mm512_unpackhi_ps(quarters[2], quarters[3]));
+  const __m512d a = _mm512_castps_pd(r01), b = _mm512_castps_pd(r23);
+  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+}
+
+// MR input rows against weight rows [n, n + nr) (the missing ones read row n + nr - 1 again, not stored).
+template <int MR, int NR>
+STRATA_BF16_DOT HWY_NOINLINE void TileDot(const uint16_t* x, const uint16_t* w, const uint16_t* bias, uint16_t* y,
+                                          int64_t k, int64_t n_total, int64_t n, int64_t nr, int64_t m0) {
+  const uint16_t* ws[NR];
+  STRATA_UNROLL for (int r = 0; r < NR; ++r) ws[r] = w + (n + (r < nr ? r : nr - 1)) * k;
+  __m512 acc[MR][NR];
+  STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+    STRATA_UNROLL for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_setzero_ps();
+  }
+  for (int64_t j = 0; j < k; j += 32) {
+    const __mmask32 mask = k - j >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << (k - j)) - 1);
+    __m512bh wv[NR];
+    STRATA_UNROLL for (int r = 0; r < NR; ++r) wv[r] = LoadDot(ws[r] + j, mask);
+    STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+      const __m512bh xv = LoadDot(x + (m0 + m) * k + j, mask);
+      STRATA_UNROLL for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_dpbf16_ps(acc[m][r], wv[r], xv);
+    }
+  }
+  alignas(64) float sums[MR][NR];
+  if constexpr (MR == 4 && NR == 4) {  // one tree: with v[4 r + m] = acc[m][r], lanes 4m .. 4m + 3 are row m's
+    __m512 v[16];
+    STRATA_UNROLL for (int m = 0; m < 4; ++m) { STRATA_UNROLL for (int r = 0; r < 4; ++r) v[4 * r + m] = acc[m][r]; }
+    _mm512_store_ps(&sums[0][0], Sum16(v));
+  } else {
+    STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+      STRATA_UNROLL for (int r = 0; r < NR; ++r) sums[m][r] = _mm512_reduce_add_ps(acc[m][r]);
+    }
+  }
+  for (int m = 0; m < MR; ++m) {
+    for (int r = 0; r < nr; ++r) {
+      const float b = bias != nullptr ? BF16ToFloat(bias[n + r]) : 0.0f;
+      y[(m0 + m) * n_total + n + r] = FloatToBF16(sums[m][r] + b);
+    }
+  }
+}
+
+// One or two input rows, each weight row streamed once; U accumulators per input row keep the chains short.
+template <int MR, int U>
+STRATA_BF16_DOT void RowsDot(const uint16_t* x, const uint16_t* w, const uint16_t* bias, uint16_t* y, int64_t k,
+                             int64_t n_total, int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint16_t* row = w + n * k;
+    __m512 acc[MR][U];
+    STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+      STRATA_UNROLL for (int u = 0; u < U; ++u) acc[m][u] = _mm512_setzero_ps();
+    }
+    int64_t j = 0;
+    for (; j + 32 * U <= k; j += 32 * U) {
+      STRATA_UNROLL for (int u = 0; u < U; ++u) {
+        const __m512bh wv = LoadDot(row + j + 32 * u, ~__mmask32{0});
+        STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+          acc[m][u] = _mm512_dpbf16_ps(acc[m][u], wv, LoadDot(x + m * k + j + 32 * u, ~__mmask32{0}));
+        }
+      }
+    }
+    for (; j < k; j += 32) {
+      const __mmask32 mask = k - j >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << (k - j)) - 1);
+      const __m512bh wv = LoadDot(row + j, mask);
+      STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+        acc[m][0] = _mm512_dpbf16_ps(acc[m][0], wv, LoadDot(x + m * k + j, mask));
+      }
+    }
+    for (int m = 0; m < MR; ++m) {
+      __m512 total = acc[m][0];
+      for (int u = 1; u < U; ++u) total = _mm512_add_ps(total, acc[m][u]);
+      const float b = bias != nullptr ? BF16ToFloat(bias[n]) : 0.0f;
+      y[m * n_total + n] = FloatToBF16(_mm512_reduce_add_ps(total) + b);
+    }
+  }
+}
+
+#pragma GCC diagnostic pop
+
+// The bfloat16 rows on VDPBF16PS: 1-2 rows streamed, more by 4 x 4 tiles over blocks of 4 weight rows.
+void LinearDotBF16(const uint16_t* x, const uint16_t* w, const uint16_t* bias, uint16_t* y, int64_t rows, int64_t k,
+                   int64_t n_total, int64_t n0, int64_t n1) {
+  if (rows == 1) return RowsDot<1, 4>(x, w, bias, y, k, n_total, n0, n1);
+  if (rows == 2) return RowsDot<2, 2>(x, w, bias, y, k, n_total, n0, n1);
+  for (int64_t n = n0; n < n1; n += 4) {
+    const int64_t nr = n1 - n < 4 ? n1 - n : 4;
+    for (int64_t m = 0; m < rows; m += 4) {
+      switch (rows - m < 4 ? rows - m : 4) {
+        case 4:
+          TileDot<4, 4>(x, w, bias, y, k, n_total, n, nr, m);
+          break;
+        case 3:
+          TileDot<3, 4>(x, w, bias, y, k, n_total, n, nr, m);
+          break;
+        case 2:
+          TileDot<2, 4>(x, w, bias, y, k, n_total, n, nr, m);
+          break;
+        default:
+          TileDot<1, 4>(x, w, bias, y, k, n_total, n, nr, m);
+          break;
+      }
+    }
+  }
+}
+
+#undef STRATA_ALWAYS_INLINE
+#undef STRATA_UNROLL
+#undef STRATA_BF16_DOT
+#endif  // HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+
 void LinearRowsF32(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t k,
                    int64_t n_total, int64_t n0, int64_t n1) {
   LinearT<F32>(x, w, bias, y, rows, k, n_total, n0, n1);
 }
+
 void LinearRowsBF16(const float* x, const uint16_t* w, const uint16_t* bias, uint16_t* y, int64_t rows, int64_t k,
                     int64_t n_total, int64_t n0, int64_t n1) {
   LinearT<BF16>(x, w, bias, y, rows, k, n_total, n0, n1);
+}
+
+// bfloat16 input rows: on VDPBF16PS where the CPU has it (`dot`), else widened to float32 here (callers that
+// split the work widen once and call the float32 overload instead).
+void LinearRowsBF16Dot(const uint16_t* x, const uint16_t* w, const uint16_t* bias, uint16_t* y, int64_t rows, int64_t k,
+                       int64_t n_total, int64_t n0, int64_t n1, bool dot) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if (dot) return LinearDotBF16(x, w, bias, y, rows, k, n_total, n0, n1);
+#else
+  (void)dot;
+#endif
+  std::vector<float> widened(static_cast<size_t>(rows * k));
+  for (int64_t i = 0; i < rows * k; ++i) widened[static_cast<size_t>(i)] = BF16ToFloat(x[i]);
+  LinearT<BF16>(widened.data(), w, bias, y, rows, k, n_total, n0, n1);
 }
 
 }  // namespace strata::kernels::HWY_NAMESPACE

@@ -52,6 +52,11 @@ bool Avx512Allowed() {
   return allowed;
 }
 
+bool Bf16DotAvailable() {
+  static const bool available = Avx512Allowed() && __builtin_cpu_supports("avx512bf16");
+  return available;
+}
+
 const char* CpuIsaCap() { return TheCap().name; }
 
 }  // namespace strata::kernels

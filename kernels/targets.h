@@ -9,6 +9,9 @@ namespace strata::kernels {
 // Whether AVX-512 (F/BW/VL) may be used: the CPU has it and STRATA_CPU_ISA does not forbid it. Read once.
 bool Avx512Allowed();
 
+// Whether AVX512_BF16's VDPBF16PS may be used (the above, and the CPU has it): kernels/linear's bfloat16 rows.
+bool Bf16DotAvailable();
+
 // The STRATA_CPU_ISA the process runs under ("" when unset). An unknown value is reported on stderr once and
 // ignored.
 const char* CpuIsaCap();

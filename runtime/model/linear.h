@@ -2,18 +2,16 @@
 // Internal (ATen): y = x W^T (+ b), as at::linear. A decode step multiplies a few rows by every weight
 // matrix of the model, and on the CPU that is bound by how fast the weights stream from memory. at::linear
 // (MKL's sgemv / oneDNN for one row) streams the matrices of a small decoder layer at 5-8 GiB/s on this
-// project's AMD EPYC, where one core reads 13-20 GiB/s (build/bench/strata_linear_bench). So for a few rows
-// on a CPU with AVX-512, float32 or bfloat16, Linear runs its own kernel: each weight row is read once, as
-// one sequential stream, for all the rows, accumulated in float32 (bfloat16 through AVX512_BF16's VDPBF16PS
-// where the CPU has it, else widened in registers), split over the intra-op threads by output rows. From 3 to
-// kFewRows rows (a batch of decodes, a short chunk) it runs register tiles of 4 x 4 over blocks of 4 weight
-// rows, reading the weights from memory once: MKL's generic path on AMD and oneDNN run 1.1-3x slower there
-// (strata_linear_bench --rows 16,32).
-// Without AVX-512 (or under STRATA_CPU_ISA=avx2 and below) the same rows run kernels/linear.h (one Highway
-// source: AVX2, SSE4, NEON, ...): one or two rows streamed, 3 to kFewRows by tiles of 4 x 3.
+// project's AMD EPYC, where one core reads 13-20 GiB/s (build/bench/strata_linear_bench). So for up to
+// kFewRows rows of float32 or bfloat16, on any CPU, Linear runs kernels/linear.h (one Highway source: AVX2,
+// AVX-512, SSE4, NEON, ...), split over the intra-op threads by output rows: one or two rows read each weight
+// row once, as one sequential stream; 3 to kFewRows (a batch of decodes, a short chunk) run register tiles
+// over blocks of weight rows read from memory once, where MKL's generic path on AMD and oneDNN run 1.1-3x
+// slower (strata_linear_bench --rows 16,32). float32 accumulation; bfloat16 through AVX512_BF16's VDPBF16PS
+// where the CPU has it, else widened in registers.
 // bfloat16 prefill (more than kFewRows rows) on a CPU without AVX512_BF16 widens to float32 block by block and
 // runs ATen's float32 GEMM, 3-5x faster there than its bfloat16 one (as llama.cpp converts to float32).
-// Everything else (prefill, CUDA, other dtypes) is at::linear.
+// Everything else (float32 and AVX512_BF16 prefill, CUDA, other dtypes) is at::linear.
 
 #include <ATen/core/Tensor.h>
 

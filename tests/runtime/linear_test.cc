@@ -17,7 +17,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/pointwise.h"
-#include "runtime/model/cpu_features.h"
+#include "kernels/targets.h"
 #include "tests/runtime/intra_op_threads.h"
 
 namespace strata::runtime {
@@ -58,7 +58,7 @@ TEST_P(LinearTest, MatchesAtLinear) {
     }
   }
   EXPECT_EQ(checked, 7 * 5 * 10);
-  EXPECT_TRUE(own);  // every CPU runs strata's kernel for a row (AVX-512 intrinsics or kernels/linear.h)
+  EXPECT_TRUE(own);  // every CPU runs strata's kernel (kernels/linear.h) for a row
 }
 
 INSTANTIATE_TEST_SUITE_P(DtypesBiasThreads, LinearTest,
@@ -94,7 +94,7 @@ TEST(Linear, Bf16PrefillMatchesAFloat32Reference) {
         const double scale = std::sqrt(static_cast<double>(k));
         EXPECT_TRUE(at::allclose(got.to(at::kFloat), want32.to(at::kBFloat16).to(at::kFloat), 1.0 / 128, 1e-3 * scale))
             << "rows " << rows << " k " << k << " n " << n;
-        EXPECT_EQ(LinearWidensBf16(x, w), !CpuHasAvx512Bf16());
+        EXPECT_EQ(LinearWidensBf16(x, w), !kernels::Bf16DotAvailable());
         EXPECT_FALSE(LinearUsesOwnKernel(x, w));
       }
     }
@@ -106,11 +106,13 @@ TEST(Linear, Bf16PrefillMatchesAFloat32Reference) {
 TEST(CpuIsa, TheCapIsHonoured) {
   const char* cap = std::getenv("STRATA_CPU_ISA");
   if (cap != nullptr && std::string(cap) == "avx2") {
-    EXPECT_FALSE(CpuHasAvx512());
+    EXPECT_FALSE(kernels::Avx512Allowed());
+    EXPECT_FALSE(kernels::Bf16DotAvailable());
     EXPECT_EQ(std::string(kernels::KernelTarget()), "AVX2");
   } else {
-    EXPECT_EQ(CpuHasAvx512(), __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                                  __builtin_cpu_supports("avx512vl"));
+    EXPECT_EQ(kernels::Avx512Allowed(), __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                                            __builtin_cpu_supports("avx512vl"));
+    EXPECT_EQ(kernels::Bf16DotAvailable(), kernels::Avx512Allowed() && __builtin_cpu_supports("avx512bf16"));
   }
 }
 
