@@ -46,15 +46,23 @@ const Cap& TheCap() {
 
 }  // namespace
 
+#if defined(__x86_64__) || defined(__i386__)
 bool Avx512Allowed() {
   static const bool allowed = TheCap().avx512 && __builtin_cpu_supports("avx512f") &&
                               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   return allowed;
 }
+#else
+bool Avx512Allowed() { return false; }  // not an x86 CPU
+#endif
 
 bool Bf16DotAvailable() {
+#if defined(__x86_64__) || defined(__i386__)
   static const bool available = Avx512Allowed() && __builtin_cpu_supports("avx512bf16");
   return available;
+#else
+  return false;
+#endif
 }
 
 const char* CpuIsaCap() { return TheCap().name; }

@@ -18,6 +18,8 @@ scripts/build.sh || exit 1
 # The libFuzzer harnesses: a clang build of their own ($STRATA_FUZZ_BUILD_DIR, default build-fuzz/);
 # tests/fuzz runs each for $STRATA_FUZZ_SECONDS (30) under pytest.
 scripts/fuzz.sh build || exit 1
+# The aarch64 lane: kernels/ cross-compiled into build-aarch64/; tests/cross runs its suite under qemu-aarch64.
+scripts/cross-aarch64.sh || exit 1
 # The sanitizer lanes: build-asan/ (ASan+UBSan) and build-tsan/ (TSan); tests/sanitize runs them under pytest.
 scripts/sanitize.sh || exit 1
 
