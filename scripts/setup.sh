@@ -8,8 +8,8 @@
 #                    the fuzz build, tests/fuzz), prometheus (prometheus and
 #                    promtool: tests/observe, tests/image), kubectl (kustomize; where an apt source
 #                    offers it) and, for the image test (tests/image): podman, buildah, runc, catatonit,
-#                    netavark, aardvark-dns, iptables, debootstrap; the aarch64 cross lane (g++-aarch64-linux-gnu,
-#                    qemu-user, libhwy-dev:arm64, libgtest-dev:arm64, libgmock-dev:arm64: tests/cross).
+#                    netavark, aardvark-dns, iptables, debootstrap. (The aarch64 lane installs its own:
+#                    scripts/cross-aarch64.sh.)
 #   PyPI (a virtualenv): torch (its LibTorch is the project's LibTorch) and the test oracles
 #                    (transformers, accelerate, tokenizers, safetensors, grpcio, pytest), and
 #                    kubernetes-validate for the manifests.
@@ -44,25 +44,6 @@ if ((${#missing[@]})); then
   [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
   "${sudo_cmd[@]}" apt-get update -q
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
-
-# The aarch64 lane (scripts/cross-aarch64.sh, tests/cross): Debian's cross compiler, qemu-user, and the arm64
-# multiarch builds of Highway and GoogleTest (kernels/ alone builds against them).
-cross_packages=(g++-aarch64-linux-gnu qemu-user libhwy-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64)
-cross_missing=()
-for p in "${cross_packages[@]}"; do
-  status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)
-  [[ "$status" == ii* ]] || cross_missing+=("$p")
-done
-if ((${#cross_missing[@]})); then
-  log "installing the aarch64 cross lane: ${cross_missing[*]}"
-  sudo_cmd=()
-  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
-  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
-    "${sudo_cmd[@]}" dpkg --add-architecture arm64
-  fi
-  "${sudo_cmd[@]}" apt-get update -q
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${cross_missing[@]}"
 fi
 
 # kubectl (kustomize v5) for tests/deploy: the apt package `kubectl` (Google Cloud's or Kubernetes'
