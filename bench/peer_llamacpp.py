@@ -89,6 +89,22 @@ def make_checkpoint(directory: pathlib.Path, vocab: int = 8000) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def save_as(model_dir: pathlib.Path, out: pathlib.Path, dtype: str) -> pathlib.Path:
+    """The checkpoint with its tensors in `dtype` (bf16), the other files as they are."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    for f in model_dir.iterdir():
+        if f.suffix != ".safetensors":
+            shutil.copy(f, out / f.name)
+    cast = {"bf16": torch.bfloat16}[dtype]
+    for f in model_dir.glob("*.safetensors"):
+        save_file({k: v.to(cast).contiguous() for k, v in load_file(f).items()}, out / f.name,
+                  metadata={"format": "pt"})
+    return out
+
+
 def convert(root: pathlib.Path, model_dir: pathlib.Path, out: pathlib.Path, outtype: str) -> None:
     """llama.cpp's own converter, run by this Python (strata's environment: torch, numpy, transformers)."""
     env = dict(os.environ, PYTHONPATH=str(root / "gguf-py"), NO_LOCAL_GGUF="")
@@ -313,6 +329,11 @@ def main(argv=None) -> int:
     for dtype in dtypes:
         ggufs[dtype] = work / f"model-{dtype}.gguf"
         convert(root, model_dir, ggufs[dtype], dtype)
+    # Each side reads a file in the dtype it serves, as a user's would be: llama.cpp its GGUF, strata a
+    # checkpoint saved in that dtype (loaded zero-copy from the mapped file; a float32 file served in
+    # bfloat16 would be converted at load, into anonymous memory).
+    checkpoints = {dtype: (model_dir if dtype == "f32" else save_as(model_dir, work / f"hf-{dtype}", dtype))
+                   for dtype in dtypes}
     embed = MODEL["hidden_size"] * vocab
     bandwidth = {t: read_bandwidth(t) for t in threads}
     rows = []  # (measure, threads, dtype, strata values, llama values, unit)
@@ -331,10 +352,10 @@ def main(argv=None) -> int:
     for dtype in dtypes:
         for t in threads:
             alternate("decode", t, dtype,
-                      lambda: strata_decode(model_dir, args.depth, args.new_tokens, t, torch_dtype[dtype], vocab),
+                      lambda: strata_decode(checkpoints[dtype], args.depth, args.new_tokens, t, torch_dtype[dtype], vocab),
                       lambda: llama_bench(root, ggufs[dtype], t, 0, args.new_tokens, args.depth))
             alternate("prefill", t, dtype,
-                      lambda: strata_prefill(model_dir, args.prefill, t, torch_dtype[dtype], vocab),
+                      lambda: strata_prefill(checkpoints[dtype], args.prefill, t, torch_dtype[dtype], vocab),
                       lambda: llama_bench(root, ggufs[dtype], t, args.prefill, 0, 0))
 
     ids_report = []
@@ -346,7 +367,7 @@ def main(argv=None) -> int:
         for dtype in dtypes:
             ours_server = IH.ServerProcess(
                 IH.require_binary(IH.SERVER_BIN),
-                ["--model", str(model_dir), "--device-map", '{"": "cpu"}', "--dtype", torch_dtype[dtype],
+                ["--model", str(checkpoints[dtype]), "--device-map", '{"": "cpu"}', "--dtype", torch_dtype[dtype],
                  "--max-batch", str(args.streams), "--max-context", str(context),
                  "--intra-op-threads", str(serve_threads)], work / f"strata-{dtype}")
             ours_server.start(stubs)
@@ -355,7 +376,7 @@ def main(argv=None) -> int:
                 # Greedy ids of one prompt on both sides (llama-server, top_k 1; strata-generate).
                 prompt = prompt_ids(args.depth, vocab, salt=99)
                 theirs_ids = theirs.completion(prompt, args.serve_tokens)
-                ours_ids = strata_generate(model_dir, prompt, args.serve_tokens, serve_threads,
+                ours_ids = strata_generate(checkpoints[dtype], prompt, args.serve_tokens, serve_threads,
                                            torch_dtype[dtype])["results"][0]["ids"]
                 first = next((i for i, (a, b) in enumerate(zip(ours_ids, theirs_ids)) if a != b), None)
                 ids_report.append(f"{dtype}: {'identical' if first is None else f'first divergence at step {first}'}"
