@@ -277,7 +277,7 @@ size_t Length(Interpreter& in, const Value& v) {
   in.Fail("TypeError", StrCat("object of type '", TypeName(v), "' has no len()"));
 }
 
-std::string HtmlEscape(std::string_view s) {
+std::string Escape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
@@ -520,6 +520,7 @@ Value SelectOrReject(Interpreter& in, const Value& seq, CallArgs& args, bool kee
     rest.erase(rest.begin());
   }
   std::vector<Value> out;
+  if (!Truthy(seq)) return in.MakeList({});  // jinja2: `if value:` guards the loop (None selects nothing)
   for (const Value& item : in.Iterate(seq)) {
     in.Step();
     const Value subject = by_attribute ? GetAttribute(in, item, attribute) : item;
@@ -539,6 +540,7 @@ Value SelectOrReject(Interpreter& in, const Value& seq, CallArgs& args, bool kee
 
 Value MapFilter(Interpreter& in, const Value& seq, CallArgs& args) {
   std::vector<Value> out;
+  if (!Truthy(seq)) return in.MakeList({});  // jinja2: `if value:` guards the loop (None maps to nothing)
   std::optional<Value> attribute;
   std::optional<Value> dflt;
   for (auto& [key, value] : args.keywords) {
@@ -621,6 +623,8 @@ std::string JinjaTitle(std::string_view s) {
 
 }  // namespace
 
+std::string HtmlEscape(std::string_view s) { return Escape(s); }
+
 std::vector<std::optional<Value>> BindArgs(Interpreter& in, std::string_view what, CallArgs& args,
                                            const std::vector<std::string_view>& names) {
   const absl::string_view w(what.data(), what.size());
@@ -658,6 +662,11 @@ std::string JsonDumps(Interpreter& in, const Value& v, bool ensure_ascii, const 
 Value CallFilter(Interpreter& in, const std::string& name, const Value& v, CallArgs& args) {
   in.Step();
   auto bind = [&](std::vector<std::string_view> names) { return BindArgs(in, name, args, names); };
+  // soft_str keeps a Markup a Markup through the string filters.
+  auto keep_markup = [&](Value out) {
+    out.markup = v.is_string() && v.markup;
+    return out;
+  };
   if (name == "tojson") {
     auto a = bind({"ensure_ascii", "indent", "separators", "sort_keys"});
     const Value indent = a[1].value_or(Value::None());
@@ -676,21 +685,27 @@ Value CallFilter(Interpreter& in, const std::string& name, const Value& v, CallA
   if (name == "trim") {
     auto a = bind({"chars"});
     if (a[0] && !a[0]->is_none() && !a[0]->is_string()) in.Fail("TypeError", "trim: chars must be a string");
-    return in.MakeString(Strip(S(v), Opt(a, 0), true, true));
+    return keep_markup(in.MakeString(Strip(S(v), Opt(a, 0), true, true)));
   }
   if (name == "length" || name == "count") {
     bind({});
     return Value::Int(static_cast<int64_t>(Length(in, v)));
   }
-  if (name == "upper") return bind({}), in.MakeString(UpperStr(S(v)));
-  if (name == "lower") return bind({}), in.MakeString(LowerStr(S(v)));
-  if (name == "title") return bind({}), in.MakeString(JinjaTitle(S(v)));
-  if (name == "capitalize") return bind({}), in.MakeString(Capitalize(S(v)));
-  if (name == "string") return bind({}), in.MakeString(S(v));
+  if (name == "upper") return bind({}), keep_markup(in.MakeString(UpperStr(S(v))));
+  if (name == "lower") return bind({}), keep_markup(in.MakeString(LowerStr(S(v))));
+  if (name == "title") return bind({}), keep_markup(in.MakeString(JinjaTitle(S(v))));
+  if (name == "capitalize") return bind({}), keep_markup(in.MakeString(Capitalize(S(v))));
+  if (name == "string") return bind({}), v.is_string() ? v : in.MakeString(S(v));
   if (name == "safe" || name == "forceescape" || name == "e" || name == "escape") {
     bind({});
-    if (name == "safe") return v.is_string() ? v : in.MakeString(S(v));
-    return in.MakeString(HtmlEscape(S(v)));
+    Value out;
+    if (name == "safe" || (v.is_string() && v.markup && name != "forceescape")) {
+      out = v.is_string() ? v : in.MakeString(S(v));
+    } else {
+      out = in.MakeString(Escape(S(v)));
+    }
+    out.markup = true;
+    return out;
   }
   if (name == "replace") {
     auto a = bind({"old", "new", "count"});
@@ -817,7 +832,7 @@ Value CallFilter(Interpreter& in, const std::string& name, const Value& v, CallA
         (std::count(s.begin(), s.end(), '\n') + 2) * unit + s.size() > in.limits().max_output_bytes) {
       in.Fail("LimitError", "indent: the result exceeds the output cap");
     }
-    return in.MakeString(Indent(s, width, a[1] && Truthy(*a[1]), a[2] && Truthy(*a[2])));
+    return keep_markup(in.MakeString(Indent(s, width, a[1] && Truthy(*a[1]), a[2] && Truthy(*a[2]))));
   }
   if (name == "unique") {
     auto a = bind({"case_sensitive", "attribute"});

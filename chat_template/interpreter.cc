@@ -528,6 +528,12 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
     unsupported();
   }
   if (op == "+") {
+    if (a.is_string() && b.is_string() && (a.markup || b.markup)) {
+      // markupsafe: Markup + str escapes the str (and str + Markup).
+      Value v = MakeString((a.markup ? a.str() : HtmlEscape(a.str())) + (b.markup ? b.str() : HtmlEscape(b.str())));
+      v.markup = true;
+      return v;
+    }
     if (a.is_string() && b.is_string()) {
       if (a.str().size() + b.str().size() > limits_.max_output_bytes) MakeString(std::string(a.str().size() + 1, ' '));
       return MakeString(a.str() + b.str());
@@ -552,7 +558,9 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
       std::string s;
       s.reserve(unit * static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) s += seq->str();
-      return MakeString(std::move(s));
+      Value v = MakeString(std::move(s));
+      v.markup = seq->markup;
+      return v;
     }
     std::vector<Value> items;
     items.reserve(unit * static_cast<size_t>(n));

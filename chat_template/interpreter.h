@@ -96,6 +96,8 @@ class Interpreter {
 };
 
 // Builtins (builtins.cc).
+// markupsafe's escape: & < > " ' as entities.
+std::string HtmlEscape(std::string_view s);
 Value CallFilter(Interpreter& in, const std::string& name, const Value& input, CallArgs& args);
 bool CallTest(Interpreter& in, const std::string& name, const Value& input, CallArgs& args);
 // A bound method of a str, list or dict (`"a".strip`, `d.items`): nullopt when the type has no such

@@ -64,6 +64,9 @@ struct Value {
   std::shared_ptr<DictData> dict;
   std::shared_ptr<const Callable> callable;
   bool unsafe = false;  // kUndefined from an attribute the sandbox refuses: using it is a SecurityError
+  // kString: a markupsafe.Markup (from |safe or |escape). `Markup + str` escapes the str; `~` and
+  // most filters give plain text again (transformers' environment does not autoescape).
+  bool markup = false;
 
   static Value Undefined(std::string hint = "", bool unsafe = false);
   static Value None();

@@ -73,4 +73,4 @@ def pytest_terminal_summary(terminalreporter):
         return
     terminalreporter.section("chat template parity vs transformers")
     for kind, c in _counts.items():
-        terminalreporter.write_line(f"{kind}: {c['identical']}/{c['total']} identical")
+        terminalreporter.write_line(f"{kind}: {c['identical']}/{c['total']}")
