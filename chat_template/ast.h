@@ -48,6 +48,7 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> keywords;  // kCall, kFilter, kTest
   std::vector<std::string> ops;                           // kCompare
   bool negated = false;                                   // kTest: "is not"
+  int depth = 1;                                          // of the tree under this node (the parser bounds it)
 };
 
 enum class StmtKind : uint8_t {

@@ -1,5 +1,6 @@
 #include "chat_template/parser.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <stdexcept>
@@ -104,6 +105,20 @@ class Parser {
     ~Depth() { --parser->depth_; }
     Parser* parser;
   };
+
+  // Sets e's depth from its children and refuses trees deeper than kMaxParseNesting: chains such as
+  // `a + b + c ...` or `x|f|f|f...` nest without recursing in the parser, but rendering and freeing the
+  // tree recurse along them.
+  ExprPtr Finish(ExprPtr e) {
+    int depth = 0;
+    for (const ExprPtr& item : e->items) {
+      if (item) depth = std::max(depth, item->depth);
+    }
+    for (const auto& [key, value] : e->keywords) depth = std::max(depth, value->depth);
+    e->depth = depth + 1;
+    if (e->depth > kMaxParseNesting) Fail(Cur(), StrCat("nesting deeper than ", kMaxParseNesting, " levels"));
+    return e;
+  }
 
   ExprPtr Make(ExprKind kind, int line) {
     auto e = std::make_unique<Expr>();
@@ -391,7 +406,7 @@ class Parser {
     }
     auto e = Make(ExprKind::kTuple, line);
     e->items = std::move(items);
-    return e;
+    return Finish(std::move(e));
   }
 
   bool IsTupleEnd(const std::vector<std::string_view>& extra_end) const {
@@ -421,7 +436,7 @@ class Parser {
       e->items.push_back(std::move(test));
       e->items.push_back(std::move(expr));
       e->items.push_back(std::move(otherwise));
-      expr = std::move(e);
+      expr = Finish(std::move(e));
     }
     return expr;
   }
@@ -431,7 +446,7 @@ class Parser {
     e->name = std::move(op);
     e->items.push_back(std::move(left));
     e->items.push_back(std::move(right));
-    return e;
+    return Finish(std::move(e));
   }
 
   ExprPtr ParseOr() {
@@ -460,7 +475,7 @@ class Parser {
       auto e = Make(ExprKind::kNot, Cur().line);
       Next();
       e->items.push_back(ParseNot());
-      return e;
+      return Finish(std::move(e));
     }
     return ParseCompare();
   }
@@ -493,7 +508,7 @@ class Parser {
       e->ops.push_back(op);
       e->items.push_back(ParseMath1());
     }
-    return e ? std::move(e) : std::move(first);
+    return e ? Finish(std::move(e)) : std::move(first);
   }
 
   ExprPtr ParseMath1() {
@@ -547,6 +562,7 @@ class Parser {
       Next();
       node = Make(neg ? ExprKind::kNeg : ExprKind::kPos, line);
       node->items.push_back(ParseUnary(false));
+      node = Finish(std::move(node));
     } else {
       node = ParsePrimary();
     }
@@ -621,7 +637,7 @@ class Parser {
             e->items.push_back(ParseExpression(true));
           }
           ExpectOp("]");
-          return e;
+          return Finish(std::move(e));
         }
         if (t.value == "{") {
           Next();
@@ -634,7 +650,7 @@ class Parser {
             e->items.push_back(ParseExpression(true));
           }
           ExpectOp("}");
-          return e;
+          return Finish(std::move(e));
         }
         [[fallthrough]];
       default:
@@ -679,13 +695,13 @@ class Parser {
         e->name = attr.value;
         e->items.push_back(std::move(node));
         Next();
-        return e;
+        return Finish(std::move(e));
       }
       if (attr.kind == TokenKind::kInt) {
         auto e = Make(ExprKind::kGetItem, line);
         e->items.push_back(std::move(node));
         e->items.push_back(ParsePrimary());
-        return e;
+        return Finish(std::move(e));
       }
       Fail(attr, "expected name or number");
     }
@@ -698,7 +714,7 @@ class Parser {
     ExpectOp("]");
     if (args.size() == 1 && args[0]->kind == ExprKind::kSlice) {
       args[0]->items[0] = std::move(node);
-      return std::move(args[0]);
+      return Finish(std::move(args[0]));
     }
     auto e = Make(ExprKind::kGetItem, line);
     e->items.push_back(std::move(node));
@@ -707,9 +723,9 @@ class Parser {
     } else {
       auto tuple = Make(ExprKind::kTuple, line);
       tuple->items = std::move(args);
-      e->items.push_back(std::move(tuple));
+      e->items.push_back(Finish(std::move(tuple)));
     }
-    return e;
+    return Finish(std::move(e));
   }
 
   // An index or a slice `start:stop:step` (parts optional); a slice comes back as kSlice with items[0]
@@ -771,7 +787,7 @@ class Parser {
     auto e = Make(ExprKind::kCall, Cur().line);
     e->items.push_back(std::move(node));
     ParseArgs(*e);
-    return e;
+    return Finish(std::move(e));
   }
 
   // `| name(args) | name ...` applied to `node` (null for {% filter %} and {% set x | f %}); without
@@ -795,7 +811,7 @@ class Parser {
     e->name = std::move(name);
     e->items.push_back(std::move(node));
     if (IsOp("(")) ParseArgs(*e);
-    return e;
+    return Finish(std::move(e));
   }
 
   ExprPtr ParseTest(ExprPtr node) {
@@ -821,7 +837,7 @@ class Parser {
       if (IsName("is")) Fail(t, "You cannot chain multiple tests with is");
       e->items.push_back(ParsePostfix(ParsePrimary()));
     }
-    return e;
+    return Finish(std::move(e));
   }
 
   std::vector<Token> tokens_;
