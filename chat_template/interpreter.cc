@@ -77,6 +77,41 @@ std::string Interpreter::Render(FramePtr context) {
   return out;
 }
 
+// A macro holds the frame it was defined in, and may itself be stored in that frame (or where the frame
+// reaches): a reference cycle. Every such cycle passes through a captured frame, so emptying those frames
+// frees everything the rendering built.
+Interpreter::~Interpreter() {
+  for (const std::weak_ptr<Frame>& weak : captured_frames_) {
+    if (FramePtr frame = weak.lock()) {
+      frame->vars.clear();
+      frame->parent.reset();
+    }
+  }
+  for (const std::weak_ptr<std::optional<Value>>& weak : changed_states_) {
+    if (auto state = weak.lock()) state->reset();
+  }
+}
+
+// Whether `v` is, or holds, the namespace `target` (only containers that hold a namespace are walked).
+bool Interpreter::Reaches(const Value& v, const DictData* target) {
+  if (v.is_dict()) {
+    if (v.dict.get() == target) return true;
+    if (!v.dict->holds_namespace) return false;
+    for (const auto& [key, value] : v.dict->entries) {
+      Step();
+      if (Reaches(value, target)) return true;
+    }
+    return false;
+  }
+  if (v.is_list() && v.list->holds_namespace) {
+    for (const Value& item : v.list->items) {
+      Step();
+      if (Reaches(item, target)) return true;
+    }
+  }
+  return false;
+}
+
 // --- statements
 
 Flow Interpreter::Exec(const Body& body, const FramePtr& frame, std::string& out) {
@@ -188,7 +223,7 @@ void Interpreter::BindTargets(const std::vector<std::string>& targets, bool is_t
 void Interpreter::Assign(const Stmt& s, const FramePtr& frame, const Value& v) {
   if (!s.attribute.empty()) {
     const Value* ns = frame->Find(s.targets[0]);
-    if (ns == nullptr || !ns->is_dict() || !ns->dict->is_namespace) {
+    if (ns == nullptr || !ns->is_dict() || !ns->dict->is_namespace || ns->dict->frozen) {
       Fail("TemplateRuntimeError", "cannot assign attribute on non-namespace object");
     }
     if (s.attribute[0] == '_') {
@@ -196,6 +231,9 @@ void Interpreter::Assign(const Stmt& s, const FramePtr& frame, const Value& v) {
                                    "namespace, but got '",
                                    s.attribute, "'"));
     }
+    // Values are shared, and a namespace is the one mutable container: storing a namespace in itself
+    // would make printing, comparing and freeing it endless.
+    if (Reaches(v, ns->dict.get())) Fail("TemplateRuntimeError", "a namespace cannot contain itself");
     ns->dict->Set(Value::String(s.attribute), v);
     if (ns->dict->depth > limits_.max_value_depth) {
       Fail("LimitError", StrCat("lists and dicts nested deeper than ", limits_.max_value_depth, " levels"));
@@ -228,6 +266,7 @@ void Interpreter::ExecFor(const Stmt& s, const FramePtr& frame, std::string& out
   }
   const int64_t n = static_cast<int64_t>(items.size());
   auto last_changed = std::make_shared<std::optional<Value>>();
+  changed_states_.push_back(last_changed);  // loop.changed(loop) would hold its own loop: cut at the end
   for (int64_t i = 0; i < n; ++i) {
     Step();
     line_ = s.line;
@@ -236,6 +275,7 @@ void Interpreter::ExecFor(const Stmt& s, const FramePtr& frame, std::string& out
     BindTargets(s.targets, s.target_is_tuple, *inner, items[static_cast<size_t>(i)]);
     auto loop = std::make_shared<DictData>();
     loop->is_namespace = true;  // attributes only, like jinja2's LoopContext
+    loop->frozen = true;
     loop->Set(Value::String("index"), Value::Int(i + 1));
     loop->Set(Value::String("index0"), Value::Int(i));
     loop->Set(Value::String("revindex"), Value::Int(n - i));
@@ -265,6 +305,7 @@ void Interpreter::ExecFor(const Stmt& s, const FramePtr& frame, std::string& out
 
 Value Interpreter::MakeMacro(const Stmt& s, FramePtr frame, std::string name) {
   const Stmt* macro = &s;
+  captured_frames_.push_back(frame);  // the macro may be stored where `frame` reaches it: cut at the end
   return Value::Function("macro " + name, [macro, frame = std::move(frame), name](Interpreter& in, CallArgs& args) {
     Depth depth(&in);
     const int saved_line = in.line_;
@@ -459,9 +500,7 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
   }
   if (a.is_undefined()) FailUndefined(a);
   if (b.is_undefined()) FailUndefined(b);
-  auto unsupported = [&]() {
-    Fail("TypeError", StrCat("unsupported operand type(s) for ", op, ": '", TypeName(a), "' and '", TypeName(b), "'"));
-  };
+  auto unsupported = [&]() { FailOperands(op, a, b); };
   auto overflow = [&]() { Fail("OverflowError", "integer overflow (strata's integers are 64-bit)"); };
   if (a.is_number() && b.is_number()) {
     const bool ints = IsIntLike(a) && IsIntLike(b);
@@ -568,7 +607,11 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
     return MakeList(std::move(items), seq->list->is_tuple);
   }
   if (op == "%" && a.is_string()) Fail("TypeError", "printf-style string formatting is not supported");
-  unsupported();
+  FailOperands(op, a, b);
+}
+
+void Interpreter::FailOperands(const std::string& op, const Value& a, const Value& b) const {
+  Fail("TypeError", StrCat("unsupported operand type(s) for ", op, ": '", TypeName(a), "' and '", TypeName(b), "'"));
 }
 
 bool Interpreter::Contains(const Value& container, const Value& item) {

@@ -43,6 +43,9 @@ enum class Flow { kNormal, kBreak, kContinue };
 class Interpreter {
  public:
   Interpreter(const Program& program, const RenderLimits& limits);
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
 
   // Renders with `globals` (jinja2's environment globals) under `context` (the render() arguments).
   std::string Render(FramePtr context);
@@ -73,6 +76,8 @@ class Interpreter {
   void ExecFor(const Stmt& s, const FramePtr& frame, std::string& out);
   Value ApplyFilters(const Expr& chain, const FramePtr& frame, std::optional<Value> input);
   Value Binary(const std::string& op, const Value& a, const Value& b);
+  [[noreturn]] void FailOperands(const std::string& op, const Value& a, const Value& b) const;
+  bool Reaches(const Value& v, const DictData* target);
   bool Compare(const std::string& op, const Value& a, const Value& b);
   bool Contains(const Value& container, const Value& item);
   Value Slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
@@ -93,6 +98,8 @@ class Interpreter {
   int64_t steps_ = 0;
   int depth_ = 0;
   int line_ = 0;
+  std::vector<std::weak_ptr<Frame>> captured_frames_;
+  std::vector<std::weak_ptr<std::optional<Value>>> changed_states_;
 };
 
 // Builtins (builtins.cc).

@@ -51,7 +51,10 @@ Value Value::String(std::string s) {
 Value Value::List(std::vector<Value> items, bool is_tuple) {
   auto data = std::make_shared<ListData>();
   int depth = 0;
-  for (const Value& item : items) depth = std::max(depth, item.depth());
+  for (const Value& item : items) {
+    depth = std::max(depth, item.depth());
+    data->holds_namespace = data->holds_namespace || item.holds_namespace();
+  }
   data->depth = depth + 1;
   data->items = std::move(items);
   data->is_tuple = is_tuple;
@@ -76,6 +79,12 @@ Value Value::Function(std::string name, std::function<Value(Interpreter&, CallAr
   return v;
 }
 
+bool Value::holds_namespace() const {
+  if (kind == Kind::kList) return list->holds_namespace;
+  if (kind == Kind::kDict) return dict->is_namespace || dict->holds_namespace;
+  return false;
+}
+
 int Value::depth() const {
   if (kind == Kind::kList) return list->depth;
   if (kind == Kind::kDict) return dict->depth;
@@ -92,6 +101,7 @@ const Value* DictData::Find(const Value& key) const {
 void DictData::Set(Value key, Value value) {
   const std::string k = KeyOf(key);
   depth = std::max(depth, value.depth() + 1);
+  holds_namespace = holds_namespace || value.holds_namespace();
   auto [it, inserted] = index.try_emplace(k, entries.size());
   if (inserted) {
     entries.emplace_back(std::move(key), std::move(value));

@@ -27,7 +27,8 @@ enum class Kind : uint8_t { kUndefined, kNone, kBool, kInt, kFloat, kString, kLi
 struct ListData {
   std::vector<Value> items;
   bool is_tuple = false;
-  int depth = 1;  // nesting of containers inside, this one included
+  int depth = 1;                 // nesting of containers inside, this one included
+  bool holds_namespace = false;  // a namespace() is an item, or inside one
 };
 
 // Insertion-ordered like a Python dict. Keys are hashed by their Python equality class (1, 1.0 and True
@@ -36,7 +37,9 @@ struct DictData {
   std::vector<std::pair<Value, Value>> entries;
   absl::flat_hash_map<std::string, size_t> index;
   bool is_namespace = false;  // namespace(): attributes, settable with `set ns.x = ...`
+  bool frozen = false;        // the loop object: attributes, not settable
   int depth = 1;
+  bool holds_namespace = false;
 
   const Value* Find(const Value& key) const;
   void Set(Value key, Value value);
@@ -86,6 +89,7 @@ struct Value {
   bool is_number() const { return kind == Kind::kBool || kind == Kind::kInt || kind == Kind::kFloat; }
   const std::string& str() const { return *text; }  // kString only
   int depth() const;
+  bool holds_namespace() const;  // is, or contains, a namespace()
 };
 
 // Python type names, as error messages name them ("int", "str", "list", "dict", "NoneType", ...).

@@ -166,6 +166,13 @@ TEST(ChatTemplateSandbox, MutationIsASecurityErrorAndUndefinedUseFails) {
   EXPECT_THAT(R("{{ x.__class__() }}", R"({"x": ""})"), HasSubstr("SecurityError"));
   EXPECT_THAT(R("{% set ns = namespace() %}{% set ns._x = 1 %}"), HasSubstr("SecurityError"));
   EXPECT_THAT(R("{% set x = 1 %}{% set x.y = 2 %}"), HasSubstr("non-namespace"));
+  EXPECT_THAT(R("{% for i in [1] %}{% set loop.x = 2 %}{% endfor %}"), HasSubstr("non-namespace"));
+  // A namespace is the one mutable value: it may not hold itself (printing it would never end).
+  EXPECT_THAT(R("{% set ns = namespace(a=[]) %}{% set ns.a = ns.a + [{'n': ns}] %}{{ ns }}"),
+              HasSubstr("a namespace cannot contain itself"));
+  EXPECT_EQ(R("{% set a = namespace(x=1) %}{% set b = namespace(y=a) %}{% set a.x = 2 %}{{ b.y.x }}"), "2");
+  // A macro stored where its own scope reaches it (a reference cycle) renders, and is freed after.
+  EXPECT_EQ(R("{% set ns = namespace() %}{% macro m() %}m{% endmacro %}{% set ns.m = m %}{{ ns.m() }}"), "m");
   EXPECT_THAT(R("{{ q + 1 }}"), HasSubstr("UndefinedError: 'q' is undefined"));
   EXPECT_THAT(R("{{ q() }}"), HasSubstr("UndefinedError"));
   EXPECT_EQ(R("{% for x in q %}x{% endfor %}{{ q|length }}{{ not q }}"), "0True");
