@@ -55,7 +55,8 @@ def run_batch(binary, args: list[str], contexts: list[dict]) -> list[dict]:
     stdin = "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in contexts)
     proc = subprocess.run([str(binary), *args, "--batch"], input=stdin.encode(), capture_output=True, timeout=120)
     assert proc.returncode == 0, proc.stderr.decode()
-    lines = proc.stdout.decode().splitlines()
+    # One JSON object per "\n" (not str.splitlines: U+2028 in a rendering is text, not a line break).
+    lines = proc.stdout.decode().split("\n")[:-1]
     assert len(lines) == len(contexts), proc.stdout.decode()[-2000:]
     return [json.loads(line) for line in lines]
 
