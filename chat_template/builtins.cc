@@ -197,6 +197,25 @@ std::vector<std::string> SplitLines(std::string_view s, bool keepends) {
   return lines;
 }
 
+// What jinja2's generator filters return (select, map, unique, batch, items, ...).
+Value Lazy(Interpreter& in, std::vector<Value> items, const char* python_type = "generator") {
+  Value v = in.MakeList(std::move(items));
+  auto data = std::make_shared<ListData>(*v.list);
+  data->python_type = python_type;
+  data->lazy = true;
+  v.list = std::move(data);
+  return v;
+}
+
+// dict.keys() / values() / items(): sized, iterable, not subscriptable.
+Value View(Interpreter& in, std::vector<Value> items, const char* python_type) {
+  Value v = in.MakeList(std::move(items));
+  auto data = std::make_shared<ListData>(*v.list);
+  data->python_type = python_type;
+  v.list = std::move(data);
+  return v;
+}
+
 Value StringList(Interpreter& in, const std::vector<std::string>& parts) {
   std::vector<Value> items;
   items.reserve(parts.size());
@@ -267,6 +286,7 @@ size_t Length(Interpreter& in, const Value& v) {
     case Kind::kString:
       return CodePointCount(v.str());
     case Kind::kList:
+      if (v.list->lazy) break;
       return v.list->items.size();
     case Kind::kDict:
       if (!v.dict->is_namespace) return v.dict->entries.size();
@@ -422,6 +442,7 @@ void JsonEncode(Interpreter& in, std::string& out, const Value& v, const JsonOpt
       JsonString(out, v.str(), o.ensure_ascii);
       return;
     case Kind::kList: {
+      if (!v.list->range_repr.empty() || !v.list->python_type.empty()) break;  // range, generator, dict view
       if (v.list->items.empty()) {
         out += "[]";
         return;
@@ -490,18 +511,20 @@ void JsonEncode(Interpreter& in, std::string& out, const Value& v, const JsonOpt
     default:
       break;
   }
-  in.Fail("TypeError", StrCat("Object of type ", TypeName(v), " is not JSON serializable"));
+  in.Fail("TypeError", StrCat("Object of type ", v.is_list() && !v.list->range_repr.empty() ? "range" : TypeName(v),
+                              " is not JSON serializable"));
 }
 
 // Python's str() of a value for string filters (Undefined is "").
 std::string S(const Value& v) { return ToStr(v); }
 
-Value Items(Interpreter& in, const Value& v) {
-  if (v.is_undefined()) return in.MakeList({});
+// The |items filter (a generator) and dict.items() (a view).
+Value Items(Interpreter& in, const Value& v, bool view) {
+  if (v.is_undefined()) return Lazy(in, {});
   if (!v.is_dict() || v.dict->is_namespace) in.Fail("TypeError", "Can only get item pairs from a mapping.");
   std::vector<Value> pairs;
   for (const auto& [key, value] : v.dict->entries) pairs.push_back(Value::List({key, value}, /*is_tuple=*/true));
-  return in.MakeList(std::move(pairs));
+  return view ? View(in, std::move(pairs), "dict_items") : Lazy(in, std::move(pairs));
 }
 
 // select/reject/selectattr/rejectattr: keep items whose test (truthiness without one) is `keep`.
@@ -520,7 +543,7 @@ Value SelectOrReject(Interpreter& in, const Value& seq, CallArgs& args, bool kee
     rest.erase(rest.begin());
   }
   std::vector<Value> out;
-  if (!Truthy(seq)) return in.MakeList({});  // jinja2: `if value:` guards the loop (None selects nothing)
+  if (!Truthy(seq)) return Lazy(in, {});  // jinja2: `if value:` guards the loop (None selects nothing)
   for (const Value& item : in.Iterate(seq)) {
     in.Step();
     const Value subject = by_attribute ? GetAttribute(in, item, attribute) : item;
@@ -535,12 +558,12 @@ Value SelectOrReject(Interpreter& in, const Value& seq, CallArgs& args, bool kee
     }
     if (passed == keep) out.push_back(item);
   }
-  return in.MakeList(std::move(out));
+  return Lazy(in, std::move(out));
 }
 
 Value MapFilter(Interpreter& in, const Value& seq, CallArgs& args) {
   std::vector<Value> out;
-  if (!Truthy(seq)) return in.MakeList({});  // jinja2: `if value:` guards the loop (None maps to nothing)
+  if (!Truthy(seq)) return Lazy(in, {});  // jinja2: `if value:` guards the loop (None maps to nothing)
   std::optional<Value> attribute;
   std::optional<Value> dflt;
   for (auto& [key, value] : args.keywords) {
@@ -558,7 +581,7 @@ Value MapFilter(Interpreter& in, const Value& seq, CallArgs& args) {
       Value v = GetAttribute(in, item, *attribute);
       out.push_back(v.is_undefined() && dflt ? *dflt : v);
     }
-    return in.MakeList(std::move(out));
+    return Lazy(in, std::move(out));
   }
   if (args.positional.empty()) in.Fail("TypeError", "map requires a filter argument");
   if (!args.positional[0].is_string()) in.Fail("TypeError", "the filter name must be a string");
@@ -570,7 +593,7 @@ Value MapFilter(Interpreter& in, const Value& seq, CallArgs& args) {
     CallArgs a = rest;
     out.push_back(CallFilter(in, filter, item, a));
   }
-  return in.MakeList(std::move(out));
+  return Lazy(in, std::move(out));
 }
 
 // jinja2's do_indent.
@@ -756,13 +779,16 @@ Value CallFilter(Interpreter& in, const std::string& name, const Value& v, CallA
   }
   if (name == "last") {
     bind({});
+    if (v.is_list() && v.list->lazy) {
+      in.Fail("TypeError", StrCat("'", v.list->python_type, "' object is not reversible"));
+    }
     if (v.is_list())
       return v.list->items.empty() ? Value::Undefined("No last item, sequence was empty.") : v.list->items.back();
     std::vector<Value> items = in.Iterate(v);
     return items.empty() ? Value::Undefined("No last item, sequence was empty.") : items.back();
   }
   if (name == "list") return bind({}), in.MakeList(in.Iterate(v));
-  if (name == "items") return bind({}), Items(in, v);
+  if (name == "items") return bind({}), Items(in, v, /*view=*/false);
   if (name == "selectattr") return SelectOrReject(in, v, args, true, true);
   if (name == "rejectattr") return SelectOrReject(in, v, args, false, true);
   if (name == "select") return SelectOrReject(in, v, args, true, false);
@@ -772,6 +798,7 @@ Value CallFilter(Interpreter& in, const std::string& name, const Value& v, CallA
     auto a = bind({"default", "base"});
     const Value dflt = a[0].value_or(Value::Int(0));
     const int64_t base = a[1] ? RequireInt(in, Opt(a, 1), "int base") : 10;
+    if (v.is_undefined()) in.FailUndefined(v);  // int(Undefined) raises UndefinedError, not the default
     if (v.is_string()) {
       if (auto i = ParseInt(v.str(), static_cast<int>(base))) return Value::Int(*i);
       if (auto f = ParseFloat(v.str()); f && std::isfinite(*f) && std::fabs(*f) < 9.2e18) {
@@ -789,6 +816,7 @@ Value CallFilter(Interpreter& in, const std::string& name, const Value& v, CallA
   if (name == "float") {
     auto a = bind({"default"});
     const Value dflt = a[0].value_or(Value::Float(0));
+    if (v.is_undefined()) in.FailUndefined(v);
     if (v.is_string()) {
       if (auto f = ParseFloat(v.str())) return Value::Float(*f);
       return dflt;
@@ -847,7 +875,7 @@ Value CallFilter(Interpreter& in, const std::string& name, const Value& v, CallA
       if (k.empty()) in.Fail("TypeError", StrCat("unhashable type: '", TypeName(key), "'"));
       if (seen_keys.emplace(k, true).second) out.push_back(item);
     }
-    return in.MakeList(std::move(out));
+    return Lazy(in, std::move(out));
   }
   if (name == "sort") {
     auto a = bind({"reverse", "case_sensitive", "attribute"});
@@ -883,8 +911,10 @@ Value CallFilter(Interpreter& in, const std::string& name, const Value& v, CallA
       std::reverse(cps.begin(), cps.end());
       return in.MakeString(Encode(cps));
     }
+    const bool reversible = v.is_list() && !v.list->lazy;  // reversed() works; else list(value) reversed
     std::vector<Value> items = in.Iterate(v);
     std::reverse(items.begin(), items.end());
+    if (reversible) return Lazy(in, std::move(items), v.list->is_tuple ? "reversed" : "list_reverseiterator");
     return in.MakeList(std::move(items));
   }
   if (name == "wordcount") {
@@ -917,7 +947,7 @@ Value CallFilter(Interpreter& in, const std::string& name, const Value& v, CallA
       }
       rows.push_back(in.MakeList(std::move(row)));
     }
-    return in.MakeList(std::move(rows));
+    return Lazy(in, std::move(rows));
   }
   if (name == "sum") {
     auto a = bind({"attribute", "start"});
@@ -993,7 +1023,7 @@ bool CallTest(Interpreter& in, const std::string& name, const Value& v, CallArgs
     none();
     return v.is_undefined() || v.is_string() || v.is_list() || (v.is_dict() && !v.dict->is_namespace);
   }
-  if (name == "callable") return none(), v.kind == Kind::kCallable;
+  if (name == "callable") return none(), v.kind == Kind::kCallable || v.is_undefined();  // Undefined has __call__
   if (name == "sameas") {
     const Value other = one();
     if (v.kind != other.kind) return false;
@@ -1231,7 +1261,7 @@ std::optional<Value> GetMethod(Interpreter& in, const Value& obj, const std::str
     if (name == "items") {
       return method([](Interpreter& in, const Value& self, CallArgs& args) {
         BindArgs(in, "items", args, {});
-        return Items(in, self);
+        return Items(in, self, /*view=*/true);
       });
     }
     if (name == "keys" || name == "values") {
@@ -1239,7 +1269,7 @@ std::optional<Value> GetMethod(Interpreter& in, const Value& obj, const std::str
         BindArgs(in, name, args, {});
         std::vector<Value> out;
         for (const auto& [key, value] : self.dict->entries) out.push_back(name == "keys" ? key : value);
-        return in.MakeList(std::move(out));
+        return View(in, std::move(out), name == "keys" ? "dict_keys" : "dict_values");
       });
     }
     if (name == "get") {
@@ -1312,7 +1342,13 @@ void AddGlobals(Frame& frame) {
     }
     std::vector<Value> items;
     for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) items.push_back(Value::Int(start + i * step));
-    return in.MakeList(std::move(items));
+    Value v = in.MakeList(std::move(items));
+    // Python's range object: iterates as the list, prints as range(...), is not JSON.
+    auto data = std::make_shared<ListData>(*v.list);
+    data->range_repr =
+        step == 1 ? StrCat("range(", start, ", ", stop, ")") : StrCat("range(", start, ", ", stop, ", ", step, ")");
+    v.list = std::move(data);
+    return v;
   });
   auto make_dict = [](Interpreter& in, CallArgs& args, bool ns) {
     auto dict = std::make_shared<DictData>();

@@ -577,7 +577,8 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
       if (a.str().size() + b.str().size() > limits_.max_output_bytes) MakeString(std::string(a.str().size() + 1, ' '));
       return MakeString(a.str() + b.str());
     }
-    if (a.is_list() && b.is_list() && a.list->is_tuple == b.list->is_tuple) {
+    if (a.is_list() && b.is_list() && a.list->is_tuple == b.list->is_tuple && a.list->python_type.empty() &&
+        b.list->python_type.empty()) {
       std::vector<Value> items = a.list->items;
       items.insert(items.end(), b.list->items.begin(), b.list->items.end());
       return MakeList(std::move(items), a.list->is_tuple);
@@ -587,7 +588,9 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
   if (op == "*") {
     const Value* seq = IsIntLike(b) ? &a : &b;
     const Value* count = IsIntLike(b) ? &b : &a;
-    if (!IsIntLike(*count) || !(seq->is_string() || seq->is_list())) unsupported();
+    if (!IsIntLike(*count) || !(seq->is_string() || (seq->is_list() && seq->list->python_type.empty()))) {
+      unsupported();
+    }
     const int64_t n = std::max<int64_t>(0, AsInt(*count));
     const size_t unit = seq->is_string() ? seq->str().size() : seq->list->items.size();
     if (unit != 0 && static_cast<uint64_t>(n) > limits_.max_output_bytes / unit) {
@@ -606,8 +609,55 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
     for (int64_t i = 0; i < n; ++i) items.insert(items.end(), seq->list->items.begin(), seq->list->items.end());
     return MakeList(std::move(items), seq->list->is_tuple);
   }
-  if (op == "%" && a.is_string()) Fail("TypeError", "printf-style string formatting is not supported");
+  if (op == "%" && a.is_string()) return Format(a, b);
   FailOperands(op, a, b);
+}
+
+// Python's printf-style `str % args`: %s, %r, %d, %i and %% with one value, a tuple, or a dict (for a
+// format without conversions). Other conversions are refused.
+Value Interpreter::Format(const Value& format, const Value& args) {
+  const std::vector<Value> values = args.is_list() && args.list->is_tuple ? args.list->items : std::vector<Value>{args};
+  const std::string& f = format.str();
+  std::string out;
+  size_t used = 0;
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (f[i] != '%') {
+      out.push_back(f[i]);
+      continue;
+    }
+    if (i + 1 >= f.size()) Fail("ValueError", "incomplete format");
+    const char c = f[++i];
+    if (c == '%') {
+      out.push_back('%');
+      continue;
+    }
+    if (c != 's' && c != 'r' && c != 'd' && c != 'i') {
+      Fail("TemplateRuntimeError", StrCat("string formatting with %", std::string(1, c), " is not supported"));
+    }
+    if (used >= values.size()) Fail("TypeError", "not enough arguments for format string");
+    const Value& v = values[used++];
+    if (c == 's') {
+      out += ToStr(v);
+    } else if (c == 'r') {
+      out += Repr(v);
+    } else {
+      if (v.kind == Kind::kFloat) {
+        out += StrCat(static_cast<int64_t>(v.number));
+      } else if (IsIntLike(v)) {
+        out += StrCat(AsInt(v));
+      } else {
+        Fail("TypeError", StrCat("%", std::string(1, c), " format: a real number is required, not ", TypeName(v)));
+      }
+    }
+    if (out.size() > limits_.max_output_bytes) Fail("LimitError", "formatting exceeds the output cap");
+  }
+  // Python: an argument with __getitem__ (a dict, a list; not a tuple or a str) may go unused; anything
+  // else must be used up.
+  const bool mapping_like = args.is_dict() || (args.is_list() && !args.list->is_tuple);
+  if (used < values.size() && !(mapping_like && used == 0)) {
+    Fail("TypeError", "not all arguments converted during string formatting");
+  }
+  return MakeString(std::move(out));
 }
 
 void Interpreter::FailOperands(const std::string& op, const Value& a, const Value& b) const {
@@ -665,6 +715,11 @@ std::vector<Value> Interpreter::Iterate(const Value& v) {
     case Kind::kUndefined:
       return {};
     case Kind::kList:
+      if (v.list->lazy) {
+        // A generator runs once: iterating it again gives nothing, as in Python.
+        if (v.list->consumed) return {};
+        v.list->consumed = true;
+      }
       Charge(v.list->items.size() * 4);
       return v.list->items;
     case Kind::kDict: {
@@ -723,6 +778,8 @@ Value Interpreter::GetItem(const Value& obj, const Value& key) {
   if (obj.is_undefined()) FailUndefined(obj);
   if (obj.is_dict() && !obj.dict->is_namespace) {
     if (const Value* v = obj.dict->Find(key)) return *v;
+  } else if (obj.is_list() && !obj.list->python_type.empty()) {
+    // Generators and dict views are not subscriptable: the sandbox's getitem makes that Undefined.
   } else if ((obj.is_list() || obj.is_string()) && IsIntLike(key)) {
     int64_t i = AsInt(key);
     if (obj.is_list()) {
@@ -763,10 +820,13 @@ Value Interpreter::Slice(const Value& obj, const Value& start_v, const Value& st
   if (obj.is_string()) {
     chars = Decode(obj.str());
     n = static_cast<int64_t>(chars.size());
-  } else if (obj.is_list()) {
+  } else if (obj.is_list() && obj.list->python_type.empty()) {
     n = static_cast<int64_t>(obj.list->items.size());
   } else {
-    Fail("TypeError", StrCat("'", TypeName(obj), "' object is not subscriptable"));
+    // jinja2 compiles a slice to Python's own subscript (not the sandbox's getitem): a TypeError.
+    Fail("TypeError", obj.is_dict() && !obj.dict->is_namespace
+                          ? std::string("unhashable type: 'slice'")
+                          : StrCat("'", TypeName(obj), "' object is not subscriptable"));
   }
   Charge(static_cast<size_t>(n));
   auto clamp = [&](std::optional<int64_t> v, int64_t dflt) {

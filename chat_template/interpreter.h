@@ -78,6 +78,7 @@ class Interpreter {
   Value Binary(const std::string& op, const Value& a, const Value& b);
   [[noreturn]] void FailOperands(const std::string& op, const Value& a, const Value& b) const;
   bool Reaches(const Value& v, const DictData* target);
+  Value Format(const Value& format, const Value& args);
   bool Compare(const std::string& op, const Value& a, const Value& b);
   bool Contains(const Value& container, const Value& item);
   Value Slice(const Value& obj, const Value& start, const Value& stop, const Value& step);

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "chat_template/lexer.h"
 #include "tokenizer/absl_compat.h"  // StrCat over std::string_view (Debian's Abseil)
@@ -13,6 +14,33 @@ namespace strata::chat_template {
 
 using tokenizer::StrCat;
 namespace {
+
+// jinja2 resolves filter and test names when it compiles a template: a name it does not know is an
+// error even in a branch that never runs. These are jinja2 3.1's own (tojson replaced by transformers');
+// the renderer refuses, when they run, the few strata does not implement (builtins.cc).
+bool KnownFilter(std::string_view name) {
+  static const absl::flat_hash_set<std::string> kFilters = {
+      "abs",       "attr",       "batch",       "capitalize", "center",  "count",
+      "d",         "default",    "dictsort",    "e",          "escape",  "filesizeformat",
+      "first",     "float",      "forceescape", "format",     "groupby", "indent",
+      "int",       "join",       "last",        "length",     "list",    "lower",
+      "items",     "map",        "min",         "max",        "pprint",  "random",
+      "reject",    "rejectattr", "replace",     "reverse",    "round",   "safe",
+      "select",    "selectattr", "slice",       "sort",       "string",  "striptags",
+      "sum",       "title",      "trim",        "truncate",   "unique",  "upper",
+      "urlencode", "urlize",     "wordcount",   "wordwrap",   "xmlattr", "tojson"};
+  return kFilters.contains(std::string(name));
+}
+
+bool KnownTest(std::string_view name) {
+  static const absl::flat_hash_set<std::string> kTests = {
+      "odd",     "even",   "divisibleby", "defined",  "undefined", "filter", "test",    "none",
+      "boolean", "false",  "true",        "integer",  "float",     "lower",  "upper",   "string",
+      "mapping", "number", "sequence",    "iterable", "callable",  "sameas", "escaped", "in",
+      "==",      "eq",     "equalto",     "!=",       "ne",        ">",      "gt",      "greaterthan",
+      "ge",      ">=",     "<",           "lt",       "lessthan",  "<=",     "le"};
+  return kTests.contains(std::string(name));
+}
 
 // Thrown inside the parser only (a recursive-descent parser unwinds through many frames on error);
 // Parse() turns it into a Status.
@@ -801,12 +829,14 @@ class Parser {
 
   ExprPtr ParseOneFilter(ExprPtr node) {
     const int line = Cur().line;
+    const Token& at = Cur();
     std::string name = ExpectName();
     while (IsOp(".") && Peek().kind == TokenKind::kName) {
       Next();
       name += "." + Cur().value;
       Next();
     }
+    if (!KnownFilter(name)) Fail(at, StrCat("No filter named '", name, "'."));
     auto e = Make(ExprKind::kFilter, line);
     e->name = std::move(name);
     e->items.push_back(std::move(node));
@@ -819,12 +849,14 @@ class Parser {
     auto e = Make(ExprKind::kTest, Cur().line);
     Next();  // "is"
     if (SkipName("not")) e->negated = true;
+    const Token& at = Cur();
     std::string name = ExpectName();
     while (IsOp(".") && Peek().kind == TokenKind::kName) {
       Next();
       name += "." + Cur().value;
       Next();
     }
+    if (!KnownTest(name)) Fail(at, StrCat("No test named '", name, "'."));
     e->name = std::move(name);
     e->items.push_back(std::move(node));
     const Token& t = Cur();

@@ -125,6 +125,7 @@ std::string TypeName(const Value& v) {
     case Kind::kString:
       return "str";
     case Kind::kList:
+      if (!v.list->python_type.empty()) return v.list->python_type;
       return v.list->is_tuple ? "tuple" : "list";
     case Kind::kDict:
       return v.dict->is_namespace ? "Namespace" : "dict";
@@ -148,7 +149,7 @@ bool Truthy(const Value& v) {
     case Kind::kString:
       return !v.text->empty();
     case Kind::kList:
-      return !v.list->items.empty();
+      return v.list->lazy || !v.list->items.empty();
     case Kind::kDict:
       return v.dict->is_namespace || !v.dict->entries.empty();
     case Kind::kCallable:
@@ -275,7 +276,7 @@ std::string ToStr(const Value& v) {
 std::string Repr(const Value& v) {
   switch (v.kind) {
     case Kind::kUndefined:
-      return "";
+      return "Undefined";  // repr() of jinja2's Undefined, e.g. inside a printed dict
     case Kind::kNone:
       return "None";
     case Kind::kBool:
@@ -287,6 +288,8 @@ std::string Repr(const Value& v) {
     case Kind::kString:
       return StrRepr(*v.text);
     case Kind::kList: {
+      if (!v.list->range_repr.empty()) return v.list->range_repr;
+      if (v.list->lazy) return "<" + v.list->python_type + " object>";  // Python adds an address
       const auto& items = v.list->items;
       std::string out = v.list->is_tuple ? "(" : "[";
       for (size_t i = 0; i < items.size(); ++i) {
@@ -295,6 +298,7 @@ std::string Repr(const Value& v) {
       }
       if (v.list->is_tuple && items.size() == 1) out += ",";
       out += v.list->is_tuple ? ")" : "]";
+      if (!v.list->python_type.empty()) return v.list->python_type + "(" + out + ")";  // dict_keys([...])
       return out;
     }
     case Kind::kDict: {
@@ -343,7 +347,8 @@ bool Equals(const Value& a, const Value& b) {
     case Kind::kString:
       return *a.text == *b.text;
     case Kind::kList: {
-      if (a.list->is_tuple != b.list->is_tuple) return false;
+      if (a.list->lazy || b.list->lazy) return a.list == b.list;
+      if (a.list->is_tuple != b.list->is_tuple || a.list->python_type != b.list->python_type) return false;
       const auto& x = a.list->items;
       const auto& y = b.list->items;
       if (x.size() != y.size()) return false;

@@ -29,6 +29,13 @@ struct ListData {
   bool is_tuple = false;
   int depth = 1;                 // nesting of containers inside, this one included
   bool holds_namespace = false;  // a namespace() is an item, or inside one
+  std::string range_repr;        // a range() result prints as Python's range object: "range(0, 4)"
+  // What Python would hold instead of a list: "" (a list or tuple), "generator" / "list_reverseiterator"
+  // (lazy: what select, map, unique, ... and reverse return: always truthy, no len(), iterated once),
+  // "dict_keys" / "dict_values" / "dict_items" (views: len() but no indexing, printed as views).
+  std::string python_type;
+  bool lazy = false;
+  mutable bool consumed = false;  // a lazy sequence already iterated
 };
 
 // Insertion-ordered like a Python dict. Keys are hashed by their Python equality class (1, 1.0 and True

@@ -136,7 +136,17 @@ TEST(ChatTemplateFilters, TheFiltersTemplatesUse) {
         "|{{ m|rejectattr('role', 'eq', 'user')|list }}|{{ [0, 1, '']|select|list }}|{{ none|selectattr('a')|list }}",
         ms),
       "2|system,user,user|[{'role': 'system'}]|[1]|[]");
-  EXPECT_THAT(R("{{ 1|nosuchfilter }}"), HasSubstr("No filter named 'nosuchfilter'"));
+  // jinja2 resolves filter and test names when it compiles: an unknown one fails even where it never runs.
+  EXPECT_THAT(R("{% if false %}{{ 1|nosuchfilter }}{% endif %}"),
+              HasSubstr("t.jinja:1:20: No filter named 'nosuchfilter'"));
+  EXPECT_THAT(R("{% if false %}{{ 1 is nosuchtest }}{% endif %}"), HasSubstr("No test named 'nosuchtest'"));
+  // Generators (select, map, unique, ...) are truthy even when empty, have no len() and run once.
+  EXPECT_EQ(R("{% if []|select %}T{% endif %}{% set g = [1, 2]|select %}{% for a in g %}{{ a }}{% endfor %}"
+              "{% for a in g %}{{ a }}{% endfor %}{{ ([1, 2]|reverse)[0] }}"),
+            "T12");
+  EXPECT_THAT(R("{{ ([1]|map('string'))|length }}"), HasSubstr("has no len()"));
+  EXPECT_EQ(R("{{ {'a': 1}.items() }} {{ {'a': 1}.keys()|length }} {{ range(3) }}"),
+            "dict_items([('a', 1)]) 1 range(0, 3)");
 }
 
 TEST(ChatTemplateFilters, TojsonIsTransformersJsonDumps) {
