@@ -49,6 +49,7 @@ struct Expr {
   std::vector<std::string> ops;                           // kCompare
   bool negated = false;                                   // kTest: "is not"
   int depth = 1;                                          // of the tree under this node (the parser bounds it)
+  int column = 0;                                         // kFilter, kTest: where the name is
 };
 
 enum class StmtKind : uint8_t {

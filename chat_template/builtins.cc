@@ -20,44 +20,128 @@ bool IsIntLike(const Value& v) { return v.kind == Kind::kInt || v.kind == Kind::
 int64_t AsInt(const Value& v) { return v.kind == Kind::kBool ? static_cast<int64_t>(v.boolean) : v.integer; }
 double AsDouble(const Value& v) { return v.kind == Kind::kFloat ? v.number : static_cast<double>(AsInt(v)); }
 
-char32_t Lower(char32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
-char32_t Upper(char32_t c) { return c >= 'a' && c <= 'z' ? c - 32 : c; }
+// Simple case mapping for ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic: the scripts chat text
+// in Latin, Greek and Cyrillic letters uses. Python maps all of Unicode (and ß to "SS", which Upper does
+// as a special case in CaseMap); other scripts stay as they are here.
+char32_t Upper(char32_t c) {
+  if (c < 0x80) return c >= 'a' && c <= 'z' ? c - 32 : c;
+  if (c >= 0xe0 && c <= 0xfe && c != 0xf7) return c - 32;
+  if (c == 0xff) return 0x178;
+  if (c == 0xb5) return 0x39c;
+  if (c >= 0x100 && c <= 0x17f) {
+    if (c == 0x131) return 'I';
+    if (c == 0x17f) return 'S';
+    const bool odd = c & 1;
+    if ((c <= 0x12f || (c >= 0x132 && c <= 0x137) || (c >= 0x14a && c <= 0x177)) && odd) return c - 1;
+    if (((c >= 0x139 && c <= 0x148) || (c >= 0x17a && c <= 0x17e)) && !odd) return c - 1;
+    return c;
+  }
+  if (c >= 0x3b1 && c <= 0x3c9) return c == 0x3c2 ? 0x3a3 : c - 32;
+  if (c == 0x3ac) return 0x386;
+  if (c >= 0x3ad && c <= 0x3af) return c - 37;
+  if (c == 0x3cc) return 0x38c;
+  if (c == 0x3cd || c == 0x3ce) return c - 63;
+  if (c >= 0x430 && c <= 0x44f) return c - 32;
+  if (c >= 0x450 && c <= 0x45f) return c - 80;
+  return c;
+}
+
+char32_t Lower(char32_t c) {
+  if (c < 0x80) return c >= 'A' && c <= 'Z' ? c + 32 : c;
+  if (c >= 0xc0 && c <= 0xde && c != 0xd7) return c + 32;
+  if (c >= 0x100 && c <= 0x17f) {
+    if (c == 0x130) return 'i';
+    if (c == 0x178) return 0xff;
+    const bool odd = c & 1;
+    if ((c <= 0x12f || (c >= 0x132 && c <= 0x137) || (c >= 0x14a && c <= 0x177)) && !odd) return c + 1;
+    if (((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e)) && odd) return c + 1;
+    return c;
+  }
+  if (c >= 0x391 && c <= 0x3a9 && c != 0x3a2) return c + 32;
+  if (c == 0x386) return 0x3ac;
+  if (c >= 0x388 && c <= 0x38a) return c + 37;
+  if (c == 0x38c) return 0x3cc;
+  if (c == 0x38e || c == 0x38f) return c + 63;
+  if (c >= 0x410 && c <= 0x42f) return c + 32;
+  if (c >= 0x400 && c <= 0x40f) return c + 80;
+  return c;
+}
+
+bool IsUpperCp(char32_t c) { return Lower(c) != c; }
+bool IsLowerCp(char32_t c) { return Upper(c) != c || c == 0xdf || c == 0x138 || c == 0x149; }
+bool IsCased(char32_t c) { return IsUpperCp(c) || IsLowerCp(c); }
 bool IsAlpha(char32_t c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80; }
-bool IsCased(char32_t c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 bool IsDigitCp(char32_t c) { return c >= '0' && c <= '9'; }
 
-std::string MapChars(std::string_view s, char32_t (*f)(char32_t)) {
+void AppendUpper(std::string& out, char32_t c) {
+  if (c == 0xdf) {
+    out += "SS";  // Python's full case mapping of ß
+  } else {
+    AppendCodePoint(out, Upper(c));
+  }
+}
+
+// The lower case of cps[i], with Python's two context rules: İ becomes "i" + combining dot, and a capital
+// sigma that ends a word (a cased letter before it, none after) becomes the final sigma ς.
+void AppendLower(std::string& out, std::u32string_view cps, size_t i) {
+  const char32_t c = cps[i];
+  if (c == 0x130) {
+    out += "i\u0307";
+  } else if (c == 0x3a3 && i > 0 && IsCased(cps[i - 1]) && !(i + 1 < cps.size() && IsCased(cps[i + 1]))) {
+    AppendCodePoint(out, 0x3c2);
+  } else {
+    AppendCodePoint(out, Lower(c));
+  }
+}
+
+std::string LowerStr(std::string_view s) {
   std::string out;
   out.reserve(s.size());
-  for (char c : s) {
-    const unsigned char u = static_cast<unsigned char>(c);
-    out.push_back(u < 0x80 ? static_cast<char>(f(u)) : c);
-  }
+  const std::u32string cps = Decode(s);
+  for (size_t i = 0; i < cps.size(); ++i) AppendLower(out, cps, i);
   return out;
 }
-std::string LowerStr(std::string_view s) { return MapChars(s, Lower); }
-std::string UpperStr(std::string_view s) { return MapChars(s, Upper); }
+
+std::string UpperStr(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char32_t c : Decode(s)) AppendUpper(out, c);
+  return out;
+}
 
 // Python's str.title(): a cased character after an uncased one is upper-cased, others lower-cased.
 std::string PyTitle(std::string_view s) {
   std::string out;
   bool prev_cased = false;
-  for (char c : s) {
-    const unsigned char u = static_cast<unsigned char>(c);
-    if (IsCased(u)) {
-      out.push_back(static_cast<char>(prev_cased ? Lower(u) : Upper(u)));
+  const std::u32string cps = Decode(s);
+  for (size_t i = 0; i < cps.size(); ++i) {
+    const char32_t c = cps[i];
+    if (IsCased(c)) {
+      if (prev_cased) {
+        AppendLower(out, cps, i);
+      } else {
+        AppendCodePoint(out, c == 0xdf ? c : Upper(c));  // ß titlecases to "Ss" in Python; kept as is
+      }
       prev_cased = true;
     } else {
-      out.push_back(c);
-      prev_cased = u >= 0x80 && prev_cased;
+      AppendCodePoint(out, c);
+      prev_cased = false;
     }
   }
   return out;
 }
 
+// Python's str.capitalize(): the first character upper-cased (title case), the rest lower-cased.
 std::string Capitalize(std::string_view s) {
-  std::string out = LowerStr(s);
-  if (!out.empty()) out[0] = static_cast<char>(Upper(static_cast<unsigned char>(out[0])));
+  std::u32string cps = Decode(s);
+  std::string out;
+  for (size_t i = 0; i < cps.size(); ++i) {
+    if (i == 0) {
+      AppendCodePoint(out, Upper(cps[i]));
+    } else {
+      AppendLower(out, cps, i);
+    }
+  }
   return out;
 }
 
@@ -636,8 +720,8 @@ std::string JinjaTitle(std::string_view s) {
     if (is_sep) {
       out += Encode(part);
     } else {
-      AppendCodePoint(out, Upper(part[0]));
-      for (size_t k = 1; k < part.size(); ++k) AppendCodePoint(out, Lower(part[k]));
+      AppendUpper(out, part[0]);
+      for (size_t k = 1; k < part.size(); ++k) AppendLower(out, part, k);
     }
     i = j;
   }
@@ -1087,13 +1171,11 @@ bool CallTest(Interpreter& in, const std::string& name, const Value& v, CallArgs
   }
   if (name == "lower" || name == "upper") {
     none();
-    const std::string s = ToStr(v);
     bool cased = false;
-    for (char c : s) {
-      const unsigned char u = static_cast<unsigned char>(c);
-      if (!IsCased(u)) continue;
+    for (char32_t c : Decode(ToStr(v))) {
+      if (!IsCased(c)) continue;
       cased = true;
-      if (name == "lower" ? (u >= 'A' && u <= 'Z') : (u >= 'a' && u <= 'z')) return false;
+      if (name == "lower" ? IsUpperCp(c) : IsLowerCp(c)) return false;
     }
     return cased;
   }
@@ -1183,10 +1265,14 @@ std::optional<Value> GetMethod(Interpreter& in, const Value& obj, const std::str
         if (name == "title") return in.MakeString(PyTitle(s));
         if (name == "capitalize") return in.MakeString(Capitalize(s));
         if (name == "swapcase") {
-          std::string out = s;
-          for (char& c : out) {
-            const unsigned char u = static_cast<unsigned char>(c);
-            c = static_cast<char>(u >= 'a' && u <= 'z' ? Upper(u) : Lower(u));
+          std::string out;
+          const std::u32string cps = Decode(s);
+          for (size_t i = 0; i < cps.size(); ++i) {
+            if (IsLowerCp(cps[i])) {
+              AppendUpper(out, cps[i]);
+            } else {
+              AppendLower(out, cps, i);
+            }
           }
           return in.MakeString(std::move(out));
         }
@@ -1196,7 +1282,7 @@ std::optional<Value> GetMethod(Interpreter& in, const Value& obj, const std::str
           for (char32_t c : cps) {
             if (!IsCased(c)) continue;
             cased = true;
-            if (name == "islower" ? (c >= 'A' && c <= 'Z') : (c >= 'a' && c <= 'z')) return Value::Bool(false);
+            if (name == "islower" ? IsUpperCp(c) : IsLowerCp(c)) return Value::Bool(false);
           }
           return Value::Bool(cased);
         }

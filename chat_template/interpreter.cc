@@ -498,6 +498,9 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
     s += ToStr(b);
     return MakeString(std::move(s));
   }
+  // str % x is Python's formatting, which takes any right operand (Undefined included) before Undefined
+  // could object.
+  if (op == "%" && a.is_string()) return Format(a, b);
   if (a.is_undefined()) FailUndefined(a);
   if (b.is_undefined()) FailUndefined(b);
   auto unsupported = [&]() { FailOperands(op, a, b); };
@@ -541,10 +544,25 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
         return Value::Int(op == "//" ? q : m);
       }
       if (fy == 0) Fail("ZeroDivisionError", "float division by zero");
-      if (op == "//") return Value::Float(std::floor(fx / fy));
-      double m = std::fmod(fx, fy);
-      if (m != 0 && ((m < 0) != (fy < 0))) m += fy;
-      return Value::Float(m);
+      // CPython's float_divmod, signs of zero included.
+      double mod = std::fmod(fx, fy);
+      double div = (fx - mod) / fy;
+      if (mod != 0) {
+        if ((fy < 0) != (mod < 0)) {
+          mod += fy;
+          div -= 1.0;
+        }
+      } else {
+        mod = std::copysign(0.0, fy);
+      }
+      double floordiv = 0;
+      if (div != 0) {
+        floordiv = std::floor(div);
+        if (div - floordiv > 0.5) floordiv += 1.0;
+      } else {
+        floordiv = std::copysign(0.0, fx / fy);
+      }
+      return Value::Float(op == "//" ? floordiv : mod);
     }
     if (op == "**") {
       if (ints && y >= 0) {
@@ -609,7 +627,6 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
     for (int64_t i = 0; i < n; ++i) items.insert(items.end(), seq->list->items.begin(), seq->list->items.end());
     return MakeList(std::move(items), seq->list->is_tuple);
   }
-  if (op == "%" && a.is_string()) return Format(a, b);
   FailOperands(op, a, b);
 }
 
@@ -641,6 +658,7 @@ Value Interpreter::Format(const Value& format, const Value& args) {
     } else if (c == 'r') {
       out += Repr(v);
     } else {
+      if (v.is_undefined()) FailUndefined(v);
       if (v.kind == Kind::kFloat) {
         out += StrCat(static_cast<int64_t>(v.number));
       } else if (IsIntLike(v)) {
@@ -653,7 +671,7 @@ Value Interpreter::Format(const Value& format, const Value& args) {
   }
   // Python: an argument with __getitem__ (a dict, a list; not a tuple or a str) may go unused; anything
   // else must be used up.
-  const bool mapping_like = args.is_dict() || (args.is_list() && !args.list->is_tuple);
+  const bool mapping_like = args.is_dict() || args.is_undefined() || (args.is_list() && !args.list->is_tuple);
   if (used < values.size() && !(mapping_like && used == 0)) {
     Fail("TypeError", "not all arguments converted during string formatting");
   }

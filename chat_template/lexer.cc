@@ -298,11 +298,13 @@ class Lexer {
     }
     size_t end = digits(pos, dec);
     bool is_float = false;
-    if (end + 1 < src_.size() && src_[end] == '.' && IsDigit(src_[end + 1])) {
+    // jinja2's float pattern may not start right after a ".": `s.0.0` is s, 0, 0 (items), not s, 0.0.
+    const bool after_dot = pos > 0 && src_[pos - 1] == '.';
+    if (!after_dot && end + 1 < src_.size() && src_[end] == '.' && IsDigit(src_[end + 1])) {
       end = digits(end + 1, dec);
       is_float = true;
     }
-    if (end < src_.size() && (src_[end] | 0x20) == 'e') {
+    if (!after_dot && end < src_.size() && (src_[end] | 0x20) == 'e') {
       size_t p = end + 1;
       if (p < src_.size() && (src_[p] == '+' || src_[p] == '-')) ++p;
       if (p < src_.size() && IsDigit(src_[p])) {

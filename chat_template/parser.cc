@@ -82,10 +82,72 @@ class Parser {
   Body ParseTemplate() {
     Body body = Subparse({});
     if (Cur().kind != TokenKind::kEof) Fail(Cur(), "unexpected token");
+    CheckNames(body, /*soft=*/false);
     return body;
   }
 
  private:
+  // --- filter and test names, checked as jinja2's compiler checks them: an unknown name is an error
+  // unless it sits in an `if` statement (its tests and branches, not in loops or macros nested there) or
+  // in an `x if y else z` expression, where jinja2 defers the error to the moment it runs.
+  void CheckNames(const Body& body, bool soft) {
+    for (const StmtPtr& s : body) CheckStmt(*s, soft);
+  }
+
+  void CheckStmt(const Stmt& s, bool soft) {
+    auto expr = [&](const ExprPtr& e, bool in_soft) {
+      if (e) CheckExpr(*e, in_soft);
+    };
+    switch (s.kind) {
+      case StmtKind::kIf:
+        for (const ExprPtr& c : s.conditions) expr(c, true);
+        for (const Body& b : s.bodies) CheckNames(b, true);
+        CheckNames(s.else_body, true);
+        return;
+      case StmtKind::kFor:
+        expr(s.expr, soft);
+        expr(s.condition, false);
+        CheckNames(s.body, false);
+        CheckNames(s.else_body, false);
+        return;
+      case StmtKind::kMacro:
+      case StmtKind::kCallBlock:
+        for (const MacroParam& p : s.params) expr(p.default_value, false);
+        if (s.kind == StmtKind::kCallBlock) expr(s.expr, soft);
+        CheckNames(s.body, false);
+        return;
+      case StmtKind::kWith:
+        for (const ExprPtr& v : s.values) expr(v, soft);
+        CheckNames(s.body, false);
+        return;
+      case StmtKind::kSetBlock:
+      case StmtKind::kFilterBlock:
+        expr(s.expr, s.kind == StmtKind::kSetBlock ? soft : false);
+        CheckNames(s.body, false);
+        return;
+      case StmtKind::kGeneration:
+        CheckNames(s.body, false);
+        return;
+      default:
+        expr(s.expr, soft);
+        return;
+    }
+  }
+
+  void CheckExpr(const Expr& e, bool soft) {
+    if (e.kind == ExprKind::kCond) soft = true;
+    if (!soft && e.kind == ExprKind::kFilter && !KnownFilter(e.name)) {
+      throw SyntaxError{e.line, e.column, StrCat("No filter named '", e.name, "'.")};
+    }
+    if (!soft && e.kind == ExprKind::kTest && !KnownTest(e.name)) {
+      throw SyntaxError{e.line, e.column, StrCat("No test named '", e.name, "'.")};
+    }
+    for (const ExprPtr& item : e.items) {
+      if (item) CheckExpr(*item, soft);
+    }
+    for (const auto& [key, value] : e.keywords) CheckExpr(*value, soft);
+  }
+
   // --- token helpers
   const Token& Cur() const { return tokens_[pos_]; }
   const Token& Peek(size_t n = 1) const { return tokens_[std::min(pos_ + n, tokens_.size() - 1)]; }
@@ -836,8 +898,8 @@ class Parser {
       name += "." + Cur().value;
       Next();
     }
-    if (!KnownFilter(name)) Fail(at, StrCat("No filter named '", name, "'."));
     auto e = Make(ExprKind::kFilter, line);
+    e->column = at.column;
     e->name = std::move(name);
     e->items.push_back(std::move(node));
     if (IsOp("(")) ParseArgs(*e);
@@ -856,7 +918,7 @@ class Parser {
       name += "." + Cur().value;
       Next();
     }
-    if (!KnownTest(name)) Fail(at, StrCat("No test named '", name, "'."));
+    e->column = at.column;
     e->name = std::move(name);
     e->items.push_back(std::move(node));
     const Token& t = Cur();

@@ -136,10 +136,14 @@ TEST(ChatTemplateFilters, TheFiltersTemplatesUse) {
         "|{{ m|rejectattr('role', 'eq', 'user')|list }}|{{ [0, 1, '']|select|list }}|{{ none|selectattr('a')|list }}",
         ms),
       "2|system,user,user|[{'role': 'system'}]|[1]|[]");
-  // jinja2 resolves filter and test names when it compiles: an unknown one fails even where it never runs.
-  EXPECT_THAT(R("{% if false %}{{ 1|nosuchfilter }}{% endif %}"),
-              HasSubstr("t.jinja:1:20: No filter named 'nosuchfilter'"));
-  EXPECT_THAT(R("{% if false %}{{ 1 is nosuchtest }}{% endif %}"), HasSubstr("No test named 'nosuchtest'"));
+  // jinja2 resolves filter and test names when it compiles: an unknown one fails even where it never
+  // runs, except in an `if` statement or an if-expression, where the error waits until it runs.
+  EXPECT_THAT(R("{% for i in [] %}{{ 1|nosuchfilter }}{% endfor %}"), HasSubstr("t.jinja:1:23: No filter named"));
+  EXPECT_THAT(R("{{ 1 is nosuchtest }}"), HasSubstr("No test named 'nosuchtest'"));
+  EXPECT_EQ(R("{% if false %}{{ 1|nosuchfilter }}{% endif %}{{ 1 if true else 2|nosuch }}"), "1");
+  EXPECT_THAT(R("{% if true %}{{ 1|nosuchfilter }}{% endif %}"), HasSubstr("No filter named 'nosuchfilter'"));
+  EXPECT_THAT(R("{% if false %}{% for i in [] %}{{ 1|nosuchfilter }}{% endfor %}{% endif %}"),
+              HasSubstr("No filter named"));
   // Generators (select, map, unique, ...) are truthy even when empty, have no len() and run once.
   EXPECT_EQ(R("{% if []|select %}T{% endif %}{% set g = [1, 2]|select %}{% for a in g %}{{ a }}{% endfor %}"
               "{% for a in g %}{{ a }}{% endfor %}{{ ([1, 2]|reverse)[0] }}"),
