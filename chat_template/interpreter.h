@@ -67,6 +67,8 @@ class Interpreter {
   // empty; anything else is a TypeError.
   std::vector<Value> Iterate(const Value& v);
   const RenderLimits& limits() const { return limits_; }
+  // A binary operator as the template's `a op b` computes it (for tests such as divisibleby).
+  Value BinaryOp(const std::string& op, const Value& a, const Value& b) { return Binary(op, a, b); }
 
  private:
   friend class MacroCall;
