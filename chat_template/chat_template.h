@@ -37,6 +37,10 @@ struct RenderLimits {
   int64_t max_range = 100'000;
   // Lists and dicts nested in each other, the input's included.
   int max_value_depth = 128;
+  // Bytes of strings and lists built during one rendering, freed or not: bounds the memory a template
+  // can hold. 3,000 messages through the most quadratic real template (Mistral Small 3.1: a list grown by
+  // `x = x + [m]`) build ~450 MiB.
+  size_t max_built_bytes = 1u << 30;
 };
 
 class Template {

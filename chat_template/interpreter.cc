@@ -48,12 +48,24 @@ Value Interpreter::MakeString(std::string s) {
          StrCat("a string of ", s.size(), " bytes exceeds the output cap of ", limits_.max_output_bytes, " bytes"));
   }
   Charge(s.size());
+  CountBuilt(s.size() + sizeof(std::string));
   return Value::String(std::move(s));
+}
+
+// Every string and list a rendering builds counts, freed or not: what a template can hold at once is
+// bounded by what it may build (a quadratic pattern such as `set ns.l = ns.l + [x]` in a loop builds
+// the most).
+void Interpreter::CountBuilt(size_t bytes) {
+  built_bytes_ += bytes;
+  if (built_bytes_ > limits_.max_built_bytes) {
+    Fail("LimitError", StrCat("rendering builds more than ", limits_.max_built_bytes, " bytes of values"));
+  }
 }
 
 Value Interpreter::MakeList(std::vector<Value> items, bool is_tuple) {
   if (items.size() > limits_.max_output_bytes) Fail("LimitError", "a list exceeds the output cap");
   Charge(items.size() * 4);
+  CountBuilt(items.size() * sizeof(Value));
   Value v = Value::List(std::move(items), is_tuple);
   if (v.depth() > limits_.max_value_depth) {
     Fail("LimitError", StrCat("lists and dicts nested deeper than ", limits_.max_value_depth, " levels"));

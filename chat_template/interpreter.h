@@ -57,6 +57,8 @@ class Interpreter {
   // Counts work against RenderLimits::max_steps; Charge counts the bytes or items a result holds.
   void Step(int64_t n = 1);
   void Charge(size_t units) { Step(static_cast<int64_t>(units / 16) + 1); }
+  // Counts bytes of values built against RenderLimits::max_built_bytes.
+  void CountBuilt(size_t bytes);
   // A string result, checked against the output cap (no value may outgrow the whole rendering).
   Value MakeString(std::string s);
   Value MakeList(std::vector<Value> items, bool is_tuple = false);
@@ -99,6 +101,7 @@ class Interpreter {
   const Program& program_;
   RenderLimits limits_;
   int64_t steps_ = 0;
+  size_t built_bytes_ = 0;
   int depth_ = 0;
   int line_ = 0;
   std::vector<std::weak_ptr<Frame>> captured_frames_;

@@ -43,6 +43,18 @@ TEST(ChatTemplateBounds, OutputIsCapped) {
   EXPECT_THAT(RenderSource("{{ [1] * 100000000000 }}").status().ToString(), HasSubstr("output cap"));
 }
 
+TEST(ChatTemplateBounds, WhatARenderingBuildsIsCapped) {
+  RenderLimits limits;
+  limits.max_built_bytes = 1 << 20;
+  // Each step keeps every earlier list alive through the next one: quadratic memory.
+  auto out = RenderSource(
+      "{% set ns = namespace(a=[], keep=[]) %}{% for i in range(10000) %}{% set ns.a = ns.a + [i] %}"
+      "{% set ns.keep = ns.keep + [ns.a] %}{% endfor %}",
+      "{}", limits);
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().ToString(), HasSubstr("LimitError: rendering builds more than 1048576 bytes"));
+}
+
 TEST(ChatTemplateBounds, RangeIsCappedAsTheSandboxCapsIt) {
   auto out = RenderSource("{{ range(100001)|length }}");
   ASSERT_FALSE(out.ok());
