@@ -28,6 +28,7 @@ RenderLimits Limits() {
   limits.max_steps = 200'000;
   limits.max_output_bytes = 1 << 20;
   limits.max_range = 10'000;
+  limits.max_built_bytes = 256u << 20;
   return limits;
 }
 
