@@ -70,6 +70,7 @@ COPY cli cli
 COPY checkpoint checkpoint
 COPY planner planner
 COPY tokenizer tokenizer
+COPY chat_template chat_template
 COPY kernels kernels
 COPY runtime runtime
 COPY proto proto

@@ -2,7 +2,8 @@
 
     python tests/fuzz/make_seeds.py HARNESS OUT_DIR
 
-writes valid inputs for HARNESS (safetensors_header, config, tokenizer, device_map, generate_request) into
+writes valid inputs for HARNESS (safetensors_header, config, tokenizer, device_map, generate_request,
+chat_template) into
 OUT_DIR, one file per seed, named after what it is. libFuzzer mutates from there: seeds that are real
 (real model configs, tokenizers trained by the `tokenizers` library in each family's layout, requests
 serialized by protobuf) reach the deep paths at once instead of after hours of guessing JSON.
@@ -18,7 +19,7 @@ import struct
 import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-HARNESSES = ["safetensors_header", "config", "tokenizer", "device_map", "generate_request"]
+HARNESSES = ["safetensors_header", "config", "tokenizer", "device_map", "generate_request", "chat_template"]
 
 
 def _safetensors(tensors: dict, metadata: dict | None = None, pad_to: int = 8, data_extra: int = 0) -> bytes:
@@ -155,6 +156,37 @@ def generate_request_seeds() -> dict[str, bytes]:
         "unicode": pb2.GenerateRequest(prompt="naïve café 你好 😀 <s>", max_new_tokens=2, add_special_tokens=False),
     }
     return {f"{name}.pb": r.SerializeToString() for name, r in requests.items()}
+
+
+def chat_template_seeds() -> dict[str, bytes]:
+    # TEMPLATE \0 CONTEXT_JSON (fuzz_chat_template.cc): the parity suite's real templates, each with two of
+    # its conversations (tool calls and results; text parts and documents), plus small templates that
+    # reach the rest of the engine (macros, call blocks, namespaces, filters, slices, errors).
+    sys.path.insert(0, str(REPO / "tests" / "chat_template_parity"))
+    import conversations as conv  # the conversations the parity tests render
+
+    special = {"bos_token": "<s>", "eos_token": "</s>"}
+    contexts = [conv.CONVERSATIONS["tool_call_and_result"], conv.CONVERSATIONS["content_parts"],
+                conv.CONVERSATIONS["continue_final_message"], conv.CONVERSATIONS["documents"]]
+    seeds = {}
+    templates = sorted((REPO / "tests" / "chat_template_parity" / "templates").glob("*.jinja"))
+    for i, path in enumerate(templates):
+        for j in range(2):
+            context = {**special, **contexts[(i + j) % len(contexts)]}
+            seeds[f"{path.stem}-{j}.bin"] = path.read_bytes() + b"\0" + json.dumps(context).encode()
+    small = {
+        "macro_call": "{% macro m(a, b=2) %}[{{ a }}{{ b }}{{ caller() }}]{% endmacro %}{% call m(1) %}x{% endcall %}",
+        "namespace_loop": "{% set ns = namespace(n=0) %}{% for m in messages if m.role %}{% set ns.n = ns.n + 1 %}"
+                          "{{ loop.index }}{{ loop.cycle('a', 'b') }}{% endfor %}{{ ns.n }}",
+        "filters": "{{ messages|map(attribute='role')|join(', ')|upper }}{{ messages|tojson(indent=2) }}"
+                   "{{ messages[::-1]|selectattr('role', 'eq', 'user')|list|length }}{{ 'a b'.split()|sort }}",
+        "errors": "{% if messages|length > 1 %}{{ raise_exception('too many') }}{% endif %}{{ x.y.z }}",
+        "whitespace": "  {%- for m in messages -%}\n  {{ m.content | trim }}\n{%+ endfor %}{# c #}{% raw %}{{ }}{% endraw %}",
+    }
+    context = json.dumps({**special, **conv.CONVERSATIONS["multi_turn_generation_prompt"]}).encode()
+    for name, source in small.items():
+        seeds[f"{name}.bin"] = source.encode() + b"\0" + context
+    return seeds
 
 
 def seeds_for(harness: str) -> dict[str, bytes]:
