@@ -2,6 +2,8 @@
 // transformers' environment has, and transformers' tojson. Each follows the Python function of the same
 // name in jinja2/filters.py, jinja2/tests.py, jinja2/sandbox.py or transformers' chat_template_utils.py.
 
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -23,49 +25,11 @@ double AsDouble(const Value& v) { return v.kind == Kind::kFloat ? v.number : sta
 // Simple case mapping for ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic: the scripts chat text
 // in Latin, Greek and Cyrillic letters uses. Python maps all of Unicode (and ß to "SS", which Upper does
 // as a special case in CaseMap); other scripts stay as they are here.
-char32_t Upper(char32_t c) {
-  if (c < 0x80) return c >= 'a' && c <= 'z' ? c - 32 : c;
-  if (c >= 0xe0 && c <= 0xfe && c != 0xf7) return c - 32;
-  if (c == 0xff) return 0x178;
-  if (c == 0xb5) return 0x39c;
-  if (c >= 0x100 && c <= 0x17f) {
-    if (c == 0x131) return 'I';
-    if (c == 0x17f) return 'S';
-    const bool odd = c & 1;
-    if ((c <= 0x12f || (c >= 0x132 && c <= 0x137) || (c >= 0x14a && c <= 0x177)) && odd) return c - 1;
-    if (((c >= 0x139 && c <= 0x148) || (c >= 0x17a && c <= 0x17e)) && !odd) return c - 1;
-    return c;
-  }
-  if (c >= 0x3b1 && c <= 0x3c9) return c == 0x3c2 ? 0x3a3 : c - 32;
-  if (c == 0x3ac) return 0x386;
-  if (c >= 0x3ad && c <= 0x3af) return c - 37;
-  if (c == 0x3cc) return 0x38c;
-  if (c == 0x3cd || c == 0x3ce) return c - 63;
-  if (c >= 0x430 && c <= 0x44f) return c - 32;
-  if (c >= 0x450 && c <= 0x45f) return c - 80;
-  return c;
-}
-
-char32_t Lower(char32_t c) {
-  if (c < 0x80) return c >= 'A' && c <= 'Z' ? c + 32 : c;
-  if (c >= 0xc0 && c <= 0xde && c != 0xd7) return c + 32;
-  if (c >= 0x100 && c <= 0x17f) {
-    if (c == 0x130) return 'i';
-    if (c == 0x178) return 0xff;
-    const bool odd = c & 1;
-    if ((c <= 0x12f || (c >= 0x132 && c <= 0x137) || (c >= 0x14a && c <= 0x177)) && !odd) return c + 1;
-    if (((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e)) && odd) return c + 1;
-    return c;
-  }
-  if (c >= 0x391 && c <= 0x3a9 && c != 0x3a2) return c + 32;
-  if (c == 0x386) return 0x3ac;
-  if (c >= 0x388 && c <= 0x38a) return c + 37;
-  if (c == 0x38c) return 0x3cc;
-  if (c == 0x38e || c == 0x38f) return c + 63;
-  if (c >= 0x410 && c <= 0x42f) return c + 32;
-  if (c >= 0x400 && c <= 0x40f) return c + 80;
-  return c;
-}
+// Python's str.upper/lower per code point: Unicode's simple case mappings (utf8proc, Debian's, as the
+// tokenizer uses). Python applies the full mappings where they differ (the few that turn one code point into
+// several, such as U+00DF to "SS"); those keep the code point here.
+char32_t Upper(char32_t c) { return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c))); }
+char32_t Lower(char32_t c) { return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))); }
 
 bool IsUpperCp(char32_t c) { return Lower(c) != c; }
 bool IsLowerCp(char32_t c) { return Upper(c) != c || c == 0xdf || c == 0x138 || c == 0x149; }

@@ -408,12 +408,19 @@ class Parser {
     s->text = ExpectName();
     ParseParams(*s);
     ExpectBlockEnd();
+    s->body = SubparseOutsideLoops("endmacro");
+    return s;
+  }
+
+  // The body of a macro or call block up to its end tag: a body of its own, where break and continue are
+  // outside any loop again (jinja2 refuses them there).
+  Body SubparseOutsideLoops(std::string_view end_tag) {
     const int saved = loop_depth_;
     loop_depth_ = 0;
-    s->body = Subparse({"endmacro"});
+    Body body = Subparse({end_tag});
     loop_depth_ = saved;
-    EndTag("endmacro");
-    return s;
+    EndTag(end_tag);
+    return body;
   }
 
   StmtPtr ParseCallBlock() {
@@ -425,11 +432,7 @@ class Parser {
     s->expr = ParseExpression(true);
     if (s->expr->kind != ExprKind::kCall) Fail(Cur(), "expected call");
     ExpectBlockEnd();
-    const int saved = loop_depth_;
-    loop_depth_ = 0;
-    s->body = Subparse({"endcall"});
-    loop_depth_ = saved;
-    EndTag("endcall");
+    s->body = SubparseOutsideLoops("endcall");
     return s;
   }
 

@@ -8,26 +8,17 @@ not a skip.
 
 from __future__ import annotations
 
-import collections
-import json
-import os
 import pathlib
-import subprocess
+import sys
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-TEMPLATE_DIR = pathlib.Path(__file__).resolve().parent / "templates"
-# The special tokens both sides render with (apply_chat_template passes the tokenizer's).
-SPECIAL_TOKENS = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from parity_counts import ParityCounts  # noqa: E402
 
-# kind -> Counter(identical=..., total=...), filled by the tests through `record`.
-_counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+from chat_template_helpers import SPECIAL_TOKENS, strata_binary
 
-
-def strata_binary() -> pathlib.Path:
-    build = pathlib.Path(os.environ.get("STRATA_BUILD_DIR", REPO / "build"))
-    return build / "chat_template" / "strata-chat-template"
+_parity = ParityCounts("chat template parity vs transformers", "")
 
 
 @pytest.fixture(scope="session")
@@ -50,28 +41,5 @@ def tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(BPE()), **SPECIAL_TOKENS)
 
 
-def run_batch(binary, args: list[str], contexts: list[dict]) -> list[dict]:
-    """strata-chat-template --batch: one {"text"} or {"error"} per context."""
-    stdin = "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in contexts)
-    proc = subprocess.run([str(binary), *args, "--batch"], input=stdin.encode(), capture_output=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr.decode()
-    # One JSON object per "\n" (not str.splitlines: U+2028 in a rendering is text, not a line break).
-    lines = proc.stdout.decode().split("\n")[:-1]
-    assert len(lines) == len(contexts), proc.stdout.decode()[-2000:]
-    return [json.loads(line) for line in lines]
-
-
-@pytest.fixture
-def record():
-    def add(kind: str, identical: int, total: int) -> None:
-        _counts[kind]["identical"] += identical
-        _counts[kind]["total"] += total
-    return add
-
-
-def pytest_terminal_summary(terminalreporter):
-    if not _counts:
-        return
-    terminalreporter.section("chat template parity vs transformers")
-    for kind, c in _counts.items():
-        terminalreporter.write_line(f"{kind}: {c['identical']}/{c['total']}")
+record = _parity.fixture()
+pytest_terminal_summary = _parity.terminal_summary

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import run_batch
+from chat_template_helpers import run_batch
 from conversations import CONVERSATIONS, WEATHER_TOOL
 
 

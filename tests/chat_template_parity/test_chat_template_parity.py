@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from conftest import SPECIAL_TOKENS, TEMPLATE_DIR, run_batch
+from chat_template_helpers import SPECIAL_TOKENS, TEMPLATE_DIR, run_batch
 from conversations import CONVERSATIONS
 
 TEMPLATES = sorted(TEMPLATE_DIR.glob("*.jinja"))

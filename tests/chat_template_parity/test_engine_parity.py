@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_batch
+from chat_template_helpers import run_batch
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi \"there\" 'x' é"},
             {"role": "assistant", "content": "Hello!"}]

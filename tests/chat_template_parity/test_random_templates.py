@@ -9,7 +9,7 @@ import copy
 import pytest
 
 import random_templates as RT
-from conftest import run_batch
+from chat_template_helpers import run_batch
 
 SEEDS = [101, 202, 303]
 PER_SEED = 150

@@ -7,14 +7,17 @@ tokenizer_fixtures.py). A missing binary is a failure, not a skip.
 
 from __future__ import annotations
 
-import collections
+import pathlib
+import sys
 
 import pytest
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from parity_counts import ParityCounts  # noqa: E402
+
 import tokenizer_fixtures as F
 
-# kind -> Counter(lines=..., identical=...), filled by the tests through `record`.
-_counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+_parity = ParityCounts("tokenizer parity vs HF tokenizers", " identical")
 
 
 @pytest.fixture(scope="session")
@@ -37,17 +40,5 @@ def families(tmp_path_factory):
     return F.build_all(tmp_path_factory.mktemp("tokenizers"))
 
 
-@pytest.fixture
-def record():
-    def add(kind: str, identical: int, total: int) -> None:
-        _counts[kind]["identical"] += identical
-        _counts[kind]["total"] += total
-    return add
-
-
-def pytest_terminal_summary(terminalreporter):
-    if not _counts:
-        return
-    terminalreporter.section("tokenizer parity vs HF tokenizers")
-    for kind, c in _counts.items():
-        terminalreporter.write_line(f"{kind}: {c['identical']}/{c['total']} identical")
+record = _parity.fixture()
+pytest_terminal_summary = _parity.terminal_summary
