@@ -1386,7 +1386,10 @@ void AddGlobals(Frame& frame) {
               StrCat("Range too big. The sandbox blocks ranges larger than MAX_RANGE (", in.limits().max_range, ")."));
     }
     std::vector<Value> items;
-    for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) items.push_back(Value::Int(start + i * step));
+    // Each element lies between start and stop; the product i * step alone may not fit in 64 bits.
+    for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) {
+      items.push_back(Value::Int(static_cast<int64_t>(static_cast<__int128>(start) + static_cast<__int128>(i) * step)));
+    }
     Value v = in.MakeList(std::move(items));
     // Python's range object: iterates as the list, prints as range(...), is not JSON.
     auto data = std::make_shared<ListData>(*v.list);
