@@ -296,11 +296,17 @@ class Parser {
     ExpectBlockEnd();
   }
 
-  StmtPtr ParseFor() {
+  // A statement of `kind` at the current tag's name, which it consumes.
+  StmtPtr StartStmt(StmtKind kind) {
     auto s = std::make_unique<Stmt>();
-    s->kind = StmtKind::kFor;
+    s->kind = kind;
     s->line = Cur().line;
     Next();
+    return s;
+  }
+
+  StmtPtr ParseFor() {
+    StmtPtr s = StartStmt(StmtKind::kFor);
     ParseAssignTargets(*s, "in");
     if (!SkipName("in")) Fail(Cur(), StrCat("expected 'in', got ", Describe(Cur())));
     s->expr = ParseTuple(/*with_condexpr=*/false, {"recursive"}, false);
@@ -319,10 +325,7 @@ class Parser {
   }
 
   StmtPtr ParseIf() {
-    auto s = std::make_unique<Stmt>();
-    s->kind = StmtKind::kIf;
-    s->line = Cur().line;
-    Next();
+    StmtPtr s = StartStmt(StmtKind::kIf);
     while (true) {
       s->conditions.push_back(ParseTuple(/*with_condexpr=*/false, {}, false));
       ExpectBlockEnd();
@@ -401,10 +404,7 @@ class Parser {
   }
 
   StmtPtr ParseMacro() {
-    auto s = std::make_unique<Stmt>();
-    s->kind = StmtKind::kMacro;
-    s->line = Cur().line;
-    Next();
+    StmtPtr s = StartStmt(StmtKind::kMacro);
     s->text = ExpectName();
     ParseParams(*s);
     ExpectBlockEnd();
@@ -424,10 +424,7 @@ class Parser {
   }
 
   StmtPtr ParseCallBlock() {
-    auto s = std::make_unique<Stmt>();
-    s->kind = StmtKind::kCallBlock;
-    s->line = Cur().line;
-    Next();
+    StmtPtr s = StartStmt(StmtKind::kCallBlock);
     if (IsOp("(")) ParseParams(*s);
     s->expr = ParseExpression(true);
     if (s->expr->kind != ExprKind::kCall) Fail(Cur(), "expected call");
@@ -437,10 +434,7 @@ class Parser {
   }
 
   StmtPtr ParseFilterBlock() {
-    auto s = std::make_unique<Stmt>();
-    s->kind = StmtKind::kFilterBlock;
-    s->line = Cur().line;
-    Next();
+    StmtPtr s = StartStmt(StmtKind::kFilterBlock);
     s->expr = ParseFilterChain(nullptr, /*leading_pipe=*/false);
     ExpectBlockEnd();
     s->body = Subparse({"endfilter"});
@@ -449,10 +443,7 @@ class Parser {
   }
 
   StmtPtr ParseWith() {
-    auto s = std::make_unique<Stmt>();
-    s->kind = StmtKind::kWith;
-    s->line = Cur().line;
-    Next();
+    StmtPtr s = StartStmt(StmtKind::kWith);
     while (Cur().kind != TokenKind::kBlockEnd) {
       if (!s->targets.empty()) ExpectOp(",");
       s->targets.push_back(ExpectName());
@@ -466,10 +457,7 @@ class Parser {
   }
 
   StmtPtr ParseGeneration() {
-    auto s = std::make_unique<Stmt>();
-    s->kind = StmtKind::kGeneration;
-    s->line = Cur().line;
-    Next();
+    StmtPtr s = StartStmt(StmtKind::kGeneration);
     ExpectBlockEnd();
     s->body = Subparse({"endgeneration"});
     EndTag("endgeneration");
