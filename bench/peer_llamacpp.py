@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """strata against llama.cpp on the CPU, side by side in one run (see bench/README.md).
 
-Both sides run the same random ~125M-parameter Llama: saved as HF safetensors for strata, converted to
+Both sides run the same random ~125M-parameter Llama: saved as HF safetensors for strata (float32, and a
+bfloat16 copy for the bf16 runs: each side reads a file in the dtype it serves), converted to
 GGUF (f32 and bf16) with the `convert_hf_to_gguf.py` of the llama.cpp checkout given by --llama-cpp DIR
 or LLAMA_CPP_DIR (a checkout built with cmake: DIR/build/bin/llama-bench and llama-server). The bench
 builds nothing of llama.cpp and writes nothing into it. Measures, per dtype, alternating A/B runs:
@@ -18,6 +19,10 @@ builds nothing of llama.cpp and writes nothing into it. Measures, per dtype, alt
 
 The roofline is weight bytes read per decoded token / read bandwidth (a sum over 256 MiB, on the same
 threads).
+
+To measure the code an AVX2-only server runs on a machine with AVX-512, cap strata
+(STRATA_CPU_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 in the
+environment) and point --llama-cpp at an AVX2-only build of llama.cpp (bench/README.md).
 """
 
 from __future__ import annotations
