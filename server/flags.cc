@@ -26,6 +26,9 @@ ABSL_FLAG(int64_t, max_context, 2048,
           "more than the model's max_position_embeddings)");
 ABSL_FLAG(int64_t, max_queue, 256, "requests waiting to run before RESOURCE_EXHAUSTED (at least 1)");
 ABSL_FLAG(int64_t, max_new_tokens, 0, "most new tokens a request may ask for");
+ABSL_FLAG(std::string, chat_template, "",
+          "a Jinja chat template file to use instead of the checkpoint's (chat_template.jinja or "
+          "tokenizer_config.json's chat_template); checked at start");
 ABSL_FLAG(int64_t, micro_batches, 0, "micro-batches in flight across the stages; 1 runs one stage at a time");
 ABSL_FLAG(int64_t, prefill_chunk, 256, "prompt tokens per prefill chunk");
 ABSL_FLAG(int64_t, max_batch_tokens, 512,
@@ -100,6 +103,7 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
                           Flag(FLAGS_prefix_cache),
                           Flag(FLAGS_max_queue, "N"),
                           Flag(FLAGS_max_new_tokens, "N").ShowDefault("--max-context"),
+                          Flag(FLAGS_chat_template, "FILE").ShowDefault("the checkpoint's"),
                           Flag(FLAGS_micro_batches, "N").ShowDefault("0, one per stage of the plan"),
                           Flag(FLAGS_prefill_chunk, "N"),
                           Flag(FLAGS_max_batch_tokens, "N"),
@@ -238,6 +242,12 @@ absl::Status ReadServingFlags(const cli::ParsedArgs& parsed, ServerOptions& opti
                                                    options.serving.kv_block_tokens, " is more than 4096"));
   }
   options.serving.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
+  if (parsed.Given(FLAGS_chat_template)) {
+    if (absl::GetFlag(FLAGS_chat_template).empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_chat_template), ": empty: give a file"));
+    }
+    options.serving.chat_template_file = absl::GetFlag(FLAGS_chat_template);
+  }
   absl::StatusOr<int32_t> threads = AtLeast(FLAGS_intra_op_threads, int32_t{0}, "an integer >= 0");
   if (!threads.ok()) return threads.status();
   options.serving.intra_op_threads = *threads;

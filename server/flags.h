@@ -58,6 +58,8 @@ struct ServingOptions {
   int64_t prefill_chunk = 256;     // prompt tokens per prefill chunk
   int64_t max_batch_tokens = 512;  // tokens per micro-batch: decodes first, then prefill chunks cut to fit
   int32_t intra_op_threads = 0;    // LibTorch intra-op threads per stage worker; 0: LibTorch's default
+  // --chat-template FILE: instead of the checkpoint's template (chat_template/checkpoint_template.h).
+  std::filesystem::path chat_template_file;
   std::optional<runtime::FaultInjection> fault;  // --inject-fault: the engine's test seam
 };
 

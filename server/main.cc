@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "planner/plan.h"
 #include "server/flags.h"
 #include "server/log_limiter.h"
@@ -109,6 +111,14 @@ int Drain(strata::server::RunningServer& running, std::chrono::milliseconds time
             << counts.cut << " cut (UNAVAILABLE); shutting down" << std::endl;
   running.Shutdown();
   return device_lost ? kExitFailure : 0;
+}
+
+// The start-up line's word on the chat template: its names, or that there is none.
+std::string ChatTemplateSummary(const strata::chat_template::CheckpointChatTemplate* chat) {
+  if (chat == nullptr) return "no chat template";
+  std::vector<std::string> names;
+  for (const auto& [name, unused] : chat->templates) names.push_back(name);
+  return absl::StrCat("chat template ", absl::StrJoin(names, ", "));
 }
 
 // Start-up steps give back the exit status when strata-server ends there (the reason already printed),
@@ -241,7 +251,8 @@ EarlyExit LoadAndServe(strata::server::RunningServer& running, const strata::ser
   const strata::runtime::LoadReport& report = (*model)->model().report();
   std::cout << strata::planner::PlanToTable(report.spec, report.plan) << report.stages << "\n"
             << "strata-server: loaded in " << report.seconds << " s (" << report.dtype << ", "
-            << ((*model)->tokenizer() != nullptr ? "tokenizer.json" : "no tokenizer: token ids only") << ")\n";
+            << ((*model)->tokenizer() != nullptr ? "tokenizer.json" : "no tokenizer: token ids only") << ", "
+            << ChatTemplateSummary((*model)->chat_template()) << ")\n";
   running.ServeModel(*std::move(model));
   std::cout << "strata-server: serving Generate and GetDeviceMap on " << running.grpc_address().ToString()
             << ", metrics on " << running.metrics_address().ToString() << "/metrics" << std::endl;

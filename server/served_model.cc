@@ -73,6 +73,16 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(
     if (!tok.ok()) return tok.status();
     served->tokenizer_ = *std::move(tok);
   }
+  // The chat template, parsed once here: one that does not parse stops the start naming its file and line
+  // (exit 2). A checkpoint without one serves prompts and ids only.
+  absl::StatusOr<chat_template::CheckpointChatTemplate> chat =
+      chat_template::LoadChatTemplate(*options.placement.model_dir, options.serving.chat_template_file);
+  if (chat.ok()) {
+    served->chat_template_ = *std::move(chat);
+  } else if (!absl::IsNotFound(chat.status()) || !options.serving.chat_template_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.serving.chat_template_file.empty() ? "chat template: " : "--chat-template: ", chat.status().message()));
+  }
   absl::StatusOr<std::vector<int32_t>> eos = planner::EosTokenIds(served->model_->report().spec);
   if (!eos.ok()) return eos.status();
 

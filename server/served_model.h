@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "chat_template/checkpoint_template.h"
 #include "runtime/engine/engine.h"
 #include "runtime/executor/loaded_model.h"
 #include "server/flags.h"
@@ -66,6 +68,10 @@ class ServedModel {
   runtime::Engine& engine() { return *engine_; }
   runtime::LoadedModel& model() { return *model_; }
   const tokenizer::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  // The checkpoint's chat template(s) (or --chat-template's), null when there is none.
+  const chat_template::CheckpointChatTemplate* chat_template() const {
+    return chat_template_ ? &*chat_template_ : nullptr;
+  }
   const GenerateLimits& limits() const { return limits_; }
   // The runtime's plan, as GetDeviceMap and /metrics show it.
   const ServedPlan& plan() const { return plan_; }
@@ -76,6 +82,7 @@ class ServedModel {
   ServedModel() = default;
   std::unique_ptr<runtime::LoadedModel> model_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::optional<chat_template::CheckpointChatTemplate> chat_template_;
   std::unique_ptr<runtime::Engine> engine_;
   GenerateLimits limits_;
   ServedPlan plan_;

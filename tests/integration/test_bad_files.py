@@ -241,3 +241,37 @@ def test_module_tree_without_tensors_is_an_error(tmp_path):
     done = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert done.returncode == 2, f"exit {done.returncode}: {done.stderr}"
     assert "no parameters or buffers" in done.stderr, done.stderr
+
+
+# The chat template is parsed at start: one that does not parse stops strata-server (exit 2) naming its
+# file and line; --chat-template names the flag; a good one is named on the start-up line.
+def test_chat_template_that_does_not_parse_exits_2_naming_file_and_line(model):
+    (add_weights(model) / "chat_template.jinja").write_text("{{ bos_token }}\n{% for m in messages %}\n{{ m.content }")
+    stderr = expect_bad_input("server", model, "chat_template.jinja:3", device_map=CPU_MAP)
+    assert "chat template" in stderr, stderr
+
+
+def test_chat_template_flag_to_a_missing_file_exits_2(model, tmp_path):
+    missing = tmp_path / "no-such-template.jinja"
+    expect_bad_input("server", add_weights(model), "--chat-template", str(missing), extra=["--chat-template", str(missing)],
+                     device_map=CPU_MAP)
+
+
+def test_good_chat_template_is_named_at_start(model, tmp_path):
+    (add_weights(model) / "tokenizer_config.json").write_text(json.dumps(
+        {"bos_token": "<s>", "chat_template": [{"name": "default", "template": "{{ bos_token }}{{ messages }}"},
+                                               {"name": "tool_use", "template": "{{ tools }}"}]}))
+    args = [str(require_binary(SERVER_BIN)), "--model", str(model), "--device-map", CPU_MAP,
+            "--listen", f"127.0.0.1:{free_port()}", "--metrics-listen", f"127.0.0.1:{free_port()}"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if "serving Generate" in line:
+                break
+        loaded = [line for line in lines if "loaded in" in line]
+        assert loaded and "chat template default, tool_use" in loaded[0], "".join(lines) + proc.stderr.read()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=TIMEOUT_S)
