@@ -530,25 +530,18 @@ class Parser {
     return Finish(std::move(e));
   }
 
-  ExprPtr ParseOr() {
-    ExprPtr left = ParseAnd();
-    while (IsName("or")) {
+  // `operand (keyword operand)*`, left-associative: `or` over `and` over `not`.
+  ExprPtr ParseKeywordChain(const char* keyword, ExprKind kind, ExprPtr (Parser::*operand)()) {
+    ExprPtr left = (this->*operand)();
+    while (IsName(keyword)) {
       const int line = Cur().line;
       Next();
-      left = Binary(ExprKind::kOr, std::move(left), ParseAnd(), line);
+      left = Binary(kind, std::move(left), (this->*operand)(), line);
     }
     return left;
   }
-
-  ExprPtr ParseAnd() {
-    ExprPtr left = ParseNot();
-    while (IsName("and")) {
-      const int line = Cur().line;
-      Next();
-      left = Binary(ExprKind::kAnd, std::move(left), ParseNot(), line);
-    }
-    return left;
-  }
+  ExprPtr ParseOr() { return ParseKeywordChain("or", ExprKind::kOr, &Parser::ParseAnd); }
+  ExprPtr ParseAnd() { return ParseKeywordChain("and", ExprKind::kAnd, &Parser::ParseNot); }
 
   ExprPtr ParseNot() {
     if (IsName("not")) {
