@@ -51,27 +51,35 @@ absl::Status DiagnoseUnparsable(std::string_view wire) {
 }
 
 // The prompt, as text (tokenized here) or as ids, within the limits and the vocabulary.
-absl::Status ReadPrompt(const v1::GenerateRequest& request, const GenerateLimits& limits,
-                        const tokenizer::Tokenizer* tokenizer, runtime::GenerationRequest& out) {
-  const bool has_text = !request.prompt().empty();
-  const bool has_ids = request.prompt_ids_size() > 0;
-  if (has_text && has_ids) return Invalid("prompt", "give prompt or prompt_ids, not both");
-  if (!has_text && !has_ids) return Invalid("prompt", "empty: give prompt text or prompt_ids");
-  const char* prompt_field = has_text ? "prompt" : "prompt_ids";
+absl::Status ReadPrompt(const GenerateInput& in, const GenerateLimits& limits, const tokenizer::Tokenizer* tokenizer,
+                        runtime::GenerationRequest& out) {
+  const bool has_text = in.prompt_text.has_value() && !in.prompt_text->empty();
+  const bool has_ids = !in.prompt_ids.empty();
+  const char* text_field = in.names.prompt;
+  if (has_text && has_ids) {
+    return Invalid(text_field, absl::StrCat("give ", in.names.prompt, " or ", in.names.prompt_ids, ", not both"));
+  }
+  if (!has_text && !has_ids) {
+    return Invalid(text_field, absl::StrCat("empty: give ", in.names.prompt, " text or ", in.names.prompt_ids));
+  }
+  const char* prompt_field = has_text ? in.names.prompt : in.names.prompt_ids;
   if (has_text) {
-    if (tokenizer == nullptr) return Invalid("prompt", "the model has no tokenizer.json: send prompt_ids");
+    if (tokenizer == nullptr) {
+      return Invalid(text_field, absl::StrCat("the model has no tokenizer.json: send ", in.names.prompt_ids));
+    }
     // Before tokenizing: the work is bounded by the limit, not by what a client sends.
-    if (static_cast<int64_t>(request.prompt().size()) > limits.max_prompt_bytes) {
-      return Invalid("prompt",
-                     absl::StrCat(Count(static_cast<int64_t>(request.prompt().size()), "byte"),
+    const int64_t bytes = static_cast<int64_t>(in.prompt_text->size());
+    if (bytes > limits.max_prompt_bytes) {
+      return Invalid(text_field,
+                     absl::StrCat(Count(bytes, "byte"), in.prompt_is_rendered ? " rendered by the chat template" : "",
                                   ", more than the server's limit of ", Count(limits.max_prompt_bytes, "byte")));
     }
-    absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(request.prompt(), request.add_special_tokens());
-    if (!ids.ok()) return Invalid("prompt", ids.status().message());
-    if (ids->empty()) return Invalid("prompt", "encodes to no tokens");
+    absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(*in.prompt_text, in.add_special_tokens);
+    if (!ids.ok()) return Invalid(text_field, ids.status().message());
+    if (ids->empty()) return Invalid(text_field, "encodes to no tokens");
     out.prompt = *std::move(ids);
   } else {
-    out.prompt.assign(request.prompt_ids().begin(), request.prompt_ids().end());
+    out.prompt = in.prompt_ids;
   }
   const int64_t max_prompt_tokens = limits.max_prompt_tokens > 0 ? limits.max_prompt_tokens : limits.max_context;
   if (static_cast<int64_t>(out.prompt.size()) > max_prompt_tokens) {
@@ -82,7 +90,7 @@ absl::Status ReadPrompt(const v1::GenerateRequest& request, const GenerateLimits
   for (size_t i = 0; i < out.prompt.size(); ++i) {
     if (out.prompt[i] < 0 || out.prompt[i] >= limits.vocab_size) {
       return Invalid(
-          has_text ? "prompt" : absl::StrCat("prompt_ids[", i, "]"),
+          has_text ? std::string(text_field) : absl::StrCat(in.names.prompt_ids, "[", i, "]"),
           absl::StrCat("token id ", out.prompt[i], " is outside the vocabulary [0, ", limits.vocab_size, ")"));
     }
   }
@@ -91,29 +99,28 @@ absl::Status ReadPrompt(const v1::GenerateRequest& request, const GenerateLimits
 
 // max_new_tokens, and the prompt with it against --max-context and the KV cache. `prompt_field` names
 // the prompt as the request gave it.
-absl::Status ReadLength(const v1::GenerateRequest& request, const GenerateLimits& limits,
-                        absl::string_view prompt_field, runtime::GenerationRequest& out) {
+absl::Status ReadLength(const GenerateInput& in, const GenerateLimits& limits, absl::string_view prompt_field,
+                        runtime::GenerationRequest& out) {
   runtime::SamplingParams& s = out.sampling;
-  if (request.max_new_tokens() == 0) return Invalid("max_new_tokens", "must be at least 1");
-  if (request.max_new_tokens() > limits.max_new_tokens) {
-    return Invalid("max_new_tokens",
-                   absl::StrCat(request.max_new_tokens(), " is above the server's limit ", limits.max_new_tokens));
+  const char* field = in.names.max_new_tokens;
+  if (in.max_new_tokens < 1) return Invalid(field, "must be at least 1");
+  if (in.max_new_tokens > limits.max_new_tokens) {
+    return Invalid(field, absl::StrCat(in.max_new_tokens, " is above the server's limit ", limits.max_new_tokens));
   }
-  s.max_new_tokens = static_cast<int32_t>(request.max_new_tokens());
+  s.max_new_tokens = static_cast<int32_t>(in.max_new_tokens);
   // What counts against --max-context (as vLLM's max_model_len and OpenAI's context length count): every
   // prompt token and every token the request may generate.
   const int64_t prompt_tokens = static_cast<int64_t>(out.prompt.size());
   const int64_t context = prompt_tokens + s.max_new_tokens;
   if (context > limits.max_context) {
-    return Invalid(prompt_field,
-                   absl::StrCat(Count(prompt_tokens, "token"), " + max_new_tokens ", s.max_new_tokens, " = ", context,
-                                ", more than the server's --max-context ", limits.max_context));
+    return Invalid(prompt_field, absl::StrCat(Count(prompt_tokens, "token"), " + ", field, " ", s.max_new_tokens, " = ",
+                                              context, ", more than the server's --max-context ", limits.max_context));
   }
   // The KV cache holds one position fewer: the last new token is never fed back.
   const int64_t positions = context - 1;
   if (limits.kv_cache_tokens > 0 && positions > limits.kv_cache_tokens) {
     return Invalid(prompt_field,
-                   absl::StrCat(Count(prompt_tokens, "token"), " and max_new_tokens ", s.max_new_tokens, " need ",
+                   absl::StrCat(Count(prompt_tokens, "token"), " and ", field, " ", s.max_new_tokens, " need ",
                                 positions, " positions of KV cache, more than the whole cache holds (",
                                 limits.kv_cache_tokens, " tokens, --kv-cache-tokens)"));
   }
@@ -121,51 +128,56 @@ absl::Status ReadLength(const v1::GenerateRequest& request, const GenerateLimits
 }
 
 // temperature, top_p, repetition_penalty, top_k, seed and top_logprobs.
-absl::Status ReadSampling(const v1::GenerateRequest& request, const GenerateLimits& limits,
-                          runtime::SamplingParams& s) {
-  if (!(request.temperature() >= 0) || std::isinf(request.temperature())) {
-    return Invalid("temperature", absl::StrCat(Number(request.temperature()), " is not a finite number >= 0"));
+absl::Status ReadSampling(const GenerateInput& in, const GenerateLimits& limits, runtime::SamplingParams& s) {
+  if (!(in.temperature >= 0) || std::isinf(in.temperature)) {
+    return Invalid("temperature", absl::StrCat(Number(in.temperature), " is not a finite number >= 0"));
   }
-  s.temperature = request.temperature();
-  if (request.has_top_p()) {
-    if (!(request.top_p() > 0 && request.top_p() <= 1)) {
-      return Invalid("top_p", absl::StrCat(Number(request.top_p()), " is outside (0, 1]"));
+  s.temperature = in.temperature;
+  if (in.top_p) {
+    if (!(*in.top_p > 0 && *in.top_p <= 1))
+      return Invalid("top_p", absl::StrCat(Number(*in.top_p), " is outside (0, 1]"));
+    s.top_p = *in.top_p;
+  }
+  if (in.repetition_penalty) {
+    if (!(*in.repetition_penalty > 0) || std::isinf(*in.repetition_penalty)) {
+      return Invalid("repetition_penalty", absl::StrCat(Number(*in.repetition_penalty), " is not a finite number > 0"));
     }
-    s.top_p = request.top_p();
+    s.repetition_penalty = *in.repetition_penalty;
   }
-  if (request.has_repetition_penalty()) {
-    if (!(request.repetition_penalty() > 0) || std::isinf(request.repetition_penalty())) {
-      return Invalid("repetition_penalty",
-                     absl::StrCat(Number(request.repetition_penalty()), " is not a finite number > 0"));
-    }
-    s.repetition_penalty = request.repetition_penalty();
+  if (in.top_k < 0) return Invalid("top_k", absl::StrCat(in.top_k, " is negative (0 or -1: no top-k)"));
+  s.top_k = static_cast<int32_t>(std::min<int64_t>(in.top_k, limits.vocab_size));
+  s.seed = in.seed;
+  if (in.top_logprobs < 0) return Invalid(in.names.top_logprobs, absl::StrCat(in.top_logprobs, " is negative"));
+  if (in.top_logprobs > limits.max_top_logprobs) {
+    return Invalid(in.names.top_logprobs,
+                   absl::StrCat(in.top_logprobs, " is above the limit ", limits.max_top_logprobs));
   }
-  s.top_k = static_cast<int32_t>(std::min<int64_t>(request.top_k(), limits.vocab_size));
-  if (request.has_seed()) s.seed = request.seed();
-  if (request.top_logprobs() > limits.max_top_logprobs) {
-    return Invalid("top_logprobs",
-                   absl::StrCat(request.top_logprobs(), " is above the limit ", limits.max_top_logprobs));
-  }
-  s.top_logprobs = static_cast<int32_t>(request.top_logprobs());
+  s.top_logprobs = static_cast<int32_t>(in.top_logprobs);
+  s.ignore_eos = in.ignore_eos;
   return absl::OkStatus();
 }
 
 // The stop strings: how many, how long, and a tokenizer to decode text with.
-absl::Status ReadStops(const v1::GenerateRequest& request, const GenerateLimits& limits,
-                       const tokenizer::Tokenizer* tokenizer, runtime::SamplingParams& s) {
-  if (request.stop_size() > limits.max_stop_strings) {
-    return Invalid("stop", absl::StrCat(Count(request.stop_size(), "stop string"), ", more than the limit ",
-                                        limits.max_stop_strings));
+absl::Status ReadStops(const GenerateInput& in, const GenerateLimits& limits, const tokenizer::Tokenizer* tokenizer,
+                       runtime::SamplingParams& s) {
+  const int64_t stops = static_cast<int64_t>(in.stop.size());
+  if (stops > limits.max_stop_strings) {
+    return Invalid(in.names.stop,
+                   absl::StrCat(Count(stops, "stop string"), ", more than the limit ", limits.max_stop_strings));
   }
-  if (request.stop_size() > 0 && tokenizer == nullptr) {
-    return Invalid("stop", "the model has no tokenizer.json to decode text with");
+  if (stops > 0 && tokenizer == nullptr) {
+    return Invalid(in.names.stop, "the model has no tokenizer.json to decode text with");
   }
-  for (int i = 0; i < request.stop_size(); ++i) {
-    const std::string& stop = request.stop(i);
-    if (stop.empty()) return Invalid(absl::StrCat("stop[", i, "]"), "empty");
+  for (int64_t i = 0; i < stops; ++i) {
+    const std::string& stop = in.stop[i];
+    const std::string field = absl::StrCat(in.names.stop, "[", i, "]");
+    if (stop.empty()) return Invalid(field, "empty");
     if (static_cast<int64_t>(stop.size()) > limits.max_stop_bytes) {
-      return Invalid(absl::StrCat("stop[", i, "]"), absl::StrCat(Count(static_cast<int64_t>(stop.size()), "byte"),
-                                                                 ", more than ", limits.max_stop_bytes));
+      return Invalid(
+          field, absl::StrCat(Count(static_cast<int64_t>(stop.size()), "byte"), ", more than ", limits.max_stop_bytes));
+    }
+    if (size_t at = tokenizer::FindInvalidUtf8(stop); at != std::string_view::npos) {
+      return Invalid(field, absl::StrCat("invalid UTF-8 at byte ", at));
     }
     s.stop.push_back(stop);
   }
@@ -181,22 +193,40 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(std::string_v
   return ValidateGenerateRequest(request, limits, tokenizer);
 }
 
+absl::StatusOr<runtime::GenerationRequest> ValidateGenerateInput(const GenerateInput& in, const GenerateLimits& limits,
+                                                                 const tokenizer::Tokenizer* tokenizer) {
+  runtime::GenerationRequest out;
+  if (static_cast<int64_t>(in.request_id.size()) > limits.max_request_id_bytes) {
+    return Invalid("request_id", absl::StrCat(Count(static_cast<int64_t>(in.request_id.size()), "byte"),
+                                              ", more than the limit ", limits.max_request_id_bytes));
+  }
+  out.request_id = in.request_id;
+  if (absl::Status prompt = ReadPrompt(in, limits, tokenizer, out); !prompt.ok()) return prompt;
+  // ReadPrompt accepted exactly one of the two.
+  const char* prompt_field = in.prompt_ids.empty() ? in.names.prompt : in.names.prompt_ids;
+  if (absl::Status length = ReadLength(in, limits, prompt_field, out); !length.ok()) return length;
+  if (absl::Status sampling = ReadSampling(in, limits, out.sampling); !sampling.ok()) return sampling;
+  if (absl::Status stops = ReadStops(in, limits, tokenizer, out.sampling); !stops.ok()) return stops;
+  return out;
+}
+
 absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
                                                                    const GenerateLimits& limits,
                                                                    const tokenizer::Tokenizer* tokenizer) {
-  runtime::GenerationRequest out;
-  if (static_cast<int64_t>(request.request_id().size()) > limits.max_request_id_bytes) {
-    return Invalid("request_id", absl::StrCat(Count(static_cast<int64_t>(request.request_id().size()), "byte"),
-                                              ", more than the limit ", limits.max_request_id_bytes));
-  }
-  out.request_id = request.request_id();
-  if (absl::Status prompt = ReadPrompt(request, limits, tokenizer, out); !prompt.ok()) return prompt;
-  // ReadPrompt accepted exactly one of the two.
-  const char* prompt_field = request.prompt().empty() ? "prompt_ids" : "prompt";
-  if (absl::Status length = ReadLength(request, limits, prompt_field, out); !length.ok()) return length;
-  if (absl::Status sampling = ReadSampling(request, limits, out.sampling); !sampling.ok()) return sampling;
-  if (absl::Status stops = ReadStops(request, limits, tokenizer, out.sampling); !stops.ok()) return stops;
-  return out;
+  GenerateInput in;
+  if (!request.prompt().empty()) in.prompt_text = request.prompt();
+  in.prompt_ids.assign(request.prompt_ids().begin(), request.prompt_ids().end());
+  in.add_special_tokens = request.add_special_tokens();
+  in.max_new_tokens = request.max_new_tokens();
+  in.temperature = request.temperature();
+  if (request.has_top_p()) in.top_p = request.top_p();
+  in.top_k = request.top_k();
+  if (request.has_repetition_penalty()) in.repetition_penalty = request.repetition_penalty();
+  if (request.has_seed()) in.seed = request.seed();
+  in.stop.assign(request.stop().begin(), request.stop().end());
+  in.top_logprobs = request.top_logprobs();
+  in.request_id = request.request_id();
+  return ValidateGenerateInput(in, limits, tokenizer);
 }
 
 }  // namespace strata::server

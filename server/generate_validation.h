@@ -3,7 +3,11 @@
 // become a trusted runtime::GenerationRequest, or an error whose code is the gRPC status to answer and
 // whose message names the field. Nothing after this point checks a request again.
 
+#include <cstdint>
+#include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "runtime/engine/engine.h"
@@ -12,6 +16,41 @@
 #include "tokenizer/tokenizer.h"
 
 namespace strata::server {
+
+// A generation request as either API gives it (gRPC's GenerateRequest, the HTTP API's JSON), before it is
+// checked. `names` are the API's own field names, which every error uses.
+struct GenerateInput {
+  struct FieldNames {
+    const char* prompt = "prompt";
+    const char* prompt_ids = "prompt_ids";
+    const char* max_new_tokens = "max_new_tokens";
+    const char* top_logprobs = "top_logprobs";
+    const char* stop = "stop";
+  };
+  FieldNames names;
+  // Exactly one of the two: text (tokenized here, with the tokenizer's special tokens when
+  // add_special_tokens) or token ids. `prompt_text` set but empty counts as no text.
+  std::optional<std::string_view> prompt_text;
+  std::vector<int32_t> prompt_ids;
+  bool add_special_tokens = false;
+  // The prompt is a chat template's rendering (its special tokens are in the text): errors say so.
+  bool prompt_is_rendered = false;
+  int64_t max_new_tokens = 0;
+  float temperature = 0;
+  std::optional<float> top_p;
+  int64_t top_k = 0;
+  std::optional<float> repetition_penalty;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  int64_t top_logprobs = 0;
+  bool ignore_eos = false;
+  std::string request_id;
+};
+
+// The one check of a request, whichever API it came from.
+absl::StatusOr<runtime::GenerationRequest> ValidateGenerateInput(const GenerateInput& input,
+                                                                 const GenerateLimits& limits,
+                                                                 const tokenizer::Tokenizer* tokenizer);
 
 // From a parsed message. `tokenizer` may be null (then text prompts and stop strings are refused).
 absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
