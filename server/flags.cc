@@ -62,6 +62,10 @@ ABSL_FLAG(int32_t, tokenize_threads, 0,
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address (0.0.0.0:50051 for all interfaces)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus /metrics address (0.0.0.0:9464 for all interfaces)");
+ABSL_FLAG(std::string, http_listen, "",
+          "serve the OpenAI-compatible HTTP API here (/v1/completions, /v1/chat/completions, /v1/models, "
+          "/tokenize, /detokenize, /health); TLS and API keys as on --listen");
+ABSL_FLAG(std::string, served_model_name, "", "the model's name in HTTP requests and /v1/models");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of the gRPC port: serve TLS (needs --tls-key)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert (unencrypted)");
 ABSL_FLAG(std::string, tls_client_ca, "",
@@ -114,6 +118,8 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
                           Flag(FLAGS_ready_probe_interval, "SECONDS"),
                           Flag(FLAGS_listen, "HOST:PORT"),
                           Flag(FLAGS_metrics_listen, "HOST:PORT"),
+                          Flag(FLAGS_http_listen, "HOST:PORT").ShowDefault("none, no HTTP API"),
+                          Flag(FLAGS_served_model_name, "NAME").ShowDefault("--model as given"),
                           Flag(FLAGS_max_message_bytes, "N").Section("Limits (server/README.md, \"Limits\"):"),
                           Flag(FLAGS_max_prompt_bytes, "N"),
                           Flag(FLAGS_max_prompt_tokens, "N").ShowDefault("--max-context"),
@@ -305,6 +311,23 @@ absl::Status ReadListenAddresses(ServerOptions& options) {
     absl::StatusOr<ListenAddress> parsed_address = ParseListenAddress(absl::GetFlag(*flag));
     if (!parsed_address.ok()) return FlagError(*flag, parsed_address.status());
     *address = *std::move(parsed_address);
+  }
+  if (!absl::GetFlag(FLAGS_http_listen).empty()) {
+    absl::StatusOr<ListenAddress> http = ParseListenAddress(absl::GetFlag(FLAGS_http_listen));
+    if (!http.ok()) return FlagError(FLAGS_http_listen, http.status());
+    for (const ListenAddress* other : {&options.endpoints.listen, &options.endpoints.metrics_listen}) {
+      if (http->port != 0 && http->ToString() == other->ToString()) {
+        return absl::InvalidArgumentError(absl::StrCat("--http-listen: ", http->ToString(),
+                                                       " is already the address of --listen or --metrics-listen"));
+      }
+    }
+    options.endpoints.http_listen = *std::move(http);
+  }
+  options.serving.served_model_name = absl::GetFlag(FLAGS_served_model_name);
+  if (options.serving.served_model_name.empty()) {
+    options.serving.served_model_name = options.placement.model_dir     ? options.placement.model_dir->string()
+                                        : options.placement.module_tree ? options.placement.module_tree->string()
+                                                                        : "strata";
   }
   return absl::OkStatus();
 }

@@ -60,6 +60,9 @@ struct ServingOptions {
   int32_t intra_op_threads = 0;    // LibTorch intra-op threads per stage worker; 0: LibTorch's default
   // --chat-template FILE: instead of the checkpoint's template (chat_template/checkpoint_template.h).
   std::filesystem::path chat_template_file;
+  // The model's name in the HTTP API (requests' "model", /v1/models): --served-model-name, else --model as
+  // given (vLLM's rule).
+  std::string served_model_name;
   std::optional<runtime::FaultInjection> fault;  // --inject-fault: the engine's test seam
 };
 
@@ -87,6 +90,8 @@ struct Endpoints {
   // --health-listen: a second, plaintext port for Kubernetes' gRPC probes (which speak no TLS); strata's
   // methods refuse calls that come in there. Only with Security::tls.
   std::optional<ListenAddress> health_listen;
+  // --http-listen: the OpenAI-compatible HTTP API (server/http_api.h); off when absent.
+  std::optional<ListenAddress> http_listen;
 };
 
 // Transport security and API keys of the gRPC port.

@@ -26,7 +26,7 @@
 
 namespace strata::server {
 
-class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public CuttableGeneration {
  public:
   // Counted in `open_streams` from here until OnDone. `max_buffer_bytes`: response bytes it may hold for a
   // client that does not read them (--max-stream-buffer-bytes). `metrics` may be null.
@@ -45,7 +45,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
 
   // The drain timeout passed: the request is cancelled and the call ends UNAVAILABLE once the tokens
   // generated before are written (unless it ended first). Any thread.
-  void Cut();
+  void Cut() override;
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;

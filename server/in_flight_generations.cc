@@ -2,22 +2,20 @@
 
 #include <utility>
 
-#include "server/generate_reactor.h"
-
 namespace strata::server {
 
-void InFlightGenerations::Add(GenerateReactor* reactor) {
+void InFlightGenerations::Add(CuttableGeneration* generation) {
   std::lock_guard lock(mutex_);
-  reactors_.insert(reactor);
+  generations_.insert(generation);
 }
 
-void InFlightGenerations::Remove(GenerateReactor* reactor, bool cut) {
+void InFlightGenerations::Remove(CuttableGeneration* generation, bool cut) {
   std::function<void()> on_empty;
   {
     std::lock_guard lock(mutex_);
-    if (reactors_.erase(reactor) == 0) return;
+    if (generations_.erase(generation) == 0) return;
     if (draining_ && !cut) ++counts_.finished;
-    if (reactors_.empty()) {
+    if (generations_.empty()) {
       empty_.notify_all();
       on_empty = std::exchange(on_empty_, nullptr);
     }
@@ -30,7 +28,7 @@ int64_t InFlightGenerations::BeginDrain(std::function<void()> on_empty) {
   {
     std::lock_guard lock(mutex_);
     draining_ = true;
-    in_flight = counts_.in_flight = static_cast<int64_t>(reactors_.size());
+    in_flight = counts_.in_flight = static_cast<int64_t>(generations_.size());
     if (in_flight > 0) on_empty_ = std::move(on_empty);
   }
   if (in_flight == 0 && on_empty) on_empty();
@@ -39,18 +37,18 @@ int64_t InFlightGenerations::BeginDrain(std::function<void()> on_empty) {
 
 int64_t InFlightGenerations::size() const {
   std::lock_guard lock(mutex_);
-  return static_cast<int64_t>(reactors_.size());
+  return static_cast<int64_t>(generations_.size());
 }
 
 void InFlightGenerations::CutAll() {
-  // Under the mutex: a reactor removes itself (here) before it deletes itself, so each one seen is alive.
+  // Under the mutex: a generation removes itself (here) before it is deleted, so each one seen is alive.
   std::lock_guard lock(mutex_);
-  for (GenerateReactor* reactor : reactors_) reactor->Cut();
+  for (CuttableGeneration* generation : generations_) generation->Cut();
 }
 
 bool InFlightGenerations::WaitEmpty(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
-  return empty_.wait_for(lock, timeout, [this] { return reactors_.empty(); });
+  return empty_.wait_for(lock, timeout, [this] { return generations_.empty(); });
 }
 
 DrainCounts InFlightGenerations::counts() const {

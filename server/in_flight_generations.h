@@ -1,7 +1,8 @@
 #pragma once
-// The Generate calls the engine is working on, for the graceful drain (server/README.md, "Behaviour"):
+// The generations the engine is working on, for the graceful drain (server/README.md, "Behaviour"):
 // how many are in flight, a wake-up when the last one ends, and a cut for those the drain timeout
-// leaves running. GenerateReactor adds itself once its request is submitted and removes itself in OnDone.
+// leaves running. A gRPC Generate call (GenerateReactor) or an HTTP API request (server/http_api.h) adds
+// itself once its request is submitted and removes itself when its call or exchange ends.
 
 #include <chrono>
 #include <condition_variable>
@@ -12,7 +13,16 @@
 
 namespace strata::server {
 
-class GenerateReactor;
+// One call or exchange the engine generates for.
+class CuttableGeneration {
+ public:
+  // The drain timeout passed: cancel the generation; the call ends UNAVAILABLE (gRPC) or 503 (HTTP) once
+  // the tokens generated before are delivered. Any thread; must not call back into InFlightGenerations.
+  virtual void Cut() = 0;
+
+ protected:
+  ~CuttableGeneration() = default;
+};
 
 // What a drain did with the generations in flight when it began.
 struct DrainCounts {
@@ -23,9 +33,9 @@ struct DrainCounts {
 
 class InFlightGenerations {
  public:
-  void Add(GenerateReactor* reactor);
-  // From OnDone, before the reactor deletes itself; `cut`: it ended UNAVAILABLE because of Cut().
-  void Remove(GenerateReactor* reactor, bool cut);
+  void Add(CuttableGeneration* generation);
+  // When its call ends, before it is deleted; `cut`: it ended because of Cut().
+  void Remove(CuttableGeneration* generation, bool cut);
 
   // From now on removals are counted; `on_empty` is called (once, on whichever thread removes the last
   // generation, or here when none is in flight) when no generation is left. Returns the count in flight.
@@ -41,7 +51,7 @@ class InFlightGenerations {
  private:
   mutable std::mutex mutex_;
   std::condition_variable empty_;
-  std::unordered_set<GenerateReactor*> reactors_;
+  std::unordered_set<CuttableGeneration*> generations_;
   bool draining_ = false;
   std::function<void()> on_empty_;
   DrainCounts counts_;

@@ -129,6 +129,26 @@ grpc::Status InferenceService::Authenticate(const grpc::CallbackServerContext& c
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(verdict.message()));
 }
 
+absl::StatusOr<ServedModel*> InferenceService::ModelForGeneration() {
+  std::lock_guard lock(mutex_);
+  if (draining_) return absl::UnavailableError("the server is draining");
+  if (plan_ != nullptr && model_ == nullptr && plan_response_.has_value()) {
+    return absl::FailedPreconditionError("the server only plans: --model DIR holds no safetensors weights");
+  }
+  if (model_ == nullptr) return absl::UnavailableError("the model is still loading");
+  return model_;
+}
+
+absl::Status InferenceService::SubmitUnlessDraining(ServedModel* model, const std::function<absl::Status()>& submit) {
+  // Under the mutex: a drain that has begun counts this generation, or it is refused; Stop() cannot take
+  // the engine away during the hand-off. `model` itself lives until the server has shut down.
+  std::lock_guard lock(mutex_);
+  if (draining_) {
+    return absl::UnavailableError(model_ == model ? "the server is draining" : "the server is shutting down");
+  }
+  return submit();
+}
+
 grpc::ServerUnaryReactor* InferenceService::GetDeviceMap(grpc::CallbackServerContext* context,
                                                          const v1::GetDeviceMapRequest* /*request*/,
                                                          v1::GetDeviceMapResponse* response) {
@@ -163,20 +183,14 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(grpc::Cal
   // tokenization run off it: here for a small request, on the admission pool for a large one.
   grpc::Status refusal = Authenticate(*context, kGenerateMethod);
   ServedModel* model = nullptr;
-  Metrics* metrics = nullptr;
-  {
-    std::lock_guard lock(mutex_);
-    metrics = metrics_;
-    model = model_;
-    if (!refusal.ok()) {
-      // The key first: a caller without one learns nothing of the server's state.
-    } else if (draining_) {
-      refusal = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is draining");
-    } else if (plan_ != nullptr && model_ == nullptr && plan_response_.has_value()) {
-      refusal = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                             "the server only plans: --model DIR holds no safetensors weights");
-    } else if (model_ == nullptr) {
-      refusal = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is still loading");
+  Metrics* metrics = this->metrics();
+  // The key first: a caller without one learns nothing of the server's state.
+  if (refusal.ok()) {
+    absl::StatusOr<ServedModel*> serving = ModelForGeneration();
+    if (serving.ok()) {
+      model = *serving;
+    } else {
+      refusal = grpc::Status(ToGrpc(serving.status().code()), std::string(serving.status().message()));
     }
   }
   auto* reactor = new GenerateReactor(context, metrics, &open_streams_, limits_.max_stream_buffer_bytes);
@@ -219,17 +233,8 @@ void InferenceService::Admit(GenerateReactor* reactor, ServedModel* model, std::
     reactor->Refuse(grpc::Status(ToGrpc(valid.status().code()), std::string(valid.status().message())));
     return;
   }
-  absl::Status submitted;
-  {
-    // Under the mutex: a drain that has begun counts this call, or the call is refused; Stop() cannot take
-    // the engine away during the hand-off. `model` itself lives until the server has shut down.
-    std::lock_guard lock(mutex_);
-    if (draining_) {
-      submitted = absl::UnavailableError(model_ == model ? "the server is draining" : "the server is shutting down");
-    } else {
-      submitted = reactor->Submit(model->engine(), *std::move(valid), &in_flight_);
-    }
-  }
+  const absl::Status submitted =
+      SubmitUnlessDraining(model, [&] { return reactor->Submit(model->engine(), *std::move(valid), &in_flight_); });
   if (!submitted.ok()) reactor->Refuse(grpc::Status(ToGrpc(submitted.code()), std::string(submitted.message())));
 }
 

@@ -26,6 +26,8 @@
 
 namespace strata::server {
 
+class GenerateReactor;
+
 // The plan as the wire carries it, with each device's measured memory when `measured` is given.
 v1::GetDeviceMapResponse DeviceMapResponse(const ServedPlan& served,
                                            const std::vector<runtime::DeviceMemory>* measured = nullptr);
@@ -83,6 +85,22 @@ class InferenceService final : public InferenceServiceBase {
   int64_t open_streams() const { return open_streams_.load(); }
   // New Generate calls are UNAVAILABLE from now on, and GetDeviceMap too once the model is gone (shutdown).
   void Stop();
+
+  // The HTTP API (server/http_api.h) serves from this same state: the load, the plan-only server, the
+  // drain, the open streams against --max-streams and the metrics.
+  // The model a new generation may use, or why none: UNAVAILABLE while loading, draining or shutting
+  // down; FAILED_PRECONDITION when the server only plans.
+  absl::StatusOr<ServedModel*> ModelForGeneration();
+  // Runs `submit` (which hands a validated request to `model`'s engine) under the service's mutex, unless
+  // the drain has begun (UNAVAILABLE): a drain that begins counts what was submitted.
+  absl::Status SubmitUnlessDraining(ServedModel* model, const std::function<absl::Status()>& submit);
+  std::atomic<int64_t>& open_streams_counter() { return open_streams_; }
+  AdmissionPool& admission_pool() { return *pool_; }
+  const ServiceLimits& limits() const { return limits_; }
+  Metrics* metrics() {
+    std::lock_guard lock(mutex_);
+    return metrics_;
+  }
 
   grpc::ServerUnaryReactor* GetDeviceMap(grpc::CallbackServerContext* context, const v1::GetDeviceMapRequest* request,
                                          v1::GetDeviceMapResponse* response) override;

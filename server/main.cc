@@ -113,6 +113,12 @@ int Drain(strata::server::RunningServer& running, std::chrono::milliseconds time
   return device_lost ? kExitFailure : 0;
 }
 
+// The serving line's word on the HTTP API, when it is on.
+std::string HttpLine(const strata::server::RunningServer& running) {
+  if (!running.http_address()) return "";
+  return absl::StrCat(", the OpenAI-compatible HTTP API on ", running.http_address()->ToString());
+}
+
 // The start-up line's word on the chat template: its names, or that there is none.
 std::string ChatTemplateSummary(const strata::chat_template::CheckpointChatTemplate* chat) {
   if (chat == nullptr) return "no chat template";
@@ -255,7 +261,7 @@ EarlyExit LoadAndServe(strata::server::RunningServer& running, const strata::ser
             << ChatTemplateSummary((*model)->chat_template()) << ")\n";
   running.ServeModel(*std::move(model));
   std::cout << "strata-server: serving Generate and GetDeviceMap on " << running.grpc_address().ToString()
-            << ", metrics on " << running.metrics_address().ToString() << "/metrics" << std::endl;
+            << HttpLine(running) << ", metrics on " << running.metrics_address().ToString() << "/metrics" << std::endl;
   return std::nullopt;
 }
 

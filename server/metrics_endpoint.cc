@@ -1,7 +1,6 @@
 #include "server/metrics_endpoint.h"
 
 #include <microhttpd.h>
-#include <netdb.h>
 #include <sys/socket.h>
 
 #include <cstring>
@@ -11,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "prometheus/text_serializer.h"
+#include "server/http_server.h"
 
 namespace strata::server {
 namespace {
@@ -45,30 +45,19 @@ MHD_Result Answer(void* registry_ptr, MHD_Connection* connection, const char* ur
 
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
     const ListenAddress& address, std::shared_ptr<prometheus::Registry> registry) {
-  std::string host = address.host;
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* found = nullptr;
-  const std::string port = std::to_string(address.port);
-  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--metrics-listen ", address.ToString(), ": cannot resolve host: ", gai_strerror(rc)));
-  }
+  absl::StatusOr<std::vector<sockaddr_storage>> addresses = ResolveListenAddress(address, "--metrics-listen");
+  if (!addresses.ok()) return addresses.status();
   std::unique_ptr<MetricsEndpoint> endpoint(new MetricsEndpoint(std::move(registry)));
-  for (addrinfo* a = found; a != nullptr && endpoint->daemon_ == nullptr; a = a->ai_next) {
-    if (a->ai_family != AF_INET && a->ai_family != AF_INET6) continue;
+  for (const sockaddr_storage& a : *addresses) {
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD;
-    if (a->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    if (a.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
     endpoint->daemon_ = MHD_start_daemon(flags, static_cast<uint16_t>(address.port), nullptr, nullptr, &Answer,
-                                         endpoint->registry_.get(), MHD_OPTION_SOCK_ADDR, a->ai_addr,
+                                         endpoint->registry_.get(), MHD_OPTION_SOCK_ADDR, &a,
                                          MHD_OPTION_CONNECTION_LIMIT, kMaxConnections, MHD_OPTION_CONNECTION_TIMEOUT,
                                          kIdleTimeoutSeconds, MHD_OPTION_THREAD_STACK_SIZE, kThreadStackBytes,
                                          MHD_OPTION_LISTEN_BACKLOG_SIZE, 128u, MHD_OPTION_END);
+    if (endpoint->daemon_ != nullptr) break;
   }
-  freeaddrinfo(found);
   if (endpoint->daemon_ == nullptr) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve /metrics on ", address.ToString(), " (port in use or address not local?)"));

@@ -86,6 +86,19 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const Server
   if (!metrics.ok()) return metrics.status();
   running->metrics_ = *std::move(metrics);
   running->service_->SetMetrics(running->metrics_.get());
+  if (options.endpoints.http_listen) {
+    HttpApiOptions http;
+    http.address = *options.endpoints.http_listen;
+    http.http.max_connections = static_cast<unsigned>(std::min<int64_t>(options.limits.max_streams + 256, 65536));
+    http.http.max_body_bytes = static_cast<size_t>(options.limits.max_message_bytes);
+    http.http.max_stream_buffer_bytes = static_cast<size_t>(options.limits.max_stream_buffer_bytes);
+    http.http.tls = options.security.tls;
+    http.model_name = options.serving.served_model_name;
+    http.api_keys = options.security.api_keys;
+    absl::StatusOr<std::unique_ptr<HttpApi>> api = HttpApi::Start(std::move(http), running->service_.get());
+    if (!api.ok()) return api.status();
+    running->http_ = *std::move(api);
+  }
   return running;
 }
 
@@ -95,6 +108,7 @@ void RunningServer::MarkNotServing() {
   health->SetServingStatus(v1::InferenceService::service_full_name(), false);
   health->SetServingStatus("", false);
   if (metrics_ != nullptr) metrics_->SetServing(false);
+  if (http_ != nullptr) http_->SetServing(false);
 }
 
 void RunningServer::MarkDeviceLost() {
@@ -112,6 +126,7 @@ void RunningServer::SetServing() {
   health->SetServingStatus(v1::InferenceService::service_full_name(), true);
   health->SetServingStatus("", true);
   if (metrics_ != nullptr) metrics_->SetServing(true);
+  if (http_ != nullptr) http_->SetServing(true);
 }
 
 void RunningServer::ShutDownHealth() {
@@ -119,6 +134,7 @@ void RunningServer::ShutDownHealth() {
   health_shut_down_ = true;
   if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) health->Shutdown();
   if (metrics_ != nullptr) metrics_->SetServing(false);
+  if (http_ != nullptr) http_->SetServing(false);
 }
 
 void RunningServer::ServePlan(ServedPlan plan) {
@@ -227,6 +243,8 @@ void RunningServer::Shutdown() {
     sampler_.join();
   }
   if (model_ != nullptr) model_->StopEngine();
+  // Its generations ended with the engine; connections still open (slow readers) are closed.
+  http_.reset();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
     server_->Wait();

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/flags.h"
+#include "server/http_api.h"
 #include "server/inference_service.h"
 #include "server/metrics.h"
 #include "server/served_model.h"
@@ -55,6 +56,10 @@ class RunningServer {
   // The bound addresses, with the ports the system picked where port 0 was asked for.
   const ListenAddress& grpc_address() const { return grpc_address_; }
   const ListenAddress& metrics_address() const { return metrics_->address(); }
+  // --http-listen's, when given.
+  std::optional<ListenAddress> http_address() const {
+    return http_ ? std::optional<ListenAddress>(http_->address()) : std::nullopt;
+  }
 
  private:
   explicit RunningServer(const ServerOptions& options) : options_(options) {}
@@ -73,6 +78,7 @@ class RunningServer {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HttpApi> http_;  // --http-listen: serves from service_'s state
   ListenAddress grpc_address_;
   std::unique_ptr<ServedPlan> plan_;
   std::unique_ptr<ServedModel> model_;

@@ -1,0 +1,64 @@
+#pragma once
+// strata's OpenAI-compatible HTTP API (--http-listen): POST /v1/completions and /v1/chat/completions
+// (streamed as Server-Sent Events or whole), GET /v1/models, POST /tokenize and /detokenize (vLLM's
+// shapes), GET /health. It serves from the gRPC service's state (server/inference_service.h): the same
+// engine, load, drain, --max-streams count, admission pool and metrics; the request bodies are checked
+// by server/openai_protocol.h into the same runtime requests gRPC's are. HTTP is libmicrohttpd
+// (server/http_server.h).
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/api_keys.h"
+#include "server/http_server.h"
+#include "server/inference_service.h"
+#include "server/openai_protocol.h"
+
+namespace strata::server {
+
+struct HttpApiOptions {
+  ListenAddress address;
+  HttpServerOptions http;
+  // The model's name in requests and /v1/models: --served-model-name, else --model as given (vLLM's rule).
+  std::string model_name;
+  // Bearer keys every route but /health needs (null: none).
+  std::shared_ptr<const ApiKeys> api_keys;
+  openai::ApiLimits limits;
+  bool parse_tool_calls = false;
+};
+
+class HttpApi {
+ public:
+  // Binds the address and serves from `service`'s state, which must outlive this object.
+  static absl::StatusOr<std::unique_ptr<HttpApi>> Start(HttpApiOptions options, InferenceService* service);
+  // Closes the port; exchanges still open are cut (each generation cancelled).
+  ~HttpApi();
+
+  // What /health answers: 200 while serving, 503 otherwise (loading, draining, out of rotation).
+  void SetServing(bool serving) { serving_.store(serving); }
+  int port() const { return http_->port(); }
+  ListenAddress address() const { return ListenAddress{options_.address.host, port()}; }
+
+ private:
+  HttpApi(HttpApiOptions options, InferenceService* service) : options_(std::move(options)), service_(service) {}
+  void Handle(const std::shared_ptr<HttpExchange>& exchange);
+  void Generate(const std::shared_ptr<HttpExchange>& exchange, openai::Route route);
+  void Admit(const std::shared_ptr<HttpExchange>& exchange, openai::Route route, ServedModel* model,
+             std::chrono::steady_clock::time_point start);
+  void Tokenize(const std::shared_ptr<HttpExchange>& exchange, bool detokenize);
+  openai::ApiContext Context(const ServedModel& model) const;
+
+  const HttpApiOptions options_;
+  InferenceService* const service_;
+  const int64_t created_ = 0;
+  std::atomic<bool> serving_{false};
+  std::atomic<int64_t> pool_jobs_{0};  // admissions posted to the pool and not yet done: waited for at the end
+  std::unique_ptr<HttpServer> http_;
+};
+
+}  // namespace strata::server

@@ -1,0 +1,388 @@
+#include "server/http_server.h"
+
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace strata::server {
+
+std::vector<std::string_view> HttpRequest::Header(std::string_view name) const {
+  std::vector<std::string_view> values;
+  for (const auto& [key, value] : headers) {
+    if (key == name) values.emplace_back(value);
+  }
+  return values;
+}
+
+absl::StatusOr<std::vector<sockaddr_storage>> ResolveListenAddress(const ListenAddress& address,
+                                                                   absl::string_view flag) {
+  std::string host = address.host;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(address.port);
+  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", address.ToString(), ": cannot resolve host: ", gai_strerror(rc)));
+  }
+  std::vector<sockaddr_storage> addresses;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family != AF_INET && a->ai_family != AF_INET6) continue;
+    sockaddr_storage storage{};
+    std::memcpy(&storage, a->ai_addr, std::min<size_t>(a->ai_addrlen, sizeof(storage)));
+    addresses.push_back(storage);
+  }
+  freeaddrinfo(found);
+  return addresses;
+}
+
+// libmicrohttpd's callbacks. MHD's per-request pointer holds a heap std::shared_ptr<HttpExchange>, as
+// does a streamed response's reader: the exchange lives while either needs it.
+struct HttpServer::Callbacks {
+  static MHD_Result CollectHeader(void* headers_ptr, MHD_ValueKind /*kind*/, const char* key, const char* value) {
+    auto& headers = *static_cast<std::vector<std::pair<std::string, std::string>>*>(headers_ptr);
+    if (headers.size() < 256) headers.emplace_back(absl::AsciiStrToLower(key), value != nullptr ? value : "");
+    return MHD_YES;
+  }
+
+  static MHD_Result QueueWhole(MHD_Connection* connection, const HttpResponse& response) {
+    MHD_Response* mhd = MHD_create_response_from_buffer(response.body.size(), const_cast<char*>(response.body.data()),
+                                                        MHD_RESPMEM_MUST_COPY);
+    if (mhd == nullptr) return MHD_NO;
+    MHD_add_response_header(mhd, MHD_HTTP_HEADER_CONTENT_TYPE, response.content_type.c_str());
+    for (const auto& [name, value] : response.headers) MHD_add_response_header(mhd, name.c_str(), value.c_str());
+    const MHD_Result queued = MHD_queue_response(connection, static_cast<unsigned>(response.status), mhd);
+    MHD_destroy_response(mhd);
+    return queued;
+  }
+
+  static HttpResponse TooLarge(size_t limit) {
+    HttpResponse response;
+    response.status = 413;
+    response.body = absl::StrCat(
+        R"json({"error":{"message":"request body: more than the server's limit of )json", limit,
+        R"json( bytes (--max-message-bytes)","type":"invalid_request_error","param":null,"code":"request_too_large"}})json");
+    return response;
+  }
+
+  // A streamed response's bytes: what the exchange holds, or (nothing yet) the connection suspends until
+  // Write, End or the client's disconnect resumes it.
+  static ssize_t Read(void* exchange_ptr, uint64_t /*position*/, char* buffer, size_t max) {
+    HttpExchange& exchange = **static_cast<std::shared_ptr<HttpExchange>*>(exchange_ptr);
+    std::lock_guard lock(exchange.mutex_);
+    if (exchange.gone_) return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (!exchange.buffer_.empty()) {
+      const size_t n = std::min(max, exchange.buffer_.size());
+      std::memcpy(buffer, exchange.buffer_.data(), n);
+      exchange.buffer_.erase(0, n);
+      return static_cast<ssize_t>(n);
+    }
+    if (exchange.ended_) return MHD_CONTENT_READER_END_OF_STREAM;
+    exchange.SuspendLocked();
+    return 0;
+  }
+
+  static void FreeReader(void* exchange_ptr) { delete static_cast<std::shared_ptr<HttpExchange>*>(exchange_ptr); }
+
+  static MHD_Result Access(void* server_ptr, MHD_Connection* connection, const char* url, const char* method,
+                           const char* /*version*/, const char* upload_data, size_t* upload_data_size,
+                           void** request_state) {
+    auto* server = static_cast<HttpServer*>(server_ptr);
+    if (*request_state == nullptr) {
+      std::shared_ptr<HttpExchange> exchange(
+          new HttpExchange(server, connection, server->options_.max_stream_buffer_bytes));
+      exchange->request_.method = method;
+      exchange->request_.path = url;
+      MHD_get_connection_values(connection, MHD_HEADER_KIND, &CollectHeader, &exchange->request_.headers);
+      *request_state = new std::shared_ptr<HttpExchange>(exchange);
+      {
+        std::lock_guard lock(server->mutex_);
+        server->open_.insert(exchange);
+      }
+      // A body that says it is too large is refused before it is read.
+      const char* length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+      uint64_t bytes = 0;
+      if (length != nullptr && absl::SimpleAtoi(length, &bytes) && bytes > server->options_.max_body_bytes) {
+        exchange->body_too_large_ = true;
+        return QueueWhole(connection, TooLarge(server->options_.max_body_bytes));
+      }
+      return MHD_YES;
+    }
+    HttpExchange& exchange = **static_cast<std::shared_ptr<HttpExchange>*>(*request_state);
+    if (*upload_data_size > 0) {
+      const size_t size = *upload_data_size;
+      *upload_data_size = 0;
+      if (exchange.body_too_large_) return MHD_YES;
+      if (exchange.request_.body.size() + size > server->options_.max_body_bytes) {
+        exchange.body_too_large_ = true;
+        exchange.request_.body.clear();
+        return QueueWhole(connection, TooLarge(server->options_.max_body_bytes));
+      }
+      exchange.request_.body.append(upload_data, size);
+      return MHD_YES;
+    }
+    if (exchange.body_too_large_) return MHD_YES;
+    std::unique_lock lock(exchange.mutex_);
+    if (exchange.queued_) return MHD_YES;
+    if (!exchange.dispatched_) {
+      exchange.dispatched_ = true;
+      lock.unlock();
+      server->handler_(exchange.shared_from_this());
+      lock.lock();
+    }
+    if (exchange.gone_) return MHD_NO;  // MHD closes the connection
+    if (exchange.response_) {
+      exchange.queued_ = true;
+      return QueueWhole(connection, *exchange.response_);
+    }
+    if (exchange.streaming_) {
+      exchange.queued_ = true;
+      MHD_Response* mhd = MHD_create_response_from_callback(
+          MHD_SIZE_UNKNOWN, 64 << 10, &Read, new std::shared_ptr<HttpExchange>(exchange.shared_from_this()),
+          &FreeReader);
+      if (mhd == nullptr) return MHD_NO;
+      MHD_add_response_header(mhd, MHD_HTTP_HEADER_CONTENT_TYPE, exchange.stream_content_type_.c_str());
+      for (const auto& [name, value] : exchange.stream_headers_) {
+        MHD_add_response_header(mhd, name.c_str(), value.c_str());
+      }
+      const MHD_Result queued = MHD_queue_response(connection, MHD_HTTP_OK, mhd);
+      MHD_destroy_response(mhd);
+      return queued;
+    }
+    exchange.SuspendLocked();
+    return MHD_YES;
+  }
+
+  // The request is over: answered (OK), or its connection closed, timed out or failed first.
+  static void Completed(void* server_ptr, MHD_Connection* /*connection*/, void** request_state,
+                        MHD_RequestTerminationCode termination) {
+    if (*request_state == nullptr) return;
+    auto* server = static_cast<HttpServer*>(server_ptr);
+    auto* holder = static_cast<std::shared_ptr<HttpExchange>*>(*request_state);
+    std::shared_ptr<HttpExchange> exchange = std::move(*holder);
+    delete holder;
+    *request_state = nullptr;
+    bool answered = false;
+    {
+      std::lock_guard lock(exchange->mutex_);
+      answered = termination == MHD_REQUEST_TERMINATED_COMPLETED_OK && exchange->queued_ &&
+                 (!exchange->streaming_ || exchange->ended_);
+    }
+    if (!answered) exchange->ClientGone();
+    std::lock_guard lock(server->mutex_);
+    server->suspended_.erase(exchange.get());
+    server->open_.erase(exchange);
+    server->changed_.notify_all();
+  }
+};
+
+void HttpExchange::SuspendLocked() {
+  if (suspended_) return;
+  if (fd_ < 0) {
+    const MHD_ConnectionInfo* info = MHD_get_connection_info(connection_, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info != nullptr) fd_ = info->connect_fd;
+  }
+  {
+    std::lock_guard lock(server_->mutex_);
+    server_->suspended_.insert(this);
+    server_->changed_.notify_all();
+  }
+  suspended_ = true;
+  MHD_suspend_connection(connection_);
+}
+
+void HttpExchange::ResumeLocked() {
+  if (!suspended_) return;
+  suspended_ = false;
+  {
+    std::lock_guard lock(server_->mutex_);
+    server_->suspended_.erase(this);
+  }
+  MHD_resume_connection(connection_);
+}
+
+void HttpExchange::Respond(HttpResponse response) {
+  std::lock_guard lock(mutex_);
+  if (gone_ || response_ || streaming_) return;
+  response_ = std::move(response);
+  ResumeLocked();
+}
+
+void HttpExchange::BeginStream(std::string content_type, std::vector<std::pair<std::string, std::string>> headers) {
+  std::lock_guard lock(mutex_);
+  if (gone_ || response_ || streaming_) return;
+  streaming_ = true;
+  stream_content_type_ = std::move(content_type);
+  stream_headers_ = std::move(headers);
+  ResumeLocked();
+}
+
+bool HttpExchange::Write(std::string_view bytes) {
+  std::function<void()> on_gone;
+  {
+    std::lock_guard lock(mutex_);
+    if (gone_ || ended_ || !streaming_) return false;
+    if (buffer_.size() + bytes.size() <= max_stream_buffer_bytes_) {
+      buffer_.append(bytes);
+      ResumeLocked();
+      return true;
+    }
+    // The client does not read: the stream is cut (the reader ends it with an error) and counted gone.
+    gone_ = true;
+    buffer_.clear();
+    on_gone = std::move(on_gone_);
+    ResumeLocked();
+  }
+  if (on_gone) on_gone();
+  return false;
+}
+
+void HttpExchange::End() {
+  std::lock_guard lock(mutex_);
+  ended_ = true;
+  ResumeLocked();
+}
+
+void HttpExchange::OnClientGone(std::function<void()> callback) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!gone_) {
+      on_gone_ = std::move(callback);
+      return;
+    }
+  }
+  callback();
+}
+
+bool HttpExchange::client_gone() const {
+  std::lock_guard lock(mutex_);
+  return gone_;
+}
+
+void HttpExchange::ClientGone() {
+  std::function<void()> on_gone;
+  {
+    std::lock_guard lock(mutex_);
+    ResumeLocked();  // MHD then ends the connection (the handler answers MHD_NO, the reader an error)
+    if (gone_) return;
+    gone_ = true;
+    on_gone = std::move(on_gone_);
+  }
+  if (on_gone) on_gone();
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const ListenAddress& address, HttpServerOptions options,
+                                                              HttpHandler handler) {
+  absl::StatusOr<std::vector<sockaddr_storage>> addresses = ResolveListenAddress(address, options.flag);
+  if (!addresses.ok()) return addresses.status();
+  if (options.tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(options.flag, ": this libmicrohttpd was built without TLS; serve HTTPS behind a proxy"));
+  }
+  std::unique_ptr<HttpServer> server(new HttpServer(std::move(options), std::move(handler)));
+  const HttpServerOptions& o = server->options_;
+  for (const sockaddr_storage& a : *addresses) {
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
+    if (a.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+    if (o.tls) flags |= MHD_USE_TLS;
+    const char* key = o.tls ? o.tls->private_key.c_str() : nullptr;
+    const char* cert = o.tls ? o.tls->certificate_chain.c_str() : nullptr;
+    server->daemon_ = MHD_start_daemon(
+        flags, static_cast<uint16_t>(address.port), nullptr, nullptr, &Callbacks::Access, server.get(),
+        MHD_OPTION_SOCK_ADDR, &a, MHD_OPTION_CONNECTION_LIMIT, o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        o.idle_timeout_seconds, MHD_OPTION_THREAD_STACK_SIZE, kThreadStackBytes, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+        MHD_OPTION_NOTIFY_COMPLETED, &Callbacks::Completed, server.get(),
+        // Without TLS these two are MHD_OPTION_END's neighbours and never read.
+        o.tls ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, key, MHD_OPTION_HTTPS_MEM_CERT, cert, MHD_OPTION_END);
+    if (server->daemon_ != nullptr) break;
+  }
+  if (server->daemon_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot serve HTTP on ", address.ToString(), " (", o.flag,
+                                               ": port in use or address not local?)"));
+  }
+  const MHD_DaemonInfo* info = MHD_get_daemon_info(server->daemon_, MHD_DAEMON_INFO_BIND_PORT);
+  server->port_ = info != nullptr ? info->port : address.port;
+  server->watcher_ = std::thread([s = server.get()] { s->WatchDisconnects(); });
+  return server;
+}
+
+void HttpServer::WatchDisconnects() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    if (suspended_.empty()) {
+      changed_.wait(lock, [this] { return stopping_ || !suspended_.empty(); });
+      continue;
+    }
+    // Under the mutex: a suspended connection cannot be resumed (ResumeLocked takes it), so MHD cannot
+    // close it and every socket polled is the connection's own.
+    std::vector<pollfd> fds;
+    std::vector<HttpExchange*> exchanges;
+    for (HttpExchange* exchange : suspended_) {
+      if (exchange->fd_ < 0) continue;
+      fds.push_back(pollfd{exchange->fd_, POLLRDHUP, 0});
+      exchanges.push_back(exchange);
+    }
+    std::vector<std::shared_ptr<HttpExchange>> gone;
+    if (!fds.empty() && poll(fds.data(), fds.size(), 0) > 0) {
+      for (size_t i = 0; i < fds.size(); ++i) {
+        if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0) {
+          gone.push_back(exchanges[i]->shared_from_this());
+        }
+      }
+    }
+    if (!gone.empty()) {
+      lock.unlock();
+      for (const std::shared_ptr<HttpExchange>& exchange : gone) exchange->ClientGone();
+      gone.clear();
+      lock.lock();
+    }
+    changed_.wait_for(lock, std::chrono::milliseconds(kDisconnectPollMs), [this] { return stopping_; });
+  }
+}
+
+HttpServer::~HttpServer() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    changed_.notify_all();
+  }
+  if (watcher_.joinable()) watcher_.join();
+  if (daemon_ == nullptr) return;
+  // MHD must not be stopped with connections suspended: every exchange still answering is cut, and MHD
+  // given a moment to close their connections (each is resumed; its handler or reader then ends it).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::vector<std::shared_ptr<HttpExchange>> open;
+    {
+      std::lock_guard lock(mutex_);
+      open.assign(open_.begin(), open_.end());
+    }
+    // Outside the server's mutex: an exchange's is taken first everywhere else.
+    std::vector<std::shared_ptr<HttpExchange>> answering;
+    for (const std::shared_ptr<HttpExchange>& exchange : open) {
+      std::lock_guard exchange_lock(exchange->mutex_);
+      if (exchange->dispatched_) answering.push_back(exchange);
+    }
+    if (answering.empty()) break;
+    for (const std::shared_ptr<HttpExchange>& exchange : answering) exchange->ClientGone();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  MHD_stop_daemon(daemon_);
+}
+
+}  // namespace strata::server

@@ -1,0 +1,569 @@
+#include "server/openai_protocol.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "server/generate_validation.h"
+
+namespace strata::server::openai {
+namespace {
+
+absl::Status Invalid(absl::string_view field, absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
+}
+
+const char* TypeName(const Json& value) {
+  switch (value.type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::object:
+      return "an object";
+    default:
+      return "a number";
+  }
+}
+
+// A field of `object` read as one type: absent or null is nullopt, another type an error naming it.
+const Json* Field(const Json& object, const char* key) {
+  auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+absl::StatusOr<std::optional<bool>> Bool(const Json& object, const char* key) {
+  const Json* value = Field(object, key);
+  if (value == nullptr) return std::nullopt;
+  if (!value->is_boolean()) return Invalid(key, absl::StrCat("must be a boolean, not ", TypeName(*value)));
+  return value->get<bool>();
+}
+
+absl::StatusOr<std::optional<double>> Number(const Json& object, const char* key) {
+  const Json* value = Field(object, key);
+  if (value == nullptr) return std::nullopt;
+  if (!value->is_number()) return Invalid(key, absl::StrCat("must be a number, not ", TypeName(*value)));
+  return value->get<double>();
+}
+
+// An integer; a float with an integral value (1.0) is taken as pydantic's lax mode takes it.
+absl::StatusOr<int64_t> IntegerValue(const Json& value, absl::string_view field) {
+  if (value.is_number_integer()) {
+    if (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      return Invalid(field, "is out of range");
+    }
+    return value.get<int64_t>();
+  }
+  if (value.is_number_float()) {
+    const double d = value.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18) return static_cast<int64_t>(d);
+  }
+  return Invalid(field, absl::StrCat("must be an integer, not ", value.is_number() ? "a fraction" : TypeName(value)));
+}
+
+absl::StatusOr<std::optional<int64_t>> Integer(const Json& object, const char* key) {
+  const Json* value = Field(object, key);
+  if (value == nullptr) return std::nullopt;
+  absl::StatusOr<int64_t> integer = IntegerValue(*value, key);
+  if (!integer.ok()) return integer.status();
+  return *integer;
+}
+
+absl::StatusOr<std::optional<std::string>> String(const Json& object, const char* key) {
+  const Json* value = Field(object, key);
+  if (value == nullptr) return std::nullopt;
+  if (!value->is_string()) return Invalid(key, absl::StrCat("must be a string, not ", TypeName(*value)));
+  return value->get<std::string>();
+}
+
+#define STRATA_ASSIGN_OR_RETURN(lhs, expr)      \
+  auto lhs##_or = (expr);                       \
+  if (!lhs##_or.ok()) return lhs##_or.status(); \
+  auto lhs = *std::move(lhs##_or)
+
+// The deepest nesting of arrays and objects in `text`, read outside strings (before parsing, so that
+// nothing deep is ever built); stops counting past `limit`.
+int64_t NestingDepth(std::string_view text, int64_t limit) {
+  int64_t depth = 0;
+  int64_t deepest = 0;
+  bool in_string = false;
+  bool escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// "stop": a string or a list of strings.
+absl::Status ReadStop(const Json& request, GenerateInput& input) {
+  const Json* stop = Field(request, "stop");
+  if (stop == nullptr) return absl::OkStatus();
+  if (stop->is_string()) {
+    input.stop.push_back(stop->get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!stop->is_array())
+    return Invalid("stop", absl::StrCat("must be a string or a list of strings, not ", TypeName(*stop)));
+  for (size_t i = 0; i < stop->size(); ++i) {
+    if (!(*stop)[i].is_string()) return Invalid(absl::StrCat("stop[", i, "]"), "must be a string");
+    input.stop.push_back((*stop)[i].get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+// The sampling fields both routes share, into `input`; `n`, the stream flags.
+absl::Status ReadSampling(const Json& request, GenerateInput& input, ApiRequest& out) {
+  STRATA_ASSIGN_OR_RETURN(temperature, Number(request, "temperature"));
+  // OpenAI's default is 1 (sampling); 0 is greedy.
+  input.temperature = static_cast<float>(temperature.value_or(1.0));
+  STRATA_ASSIGN_OR_RETURN(top_p, Number(request, "top_p"));
+  if (top_p) input.top_p = static_cast<float>(*top_p);
+  STRATA_ASSIGN_OR_RETURN(top_k, Integer(request, "top_k"));
+  // vLLM's extra: 0 or -1 turn top-k off.
+  if (top_k) input.top_k = *top_k == -1 ? 0 : *top_k;
+  STRATA_ASSIGN_OR_RETURN(repetition_penalty, Number(request, "repetition_penalty"));
+  if (repetition_penalty) input.repetition_penalty = static_cast<float>(*repetition_penalty);
+  STRATA_ASSIGN_OR_RETURN(seed, Integer(request, "seed"));
+  if (seed) input.seed = static_cast<uint64_t>(*seed);
+  STRATA_ASSIGN_OR_RETURN(ignore_eos, Bool(request, "ignore_eos"));
+  input.ignore_eos = ignore_eos.value_or(false);
+  if (absl::Status stop = ReadStop(request, input); !stop.ok()) return stop;
+  STRATA_ASSIGN_OR_RETURN(user, String(request, "user"));
+  (void)user;  // accepted, as OpenAI's: strata has no per-user policy
+  for (const char* unsupported : {"presence_penalty", "frequency_penalty"}) {
+    STRATA_ASSIGN_OR_RETURN(value, Number(request, unsupported));
+    if (value && *value != 0) return Invalid(unsupported, "is not supported yet (0 only)");
+  }
+  if (const Json* bias = Field(request, "logit_bias"); bias != nullptr && !bias->empty()) {
+    return Invalid("logit_bias", "is not supported yet");
+  }
+  STRATA_ASSIGN_OR_RETURN(n, Integer(request, "n"));
+  out.n = n.value_or(1);
+  if (out.n < 1) return Invalid("n", absl::StrCat(out.n, " is less than 1"));
+  STRATA_ASSIGN_OR_RETURN(best_of, Integer(request, "best_of"));
+  if (best_of && *best_of != out.n) return Invalid("best_of", "is not supported (give n alone)");
+  STRATA_ASSIGN_OR_RETURN(stream, Bool(request, "stream"));
+  out.stream = stream.value_or(false);
+  if (const Json* options = Field(request, "stream_options"); options != nullptr) {
+    if (!out.stream) return Invalid("stream_options", "only with stream: true");
+    if (!options->is_object())
+      return Invalid("stream_options", absl::StrCat("must be an object, not ", TypeName(*options)));
+    STRATA_ASSIGN_OR_RETURN(include_usage, Bool(*options, "include_usage"));
+    out.include_usage = include_usage.value_or(false);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckModel(const Json& request, const ApiContext& context, ApiRequest& out) {
+  STRATA_ASSIGN_OR_RETURN(model, String(request, "model"));
+  out.model = model.value_or(context.model_name);
+  if (out.model != context.model_name) {
+    return absl::NotFoundError(
+        absl::StrCat("model: '", out.model, "' is not served here; this server serves '", context.model_name, "'"));
+  }
+  return absl::OkStatus();
+}
+
+// One prompt of /v1/completions: text, or token ids.
+struct CompletionPrompt {
+  std::optional<std::string> text;
+  std::vector<int32_t> ids;
+};
+
+absl::StatusOr<std::vector<int32_t>> TokenIds(const Json& list, absl::string_view field) {
+  std::vector<int32_t> ids;
+  ids.reserve(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    absl::StatusOr<int64_t> id = IntegerValue(list[i], absl::StrCat(field, "[", i, "]"));
+    if (!id.ok()) return id.status();
+    if (*id < 0 || *id > std::numeric_limits<int32_t>::max()) {
+      return Invalid(absl::StrCat(field, "[", i, "]"), absl::StrCat("token id ", *id, " is out of range"));
+    }
+    ids.push_back(static_cast<int32_t>(*id));
+  }
+  return ids;
+}
+
+// "prompt": a string, a list of strings, a list of token ids or a list of such lists.
+absl::StatusOr<std::vector<CompletionPrompt>> ReadPrompts(const Json& request, const ApiContext& context) {
+  const Json* prompt = Field(request, "prompt");
+  if (prompt == nullptr) return Invalid("prompt", "missing: give a string, a list of strings or token ids");
+  std::vector<CompletionPrompt> prompts;
+  if (prompt->is_string()) {
+    prompts.push_back({prompt->get<std::string>(), {}});
+    return prompts;
+  }
+  if (!prompt->is_array())
+    return Invalid("prompt", absl::StrCat("must be a string or a list, not ", TypeName(*prompt)));
+  if (prompt->empty()) return Invalid("prompt", "is an empty list");
+  const Json& first = prompt->front();
+  if (first.is_number()) {
+    STRATA_ASSIGN_OR_RETURN(ids, TokenIds(*prompt, "prompt"));
+    prompts.push_back({std::nullopt, std::move(ids)});
+    return prompts;
+  }
+  if (static_cast<int64_t>(prompt->size()) > context.api.max_choices) {
+    return Invalid("prompt",
+                   absl::StrCat(prompt->size(), " prompts, more than the limit of ", context.api.max_choices));
+  }
+  for (size_t i = 0; i < prompt->size(); ++i) {
+    const Json& item = (*prompt)[i];
+    const std::string field = absl::StrCat("prompt[", i, "]");
+    if (first.is_string() && item.is_string()) {
+      prompts.push_back({item.get<std::string>(), {}});
+    } else if (first.is_array() && item.is_array()) {
+      STRATA_ASSIGN_OR_RETURN(ids, TokenIds(item, field));
+      prompts.push_back({std::nullopt, std::move(ids)});
+    } else {
+      return Invalid(field, "a list of prompts holds strings or lists of token ids, all of one kind");
+    }
+  }
+  return prompts;
+}
+
+// One chat message's "content": a string, or a list of text parts (joined by "\n", as vLLM joins them).
+absl::StatusOr<Json> MessageContent(const Json& content, absl::string_view field) {
+  if (content.is_null() || content.is_string()) return content;
+  if (!content.is_array()) {
+    return Invalid(field, absl::StrCat("must be a string or a list of text parts, not ", TypeName(content)));
+  }
+  std::vector<std::string> texts;
+  for (size_t j = 0; j < content.size(); ++j) {
+    const Json& part = content[j];
+    const std::string part_field = absl::StrCat(field, "[", j, "]");
+    if (!part.is_object()) return Invalid(part_field, "must be an object {\"type\": \"text\", \"text\": ...}");
+    STRATA_ASSIGN_OR_RETURN(type, String(part, "type"));
+    if (type != "text") {
+      return Invalid(absl::StrCat(part_field, ".type"),
+                     absl::StrCat("'", type.value_or("null"), "' is not supported: strata serves text (type 'text')"));
+    }
+    STRATA_ASSIGN_OR_RETURN(text, String(part, "text"));
+    if (!text) return Invalid(absl::StrCat(part_field, ".text"), "missing");
+    texts.push_back(*std::move(text));
+  }
+  return Json(absl::StrJoin(texts, "\n"));
+}
+
+// The messages as the template receives them: each an object with a string role; content flattened;
+// tool calls' arguments parsed from their JSON text (as vLLM does, templates iterate them as objects).
+absl::StatusOr<Json> ReadMessages(const Json& request, const ApiContext& context) {
+  const Json* messages = Field(request, "messages");
+  if (messages == nullptr) return Invalid("messages", "missing: give a list of {\"role\", \"content\"} messages");
+  if (!messages->is_array()) return Invalid("messages", absl::StrCat("must be a list, not ", TypeName(*messages)));
+  if (messages->empty()) return Invalid("messages", "is an empty list");
+  if (static_cast<int64_t>(messages->size()) > context.api.max_messages) {
+    return Invalid("messages",
+                   absl::StrCat(messages->size(), " messages, more than the limit of ", context.api.max_messages));
+  }
+  Json out = Json::array();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const std::string field = absl::StrCat("messages[", i, "]");
+    Json message = (*messages)[i];
+    if (!message.is_object()) return Invalid(field, absl::StrCat("must be an object, not ", TypeName(message)));
+    const Json* role = Field(message, "role");
+    if (role == nullptr || !role->is_string()) return Invalid(absl::StrCat(field, ".role"), "missing: a string");
+    if (auto content = message.find("content"); content != message.end()) {
+      STRATA_ASSIGN_OR_RETURN(flat, MessageContent(*content, absl::StrCat(field, ".content")));
+      *content = std::move(flat);
+    }
+    if (auto calls = message.find("tool_calls"); calls != message.end() && calls->is_array()) {
+      for (Json& call : *calls) {
+        if (!call.is_object()) continue;
+        auto function = call.find("function");
+        if (function == call.end() || !function->is_object()) continue;
+        auto arguments = function->find("arguments");
+        if (arguments == function->end() || !arguments->is_string()) continue;
+        Json parsed = Json::parse(arguments->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+        if (!parsed.is_discarded() && parsed.is_object()) *arguments = std::move(parsed);
+      }
+    }
+    out.push_back(std::move(message));
+  }
+  return out;
+}
+
+std::string Count(int64_t n, absl::string_view noun) { return absl::StrCat(n, " ", noun, n == 1 ? "" : "s"); }
+
+}  // namespace
+
+std::string ErrorBody(const ApiError& error) {
+  Json body = {{"error",
+                {{"message", error.message},
+                 {"type", error.type},
+                 {"param", error.param.empty() ? Json() : Json(error.param)},
+                 {"code", error.code.empty() ? Json() : Json(error.code)}}}};
+  return body.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+ApiError ErrorFromStatus(const absl::Status& status) {
+  ApiError error;
+  error.message = std::string(status.message());
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange: {
+      error.status = 400;
+      // "field: why": the field is the param.
+      const size_t colon = error.message.find(": ");
+      if (colon != std::string::npos && error.message.find(' ') > colon) error.param = error.message.substr(0, colon);
+      break;
+    }
+    case absl::StatusCode::kNotFound:
+      error.status = 404;
+      error.code = "model_not_found";
+      break;
+    case absl::StatusCode::kUnauthenticated:
+      error.status = 401;
+      error.code = "invalid_api_key";
+      break;
+    case absl::StatusCode::kResourceExhausted:
+      error.status = 429;
+      error.type = "rate_limit_exceeded";
+      error.code = "rate_limit_exceeded";
+      break;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kFailedPrecondition:
+      error.status = 503;
+      error.type = "server_error";
+      error.code = "service_unavailable";
+      break;
+    default:
+      error.status = 500;
+      error.type = "server_error";
+      error.code = "internal_error";
+      break;
+  }
+  return error;
+}
+
+absl::StatusOr<Json> ParseJsonObject(std::string_view body, int64_t max_depth, absl::string_view what) {
+  if (NestingDepth(body, max_depth) > max_depth) {
+    return Invalid(what, absl::StrCat("JSON nested deeper than ", max_depth, " levels"));
+  }
+  Json parsed;
+  try {
+    parsed = Json::parse(body);
+  } catch (const Json::parse_error& e) {
+    return Invalid(what, absl::StrCat("not valid JSON (at byte ", e.byte, ")"));
+  }
+  if (!parsed.is_object()) return Invalid(what, absl::StrCat("must be a JSON object, not ", TypeName(parsed)));
+  return parsed;
+}
+
+absl::StatusOr<std::string> RenderMessages(const Json& request, const ApiContext& context) {
+  if (context.chat_template == nullptr) {
+    return Invalid("messages",
+                   "the model has no chat template (chat_template.jinja or tokenizer_config.json's chat_template): "
+                   "start strata-server with --chat-template FILE, or send a prompt to /v1/completions");
+  }
+  chat_template::ChatRequest chat;
+  STRATA_ASSIGN_OR_RETURN(messages, ReadMessages(request, context));
+  chat.messages = std::move(messages);
+  if (const Json* tools = Field(request, "tools"); tools != nullptr) {
+    if (!tools->is_array()) return Invalid("tools", absl::StrCat("must be a list, not ", TypeName(*tools)));
+    for (size_t i = 0; i < tools->size(); ++i) {
+      if (!(*tools)[i].is_object()) return Invalid(absl::StrCat("tools[", i, "]"), "must be an object");
+    }
+    if (!tools->empty()) chat.tools = *tools;
+  }
+  if (const Json* documents = Field(request, "documents"); documents != nullptr) {
+    if (!documents->is_array()) return Invalid("documents", "must be a list of objects");
+    chat.documents = *documents;
+  }
+  STRATA_ASSIGN_OR_RETURN(add_generation_prompt, Bool(request, "add_generation_prompt"));
+  STRATA_ASSIGN_OR_RETURN(continue_final_message, Bool(request, "continue_final_message"));
+  chat.add_generation_prompt = add_generation_prompt.value_or(!continue_final_message.value_or(false));
+  if (continue_final_message.value_or(false)) {
+    if (chat.add_generation_prompt) {
+      return Invalid("continue_final_message", "cannot be true with add_generation_prompt true");
+    }
+    chat.continue_final_message = "content";
+  }
+  if (const Json* kwargs = Field(request, "chat_template_kwargs"); kwargs != nullptr) {
+    if (!kwargs->is_object()) return Invalid("chat_template_kwargs", "must be an object");
+    chat.extra = *kwargs;
+  }
+  STRATA_ASSIGN_OR_RETURN(chat_template_name, String(request, "chat_template_name"));
+  absl::StatusOr<const chat_template::Template*> tmpl =
+      context.chat_template->Select(chat_template_name.value_or(""), !chat.tools.is_null());
+  if (!tmpl.ok()) return Invalid("chat_template_name", tmpl.status().message());
+  absl::StatusOr<std::string> rendered =
+      chat_template::ApplyChatTemplate(**tmpl, chat, context.chat_template->special_tokens);
+  if (!rendered.ok())
+    return Invalid("messages", absl::StrCat("the chat template failed: ", rendered.status().message()));
+  return rendered;
+}
+
+absl::StatusOr<ApiRequest> ParseApiRequest(Route route, std::string_view body, const ApiContext& context) {
+  STRATA_ASSIGN_OR_RETURN(request, ParseJsonObject(body, context.api.max_json_depth));
+  ApiRequest out;
+  out.route = route;
+  if (absl::Status model = CheckModel(request, context, out); !model.ok()) return model;
+  GenerateInput input;
+  if (absl::Status sampling = ReadSampling(request, input, out); !sampling.ok()) return sampling;
+  const GenerateLimits& limits = context.limits;
+
+  if (route == Route::kCompletions) {
+    input.names.max_new_tokens = "max_tokens";
+    input.names.top_logprobs = "logprobs";
+    STRATA_ASSIGN_OR_RETURN(max_tokens, Integer(request, "max_tokens"));
+    input.max_new_tokens = max_tokens.value_or(16);  // OpenAI's default
+    STRATA_ASSIGN_OR_RETURN(logprobs, Integer(request, "logprobs"));
+    if (logprobs) {
+      input.top_logprobs = *logprobs;
+      out.logprobs = *logprobs;
+    }
+    STRATA_ASSIGN_OR_RETURN(echo, Bool(request, "echo"));
+    out.echo = echo.value_or(false);
+    if (out.echo && out.logprobs)
+      return Invalid("echo", "with logprobs (prompt log-probabilities) is not supported yet");
+    STRATA_ASSIGN_OR_RETURN(add_special_tokens, Bool(request, "add_special_tokens"));
+    input.add_special_tokens = add_special_tokens.value_or(true);  // vLLM's default for completions
+    STRATA_ASSIGN_OR_RETURN(prompts, ReadPrompts(request, context));
+    if (static_cast<int64_t>(prompts.size()) * out.n > context.api.max_choices) {
+      return Invalid("n", absl::StrCat(Count(static_cast<int64_t>(prompts.size()), "prompt"), " x n ", out.n,
+                                       " choices, more than the limit of ", context.api.max_choices));
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      GenerateInput one = input;
+      const std::string field = prompts.size() == 1 ? "prompt" : absl::StrCat("prompt[", i, "]");
+      one.names.prompt = field.c_str();
+      one.names.prompt_ids = field.c_str();
+      if (prompts[i].text) {
+        one.prompt_text = *prompts[i].text;
+      } else {
+        one.prompt_ids = prompts[i].ids;
+      }
+      absl::StatusOr<runtime::GenerationRequest> valid = ValidateGenerateInput(one, limits, context.tokenizer);
+      if (!valid.ok()) return valid.status();
+      out.prompt_texts.push_back(prompts[i].text                ? *prompts[i].text
+                                 : context.tokenizer != nullptr ? context.tokenizer->Decode(valid->prompt, false)
+                                                                : std::string());
+      out.prompts.push_back(*std::move(valid));
+    }
+    return out;
+  }
+
+  // Chat.
+  input.names.prompt = "messages";
+  input.names.prompt_ids = "messages";
+  input.names.top_logprobs = "top_logprobs";
+  STRATA_ASSIGN_OR_RETURN(logprobs, Bool(request, "logprobs"));
+  STRATA_ASSIGN_OR_RETURN(top_logprobs, Integer(request, "top_logprobs"));
+  if (top_logprobs && !logprobs.value_or(false)) return Invalid("top_logprobs", "only with logprobs: true");
+  if (logprobs.value_or(false)) {
+    out.logprobs = top_logprobs.value_or(0);
+    input.top_logprobs = *out.logprobs;
+  }
+  if (out.n > context.api.max_choices) {
+    return Invalid("n", absl::StrCat(out.n, " choices, more than the limit of ", context.api.max_choices));
+  }
+  STRATA_ASSIGN_OR_RETURN(response_format,
+                          String(Field(request, "response_format") != nullptr && request["response_format"].is_object()
+                                     ? request["response_format"]
+                                     : Json::object(),
+                                 "type"));
+  if (response_format && *response_format != "text") {
+    return Invalid("response_format", absl::StrCat("type '", *response_format, "' is not supported (only 'text')"));
+  }
+  const Json* tools = Field(request, "tools");
+  const bool has_tools = tools != nullptr && tools->is_array() && !tools->empty();
+  std::string tool_choice = has_tools ? "auto" : "none";
+  if (const Json* choice = Field(request, "tool_choice"); choice != nullptr) {
+    if (!choice->is_string()) {
+      return Invalid("tool_choice", "a named function is not supported: give \"auto\" or \"none\"");
+    }
+    tool_choice = choice->get<std::string>();
+    if (tool_choice == "required")
+      return Invalid("tool_choice", "\"required\" is not supported: give \"auto\" or \"none\"");
+    if (tool_choice != "auto" && tool_choice != "none") {
+      return Invalid("tool_choice", absl::StrCat("'", tool_choice, "' is not one of \"auto\", \"none\""));
+    }
+  }
+  if (has_tools && tool_choice == "auto") {
+    if (!context.parse_tool_calls) {
+      return Invalid("tool_choice",
+                     "\"auto\" needs strata-server started with --tool-call-parser (hermes, llama3_json); "
+                     "or give \"none\"");
+    }
+    out.parse_tool_calls = true;
+  }
+  STRATA_ASSIGN_OR_RETURN(rendered, RenderMessages(request, context));
+  if (static_cast<int64_t>(rendered.size()) > limits.max_prompt_bytes) {
+    return Invalid("messages", absl::StrCat(Count(static_cast<int64_t>(rendered.size()), "byte"),
+                                            " rendered by the chat template, more than the server's limit of ",
+                                            Count(limits.max_prompt_bytes, "byte")));
+  }
+  if (context.tokenizer == nullptr) return Invalid("messages", "the model has no tokenizer.json");
+  // The template wrote the special tokens: none are added (transformers' apply_chat_template, vLLM).
+  absl::StatusOr<std::vector<int32_t>> ids = context.tokenizer->Encode(rendered, /*add_special_tokens=*/false);
+  if (!ids.ok()) return Invalid("messages", ids.status().message());
+  if (ids->empty()) return Invalid("messages", "the chat template rendered no tokens");
+  input.prompt_ids = *std::move(ids);
+  STRATA_ASSIGN_OR_RETURN(max_completion_tokens, Integer(request, "max_completion_tokens"));
+  STRATA_ASSIGN_OR_RETURN(max_tokens, Integer(request, "max_tokens"));
+  if (max_completion_tokens) {
+    input.names.max_new_tokens = "max_completion_tokens";
+    input.max_new_tokens = *max_completion_tokens;
+  } else if (max_tokens) {
+    input.names.max_new_tokens = "max_tokens";
+    input.max_new_tokens = *max_tokens;
+  } else {
+    // As vLLM: what the context leaves after the prompt, within the server's limit.
+    input.names.max_new_tokens = "max_completion_tokens";
+    int64_t room = limits.max_context - static_cast<int64_t>(input.prompt_ids.size());
+    if (limits.kv_cache_tokens > 0)
+      room = std::min(room, limits.kv_cache_tokens + 1 - static_cast<int64_t>(input.prompt_ids.size()));
+    input.max_new_tokens = std::clamp<int64_t>(room, 1, limits.max_new_tokens);
+  }
+  absl::StatusOr<runtime::GenerationRequest> valid = ValidateGenerateInput(input, limits, context.tokenizer);
+  if (!valid.ok()) return valid.status();
+  out.prompt_texts.push_back(std::move(rendered));
+  out.prompts.push_back(*std::move(valid));
+  return out;
+}
+
+const char* FinishReasonText(runtime::FinishReason reason) {
+  switch (reason) {
+    case runtime::FinishReason::kLength:
+      return "length";
+    case runtime::FinishReason::kStop:
+    case runtime::FinishReason::kEos:
+      return "stop";
+    case runtime::FinishReason::kCancelled:
+    case runtime::FinishReason::kError:
+      break;
+  }
+  return "abort";
+}
+
+std::string TokenText(const tokenizer::Tokenizer* tokenizer, int32_t id) {
+  if (tokenizer == nullptr) return "";
+  const int32_t ids[] = {id};
+  return tokenizer->Decode(ids, /*skip_special_tokens=*/false);
+}
+
+}  // namespace strata::server::openai
