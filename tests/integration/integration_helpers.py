@@ -129,8 +129,9 @@ class ServerProcess:
     the channel credentials its gRPC port needs (a server with --tls-cert); None: plaintext."""
 
     def __init__(self, server_bin: Path, flags: list[str], log_dir: Path, env: dict | None = None,
-                 credentials: grpc.ChannelCredentials | None = None):
+                 credentials: grpc.ChannelCredentials | None = None, http: bool = False):
         self.env = env
+        self.http = http  # also serve the HTTP API (--http-listen) on a free port: self.http_url
         self.credentials = credentials
         self.server_bin = server_bin
         self.flags = flags
@@ -148,6 +149,10 @@ class ServerProcess:
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         self.args = [str(self.server_bin), *self.flags, "--listen", self.grpc_address,
                      "--metrics-listen", f"127.0.0.1:{self.metrics_port}"]
+        if self.http:
+            self.http_port = free_port()
+            self.http_url = f"http://127.0.0.1:{self.http_port}"
+            self.args += ["--http-listen", f"127.0.0.1:{self.http_port}"]
 
     def output(self) -> str:
         return f"stdout:\n{self.stdout_path.read_text()}\nstderr:\n{self.stderr_path.read_text()}"
