@@ -229,8 +229,9 @@ def http_route_schema_errors(route: dict) -> list[str]:
     if len(rules) > 16:
         errors.append("rules: at most 16")
     for rule in rules:
-        if set(rule) - {"name", "matches", "filters", "backendRefs", "timeouts"}:
-            errors.append(f"rule: unknown fields {sorted(set(rule) - {'name', 'matches', 'filters', 'backendRefs', 'timeouts'})}")
+        unknown = set(rule) - {"name", "matches", "filters", "backendRefs", "timeouts"}
+        if unknown:
+            errors.append(f"rule: unknown fields {sorted(unknown)}")
         for match in rule.get("matches", []):
             if set(match) - {"path", "headers", "queryParams", "method"}:
                 errors.append(f"match: {match}")
@@ -241,10 +242,12 @@ def http_route_schema_errors(route: dict) -> list[str]:
             if not path.get("value", "/").startswith("/"):
                 errors.append(f"match.path.value: {path}")
         for backend in rule.get("backendRefs", []):
-            if set(backend) - {"group", "kind", "name", "namespace", "port", "weight", "filters"} or "name" not in backend:
+            fields = {"group", "kind", "name", "namespace", "port", "weight", "filters"}
+            if set(backend) - fields or "name" not in backend:
                 errors.append(f"backendRef: {backend}")
         timeouts = rule.get("timeouts", {})
-        if set(timeouts) - {"request", "backendRequest"} or not all(GATEWAY_DURATION.match(v) for v in timeouts.values()):
+        if (set(timeouts) - {"request", "backendRequest"}
+                or not all(GATEWAY_DURATION.match(v) for v in timeouts.values())):
             errors.append(f"timeouts: {timeouts}")
     return errors
 
@@ -324,7 +327,8 @@ def test_epp_flags_ports_and_probes(gateway_docs, overlay):
     # The picker's Service reaches its pods' named ports.
     service = named(objects, "Service", EPP_NAME)
     assert selects(service["spec"]["selector"], epp_deployment(objects)["spec"]["template"]["metadata"]["labels"])
-    assert not selects(service["spec"]["selector"], strata_deployment(objects)["spec"]["template"]["metadata"]["labels"])
+    strata_labels = strata_deployment(objects)["spec"]["template"]["metadata"]["labels"]
+    assert not selects(service["spec"]["selector"], strata_labels)
     for port in service["spec"]["ports"]:
         assert port["name"] == port["targetPort"] and container_port(epp, port["targetPort"]) == port["port"]
     # Non-root, read-only root, no privilege escalation (distroless nonroot: uid 65532).
