@@ -4,7 +4,7 @@
 #   docker build -t strata .                                   # GPU hosts (CUDA base images below)
 #   podman build --build-arg BASE_IMAGE=localhost/strata-base:bookworm \
 #                --build-arg RUNTIME_IMAGE=localhost/strata-base:bookworm -t strata .
-#   docker run --gpus all -v /models/x:/model:ro -p 50051:50051 -p 9464:9464 strata
+#   docker run --gpus all -v /models/x:/model:ro -p 50051:50051 -p 8000:8000 -p 9464:9464 strata
 #
 # Two stages. The builder installs Debian's/Ubuntu's -dev packages (gRPC, Protobuf, Abseil,
 # prometheus-cpp, nlohmann-json, Oniguruma, utf8proc), the PyPI torch wheel pinned in
@@ -102,7 +102,8 @@ RUN apt-get update -q \
 COPY --from=builder /opt/strata /opt/strata
 ENV PATH=/opt/strata/bin:$PATH LD_LIBRARY_PATH=/opt/strata/lib
 USER 10001:10001
-EXPOSE 50051 9464
+# gRPC, the OpenAI-compatible HTTP API (vLLM's port), /metrics.
+EXPOSE 50051 8000 9464
 # catatonit as PID 1 forwards SIGTERM/SIGINT to strata-server (which drains) and reaps.
 ENTRYPOINT ["catatonit", "--", "strata-server"]
-CMD ["--model", "/model", "--listen", "0.0.0.0:50051", "--metrics-listen", "0.0.0.0:9464"]
+CMD ["--model", "/model", "--listen", "0.0.0.0:50051", "--http-listen", "0.0.0.0:8000", "--metrics-listen", "0.0.0.0:9464"]

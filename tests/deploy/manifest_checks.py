@@ -11,6 +11,7 @@ K8S = REPO / "deploy" / "k8s"
 OVERLAYS = ("cpu", "gpu", "multi-gpu")
 
 GRPC_PORT_NAME = "grpc"
+HTTP_PORT_NAME = "http"  # the OpenAI-compatible API (--http-listen)
 METRICS_PORT_NAME = "metrics"
 
 

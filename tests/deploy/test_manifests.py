@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import yaml
 
-from manifest_checks import (OVERLAYS, REPO, GRPC_PORT_NAME, METRICS_PORT_NAME, by_kind, container_port, duration_seconds, flag,
+from manifest_checks import (OVERLAYS, REPO, GRPC_PORT_NAME, HTTP_PORT_NAME, METRICS_PORT_NAME, by_kind, container_port, duration_seconds, flag,
                              max_memory, metrics_in_source, one, promql_metric_names, quantity_bytes, selects,
                              server_container)
 
@@ -193,6 +193,14 @@ def test_services_reach_the_pods_named_ports(docs, overlay):
             assert port["name"] == port["targetPort"]
     grpc = [p for s in services for p in s["spec"]["ports"] if p["name"] == GRPC_PORT_NAME]
     assert grpc and all(p["appProtocol"] == "kubernetes.io/h2c" for p in grpc)
+    # The OpenAI-compatible API on the ClusterIP Service, at the container's port (tests/deploy/test_http_port.py
+    # ties the number to --http-listen, the image and compose).
+    (main,) = [s for s in services if s["metadata"]["name"] == "strata"]
+    (http,) = [p for p in main["spec"]["ports"] if p["name"] == HTTP_PORT_NAME]
+    assert http["appProtocol"] == "http" and http["protocol"] == "TCP"
+    assert http["port"] == container_port(server_container(deployment(objects)), HTTP_PORT_NAME)
+    # components/tls drops the gRPC port's appProtocol by index.
+    assert main["spec"]["ports"][0]["name"] == GRPC_PORT_NAME
     headless = [s for s in services if s["spec"].get("clusterIP") == "None"]
     assert len(headless) == (0 if overlay == "cpu" else 1)
 

@@ -1,8 +1,8 @@
 """`podman kube play` of the CPU overlay's rendered Deployment, with the strata image the image test
 builds: the pod starts under the manifest's own args, user and read-only root, and answers gRPC
-health and /metrics. podman ignores probes, GPUs and CRDs, so only the Deployment is played; the
-checkpoint PVC becomes a hostPath onto a plan-only model (config.json, no weights: health is SERVING
-once the plan is made), and hostPorts publish the two ports on loopback."""
+health, the HTTP API's /health and /metrics. podman ignores probes, GPUs and CRDs, so only the
+Deployment is played; the checkpoint PVC becomes a hostPath onto a plan-only model (config.json, no
+weights: health is SERVING once the plan is made), and hostPorts publish the three ports on loopback."""
 
 import shutil
 import subprocess
@@ -13,7 +13,8 @@ import urllib.request
 import pytest
 import yaml
 
-from manifest_checks import GRPC_PORT_NAME, METRICS_PORT_NAME, REPO, container_port, one, server_container
+from manifest_checks import (GRPC_PORT_NAME, HTTP_PORT_NAME, METRICS_PORT_NAME, REPO, container_port, one,
+                             server_container)
 
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 from integration_helpers import free_port, generate_stubs  # noqa: E402
@@ -25,7 +26,7 @@ def podman(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess
     return IMG.podman(*args, timeout=timeout, check=False)
 
 
-def playable_deployment(deployment: dict, image: str, model_dir, grpc_host_port: int, metrics_host_port: int) -> dict:
+def playable_deployment(deployment: dict, image: str, model_dir, host_ports: dict[str, int]) -> dict:
     played = yaml.safe_load(yaml.safe_dump(deployment))
     played["metadata"].pop("namespace", None)
     pod = played["spec"]["template"]["spec"]
@@ -33,7 +34,7 @@ def playable_deployment(deployment: dict, image: str, model_dir, grpc_host_port:
     container["image"] = image
     for port in container["ports"]:
         port["hostIP"] = "127.0.0.1"
-        port["hostPort"] = {GRPC_PORT_NAME: grpc_host_port, METRICS_PORT_NAME: metrics_host_port}[port["name"]]
+        port["hostPort"] = host_ports[port["name"]]
     for volume in pod["volumes"]:
         if "persistentVolumeClaim" in volume:
             del volume["persistentVolumeClaim"]
@@ -61,8 +62,9 @@ def test_cpu_deployment_runs_under_podman_kube_play(docs, strata_image, tmp_path
     (model_dir / "config.json").chmod(0o644)
 
     deployment = one(docs["cpu"], "Deployment")
-    grpc_host_port, metrics_host_port = free_port(), free_port()
-    played = playable_deployment(deployment, strata_image, model_dir, grpc_host_port, metrics_host_port)
+    host_ports = {GRPC_PORT_NAME: free_port(), HTTP_PORT_NAME: free_port(), METRICS_PORT_NAME: free_port()}
+    grpc_host_port, metrics_host_port = host_ports[GRPC_PORT_NAME], host_ports[METRICS_PORT_NAME]
+    played = playable_deployment(deployment, strata_image, model_dir, host_ports)
     manifest = tmp_path / "strata.yaml"
     manifest.write_text(yaml.safe_dump(played))
 
@@ -87,6 +89,9 @@ def test_cpu_deployment_runs_under_podman_kube_play(docs, strata_image, tmp_path
         assert health_status(stubs, channel, "") == serving, logs
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_host_port}/metrics", timeout=5) as reply:
             assert "strata_device_budget_bytes" in reply.read().decode()
+        # The OpenAI-compatible API on the port named http: 200 once SERVING.
+        with urllib.request.urlopen(f"http://127.0.0.1:{host_ports[HTTP_PORT_NAME]}/health", timeout=5) as reply:
+            assert reply.status == 200, logs
 
         # The container runs as the manifest says: its args, a non-root user, a read-only root.
         inspect = yaml.safe_load(podman(["inspect", name, "--format", "json"]).stdout)[0]
@@ -96,6 +101,7 @@ def test_cpu_deployment_runs_under_podman_kube_play(docs, strata_image, tmp_path
         assert inspect["HostConfig"]["ReadonlyRootfs"] is True
         assert all(arg in inspect["Args"] for arg in config["args"])
         assert container_port(config, GRPC_PORT_NAME) == 50051
+        assert container_port(config, HTTP_PORT_NAME) == 8000
         channel.close()
     finally:
         podman(["kube", "down", str(manifest)], timeout=120)

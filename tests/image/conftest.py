@@ -42,7 +42,7 @@ def image_model(tmp_path_factory):
     return IMG.readable_by_all(directory), tok
 
 
-# The image's CMD (--model /model, ports 50051/9464 on 0.0.0.0) plus the 2-stage CPU plan of the Generate
+# The image's CMD (--model /model, ports 50051/8000/9464 on 0.0.0.0) plus the 2-stage CPU plan of the Generate
 # tests, so the pipeline across stages is what runs in the container.
 SERVE_ARGS = [*IMG.IMAGE_CMD, *GH.TWO_STAGE_FLAGS, "--max-batch", "8", "--max-context", "2048"]
 

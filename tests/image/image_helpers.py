@@ -28,8 +28,10 @@ CONTAINERS_CONF = REPO / "deploy" / "podman" / "containers.conf"
 BASE_IMAGE = os.environ.get("STRATA_BASE_IMAGE", "localhost/strata-base:bookworm")
 IMAGE_TAG = os.environ.get("STRATA_IMAGE_TAG", "localhost/strata:test")
 BUILD_TIMEOUT_S = 45 * 60
-# The Dockerfile's CMD: the checkpoint at /model, gRPC and /metrics on all interfaces at the EXPOSEd ports.
-IMAGE_CMD = ["--model", "/model", "--listen", "0.0.0.0:50051", "--metrics-listen", "0.0.0.0:9464"]
+# The Dockerfile's CMD: the checkpoint at /model, gRPC, the OpenAI-compatible HTTP API and /metrics on all
+# interfaces at the EXPOSEd ports (tests/deploy/test_http_port.py checks it against the Dockerfile).
+IMAGE_CMD = ["--model", "/model", "--listen", "0.0.0.0:50051", "--http-listen", "0.0.0.0:8000",
+             "--metrics-listen", "0.0.0.0:9464"]
 
 _built: dict[str, object] = {}
 

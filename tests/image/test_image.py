@@ -26,7 +26,7 @@ def test_image_runs_strata_as_non_root_under_an_init(strata_image):
     config = json.loads(IMG.podman("image", "inspect", strata_image).stdout)[0]["Config"]
     assert config["Entrypoint"] == ["catatonit", "--", "strata-server"]
     assert config["Cmd"] == IMG.IMAGE_CMD
-    assert set(config["ExposedPorts"]) == {"50051/tcp", "9464/tcp"}
+    assert set(config["ExposedPorts"]) == {"50051/tcp", "8000/tcp", "9464/tcp"}
     assert config["User"] == "10001:10001"
     built = IMG.build_result()
     size = IMG.image_size_bytes(strata_image)

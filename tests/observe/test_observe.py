@@ -137,10 +137,11 @@ def test_compose_services_ports_and_mounted_files():
     for name, published in ports.items():
         for host, host_port, container_port in published:
             assert host == "127.0.0.1" and host_port == container_port, (name, host, host_port)
-    assert {p[2] for p in ports["strata"]} == {"50051", "9464"}
+    assert {p[2] for p in ports["strata"]} == {"50051", "8000", "9464"}
     assert ports["prometheus"][0][2] == "9090" and ports["grafana"][0][2] == "3000"
     flags = services["strata"]["command"]
     assert "--metrics-listen=0.0.0.0:9464" in flags and "--listen=0.0.0.0:50051" in flags
+    assert "--http-listen=0.0.0.0:8000" in flags
     # The scrape target is the compose service at its metrics port.
     targets = [t for job in yaml.safe_load(OH.PROMETHEUS_YML.read_text())["scrape_configs"]
                for sc in job["static_configs"] for t in sc["targets"]]
