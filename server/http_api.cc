@@ -357,7 +357,13 @@ void HttpGeneration::FinishLocked() {
     failure = absl::UnavailableError("the server is draining: its --drain-timeout ended this generation");
   }
   const bool gone = exchange_->client_gone();
-  if (gone && failure.ok()) failure = absl::CancelledError("the client disconnected");
+  if (gone && failure.ok()) {
+    // Counted as gRPC counts a stream cut for the same reasons: RESOURCE_EXHAUSTED for a client that did not
+    // read, CANCELLED for one that left.
+    failure = exchange_->overflowed()
+                  ? absl::ResourceExhaustedError("the client did not read: more than --max-stream-buffer-bytes unread")
+                  : absl::CancelledError("the client disconnected");
+  }
 
   if (request_.stream) {
     if (!failure.ok()) {

@@ -168,6 +168,18 @@ struct HttpServer::Callbacks {
     return MHD_YES;
   }
 
+  // A new connection: the kernel's send buffer is capped, so that a client that stops reading holds at
+  // most kSocketSendBufferBytes there (plus the stream buffer here) before its stream is cut; Linux would
+  // otherwise let it grow to tcp_wmem's maximum (4 MiB) per connection.
+  static void Connection(void* /*server*/, MHD_Connection* connection, void** /*socket_state*/,
+                         MHD_ConnectionNotificationCode code) {
+    if (code != MHD_CONNECTION_NOTIFY_STARTED) return;
+    const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info == nullptr) return;
+    const int bytes = kSocketSendBufferBytes;
+    setsockopt(info->connect_fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+  }
+
   // The request is over: answered (OK), or its connection closed, timed out or failed first.
   static void Completed(void* server_ptr, MHD_Connection* /*connection*/, void** request_state,
                         MHD_RequestTerminationCode termination) {
@@ -244,6 +256,7 @@ bool HttpExchange::Write(std::string_view bytes) {
     }
     // The client does not read: the stream is cut (the reader ends it with an error) and counted gone.
     gone_ = true;
+    overflowed_ = true;
     buffer_.clear();
     on_gone = std::move(on_gone_);
     ResumeLocked();
@@ -272,6 +285,11 @@ void HttpExchange::OnClientGone(std::function<void()> callback) {
 bool HttpExchange::client_gone() const {
   std::lock_guard lock(mutex_);
   return gone_;
+}
+
+bool HttpExchange::overflowed() const {
+  std::lock_guard lock(mutex_);
+  return overflowed_;
 }
 
 void HttpExchange::ClientGone() {
@@ -306,7 +324,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const ListenAddres
         flags, static_cast<uint16_t>(address.port), nullptr, nullptr, &Callbacks::Access, server.get(),
         MHD_OPTION_SOCK_ADDR, &a, MHD_OPTION_CONNECTION_LIMIT, o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         o.idle_timeout_seconds, MHD_OPTION_THREAD_STACK_SIZE, kThreadStackBytes, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
-        MHD_OPTION_NOTIFY_COMPLETED, &Callbacks::Completed, server.get(),
+        MHD_OPTION_NOTIFY_COMPLETED, &Callbacks::Completed, server.get(), MHD_OPTION_NOTIFY_CONNECTION,
+        &Callbacks::Connection, server.get(),
         // Without TLS these two are MHD_OPTION_END's neighbours and never read.
         o.tls ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, key, MHD_OPTION_HTTPS_MEM_CERT, cert, MHD_OPTION_END);
     if (server->daemon_ != nullptr) break;

@@ -84,6 +84,8 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
   // before its response is complete. It must not call back into this exchange under a lock it holds.
   void OnClientGone(std::function<void()> callback);
   bool client_gone() const;
+  // The stream was cut because its client left more than the stream buffer's limit unread.
+  bool overflowed() const;
 
  private:
   friend class HttpServer;
@@ -112,6 +114,7 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
   std::string buffer_;  // stream bytes not yet taken by MHD
   bool ended_ = false;
   bool gone_ = false;
+  bool overflowed_ = false;
   std::function<void()> on_gone_;
   int fd_ = -1;  // the connection's socket, watched while suspended
 };
@@ -131,6 +134,7 @@ class HttpServer {
  public:
   static constexpr int kDisconnectPollMs = 20;
   static constexpr size_t kThreadStackBytes = 8 << 20;
+  static constexpr int kSocketSendBufferBytes = 256 << 10;
 
   // Binds `address` (Unavailable when it cannot: a port in use) and serves `handler` until destroyed.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const ListenAddress& address, HttpServerOptions options,
