@@ -79,7 +79,11 @@ void ExpectSame(const ParsedToolCalls& expected, const ParsedToolCalls& actual, 
 bool IsValidUtf8(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
-    const int n = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    const int n = c < 0x80                 ? 1
+                  : c >= 0xC2 && c <= 0xDF ? 2
+                  : c >= 0xE0 && c <= 0xEF ? 3
+                  : c >= 0xF0 && c <= 0xF4 ? 4
+                                           : 0;
     if (n == 0 || i + n > s.size()) return false;
     for (int k = 1; k < n; ++k) {
       if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
@@ -172,7 +176,8 @@ TEST(HermesToolCalls, QwenParallelCallsWithLeadingContentKeepItUnstripped) {
 
 TEST(HermesToolCalls, Qwen3ThinkingStaysContent) {
   const std::string text =
-      "<think>\nThe user wants the time.\n</think>\n\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+      "<think>\nThe user wants the time.\n</think>\n\n<tool_call>\n{\"name\": \"now\", \"arguments\": "
+      "{}}\n</tool_call>";
   const ParsedToolCalls parsed = Parse(ToolCallFormat::kHermes, text);
   EXPECT_EQ(parsed.content, "<think>\nThe user wants the time.\n</think>\n\n");
   ASSERT_EQ(parsed.calls.size(), 1u);
@@ -195,16 +200,15 @@ TEST(HermesToolCalls, ArgumentsAreDumpedAsPythonsJsonDumps) {
 }
 
 TEST(HermesToolCalls, ArgumentsMayBeAnyValueButMustBePresent) {
-  EXPECT_EQ(Parse(ToolCallFormat::kHermes, R"(<tool_call>{"name": "f", "arguments": "x"}</tool_call>)")
-                .calls.at(0)
-                .arguments,
-            R"("x")");
+  EXPECT_EQ(
+      Parse(ToolCallFormat::kHermes, R"(<tool_call>{"name": "f", "arguments": "x"}</tool_call>)").calls.at(0).arguments,
+      R"("x")");
   for (std::string_view malformed : {
-           R"(<tool_call>{"name": "f"}</tool_call>)",                              // no arguments
-           R"(<tool_call>{"name": 3, "arguments": {}}</tool_call>)",               // a name that is no string
-           R"(<tool_call>[{"name": "f", "arguments": {}}]</tool_call>)",           // not an object
-           R"(<tool_call>{"name": "f", "arguments": {}} x</tool_call>)",           // extra data
-           R"(<tool_call>{"name": "f", "parameters": {}}</tool_call>)",            // llama's key
+           R"(<tool_call>{"name": "f"}</tool_call>)",                                     // no arguments
+           R"(<tool_call>{"name": 3, "arguments": {}}</tool_call>)",                      // a name that is no string
+           R"(<tool_call>[{"name": "f", "arguments": {}}]</tool_call>)",                  // not an object
+           R"(<tool_call>{"name": "f", "arguments": {}} x</tool_call>)",                  // extra data
+           R"(<tool_call>{"name": "f", "parameters": {}}</tool_call>)",                   // llama's key
            "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"x\ny\"}}</tool_call>",  // a raw control char
            "<tool_call></tool_call>",
        }) {
@@ -309,12 +313,12 @@ TEST(Llama3JsonToolCalls, LeadingTextIsContentWhereVllmDropsIt) {
 
 TEST(Llama3JsonToolCalls, AnyBraceThatIsNotACallMakesTheWholeOutputContent) {
   for (std::string_view text : {
-           R"({"name": "a", "parameters": {}} and then {"x": 1})",     // an object without a name
-           R"(The answer is {"result": 42}.)",                           // JSON in prose
-           "int main() {\n  return 0;\n}",                               // code
+           R"({"name": "a", "parameters": {}} and then {"x": 1})",            // an object without a name
+           R"(The answer is {"result": 42}.)",                                // JSON in prose
+           "int main() {\n  return 0;\n}",                                    // code
            R"({"name": "a", "parameters": {"q": "x"}}; {"name": "b", "par)",  // truncated at max_tokens
-           R"({"name": ["a"], "parameters": {}})",                       // a name that is no string
-           "<|python_tag|>{\"name\": \"f\"}",                            // no arguments
+           R"({"name": ["a"], "parameters": {}})",                            // a name that is no string
+           "<|python_tag|>{\"name\": \"f\"}",                                 // no arguments
            "{}",
        }) {
     const ParsedToolCalls parsed = Parse(ToolCallFormat::kLlama3Json, text);
@@ -386,10 +390,15 @@ TEST(ToolCallStreamParser, ContentNeverEndsInsideAUtf8Sequence) {
 TEST(ToolCallStreamParser, GeneratedOutputsStreamLikeParse) {
   std::mt19937 rng(1234);
   auto pick = [&rng](const std::vector<std::string>& options) { return options[rng() % options.size()]; };
-  const std::vector<std::string> contents = {"", "Sure! ", "<think>\nhmm\n</think>\n\n", "naïve 日本 😀 ", "a < b ",
-                                             "<tool_", "{", "<|python_tag|>", "x; "};
-  const std::vector<std::string> args = {"{}", R"({"a": 1})", R"({"s": "</tool_call>"})", R"({"n": [1.5, -0, 1e3]})",
-                                         R"({"u": "\u00e9😀", "d": {"e": null}})", R"("str")", "{\"a\": }"};
+  const std::vector<std::string> contents = {
+      "", "Sure! ", "<think>\nhmm\n</think>\n\n", "naïve 日本 😀 ", "a < b ", "<tool_", "{", "<|python_tag|>", "x; "};
+  const std::vector<std::string> args = {"{}",
+                                         R"({"a": 1})",
+                                         R"({"s": "</tool_call>"})",
+                                         R"({"n": [1.5, -0, 1e3]})",
+                                         R"({"u": "\u00e9😀", "d": {"e": null}})",
+                                         R"("str")",
+                                         "{\"a\": }"};
   for (int i = 0; i < 60; ++i) {
     const bool hermes = i % 2 == 0;
     std::string text = pick(contents);
@@ -423,7 +432,8 @@ void ExpectLinear(ToolCallFormat format, const std::string& text) {
 TEST(ToolCallBounds, MegabyteOutputs) {
   const size_t mb = 1 << 20;
   std::string many_calls;
-  while (many_calls.size() < mb) many_calls += R"(<tool_call>{"name": "f", "arguments": {"a": [1, 2.5, "x"]}}</tool_call>)";
+  while (many_calls.size() < mb)
+    many_calls += R"(<tool_call>{"name": "f", "arguments": {"a": [1, 2.5, "x"]}}</tool_call>)";
   ExpectLinear(ToolCallFormat::kHermes, many_calls);
   EXPECT_GT(Parse(ToolCallFormat::kHermes, many_calls).calls.size(), 10000u);
 
