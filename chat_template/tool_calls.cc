@@ -1,5 +1,6 @@
 #include "chat_template/tool_calls.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -705,7 +706,8 @@ std::vector<ToolCallDelta> ToolCallStreamParser::Feed(std::string_view new_text)
   // block must be a JSON object; Llama: the first `{` must open an object with a key (`{}` has no name).
   if (!decided_checked_) {
     const size_t after = format_ == ToolCallFormat::kHermes ? kHermesStart.size() : 1;
-    const size_t first = SkipJsonSpace(held_, after);
+    const size_t first = SkipJsonSpace(held_, std::max(after, decide_from_));
+    decide_from_ = first;
     if (first < held_.size()) {
       decided_checked_ = true;
       const char expected = format_ == ToolCallFormat::kHermes ? '{' : '"';

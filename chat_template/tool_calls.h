@@ -89,6 +89,7 @@ class ToolCallStreamParser {
   std::string held_tag_;          // llama3_json: a `<|python_tag|>` right before the first `{`
   std::string held_;              // kHeld: the text from the first marker on
   bool decided_checked_ = false;  // the character after the first marker was looked at
+  size_t decide_from_ = 0;        // held_ is whitespace after the marker up to here
 };
 
 }  // namespace strata::chat_template

@@ -450,6 +450,8 @@ TEST(ToolCallBounds, MegabyteOutputs) {
   while (markers.size() < mb) markers += "<tool_call>";
   ExpectLinear(ToolCallFormat::kHermes, markers);
   ExpectLinear(ToolCallFormat::kHermes, "<tool_call>" + std::string(mb, '['));
+  ExpectLinear(ToolCallFormat::kHermes, "<tool_call>" + std::string(mb, ' ') + "x");
+  ExpectLinear(ToolCallFormat::kLlama3Json, "{" + std::string(mb, '\n') + "x");
   ExpectLinear(ToolCallFormat::kHermes, "<tool_call>" + std::string(mb, '{'));
   ExpectLinear(ToolCallFormat::kLlama3Json, std::string(mb, '{'));
   std::string nested = "{\"name\": \"f\", \"parameters\": ";
