@@ -463,6 +463,14 @@ TEST(ToolCallBounds, MegabyteOutputs) {
   ExpectLinear(ToolCallFormat::kHermes, partial_tags);
 }
 
+TEST(ToolCallBounds, IntegersOfMoreThan4300DigitsAreMalformedAsInPython) {
+  auto call = [](size_t digits) {
+    return "<tool_call>{\"name\": \"f\", \"arguments\": -" + std::string(digits, '7') + "}</tool_call>";
+  };
+  EXPECT_EQ(Parse(ToolCallFormat::kHermes, call(4300)).calls.at(0).arguments, "-" + std::string(4300, '7'));
+  EXPECT_TRUE(Parse(ToolCallFormat::kHermes, call(4301)).calls.empty());  // Python: ValueError
+}
+
 TEST(ToolCallBounds, DeepNestingIsMalformedNotACrash) {
   std::string deep = "<tool_call>{\"name\": \"f\", \"arguments\": ";
   for (int i = 0; i < 600; ++i) deep += "[";
