@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "chat_template/chat_template.h"
 #include "chat_template/checkpoint_template.h"
+#include "chat_template/tool_calls.h"
 #include "checkpoint/file_reader.h"
 #include "checkpoint/json_depth.h"
 #include "cli/flags.h"
@@ -28,6 +30,14 @@ ABSL_FLAG(bool, add_generation_prompt, false, "set add_generation_prompt");
 ABSL_FLAG(bool, continue_final_message, false, "continue the final message (its content)");
 ABSL_FLAG(bool, batch, false,
           "read JSON Lines of such objects on stdin; write one JSON line each: {\"text\": ...} or {\"error\": ...}");
+ABSL_FLAG(std::string, parse_tool_calls, "",
+          "instead of rendering: read a model's output on stdin and print its tool calls as JSON, parsed as vLLM's "
+          "--tool-call-parser FORMAT (hermes, llama3_json); with --batch, one JSON string a line in, one result a "
+          "line out");
+ABSL_FLAG(int64_t, tool_call_seed, -1, "with --parse-tool-calls: seed of the tool-call ids (default: random)");
+ABSL_FLAG(int64_t, stream_chunk, 0,
+          "with --parse-tool-calls: feed the output to the stream parser in chunks of N bytes and print what the "
+          "deltas add up to");
 ABSL_FLAG(int64_t, max_steps, strata::chat_template::RenderLimits{}.max_steps, "render step budget");
 
 namespace {
@@ -40,14 +50,17 @@ const strata::cli::CommandLine& Command() {
     strata::cli::CommandLine command;
     command.usage = R"(usage: strata-chat-template (--checkpoint DIR | --template-file FILE) --messages FILE [options]
        strata-chat-template (--checkpoint DIR | --template-file FILE) --batch < contexts.jsonl
+       strata-chat-template --parse-tool-calls FORMAT [--batch] [--tool-call-seed N] [--stream-chunk N] < output
 
 Renders a chat template as transformers' apply_chat_template(tokenize=False) and prints the text.
 )";
-    command.flags = {strata::cli::Flag(FLAGS_checkpoint, "DIR"),      strata::cli::Flag(FLAGS_template_file, "FILE"),
-                     strata::cli::Flag(FLAGS_chat_template, "FILE"),  strata::cli::Flag(FLAGS_template_name, "NAME"),
-                     strata::cli::Flag(FLAGS_messages, "FILE"),       strata::cli::Flag(FLAGS_add_generation_prompt),
-                     strata::cli::Flag(FLAGS_continue_final_message), strata::cli::Flag(FLAGS_batch),
-                     strata::cli::Flag(FLAGS_max_steps, "N")};
+    command.flags = {
+        strata::cli::Flag(FLAGS_checkpoint, "DIR"),      strata::cli::Flag(FLAGS_template_file, "FILE"),
+        strata::cli::Flag(FLAGS_chat_template, "FILE"),  strata::cli::Flag(FLAGS_template_name, "NAME"),
+        strata::cli::Flag(FLAGS_messages, "FILE"),       strata::cli::Flag(FLAGS_add_generation_prompt),
+        strata::cli::Flag(FLAGS_continue_final_message), strata::cli::Flag(FLAGS_batch),
+        strata::cli::Flag(FLAGS_max_steps, "N"),         strata::cli::Flag(FLAGS_parse_tool_calls, "FORMAT"),
+        strata::cli::Flag(FLAGS_tool_call_seed, "N"),    strata::cli::Flag(FLAGS_stream_chunk, "N")};
     return command;
   }();
   return command;
@@ -127,6 +140,80 @@ absl::StatusOr<json> ParseJson(const std::string& text, const std::string& where
   return j;
 }
 
+// {"content": string|null, "tool_calls": [{id, type, function: {name, arguments}}]} as OpenAI's message
+// has them (content null when there are calls and no text before them).
+json ToolCallsJson(const ct::ParsedToolCalls& parsed) {
+  json out = json::object();
+  out["content"] = parsed.content.empty() && !parsed.calls.empty() ? json(nullptr) : json(parsed.content);
+  out["tool_calls"] = json::array();
+  for (const ct::ToolCall& call : parsed.calls) {
+    out["tool_calls"].push_back(
+        {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+  }
+  return out;
+}
+
+// The stream parser fed `chunk` bytes at a time, its deltas added up.
+ct::ParsedToolCalls StreamToolCalls(ct::ToolCallFormat format, std::string_view text, size_t chunk,
+                                    ct::ToolCallIds ids) {
+  ct::ToolCallStreamParser parser(format, ids);
+  ct::ParsedToolCalls parsed;
+  auto add = [&parsed](const std::vector<ct::ToolCallDelta>& deltas) {
+    for (const ct::ToolCallDelta& delta : deltas) {
+      if (delta.tool_index < 0) {
+        parsed.content += delta.content;
+        continue;
+      }
+      if (static_cast<size_t>(delta.tool_index) >= parsed.calls.size()) parsed.calls.resize(delta.tool_index + 1);
+      ct::ToolCall& call = parsed.calls[delta.tool_index];
+      call.id += delta.id;
+      call.name += delta.name;
+      call.arguments += delta.arguments;
+    }
+  };
+  for (size_t i = 0; i < text.size(); i += chunk) add(parser.Feed(text.substr(i, chunk)));
+  add(parser.Finish());
+  return parsed;
+}
+
+int ParseToolCallsMain(const std::string& flag, bool batch) {
+  absl::StatusOr<ct::ToolCallFormat> format = ct::ParseToolCallFormat(flag);
+  if (!format.ok()) return Fail(2, absl::StrCat("--parse-tool-calls: ", format.status().message()));
+  const int64_t seed = absl::GetFlag(FLAGS_tool_call_seed);
+  const int64_t chunk = absl::GetFlag(FLAGS_stream_chunk);
+  if (chunk < 0) return Fail(2, "--stream-chunk: expected a positive integer (or 0: not streamed)");
+  ct::ToolCallIds ids = seed >= 0 ? ct::ToolCallIds(static_cast<uint64_t>(seed)) : ct::ToolCallIds();
+  auto parse = [&](std::string_view text) {
+    if (chunk > 0) {
+      ct::ParsedToolCalls parsed = StreamToolCalls(*format, text, static_cast<size_t>(chunk), ids);
+      for (size_t i = 0; i < parsed.calls.size(); ++i) ids.Next();  // the next output gets fresh ids
+      return parsed;
+    }
+    return ct::ParseToolCalls(*format, text, ids);
+  };
+  auto print = [](const json& out) {
+    std::string dumped = out.dump(-1, ' ', false, json::error_handler_t::replace);
+    dumped.push_back('\n');
+    std::fwrite(dumped.data(), 1, dumped.size(), stdout);
+  };
+  if (!batch) {
+    std::string text(std::istreambuf_iterator<char>(std::cin), {});
+    if (std::cin.bad()) return Fail(1, "error reading stdin");
+    print(ToolCallsJson(parse(text)));
+    return 0;
+  }
+  std::string line;
+  for (size_t n = 1; std::getline(std::cin, line); ++n) {
+    absl::StatusOr<json> input = ParseJson(line, absl::StrCat("stdin line ", n));
+    if (!input.ok()) return FailStatus(input.status());
+    if (!input->is_string()) return Fail(2, absl::StrCat("stdin line ", n, ": expected a JSON string"));
+    print(ToolCallsJson(parse(input->get<std::string>())));
+    std::fflush(stdout);
+  }
+  if (std::cin.bad()) return Fail(1, "error reading stdin");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -141,6 +228,12 @@ int main(int argc, char** argv) {
   const std::string chat_template = absl::GetFlag(FLAGS_chat_template);
   const std::string messages = absl::GetFlag(FLAGS_messages);
   const bool batch = absl::GetFlag(FLAGS_batch);
+  if (const std::string tool_calls = absl::GetFlag(FLAGS_parse_tool_calls); !tool_calls.empty()) {
+    if (!checkpoint.empty() || !template_file.empty() || !messages.empty()) {
+      return Fail(2, "--parse-tool-calls reads stdin: give no --checkpoint, --template-file or --messages");
+    }
+    return ParseToolCallsMain(tool_calls, batch);
+  }
   if (checkpoint.empty() == template_file.empty())
     return Fail(2, "give one of --checkpoint DIR and --template-file FILE");
   if (!chat_template.empty() && checkpoint.empty()) return Fail(2, "--chat-template applies to --checkpoint");

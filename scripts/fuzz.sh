@@ -5,7 +5,7 @@
 #   scripts/fuzz.sh NAME SECONDS [ARGS...]     fuzz one harness for SECONDS; ARGS go to libFuzzer
 #   scripts/fuzz.sh list                       the harness names
 #
-# NAME: safetensors_header, config, tokenizer, device_map, generate_request, chat_template.
+# NAME: safetensors_header, config, tokenizer, device_map, generate_request, chat_template, tool_calls.
 # The harnesses build into $STRATA_FUZZ_BUILD_DIR (default build-fuzz/, a clang build of the torch-free
 # libraries only). Each run regenerates the seed corpus (tests/fuzz/make_seeds.py) into the work dir
 # $STRATA_FUZZ_WORK (default ~/.cache/strata/fuzz, outside the checkout) and grows NAME's corpus there, so
@@ -18,7 +18,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=${STRATA_VENV:-$HOME/.cache/strata/venv}
 build=${STRATA_FUZZ_BUILD_DIR:-$here/build-fuzz}
 work=${STRATA_FUZZ_WORK:-$HOME/.cache/strata/fuzz}
-harnesses=(safetensors_header config tokenizer device_map generate_request chat_template)
+harnesses=(safetensors_header config tokenizer device_map generate_request chat_template tool_calls)
 
 # Per harness: the largest input worth trying (a few times the largest seed). -len_control=0 below lets
 # mutations use it from the start: libFuzzer otherwise grows its length limit slowly from small inputs and
@@ -28,6 +28,7 @@ max_len() {
     tokenizer) echo 65536 ;;
     chat_template) echo 32768 ;;  # the largest real template is 15 KB
     config | safetensors_header) echo 16384 ;;
+    tool_calls) echo 16384 ;;  # a few times the largest seed (several calls with nested arguments)
     *) echo 4096 ;;
   esac
 }

@@ -3,7 +3,7 @@
     python tests/fuzz/make_seeds.py HARNESS OUT_DIR
 
 writes valid inputs for HARNESS (safetensors_header, config, tokenizer, device_map, generate_request,
-chat_template) into
+chat_template, tool_calls) into
 OUT_DIR, one file per seed, named after what it is. libFuzzer mutates from there: seeds that are real
 (real model configs, tokenizers trained by the `tokenizers` library in each family's layout, requests
 serialized by protobuf) reach the deep paths at once instead of after hours of guessing JSON.
@@ -19,7 +19,8 @@ import struct
 import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-HARNESSES = ["safetensors_header", "config", "tokenizer", "device_map", "generate_request", "chat_template"]
+HARNESSES = ["safetensors_header", "config", "tokenizer", "device_map", "generate_request", "chat_template",
+             "tool_calls"]
 
 
 def _safetensors(tensors: dict, metadata: dict | None = None, pad_to: int = 8, data_extra: int = 0) -> bytes:
@@ -186,6 +187,38 @@ def chat_template_seeds() -> dict[str, bytes]:
     context = json.dumps({**special, **conv.CONVERSATIONS["multi_turn_generation_prompt"]}).encode()
     for name, source in small.items():
         seeds[f"{name}.bin"] = source.encode() + b"\0" + context
+    return seeds
+
+
+def tool_calls_seeds() -> dict[str, bytes]:
+    # CONTROL_BYTE MODEL_OUTPUT (fuzz_tool_calls.cc): the low bit picks hermes (0) or llama3_json (1), the
+    # rest seeds the chunking. Outputs shaped as Qwen2.5/Qwen3 and Llama 3.1 write them, whole and cut.
+    weather = {"name": "get_weather", "arguments": {"city": "東京", "unit": "celsius", "days": [1, 2.5, -0.0],
+                                                    "opts": {"s": "a\"b</tool_call>\n", "n": None, "t": True}}}
+    call = json.dumps(weather, ensure_ascii=False)
+    hermes = {
+        "single": f"<tool_call>\n{call}\n</tool_call>",
+        "parallel": f"I'll check.\n\n<tool_call>\n{call}\n</tool_call>\n<tool_call>\n"
+                    f"{json.dumps({'name': 'now', 'arguments': {}})}\n</tool_call>",
+        "thinking": f"<think>\nhmm\n</think>\n\n<tool_call>\n{call}\n</tool_call>",
+        "truncated": f"<tool_call>\n{call}\n</tool_call>\n<tool_call>\n{call[:40]}",
+        "unclosed": f"<tool_call>\n{call}",
+        "prose": "Use the <tool_call> tag. <tool_",
+    }
+    params = json.dumps({"name": "search", "parameters": {"q": "llama 😀", "k": 1e-7}}, ensure_ascii=True)
+    llama = {
+        "single": f"<|python_tag|>{params}",
+        "several": f"{params}; {call}; {params}",
+        "leading": f"Calling now. {params}",
+        "code": "int main() {\n  return 0;\n}",
+        "truncated": f"{params}; {params[:30]}",
+        "adjacent": f"{params}{params}",
+    }
+    seeds = {}
+    for control, (prefix, outputs) in enumerate([("hermes", hermes), ("llama", llama)]):
+        for name, text in outputs.items():
+            for chunking in (0, 5):
+                seeds[f"{prefix}-{name}-{chunking}.bin"] = bytes([control | chunking << 1]) + text.encode()
     return seeds
 
 

@@ -1,0 +1,759 @@
+#include "chat_template/tool_calls.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+
+namespace strata::chat_template {
+namespace {
+
+constexpr std::string_view kHermesStart = "<tool_call>";
+constexpr std::string_view kHermesEnd = "</tool_call>";
+constexpr std::string_view kPythonTag = "<|python_tag|>";
+
+// Deeper JSON is malformed here; vLLM's json.loads fails at Python's recursion limit (about 1,000).
+constexpr int kMaxJsonDepth = 512;
+// Python (3.10.7+) refuses to convert an integer of more digits (ValueError, which vLLM's parsers catch).
+constexpr size_t kMaxIntDigits = 4300;
+
+// ---------------------------------------------------------------------------------------------------------
+// UTF-8
+
+// The length of a sequence that its lead byte announces, or 0 for a byte that cannot lead one.
+int SequenceLength(unsigned char c) {
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) return 2;
+  if (c >= 0xE0 && c <= 0xEF) return 3;
+  if (c >= 0xF0 && c <= 0xF4) return 4;
+  return 0;
+}
+
+// The length of a valid UTF-8 sequence at text[i] (surrogates excluded), or 0.
+int ValidSequenceAt(std::string_view text, size_t i) {
+  const auto c = static_cast<unsigned char>(text[i]);
+  const int n = SequenceLength(c);
+  if (n <= 1 || i + n > text.size()) return n == 1 ? 1 : 0;
+  const auto c1 = static_cast<unsigned char>(text[i + 1]);
+  if ((c1 & 0xC0) != 0x80) return 0;
+  if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 > 0x9F) || (c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 > 0x8F)) {
+    return 0;
+  }
+  for (int k = 2; k < n; ++k) {
+    if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) return 0;
+  }
+  return n;
+}
+
+// How many bytes at the end of `text` begin a UTF-8 sequence that the next bytes may complete.
+size_t IncompleteUtf8Tail(std::string_view text) {
+  for (size_t back = 1; back <= 3 && back <= text.size(); ++back) {
+    const auto c = static_cast<unsigned char>(text[text.size() - back]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    const int n = SequenceLength(c);
+    return n > static_cast<int>(back) ? back : 0;
+  }
+  return 0;
+}
+
+void AppendCodePoint(uint32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {  // surrogates too (WTF-8): a lone \udXXX escape is kept as such
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+
+// A lone surrogate kept from a \udXXX escape (WTF-8: ED A0..BF 80..BF), as its code point, or 0.
+uint32_t SurrogateAt(std::string_view text, size_t i) {
+  if (i + 3 > text.size() || static_cast<unsigned char>(text[i]) != 0xED) return 0;
+  const auto c1 = static_cast<unsigned char>(text[i + 1]), c2 = static_cast<unsigned char>(text[i + 2]);
+  if (c1 < 0xA0 || c1 > 0xBF || (c2 & 0xC0) != 0x80) return 0;
+  return 0xD000 | ((c1 & 0x3F) << 6) | (c2 & 0x3F);
+}
+
+// `text` with each invalid byte and each lone surrogate replaced by U+FFFD (a name must be valid UTF-8).
+std::string ValidUtf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const int n = ValidSequenceAt(text, i);
+    if (n > 0) {
+      out.append(text.substr(i, n));
+      i += n;
+    } else {
+      out.append(kReplacement);
+      i += SurrogateAt(text, i) ? 3 : 1;
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// JSON with Python's json module's rules: json.loads / JSONDecoder.raw_decode (strict: no control
+// characters in strings; NaN, Infinity, -Infinity; duplicate keys keep the first position and the last
+// value) and json.dumps(ensure_ascii=False) (", " and ": " separators, floats as repr(), ints exact).
+
+struct PyJson {
+  enum class Kind : uint8_t { kNull, kTrue, kFalse, kNumber, kString, kArray, kObject };
+  Kind kind = Kind::kNull;
+  std::string text;  // kNumber: its Python repr; kString: the decoded string (WTF-8)
+  std::vector<std::string> keys;
+  std::vector<PyJson> items;  // array elements, or object values (parallel to keys)
+
+  const PyJson* Find(std::string_view key) const {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i] == key) return &items[i];
+    }
+    return nullptr;
+  }
+};
+
+bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+size_t SkipJsonSpace(std::string_view s, size_t pos) {
+  while (pos < s.size() && IsJsonSpace(s[pos])) ++pos;
+  return pos;
+}
+
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+// repr(float(text)) for a number with a fraction or an exponent.
+std::string PythonFloatRepr(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value < 0 ? "-Infinity" : "Infinity";
+  std::string out = std::signbit(value) ? "-" : "";
+  char buf[64];
+  // Shortest round-trip digits, as repr() chooses them, then repr's layout.
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), std::fabs(value), std::chars_format::scientific);
+  if (ec != std::errc()) return "NaN";  // cannot happen: 64 bytes hold any double
+  const std::string_view sci(buf, end - buf);
+  const size_t e = sci.find('e');
+  std::string digits;
+  for (char c : sci.substr(0, e)) {
+    if (c != '.') digits.push_back(c);
+  }
+  int exponent = 0;
+  std::from_chars(sci.data() + e + 1 + (sci[e + 1] == '+'), sci.data() + sci.size(), exponent);
+  const int point = exponent + 1;  // the value is 0.DIGITS × 10^point
+  const int n = static_cast<int>(digits.size());
+  if (point > -4 && point <= 16) {
+    if (point <= 0) {
+      out += "0." + std::string(-point, '0') + digits;
+    } else if (point >= n) {
+      out += digits + std::string(point - n, '0') + ".0";
+    } else {
+      out += digits.substr(0, point) + "." + digits.substr(point);
+    }
+  } else {
+    out += digits.substr(0, 1);
+    if (n > 1) out += "." + digits.substr(1);
+    out += exponent < 0 ? "e-" : "e+";
+    const std::string exp = std::to_string(std::abs(exponent));
+    if (exp.size() < 2) out.push_back('0');
+    out += exp;
+  }
+  return out;
+}
+
+class PyJsonParser {
+ public:
+  explicit PyJsonParser(std::string_view s) : s_(s) {}
+
+  // JSONDecoder.raw_decode at `pos` (no leading whitespace): the value and the offset after it.
+  bool RawDecode(size_t pos, PyJson& out, size_t& end) {
+    pos_ = pos;
+    if (!Value(out, 0)) return false;
+    end = pos_;
+    return true;
+  }
+
+  // json.loads: one value, with JSON whitespace around it and nothing else.
+  bool Loads(PyJson& out) {
+    pos_ = SkipJsonSpace(s_, 0);
+    if (!Value(out, 0)) return false;
+    return SkipJsonSpace(s_, pos_) == s_.size();
+  }
+
+ private:
+  bool Literal(std::string_view word) {
+    if (s_.substr(pos_, word.size()) != word) return false;
+    pos_ += word.size();
+    return true;
+  }
+
+  bool Value(PyJson& out, int depth) {
+    if (pos_ >= s_.size()) return false;
+    switch (s_[pos_]) {
+      case '"':
+        out.kind = PyJson::Kind::kString;
+        ++pos_;
+        return String(out.text);
+      case '{':
+        return Object(out, depth + 1);
+      case '[':
+        return Array(out, depth + 1);
+      case 'n':
+        out.kind = PyJson::Kind::kNull;
+        return Literal("null");
+      case 't':
+        out.kind = PyJson::Kind::kTrue;
+        return Literal("true");
+      case 'f':
+        out.kind = PyJson::Kind::kFalse;
+        return Literal("false");
+      case 'N':
+        out.kind = PyJson::Kind::kNumber;
+        out.text = "NaN";
+        return Literal("NaN");
+      case 'I':
+        out.kind = PyJson::Kind::kNumber;
+        out.text = "Infinity";
+        return Literal("Infinity");
+      default:
+        if (s_.substr(pos_, 9) == "-Infinity") {
+          pos_ += 9;
+          out.kind = PyJson::Kind::kNumber;
+          out.text = "-Infinity";
+          return true;
+        }
+        return Number(out);
+    }
+  }
+
+  // Python's number pattern: -?(0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?, where a fraction or an exponent
+  // without digits is not part of the number.
+  bool Number(PyJson& out) {
+    const size_t start = pos_;
+    size_t p = pos_;
+    if (p < s_.size() && s_[p] == '-') ++p;
+    if (p >= s_.size() || !IsDigit(s_[p])) return false;
+    if (s_[p] == '0') {
+      ++p;
+    } else {
+      while (p < s_.size() && IsDigit(s_[p])) ++p;
+    }
+    bool is_float = false;
+    if (p + 1 < s_.size() && s_[p] == '.' && IsDigit(s_[p + 1])) {
+      p += 2;
+      while (p < s_.size() && IsDigit(s_[p])) ++p;
+      is_float = true;
+    }
+    if (p < s_.size() && (s_[p] == 'e' || s_[p] == 'E')) {
+      size_t q = p + 1;
+      if (q < s_.size() && (s_[q] == '+' || s_[q] == '-')) ++q;
+      if (q < s_.size() && IsDigit(s_[q])) {
+        while (q < s_.size() && IsDigit(s_[q])) ++q;
+        p = q;
+        is_float = true;
+      }
+    }
+    pos_ = p;
+    out.kind = PyJson::Kind::kNumber;
+    const std::string_view text = s_.substr(start, p - start);
+    if (!is_float) {
+      const bool negative = text[0] == '-';
+      if (text.size() - negative > kMaxIntDigits) return false;
+      out.text = text == "-0" ? "0" : std::string(text);
+      return true;
+    }
+    const std::string copy(text);
+    out.text = PythonFloatRepr(std::strtod(copy.c_str(), nullptr));
+    return true;
+  }
+
+  bool Hex4(uint32_t& value) {
+    if (pos_ + 4 > s_.size()) return false;
+    value = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char c = s_[pos_ + i];
+      value <<= 4;
+      if (c >= '0' && c <= '9') {
+        value |= c - '0';
+      } else if (c >= 'a' && c <= 'f') {
+        value |= c - 'a' + 10;
+      } else if (c >= 'A' && c <= 'F') {
+        value |= c - 'A' + 10;
+      } else {
+        return false;
+      }
+    }
+    pos_ += 4;
+    return true;
+  }
+
+  // After the opening quote; strict: a control character (< 0x20) in a string is an error.
+  bool String(std::string& out) {
+    out.clear();
+    while (true) {
+      const size_t start = pos_;
+      while (pos_ < s_.size() && s_[pos_] != '"' && s_[pos_] != '\\' && static_cast<unsigned char>(s_[pos_]) >= 0x20) {
+        ++pos_;
+      }
+      out.append(s_.substr(start, pos_ - start));
+      if (pos_ >= s_.size()) return false;
+      const char c = s_[pos_++];
+      if (c == '"') return true;
+      if (c != '\\') return false;  // a control character
+      if (pos_ >= s_.size()) return false;
+      const char e = s_[pos_++];
+      switch (e) {
+        case '"':
+        case '\\':
+        case '/':
+          out.push_back(e);
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
+        case 'u': {
+          uint32_t cp;
+          if (!Hex4(cp)) return false;
+          // A high surrogate followed by an escaped low one is one code point; any other stays alone.
+          if (cp >= 0xD800 && cp <= 0xDBFF && s_.substr(pos_, 2) == "\\u") {
+            const size_t save = pos_;
+            pos_ += 2;
+            uint32_t low;
+            if (Hex4(low) && low >= 0xDC00 && low <= 0xDFFF) {
+              cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+            } else {
+              pos_ = save;
+            }
+          }
+          AppendCodePoint(cp, out);
+          break;
+        }
+        default:
+          return false;
+      }
+    }
+  }
+
+  bool Object(PyJson& out, int depth) {
+    if (depth > kMaxJsonDepth) return false;
+    out.kind = PyJson::Kind::kObject;
+    ++pos_;  // '{'
+    pos_ = SkipJsonSpace(s_, pos_);
+    if (pos_ < s_.size() && s_[pos_] == '}') {
+      ++pos_;
+      return true;
+    }
+    absl::flat_hash_map<std::string, size_t> index;  // only for large objects: small ones scan
+    while (true) {
+      if (pos_ >= s_.size() || s_[pos_] != '"') return false;
+      ++pos_;
+      std::string key;
+      if (!String(key)) return false;
+      pos_ = SkipJsonSpace(s_, pos_);
+      if (pos_ >= s_.size() || s_[pos_] != ':') return false;
+      pos_ = SkipJsonSpace(s_, pos_ + 1);
+      PyJson value;
+      if (!Value(value, depth)) return false;
+      size_t at = out.keys.size();
+      if (out.keys.size() < 16) {
+        for (size_t i = 0; i < out.keys.size(); ++i) {
+          if (out.keys[i] == key) at = i;
+        }
+        if (out.keys.size() == 15 && at == out.keys.size()) {
+          for (size_t i = 0; i < out.keys.size(); ++i) index.emplace(out.keys[i], i);
+          index.emplace(key, at);
+        }
+      } else {
+        at = index.emplace(key, out.keys.size()).first->second;
+      }
+      if (at == out.keys.size()) {
+        out.keys.push_back(std::move(key));
+        out.items.push_back(std::move(value));
+      } else {
+        out.items[at] = std::move(value);  // a duplicate key: Python's dict keeps the last value
+      }
+      pos_ = SkipJsonSpace(s_, pos_);
+      if (pos_ >= s_.size()) return false;
+      if (s_[pos_] == '}') {
+        ++pos_;
+        return true;
+      }
+      if (s_[pos_] != ',') return false;
+      pos_ = SkipJsonSpace(s_, pos_ + 1);
+    }
+  }
+
+  bool Array(PyJson& out, int depth) {
+    if (depth > kMaxJsonDepth) return false;
+    out.kind = PyJson::Kind::kArray;
+    pos_ = SkipJsonSpace(s_, pos_ + 1);
+    if (pos_ < s_.size() && s_[pos_] == ']') {
+      ++pos_;
+      return true;
+    }
+    while (true) {
+      out.items.emplace_back();
+      if (!Value(out.items.back(), depth)) return false;
+      pos_ = SkipJsonSpace(s_, pos_);
+      if (pos_ >= s_.size()) return false;
+      if (s_[pos_] == ']') {
+        ++pos_;
+        return true;
+      }
+      if (s_[pos_] != ',') return false;
+      pos_ = SkipJsonSpace(s_, pos_ + 1);
+    }
+  }
+
+  std::string_view s_;
+  size_t pos_ = 0;
+};
+
+// json.dumps's string: `"` `\` and controls escaped (\n \r \t \b \f, else \u00XX), the rest as is;
+// a lone surrogate as its \udXXX escape and invalid UTF-8 as U+FFFD, so the result is valid UTF-8.
+void DumpString(std::string_view s, std::string& out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.push_back('"');
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      if (const int n = ValidSequenceAt(s, i); n > 0) {
+        out.append(s.substr(i, n));
+        i += n;
+      } else if (const uint32_t surrogate = SurrogateAt(s, i)) {
+        out += "\\u";
+        for (int shift = 12; shift >= 0; shift -= 4) out.push_back(kHex[(surrogate >> shift) & 0xF]);
+        i += 3;
+      } else {
+        out.append(kReplacement);
+        ++i;
+      }
+      continue;
+    }
+    ++i;
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      default:
+        if (c < 0x20) {
+          out += "\\u00";
+          out.push_back(kHex[c >> 4]);
+          out.push_back(kHex[c & 0xF]);
+        } else {
+          out.push_back(static_cast<char>(c));
+        }
+    }
+  }
+  out.push_back('"');
+}
+
+void Dump(const PyJson& v, std::string& out) {
+  switch (v.kind) {
+    case PyJson::Kind::kNull:
+      out += "null";
+      return;
+    case PyJson::Kind::kTrue:
+      out += "true";
+      return;
+    case PyJson::Kind::kFalse:
+      out += "false";
+      return;
+    case PyJson::Kind::kNumber:
+      out += v.text;
+      return;
+    case PyJson::Kind::kString:
+      DumpString(v.text, out);
+      return;
+    case PyJson::Kind::kArray:
+      out.push_back('[');
+      for (size_t i = 0; i < v.items.size(); ++i) {
+        if (i > 0) out += ", ";
+        Dump(v.items[i], out);
+      }
+      out.push_back(']');
+      return;
+    case PyJson::Kind::kObject:
+      out.push_back('{');
+      for (size_t i = 0; i < v.items.size(); ++i) {
+        if (i > 0) out += ", ";
+        DumpString(v.keys[i], out);
+        out += ": ";
+        Dump(v.items[i], out);
+      }
+      out.push_back('}');
+      return;
+  }
+}
+
+// A call from a parsed object, as vLLM builds it: "name" must be a string (pydantic refuses any other
+// value), the arguments (`arguments_key`, else `fallback_key` when given) must be present.
+bool CallFromObject(const PyJson& object, std::string_view arguments_key, std::string_view fallback_key,
+                    ToolCall& call) {
+  if (object.kind != PyJson::Kind::kObject) return false;
+  const PyJson* name = object.Find("name");
+  if (name == nullptr || name->kind != PyJson::Kind::kString) return false;
+  const PyJson* arguments = object.Find(arguments_key);
+  if (arguments == nullptr && !fallback_key.empty()) arguments = object.Find(fallback_key);
+  if (arguments == nullptr) return false;
+  call.name = ValidUtf8(name->text);
+  call.arguments.clear();
+  Dump(*arguments, call.arguments);
+  return true;
+}
+
+// vLLM's Hermes2ProToolParser.extract_tool_calls: the regex <tool_call>(.*?)</tool_call>|<tool_call>(.*)
+// (an unclosed last block runs to the end); every block must be a JSON object with "name" and
+// "arguments", or the whole output is content. Content: the text before the first <tool_call>.
+bool ParseHermes(std::string_view text, std::vector<ToolCall>& calls, size_t& content_end) {
+  size_t pos = text.find(kHermesStart);
+  if (pos == std::string_view::npos) return false;
+  content_end = pos;
+  while (pos != std::string_view::npos) {
+    const size_t body = pos + kHermesStart.size();
+    const size_t end = text.find(kHermesEnd, body);
+    const std::string_view json_text =
+        end == std::string_view::npos ? text.substr(body) : text.substr(body, end - body);
+    PyJson object;
+    ToolCall call;
+    if (!PyJsonParser(json_text).Loads(object) || !CallFromObject(object, "arguments", "", call)) return false;
+    calls.push_back(std::move(call));
+    if (end == std::string_view::npos) break;
+    pos = text.find(kHermesStart, end + kHermesEnd.size());
+  }
+  return true;
+}
+
+// vLLM's Llama3JsonToolParser.extract_tool_calls: raw_decode at every `{` that is past the end of the
+// last object decoded (a `{` right at that end is skipped too, as vLLM's `start <= end_index` does);
+// each must be an object with "name" and "arguments" (else "parameters"), or the whole output is
+// content. Text around the objects (`; `, prose) is ignored. Content: the text before the first `{`,
+// less a `<|python_tag|>` right before it (vLLM: none).
+bool ParseLlama3Json(std::string_view text, std::vector<ToolCall>& calls, size_t& content_end) {
+  size_t pos = text.find('{');
+  if (pos == std::string_view::npos) return false;
+  content_end = pos;
+  if (text.substr(0, pos).ends_with(kPythonTag)) content_end -= kPythonTag.size();
+  PyJsonParser parser(text);
+  while (pos != std::string_view::npos) {
+    PyJson object;
+    size_t end;
+    ToolCall call;
+    if (!parser.RawDecode(pos, object, end) || !CallFromObject(object, "arguments", "parameters", call)) {
+      return false;
+    }
+    calls.push_back(std::move(call));
+    pos = end < text.size() ? text.find('{', end + 1) : std::string_view::npos;
+  }
+  return true;
+}
+
+// The longest k <= max_k such that `text` ends with marker[:k] (vLLM's partial_tag_overlap).
+size_t MarkerOverlap(std::string_view text, std::string_view marker, size_t max_k) {
+  for (size_t k = std::min(max_k, text.size()); k > 0; --k) {
+    if (text.ends_with(marker.substr(0, k))) return k;
+  }
+  return 0;
+}
+
+}  // namespace
+
+absl::StatusOr<ToolCallFormat> ParseToolCallFormat(std::string_view flag) {
+  if (flag == "hermes") return ToolCallFormat::kHermes;
+  if (flag == "llama3_json") return ToolCallFormat::kLlama3Json;
+  return absl::InvalidArgumentError("tool call parser: unknown \"" + std::string(flag) +
+                                    "\" (valid: hermes, llama3_json)");
+}
+
+std::string_view ToolCallFormatName(ToolCallFormat format) {
+  return format == ToolCallFormat::kHermes ? "hermes" : "llama3_json";
+}
+
+ToolCallIds::ToolCallIds() : state_((uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()) {}
+
+std::string ToolCallIds::Next() {
+  static constexpr std::string_view kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) {
+    // splitmix64; 2^64 mod 62 makes the first letters 1e-17 likelier: not worth a rejection loop.
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    id.push_back(kAlphabet[z % kAlphabet.size()]);
+  }
+  return id;
+}
+
+ParsedToolCalls ParseToolCalls(ToolCallFormat format, std::string_view text, ToolCallIds& ids) {
+  ParsedToolCalls parsed;
+  size_t content_end = 0;
+  const bool ok = format == ToolCallFormat::kHermes ? ParseHermes(text, parsed.calls, content_end)
+                                                    : ParseLlama3Json(text, parsed.calls, content_end);
+  if (!ok) {
+    parsed.calls.clear();
+    parsed.content = std::string(text);
+    return parsed;
+  }
+  parsed.content = std::string(text.substr(0, content_end));
+  for (ToolCall& call : parsed.calls) call.id = ids.Next();
+  return parsed;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Streaming
+
+ToolCallStreamParser::ToolCallStreamParser(ToolCallFormat format, ToolCallIds ids) : format_(format), ids_(ids) {}
+
+void ToolCallStreamParser::EmitContent(std::string_view text, std::vector<ToolCallDelta>& out) {
+  if (text.empty()) return;
+  if (!out.empty() && out.back().tool_index < 0) {
+    out.back().content.append(text);
+    return;
+  }
+  ToolCallDelta delta;
+  delta.content = std::string(text);
+  out.push_back(std::move(delta));
+}
+
+void ToolCallStreamParser::FeedContent(std::string_view text, std::vector<ToolCallDelta>& out) {
+  std::string s = std::move(pending_);
+  s.append(text);
+  pending_.clear();
+  if (mode_ == Mode::kContent) {
+    const bool hermes = format_ == ToolCallFormat::kHermes;
+    const size_t marker = hermes ? s.find(kHermesStart) : s.find('{');
+    if (marker != std::string::npos) {
+      size_t content_end = marker;
+      if (!hermes && std::string_view(s).substr(0, marker).ends_with(kPythonTag)) {
+        content_end -= kPythonTag.size();
+        held_tag_ = std::string(kPythonTag);
+      }
+      EmitContent(std::string_view(s).substr(0, content_end), out);
+      held_ = s.substr(marker);
+      mode_ = Mode::kHeld;
+      return;
+    }
+  }
+  size_t hold = IncompleteUtf8Tail(s);
+  if (mode_ == Mode::kContent) {
+    // Hermes: a partial <tool_call>; Llama: a partial or whole <|python_tag|> (dropped before a `{`).
+    const size_t overlap = format_ == ToolCallFormat::kHermes ? MarkerOverlap(s, kHermesStart, kHermesStart.size() - 1)
+                                                              : MarkerOverlap(s, kPythonTag, kPythonTag.size());
+    hold = std::max(hold, overlap);
+  }
+  EmitContent(std::string_view(s).substr(0, s.size() - hold), out);
+  pending_ = s.substr(s.size() - hold);
+}
+
+std::vector<ToolCallDelta> ToolCallStreamParser::Feed(std::string_view new_text) {
+  std::vector<ToolCallDelta> out;
+  switch (mode_) {
+    case Mode::kFinished:
+      return out;
+    case Mode::kContent:
+    case Mode::kDecidedContent:
+      FeedContent(new_text, out);
+      if (mode_ != Mode::kHeld) return out;
+      break;
+    case Mode::kHeld:
+      held_.append(new_text);
+      break;
+  }
+  // Held: the first character after the marker decides early when no call can follow. Hermes: the first
+  // block must be a JSON object; Llama: the first `{` must open an object with a key (`{}` has no name).
+  if (!decided_checked_) {
+    const size_t after = format_ == ToolCallFormat::kHermes ? kHermesStart.size() : 1;
+    const size_t first = SkipJsonSpace(held_, std::max(after, decide_from_));
+    decide_from_ = first;
+    if (first < held_.size()) {
+      decided_checked_ = true;
+      const char expected = format_ == ToolCallFormat::kHermes ? '{' : '"';
+      if (held_[first] != expected) {
+        mode_ = Mode::kDecidedContent;
+        std::string text = std::move(held_tag_);
+        text.append(held_);
+        held_.clear();
+        held_tag_.clear();
+        FeedContent(text, out);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<ToolCallDelta> ToolCallStreamParser::Finish() {
+  std::vector<ToolCallDelta> out;
+  if (mode_ == Mode::kFinished) return out;
+  if (mode_ != Mode::kHeld) {
+    EmitContent(pending_, out);
+  } else {
+    // held_ starts at the first marker: its calls are the whole output's, and its content is empty
+    // with calls, or all of it (with the held <|python_tag|>) without.
+    ParsedToolCalls parsed = ParseToolCalls(format_, held_, ids_);
+    if (parsed.calls.empty()) {
+      EmitContent(held_tag_, out);
+      EmitContent(held_, out);
+    }
+    for (size_t i = 0; i < parsed.calls.size(); ++i) {
+      ToolCallDelta first;
+      first.tool_index = static_cast<int>(i);
+      first.id = std::move(parsed.calls[i].id);
+      first.name = std::move(parsed.calls[i].name);
+      out.push_back(std::move(first));
+      ToolCallDelta arguments;
+      arguments.tool_index = static_cast<int>(i);
+      arguments.arguments = std::move(parsed.calls[i].arguments);
+      out.push_back(std::move(arguments));
+    }
+  }
+  pending_.clear();
+  held_.clear();
+  held_tag_.clear();
+  mode_ = Mode::kFinished;
+  return out;
+}
+
+}  // namespace strata::chat_template

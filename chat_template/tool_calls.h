@@ -1,0 +1,95 @@
+#pragma once
+// Tool calls in a model's generated text, as vLLM's `--tool-call-parser` extracts them into OpenAI
+// `tool_calls`: `hermes` (Qwen2.5/Qwen3, Hermes: `<tool_call>{json}</tool_call>` blocks) and
+// `llama3_json` (Llama 3.1/3.2: optional `<|python_tag|>`, then `{"name", "parameters"|"arguments"}`
+// objects, several separated by `; `). Text in, plain structs out; the HTTP layer makes the JSON.
+//
+// One rule for both modes: the streamed deltas of ToolCallStreamParser, concatenated, are exactly
+// ParseToolCalls' result (content, and each call's id, name and arguments), for any text cut anywhere.
+// Because vLLM turns the whole output into plain content when any tool-call block is malformed (a later
+// block truncated by max_tokens included), no call is certain before the output ends: the stream parser
+// sends content as it comes, holds everything from the first tool-call marker on, and sends the calls
+// from Finish() (a model ends its turn right after its last call, so this costs little latency). Text
+// after such a marker that can no longer be a call (`<tool_call>` not followed by `{`, `{` not followed
+// by `"`) is decided early and streamed as content from then on.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace strata::chat_template {
+
+enum class ToolCallFormat { kHermes, kLlama3Json };
+
+// "hermes" or "llama3_json" (vLLM's names); an error names the valid ones.
+absl::StatusOr<ToolCallFormat> ParseToolCallFormat(std::string_view flag);
+std::string_view ToolCallFormatName(ToolCallFormat format);
+
+// OpenAI-style tool-call ids: "call_" + 24 random ASCII letters and digits. A seed makes them
+// deterministic (tests); the default constructor seeds from std::random_device.
+class ToolCallIds {
+ public:
+  ToolCallIds();
+  explicit ToolCallIds(uint64_t seed) : state_(seed) {}
+  std::string Next();
+
+ private:
+  uint64_t state_;
+};
+
+struct ToolCall {
+  std::string id;
+  std::string name;       // as the model wrote it (invalid UTF-8 replaced by U+FFFD)
+  std::string arguments;  // JSON text: Python's json.dumps(value, ensure_ascii=False), as vLLM sends it
+};
+
+struct ParsedToolCalls {
+  // With calls: the text before the first call (vLLM: null for llama3_json; the HTTP layer sends an
+  // empty content as null). Without calls: the whole output, unchanged.
+  std::string content;
+  std::vector<ToolCall> calls;
+};
+
+ParsedToolCalls ParseToolCalls(ToolCallFormat format, std::string_view text, ToolCallIds& ids);
+
+// One piece of a streamed message, in the order OpenAI's streamed chat sends them: content fragments
+// (tool_index < 0), then per call a first delta with id and name, then its argument fragments.
+struct ToolCallDelta {
+  int tool_index = -1;  // < 0: a content fragment
+  std::string content;  // the content fragment
+  std::string id;       // the call's first delta: its id and name (arguments empty)
+  std::string name;
+  std::string arguments;  // a fragment of the call's arguments
+};
+
+// Fed the decoded text as it grows (only the new part each time). Content fragments never end inside a
+// UTF-8 sequence (an incomplete one is held until its next bytes or Finish). Work is linear in the text;
+// memory holds only the text from the first tool-call marker on.
+class ToolCallStreamParser {
+ public:
+  explicit ToolCallStreamParser(ToolCallFormat format, ToolCallIds ids = ToolCallIds());
+
+  std::vector<ToolCallDelta> Feed(std::string_view new_text);
+  // The output has ended: what was held back, and the calls.
+  std::vector<ToolCallDelta> Finish();
+
+ private:
+  void EmitContent(std::string_view text, std::vector<ToolCallDelta>& out);
+  // Streams `text` as content, holding back a tail that may begin a marker or a UTF-8 sequence.
+  void FeedContent(std::string_view text, std::vector<ToolCallDelta>& out);
+
+  enum class Mode { kContent, kHeld, kDecidedContent, kFinished };
+  ToolCallFormat format_;
+  ToolCallIds ids_;
+  Mode mode_ = Mode::kContent;
+  std::string pending_;           // kContent/kDecidedContent: held back tail not yet sent
+  std::string held_tag_;          // llama3_json: a `<|python_tag|>` right before the first `{`
+  std::string held_;              // kHeld: the text from the first marker on
+  bool decided_checked_ = false;  // the character after the first marker was looked at
+  size_t decide_from_ = 0;        // held_ is whitespace after the marker up to here
+};
+
+}  // namespace strata::chat_template

@@ -1,0 +1,488 @@
+// chat_template/tool_calls: vLLM's hermes and llama3_json tool-call parsers on outputs shaped as Qwen2.5
+// and Llama 3.1 write them, and the stream parser whose deltas add up to the non-streamed result.
+
+#include "chat_template/tool_calls.h"
+
+#include <chrono>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace strata::chat_template {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+
+constexpr uint64_t kSeed = 7;
+
+ParsedToolCalls Parse(ToolCallFormat format, std::string_view text) {
+  ToolCallIds ids(kSeed);
+  return ParseToolCalls(format, text, ids);
+}
+
+struct Streamed {
+  ParsedToolCalls result;
+  std::vector<std::vector<ToolCallDelta>> feeds;  // what each Feed returned, then Finish
+};
+
+void Add(const std::vector<ToolCallDelta>& deltas, ParsedToolCalls& result) {
+  for (const ToolCallDelta& delta : deltas) {
+    if (delta.tool_index < 0) {
+      EXPECT_FALSE(delta.content.empty());
+      result.content += delta.content;
+      continue;
+    }
+    ASSERT_LE(static_cast<size_t>(delta.tool_index), result.calls.size()) << "calls are announced in order";
+    if (static_cast<size_t>(delta.tool_index) == result.calls.size()) {
+      EXPECT_FALSE(delta.id.empty()) << "a call's first delta has its id";
+      EXPECT_FALSE(delta.name.empty() && delta.id.empty());
+      result.calls.emplace_back();
+    } else {
+      EXPECT_TRUE(delta.id.empty() && delta.name.empty()) << "only the first delta has the id and name";
+    }
+    ToolCall& call = result.calls[delta.tool_index];
+    call.id += delta.id;
+    call.name += delta.name;
+    call.arguments += delta.arguments;
+  }
+}
+
+// Feeds `text` cut at `cuts` (increasing offsets) and adds up the deltas.
+Streamed Stream(ToolCallFormat format, std::string_view text, const std::vector<size_t>& cuts) {
+  ToolCallStreamParser parser(format, ToolCallIds(kSeed));
+  Streamed streamed;
+  size_t start = 0;
+  for (size_t cut : cuts) {
+    streamed.feeds.push_back(parser.Feed(text.substr(start, cut - start)));
+    start = cut;
+  }
+  streamed.feeds.push_back(parser.Feed(text.substr(start)));
+  streamed.feeds.push_back(parser.Finish());
+  for (const auto& deltas : streamed.feeds) Add(deltas, streamed.result);
+  return streamed;
+}
+
+void ExpectSame(const ParsedToolCalls& expected, const ParsedToolCalls& actual, std::string_view what) {
+  EXPECT_EQ(expected.content, actual.content) << what;
+  ASSERT_EQ(expected.calls.size(), actual.calls.size()) << what;
+  for (size_t i = 0; i < expected.calls.size(); ++i) {
+    EXPECT_EQ(expected.calls[i].id, actual.calls[i].id) << what << " call " << i;
+    EXPECT_EQ(expected.calls[i].name, actual.calls[i].name) << what << " call " << i;
+    EXPECT_EQ(expected.calls[i].arguments, actual.calls[i].arguments) << what << " call " << i;
+  }
+}
+
+bool IsValidUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80                 ? 1
+                  : c >= 0xC2 && c <= 0xDF ? 2
+                  : c >= 0xE0 && c <= 0xEF ? 3
+                  : c >= 0xF0 && c <= 0xF4 ? 4
+                                           : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (int k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+// Every cut into two pieces, every byte alone, and random cuts: the deltas add up to ParseToolCalls, and
+// with valid UTF-8 in, every content delta is valid UTF-8.
+void ExpectStreamsLikeParse(ToolCallFormat format, std::string_view text) {
+  const ParsedToolCalls expected = Parse(format, text);
+  const bool utf8 = IsValidUtf8(text);
+  auto check = [&](const std::vector<size_t>& cuts, const std::string& what) {
+    const Streamed streamed = Stream(format, text, cuts);
+    ExpectSame(expected, streamed.result, what);
+    if (!utf8) return;
+    for (const auto& deltas : streamed.feeds) {
+      for (const ToolCallDelta& delta : deltas) {
+        EXPECT_TRUE(IsValidUtf8(delta.content)) << what;
+        EXPECT_TRUE(IsValidUtf8(delta.arguments)) << what;
+      }
+    }
+  };
+  check({}, "whole");
+  for (size_t cut = 0; cut <= text.size(); ++cut) check({cut}, "cut at " + std::to_string(cut));
+  std::vector<size_t> every;
+  for (size_t i = 1; i < text.size(); ++i) every.push_back(i);
+  check(every, "byte by byte");
+  std::mt19937 rng(static_cast<uint32_t>(text.size()));
+  for (int round = 0; round < 20; ++round) {
+    std::vector<size_t> cuts;
+    for (size_t i = 1; i < text.size(); ++i) {
+      if (rng() % 4 == 0) cuts.push_back(i);
+    }
+    check(cuts, "random cuts " + std::to_string(round));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+
+TEST(ToolCallFormat, NamesAreVllms) {
+  EXPECT_EQ(*ParseToolCallFormat("hermes"), ToolCallFormat::kHermes);
+  EXPECT_EQ(*ParseToolCallFormat("llama3_json"), ToolCallFormat::kLlama3Json);
+  absl::StatusOr<ToolCallFormat> bad = ParseToolCallFormat("mistral");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
+  EXPECT_THAT(bad.status().message(), HasSubstr("\"mistral\""));
+  EXPECT_THAT(bad.status().message(), HasSubstr("hermes, llama3_json"));
+  EXPECT_EQ(ToolCallFormatName(ToolCallFormat::kLlama3Json), "llama3_json");
+}
+
+TEST(ToolCallIds, AreOpenAiShapedAndSeeded) {
+  ToolCallIds a(42), b(42), c(43);
+  const std::string first = a.Next();
+  EXPECT_THAT(first, MatchesRegex("call_[A-Za-z0-9]{24}"));
+  EXPECT_EQ(first, b.Next());
+  EXPECT_NE(first, c.Next());
+  EXPECT_NE(first, a.Next());
+  EXPECT_NE(ToolCallIds().Next(), ToolCallIds().Next());
+}
+
+// --- hermes (Qwen2.5 / Qwen3) ------------------------------------------------------------------------------
+
+constexpr std::string_view kQwenSingle =
+    "<tool_call>\n{\"name\": \"get_current_temperature\", \"arguments\": {\"location\": \"San Francisco, CA, USA\", "
+    "\"unit\": \"celsius\"}}\n</tool_call>";
+
+TEST(HermesToolCalls, QwenSingleCall) {
+  const ParsedToolCalls parsed = Parse(ToolCallFormat::kHermes, kQwenSingle);
+  EXPECT_EQ(parsed.content, "");
+  ASSERT_EQ(parsed.calls.size(), 1u);
+  EXPECT_EQ(parsed.calls[0].name, "get_current_temperature");
+  EXPECT_EQ(parsed.calls[0].arguments, R"({"location": "San Francisco, CA, USA", "unit": "celsius"})");
+  EXPECT_THAT(parsed.calls[0].id, MatchesRegex("call_[A-Za-z0-9]{24}"));
+}
+
+TEST(HermesToolCalls, QwenParallelCallsWithLeadingContentKeepItUnstripped) {
+  const std::string text =
+      "I'll check both cities.\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+      "</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"東京\"}}\n</tool_call>";
+  const ParsedToolCalls parsed = Parse(ToolCallFormat::kHermes, text);
+  EXPECT_EQ(parsed.content, "I'll check both cities.\n\n");  // vLLM: text before the first <tool_call>, as is
+  ASSERT_EQ(parsed.calls.size(), 2u);
+  EXPECT_EQ(parsed.calls[1].arguments, R"({"city": "東京"})");
+  EXPECT_NE(parsed.calls[0].id, parsed.calls[1].id);
+  ExpectStreamsLikeParse(ToolCallFormat::kHermes, text);
+}
+
+TEST(HermesToolCalls, Qwen3ThinkingStaysContent) {
+  const std::string text =
+      "<think>\nThe user wants the time.\n</think>\n\n<tool_call>\n{\"name\": \"now\", \"arguments\": "
+      "{}}\n</tool_call>";
+  const ParsedToolCalls parsed = Parse(ToolCallFormat::kHermes, text);
+  EXPECT_EQ(parsed.content, "<think>\nThe user wants the time.\n</think>\n\n");
+  ASSERT_EQ(parsed.calls.size(), 1u);
+  EXPECT_EQ(parsed.calls[0].arguments, "{}");
+}
+
+TEST(HermesToolCalls, ArgumentsAreDumpedAsPythonsJsonDumps) {
+  const std::string text =
+      "<tool_call>{\"name\":\"f\",\"arguments\":{\"f\":1.0,\"e\":1E5,\"small\":0.00001,\"big\":1e16,\"x\":1e15,"
+      "\"neg0\":-0,\"negf\":-0.0,\"inf\":1e999,\"nan\":NaN,\"minf\":-Infinity,\"int\":123456789012345678901234567890,"
+      "\"s\":\"a\\\"b\\\\c\\/d\\n\\u0001\\u00e9\\ud83d\\ude00\\ud800\",\"l\":[],\"o\":{},\"dup\":1,\"t\":true,"
+      "\"dup\":[null,false]}}</tool_call>";
+  const ParsedToolCalls parsed = Parse(ToolCallFormat::kHermes, text);
+  ASSERT_EQ(parsed.calls.size(), 1u);
+  EXPECT_EQ(parsed.calls[0].arguments,
+            "{\"f\": 1.0, \"e\": 100000.0, \"small\": 1e-05, \"big\": 1e+16, \"x\": 1000000000000000.0, "
+            "\"neg0\": 0, \"negf\": -0.0, \"inf\": Infinity, \"nan\": NaN, \"minf\": -Infinity, "
+            "\"int\": 123456789012345678901234567890, \"s\": \"a\\\"b\\\\c/d\\n\\u0001é😀\\ud800\", \"l\": [], "
+            "\"o\": {}, \"dup\": [null, false], \"t\": true}");
+}
+
+TEST(HermesToolCalls, ArgumentsMayBeAnyValueButMustBePresent) {
+  EXPECT_EQ(
+      Parse(ToolCallFormat::kHermes, R"(<tool_call>{"name": "f", "arguments": "x"}</tool_call>)").calls.at(0).arguments,
+      R"("x")");
+  for (std::string_view malformed : {
+           R"(<tool_call>{"name": "f"}</tool_call>)",                                     // no arguments
+           R"(<tool_call>{"name": 3, "arguments": {}}</tool_call>)",                      // a name that is no string
+           R"(<tool_call>[{"name": "f", "arguments": {}}]</tool_call>)",                  // not an object
+           R"(<tool_call>{"name": "f", "arguments": {}} x</tool_call>)",                  // extra data
+           R"(<tool_call>{"name": "f", "parameters": {}}</tool_call>)",                   // llama's key
+           "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"x\ny\"}}</tool_call>",  // a raw control char
+           "<tool_call></tool_call>",
+       }) {
+    const ParsedToolCalls parsed = Parse(ToolCallFormat::kHermes, malformed);
+    EXPECT_TRUE(parsed.calls.empty()) << malformed;
+    EXPECT_EQ(parsed.content, malformed);
+    ExpectStreamsLikeParse(ToolCallFormat::kHermes, malformed);
+  }
+}
+
+TEST(HermesToolCalls, OneMalformedBlockMakesTheWholeOutputContent) {
+  const std::string text = std::string("Sure.") + std::string(kQwenSingle) +
+                           "\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": }}\n</tool_call>";
+  const ParsedToolCalls parsed = Parse(ToolCallFormat::kHermes, text);
+  EXPECT_TRUE(parsed.calls.empty());
+  EXPECT_EQ(parsed.content, text);
+  ExpectStreamsLikeParse(ToolCallFormat::kHermes, text);
+}
+
+TEST(HermesToolCalls, TruncatedAtMaxTokens) {
+  // The JSON complete, the closing tag not yet: vLLM's <tool_call>(.*) still takes it.
+  const std::string complete = std::string(kQwenSingle.substr(0, kQwenSingle.size() - 13));
+  ASSERT_EQ(Parse(ToolCallFormat::kHermes, complete).calls.size(), 1u);
+  ExpectStreamsLikeParse(ToolCallFormat::kHermes, complete);
+  // Cut inside the JSON: all content.
+  const std::string cut = std::string(kQwenSingle) + "\n<tool_call>\n{\"name\": \"get_weather\", \"argum";
+  const ParsedToolCalls parsed = Parse(ToolCallFormat::kHermes, cut);
+  EXPECT_TRUE(parsed.calls.empty());
+  EXPECT_EQ(parsed.content, cut);
+  ExpectStreamsLikeParse(ToolCallFormat::kHermes, cut);
+}
+
+TEST(HermesToolCalls, AnEndTagInsideAStringEndsTheBlockAsVllmsRegexDoes) {
+  const std::string text = R"(<tool_call>{"name": "echo", "arguments": {"s": "</tool_call>"}}</tool_call>)";
+  const ParsedToolCalls parsed = Parse(ToolCallFormat::kHermes, text);
+  EXPECT_TRUE(parsed.calls.empty());
+  EXPECT_EQ(parsed.content, text);
+  // Escaped as a model may write it, it is an argument like any other.
+  const std::string escaped = R"(<tool_call>{"name": "echo", "arguments": {"s": "<\/tool_call>"}}</tool_call>)";
+  EXPECT_EQ(Parse(ToolCallFormat::kHermes, escaped).calls.at(0).arguments, R"({"s": "</tool_call>"})");
+}
+
+TEST(HermesToolCalls, TextBetweenAndAfterBlocksIsDropped) {
+  const std::string text = R"(a<tool_call>{"name": "f", "arguments": {}}</tool_call> b <tool_call>{"name": "g", )"
+                           R"("arguments": {}}</tool_call> c)";
+  const ParsedToolCalls parsed = Parse(ToolCallFormat::kHermes, text);
+  EXPECT_EQ(parsed.content, "a");
+  ASSERT_EQ(parsed.calls.size(), 2u);
+  EXPECT_EQ(parsed.calls[1].name, "g");
+  ExpectStreamsLikeParse(ToolCallFormat::kHermes, text);
+}
+
+TEST(HermesToolCalls, NoMarkerIsContentAsIs) {
+  for (std::string_view text : {"", "Hello!", "<tool_call", "a </tool_call> b", "<tool_calls>"}) {
+    const ParsedToolCalls parsed = Parse(ToolCallFormat::kHermes, text);
+    EXPECT_TRUE(parsed.calls.empty());
+    EXPECT_EQ(parsed.content, text);
+    ExpectStreamsLikeParse(ToolCallFormat::kHermes, text);
+  }
+}
+
+TEST(HermesToolCalls, InvalidUtf8InANameOrStringBecomesReplacementCharacters) {
+  const std::string text = "<tool_call>{\"name\": \"f\xff\", \"arguments\": {\"s\": \"\xc3\"}}</tool_call>";
+  const ParsedToolCalls parsed = Parse(ToolCallFormat::kHermes, text);
+  ASSERT_EQ(parsed.calls.size(), 1u);
+  EXPECT_EQ(parsed.calls[0].name, "f\xEF\xBF\xBD");
+  EXPECT_EQ(parsed.calls[0].arguments, "{\"s\": \"\xEF\xBF\xBD\"}");
+  ExpectStreamsLikeParse(ToolCallFormat::kHermes, text);
+}
+
+// --- llama3_json (Llama 3.1 / 3.2) ------------------------------------------------------------------------
+
+TEST(Llama3JsonToolCalls, Llama31SingleCallWithPythonTagAndParameters) {
+  const std::string text =
+      "<|python_tag|>{\"name\": \"get_current_conditions\", \"parameters\": {\"location\": \"San Francisco, CA\", "
+      "\"unit\": \"Fahrenheit\"}}";
+  const ParsedToolCalls parsed = Parse(ToolCallFormat::kLlama3Json, text);
+  EXPECT_EQ(parsed.content, "");
+  ASSERT_EQ(parsed.calls.size(), 1u);
+  EXPECT_EQ(parsed.calls[0].name, "get_current_conditions");
+  EXPECT_EQ(parsed.calls[0].arguments, R"({"location": "San Francisco, CA", "unit": "Fahrenheit"})");
+  ExpectStreamsLikeParse(ToolCallFormat::kLlama3Json, text);
+}
+
+TEST(Llama3JsonToolCalls, SeveralSeparatedBySemicolons) {
+  const std::string text =
+      R"({"name": "a", "parameters": {"x": 1}}; {"name": "b", "arguments": {"y": [1, 2]}}; {"name": "c", "parameters": {}, "arguments": 5})";
+  const ParsedToolCalls parsed = Parse(ToolCallFormat::kLlama3Json, text);
+  ASSERT_EQ(parsed.calls.size(), 3u);
+  EXPECT_EQ(parsed.calls[1].arguments, R"({"y": [1, 2]})");
+  EXPECT_EQ(parsed.calls[2].arguments, "5");  // "arguments" wins over "parameters"
+  ExpectStreamsLikeParse(ToolCallFormat::kLlama3Json, text);
+}
+
+TEST(Llama3JsonToolCalls, LeadingTextIsContentWhereVllmDropsIt) {
+  const std::string text = "Let me look that up. {\"name\": \"search\", \"parameters\": {\"q\": \"llama\"}}";
+  const ParsedToolCalls parsed = Parse(ToolCallFormat::kLlama3Json, text);
+  EXPECT_EQ(parsed.content, "Let me look that up. ");
+  ASSERT_EQ(parsed.calls.size(), 1u);
+  ExpectStreamsLikeParse(ToolCallFormat::kLlama3Json, text);
+}
+
+TEST(Llama3JsonToolCalls, AnyBraceThatIsNotACallMakesTheWholeOutputContent) {
+  for (std::string_view text : {
+           R"({"name": "a", "parameters": {}} and then {"x": 1})",            // an object without a name
+           R"(The answer is {"result": 42}.)",                                // JSON in prose
+           "int main() {\n  return 0;\n}",                                    // code
+           R"({"name": "a", "parameters": {"q": "x"}}; {"name": "b", "par)",  // truncated at max_tokens
+           R"({"name": ["a"], "parameters": {}})",                            // a name that is no string
+           "<|python_tag|>{\"name\": \"f\"}",                                 // no arguments
+           "{}",
+       }) {
+    const ParsedToolCalls parsed = Parse(ToolCallFormat::kLlama3Json, text);
+    EXPECT_TRUE(parsed.calls.empty()) << text;
+    EXPECT_EQ(parsed.content, text);
+    ExpectStreamsLikeParse(ToolCallFormat::kLlama3Json, text);
+  }
+}
+
+TEST(Llama3JsonToolCalls, ABraceRightAfterAnObjectIsSkippedAsVllmDoes) {
+  // vLLM skips a `{` at the end offset of the last object, then decodes the `{` inside the next one.
+  const std::string text = R"({"name": "a", "parameters": {}}{"name": "b", "parameters": {"x": 1}})";
+  EXPECT_TRUE(Parse(ToolCallFormat::kLlama3Json, text).calls.empty());
+  const std::string flat = R"({"name": "a", "parameters": {}}{"name": "b", "parameters": 1})";
+  EXPECT_EQ(Parse(ToolCallFormat::kLlama3Json, flat).calls.size(), 1u);
+  ExpectStreamsLikeParse(ToolCallFormat::kLlama3Json, text);
+  ExpectStreamsLikeParse(ToolCallFormat::kLlama3Json, flat);
+}
+
+TEST(Llama3JsonToolCalls, NoBraceIsContentWithThePythonTag) {
+  for (std::string_view text : {"", "Hello there.", "<|python_tag|>print(1)", "<|python_tag|>", "<|python_"}) {
+    const ParsedToolCalls parsed = Parse(ToolCallFormat::kLlama3Json, text);
+    EXPECT_TRUE(parsed.calls.empty());
+    EXPECT_EQ(parsed.content, text);
+    ExpectStreamsLikeParse(ToolCallFormat::kLlama3Json, text);
+  }
+}
+
+// --- streaming ------------------------------------------------------------------------------------------------
+
+TEST(ToolCallStreamParser, ContentStreamsUntilTheMarkerAndCallsComeFromFinish) {
+  ToolCallStreamParser parser(ToolCallFormat::kHermes, ToolCallIds(kSeed));
+  std::vector<ToolCallDelta> d = parser.Feed("Checking.<tool");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].content, "Checking.");  // "<tool" may begin a marker: held
+  EXPECT_TRUE(parser.Feed("_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>").empty());
+  d = parser.Finish();
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].tool_index, 0);
+  EXPECT_EQ(d[0].name, "f");
+  EXPECT_THAT(d[0].id, MatchesRegex("call_[A-Za-z0-9]{24}"));
+  EXPECT_EQ(d[1].arguments, R"({"a": 1})");
+  EXPECT_TRUE(parser.Finish().empty());
+  EXPECT_TRUE(parser.Feed("more").empty());
+}
+
+TEST(ToolCallStreamParser, AMarkerThatCannotStartACallIsDecidedAtOnce) {
+  ToolCallStreamParser hermes(ToolCallFormat::kHermes);
+  EXPECT_TRUE(hermes.Feed("Use the <tool_call>").size() == 1);
+  std::vector<ToolCallDelta> d = hermes.Feed(" tag for calls.");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].content, "<tool_call> tag for calls.");
+  EXPECT_EQ(hermes.Feed(" More.").at(0).content, " More.");
+
+  ToolCallStreamParser llama(ToolCallFormat::kLlama3Json);
+  EXPECT_EQ(llama.Feed("void f() {").at(0).content, "void f() ");
+  EXPECT_EQ(llama.Feed("\n  g();").at(0).content, "{\n  g();");
+}
+
+TEST(ToolCallStreamParser, ContentNeverEndsInsideAUtf8Sequence) {
+  ToolCallStreamParser parser(ToolCallFormat::kHermes);
+  const std::string euro = "\xE2\x82\xAC";
+  EXPECT_EQ(parser.Feed("a" + euro.substr(0, 2)).at(0).content, "a");
+  EXPECT_EQ(parser.Feed(euro.substr(2)).at(0).content, euro);
+  EXPECT_TRUE(parser.Feed("\xF0\x9F").empty());
+  EXPECT_EQ(parser.Finish().at(0).content, "\xF0\x9F");  // an unfinished sequence at the end is sent as is
+}
+
+TEST(ToolCallStreamParser, GeneratedOutputsStreamLikeParse) {
+  std::mt19937 rng(1234);
+  auto pick = [&rng](const std::vector<std::string>& options) { return options[rng() % options.size()]; };
+  const std::vector<std::string> contents = {
+      "", "Sure! ", "<think>\nhmm\n</think>\n\n", "naïve 日本 😀 ", "a < b ", "<tool_", "{", "<|python_tag|>", "x; "};
+  const std::vector<std::string> args = {"{}",
+                                         R"({"a": 1})",
+                                         R"({"s": "</tool_call>"})",
+                                         R"({"n": [1.5, -0, 1e3]})",
+                                         R"({"u": "\u00e9😀", "d": {"e": null}})",
+                                         R"("str")",
+                                         "{\"a\": }"};
+  for (int i = 0; i < 60; ++i) {
+    const bool hermes = i % 2 == 0;
+    std::string text = pick(contents);
+    const int calls = static_cast<int>(rng() % 3);
+    for (int c = 0; c < calls; ++c) {
+      const std::string object = "{\"name\": \"f" + std::to_string(c) + "\", \"" +
+                                 (hermes || rng() % 2 ? "arguments" : "parameters") + "\": " + pick(args) + "}";
+      text += hermes ? "<tool_call>\n" + object + "\n</tool_call>" + pick({"", "\n", " tail"}) : object + "; ";
+    }
+    if (rng() % 4 == 0) text = text.substr(0, rng() % (text.size() + 1));  // truncated
+    ExpectStreamsLikeParse(hermes ? ToolCallFormat::kHermes : ToolCallFormat::kLlama3Json, text);
+  }
+}
+
+// --- bounds ----------------------------------------------------------------------------------------------------
+
+// A megabyte fed in small pieces, streamed and not: linear work (well under a second each), no crash.
+void ExpectLinear(ToolCallFormat format, const std::string& text) {
+  const auto start = std::chrono::steady_clock::now();
+  const ParsedToolCalls expected = Parse(format, text);
+  ToolCallStreamParser parser(format, ToolCallIds(kSeed));
+  ParsedToolCalls streamed;
+  for (size_t i = 0, step = 1; i < text.size(); i += step, step = step % 13 + 1) {
+    Add(parser.Feed(std::string_view(text).substr(i, step)), streamed);
+  }
+  Add(parser.Finish(), streamed);
+  ExpectSame(expected, streamed, "1 MB");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(ToolCallBounds, MegabyteOutputs) {
+  const size_t mb = 1 << 20;
+  std::string many_calls;
+  while (many_calls.size() < mb)
+    many_calls += R"(<tool_call>{"name": "f", "arguments": {"a": [1, 2.5, "x"]}}</tool_call>)";
+  ExpectLinear(ToolCallFormat::kHermes, many_calls);
+  EXPECT_GT(Parse(ToolCallFormat::kHermes, many_calls).calls.size(), 10000u);
+
+  std::string many_llama;
+  while (many_llama.size() < mb) many_llama += R"({"name": "f", "parameters": {"a": "b"}}; )";
+  ExpectLinear(ToolCallFormat::kLlama3Json, many_llama);
+
+  const std::string long_string = R"(<tool_call>{"name": "f", "arguments": {"s": ")" + std::string(mb, 'x') + "\"}}";
+  ExpectLinear(ToolCallFormat::kHermes, long_string);
+  ExpectLinear(ToolCallFormat::kHermes, std::string(mb, 'a'));
+  ExpectLinear(ToolCallFormat::kLlama3Json, std::string(mb, 'a'));
+
+  std::string markers;
+  while (markers.size() < mb) markers += "<tool_call>";
+  ExpectLinear(ToolCallFormat::kHermes, markers);
+  ExpectLinear(ToolCallFormat::kHermes, "<tool_call>" + std::string(mb, '['));
+  ExpectLinear(ToolCallFormat::kHermes, "<tool_call>" + std::string(mb, ' ') + "x");
+  ExpectLinear(ToolCallFormat::kLlama3Json, "{" + std::string(mb, '\n') + "x");
+  ExpectLinear(ToolCallFormat::kHermes, "<tool_call>" + std::string(mb, '{'));
+  ExpectLinear(ToolCallFormat::kLlama3Json, std::string(mb, '{'));
+  std::string nested = "{\"name\": \"f\", \"parameters\": ";
+  for (int i = 0; i < 100000; ++i) nested += "{\"a\": [";
+  ExpectLinear(ToolCallFormat::kLlama3Json, nested);
+  std::string partial_tags;
+  while (partial_tags.size() < mb) partial_tags += "<|python_tag|<tool_call";
+  ExpectLinear(ToolCallFormat::kLlama3Json, partial_tags);
+  ExpectLinear(ToolCallFormat::kHermes, partial_tags);
+}
+
+TEST(ToolCallBounds, IntegersOfMoreThan4300DigitsAreMalformedAsInPython) {
+  auto call = [](size_t digits) {
+    return "<tool_call>{\"name\": \"f\", \"arguments\": -" + std::string(digits, '7') + "}</tool_call>";
+  };
+  EXPECT_EQ(Parse(ToolCallFormat::kHermes, call(4300)).calls.at(0).arguments, "-" + std::string(4300, '7'));
+  EXPECT_TRUE(Parse(ToolCallFormat::kHermes, call(4301)).calls.empty());  // Python: ValueError
+}
+
+TEST(ToolCallBounds, DeepNestingIsMalformedNotACrash) {
+  std::string deep = "<tool_call>{\"name\": \"f\", \"arguments\": ";
+  for (int i = 0; i < 600; ++i) deep += "[";
+  for (int i = 0; i < 600; ++i) deep += "]";
+  deep += "}</tool_call>";
+  EXPECT_TRUE(Parse(ToolCallFormat::kHermes, deep).calls.empty());
+  std::string fine = "<tool_call>{\"name\": \"f\", \"arguments\": ";
+  for (int i = 0; i < 400; ++i) fine += "[";
+  for (int i = 0; i < 400; ++i) fine += "]";
+  fine += "}</tool_call>";
+  EXPECT_EQ(Parse(ToolCallFormat::kHermes, fine).calls.size(), 1u);
+}
+
+}  // namespace
+}  // namespace strata::chat_template
