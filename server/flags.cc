@@ -66,6 +66,9 @@ ABSL_FLAG(std::string, http_listen, "",
           "serve the OpenAI-compatible HTTP API here (/v1/completions, /v1/chat/completions, /v1/models, "
           "/tokenize, /detokenize, /health); TLS and API keys as on --listen");
 ABSL_FLAG(std::string, served_model_name, "", "the model's name in HTTP requests and /v1/models");
+ABSL_FLAG(std::string, tool_call_parser, "",
+          "read tool calls out of chat outputs in this format (hermes: Qwen2.5/Qwen3, Hermes; llama3_json: Llama "
+          "3.x), as vLLM's --tool-call-parser; needed for tool_choice \"auto\"");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of the gRPC port: serve TLS (needs --tls-key)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert (unencrypted)");
 ABSL_FLAG(std::string, tls_client_ca, "",
@@ -120,6 +123,7 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
                           Flag(FLAGS_metrics_listen, "HOST:PORT"),
                           Flag(FLAGS_http_listen, "HOST:PORT").ShowDefault("none, no HTTP API"),
                           Flag(FLAGS_served_model_name, "NAME").ShowDefault("--model as given"),
+                          Flag(FLAGS_tool_call_parser, "FORMAT").ShowDefault("none, tool calls not parsed"),
                           Flag(FLAGS_max_message_bytes, "N").Section("Limits (server/README.md, \"Limits\"):"),
                           Flag(FLAGS_max_prompt_bytes, "N"),
                           Flag(FLAGS_max_prompt_tokens, "N").ShowDefault("--max-context"),
@@ -322,6 +326,12 @@ absl::Status ReadListenAddresses(ServerOptions& options) {
       }
     }
     options.endpoints.http_listen = *std::move(http);
+  }
+  if (!absl::GetFlag(FLAGS_tool_call_parser).empty()) {
+    absl::StatusOr<chat_template::ToolCallFormat> format =
+        chat_template::ParseToolCallFormat(absl::GetFlag(FLAGS_tool_call_parser));
+    if (!format.ok()) return FlagError(FLAGS_tool_call_parser, format.status());
+    options.serving.tool_call_parser = *format;
   }
   options.serving.served_model_name = absl::GetFlag(FLAGS_served_model_name);
   if (options.serving.served_model_name.empty()) {

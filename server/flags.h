@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "chat_template/tool_calls.h"
 #include "cli/placement_flags.h"
 #include "planner/device.h"
 #include "planner/model_spec.h"
@@ -63,6 +64,8 @@ struct ServingOptions {
   // The model's name in the HTTP API (requests' "model", /v1/models): --served-model-name, else --model as
   // given (vLLM's rule).
   std::string served_model_name;
+  // --tool-call-parser: how the HTTP API reads tool calls out of chat outputs (chat_template/tool_calls.h).
+  std::optional<chat_template::ToolCallFormat> tool_call_parser;
   std::optional<runtime::FaultInjection> fault;  // --inject-fault: the engine's test seam
 };
 

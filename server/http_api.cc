@@ -89,7 +89,8 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
  public:
   HttpGeneration(std::shared_ptr<HttpExchange> exchange, openai::ApiRequest request,
                  const tokenizer::Tokenizer* tokenizer, Metrics* metrics, std::unique_ptr<OpenStream> open,
-                 std::chrono::steady_clock::time_point start)
+                 std::chrono::steady_clock::time_point start,
+                 std::optional<chat_template::ToolCallFormat> tool_call_parser)
       : exchange_(std::move(exchange)),
         request_(std::move(request)),
         tokenizer_(tokenizer),
@@ -98,7 +99,12 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
         start_(start),
         id_(RandomId(request_.route == openai::Route::kChatCompletions ? "chatcmpl-" : "cmpl-")),
         created_(UnixSeconds()),
-        choices_(static_cast<size_t>(request_.choices())) {}
+        choices_(static_cast<size_t>(request_.choices())) {
+    if (request_.parse_tool_calls && tool_call_parser) {
+      tool_call_format_ = tool_call_parser;
+      for (Choice& choice : choices_) choice.tool_calls.emplace(*tool_call_parser);
+    }
+  }
 
   // Hands every choice to `engine` (the caller holds the service's mutex: SubmitUnlessDraining). Not OK:
   // nothing was submitted, the caller answers with the error.
@@ -120,6 +126,8 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
     int64_t text_offset = 0;  // completions' logprobs: code points before the next token
     bool started = false;     // stream: its first event (the chat role, the echoed prompt) was sent
     std::optional<std::chrono::steady_clock::time_point> last_token;
+    std::optional<chat_template::ToolCallStreamParser> tool_calls;  // stream: tools parsed as text arrives
+    int tool_calls_sent = 0;
   };
 
   void CancelAll() {
@@ -129,6 +137,8 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
   }
   void OnChunk(size_t index, runtime::GenerationChunk chunk);
   void StreamLocked(size_t index, const runtime::GenerationChunk& chunk);
+  // A chat stream whose output is parsed for tool calls: content and tool-call deltas (OpenAI's shapes).
+  void StreamToolCallsLocked(size_t index, const runtime::GenerationChunk& chunk, bool ends_ok);
   void FinishLocked();
   Json ChoiceLogprobs(Choice& choice, const std::vector<runtime::GeneratedToken>& tokens) const;
   Json Usage() const;
@@ -146,6 +156,7 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
   const int64_t created_;
   InFlightGenerations* in_flight_ = nullptr;
   std::atomic<bool> cut_{false};
+  std::optional<chat_template::ToolCallFormat> tool_call_format_;  // the request's output is parsed for tools
 
   std::mutex handles_mutex_;  // taken after mutex_, never before it
   std::vector<std::shared_ptr<runtime::RequestHandle>> handles_;
@@ -320,6 +331,10 @@ void HttpGeneration::StreamLocked(size_t index, const runtime::GenerationChunk& 
   // Tokens whose text is held back (an incomplete character, a possible stop string) make no event
   // unless their log-probabilities were asked for.
   if (chunk.text.empty() && (chunk.tokens.empty() || !request_.logprobs) && !ends_ok) return;
+  if (chat && choice.tool_calls) {
+    StreamToolCallsLocked(index, chunk, ends_ok);
+    return;
+  }
   Json event = ChunkEnvelope();
   Json c = {{"index", index}};
   if (chat) {
@@ -331,6 +346,45 @@ void HttpGeneration::StreamLocked(size_t index, const runtime::GenerationChunk& 
   c["finish_reason"] = ends_ok ? Json(openai::FinishReasonText(*chunk.finish)) : Json();
   event["choices"].push_back(std::move(c));
   WriteEvent(event);
+}
+
+void HttpGeneration::StreamToolCallsLocked(size_t index, const runtime::GenerationChunk& chunk, bool ends_ok) {
+  Choice& choice = choices_[index];
+  std::vector<chat_template::ToolCallDelta> deltas = choice.tool_calls->Feed(chunk.text);
+  if (chunk.finish) {
+    std::vector<chat_template::ToolCallDelta> rest = choice.tool_calls->Finish();
+    deltas.insert(deltas.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+  }
+  // Log-probabilities ride on the first event of the chunk (or one of their own).
+  Json logprobs = request_.logprobs && !chunk.tokens.empty() ? ChoiceLogprobs(choice, chunk.tokens) : Json();
+  auto write = [&](Json delta, Json finish_reason) {
+    Json event = ChunkEnvelope();
+    event["choices"].push_back(
+        {{"index", index}, {"delta", std::move(delta)}, {"logprobs", logprobs}, {"finish_reason", finish_reason}});
+    logprobs = Json();
+    WriteEvent(event);
+  };
+  for (chat_template::ToolCallDelta& delta : deltas) {
+    if (delta.tool_index < 0) {
+      if (!delta.content.empty()) write(Json{{"content", delta.content}}, Json());
+      continue;
+    }
+    Json call = {{"index", delta.tool_index}};
+    if (!delta.id.empty()) {
+      call["id"] = delta.id;
+      call["type"] = "function";
+      call["function"] = {{"name", delta.name}, {"arguments", delta.arguments}};
+      choice.tool_calls_sent = std::max(choice.tool_calls_sent, delta.tool_index + 1);
+    } else {
+      call["function"] = {{"arguments", delta.arguments}};
+    }
+    write(Json{{"tool_calls", Json::array({call})}}, Json());
+  }
+  if (ends_ok) {
+    write(Json::object(), choice.tool_calls_sent > 0 ? "tool_calls" : openai::FinishReasonText(*chunk.finish));
+  } else if (!logprobs.is_null()) {
+    write(Json::object(), Json());
+  }
 }
 
 void HttpGeneration::Record(absl::StatusCode code) {
@@ -389,13 +443,30 @@ void HttpGeneration::FinishLocked() {
         choice.text_offset = CodePoints(prompt);
         text = prompt + text;
       }
-      if (chat) {
+      const char* finish_reason = choice.finish ? openai::FinishReasonText(*choice.finish) : "abort";
+      if (chat && tool_call_format_) {
+        chat_template::ToolCallIds ids;
+        chat_template::ParsedToolCalls parsed = chat_template::ParseToolCalls(*tool_call_format_, text, ids);
+        Json message = {{"role", "assistant"},
+                        {"content", parsed.content.empty() && !parsed.calls.empty() ? Json() : Json(parsed.content)}};
+        if (!parsed.calls.empty()) {
+          Json calls = Json::array();
+          for (const chat_template::ToolCall& call : parsed.calls) {
+            calls.push_back({{"id", call.id},
+                             {"type", "function"},
+                             {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+          }
+          message["tool_calls"] = std::move(calls);
+          finish_reason = "tool_calls";
+        }
+        c["message"] = std::move(message);
+      } else if (chat) {
         c["message"] = {{"role", "assistant"}, {"content", text}};
       } else {
         c["text"] = text;
       }
       c["logprobs"] = request_.logprobs ? ChoiceLogprobs(choice, choice.tokens) : Json();
-      c["finish_reason"] = choice.finish ? openai::FinishReasonText(*choice.finish) : "abort";
+      c["finish_reason"] = finish_reason;
       choices.push_back(std::move(c));
     }
     Json body = {{"id", id_},
@@ -442,7 +513,7 @@ openai::ApiContext HttpApi::Context(const ServedModel& model) const {
   context.api = options_.limits;
   context.tokenizer = model.tokenizer();
   context.chat_template = model.chat_template();
-  context.parse_tool_calls = options_.parse_tool_calls;
+  context.parse_tool_calls = options_.tool_call_parser.has_value();
   return context;
 }
 
@@ -551,7 +622,7 @@ void HttpApi::Admit(const std::shared_ptr<HttpExchange>& exchange, openai::Route
       openai::ParseApiRequest(route, exchange->request().body, Context(*model));
   if (!request.ok()) return refuse(request.status());
   auto generation = std::make_shared<HttpGeneration>(exchange, *std::move(request), model->tokenizer(), metrics,
-                                                     std::move(open), start);
+                                                     std::move(open), start, options_.tool_call_parser);
   const absl::Status submitted = service_->SubmitUnlessDraining(
       model, [&] { return generation->Submit(model->engine(), &service_->in_flight()); });
   if (!submitted.ok()) refuse(submitted);

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "chat_template/tool_calls.h"
 #include "server/api_keys.h"
 #include "server/http_server.h"
 #include "server/inference_service.h"
@@ -29,7 +30,7 @@ struct HttpApiOptions {
   // Bearer keys every route but /health needs (null: none).
   std::shared_ptr<const ApiKeys> api_keys;
   openai::ApiLimits limits;
-  bool parse_tool_calls = false;
+  std::optional<chat_template::ToolCallFormat> tool_call_parser;  // --tool-call-parser
 };
 
 class HttpApi {
