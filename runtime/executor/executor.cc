@@ -221,13 +221,13 @@ void Executor::Submit(MicroBatchWork work) {
     b.last = pipeline.HostBuffer({logits_rows}, at::kLong);
     std::vector<int64_t> logits_row(static_cast<size_t>(n));
     std::vector<int64_t> score_index, score_targets;
+    mb->score_first.assign(static_cast<size_t>(n), 0);
     int64_t next = 0;
     int64_t offset = 0;
     for (size_t g = 0; g < counts.size(); ++g) {
       b.groups.push_back(StageGroup(pipeline, rows, members[g], counts[g], b.ids.data_ptr<int64_t>() + offset));
       for (int64_t r : members[g]) {
         const std::vector<int32_t>& targets = rows[r].prompt_targets;
-        mb->score_first.resize(static_cast<size_t>(n));
         mb->score_first[r] = score_index.size();
         for (size_t k = 0; k < targets.size(); ++k) {
           score_index.push_back(next + static_cast<int64_t>(k));

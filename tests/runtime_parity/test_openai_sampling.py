@@ -171,3 +171,17 @@ def test_prompt_logprobs_of_a_prompt_whose_prefix_is_cached(strata_generate, mod
     for i, prompt in enumerate([LONG, second]):
         assert_prompt_logprobs(m, prompt, got["results"][i], 2)
         assert got["results"][i]["ids"] == control["results"][i]["ids"]
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--logit-bias", "5"], '--logit-bias: "5" is not ID=BIAS'),
+    (["--logit-bias", "256=1"], "--logit-bias: token id 256 is outside the vocabulary [0, 256)"),
+    (["--prompt-logprobs", "257"], "--prompt-logprobs: 257 is not in [0, 256]"),
+    (["--min-tokens", "-1"], "--min-tokens: not a count"),
+    (["--eos-ids", "1,x"], '--eos-ids: "x" is not a token id'),
+    (["--repetition-penalty", "0"], "--repetition-penalty: must be positive"),
+])
+def test_bad_sampling_flags_exit_2_naming_the_flag(strata_generate, checkpoint, flags, message):
+    proc = H.run_generate(checkpoint(NAME), [[1, 2, 3]], 2, *flags, check=False)
+    assert proc.returncode == 2, f"exit {proc.returncode}: {proc.stderr}"
+    assert message in proc.stderr, proc.stderr
