@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -33,6 +34,18 @@ ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json or a directory holding one
 ABSL_FLAG(bool, no_special_tokens, false, "encode --prompt text without the tokenizer's special tokens (BOS...)");
 ABSL_FLAG(int64_t, max_new_tokens, 16, "tokens to generate per prompt");
 ABSL_FLAG(int64_t, top_logprobs, 0, "also report the K most likely tokens at each step");
+ABSL_FLAG(int64_t, prompt_logprobs, -1,
+          "also score every prompt token after the first (log-probability given the tokens before it) with the "
+          "K most likely tokens there: \"prompt_logprobs\" and \"prompt_top_logprobs\" in --json");
+ABSL_FLAG(double, presence_penalty, 0, "OpenAI's presence penalty over the generated tokens");
+ABSL_FLAG(double, frequency_penalty, 0, "OpenAI's frequency penalty over the generated tokens");
+ABSL_FLAG(double, repetition_penalty, 1, "transformers' repetition penalty over prompt and generated tokens");
+ABSL_FLAG(std::string, logit_bias, "", "ID=BIAS,...: added to those ids' logits before choosing");
+ABSL_FLAG(int64_t, min_tokens, 0, "the --eos-ids cannot be chosen before this many new tokens");
+ABSL_FLAG(std::string, eos_ids, "",
+          "comma-separated ids that end a sequence (finish \"eos\"); default none: exactly --max-new-tokens");
+ABSL_FLAG(int64_t, prefill_chunk, 0, "prefill prompts in chunks of at most N tokens (default: the engine's)");
+ABSL_FLAG(bool, prefix_cache, false, "reuse the KV blocks of prompt prefixes computed by earlier prompts");
 ABSL_FLAG(int64_t, max_batch, 0, "KV-cache sequence slots");
 ABSL_FLAG(int64_t, max_context, 0, "KV-cache positions per slot");
 ABSL_FLAG(int64_t, warmup, 0,
@@ -60,7 +73,10 @@ Greedy decoding of prompts, run together through the serving engine, on the devi
         command.flags.end(),
         {Flag(FLAGS_prompt, "TEXT").Repeatable(), Flag(FLAGS_prompt_ids, "IDS").Repeatable(),
          Flag(FLAGS_tokenizer, "PATH"), Flag(FLAGS_no_special_tokens), Flag(FLAGS_max_new_tokens, "N"),
-         Flag(FLAGS_top_logprobs, "K"), Flag(FLAGS_max_batch, "N").ShowDefault("the number of prompts"),
+         Flag(FLAGS_top_logprobs, "K"), Flag(FLAGS_prompt_logprobs, "K"), Flag(FLAGS_presence_penalty, "F"),
+         Flag(FLAGS_frequency_penalty, "F"), Flag(FLAGS_repetition_penalty, "F"), Flag(FLAGS_logit_bias, "ID=BIAS,..."),
+         Flag(FLAGS_min_tokens, "N"), Flag(FLAGS_eos_ids, "IDS"), Flag(FLAGS_prefill_chunk, "N"),
+         Flag(FLAGS_prefix_cache), Flag(FLAGS_max_batch, "N").ShowDefault("the number of prompts"),
          Flag(FLAGS_max_context, "N").ShowDefault("longest prompt + new tokens"), Flag(FLAGS_warmup, "N"),
          Flag(FLAGS_json)});
     return command;
@@ -165,6 +181,47 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> PromptIds(const std::vector<Pr
   return out;
 }
 
+// Comma-separated token ids (--eos-ids).
+absl::StatusOr<std::vector<int32_t>> IdList(absl::string_view flag, const std::string& text) {
+  std::vector<int32_t> ids;
+  for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(piece, &id) || id < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": \"", piece, "\" is not a token id"));
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+// The sampling flags beyond greedy decoding, each checked (ids against the vocabulary: GenerateBatch).
+absl::Status ParseSampling(strata::runtime::SamplingParams& sampling) {
+  sampling.presence_penalty = static_cast<float>(absl::GetFlag(FLAGS_presence_penalty));
+  sampling.frequency_penalty = static_cast<float>(absl::GetFlag(FLAGS_frequency_penalty));
+  sampling.repetition_penalty = static_cast<float>(absl::GetFlag(FLAGS_repetition_penalty));
+  if (!(sampling.repetition_penalty > 0)) return absl::InvalidArgumentError("--repetition-penalty: must be positive");
+  for (absl::string_view piece : absl::StrSplit(absl::GetFlag(FLAGS_logit_bias), ',', absl::SkipWhitespace())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(piece, absl::MaxSplits('=', 1));
+    int32_t id = 0;
+    float bias = 0;
+    if (!absl::SimpleAtoi(kv.first, &id) || !absl::SimpleAtof(kv.second, &bias)) {
+      return absl::InvalidArgumentError(absl::StrCat("--logit-bias: \"", piece, "\" is not ID=BIAS"));
+    }
+    sampling.logit_bias.emplace_back(id, bias);
+  }
+  const int64_t min_tokens = absl::GetFlag(FLAGS_min_tokens);
+  if (min_tokens < 0 || min_tokens > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError("--min-tokens: not a count");
+  }
+  sampling.min_tokens = static_cast<int32_t>(min_tokens);
+  const int64_t prompt_logprobs = absl::GetFlag(FLAGS_prompt_logprobs);
+  if (prompt_logprobs < -1 || prompt_logprobs > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError("--prompt-logprobs: not a count");
+  }
+  sampling.prompt_logprobs = static_cast<int32_t>(prompt_logprobs);
+  return absl::OkStatus();
+}
+
 // The counts of the command line, each checked.
 struct Counts {
   int64_t max_new_tokens = 16;
@@ -197,7 +254,8 @@ absl::StatusOr<Counts> ParseCounts(const strata::cli::ParsedArgs& parsed) {
 }
 
 void PrintJson(const std::vector<strata::runtime::BatchOutput>& results, const strata::runtime::LoadReport& report,
-               const strata::runtime::BatchTiming& timing, const strata::tokenizer::Tokenizer* tokenizer) {
+               const strata::runtime::BatchTiming& timing, const strata::runtime::EngineStats& stats,
+               const strata::tokenizer::Tokenizer* tokenizer, bool prompt_logprobs) {
   nlohmann::ordered_json out;
   out["results"] = nlohmann::json::array();
   for (const strata::runtime::BatchOutput& r : results) {
@@ -216,6 +274,24 @@ void PrintJson(const std::vector<strata::runtime::BatchOutput>& results, const s
     if (tokenizer != nullptr) item["text"] = DecodeNew(*tokenizer, r.tokens);
     item["logprobs"] = logprobs;
     item["top_logprobs"] = std::move(top_json);
+    item["finish"] = strata::runtime::FinishReasonName(r.finish);
+    if (prompt_logprobs) {
+      // Entry i scores prompt token i; the first has no context: null.
+      nlohmann::json scored = nlohmann::json::array(), scored_top = nlohmann::json::array();
+      for (const std::optional<strata::runtime::GeneratedToken>& t : r.prompt_logprobs) {
+        if (!t) {
+          scored.push_back(nullptr);
+          scored_top.push_back(nullptr);
+          continue;
+        }
+        scored.push_back(t->logprob);
+        nlohmann::json pairs = nlohmann::json::array();
+        for (const auto& [id, lp] : t->top) pairs.push_back({id, lp});
+        scored_top.push_back(std::move(pairs));
+      }
+      item["prompt_logprobs"] = std::move(scored);
+      item["prompt_top_logprobs"] = std::move(scored_top);
+    }
     out["results"].push_back(std::move(item));
   }
   out["load"] = {{"seconds", report.seconds},
@@ -229,6 +305,8 @@ void PrintJson(const std::vector<strata::runtime::BatchOutput>& results, const s
   out["timing"] = {{"prefill_seconds", timing.prefill_seconds},
                    {"decode_seconds", timing.decode_seconds},
                    {"decode_steps", timing.decode_steps}};
+  out["engine"] = {{"prefix_queried_tokens", stats.prefix_queried_tokens},
+                   {"prefix_hit_tokens", stats.prefix_hit_tokens}};
   std::cout << out.dump() << "\n";
 }
 
@@ -266,6 +344,12 @@ int main(int argc, char** argv) {
   if (!prompts.ok()) return Fail(2, prompts.status().message());
   absl::StatusOr<Counts> counts = ParseCounts(*parsed);
   if (!counts.ok()) return Fail(2, counts.status().message());
+  SamplingParams sampling;
+  if (absl::Status s = ParseSampling(sampling); !s.ok()) return Fail(2, s.message());
+  absl::StatusOr<std::vector<int32_t>> eos_ids = IdList("--eos-ids", absl::GetFlag(FLAGS_eos_ids));
+  if (!eos_ids.ok()) return Fail(2, eos_ids.status().message());
+  const int64_t prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  if (prefill_chunk < 0) return Fail(2, "--prefill-chunk: must not be negative");
 
   ServingRequest serving;
   serving.model_dir = *placement->model_dir;
@@ -282,19 +366,20 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<LoadedModel>> model = LoadedModel::Load(*options);
   if (!model.ok()) return FailWith(model.status());
 
-  // Greedy (temperature 0) for exactly max_new_tokens: no EOS ids. One micro-batch in flight, so that the
-  // engine forms the same batches on every run (the server's default, 2, overlaps stages instead), and no
-  // prefix cache, so that a --warmup run leaves nothing the measured run reuses.
+  // Greedy (temperature 0) for exactly max_new_tokens unless --eos-ids are given. One micro-batch in
+  // flight, so that the engine forms the same batches on every run (the server's default, 2, overlaps
+  // stages instead), and no prefix cache unless asked for, so that a --warmup run leaves nothing the
+  // measured run reuses.
   EngineOptions engine_options;
   engine_options.max_queue = static_cast<int64_t>(prompts->size());
   engine_options.micro_batches = 1;
-  engine_options.prefix_cache = false;
-  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Start(**model, nullptr, {}, engine_options);
+  engine_options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
+  if (prefill_chunk > 0) engine_options.prefill_chunk_tokens = prefill_chunk;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Start(**model, nullptr, *eos_ids, engine_options);
   if (!engine.ok()) return FailWith(engine.status());
-  SamplingParams sampling;
   sampling.max_new_tokens = static_cast<int32_t>(counts->max_new_tokens);
   sampling.top_logprobs = static_cast<int32_t>(counts->top_logprobs);
-  sampling.ignore_eos = true;
+  sampling.ignore_eos = eos_ids->empty();
   for (int64_t i = 0; i < counts->warmup; ++i) {
     absl::StatusOr<std::vector<BatchOutput>> warm = GenerateBatch(**engine, *prompts, sampling);
     if (!warm.ok()) return FailWith(warm.status());
@@ -303,7 +388,8 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::vector<BatchOutput>> results = GenerateBatch(**engine, *prompts, sampling, &timing);
   if (!results.ok()) return FailWith(results.status());
   if (absl::GetFlag(FLAGS_json)) {
-    PrintJson(*results, (*model)->report(), timing, tokenizer->get());
+    PrintJson(*results, (*model)->report(), timing, (*engine)->Stats(), tokenizer->get(),
+              sampling.prompt_logprobs >= 0);
   } else {
     PrintText(*results, (*model)->report(), tokenizer->get());
   }

@@ -25,6 +25,17 @@ absl::Status CheckPrompts(const Engine& engine, const std::vector<std::vector<in
     return absl::InvalidArgumentError(
         absl::StrCat("--top-logprobs: ", sampling.top_logprobs, " is not in [0, ", vocab, "] (the vocabulary)"));
   }
+  if (sampling.prompt_logprobs < -1 || sampling.prompt_logprobs > vocab) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prompt-logprobs: ", sampling.prompt_logprobs, " is not in [0, ", vocab, "] (the vocabulary)"));
+  }
+  if (sampling.min_tokens < 0) return absl::InvalidArgumentError("--min-tokens: must not be negative");
+  for (const auto& [id, bias] : sampling.logit_bias) {
+    if (id < 0 || id >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--logit-bias: token id ", id, " is outside the vocabulary [0, ", vocab, ")"));
+    }
+  }
   for (size_t p = 0; p < prompts.size(); ++p) {
     const std::vector<int32_t>& prompt = prompts[p];
     if (prompt.empty()) return absl::InvalidArgumentError(absl::StrCat("prompt ", p, ": no token ids"));
@@ -69,7 +80,7 @@ absl::StatusOr<std::vector<BatchOutput>> GenerateBatch(Engine& engine, const std
   BatchTiming local;
   BatchTiming& t = timing != nullptr ? *timing : local;
   t = BatchTiming{};
-  if (sampling.max_new_tokens == 0) return std::vector<BatchOutput>(prompts.size());
+  if (sampling.max_new_tokens == 0 && sampling.prompt_logprobs < 0) return std::vector<BatchOutput>(prompts.size());
 
   auto collected = std::make_shared<Collected>();
   collected->outputs.resize(prompts.size());
@@ -85,6 +96,7 @@ absl::StatusOr<std::vector<BatchOutput>> GenerateBatch(Engine& engine, const std
       BatchOutput& out = collected->outputs[p];
       const bool first = out.tokens.empty() && !chunk.tokens.empty();
       for (GeneratedToken& token : chunk.tokens) out.tokens.push_back(std::move(token));
+      if (!chunk.prompt_logprobs.empty()) out.prompt_logprobs = std::move(chunk.prompt_logprobs);
       if (first && ++collected->with_first_token == n) collected->first_tokens_at = Clock::now();
       if (chunk.finish) {
         out.finish = *chunk.finish;

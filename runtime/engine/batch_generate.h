@@ -5,6 +5,7 @@
 // (scheduler, executor, sampler, longrope's recompute rule). Plain C++.
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -13,7 +14,8 @@
 namespace strata::runtime {
 
 struct BatchOutput {
-  std::vector<GeneratedToken> tokens;  // the new tokens, with their logprobs and top_logprobs
+  std::vector<GeneratedToken> tokens;                          // the new tokens, with their logprobs and top_logprobs
+  std::vector<std::optional<GeneratedToken>> prompt_logprobs;  // GenerationChunk::prompt_logprobs
   FinishReason finish = FinishReason::kLength;
 };
 
@@ -25,7 +27,9 @@ struct BatchTiming {
 
 // Every prompt with `sampling` (greedy: temperature 0; a fixed length: ignore_eos), run together as the
 // engine's batching allows. Checked first, each error naming the prompt: ids outside [0, vocab), empty
-// prompts, prompt + max_new_tokens beyond --max-context or the KV pool, top_logprobs beyond the vocabulary.
+// prompts, prompt + max_new_tokens beyond --max-context or the KV pool, top_logprobs or prompt_logprobs
+// beyond the vocabulary, logit_bias ids outside it. max_new_tokens 0 runs nothing unless prompt_logprobs
+// asks for the prompts to be scored.
 // The engine must accept `prompts.size()` queued requests (EngineOptions::max_queue). A request that ends
 // kError makes the call return its error.
 absl::StatusOr<std::vector<BatchOutput>> GenerateBatch(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <deque>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <random>
@@ -47,7 +48,11 @@ struct Sequence {
   std::shared_ptr<std::atomic<bool>> stopped = std::make_shared<std::atomic<bool>>(false);
   std::vector<int32_t> tokens;  // prompt, then generated
   int64_t generated = 0;
-  size_t penalty_sent = 0;  // tokens the sampler's repetition-penalty state holds (BatchRow::penalty_tokens)
+  size_t penalty_sent = 0;  // tokens the sampler's penalty state holds (BatchRow::penalty_tokens)
+  // SamplingParams::prompt_logprobs: entry i scores prompt token i (filled as the prefill's chunks come
+  // back), handed to the output thread with the first step.
+  std::vector<std::optional<GeneratedToken>> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
   std::mt19937_64 random;
   bool done = false;
 };
@@ -67,6 +72,8 @@ struct Engine::Impl {
   void LoseDevice(const absl::Status& status);
   void Publish();
   void Emit(OutputEvent event);
+  // The request's prompt log-probabilities, once, for its first step (empty when not asked for).
+  std::vector<std::optional<GeneratedToken>> TakePromptLogprobs(Sequence& s);
 
   LoadedModel& model;
   const tokenizer::Tokenizer* tokenizer;
@@ -212,6 +219,12 @@ EngineStats Engine::Stats() const {
 
 void Engine::Impl::Emit(OutputEvent event) { output.Emit(std::move(event)); }
 
+std::vector<std::optional<GeneratedToken>> Engine::Impl::TakePromptLogprobs(Sequence& s) {
+  if (s.request.sampling.prompt_logprobs < 0 || s.prompt_logprobs_sent) return {};
+  s.prompt_logprobs_sent = true;
+  return std::move(s.prompt_logprobs);
+}
+
 void Engine::Impl::Admit() {
   std::deque<std::unique_ptr<Sequence>> arrived;
   {
@@ -226,9 +239,13 @@ void Engine::Impl::Admit() {
     stream->stopped = s->stopped;
     if (tokenizer != nullptr) stream->decoder.emplace(*tokenizer, /*skip_special_tokens=*/true);
     if (!p.stop.empty()) stream->stop.emplace(p.stop);
+    stream->min_tokens = p.min_tokens;
     stream->prompt_tokens = static_cast<int64_t>(s->request.prompt.size());
     Emit(OpenStream{s->id, std::move(stream)});
-    scheduler.Add(s->id, s->tokens);
+    // Prompt log-probabilities need the logits of every prompt position: nothing is taken from the
+    // prefix cache.
+    if (p.prompt_logprobs >= 0) s->prompt_logprobs.resize(s->request.prompt.size());
+    scheduler.Add(s->id, s->tokens, /*reuse_prefix=*/p.prompt_logprobs < 0);
     if (device_lost) Finish(*s, FinishReason::kError, lost_status);
     sequences.emplace(s->id, std::move(s));
   }
@@ -258,17 +275,34 @@ MicroBatchWork Engine::Impl::Build(uint64_t id, const ScheduledMicroBatch& batch
     r.length = row.length;
     r.tokens.assign(s.tokens.begin() + row.start, s.tokens.begin() + row.start + row.count);
     r.samples = row.samples;
+    const int64_t prompt = static_cast<int64_t>(s.request.prompt.size());
+    if (p.prompt_logprobs >= 0 && !s.prompt_logprobs_sent) {
+      // Position q's logits score prompt token q + 1; the last prompt position's choose the first new token.
+      r.prompt_logprobs = p.prompt_logprobs;
+      for (int64_t q = row.start; q < std::min(row.start + row.count, prompt - 1); ++q) {
+        r.prompt_targets.push_back(s.tokens[q + 1]);
+      }
+    }
     if (row.samples) {
       r.sampling.temperature = p.temperature;
       r.sampling.top_k = p.top_k;
       r.sampling.top_p = p.top_p;
       r.sampling.repetition_penalty = p.repetition_penalty;
+      r.sampling.frequency_penalty = p.frequency_penalty;
+      r.sampling.presence_penalty = p.presence_penalty;
+      r.sampling.logit_bias = p.logit_bias;
+      if (!p.ignore_eos && s.generated < p.min_tokens) {
+        // vLLM's min_tokens: the EOS ids cannot be sampled yet.
+        for (int32_t eos : eos_ids) r.sampling.logit_bias.emplace_back(eos, -std::numeric_limits<float>::infinity());
+      }
       r.sampling.uniform = std::uniform_real_distribution<double>(0.0, 1.0)(s.random);
       r.sampling.top_logprobs = p.top_logprobs;
-      if (p.repetition_penalty != 1.0f) {
+      if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
         r.sequence = s.id;
         r.penalty_reset = s.penalty_sent == 0;
-        r.penalty_tokens.assign(s.tokens.begin() + static_cast<std::ptrdiff_t>(s.penalty_sent), s.tokens.end());
+        const auto from = s.tokens.begin() + static_cast<std::ptrdiff_t>(s.penalty_sent);
+        if (p.repetition_penalty != 1.0f) r.penalty_tokens.assign(from, s.tokens.end());
+        r.output_tokens.assign(std::max(from, s.tokens.begin() + prompt), s.tokens.end());
         s.penalty_sent = s.tokens.size();
       }
     }
@@ -289,7 +323,7 @@ void Engine::Impl::Finish(Sequence& s, FinishReason reason, const absl::Status& 
   // micro-batch's result, which this thread drops while the output thread copies it into a chunk (the
   // count is atomic, but Debian's Abseil frees the payload where ThreadSanitizer cannot see the order).
   absl::Status own = error.ok() ? absl::OkStatus() : absl::Status(error.code(), error.message());
-  Emit(SequenceStep{s.id, std::nullopt, reason, std::move(own)});
+  Emit(SequenceStep{s.id, std::nullopt, reason, std::move(own), {}});
 }
 
 void Engine::Impl::LoseDevice(const absl::Status& status) {
@@ -338,8 +372,20 @@ void Engine::Impl::Process(MicroBatchResult result) {
       Finish(s, FinishReason::kError, result.row_errors[r]);
       continue;
     }
+    if (r < result.prompt_logprobs.size() && !s.prompt_logprobs_sent) {
+      for (size_t j = 0; j < result.prompt_logprobs[r].size(); ++j) {
+        s.prompt_logprobs.at(static_cast<size_t>(row.start) + j + 1) = std::move(result.prompt_logprobs[r][j]);
+      }
+    }
     if (!result.tokens[r]) continue;
     produced = true;
+    if (s.request.sampling.max_new_tokens <= 0) {
+      // Prefill alone (to score the prompt): the token chosen is dropped.
+      s.done = true;
+      scheduler.Finish(s.id);
+      Emit(SequenceStep{s.id, std::nullopt, FinishReason::kLength, absl::OkStatus(), TakePromptLogprobs(s)});
+      continue;
+    }
     GeneratedToken& token = *result.tokens[r];
     s.tokens.push_back(token.id);
     ++s.generated;
@@ -352,7 +398,7 @@ void Engine::Impl::Process(MicroBatchResult result) {
     } else {
       scheduler.Append(s.id);
     }
-    Emit(SequenceStep{s.id, std::move(token), finish, absl::OkStatus()});
+    Emit(SequenceStep{s.id, std::move(token), finish, absl::OkStatus(), TakePromptLogprobs(s)});
   }
   if (produced) {
     // A forward pass produced a token: the engine works (again).

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -31,18 +32,35 @@ class Tokenizer;
 
 namespace strata::runtime {
 
-// transformers' generate semantics: repetition_penalty, then temperature, top_k, top_p on the logits;
-// temperature 0 is greedy (argmax of the penalised logits).
+// The logits of each step are processed in vLLM's order: logit_bias (and min_tokens' ban), then the
+// penalties (repetition, frequency, presence), then temperature, top_k, top_p; temperature 0 is greedy
+// (argmax of the processed logits). Each part on its own has transformers' (repetition penalty, warpers)
+// or OpenAI's (the rest) semantics. Log-probabilities are always those of the raw logits.
 struct SamplingParams {
   float temperature = 0;
   float top_p = 1;
   int32_t top_k = 0;  // 0: off
   float repetition_penalty = 1;
+  // OpenAI's penalties over the tokens this request generated so far (not its prompt; vLLM's output
+  // tokens): logit[j] -= frequency_penalty * count[j] + presence_penalty * (count[j] > 0).
+  float presence_penalty = 0;
+  float frequency_penalty = 0;
+  // Added to the logits of these ids (OpenAI's logit_bias; ids in [0, vocab)); an id given twice gets both.
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // Until this many tokens were generated, the EOS ids cannot be sampled (their logits are -inf, unless
+  // ignore_eos) and stop strings do not end the request (vLLM's min_tokens).
+  int32_t min_tokens = 0;
   // A seeded request draws from its own generator, so its output does not depend on what else runs
   // in its batch; unseeded requests draw a seed from the engine's generator.
   std::optional<uint64_t> seed;
+  // 0: the prompt is prefilled and the request ends with kLength and no token (for prompt_logprobs).
   int32_t max_new_tokens = 16;
   int32_t top_logprobs = 0;
+  // -1: off. k >= 0: the log-probability of every prompt token after the first under the model given the
+  // tokens before it (log_softmax of the raw logits at the position before), with the k most likely tokens
+  // there: GenerationChunk::prompt_logprobs. Such a request computes its whole prompt (it takes no prefix
+  // from the prefix cache).
+  int32_t prompt_logprobs = -1;
   std::vector<std::string> stop;  // matched on decoded text, not emitted
   bool ignore_eos = false;
 };
@@ -62,6 +80,11 @@ const char* FinishReasonName(FinishReason reason);
 struct GenerationChunk {
   std::vector<GeneratedToken> tokens;
   std::string text;
+  // With SamplingParams::prompt_logprobs >= 0, on the request's first chunk only (the one with its first
+  // token, or its final one when it ends before): one entry per prompt token, entry i scoring prompt token
+  // i given the tokens before it (`id` is that token, `top` the prompt_logprobs most likely ones there).
+  // Entry 0 is nullopt: the first token has no context to be scored in (OpenAI's null). Empty otherwise.
+  std::vector<std::optional<GeneratedToken>> prompt_logprobs;
   std::optional<FinishReason> finish;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;  // so far

@@ -55,14 +55,20 @@ void OutputProcessor::Deliver(SequenceStep& step) {
     return;
   }
   GenerationChunk chunk;
+  chunk.prompt_logprobs = std::move(step.prompt_logprobs);
   std::optional<FinishReason> finish = step.finish;
-  if (step.token) {
-    const int32_t id = step.token->id;
+  const bool has_token = step.token.has_value();
+  if (has_token) {
     chunk.tokens.push_back(*std::move(step.token));
     ++out.emitted;
+  }
+  // vLLM's min_tokens: no stop string ends the request before it has that many tokens (their text passes
+  // unmatched).
+  const bool matching = out.stop && out.emitted >= out.min_tokens;
+  if (has_token) {
     if (out.decoder) {
-      std::string piece = out.decoder->Step(id);
-      if (out.stop) {
+      std::string piece = out.decoder->Step(chunk.tokens.back().id);
+      if (matching) {
         StopStringMatcher::Result r = out.stop->Push(piece);
         chunk.text = std::move(r.text);
         if (r.stopped) finish = FinishReason::kStop;
@@ -76,7 +82,7 @@ void OutputProcessor::Deliver(SequenceStep& step) {
     // What the detokenizer and stop matcher still hold comes out with the last chunk, unless a stop
     // string is in it.
     std::string rest = out.decoder ? out.decoder->Finish() : std::string();
-    if (out.stop) {
+    if (matching) {
       StopStringMatcher::Result r = out.stop->Push(rest);
       chunk.text += r.text;
       if (r.stopped) {

@@ -15,6 +15,7 @@
 #include <optional>
 #include <thread>
 #include <variant>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "runtime/engine/engine.h"
@@ -29,6 +30,7 @@ struct OutputStream {
   std::shared_ptr<std::atomic<bool>> stopped;  // set here when a stop string ended the request
   std::optional<tokenizer::StreamingDecoder> decoder;
   std::optional<StopStringMatcher> stop;
+  int64_t min_tokens = 0;  // stop strings are matched once this many tokens were emitted (vLLM)
   int64_t prompt_tokens = 0;
   int64_t emitted = 0;  // tokens sent to the callback
   bool ended = false;   // its final chunk was sent
@@ -44,6 +46,7 @@ struct SequenceStep {
   std::optional<GeneratedToken> token;
   std::optional<FinishReason> finish;
   absl::Status error;
+  std::vector<std::optional<GeneratedToken>> prompt_logprobs;  // on the request's first step, when asked for
 };
 using OutputEvent = std::variant<OpenStream, SequenceStep>;
 

@@ -22,7 +22,10 @@ SchedulerOptions Normalized(SchedulerOptions o) {
 Scheduler::Scheduler(const SchedulerOptions& options)
     : options_(Normalized(options)), blocks_(options_.kv_blocks, options_.block_tokens, options_.prefix_cache) {}
 
-void Scheduler::Add(uint64_t sequence, const std::vector<int32_t>& tokens) { queue_.emplace_back(sequence, &tokens); }
+void Scheduler::Add(uint64_t sequence, const std::vector<int32_t>& tokens, bool reuse_prefix) {
+  queue_.emplace_back(sequence, &tokens);
+  if (!reuse_prefix) no_prefix_reuse_.insert(sequence);
+}
 
 bool Scheduler::InFlight(uint64_t sequence) const {
   auto it = running_.find(sequence);
@@ -34,7 +37,9 @@ void Scheduler::Admit() {
     auto [sequence, tokens] = queue_.front();
     const int64_t length = static_cast<int64_t>(tokens->size());
     // At least the last known token is fed again: its logits choose the next one.
-    std::vector<int32_t> hits = blocks_.Match(*tokens, (length - 1) / options_.block_tokens);
+    std::vector<int32_t> hits = no_prefix_reuse_.contains(sequence)
+                                    ? std::vector<int32_t>()
+                                    : blocks_.Match(*tokens, (length - 1) / options_.block_tokens);
     const int64_t needed = BlocksFor(length) - static_cast<int64_t>(hits.size());
     // A watermark (vLLM's 1%) leaves the running sequences room to grow before anyone is preempted; a
     // sequence alone may take every block.
@@ -188,6 +193,7 @@ void Scheduler::Complete(const ScheduledMicroBatch& batch) {
 }
 
 void Scheduler::Finish(uint64_t sequence) {
+  no_prefix_reuse_.erase(sequence);
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
     if (it->first == sequence) {
       queue_.erase(it);

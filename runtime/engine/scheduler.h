@@ -26,6 +26,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "runtime/engine/kv_blocks.h"
@@ -73,7 +74,9 @@ class Scheduler {
   // Queues a sequence (FIFO). `tokens` (the prompt; the caller appends what is generated, then calls
   // Append) must outlive the sequence's time here. Its prompt + the tokens it will generate must fit the
   // KV pool (validated before it gets here), so that it can always run once the others are preempted.
-  void Add(uint64_t sequence, const std::vector<int32_t>& tokens);
+  // `reuse_prefix` false: it takes nothing from the prefix cache (every token is fed, as prompt
+  // log-probabilities need), though its own blocks join it.
+  void Add(uint64_t sequence, const std::vector<int32_t>& tokens, bool reuse_prefix = true);
 
   // The next micro-batch among sequences not already in flight, or nothing when none can run. Gives
   // running sequences the blocks their next tokens need (preempting), then admits queued ones. Decodes go
@@ -126,6 +129,7 @@ class Scheduler {
   KvBlocks blocks_;
   std::deque<std::pair<uint64_t, const std::vector<int32_t>*>> queue_;
   std::map<uint64_t, Running> running_;
+  std::set<uint64_t> no_prefix_reuse_;  // Add(reuse_prefix = false) until they finish
   int64_t in_flight_batches_ = 0;
   uint64_t tick_ = 0;
   uint64_t admissions_ = 0;

@@ -85,17 +85,27 @@ absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text) {
 struct Executor::Impl {
   Impl(LoadedModel& m) : model(m), pipeline(m.pipeline()) {}
 
-  // On the last stage's worker, after its units: sample the rows that sample, on its stream.
+  // On the last stage's worker, after its units: sample the rows that sample and score the prompt
+  // positions asked for, on its stream.
   void Sample(MicroBatch& mb) {
-    if (mb.sampling_rows == 0) return;
+    if (mb.sampling_rows == 0 && !mb.score_index.defined()) return;
     const Stage& last = pipeline.stages().back();
     std::optional<c10::StreamGuard> guard;
     if (last.stream) guard.emplace(*last.stream);
-    at::Tensor logits = mb.activation.hidden;
-    if (mb.sample_index.defined()) {
-      logits = logits.index_select(0, mb.sample_index.to(logits.device(), /*non_blocking=*/true));
+    const at::Tensor& all = mb.activation.hidden;
+    if (mb.sampling_rows > 0) {
+      at::Tensor logits = all;
+      if (mb.sample_index.defined()) {
+        logits = logits.index_select(0, mb.sample_index.to(logits.device(), /*non_blocking=*/true));
+      }
+      mb.samples = SampleAsync(logits, mb.sampling, &penalty_pool);
     }
-    mb.samples = SampleAsync(logits, mb.sampling, &penalty_pool);
+    if (mb.score_index.defined()) {
+      at::Tensor logits = all.index_select(0, mb.score_index.to(all.device(), /*non_blocking=*/true));
+      int64_t top = 0;
+      for (int32_t k : mb.score_top) top = std::max<int64_t>(top, k);
+      mb.scores = ScoreAsync(logits, mb.score_targets, top);
+    }
   }
 
   LoadedModel& model;
@@ -193,22 +203,50 @@ void Executor::Submit(MicroBatchWork work) {
       }
       members[it - counts.begin()].push_back(r);
     }
-    // Logits come back group after group: where each row lands in that order.
+    // Logits come back group after group: where each row lands in that order. A row that scores its
+    // prompt has the logits of every token it feeds (its last one's last), the others of their last token.
     int64_t tokens = 0;
-    for (const BatchRow& row : rows) tokens += static_cast<int64_t>(row.tokens.size());
+    int64_t logits_rows = 0;
+    for (const BatchRow& row : rows) {
+      const int64_t count = static_cast<int64_t>(row.tokens.size());
+      tokens += count;
+      if (static_cast<int64_t>(row.prompt_targets.size()) > count) {
+        throw std::invalid_argument(absl::StrCat("micro-batch row feeds ", count, " tokens and scores ",
+                                                 row.prompt_targets.size(), " prompt tokens"));
+      }
+      logits_rows += row.prompt_targets.empty() ? 1 : count;
+    }
     ForwardBatch& b = mb->batch;
     b.ids = pipeline.HostBuffer({1, tokens}, at::kLong);
-    b.last = pipeline.HostBuffer({n}, at::kLong);
+    b.last = pipeline.HostBuffer({logits_rows}, at::kLong);
     std::vector<int64_t> logits_row(static_cast<size_t>(n));
+    std::vector<int64_t> score_index, score_targets;
+    mb->score_first.assign(static_cast<size_t>(n), 0);
     int64_t next = 0;
     int64_t offset = 0;
     for (size_t g = 0; g < counts.size(); ++g) {
       b.groups.push_back(StageGroup(pipeline, rows, members[g], counts[g], b.ids.data_ptr<int64_t>() + offset));
       for (int64_t r : members[g]) {
-        logits_row[r] = next;
-        b.last.data_ptr<int64_t>()[next++] = offset + counts[g] - 1;
+        const std::vector<int32_t>& targets = rows[r].prompt_targets;
+        mb->score_first[r] = score_index.size();
+        for (size_t k = 0; k < targets.size(); ++k) {
+          score_index.push_back(next + static_cast<int64_t>(k));
+          score_targets.push_back(targets[k]);
+          mb->score_top.push_back(std::max<int32_t>(0, rows[r].prompt_logprobs));
+        }
+        for (int64_t k = targets.empty() ? counts[g] - 1 : 0; k < counts[g]; ++k) {
+          b.last.data_ptr<int64_t>()[next++] = offset + k;
+        }
+        logits_row[r] = next - 1;
         offset += counts[g];
       }
+    }
+    if (!score_index.empty()) {
+      const int64_t scored = static_cast<int64_t>(score_index.size());
+      mb->score_index = pipeline.HostBuffer({scored}, at::kLong);
+      mb->score_targets = pipeline.HostBuffer({scored}, at::kLong);
+      std::copy(score_index.begin(), score_index.end(), mb->score_index.data_ptr<int64_t>());
+      std::copy(score_targets.begin(), score_targets.end(), mb->score_targets.data_ptr<int64_t>());
     }
     std::vector<const BatchRow*> sampling;
     std::vector<int64_t> sample_rows;
@@ -222,7 +260,7 @@ void Executor::Submit(MicroBatchWork work) {
     mb->sampling_rows = static_cast<int64_t>(sampling.size());
     if (!sampling.empty()) {
       mb->sampling = StageSamplingInputs(sampling, pipeline.uses_cuda(), &impl_->penalty_slots);
-      if (mb->sampling_rows != n || !in_order) {
+      if (mb->sampling_rows != logits_rows || !in_order) {
         mb->sample_index = pipeline.HostBuffer({mb->sampling_rows}, at::kLong);
         std::copy(sample_rows.begin(), sample_rows.end(), mb->sample_index.data_ptr<int64_t>());
       }
@@ -240,6 +278,21 @@ MicroBatchResult Executor::WaitCompleted() {
   result.id = mb->work.id;
   result.tokens.resize(mb->work.rows.size());
   const std::vector<Stage>& stages = impl_->pipeline.stages();
+  if (!mb->error && mb->score_index.defined()) {
+    try {
+      // Waits on this micro-batch's copy event only.
+      std::vector<GeneratedToken> scored = FinishScores(mb->scores, mb->score_top);
+      result.prompt_logprobs.resize(mb->work.rows.size());
+      for (size_t r = 0; r < mb->work.rows.size(); ++r) {
+        for (size_t j = 0; j < mb->work.rows[r].prompt_targets.size(); ++j) {
+          result.prompt_logprobs[r].push_back(std::move(scored.at(mb->score_first[r] + j)));
+        }
+      }
+    } catch (...) {
+      mb->error = std::current_exception();
+      mb->failed_stage = stages.size() - 1;
+    }
+  }
   if (!mb->error && mb->sampling_rows > 0) {
     try {
       // Waits on this micro-batch's copy event only.
@@ -276,6 +329,7 @@ MicroBatchResult Executor::WaitCompleted() {
     result.status = absl::InternalError(absl::StrCat("stage ", mb->failed_stage, " (plan device ", stage.label, " on ",
                                                      stage.device.str(), ") failed: ", message));
     result.tokens.assign(mb->work.rows.size(), std::nullopt);
+    result.prompt_logprobs.clear();
   }
   return result;
 }

@@ -23,8 +23,10 @@
 
 namespace strata::runtime {
 
-// How one row picks its token, in transformers' order: repetition penalty over the row's context, then
-// temperature, top_k, top_p. temperature 0 is greedy (argmax of the penalised logits).
+// How one row picks its token, in vLLM's order: logit_bias, then the repetition penalty over the row's
+// context (transformers' rule), the frequency and presence penalties over its output (OpenAI's), then
+// temperature, top_k, top_p (transformers' warpers). temperature 0 is greedy (argmax of the processed
+// logits).
 // Temperatures below this sample greedily (vLLM's rule): logits / temperature overflows float32 long
 // before 0 (for a logit of 10, below about 3e-38), and a distribution of infinities has no draw. The limit
 // of softmax(logits / t) as t -> 0 is the argmax, which is what these rows get.
@@ -35,6 +37,10 @@ struct RowSampling {
   int32_t top_k = 0;      // 0: off
   float top_p = 1;
   float repetition_penalty = 1;
+  float frequency_penalty = 0;  // logit[j] -= frequency_penalty * (times j was generated)
+  float presence_penalty = 0;   // logit[j] -= presence_penalty when j was generated at all
+  // Added to the logits of these ids before anything else (-inf bans an id: min_tokens' EOS ids).
+  std::vector<std::pair<int32_t, float>> logit_bias;
   // The request's draw for this step, in [0, 1), from its own generator: the token is where the
   // cumulative probability (in vocabulary order) first exceeds uniform x total, so a seeded request
   // samples the same whatever else runs in its batch.
@@ -61,12 +67,19 @@ struct BatchRow {
   std::vector<int32_t> tokens;
   bool samples = false;  // the last fed token is the sequence's newest: choose the next one
   RowSampling sampling;
-  // With a repetition penalty: the sampler keeps the ids each sequence has seen (PenaltySlots, sampler.h),
-  // so a row sends only what changed: the whole prompt and output so far when `penalty_reset` (the first
-  // step), then each step's new tokens.
+  // With a penalty: the sampler keeps the ids each sequence has seen and how often it generated each
+  // (PenaltySlots, sampler.h), so a row sends only what changed: the whole prompt and output so far when
+  // `penalty_reset` (the first step), then each step's new tokens; `output_tokens` are those of them that
+  // were generated (the frequency and presence penalties count only these).
   uint64_t sequence = 0;
   std::vector<int32_t> penalty_tokens;
+  std::vector<int32_t> output_tokens;
   bool penalty_reset = false;
+  // Prompt log-probabilities: the logits of every fed position are computed (not only the last one's),
+  // and those of positions start, start + 1, ... score prompt_targets in turn (each the prompt token that
+  // follows that position), each with its prompt_logprobs most likely tokens.
+  int32_t prompt_logprobs = -1;  // -1: none
+  std::vector<int32_t> prompt_targets;
   int64_t length = 0;  // the sequence's known tokens (longrope picks its factors by it); 0: start + tokens
 };
 
@@ -81,6 +94,8 @@ struct MicroBatchWork {
 struct MicroBatchResult {
   uint64_t id = 0;
   std::vector<std::optional<GeneratedToken>> tokens;  // per row; set where the row samples
+  // Per row: its prompt_targets scored (id: the target, logprob, top), in order; empty for other rows.
+  std::vector<std::vector<GeneratedToken>> prompt_logprobs;
   // Not OK when a stage (or the sampler) failed: INTERNAL naming the stage, its device and the error.
   absl::Status status;
   std::string failed_stage;   // the index of the stage that failed ("1"), for metrics

@@ -77,7 +77,9 @@ struct ForwardGroup {
 struct ForwardBatch {
   at::Tensor ids;  // int64 [1, tokens]
   std::vector<ForwardGroup> groups;
-  at::Tensor last;  // int64 [rows of all groups, in order]: each row's last real token among `ids`
+  // int64, ascending: the tokens among `ids` whose logits the last stage computes: each row's last real
+  // token, and every token of a row that scores its prompt (BatchRow::prompt_targets).
+  at::Tensor last;
 };
 
 // What flows from one stage to the next: the activation and, when its producer runs on a CUDA stream,

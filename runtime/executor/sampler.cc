@@ -12,6 +12,7 @@
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/log_softmax.h>
 #include <ATen/ops/masked_fill.h>
+#include <ATen/ops/ones.h>
 #include <ATen/ops/scatter.h>
 #include <ATen/ops/searchsorted.h>
 #include <ATen/ops/softmax.h>
@@ -29,7 +30,15 @@ namespace strata::runtime {
 namespace {
 
 // Columns of SamplingInputs::params.
-enum ParamColumn : int64_t { kTemperature = 0, kTopK = 1, kTopP = 2, kPenalty = 3, kUniform = 4 };
+enum ParamColumn : int64_t {
+  kTemperature = 0,
+  kTopK = 1,
+  kTopP = 2,
+  kPenalty = 3,
+  kUniform = 4,
+  kFrequency = 5,
+  kPresence = 6
+};
 
 constexpr double kNegativeInfinity = -std::numeric_limits<double>::infinity();
 
@@ -46,15 +55,35 @@ c10::Stream CurrentStream(at::Device device) {
   return impl.getStream(device);
 }
 
-// transformers' RepetitionPenaltyLogitsProcessor: every token id present in the row's context has its
-// logit l replaced by l * p when l < 0 and l / p otherwise (float32, as transformers computes it).
+// vLLM's order: logit_bias first (its logits processors run before the penalties), then transformers'
+// RepetitionPenaltyLogitsProcessor: every token id present in the row's context has its logit l replaced
+// by l * p when l < 0 and l / p otherwise (float32, as transformers computes it); then OpenAI's frequency
+// and presence penalties over the row's generated ids (vLLM's apply_penalties, in that order).
 at::Tensor Penalised(const at::Tensor& logits, const SamplingInputs& inputs, const at::Tensor& params,
                      PenaltyPool* pool) {
-  if (!inputs.any_penalty) return logits;
+  at::Tensor scores = logits;
+  const int64_t vocab = logits.size(1);
+  if (inputs.any_bias) {
+    // Each row's biases summed into a [rows, vocab + 1] table (padding lands in the last column).
+    at::Tensor bias = at::zeros({logits.size(0), vocab + 1}, logits.options());
+    at::Tensor ids = OnDevice(inputs.bias_ids, logits.device());
+    ids = at::where(ids.ge(0).logical_and(ids.lt(vocab)), ids, vocab);
+    bias.scatter_add_(1, ids, OnDevice(inputs.bias_values, logits.device()));
+    scores = scores + bias.narrow(1, 0, vocab);
+  }
   PenaltyPool local;
-  const at::Tensor present = (pool != nullptr ? pool : &local)->Present(inputs, logits.device(), logits.size(1));
-  at::Tensor penalty = Param(params, kPenalty).to(at::kFloat);
-  return at::where(present, at::where(logits.lt(0), logits * penalty, logits / penalty), logits);
+  PenaltyPool& state = pool != nullptr ? *pool : local;
+  if (inputs.any_penalty) {
+    const at::Tensor present = state.Present(inputs, logits.device(), vocab);
+    at::Tensor penalty = Param(params, kPenalty).to(at::kFloat);
+    scores = at::where(present, at::where(scores.lt(0), scores * penalty, scores / penalty), scores);
+  }
+  if (inputs.any_output_penalty) {
+    const at::Tensor counts = state.Counts(inputs, logits.device(), vocab);
+    scores = scores - Param(params, kFrequency).to(at::kFloat) * counts;
+    scores = scores - Param(params, kPresence).to(at::kFloat) * counts.gt(0).to(at::kFloat);
+  }
+  return scores;
 }
 
 // transformers' warpers in generate's order, each row with its own parameters; rows with temperature 0
@@ -110,32 +139,119 @@ at::Tensor Choose(const at::Tensor& scores, const at::Tensor& params) {
                    at::argmax(scores, 1, /*keepdim=*/true));
 }
 
-// The repetition penalty's part of SamplingInputs: each penalised row's slot, the ids it adds and the
-// slots that start empty. Rows staged without PenaltySlots take fresh slots of a local table.
-void StagePenalty(const std::vector<const BatchRow*>& rows, const at::TensorOptions& host, int64_t longest,
-                  PenaltySlots* slots, SamplingInputs& inputs) {
+bool HasPenalty(const RowSampling& s) {
+  return s.repetition_penalty != 1 || s.frequency_penalty != 0 || s.presence_penalty != 0;
+}
+
+// Rows x the longest of `ids` per row, -1 past each row's end (rows without a penalty stay empty).
+at::Tensor PaddedIds(const std::vector<const BatchRow*>& rows, const at::TensorOptions& host,
+                     std::vector<int32_t> BatchRow::*ids) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  size_t longest = 1;
+  for (const BatchRow* row : rows) {
+    if (HasPenalty(row->sampling)) longest = std::max(longest, (row->*ids).size());
+  }
+  const int64_t width = static_cast<int64_t>(longest);
+  at::Tensor out = at::empty({n, width}, host.dtype(at::kLong));
+  int64_t* data = out.data_ptr<int64_t>();
+  std::fill(data, data + n * width, -1);
+  for (int64_t r = 0; r < n; ++r) {
+    if (HasPenalty(rows[r]->sampling)) std::copy((rows[r]->*ids).begin(), (rows[r]->*ids).end(), data + r * width);
+  }
+  return out;
+}
+
+// The penalties' part of SamplingInputs: each penalised row's slot, the ids it adds and the slots that
+// start empty. Rows staged without PenaltySlots take fresh slots of a local table.
+void StagePenalty(const std::vector<const BatchRow*>& rows, const at::TensorOptions& host, PenaltySlots* slots,
+                  SamplingInputs& inputs) {
   PenaltySlots local;
   PenaltySlots& table = slots != nullptr ? *slots : local;
   const int64_t n = static_cast<int64_t>(rows.size());
   inputs.penalty_slots = at::empty({n}, host.dtype(at::kLong));
-  inputs.penalty_tokens = at::empty({n, std::max<int64_t>(longest, 1)}, host.dtype(at::kLong));
+  inputs.penalty_tokens = PaddedIds(rows, host, &BatchRow::penalty_tokens);
+  inputs.output_tokens = PaddedIds(rows, host, &BatchRow::output_tokens);
   int64_t* slot = inputs.penalty_slots.data_ptr<int64_t>();
-  int64_t* tokens = inputs.penalty_tokens.data_ptr<int64_t>();
-  const int64_t width = inputs.penalty_tokens.size(1);
-  std::fill(tokens, tokens + n * width, -1);
   std::vector<int64_t> resets;
   for (int64_t r = 0; r < n; ++r) {
     const BatchRow& row = *rows[r];
     slot[r] = 0;
-    if (row.sampling.repetition_penalty == 1) continue;
+    if (!HasPenalty(row.sampling)) continue;
     const auto [s, fresh] = slots != nullptr ? table.SlotOf(row.sequence) : table.SlotOf(static_cast<uint64_t>(r));
     slot[r] = s;
     if (fresh || row.penalty_reset) resets.push_back(s);
-    std::copy(row.penalty_tokens.begin(), row.penalty_tokens.end(), tokens + r * width);
   }
   inputs.penalty_resets = at::empty({static_cast<int64_t>(resets.size())}, host.dtype(at::kLong));
   std::copy(resets.begin(), resets.end(), inputs.penalty_resets.data_ptr<int64_t>());
   inputs.penalty_capacity = table.capacity();
+}
+
+// logit_bias of every row as [rows, longest] ids (vocab: padding) and values.
+void StageBias(const std::vector<const BatchRow*>& rows, const at::TensorOptions& host, SamplingInputs& inputs) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  size_t longest = 1;
+  for (const BatchRow* row : rows) longest = std::max(longest, row->sampling.logit_bias.size());
+  const int64_t width = static_cast<int64_t>(longest);
+  inputs.bias_ids = at::empty({n, width}, host.dtype(at::kLong));
+  inputs.bias_values = at::zeros({n, width}, host.dtype(at::kFloat));
+  int64_t* ids = inputs.bias_ids.data_ptr<int64_t>();
+  float* values = inputs.bias_values.data_ptr<float>();
+  // Padding points past the vocabulary: the scatter's last column, dropped. The vocabulary is not known
+  // here, so the padding id is the largest int32 and clamped on the device.
+  std::fill(ids, ids + n * width, std::numeric_limits<int32_t>::max());
+  for (int64_t r = 0; r < n; ++r) {
+    const auto& bias = rows[r]->sampling.logit_bias;
+    for (size_t k = 0; k < bias.size(); ++k) {
+      ids[r * width + static_cast<int64_t>(k)] = bias[k].first;
+      values[r * width + static_cast<int64_t>(k)] = bias[k].second;
+    }
+  }
+}
+
+// Packs ids [n, 1] and their log-probabilities among `logprobs` [n, vocab], with the `top` best of each
+// row, as float64 (ids are exact below 2^53), and starts their one copy to the host.
+PendingSamples PackAsync(const at::Tensor& ids, const at::Tensor& logprobs, int64_t top) {
+  const at::Device device = logprobs.device();
+  std::vector<at::Tensor> parts{ids.to(at::kDouble), logprobs.gather(1, ids).to(at::kDouble)};
+  top = std::min(top, logprobs.size(1));
+  if (top > 0) {
+    auto [values, indices] = at::topk(logprobs, top, 1);
+    parts.push_back(indices.to(at::kDouble));
+    parts.push_back(values.to(at::kDouble));
+  }
+  at::Tensor packed = at::cat(parts, 1);
+  PendingSamples pending;
+  if (device.is_cpu()) {
+    pending.host = packed.contiguous();
+    return pending;
+  }
+  pending.host = at::empty(packed.sizes(), at::TensorOptions().dtype(at::kDouble).pinned_memory(device.is_cuda()));
+  pending.host.copy_(packed, /*non_blocking=*/true);
+  pending.ready.emplace(device.type());
+  pending.ready->record(CurrentStream(device));
+  return pending;
+}
+
+// Waits for PackAsync's copy and unpacks one token per row, row r keeping row_top[r] of its top tokens.
+std::vector<GeneratedToken> Unpack(PendingSamples& pending, const std::vector<int32_t>& row_top) {
+  if (pending.ready) pending.ready->synchronize();
+  const at::Tensor& host = pending.host;
+  const int64_t rows = static_cast<int64_t>(row_top.size());
+  TORCH_CHECK(host.dim() == 2 && host.size(0) == rows, "sampler: results for ", host.size(0), " rows, ", rows,
+              " expected");
+  const int64_t width = host.size(1);
+  const int64_t top = (width - 2) / 2;
+  const double* data = host.data_ptr<double>();
+  std::vector<GeneratedToken> tokens(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* row = data + r * width;
+    GeneratedToken& token = tokens[r];
+    token.id = static_cast<int32_t>(row[0]);
+    token.logprob = row[1];
+    const int64_t wanted = std::min<int64_t>(top, row_top[r]);
+    for (int64_t j = 0; j < wanted; ++j) token.top.push_back({static_cast<int32_t>(row[2 + j]), row[2 + top + j]});
+  }
+  return tokens;
 }
 
 }  // namespace
@@ -183,13 +299,36 @@ at::Tensor PenaltyPool::Present(const SamplingInputs& inputs, at::Device device,
   return pool_.index_select(0, slots).narrow(1, 0, vocab);
 }
 
+at::Tensor PenaltyPool::Counts(const SamplingInputs& inputs, at::Device device, int64_t vocab) {
+  const int64_t width = vocab + 1;
+  if (counts_.defined()) {
+    TORCH_CHECK(counts_.size(1) == width && counts_.device() == device, "sampler: penalty counts of ", counts_.sizes(),
+                " on ", counts_.device(), " for a vocabulary of ", vocab, " on ", device);
+  }
+  if (!counts_.defined() || counts_.size(0) < inputs.penalty_capacity) {
+    const int64_t rows = std::max<int64_t>(inputs.penalty_capacity, counts_.defined() ? 2 * counts_.size(0) : 8);
+    at::Tensor grown = at::zeros({rows, width}, at::TensorOptions().dtype(at::kFloat).device(device));
+    if (counts_.defined()) grown.narrow(0, 0, counts_.size(0)).copy_(counts_);
+    counts_ = std::move(grown);
+  }
+  const at::Tensor slots = OnDevice(inputs.penalty_slots, device);
+  if (inputs.penalty_resets.numel() > 0) counts_.index_fill_(0, OnDevice(inputs.penalty_resets, device), 0);
+  // index_add_ adds once per occurrence: an id generated twice in the ids sent counts twice. Padding and
+  // ids outside the vocabulary count in the last column.
+  at::Tensor ids = OnDevice(inputs.output_tokens, device);
+  ids = at::where(ids.ge(0).logical_and(ids.lt(vocab)), ids, vocab);
+  const at::Tensor flat = (slots.unsqueeze(1) * width + ids).view({-1});
+  counts_.view({-1}).index_add_(0, flat, at::ones({flat.size(0)}, counts_.options()));
+  // The empty slot 0 (rows without a penalty) collected their padding only in its last column.
+  return counts_.index_select(0, slots).narrow(1, 0, vocab);
+}
+
 SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, bool pinned, PenaltySlots* slots) {
   const int64_t n = static_cast<int64_t>(rows.size());
   const at::TensorOptions host = at::TensorOptions().pinned_memory(pinned);
   SamplingInputs inputs;
   inputs.params = at::empty({n, kSamplingParams}, host.dtype(at::kDouble));
   double* params = inputs.params.data_ptr<double>();
-  int64_t longest = 0;
   for (int64_t r = 0; r < n; ++r) {
     const BatchRow& row = *rows[r];
     const RowSampling& s = row.sampling;
@@ -201,17 +340,19 @@ SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, boo
     p[kTopP] = s.top_p;
     p[kPenalty] = s.repetition_penalty;
     p[kUniform] = s.uniform;
+    p[kFrequency] = s.frequency_penalty;
+    p[kPresence] = s.presence_penalty;
     inputs.greedy_only = inputs.greedy_only && !sampled;
     inputs.any_top_k = inputs.any_top_k || (sampled && s.top_k > 0);
     inputs.any_top_p = inputs.any_top_p || (sampled && s.top_p < 1);
-    if (s.repetition_penalty != 1) {
-      inputs.any_penalty = true;
-      longest = std::max(longest, static_cast<int64_t>(row.penalty_tokens.size()));
-    }
+    inputs.any_penalty = inputs.any_penalty || s.repetition_penalty != 1;
+    inputs.any_output_penalty = inputs.any_output_penalty || s.frequency_penalty != 0 || s.presence_penalty != 0;
+    inputs.any_bias = inputs.any_bias || !s.logit_bias.empty();
     inputs.row_top_logprobs.push_back(std::max<int32_t>(0, s.top_logprobs));
     inputs.top_logprobs = std::max<int64_t>(inputs.top_logprobs, inputs.row_top_logprobs.back());
   }
-  if (inputs.any_penalty) StagePenalty(rows, host, longest, slots, inputs);
+  if (inputs.any_penalty || inputs.any_output_penalty) StagePenalty(rows, host, slots, inputs);
+  if (inputs.any_bias) StageBias(rows, host, inputs);
   return inputs;
 }
 
@@ -226,52 +367,25 @@ at::Tensor ProcessedScores(const at::Tensor& logits, const SamplingInputs& input
 PendingSamples SampleAsync(const at::Tensor& logits, const SamplingInputs& inputs, PenaltyPool* pool) {
   TORCH_CHECK(logits.dim() == 2 && logits.size(0) == inputs.rows(), "sampler: logits ", logits.sizes(), " for ",
               inputs.rows(), " sampling rows");
-  const at::Device device = logits.device();
-  const int64_t vocab = logits.size(1);
-  at::Tensor params = OnDevice(inputs.params, device);
+  at::Tensor params = OnDevice(inputs.params, logits.device());
   at::Tensor scores = Penalised(logits, inputs, params, pool);
   at::Tensor ids =
       inputs.greedy_only ? at::argmax(scores, 1, /*keepdim=*/true) : Choose(Warped(scores, inputs, params), params);
-  at::Tensor logprobs = at::log_softmax(logits, 1);
-  // Packed as float64 (ids are exact below 2^53): one copy brings everything back.
-  std::vector<at::Tensor> parts{ids.to(at::kDouble), logprobs.gather(1, ids).to(at::kDouble)};
-  const int64_t top = std::min(inputs.top_logprobs, vocab);
-  if (top > 0) {
-    auto [values, indices] = at::topk(logprobs, top, 1);
-    parts.push_back(indices.to(at::kDouble));
-    parts.push_back(values.to(at::kDouble));
-  }
-  at::Tensor packed = at::cat(parts, 1);
-  PendingSamples pending;
-  if (device.is_cpu()) {
-    pending.host = packed.contiguous();
-    return pending;
-  }
-  pending.host = at::empty(packed.sizes(), at::TensorOptions().dtype(at::kDouble).pinned_memory(device.is_cuda()));
-  pending.host.copy_(packed, /*non_blocking=*/true);
-  pending.ready.emplace(device.type());
-  pending.ready->record(CurrentStream(device));
-  return pending;
+  return PackAsync(ids, at::log_softmax(logits, 1), inputs.top_logprobs);
 }
 
 std::vector<GeneratedToken> FinishSamples(PendingSamples& pending, const SamplingInputs& inputs) {
-  if (pending.ready) pending.ready->synchronize();
-  const at::Tensor& host = pending.host;
-  TORCH_CHECK(host.dim() == 2 && host.size(0) == inputs.rows(), "sampler: results for ", host.size(0), " rows, ",
-              inputs.rows(), " expected");
-  const int64_t width = host.size(1);
-  const int64_t top = (width - 2) / 2;
-  const double* data = host.data_ptr<double>();
-  std::vector<GeneratedToken> tokens(static_cast<size_t>(inputs.rows()));
-  for (int64_t r = 0; r < inputs.rows(); ++r) {
-    const double* row = data + r * width;
-    GeneratedToken& token = tokens[r];
-    token.id = static_cast<int32_t>(row[0]);
-    token.logprob = row[1];
-    const int64_t wanted = std::min<int64_t>(top, inputs.row_top_logprobs[r]);
-    for (int64_t j = 0; j < wanted; ++j) token.top.push_back({static_cast<int32_t>(row[2 + j]), row[2 + top + j]});
-  }
-  return tokens;
+  return Unpack(pending, inputs.row_top_logprobs);
+}
+
+PendingSamples ScoreAsync(const at::Tensor& logits, const at::Tensor& targets, int64_t top) {
+  TORCH_CHECK(logits.dim() == 2 && targets.dim() == 1 && logits.size(0) == targets.size(0), "sampler: logits ",
+              logits.sizes(), " for ", targets.size(0), " prompt targets");
+  return PackAsync(OnDevice(targets, logits.device()).unsqueeze(1), at::log_softmax(logits, 1), top);
+}
+
+std::vector<GeneratedToken> FinishScores(PendingSamples& pending, const std::vector<int32_t>& row_top) {
+  return Unpack(pending, row_top);
 }
 
 }  // namespace strata::runtime

@@ -4,10 +4,13 @@
 // vocabulary. The rows' parameters travel to the device as tensors staged (pinned) with the micro-batch;
 // the results (ids, logprobs, top logprobs) come back in ONE non_blocking copy followed by an event.
 //
-// Semantics (transformers' generate): repetition penalty over the row's context (every id of its prompt
-// and output so far, kept between steps in PenaltyPool: the engine sends each step's new ids), then temperature,
-// top_k, top_p (RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper,
-// TopPLogitsWarper); temperature 0 (and any below kMinSamplingTemperature) is greedy: the argmax of the
+// Semantics, in vLLM's order: logit_bias added to the logits (OpenAI's; -inf bans an id), then
+// transformers' repetition penalty over the row's context (every id of its prompt and output so far, kept
+// between steps in PenaltyPool: the engine sends each step's new ids), then OpenAI's frequency and presence
+// penalties over the row's output alone (vLLM's apply_penalties: l -= frequency x count + presence x
+// (count > 0), the counts kept in the same pool), then temperature, top_k, top_p
+// (RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper);
+// temperature 0 (and any below kMinSamplingTemperature) is greedy: the argmax of the
 // penalised logits, the first index among equal maxima (torch.argmax). A sampled row takes the first
 // token, in vocabulary order, whose cumulative probability exceeds uniform x total (RowSampling::uniform:
 // the request's own draw), never a token of probability zero; one whose processed scores overflowed to
@@ -32,24 +35,33 @@ namespace strata::runtime {
 // (engine thread), in pinned memory when `pinned` (the last stage is CUDA) so the device copies are
 // non_blocking. Rows are in the order given to StageSamplingInputs, one per logits row.
 struct SamplingInputs {
-  // float64 [rows, kSamplingParams]: temperature, top_k, top_p, repetition_penalty, uniform.
+  // float64 [rows, kSamplingParams]: temperature, top_k, top_p, repetition_penalty, uniform,
+  // frequency_penalty, presence_penalty.
   at::Tensor params;
-  // The repetition penalty's updates (PenaltyPool), undefined when no row has a penalty. int64 [rows]:
-  // each row's slot (0, always empty, for rows without a penalty); int64 [rows, longest]: the ids each
-  // row adds to its slot, -1 past its end; int64 [resets]: the slots that start empty this step.
+  // The penalties' updates (PenaltyPool), undefined when no row has a penalty. int64 [rows]: each row's
+  // slot (0, always empty, for rows without a penalty); int64 [rows, longest]: the ids each row adds to
+  // its slot's context (penalty_tokens) and output (output_tokens), -1 past its end; int64 [resets]: the
+  // slots that start empty this step.
   at::Tensor penalty_slots;
   at::Tensor penalty_tokens;
+  at::Tensor output_tokens;
   at::Tensor penalty_resets;
+  // logit_bias, undefined when no row has one: int64 [rows, longest] ids (vocab past a row's end), float32
+  // [rows, longest] what is added to them.
+  at::Tensor bias_ids;
+  at::Tensor bias_values;
   int64_t penalty_capacity = 0;           // slots the pool must have
   std::vector<int32_t> row_top_logprobs;  // per row, for unpacking
   int64_t top_logprobs = 0;               // the largest of row_top_logprobs: columns copied back
   bool greedy_only = true;                // every row has temperature 0: no warpers, no draw
-  bool any_penalty = false;
+  bool any_penalty = false;               // some row has a repetition penalty
+  bool any_output_penalty = false;        // some row has a frequency or presence penalty
+  bool any_bias = false;
   bool any_top_k = false;  // some sampled row has 0 < top_k
   bool any_top_p = false;  // some sampled row has top_p < 1
   int64_t rows() const { return static_cast<int64_t>(row_top_logprobs.size()); }
 };
-inline constexpr int64_t kSamplingParams = 5;
+inline constexpr int64_t kSamplingParams = 7;
 
 // Which slot of the penalty pool holds each penalised sequence's seen ids: assigned at staging, on the
 // engine's thread; freed when the engine releases the sequence. Slot 0 stays empty (rows without a penalty).
@@ -66,15 +78,20 @@ class PenaltySlots {
   int64_t next_ = 1;
 };
 
-// The seen ids themselves, on the sampling device: bool [slots, vocab + 1] (the last column takes padding
-// and ids outside the vocabulary). Touched only where the micro-batches are sampled, in their order.
+// The seen ids themselves, on the sampling device: bool [slots, vocab + 1], and how often each was
+// generated, float32 [slots, vocab + 1] (the last column takes padding and ids outside the vocabulary).
+// Touched only where the micro-batches are sampled, in their order. A step updates only the tables its
+// rows read: a sequence's penalties never change, so every step of it reads (and updates) the same ones.
 class PenaltyPool {
  public:
   // Applies the inputs' resets and new ids, and returns each row's seen ids, bool [rows, vocab].
   at::Tensor Present(const SamplingInputs& inputs, at::Device device, int64_t vocab);
+  // Likewise for the generated ids: each row's counts, float32 [rows, vocab].
+  at::Tensor Counts(const SamplingInputs& inputs, at::Device device, int64_t vocab);
 
  private:
   at::Tensor pool_;
+  at::Tensor counts_;
 };
 
 // `slots` may be null: every penalised row then gets a slot of its own and must carry its whole context
@@ -99,7 +116,14 @@ PendingSamples SampleAsync(const at::Tensor& logits, const SamplingInputs& input
 // each with its own top_logprobs.
 std::vector<GeneratedToken> FinishSamples(PendingSamples& pending, const SamplingInputs& inputs);
 
-// The processed scores of every row, float32 [rows, vocab] on logits' device: penalty, then (sampled
+// Prompt log-probabilities: row i of logits (float32 [n, vocab]) scores targets[i] (a host int64 [n],
+// pinned when logits are on CUDA): log_softmax of the raw logits at the target, and the `top` most likely
+// tokens; packed and copied back as SampleAsync's results are. FinishScores unpacks them, row i keeping
+// row_top[i] of its top tokens.
+PendingSamples ScoreAsync(const at::Tensor& logits, const at::Tensor& targets, int64_t top);
+std::vector<GeneratedToken> FinishScores(PendingSamples& pending, const std::vector<int32_t>& row_top);
+
+// The processed scores of every row, float32 [rows, vocab] on logits' device: bias, penalties, then (sampled
 // rows only) temperature, top_k and top_p with removed tokens at -inf. Greedy rows get the penalised
 // logits (generate applies no warper without do_sample). SampleAsync draws from exactly these.
 at::Tensor ProcessedScores(const at::Tensor& logits, const SamplingInputs& inputs, PenaltyPool* pool = nullptr);

@@ -37,7 +37,14 @@ struct MicroBatch {
   at::Tensor sample_index;
   StageActivation activation;  // after the last stage: float32 logits [rows, vocab]
   PendingSamples samples;      // after the last stage: the sampler's results on their way to the host
-  std::exception_ptr error;    // a stage threw (the batch skips the remaining stages)
+  // Prompt log-probabilities (BatchRow::prompt_targets): host int64 [scored] places among the logits and
+  // the tokens they score; undefined when no row asks. score_top[i]: how many top tokens entry i keeps.
+  at::Tensor score_index;
+  at::Tensor score_targets;
+  std::vector<int32_t> score_top;
+  std::vector<size_t> score_first;  // per row: its first entry (rows are scored group after group)
+  PendingSamples scores;            // after the last stage: on their way to the host
+  std::exception_ptr error;         // a stage threw (the batch skips the remaining stages)
   size_t failed_stage = 0;
 };
 

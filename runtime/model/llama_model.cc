@@ -36,7 +36,7 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 
 at::Tensor LastTokens(const at::Tensor& hidden, const at::Tensor& last) {
   const at::Tensor tokens = hidden.select(0, 0);  // [tokens, hidden]
-  // Every token is a row's last (decode rows only): the packed tokens are the rows, in order.
+  // Every token's logits are wanted (decode rows only, or prompt scoring): `last` lists them all, in order.
   if (tokens.size(0) == last.size(0)) return tokens.unsqueeze(1);
   return tokens.index_select(0, last).unsqueeze(1);
 }

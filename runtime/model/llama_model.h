@@ -35,8 +35,8 @@ at::Tensor RunLlamaUnit(const Unit& unit, const std::vector<at::Tensor>& weights
 
 // transformers' LlamaRMSNorm: in float32, cast back before the weight multiplies.
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
-// The final norm's input: packed hidden [1, tokens, hidden] -> each row's last real token, [rows, 1, hidden];
-// `last` [rows] holds their places among the packed tokens.
+// The final norm's input: packed hidden [1, tokens, hidden] -> the tokens whose logits are wanted (each
+// row's last real token, or more: ForwardBatch::last), [wanted, 1, hidden]; `last` holds their places.
 at::Tensor LastTokens(const at::Tensor& hidden, const at::Tensor& last);
 
 }  // namespace strata::runtime

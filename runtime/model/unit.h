@@ -63,8 +63,9 @@ struct Unit {
 // A family's unit code. `weights` lists the parameters `run` reads, in the order it indexes them, by their
 // names relative to the unit's module ("weight"; "self_attn.q_proj.weight"). `run` gets them on the unit's
 // device (Weight::Use or a Prefetch). Embedding: `hidden` is the packed ids [1, tokens] int64. Final norm
-// first keeps each row's last token (`last`, [rows] int64 places among the packed tokens; LastTokens):
-// logits are needed for one position per sequence. LM head returns float32 logits [rows, vocab].
+// first keeps the tokens whose logits are needed (`last`, int64 places among the packed tokens, ascending;
+// LastTokens): each row's last token, and every token of a row that scores its prompt. LM head returns
+// float32 logits [those tokens, vocab].
 struct UnitRunner {
   std::vector<std::string> (*weights)(UnitKind kind, int64_t layer, const ModelDims& dims);
   at::Tensor (*run)(const Unit& unit, const std::vector<at::Tensor>& weights, const ModelDims& dims,

@@ -3,6 +3,7 @@
 // comparison with transformers' own processors is in tests/sampling_parity (pytest, live).
 #include "runtime/executor/sampler.h"
 
+#include <ATen/ops/allclose.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/from_blob.h>
@@ -121,6 +122,92 @@ TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
   at::Tensor scores = ProcessedScores(logits, Stage({Row(0, 0, 1, 2, 0, 0, {0, 1, 1, 3, 99, -5})}));
   // Ids outside the vocabulary (99, -5) are ignored; 1 counts once however often it appears.
   EXPECT_TRUE(at::equal(scores, Logits({{1, -4, 1, 0, 4}})));
+}
+
+// OpenAI's penalties count the generated ids only (output_tokens), each occurrence for the frequency
+// penalty, once for the presence penalty; the repetition penalty still sees the prompt (penalty_tokens).
+TEST(Sampler, FrequencyAndPresencePenaltiesSubtractPerGeneratedOccurrence) {
+  at::Tensor logits = Logits({{2, -2, 1, 0, 4}, {2, -2, 1, 0, 4}});
+  BatchRow openai = Row(0, 0, 1, 1, 0, 0);
+  openai.sampling.frequency_penalty = 0.5f;
+  openai.sampling.presence_penalty = 0.25f;
+  openai.output_tokens = {4, 4, 4, 1, 99};  // 99: outside the vocabulary, ignored
+  BatchRow both = openai;
+  both.sampling.repetition_penalty = 2;
+  both.penalty_tokens = {0, 4, 4, 4, 1};  // prompt {0}, then the output
+  at::Tensor scores = ProcessedScores(logits, Stage({openai, both}));
+  // Row 0: 4 generated 3 times: 4 - 1.5 - 0.25; 1 once: -2 - 0.5 - 0.25.
+  // Row 1: the repetition penalty first (0, 1 and 4 seen: 2 / 2, -2 * 2, 4 / 2), then the same subtraction.
+  EXPECT_TRUE(at::allclose(scores, Logits({{2, -2.75f, 1, 0, 2.25f}, {1, -4.75f, 1, 0, 0.25f}})));
+  // Greedy on the processed scores: 4 wins unpenalised, 0 once penalised.
+  std::vector<GeneratedToken> tokens = Sample(logits, {Row(0, 0, 1, 1, 0, 0), openai});
+  EXPECT_EQ(tokens[0].id, 4);
+  EXPECT_EQ(tokens[1].id, 4);  // 2.25 > 2
+  openai.output_tokens = {4, 4, 4, 4};
+  EXPECT_EQ(Sample(logits.narrow(0, 0, 1), {openai})[0].id, 0);  // 4 - 2 - 0.25 < 2
+  // Log-probabilities stay those of the raw logits.
+  EXPECT_NEAR(Sample(logits.narrow(0, 0, 1), {openai})[0].logprob, at::log_softmax(logits[0], 0)[0].item<float>(),
+              1e-6);
+}
+
+// The counts live in the pool between steps: each step's new ids add to them; a reset starts over.
+TEST(Sampler, GeneratedCountsAccumulateAcrossSteps) {
+  const at::Tensor logits = RandomLogits(1, 50, 5);
+  PenaltySlots slots;
+  PenaltyPool pool;
+  auto step = [&](std::vector<int32_t> added, bool reset) {
+    BatchRow r = Row(0, 0, 1, 1, 0.5, 0);
+    r.sampling.frequency_penalty = 1;
+    r.sequence = 3;
+    r.output_tokens = std::move(added);
+    r.penalty_reset = reset;
+    std::vector<const BatchRow*> pointers{&r};
+    return ProcessedScores(logits, StageSamplingInputs(pointers, false, &slots), &pool);
+  };
+  step({}, true);
+  step({7}, false);
+  at::Tensor scores = step({7, 2}, false);
+  at::Tensor expected = logits.clone();
+  expected[0][7] -= 2;
+  expected[0][2] -= 1;
+  EXPECT_TRUE(at::allclose(scores, expected));
+  EXPECT_TRUE(at::allclose(step({}, true), logits));
+}
+
+// OpenAI's logit_bias is added to the logits before the penalties; an id given twice gets both; -inf bans.
+TEST(Sampler, LogitBiasIsAddedBeforeThePenalties) {
+  at::Tensor logits = Logits({{2, -2, 1, 0, 4}});
+  BatchRow row = Row(0, 0, 1, 2, 0, 0, {1});
+  row.sampling.logit_bias = {{1, 3}, {3, -1}, {3, -0.5f}, {4, -kInf}};
+  // 1: (-2 + 3) / 2 (positive after the bias: divided); 3: -1.5; 4: banned.
+  at::Tensor scores = ProcessedScores(logits, Stage({row}));
+  EXPECT_TRUE(at::equal(scores, Logits({{2, 0.5f, 1, -1.5f, -kInf}})));
+  EXPECT_EQ(Sample(logits, {row})[0].id, 0);
+  row.sampling.logit_bias = {{2, 1.5f}};
+  EXPECT_EQ(Sample(logits, {row})[0].id, 4);
+  row.sampling.logit_bias = {{2, 3.5f}};
+  EXPECT_EQ(Sample(logits, {row})[0].id, 2);  // 4.5 > 4
+}
+
+// Prompt scoring: log_softmax of the raw logits at each target, with the top tokens of each row.
+TEST(Sampler, ScoresTargetsWithTheirTopTokens) {
+  const at::Tensor logits = RandomLogits(3, 50, 8);
+  at::Tensor targets = at::empty({3}, at::kLong);
+  targets[0] = 4;
+  targets[1] = 33;
+  targets[2] = 49;
+  PendingSamples pending = ScoreAsync(logits, targets, 3);
+  std::vector<GeneratedToken> scored = FinishScores(pending, {0, 3, 1});
+  const at::Tensor expected = at::log_softmax(logits, 1);
+  for (int64_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(scored[r].id, targets[r].item<int64_t>());
+    EXPECT_NEAR(scored[r].logprob, expected[r][targets[r].item<int64_t>()].item<float>(), 1e-6);
+  }
+  EXPECT_TRUE(scored[0].top.empty());
+  ASSERT_EQ(scored[1].top.size(), 3u);
+  ASSERT_EQ(scored[2].top.size(), 1u);
+  EXPECT_EQ(scored[1].top[0].first, 33);  // the peaked row's maximum
+  EXPECT_NEAR(scored[2].top[0].second, expected[2].max().item<float>(), 1e-6);
 }
 
 TEST(Sampler, TopKAtLeastTheVocabularyKeepsEveryToken) {
