@@ -57,7 +57,7 @@ void Scheduler::Admit() {
     for (int64_t i = 0; i < needed; ++i) r.blocks.push_back(*blocks_.Allocate());
     r.length = length;
     r.admitted = ++admissions_;
-    if (blocks_.prefix_cache()) {
+    if (blocks_.prefix_cache() && !no_prefix_reuse_.contains(sequence)) {
       prefix_queried_ += static_cast<uint64_t>(length);
       prefix_hit_ += static_cast<uint64_t>(r.computed);
     }

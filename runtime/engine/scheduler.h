@@ -101,7 +101,8 @@ class Scheduler {
   bool InFlight(uint64_t sequence) const;
   const KvBlocks& blocks() const { return blocks_; }
   uint64_t preemptions() const { return preemptions_; }
-  // Prompt tokens looked up in the prefix cache at admission, and those found there (vLLM counts both).
+  // Prompt tokens looked up in the prefix cache at admission (not those of sequences added without prefix
+  // reuse), and those found there (vLLM counts both).
   uint64_t prefix_queried_tokens() const { return prefix_queried_; }
   uint64_t prefix_hit_tokens() const { return prefix_hit_; }
 

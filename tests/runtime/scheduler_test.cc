@@ -361,6 +361,36 @@ TEST(Scheduler, APromptSharingCachedBlocksPrefillsOnlyTheRest) {
   EXPECT_EQ(s.prefix_hit_tokens(), 32u);
 }
 
+// A sequence added without prefix reuse (prompt log-probabilities need every position's logits) feeds
+// its whole prompt though the cache holds its first blocks, and is not counted as a lookup.
+TEST(Scheduler, ASequenceWithoutPrefixReuseFeedsItsWholePrompt) {
+  Scheduler s(Paged(2, 16, 16));
+  Tokens tokens;
+  s.Add(1, tokens.Prompt(1, 40, /*shared=*/40));
+  while (auto b = s.Next()) s.Complete(*b);
+  const uint64_t queried = s.prefix_queried_tokens();
+  s.Add(2, tokens.Prompt(2, 40, /*shared=*/36), /*reuse_prefix=*/false);
+  int64_t fed = 0;
+  while (auto b = s.Next()) {
+    for (const ScheduledRow& r : b->rows) {
+      if (r.sequence != 2) continue;
+      EXPECT_EQ(r.start, fed);
+      fed += r.count;
+    }
+    s.Complete(*b);
+  }
+  EXPECT_EQ(fed, 40);
+  EXPECT_EQ(s.prefix_hit_tokens(), 0u);
+  EXPECT_EQ(s.prefix_queried_tokens(), queried);
+  // The cache still serves a later sequence that reuses prefixes.
+  s.Finish(2);
+  s.Add(3, tokens.Prompt(3, 40, /*shared=*/36));
+  auto batch = s.Next();
+  ASSERT_TRUE(batch);
+  EXPECT_EQ(batch->rows.back().start, 32);
+  EXPECT_EQ(s.prefix_hit_tokens(), 32u);
+}
+
 // A cached block is evicted when a new sequence needs it (least recently used first); its prefix is then
 // no longer found, and a block registered after it (its child) can never match a reused parent.
 TEST(Scheduler, EvictsCachedBlocksLeastRecentlyUsedFirst) {
