@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -103,7 +104,9 @@ absl::Status ReadLength(const GenerateInput& in, const GenerateLimits& limits, a
                         runtime::GenerationRequest& out) {
   runtime::SamplingParams& s = out.sampling;
   const char* field = in.names.max_new_tokens;
-  if (in.max_new_tokens < 1) return Invalid(field, "must be at least 1");
+  // A request that only scores its prompt (echo with logprobs, max_tokens 0) generates nothing.
+  const int64_t least = in.prompt_logprobs >= 0 ? 0 : 1;
+  if (in.max_new_tokens < least) return Invalid(field, absl::StrCat("must be at least ", least));
   if (in.max_new_tokens > limits.max_new_tokens) {
     return Invalid(field, absl::StrCat(in.max_new_tokens, " is above the server's limit ", limits.max_new_tokens));
   }
@@ -154,6 +157,28 @@ absl::Status ReadSampling(const GenerateInput& in, const GenerateLimits& limits,
   }
   s.top_logprobs = static_cast<int32_t>(in.top_logprobs);
   s.ignore_eos = in.ignore_eos;
+  for (auto [field, value, out] : {std::tuple{"presence_penalty", in.presence_penalty, &s.presence_penalty},
+                                   std::tuple{"frequency_penalty", in.frequency_penalty, &s.frequency_penalty}}) {
+    if (!(value >= -2 && value <= 2)) return Invalid(field, absl::StrCat(Number(value), " is outside [-2, 2]"));
+    *out = value;
+  }
+  for (const auto& [id, bias] : in.logit_bias) {
+    const std::string field = absl::StrCat("logit_bias[\"", id, "\"]");
+    if (id < 0 || id >= limits.vocab_size) {
+      return Invalid(field, absl::StrCat("token id ", id, " is outside the vocabulary [0, ", limits.vocab_size, ")"));
+    }
+    if (!(bias >= -100 && bias <= 100)) return Invalid(field, absl::StrCat(Number(bias), " is outside [-100, 100]"));
+    s.logit_bias.emplace_back(static_cast<int32_t>(id), bias);
+  }
+  if (in.min_tokens < 0 || in.min_tokens > s.max_new_tokens) {
+    return Invalid("min_tokens", absl::StrCat(in.min_tokens, " is outside [0, max_tokens ", s.max_new_tokens, "]"));
+  }
+  s.min_tokens = static_cast<int32_t>(in.min_tokens);
+  if (in.prompt_logprobs > limits.max_top_logprobs) {
+    return Invalid(in.names.top_logprobs,
+                   absl::StrCat(in.prompt_logprobs, " is above the limit ", limits.max_top_logprobs));
+  }
+  s.prompt_logprobs = static_cast<int32_t>(std::max<int64_t>(in.prompt_logprobs, -1));
   return absl::OkStatus();
 }
 

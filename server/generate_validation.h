@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -44,6 +45,14 @@ struct GenerateInput {
   std::vector<std::string> stop;
   int64_t top_logprobs = 0;
   bool ignore_eos = false;
+  // OpenAI's (the HTTP API's): penalties in [-2, 2], logit_bias ids in the vocabulary and biases in
+  // [-100, 100], min_tokens at most max_new_tokens, prompt log-probabilities (-1 off, else 0-20 alternatives).
+  float presence_penalty = 0;
+  float frequency_penalty = 0;
+  std::vector<std::pair<int64_t, float>> logit_bias;
+  int64_t min_tokens = 0;
+  int64_t prompt_logprobs = -1;
+  // max_new_tokens 0 is allowed (a prompt scored, nothing generated) when prompt_logprobs >= 0.
   std::string request_id;
 };
 

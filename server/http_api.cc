@@ -127,6 +127,8 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
     bool started = false;     // stream: its first event (the chat role, the echoed prompt) was sent
     std::optional<std::chrono::steady_clock::time_point> last_token;
     std::optional<chat_template::ToolCallStreamParser> tool_calls;  // stream: tools parsed as text arrives
+    // echo with logprobs: the prompt's tokens scored (entry 0, the first token, has no score).
+    std::vector<std::optional<runtime::GeneratedToken>> prompt_logprobs;
     int tool_calls_sent = 0;
   };
 
@@ -141,6 +143,11 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
   void StreamToolCallsLocked(size_t index, const runtime::GenerationChunk& chunk, bool ends_ok);
   void FinishLocked();
   Json ChoiceLogprobs(Choice& choice, const std::vector<runtime::GeneratedToken>& tokens) const;
+  // The first prompt token of `choice`'s prompt (its echo entry has no score, so no id of its own).
+  int32_t first_prompt_token(const Choice& choice) const {
+    const size_t index = static_cast<size_t>(&choice - choices_.data());
+    return request_.prompts[index / request_.n].prompt.front();
+  }
   Json Usage() const;
   Json ChunkEnvelope() const;
   void WriteEvent(const Json& event) { exchange_->Write(absl::StrCat("data: ", Dump(event), "\n\n")); }
@@ -237,6 +244,7 @@ void HttpGeneration::OnChunk(size_t index, runtime::GenerationChunk chunk) {
   }
   choice.prompt_tokens = chunk.prompt_tokens;
   choice.completion_tokens = chunk.completion_tokens;
+  if (!chunk.prompt_logprobs.empty()) choice.prompt_logprobs = std::move(chunk.prompt_logprobs);
   if (chunk.finish) {
     choice.finish = chunk.finish;
     if (*chunk.finish == runtime::FinishReason::kError && choice.error.ok()) choice.error = chunk.error;
@@ -269,6 +277,24 @@ Json HttpGeneration::ChoiceLogprobs(Choice& choice, const std::vector<runtime::G
               {"token_logprobs", Json::array()},
               {"top_logprobs", Json::array()},
               {"text_offset", Json::array()}};
+  // echo: the prompt's tokens first, once (the first has no score: null, as OpenAI writes it).
+  for (const std::optional<runtime::GeneratedToken>& token : std::exchange(choice.prompt_logprobs, {})) {
+    const int32_t id = token ? token->id : first_prompt_token(choice);
+    const std::string text = openai::TokenText(tokenizer_, id);
+    out["tokens"].push_back(text);
+    out["text_offset"].push_back(choice.text_offset);
+    choice.text_offset += CodePoints(text);
+    if (!token) {
+      out["token_logprobs"].push_back(nullptr);
+      out["top_logprobs"].push_back(nullptr);
+      continue;
+    }
+    out["token_logprobs"].push_back(Logprob(token->logprob));
+    Json top = Json::object();
+    for (const auto& [top_id, logprob] : token->top) top[openai::TokenText(tokenizer_, top_id)] = Logprob(logprob);
+    top[text] = Logprob(token->logprob);
+    out["top_logprobs"].push_back(std::move(top));
+  }
   for (const runtime::GeneratedToken& token : tokens) {
     const std::string text = openai::TokenText(tokenizer_, token.id);
     out["tokens"].push_back(text);
@@ -319,9 +345,13 @@ void HttpGeneration::StreamLocked(size_t index, const runtime::GenerationChunk& 
         c["delta"] = {{"role", "assistant"}, {"content", ""}};
       } else {
         c["text"] = prompt;
-        choice.text_offset = CodePoints(prompt);
+        if (request_.logprobs && !choice.prompt_logprobs.empty()) {
+          c["logprobs"] = ChoiceLogprobs(choice, {});
+        } else {
+          choice.text_offset = CodePoints(prompt);
+        }
       }
-      c["logprobs"] = nullptr;
+      if (!c.contains("logprobs")) c["logprobs"] = nullptr;
       c["finish_reason"] = nullptr;
       event["choices"].push_back(std::move(c));
       WriteEvent(event);
@@ -440,7 +470,7 @@ void HttpGeneration::FinishLocked() {
       std::string text = choice.text;
       if (!chat && request_.echo) {
         const std::string& prompt = request_.prompt_texts[index / request_.n];
-        choice.text_offset = CodePoints(prompt);
+        if (choice.prompt_logprobs.empty()) choice.text_offset = CodePoints(prompt);
         text = prompt + text;
       }
       const char* finish_reason = choice.finish ? openai::FinishReasonText(*choice.finish) : "abort";

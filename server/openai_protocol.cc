@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -136,7 +137,7 @@ absl::Status ReadStop(const Json& request, GenerateInput& input) {
 }
 
 // The sampling fields both routes share, into `input`; `n`, the stream flags.
-absl::Status ReadSampling(const Json& request, GenerateInput& input, ApiRequest& out) {
+absl::Status ReadSampling(const Json& request, int64_t max_logit_bias, GenerateInput& input, ApiRequest& out) {
   STRATA_ASSIGN_OR_RETURN(temperature, Number(request, "temperature"));
   // OpenAI's default is 1 (sampling); 0 is greedy.
   input.temperature = static_cast<float>(temperature.value_or(1.0));
@@ -154,12 +155,24 @@ absl::Status ReadSampling(const Json& request, GenerateInput& input, ApiRequest&
   if (absl::Status stop = ReadStop(request, input); !stop.ok()) return stop;
   STRATA_ASSIGN_OR_RETURN(user, String(request, "user"));
   (void)user;  // accepted, as OpenAI's: strata has no per-user policy
-  for (const char* unsupported : {"presence_penalty", "frequency_penalty"}) {
-    STRATA_ASSIGN_OR_RETURN(value, Number(request, unsupported));
-    if (value && *value != 0) return Invalid(unsupported, "is not supported yet (0 only)");
-  }
-  if (const Json* bias = Field(request, "logit_bias"); bias != nullptr && !bias->empty()) {
-    return Invalid("logit_bias", "is not supported yet");
+  STRATA_ASSIGN_OR_RETURN(presence_penalty, Number(request, "presence_penalty"));
+  input.presence_penalty = static_cast<float>(presence_penalty.value_or(0));
+  STRATA_ASSIGN_OR_RETURN(frequency_penalty, Number(request, "frequency_penalty"));
+  input.frequency_penalty = static_cast<float>(frequency_penalty.value_or(0));
+  STRATA_ASSIGN_OR_RETURN(min_tokens, Integer(request, "min_tokens"));
+  input.min_tokens = min_tokens.value_or(0);
+  if (const Json* bias = Field(request, "logit_bias"); bias != nullptr) {
+    if (!bias->is_object()) return Invalid("logit_bias", "must be an object {\"token id\": bias}");
+    if (static_cast<int64_t>(bias->size()) > max_logit_bias) {
+      return Invalid("logit_bias", absl::StrCat(bias->size(), " entries, more than the limit of ", max_logit_bias));
+    }
+    for (const auto& [key, value] : bias->items()) {
+      const std::string field = absl::StrCat("logit_bias[\"", key, "\"]");
+      int64_t id = 0;
+      if (!absl::SimpleAtoi(key, &id)) return Invalid(field, "the key must be a token id");
+      if (!value.is_number()) return Invalid(field, "must be a number");
+      input.logit_bias.emplace_back(id, value.get<float>());
+    }
   }
   STRATA_ASSIGN_OR_RETURN(n, Integer(request, "n"));
   out.n = n.value_or(1);
@@ -423,7 +436,9 @@ absl::StatusOr<ApiRequest> ParseApiRequest(Route route, std::string_view body, c
   out.route = route;
   if (absl::Status model = CheckModel(request, context, out); !model.ok()) return model;
   GenerateInput input;
-  if (absl::Status sampling = ReadSampling(request, input, out); !sampling.ok()) return sampling;
+  if (absl::Status sampling = ReadSampling(request, context.api.max_logit_bias, input, out); !sampling.ok()) {
+    return sampling;
+  }
   const GenerateLimits& limits = context.limits;
 
   if (route == Route::kCompletions) {
@@ -438,8 +453,9 @@ absl::StatusOr<ApiRequest> ParseApiRequest(Route route, std::string_view body, c
     }
     STRATA_ASSIGN_OR_RETURN(echo, Bool(request, "echo"));
     out.echo = echo.value_or(false);
-    if (out.echo && out.logprobs)
-      return Invalid("echo", "with logprobs (prompt log-probabilities) is not supported yet");
+    // echo with logprobs: the prompt's tokens are scored too, computed in the prefill (lm-evaluation-harness
+    // reads log-likelihoods this way, with max_tokens 0 or 1).
+    if (out.echo && out.logprobs) input.prompt_logprobs = *out.logprobs;
     STRATA_ASSIGN_OR_RETURN(add_special_tokens, Bool(request, "add_special_tokens"));
     input.add_special_tokens = add_special_tokens.value_or(true);  // vLLM's default for completions
     STRATA_ASSIGN_OR_RETURN(prompts, ReadPrompts(request, context));

@@ -200,3 +200,45 @@ def test_over_max_streams_is_a_rate_limit_error(server_factory, chat_model):
         assert "--max-streams" in caught.value.body["message"]
     finally:
         stream.close()
+
+
+def test_echo_with_logprobs_scores_the_prompt_as_transformers(client, reference):
+    import torch
+    ids = reference.tokenizer.encode(PROMPTS[1])
+    with torch.no_grad():
+        logits = reference.model(torch.tensor([ids])).logits[0].double()
+    want = torch.log_softmax(logits, -1)
+    for max_tokens in (0, 1):
+        got = client.completions.create(model="tiny-llama", prompt=ids, max_tokens=max_tokens, temperature=0,
+                                        echo=True, logprobs=1)
+        lp = got.choices[0].logprobs
+        assert len(lp.tokens) == len(ids) + max_tokens and lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+        for i in range(1, len(ids)):
+            assert math.isclose(lp.token_logprobs[i], want[i - 1, ids[i]].item(), abs_tol=1e-4)
+        assert got.choices[0].text.startswith(reference.tokenizer.decode(ids))
+        assert got.usage.completion_tokens == max_tokens
+
+
+def test_logit_bias_and_penalties_change_greedy_output(client):
+    plain = client.completions.create(model="tiny-llama", prompt=[5, 6, 7], max_tokens=4, temperature=0, logprobs=0)
+    first = plain.choices[0].logprobs.tokens[0]
+    root = str(client.base_url).removesuffix("/v1/")
+    tokens = post_json(f"{root}/tokenize", {"prompt": first, "add_special_tokens": False})["tokens"]
+    # A ban on the first greedy token changes the first token; a bias of 100 on token 7 makes it win.
+    banned = client.completions.create(model="tiny-llama", prompt=[5, 6, 7], max_tokens=4, temperature=0,
+                                       logit_bias={str(tokens[0]): -100})
+    assert banned.choices[0].text != plain.choices[0].text
+    forced = client.completions.create(model="tiny-llama", prompt=[5, 6, 7], max_tokens=3, temperature=0,
+                                       logit_bias={"7": 100}, logprobs=0)
+    sevens = post_json(f"{root}/detokenize", {"tokens": [7, 7, 7]})["prompt"]
+    assert forced.choices[0].text == sevens
+    # A frequency penalty of 2 against a bias of 3: token 7 wins once, then loses to the others.
+    penalised = client.completions.create(model="tiny-llama", prompt=[5, 6, 7], max_tokens=3, temperature=0,
+                                          logit_bias={"7": 3}, frequency_penalty=2.0, logprobs=0)
+    assert penalised.choices[0].text != sevens
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model="tiny-llama", prompt="a", max_tokens=2, presence_penalty=3)
+    assert caught.value.body["param"] == "presence_penalty"
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model="tiny-llama", prompt="a", max_tokens=2, logit_bias={"99999": 1})
+    assert caught.value.body["param"] == 'logit_bias["99999"]'
