@@ -27,7 +27,8 @@ listen=127.0.0.1:50051
 if (($# == 0)); then
   demo=${STRATA_DEMO_MODEL:-$HOME/.cache/strata/demo-model}
   "$venv/bin/python" "$here/scripts/make_demo_model.py" "$demo" >&2
-  set -- --model "$demo" --listen "$listen" --metrics-listen 127.0.0.1:9464 --max-batch 16 --max-context 1024
+  set -- --model "$demo" --listen "$listen" --metrics-listen 127.0.0.1:9464 --http-listen 127.0.0.1:8000 \
+    --served-model-name demo --chat-template "$here/scripts/demo-chat-template.jinja" --max-batch 16 --max-context 1024
   if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
     map='{"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 0, "model.layers.2": 0,
       "model.layers.3": 1, "model.layers.4": 1, "model.layers.5": 1, "model.norm": 1, "model.rotary_emb": 1,
@@ -37,6 +38,8 @@ if (($# == 0)); then
   echo "strata: serving the demo model (random weights: expect gibberish). Once it says serving, try:" >&2
   echo "  $build/server/strata-client --server $listen generate --prompt 'The server streams' --max-new-tokens 32" >&2
   echo "  $build/server/strata-client --server $listen device-map" >&2
+  echo "  curl -s 127.0.0.1:8000/v1/chat/completions -d '{\"model\": \"demo\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 16}'" >&2
+  echo "  $venv/bin/python -c 'import openai; print(openai.OpenAI(base_url=\"http://127.0.0.1:8000/v1\", api_key=\"-\").completions.create(model=\"demo\", prompt=\"The server\", max_tokens=16).choices[0].text)'" >&2
 else
   for ((i = 1; i <= $#; i++)); do
     if [[ ${!i} == --listen ]]; then

@@ -285,3 +285,12 @@ def test_bad_security_flags_exit_2_naming_the_flag(server_bin, model, pki, api_k
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert named.format(**paths) in done.stderr, done.stderr
+
+
+def test_http_api_with_client_certificates_exits_2(server_bin, pki, model):
+    """The HTTP port does not check client certificates yet: mTLS with --http-listen is refused, never
+    silently left open."""
+    done = subprocess.run([str(server_bin), "--model", str(model), *tls_flags(pki, True),
+                           "--http-listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "--http-listen with --tls-client-ca: the HTTP port does not check client certificates" in done.stderr
