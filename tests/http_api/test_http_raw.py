@@ -158,24 +158,38 @@ def test_a_client_that_stops_reading_is_cut(server_factory, chat_model):
     sock.close()
 
 
-def test_drain_finishes_http_streams_and_refuses_new_requests(server_factory, chat_model):
-    server = server_factory(["--model", str(chat_model), "--served-model-name", "tiny-llama", "--drain-timeout", "20",
-                             "--max-context", "8192", "--max-new-tokens", "8000"])
-    # ~2,000 tokens a second here: 8000 outlast the checks below.
-    sock = raw_stream(server.http_port, {"prompt": "a", "max_tokens": 8000, "temperature": 0, "stream": True,
-                                         "ignore_eos": True})
-    assert sock.recv(4096).startswith(b"HTTP/1.1 200")
-    server.process.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
-    status, error = error_of(curl(f"{server.http_url}/v1/completions", body='{"prompt": "b", "max_tokens": 1}'))
-    assert status == 503 and "draining" in error["message"]
-    assert curl(f"{server.http_url}/health")[0] == 503
+def read_chunked_to_end(sock: socket.socket) -> bytes:
     received = b""
     while not received.endswith(b"0\r\n\r\n"):  # the chunked encoding's last chunk
         chunk = sock.recv(1 << 20)
         if not chunk:
             break
         received += chunk
-    assert b'"finish_reason":"length"' in received and b"data: [DONE]" in received
+    return received
+
+
+@pytest.mark.parametrize("drain_timeout", ["60", "0.5"])
+def test_drain_finishes_or_cuts_http_streams_and_refuses_new_requests(server_factory, chat_model, drain_timeout):
+    server = server_factory(["--model", str(chat_model), "--served-model-name", "tiny-llama", "--drain-timeout",
+                             drain_timeout, "--max-context", "8192", "--max-new-tokens", "8000"])
+    # ~2,000 tokens a second here: 3000 (or 8000, to be cut) outlast the checks below.
+    cut = drain_timeout != "60"
+    sock = raw_stream(server.http_port, {"prompt": "a", "max_tokens": 8000 if cut else 3000, "temperature": 0,
+                                         "stream": True, "ignore_eos": True})
+    assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+    server.process.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    status, error = error_of(curl(f"{server.http_url}/v1/completions", body='{"prompt": "b", "max_tokens": 1}'))
+    assert status == 503 and "draining" in error["message"]
+    assert curl(f"{server.http_url}/health")[0] == 503
+    received = read_chunked_to_end(sock)
+    assert received.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+    if cut:
+        # The tokens before the cut reached the client; then an error event (503, as OpenAI shapes errors).
+        assert b'"finish_reason":"length"' not in received
+        assert b'"code":"service_unavailable"' in received and b"--drain-timeout ended this generation" in received
+    else:
+        assert b'"finish_reason":"length"' in received
     assert server.process.wait(timeout=30) == 0
-    assert "1 of 1 generations finished, 0 cut" in server.stderr_path.read_text()
+    summary = "0 of 1 generations finished, 1 cut" if cut else "1 of 1 generations finished, 0 cut"
+    assert summary in server.stderr_path.read_text()
