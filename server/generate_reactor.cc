@@ -88,9 +88,9 @@ void GenerateReactor::OnChunk(runtime::GenerationChunk chunk) {
   const auto now = std::chrono::steady_clock::now();
   if (metrics_ != nullptr && !chunk.tokens.empty()) {
     if (!last_token_) {
-      metrics_->ObserveTimeToFirstToken(std::chrono::duration<double>(now - start_).count());
+      metrics_->ObserveTimeToFirstToken(Api::kGrpc, std::chrono::duration<double>(now - start_).count());
     } else {
-      metrics_->ObserveInterTokenLatency(std::chrono::duration<double>(now - *last_token_).count());
+      metrics_->ObserveInterTokenLatency(Api::kGrpc, std::chrono::duration<double>(now - *last_token_).count());
     }
     metrics_->RecordGeneratedTokens(static_cast<int64_t>(chunk.tokens.size()));
     last_token_ = now;
@@ -243,7 +243,7 @@ void GenerateReactor::FinishWith(const grpc::Status& given) {
                                   ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the call's deadline passed")
                                   : given;
   if (metrics_ != nullptr) {
-    metrics_->RecordRequest(status.error_code(),
+    metrics_->RecordRequest(Api::kGrpc, status.error_code(),
                             std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
   }
   finish_status_ = status;

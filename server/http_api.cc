@@ -235,9 +235,9 @@ void HttpGeneration::OnChunk(size_t index, runtime::GenerationChunk chunk) {
   Choice& choice = choices_[index];
   if (metrics_ != nullptr && !chunk.tokens.empty()) {
     if (!choice.last_token) {
-      metrics_->ObserveTimeToFirstToken(std::chrono::duration<double>(now - start_).count());
+      metrics_->ObserveTimeToFirstToken(Api::kHttp, std::chrono::duration<double>(now - start_).count());
     } else {
-      metrics_->ObserveInterTokenLatency(std::chrono::duration<double>(now - *choice.last_token).count());
+      metrics_->ObserveInterTokenLatency(Api::kHttp, std::chrono::duration<double>(now - *choice.last_token).count());
     }
     metrics_->RecordGeneratedTokens(static_cast<int64_t>(chunk.tokens.size()));
     choice.last_token = now;
@@ -419,7 +419,7 @@ void HttpGeneration::StreamToolCallsLocked(size_t index, const runtime::Generati
 
 void HttpGeneration::Record(absl::StatusCode code) {
   if (metrics_ != nullptr) {
-    metrics_->RecordRequest(ToGrpc(code),
+    metrics_->RecordRequest(Api::kHttp, ToGrpc(code),
                             std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
   }
 }
@@ -576,7 +576,7 @@ void HttpApi::Handle(const std::shared_ptr<HttpExchange>& exchange) {
       return values;
     }());
     if (!verdict.ok()) {
-      if (Metrics* metrics = service_->metrics()) metrics->RecordUnauthenticated();
+      if (Metrics* metrics = service_->metrics()) metrics->RecordUnauthenticated(Api::kHttp);
       exchange->Respond(ErrorResponse(absl::UnauthenticatedError(verdict.message())));
       return;
     }
@@ -614,7 +614,7 @@ void HttpApi::Generate(const std::shared_ptr<HttpExchange>& exchange, openai::Ro
   Metrics* metrics = service_->metrics();
   auto refuse = [&](const absl::Status& status) {
     if (metrics != nullptr) {
-      metrics->RecordRequest(ToGrpc(status.code()),
+      metrics->RecordRequest(Api::kHttp, ToGrpc(status.code()),
                              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     exchange->Respond(ErrorResponse(status));
@@ -638,7 +638,7 @@ void HttpApi::Admit(const std::shared_ptr<HttpExchange>& exchange, openai::Route
   auto open = std::make_unique<OpenStream>(&service_->open_streams_counter());
   auto refuse = [&](const absl::Status& status) {
     if (metrics != nullptr) {
-      metrics->RecordRequest(ToGrpc(status.code()),
+      metrics->RecordRequest(Api::kHttp, ToGrpc(status.code()),
                              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     exchange->Respond(ErrorResponse(status));

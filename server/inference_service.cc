@@ -157,7 +157,7 @@ grpc::ServerUnaryReactor* InferenceService::GetDeviceMap(grpc::CallbackServerCon
   if (grpc::Status refusal = Authenticate(*context, kGetDeviceMapMethod); !refusal.ok()) {
     {
       std::lock_guard lock(mutex_);
-      if (metrics_ != nullptr) metrics_->RecordUnauthenticated();
+      if (metrics_ != nullptr) metrics_->RecordUnauthenticated(Api::kGrpc);
     }
     reactor->Finish(refusal);
     return reactor;

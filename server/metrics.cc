@@ -28,6 +28,12 @@ constexpr grpc::StatusCode kGenerateCodes[] = {grpc::StatusCode::OK,
                                                grpc::StatusCode::INTERNAL,
                                                grpc::StatusCode::UNAUTHENTICATED};
 
+}  // namespace
+
+const char* ApiName(Api api) { return api == Api::kHttp ? "http" : "grpc"; }
+
+namespace {
+
 const char* CodeName(grpc::StatusCode code) {
   switch (code) {
     case grpc::StatusCode::OK:
@@ -87,27 +93,31 @@ Metrics::DeviceGauges Metrics::RegisterDeviceGauges(prometheus::Registry& regist
 }
 
 Metrics::RequestMetrics Metrics::RegisterRequestMetrics(prometheus::Registry& registry) {
+  auto& duration = prometheus::BuildHistogram()
+                       .Name("strata_request_duration_seconds")
+                       .Help("Generate calls and HTTP generation requests (label api) from arrival to their end")
+                       .Register(registry);
+  auto& time_to_first_token = prometheus::BuildHistogram()
+                                  .Name("strata_time_to_first_token_seconds")
+                                  .Help("From a request's arrival to its first generated token (label api)")
+                                  .Register(registry);
+  auto& inter_token_latency = prometheus::BuildHistogram()
+                                  .Name("strata_inter_token_latency_seconds")
+                                  .Help("Between consecutive generated tokens of one request (label api)")
+                                  .Register(registry);
+  auto per_api = [](prometheus::Family<prometheus::Histogram>& family) {
+    return std::array<prometheus::Histogram*, 2>{&family.Add({{"api", ApiName(Api::kGrpc)}}, LatencyBuckets()),
+                                                 &family.Add({{"api", ApiName(Api::kHttp)}}, LatencyBuckets())};
+  };
   return {
-      .total =
-          prometheus::BuildCounter()
-              .Name("strata_requests_total")
-              .Help("Generate calls by their final gRPC status code, and GetDeviceMap calls refused UNAUTHENTICATED")
-              .Register(registry),
-      .duration = prometheus::BuildHistogram()
-                      .Name("strata_request_duration_seconds")
-                      .Help("Generate calls from arrival to their final status")
-                      .Register(registry)
-                      .Add({}, LatencyBuckets()),
-      .time_to_first_token = prometheus::BuildHistogram()
-                                 .Name("strata_time_to_first_token_seconds")
-                                 .Help("From a Generate call's arrival to its first generated token")
-                                 .Register(registry)
-                                 .Add({}, LatencyBuckets()),
-      .inter_token_latency = prometheus::BuildHistogram()
-                                 .Name("strata_inter_token_latency_seconds")
-                                 .Help("Between consecutive generated tokens of one request")
-                                 .Register(registry)
-                                 .Add({}, LatencyBuckets()),
+      .total = prometheus::BuildCounter()
+                   .Name("strata_requests_total")
+                   .Help("Generate calls and HTTP generation requests by api and final status code (gRPC's "
+                         "canonical names; HTTP statuses mapped to them), and other calls refused UNAUTHENTICATED")
+                   .Register(registry),
+      .duration = per_api(duration),
+      .time_to_first_token = per_api(time_to_first_token),
+      .inter_token_latency = per_api(inter_token_latency),
       .prompt_tokens = prometheus::BuildCounter()
                            .Name("strata_prompt_tokens_total")
                            .Help("Prompt tokens of accepted Generate calls")
@@ -262,7 +272,9 @@ Metrics::Metrics(ListenAddress address, std::shared_ptr<prometheus::Registry> re
       pipeline_(RegisterPipelineMetrics(*registry_)),
       plan_(RegisterPlanGauges(*registry_)),
       health_(RegisterHealthMetrics(*registry_)) {
-  for (grpc::StatusCode code : kGenerateCodes) requests_.total.Add({{"code", CodeName(code)}});
+  for (Api api : {Api::kGrpc, Api::kHttp}) {
+    for (grpc::StatusCode code : kGenerateCodes) requests_.total.Add({{"api", ApiName(api)}, {"code", CodeName(code)}});
+  }
 }
 
 void Metrics::RecordPlan(const planner::Plan& plan) {
@@ -283,19 +295,23 @@ void Metrics::RecordPlan(const planner::Plan& plan) {
   plan_.warnings.Set(static_cast<double>(plan.warnings.size()));
 }
 
-void Metrics::RecordRequest(grpc::StatusCode code, double seconds) {
-  requests_.total.Add({{"code", CodeName(code)}}).Increment();
-  requests_.duration.Observe(seconds);
+void Metrics::RecordRequest(Api api, grpc::StatusCode code, double seconds) {
+  requests_.total.Add({{"api", ApiName(api)}, {"code", CodeName(code)}}).Increment();
+  requests_.duration[static_cast<int>(api)]->Observe(seconds);
 }
-void Metrics::RecordUnauthenticated() {
-  requests_.total.Add({{"code", CodeName(grpc::StatusCode::UNAUTHENTICATED)}}).Increment();
+void Metrics::RecordUnauthenticated(Api api) {
+  requests_.total.Add({{"api", ApiName(api)}, {"code", CodeName(grpc::StatusCode::UNAUTHENTICATED)}}).Increment();
 }
 void Metrics::RecordPromptTokens(int64_t tokens) { requests_.prompt_tokens.Increment(static_cast<double>(tokens)); }
 void Metrics::RecordGeneratedTokens(int64_t tokens) {
   requests_.generated_tokens.Increment(static_cast<double>(tokens));
 }
-void Metrics::ObserveTimeToFirstToken(double seconds) { requests_.time_to_first_token.Observe(seconds); }
-void Metrics::ObserveInterTokenLatency(double seconds) { requests_.inter_token_latency.Observe(seconds); }
+void Metrics::ObserveTimeToFirstToken(Api api, double seconds) {
+  requests_.time_to_first_token[static_cast<int>(api)]->Observe(seconds);
+}
+void Metrics::ObserveInterTokenLatency(Api api, double seconds) {
+  requests_.inter_token_latency[static_cast<int>(api)]->Observe(seconds);
+}
 void Metrics::ObserveBatchSize(int64_t rows) { pipeline_.batch_size.Observe(static_cast<double>(rows)); }
 
 void Metrics::RecordEngine(const runtime::EngineStats& stats) {

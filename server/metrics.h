@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -22,6 +23,10 @@
 
 namespace strata::server {
 
+// Which face of the server a request came in by: the `api` label of the request metrics.
+enum class Api { kGrpc, kHttp };
+const char* ApiName(Api api);  // "grpc", "http"
+
 class Metrics {
  public:
   // Serves /metrics on `address`. Unavailable when the address cannot be bound (a port in use).
@@ -30,16 +35,17 @@ class Metrics {
   // Publishes, per device of the plan, its budget, its planned bytes and its KV cache reserve.
   void RecordPlan(const planner::Plan& plan);
 
-  // Generate requests.
-  void RecordRequest(grpc::StatusCode code, double seconds);
+  // Generate calls and HTTP generation requests, by `api`: their final status (the HTTP API's as the
+  // canonical code of its HTTP status: 400 INVALID_ARGUMENT, 429 RESOURCE_EXHAUSTED, ...), latencies.
+  void RecordRequest(Api api, grpc::StatusCode code, double seconds);
   // A call of another strata method (GetDeviceMap) refused for want of a valid API key: counted under
   // strata_requests_total{code="UNAUTHENTICATED"} with Generate's refusals (a Generate call's own goes through
   // RecordRequest).
-  void RecordUnauthenticated();
+  void RecordUnauthenticated(Api api);
   void RecordPromptTokens(int64_t tokens);
   void RecordGeneratedTokens(int64_t tokens);
-  void ObserveTimeToFirstToken(double seconds);
-  void ObserveInterTokenLatency(double seconds);
+  void ObserveTimeToFirstToken(Api api, double seconds);
+  void ObserveInterTokenLatency(Api api, double seconds);
   void ObserveBatchSize(int64_t rows);
   // The engine's state and each device's measured memory, as sampled now.
   void RecordEngine(const runtime::EngineStats& stats);
@@ -68,11 +74,12 @@ class Metrics {
     prometheus::Family<prometheus::Gauge>& memory_bytes;
   };
   // Generate calls: their final codes, latencies and tokens.
+  // Per api (index: Api): every series exists from the start.
   struct RequestMetrics {
     prometheus::Family<prometheus::Counter>& total;
-    prometheus::Histogram& duration;
-    prometheus::Histogram& time_to_first_token;
-    prometheus::Histogram& inter_token_latency;
+    std::array<prometheus::Histogram*, 2> duration;
+    std::array<prometheus::Histogram*, 2> time_to_first_token;
+    std::array<prometheus::Histogram*, 2> inter_token_latency;
     prometheus::Counter& prompt_tokens;
     prometheus::Counter& generated_tokens;
   };

@@ -36,15 +36,32 @@ def generate(stubs, channel, timeout: float = 60, **fields) -> dict:
     return out
 
 
+def parse_sample(sample: str) -> tuple[str, dict]:
+    """'strata_requests_total{code="OK"}' -> ('strata_requests_total', {'code': 'OK'})."""
+    name, _, labels = sample.partition("{")
+    return name, dict(re.findall(r'(\w+)="([^"]*)"', labels))
+
+
 def metric(url: str, sample: str, default: float | None = None) -> float:
-    """The value of one sample on /metrics, named with its labels as Prometheus prints them:
-    'strata_queue_depth', 'strata_requests_total{code="OK"}'. `default` when absent (else a failure)."""
+    """The value of a sample on /metrics, named with some of its labels as Prometheus prints them:
+    'strata_queue_depth', 'strata_requests_total{code="OK"}'. Samples whose labels include the given ones
+    are summed, as PromQL's sum() would (strata_requests_total{code="OK"} counts both APIs, grpc and http).
+    `default` when none is present (else a failure)."""
     text = urllib.request.urlopen(url, timeout=10).read().decode()
-    match = re.search(rf"^{re.escape(sample)} (\S+)$", text, re.M)
-    if match is None and default is not None:
+    name, want = parse_sample(sample)
+    total, found = 0.0, False
+    for line in text.splitlines():
+        if not line.startswith(name) or line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        line_name, labels = parse_sample(key)
+        if line_name == name and all(labels.get(k) == v for k, v in want.items()):
+            total += float(value)
+            found = True
+    if not found and default is not None:
         return default
-    assert match, f"{sample} is not on {url}"
-    return float(match.group(1))
+    assert found, f"{sample} is not on {url}"
+    return total
 
 
 def wait_metric(url: str, sample: str, predicate, timeout_s: float = 10.0) -> float:

@@ -35,8 +35,11 @@ def test_a_fresh_server_exports_every_series_the_dashboard_and_the_alerts_read(s
     missing = sorted(read - exported - ABSENT_WITH_MAX_MEMORY)
     assert not missing, f"read by the dashboard or the rules but not exported by a fresh server: {missing}"
 
-    for code in CODES:
-        assert samples.get(f'strata_requests_total{{code="{code}"}}') == 0, code
+    for api in ("grpc", "http"):
+        for code in CODES:
+            assert samples.get(f'strata_requests_total{{api="{api}",code="{code}"}}') == 0, (api, code)
+        for histogram in ("request_duration", "time_to_first_token", "inter_token_latency"):
+            assert samples.get(f'strata_{histogram}_seconds_count{{api="{api}"}}') == 0, (api, histogram)
     for family in ("strata_engine_errors_total", "strata_nonfinite_logits_total"):
         for stage in ("0", "1"):
             assert samples.get(f'{family}{{device="{stage}",stage="{stage}"}}') == 0, (family, stage, text)

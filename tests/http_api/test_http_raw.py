@@ -193,3 +193,22 @@ def test_drain_finishes_or_cuts_http_streams_and_refuses_new_requests(server_fac
     assert server.process.wait(timeout=30) == 0
     summary = "0 of 1 generations finished, 1 cut" if cut else "1 of 1 generations finished, 0 cut"
     assert summary in server.stderr_path.read_text()
+
+
+def test_metrics_carry_the_api_label(http_server, stubs):
+    url = http_server.metrics_url
+    before = {api: GH.metric(url, f'strata_requests_total{{api="{api}",code="OK"}}') for api in ("grpc", "http")}
+    ttft = GH.metric(url, 'strata_time_to_first_token_seconds_count{api="http"}')
+    status, _, _ = curl(f"{http_server.http_url}/v1/completions", body='{"prompt": "a", "max_tokens": 3}')
+    assert status == 200
+    bad, _ = error_of(curl(f"{http_server.http_url}/v1/completions", body='{"prompt": "a", "max_tokens": -1}'))
+    assert bad == 400
+    assert GH.wait_metric(url, 'strata_requests_total{api="http",code="OK"}', lambda v: v == before["http"] + 1) == \
+        before["http"] + 1
+    assert GH.metric(url, 'strata_requests_total{api="http",code="INVALID_ARGUMENT"}') >= 1
+    assert GH.metric(url, 'strata_time_to_first_token_seconds_count{api="http"}') == ttft + 1
+    assert GH.metric(url, 'strata_inter_token_latency_seconds_count{api="http"}') >= 2
+    GH.generate(stubs, http_server.channel, prompt_ids=[5, 6], max_new_tokens=2)
+    assert GH.wait_metric(url, 'strata_requests_total{api="grpc",code="OK"}', lambda v: v == before["grpc"] + 1) == \
+        before["grpc"] + 1
+    assert GH.metric(url, 'strata_requests_total{api="http",code="OK"}') == before["http"] + 1
