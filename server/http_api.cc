@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/chat_prompt.h"
 #include "server/generate_validation.h"
 #include "tokenizer/utf8.h"
 
@@ -687,7 +688,7 @@ void HttpApi::Tokenize(const std::shared_ptr<HttpExchange>& exchange, bool detok
   std::string text;
   bool add_special_tokens = true;
   if (request->contains("messages")) {
-    absl::StatusOr<std::string> rendered = openai::RenderMessages(*request, context);
+    absl::StatusOr<std::string> rendered = RenderChat(*request, context.chat_template, context.api.max_messages);
     if (!rendered.ok()) return exchange->Respond(ErrorResponse(rendered.status()));
     text = *std::move(rendered);
     add_special_tokens = false;

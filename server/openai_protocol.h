@@ -82,10 +82,6 @@ absl::StatusOr<ApiRequest> ParseApiRequest(Route route, std::string_view body, c
 // nested deeper than `max_depth`.
 absl::StatusOr<Json> ParseJsonObject(std::string_view body, int64_t max_depth, absl::string_view what = "request body");
 
-// The messages of /tokenize and of chat requests, rendered by the chat template. `extra` holds
-// chat_template_kwargs. Errors name the field.
-absl::StatusOr<std::string> RenderMessages(const Json& request, const ApiContext& context);
-
 // "stop", "length", "tool_calls" or "abort" (cancelled or cut).
 const char* FinishReasonText(runtime::FinishReason reason);
 
