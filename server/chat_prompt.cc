@@ -129,8 +129,7 @@ absl::StatusOr<Json> ReadMessages(const Json& request, int64_t max_messages) {
   if (!messages->is_array()) return Invalid("messages", absl::StrCat("must be a list, not ", TypeName(*messages)));
   if (messages->empty()) return Invalid("messages", "is an empty list");
   if (static_cast<int64_t>(messages->size()) > max_messages) {
-    return Invalid("messages",
-                   absl::StrCat(messages->size(), " messages, more than the limit of ", max_messages));
+    return Invalid("messages", absl::StrCat(messages->size(), " messages, more than the limit of ", max_messages));
   }
   Json out = Json::array();
   for (size_t i = 0; i < messages->size(); ++i) {
@@ -199,8 +198,7 @@ absl::StatusOr<std::string> RenderChat(const Json& request, const chat_template:
   absl::StatusOr<const chat_template::Template*> tmpl =
       chat_template->Select(chat_template_name.value_or(""), !chat.tools.is_null());
   if (!tmpl.ok()) return Invalid("chat_template_name", tmpl.status().message());
-  absl::StatusOr<std::string> rendered =
-      chat_template::ApplyChatTemplate(**tmpl, chat, chat_template->special_tokens);
+  absl::StatusOr<std::string> rendered = chat_template::ApplyChatTemplate(**tmpl, chat, chat_template->special_tokens);
   if (!rendered.ok())
     return Invalid("messages", absl::StrCat("the chat template failed: ", rendered.status().message()));
   return rendered;

@@ -163,6 +163,19 @@ void GenerateReactor::WriteNextLocked() {
         top->set_logprob(static_cast<float>(value));
       }
     }
+    // Set on the engine's first chunk only: entry 0 (the first prompt token, unscored) is not sent.
+    for (size_t i = 1; i < chunk.prompt_logprobs.size(); ++i) {
+      if (!chunk.prompt_logprobs[i]) continue;
+      const runtime::GeneratedToken& token = *chunk.prompt_logprobs[i];
+      v1::TokenLogprob* lp = response.add_prompt_logprobs();
+      lp->set_token_id(token.id);
+      lp->set_logprob(static_cast<float>(token.logprob));
+      for (const auto& [id, value] : token.top) {
+        v1::TopLogprob* top = lp->add_top_logprobs();
+        top->set_token_id(id);
+        top->set_logprob(static_cast<float>(value));
+      }
+    }
     if (chunk.finish) finish = chunk.finish;
     prompt_tokens = chunk.prompt_tokens;
     completion_tokens = chunk.completion_tokens;

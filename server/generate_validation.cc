@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "server/chat_prompt.h"
 #include "tokenizer/utf8.h"
 
 namespace strata::server {
@@ -35,10 +36,33 @@ std::string Count(int64_t n, absl::string_view noun) { return absl::StrCat(n, " 
 absl::Status DiagnoseUnparsable(std::string_view wire) {
   google::protobuf::UnknownFieldSet fields;
   if (fields.ParseFromArray(wire.data(), static_cast<int>(wire.size()))) {
-    const std::map<int, std::string> names = {{1, "prompt"}, {9, "stop"}, {12, "request_id"}};
+    const std::map<int, std::string> names = {{1, "prompt"}, {9, "stop"}, {12, "request_id"}, {14, "tools_json"}};
+    const std::map<int, std::string> message_names = {
+        {1, "role"}, {2, "content"}, {3, "name"}, {4, "tool_call_id"}, {5, "tool_calls_json"}};
     int stop_index = 0;
+    int message_index = 0;
     for (int i = 0; i < fields.field_count(); ++i) {
       const google::protobuf::UnknownField& field = fields.field(i);
+      if (field.number() == 13 && field.type() == google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) {
+        // A ChatMessage: its string fields.
+        google::protobuf::UnknownFieldSet message;
+        const std::string& bytes = field.length_delimited();
+        const int index = message_index++;
+        if (!message.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) continue;
+        for (int j = 0; j < message.field_count(); ++j) {
+          const google::protobuf::UnknownField& part = message.field(j);
+          auto part_name = message_names.find(part.number());
+          if (part_name == message_names.end() ||
+              part.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) {
+            continue;
+          }
+          if (size_t at = tokenizer::FindInvalidUtf8(part.length_delimited()); at != std::string_view::npos) {
+            return Invalid(absl::StrCat("messages[", index, "].", part_name->second),
+                           absl::StrCat("invalid UTF-8 at byte ", at));
+          }
+        }
+        continue;
+      }
       auto name = names.find(field.number());
       if (name == names.end() || field.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
       const std::string& bytes = field.length_delimited();
@@ -209,13 +233,56 @@ absl::Status ReadStops(const GenerateInput& in, const GenerateLimits& limits, co
   return absl::OkStatus();
 }
 
+// A request's messages as the chat template renders them, tokenized without added special tokens (the
+// template wrote them).
+absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const v1::GenerateRequest& request, const GenerateLimits& limits,
+                                                   const tokenizer::Tokenizer* tokenizer,
+                                                   const chat_template::CheckpointChatTemplate* chat_template) {
+  using Json = nlohmann::ordered_json;
+  Json chat = {{"messages", Json::array()}};
+  for (int i = 0; i < request.messages_size(); ++i) {
+    const v1::ChatMessage& m = request.messages(i);
+    if (m.role().empty()) return Invalid(absl::StrCat("messages[", i, "].role"), "missing");
+    Json message = {{"role", m.role()}, {"content", m.content()}};
+    if (!m.name().empty()) message["name"] = m.name();
+    if (!m.tool_call_id().empty()) message["tool_call_id"] = m.tool_call_id();
+    if (!m.tool_calls_json().empty()) {
+      Json calls = Json::parse(m.tool_calls_json(), nullptr, /*allow_exceptions=*/false);
+      if (calls.is_discarded() || !calls.is_array()) {
+        return Invalid(absl::StrCat("messages[", i, "].tool_calls_json"), "not a JSON list of tool calls");
+      }
+      message["tool_calls"] = std::move(calls);
+    }
+    chat["messages"].push_back(std::move(message));
+  }
+  if (!request.tools_json().empty()) {
+    Json tools = Json::parse(request.tools_json(), nullptr, /*allow_exceptions=*/false);
+    if (tools.is_discarded() || !tools.is_array()) return Invalid("tools_json", "not a JSON list of tools");
+    chat["tools"] = std::move(tools);
+  }
+  if (request.has_add_generation_prompt()) chat["add_generation_prompt"] = request.add_generation_prompt();
+  if (tokenizer == nullptr) return Invalid("messages", "the model has no tokenizer.json");
+  absl::StatusOr<std::string> rendered = RenderChat(chat, chat_template, limits.max_messages);
+  if (!rendered.ok()) return rendered.status();
+  if (static_cast<int64_t>(rendered->size()) > limits.max_prompt_bytes) {
+    return Invalid("messages", absl::StrCat(Count(static_cast<int64_t>(rendered->size()), "byte"),
+                                            " rendered by the chat template, more than the server's limit of ",
+                                            Count(limits.max_prompt_bytes, "byte")));
+  }
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(*rendered, /*add_special_tokens=*/false);
+  if (!ids.ok()) return Invalid("messages", ids.status().message());
+  if (ids->empty()) return Invalid("messages", "the chat template rendered no tokens");
+  return ids;
+}
+
 }  // namespace
 
-absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(std::string_view wire, const GenerateLimits& limits,
-                                                                   const tokenizer::Tokenizer* tokenizer) {
+absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(
+    std::string_view wire, const GenerateLimits& limits, const tokenizer::Tokenizer* tokenizer,
+    const chat_template::CheckpointChatTemplate* chat_template) {
   v1::GenerateRequest request;
   if (!request.ParseFromArray(wire.data(), static_cast<int>(wire.size()))) return DiagnoseUnparsable(wire);
-  return ValidateGenerateRequest(request, limits, tokenizer);
+  return ValidateGenerateRequest(request, limits, tokenizer, chat_template);
 }
 
 absl::StatusOr<runtime::GenerationRequest> ValidateGenerateInput(const GenerateInput& in, const GenerateLimits& limits,
@@ -235,13 +302,24 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateInput(const GenerateI
   return out;
 }
 
-absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
-                                                                   const GenerateLimits& limits,
-                                                                   const tokenizer::Tokenizer* tokenizer) {
+absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(
+    const v1::GenerateRequest& request, const GenerateLimits& limits, const tokenizer::Tokenizer* tokenizer,
+    const chat_template::CheckpointChatTemplate* chat_template) {
   GenerateInput in;
-  if (!request.prompt().empty()) in.prompt_text = request.prompt();
-  in.prompt_ids.assign(request.prompt_ids().begin(), request.prompt_ids().end());
-  in.add_special_tokens = request.add_special_tokens();
+  if (request.messages_size() > 0) {
+    if (!request.prompt().empty() || request.prompt_ids_size() > 0) {
+      return Invalid("messages", "give prompt, prompt_ids or messages, only one");
+    }
+    absl::StatusOr<std::vector<int32_t>> ids = ChatPromptIds(request, limits, tokenizer, chat_template);
+    if (!ids.ok()) return ids.status();
+    in.prompt_ids = *std::move(ids);
+    in.names.prompt = "messages";
+    in.names.prompt_ids = "messages";
+  } else {
+    if (!request.prompt().empty()) in.prompt_text = request.prompt();
+    in.prompt_ids.assign(request.prompt_ids().begin(), request.prompt_ids().end());
+    in.add_special_tokens = request.add_special_tokens();
+  }
   in.max_new_tokens = request.max_new_tokens();
   in.temperature = request.temperature();
   if (request.has_top_p()) in.top_p = request.top_p();
@@ -250,6 +328,7 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::Gen
   if (request.has_seed()) in.seed = request.seed();
   in.stop.assign(request.stop().begin(), request.stop().end());
   in.top_logprobs = request.top_logprobs();
+  if (request.has_prompt_logprobs()) in.prompt_logprobs = request.prompt_logprobs();
   in.request_id = request.request_id();
   return ValidateGenerateInput(in, limits, tokenizer);
 }

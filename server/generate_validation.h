@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "chat_template/checkpoint_template.h"
 #include "runtime/engine/engine.h"
 #include "server/served_model.h"
 #include "strata/v1/strata.pb.h"
@@ -61,15 +62,17 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateInput(const GenerateI
                                                                  const GenerateLimits& limits,
                                                                  const tokenizer::Tokenizer* tokenizer);
 
-// From a parsed message. `tokenizer` may be null (then text prompts and stop strings are refused).
-absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
-                                                                   const GenerateLimits& limits,
-                                                                   const tokenizer::Tokenizer* tokenizer);
+// From a parsed message. `tokenizer` may be null (then text prompts and stop strings are refused);
+// `chat_template` too (then `messages` are).
+absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(
+    const v1::GenerateRequest& request, const GenerateLimits& limits, const tokenizer::Tokenizer* tokenizer,
+    const chat_template::CheckpointChatTemplate* chat_template = nullptr);
 
 // From the wire bytes: protobuf refuses to parse a proto3 string that is not UTF-8, so the bytes are
 // read here, and such a request is INVALID_ARGUMENT naming the field (prompt, stop[i]) instead of the
 // INTERNAL "failed to parse" gRPC would answer.
-absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(std::string_view wire, const GenerateLimits& limits,
-                                                                   const tokenizer::Tokenizer* tokenizer);
+absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(
+    std::string_view wire, const GenerateLimits& limits, const tokenizer::Tokenizer* tokenizer,
+    const chat_template::CheckpointChatTemplate* chat_template = nullptr);
 
 }  // namespace strata::server

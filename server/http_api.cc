@@ -688,7 +688,7 @@ void HttpApi::Tokenize(const std::shared_ptr<HttpExchange>& exchange, bool detok
   std::string text;
   bool add_special_tokens = true;
   if (request->contains("messages")) {
-    absl::StatusOr<std::string> rendered = RenderChat(*request, context.chat_template, context.api.max_messages);
+    absl::StatusOr<std::string> rendered = RenderChat(*request, context.chat_template, context.limits.max_messages);
     if (!rendered.ok()) return exchange->Respond(ErrorResponse(rendered.status()));
     text = *std::move(rendered);
     add_special_tokens = false;

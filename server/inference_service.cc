@@ -228,7 +228,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(grpc::Cal
 }
 
 void InferenceService::Admit(GenerateReactor* reactor, ServedModel* model, std::string_view wire) {
-  absl::StatusOr<runtime::GenerationRequest> valid = ValidateGenerateRequest(wire, model->limits(), model->tokenizer());
+  absl::StatusOr<runtime::GenerationRequest> valid =
+      ValidateGenerateRequest(wire, model->limits(), model->tokenizer(), model->chat_template());
   if (!valid.ok()) {
     reactor->Refuse(grpc::Status(ToGrpc(valid.status().code()), std::string(valid.status().message())));
     return;

@@ -360,7 +360,7 @@ absl::StatusOr<ApiRequest> ParseApiRequest(Route route, std::string_view body, c
     }
     out.parse_tool_calls = true;
   }
-  STRATA_ASSIGN_OR_RETURN(rendered, RenderChat(request, context.chat_template, context.api.max_messages));
+  STRATA_ASSIGN_OR_RETURN(rendered, RenderChat(request, context.chat_template, context.limits.max_messages));
   if (static_cast<int64_t>(rendered.size()) > limits.max_prompt_bytes) {
     return Invalid("messages", absl::StrCat(Count(static_cast<int64_t>(rendered.size()), "byte"),
                                             " rendered by the chat template, more than the server's limit of ",

@@ -41,7 +41,6 @@ ApiError ErrorFromStatus(const absl::Status& status);
 // What the API checks besides the generation limits.
 struct ApiLimits {
   int64_t max_json_depth = 64;   // arrays and objects nested in each other
-  int64_t max_messages = 4096;   // chat messages
   int64_t max_choices = 128;     // prompts x n
   int64_t max_logit_bias = 300;  // entries, as OpenAI's limit
 };

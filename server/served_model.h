@@ -32,6 +32,7 @@ struct GenerateLimits {
   int64_t max_stop_strings = 16;
   int64_t max_stop_bytes = 256;  // per stop string
   int64_t max_top_logprobs = 20;
+  int64_t max_messages = 4096;  // chat messages of one request (either API)
   // request_id is echoed in every streamed message: bounded so it cannot multiply a response's size.
   int64_t max_request_id_bytes = 256;
 };
