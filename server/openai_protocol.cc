@@ -258,6 +258,9 @@ absl::StatusOr<Json> ParseJsonObject(std::string_view body, int64_t max_depth, a
     parsed = Json::parse(body);
   } catch (const Json::parse_error& e) {
     return Invalid(what, absl::StrCat("not valid JSON (at byte ", e.byte, ")"));
+  } catch (const Json::exception& e) {
+    // A number too large for a double (out_of_range.406), ...
+    return Invalid(what, absl::StrCat("not valid JSON: ", e.what()));
   }
   if (!parsed.is_object()) return Invalid(what, absl::StrCat("must be a JSON object, not ", TypeName(parsed)));
   return parsed;

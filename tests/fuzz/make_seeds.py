@@ -19,7 +19,7 @@ import struct
 import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-HARNESSES = ["safetensors_header", "config", "tokenizer", "device_map", "generate_request", "chat_template",
+HARNESSES = ["safetensors_header", "config", "tokenizer", "device_map", "generate_request", "http_request", "chat_template",
              "tool_calls"]
 
 
@@ -157,6 +157,32 @@ def generate_request_seeds() -> dict[str, bytes]:
         "unicode": pb2.GenerateRequest(prompt="naïve café 你好 😀 <s>", max_new_tokens=2, add_special_tokens=False),
     }
     return {f"{name}.pb": r.SerializeToString() for name, r in requests.items()}
+
+
+def http_request_seeds() -> dict[str, bytes]:
+    # ROUTE_BYTE BODY (fuzz_http_request.cc): an even byte /v1/completions, an odd one /v1/chat/completions.
+    completions = {
+        "text": {"model": "fuzz", "prompt": "hello world", "max_tokens": 16, "temperature": 0},
+        "lists": {"prompt": [[1, 300, 42], [7, 8]], "n": 2, "seed": 5, "stop": ["\n", "hello"], "logprobs": 3},
+        "echo": {"prompt": "hi", "echo": True, "logprobs": 1, "max_tokens": 0},
+        "sampling": {"prompt": "naïve café 你好 😀", "top_p": 0.9, "top_k": 40, "presence_penalty": 0.5,
+                     "frequency_penalty": -0.5, "logit_bias": {"42": 5, "7": -100}, "min_tokens": 2,
+                     "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True},
+    }
+    chats = {
+        "chat": {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}],
+                 "max_completion_tokens": 8, "logprobs": True, "top_logprobs": 2},
+        "parts": {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                            {"type": "text", "text": "b"}]}],
+                  "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+                  "tool_choice": "auto"},
+        "continue": {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}],
+                     "add_generation_prompt": False, "continue_final_message": True,
+                     "chat_template_kwargs": {"enable_thinking": False}},
+    }
+    seeds = {f"completions-{k}.json": b"\x00" + json.dumps(v).encode() for k, v in completions.items()}
+    seeds.update({f"chat-{k}.json": b"\x01" + json.dumps(v).encode() for k, v in chats.items()})
+    return seeds
 
 
 def chat_template_seeds() -> dict[str, bytes]:
