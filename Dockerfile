@@ -25,7 +25,7 @@ FROM ${BASE_IMAGE} AS builder
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update -q && apt-get install -y -q --no-install-recommends \
       build-essential cmake ninja-build pkg-config ccache ca-certificates python3 python3-venv binutils \
-      libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev prometheus-cpp-dev libmicrohttpd-dev libssl-dev \
+      libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev prometheus-cpp-dev libmicrohttpd-dev libgnutls28-dev libssl-dev \
       nlohmann-json3-dev libonig-dev libutf8proc-dev \
     && rm -rf /var/lib/apt/lists/*
 

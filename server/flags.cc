@@ -342,16 +342,6 @@ absl::Status ReadListenAddresses(ServerOptions& options) {
   return absl::OkStatus();
 }
 
-// The HTTP API's share of the security flags.
-absl::Status CheckHttpSecurity(const ServerOptions& options) {
-  if (options.endpoints.http_listen && options.security.tls && !options.security.tls->client_ca.empty()) {
-    return absl::InvalidArgumentError(
-        "--http-listen with --tls-client-ca: the HTTP port does not check client certificates yet; serve the HTTP "
-        "API behind a proxy that does, or without mTLS");
-  }
-  return absl::OkStatus();
-}
-
 // TLS, the plaintext health port that needs it, the API keys and the methods open without one.
 absl::Status ReadSecurityFlags(const cli::ParsedArgs& parsed, ServerOptions& options) {
   absl::StatusOr<std::optional<ServerTls>> tls = ReadServerTls(parsed);
@@ -429,7 +419,6 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
   if (absl::Status status = CheckLimits(options); !status.ok()) return status;
   if (absl::Status status = ReadListenAddresses(options); !status.ok()) return status;
   if (absl::Status status = ReadSecurityFlags(*parsed, options); !status.ok()) return status;
-  if (absl::Status status = CheckHttpSecurity(options); !status.ok()) return status;
   return command;
 }
 

@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
@@ -71,6 +72,27 @@ struct HttpServer::Callbacks {
     return queued;
   }
 
+  // mTLS (--tls-client-ca): whether the connection's client presented a certificate that --tls-client-ca
+  // signed and that is valid now (GnuTLS checks the chain, the dates and the signature; MHD asked for it
+  // in the handshake, as MHD_OPTION_HTTPS_MEM_TRUST does, but leaves the verdict to the application).
+  static bool ClientCertificateVerified(MHD_Connection* connection) {
+    const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    if (info == nullptr || info->tls_session == nullptr) return false;
+    auto session = static_cast<gnutls_session_t>(info->tls_session);
+    unsigned int list_size = 0;
+    if (gnutls_certificate_get_peers(session, &list_size) == nullptr || list_size == 0) return false;
+    unsigned int status = 0;
+    return gnutls_certificate_verify_peers2(session, &status) == GNUTLS_E_SUCCESS && status == 0;
+  }
+
+  static HttpResponse Unauthenticated() {
+    HttpResponse response;
+    response.status = 401;
+    response.body =
+        R"json({"error":{"message":"this port requires a client certificate signed by the server's --tls-client-ca","type":"invalid_request_error","param":null,"code":"client_certificate_required"}})json";
+    return response;
+  }
+
   static HttpResponse TooLarge(size_t limit) {
     HttpResponse response;
     response.status = 413;
@@ -113,6 +135,10 @@ struct HttpServer::Callbacks {
       {
         std::lock_guard lock(server->mutex_);
         server->open_.insert(exchange);
+      }
+      if (server->options_.tls && !server->options_.tls->client_ca.empty() && !ClientCertificateVerified(connection)) {
+        exchange->body_too_large_ = true;  // nothing of it is read or answered but this refusal
+        return QueueWhole(connection, Unauthenticated());
       }
       // A body that says it is too large is refused before it is read.
       const char* length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -320,14 +346,18 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const ListenAddres
     if (o.tls) flags |= MHD_USE_TLS;
     const char* key = o.tls ? o.tls->private_key.c_str() : nullptr;
     const char* cert = o.tls ? o.tls->certificate_chain.c_str() : nullptr;
+    // With a client CA, MHD asks clients for a certificate in the handshake (checked per request above).
+    const bool mtls = o.tls && !o.tls->client_ca.empty();
+    const char* trust = mtls ? o.tls->client_ca.c_str() : nullptr;
     server->daemon_ = MHD_start_daemon(
         flags, static_cast<uint16_t>(address.port), nullptr, nullptr, &Callbacks::Access, server.get(),
         MHD_OPTION_SOCK_ADDR, &a, MHD_OPTION_CONNECTION_LIMIT, o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         o.idle_timeout_seconds, MHD_OPTION_THREAD_STACK_SIZE, kThreadStackBytes, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
         MHD_OPTION_NOTIFY_COMPLETED, &Callbacks::Completed, server.get(), MHD_OPTION_NOTIFY_CONNECTION,
         &Callbacks::Connection, server.get(),
-        // Without TLS these two are MHD_OPTION_END's neighbours and never read.
-        o.tls ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, key, MHD_OPTION_HTTPS_MEM_CERT, cert, MHD_OPTION_END);
+        // Without TLS (or without a client CA) what follows MHD_OPTION_END is never read.
+        o.tls ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, key, MHD_OPTION_HTTPS_MEM_CERT, cert,
+        mtls ? MHD_OPTION_HTTPS_MEM_TRUST : MHD_OPTION_END, trust, MHD_OPTION_END);
     if (server->daemon_ != nullptr) break;
   }
   if (server->daemon_ == nullptr) {

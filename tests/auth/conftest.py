@@ -58,13 +58,15 @@ def model(tmp_path_factory) -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def serve(server_bin, stubs, model, tmp_path_factory):
-    """serve(extra_flags, credentials=None) -> a SERVING ServerProcess on `model`, stopped at the end."""
+    """serve(extra_flags, credentials=None, http=False) -> a SERVING ServerProcess on `model` (with the HTTP API
+    on a free port when `http`), stopped at the end."""
     started: list[IH.ServerProcess] = []
 
-    def start(flags: list[str], credentials=None) -> IH.ServerProcess:
+    def start(flags: list[str], credentials=None, http: bool = False) -> IH.ServerProcess:
         server = IH.ServerProcess(server_bin, ["--model", str(model), "--device-map", '{"": "cpu"}', "--max-batch",
                                                "4", "--max-context", "128", *flags],
-                                  tmp_path_factory.mktemp(f"server{len(started)}"), credentials=credentials)
+                                  tmp_path_factory.mktemp(f"server{len(started)}"), credentials=credentials,
+                                  http=http)
         started.append(server)
         return server.start(stubs)
 

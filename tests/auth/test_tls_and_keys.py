@@ -287,10 +287,40 @@ def test_bad_security_flags_exit_2_naming_the_flag(server_bin, model, pki, api_k
     assert named.format(**paths) in done.stderr, done.stderr
 
 
-def test_http_api_with_client_certificates_exits_2(server_bin, pki, model):
-    """The HTTP port does not check client certificates yet: mTLS with --http-listen is refused, never
-    silently left open."""
-    done = subprocess.run([str(server_bin), "--model", str(model), *tls_flags(pki, True),
-                           "--http-listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2, done.stderr
-    assert "--http-listen with --tls-client-ca: the HTTP port does not check client certificates" in done.stderr
+def test_http_api_serves_tls_and_checks_client_certificates(serve, pki, api_keys):
+    """--tls-cert/--tls-key serve HTTPS on --http-listen too, and --tls-client-ca makes it check client
+    certificates as the gRPC port does; API keys on top."""
+    path, keys = api_keys
+    server = serve([*tls_flags(pki, client_ca=True), "--api-key-file", str(path)], http=True,
+                   credentials=AH.credentials(pki.ca_cert, pki.client_cert, pki.client_key))
+    url = f"https://127.0.0.1:{server.http_port}/v1/models"
+
+    def curl(*args: str) -> tuple[int, str]:
+        done = subprocess.run(["curl", "-sS", "--cacert", str(pki.ca_cert), "-w", "\n%{http_code}", *args, url],
+                              capture_output=True, text=True, timeout=30)
+        body, _, code = done.stdout.rpartition("\n")
+        return (int(code) if code.isdigit() else 0), body
+
+    bearer = ["-H", f"Authorization: Bearer {keys[0]}"]
+    mine = ["--cert", str(pki.client_cert), "--key", str(pki.client_key)]
+    status, body = curl(*mine, *bearer)
+    assert status == 200 and '"object":"list"' in body, body
+    status, body = curl(*mine)  # no key
+    assert status == 401 and "invalid_api_key" in body, body
+    status, body = curl(*bearer)  # no client certificate
+    assert status == 401 and "client_certificate_required" in body, body
+    status, body = curl("--cert", str(pki.stranger_cert), "--key", str(pki.stranger_key), *bearer)  # another CA
+    assert status == 401 and "client_certificate_required" in body, body
+    # Plaintext to the TLS port gets no HTTP answer.
+    done = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}",
+                           f"http://127.0.0.1:{server.http_port}/v1/models"], capture_output=True, text=True, timeout=30)
+    assert done.stdout != "200"
+
+
+def test_http_api_serves_tls_without_client_certificates(serve, pki):
+    server = serve(tls_flags(pki), http=True, credentials=AH.credentials(pki.ca_cert))
+    done = subprocess.run(["curl", "-sS", "--cacert", str(pki.ca_cert), "-w", "\n%{http_code}",
+                           f"https://127.0.0.1:{server.http_port}/v1/completions", "-d",
+                           '{"prompt": [5, 6], "max_tokens": 2}'], capture_output=True, text=True, timeout=30)
+    body, _, code = done.stdout.rpartition("\n")
+    assert code == "200" and '"completion_tokens":2' in body, done
