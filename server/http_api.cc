@@ -91,7 +91,7 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
   HttpGeneration(std::shared_ptr<HttpExchange> exchange, openai::ApiRequest request,
                  const tokenizer::Tokenizer* tokenizer, Metrics* metrics, std::unique_ptr<OpenStream> open,
                  std::chrono::steady_clock::time_point start,
-                 std::optional<chat_template::ToolCallFormat> tool_call_parser)
+                 std::optional<chat_template::ToolCallFormat> tool_call_parser, bool prefix_cache)
       : exchange_(std::move(exchange)),
         request_(std::move(request)),
         tokenizer_(tokenizer),
@@ -100,6 +100,7 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
         start_(start),
         id_(RandomId(request_.route == openai::Route::kChatCompletions ? "chatcmpl-" : "cmpl-")),
         created_(UnixSeconds()),
+        share_prefill_(prefix_cache && request_.n > 1),
         choices_(static_cast<size_t>(request_.choices())) {
     if (request_.parse_tool_calls && tool_call_parser) {
       tool_call_format_ = tool_call_parser;
@@ -127,11 +128,21 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
     int64_t text_offset = 0;  // completions' logprobs: code points before the next token
     bool started = false;     // stream: its first event (the chat role, the echoed prompt) was sent
     std::optional<std::chrono::steady_clock::time_point> last_token;
+    bool submitted = false;          // handed to the engine
+    bool finished = false;           // its last chunk came (or it never started)
+    bool followers_started = false;  // a prompt's first sample: its other samples were submitted
     std::optional<chat_template::ToolCallStreamParser> tool_calls;  // stream: tools parsed as text arrives
     // echo with logprobs: the prompt's tokens scored (entry 0, the first token, has no score).
     std::vector<std::optional<runtime::GeneratedToken>> prompt_logprobs;
     int tool_calls_sent = 0;
   };
+
+  // Hands choice `index` to the engine (its callbacks come to OnChunk).
+  absl::Status SubmitChoice(size_t index);
+  // A choice that will never run (the request failed or was cancelled first): finished without a chunk.
+  void EndUnsubmittedLocked(Choice& choice);
+  // The other samples of the prompt whose first sample is choice `first`.
+  void SubmitFollowersLocked(size_t first);
 
   void CancelAll() {
     std::lock_guard lock(handles_mutex_);
@@ -163,6 +174,8 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
   const std::string id_;
   const int64_t created_;
   InFlightGenerations* in_flight_ = nullptr;
+  runtime::Engine* engine_ = nullptr;  // set by Submit; lives while its callbacks can come
+  const bool share_prefill_;           // n > 1 with the prefix cache: samples after the first wait for its prefill
   std::atomic<bool> cut_{false};
   std::optional<chat_template::ToolCallFormat> tool_call_format_;  // the request's output is parsed for tools
 
@@ -172,7 +185,6 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
 
   std::mutex mutex_;
   std::vector<Choice> choices_;
-  size_t submitted_ = 0;
   size_t finished_ = 0;
   bool submitting_ = true;
   bool done_ = false;
@@ -181,6 +193,7 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
 
 absl::Status HttpGeneration::Submit(runtime::Engine& engine, InFlightGenerations* in_flight) {
   self_ = shared_from_this();
+  engine_ = &engine;
   in_flight_ = in_flight;
   in_flight->Add(this);
   exchange_->OnClientGone([this] { CancelAll(); });
@@ -188,31 +201,18 @@ absl::Status HttpGeneration::Submit(runtime::Engine& engine, InFlightGenerations
     exchange_->BeginStream("text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
   }
   absl::Status refused;
-  const size_t choices = choices_.size();
-  for (size_t index = 0; index < choices; ++index) {
-    runtime::GenerationRequest one = request_.prompts[index / request_.n];
-    const int64_t sample = static_cast<int64_t>(index % request_.n);
-    // n samples of one seeded prompt: each its own reproducible draw.
-    if (one.sampling.seed && sample > 0) *one.sampling.seed += static_cast<uint64_t>(sample);
-    one.request_id = absl::StrCat(id_, "-", index);
-    const int64_t prompt_tokens = static_cast<int64_t>(one.prompt.size());
-    absl::StatusOr<std::shared_ptr<runtime::RequestHandle>> handle = engine.Submit(
-        std::move(one),
-        [self = shared_from_this(), index](runtime::GenerationChunk chunk) { self->OnChunk(index, std::move(chunk)); });
-    if (!handle.ok()) {
-      refused = handle.status();
-      break;
-    }
-    if (metrics_ != nullptr && sample == 0) metrics_->RecordPromptTokens(prompt_tokens);
-    std::lock_guard lock(handles_mutex_);
-    handles_.push_back(*handle);
-    if (cancelled_) handles_.back()->Cancel();
+  for (size_t index = 0; index < choices_.size() && refused.ok(); ++index) {
+    // With the prefix cache, a prompt's other samples wait for its first one's prefill (OnChunk submits
+    // them): they then find its blocks in the cache, so the prompt is prefilled once.
+    if (share_prefill_ && index % request_.n != 0) continue;
+    refused = SubmitChoice(index);
   }
   std::lock_guard lock(mutex_);
   submitting_ = false;
-  submitted_ = handles_.size();
   if (!refused.ok()) {
-    if (submitted_ == 0) {
+    bool any_submitted = false;
+    for (const Choice& choice : choices_) any_submitted |= choice.submitted;
+    if (!any_submitted) {
       // No callback will come: the caller answers.
       in_flight_->Remove(this, false);
       in_flight_ = nullptr;
@@ -223,11 +223,56 @@ absl::Status HttpGeneration::Submit(runtime::Engine& engine, InFlightGenerations
     // The queue filled up midway: the choices already queued are cancelled; the answer is the refusal.
     for (Choice& choice : choices_) {
       if (choice.error.ok()) choice.error = refused;
+      if (!choice.submitted && !choice.finished) EndUnsubmittedLocked(choice);
     }
     CancelAll();
   }
-  if (finished_ == submitted_) FinishLocked();
+  if (finished_ == choices_.size()) FinishLocked();
   return absl::OkStatus();
+}
+
+absl::Status HttpGeneration::SubmitChoice(size_t index) {
+  runtime::GenerationRequest one = request_.prompts[index / request_.n];
+  const int64_t sample = static_cast<int64_t>(index % request_.n);
+  // n samples of one seeded prompt: each its own reproducible draw.
+  if (one.sampling.seed && sample > 0) *one.sampling.seed += static_cast<uint64_t>(sample);
+  one.request_id = absl::StrCat(id_, "-", index);
+  const int64_t prompt_tokens = static_cast<int64_t>(one.prompt.size());
+  absl::StatusOr<std::shared_ptr<runtime::RequestHandle>> handle = engine_->Submit(
+      std::move(one),
+      [self = shared_from_this(), index](runtime::GenerationChunk chunk) { self->OnChunk(index, std::move(chunk)); });
+  if (!handle.ok()) return handle.status();
+  choices_[index].submitted = true;
+  if (metrics_ != nullptr && sample == 0) metrics_->RecordPromptTokens(prompt_tokens);
+  std::lock_guard lock(handles_mutex_);
+  handles_.push_back(*handle);
+  if (cancelled_) handles_.back()->Cancel();
+  return absl::OkStatus();
+}
+
+void HttpGeneration::EndUnsubmittedLocked(Choice& choice) {
+  choice.finished = true;
+  choice.finish = runtime::FinishReason::kCancelled;
+  ++finished_;
+}
+
+void HttpGeneration::SubmitFollowersLocked(size_t first) {
+  // The prompt's blocks are in the prefix cache now (its first sample produced a token, or ended).
+  bool cancelled = cut_.load();
+  {
+    std::lock_guard lock(handles_mutex_);
+    cancelled |= cancelled_;
+  }
+  for (size_t index = first + 1; index < first + static_cast<size_t>(request_.n); ++index) {
+    Choice& choice = choices_[index];
+    if (choice.submitted || choice.finished) continue;
+    absl::Status submitted =
+        cancelled || !choices_[first].error.ok() ? absl::CancelledError("not started") : SubmitChoice(index);
+    if (!submitted.ok()) {
+      if (!cancelled && choices_[first].error.ok()) choice.error = submitted;
+      EndUnsubmittedLocked(choice);
+    }
+  }
 }
 
 void HttpGeneration::OnChunk(size_t index, runtime::GenerationChunk chunk) {
@@ -256,7 +301,15 @@ void HttpGeneration::OnChunk(size_t index, runtime::GenerationChunk chunk) {
     choice.text += chunk.text;
     if (request_.logprobs) choice.tokens.insert(choice.tokens.end(), chunk.tokens.begin(), chunk.tokens.end());
   }
-  if (chunk.finish && ++finished_ == submitted_ && !submitting_) FinishLocked();
+  if (share_prefill_ && index % request_.n == 0 && !choice.followers_started) {
+    choice.followers_started = true;
+    SubmitFollowersLocked(index);
+  }
+  if (chunk.finish) {
+    choice.finished = true;
+    ++finished_;
+  }
+  if (finished_ == choices_.size() && !submitting_) FinishLocked();
 }
 
 Json HttpGeneration::ChoiceLogprobs(Choice& choice, const std::vector<runtime::GeneratedToken>& tokens) const {
@@ -652,8 +705,9 @@ void HttpApi::Admit(const std::shared_ptr<HttpExchange>& exchange, openai::Route
   absl::StatusOr<openai::ApiRequest> request =
       openai::ParseApiRequest(route, exchange->request().body, Context(*model));
   if (!request.ok()) return refuse(request.status());
-  auto generation = std::make_shared<HttpGeneration>(exchange, *std::move(request), model->tokenizer(), metrics,
-                                                     std::move(open), start, options_.tool_call_parser);
+  auto generation =
+      std::make_shared<HttpGeneration>(exchange, *std::move(request), model->tokenizer(), metrics, std::move(open),
+                                       start, options_.tool_call_parser, options_.prefix_cache);
   const absl::Status submitted = service_->SubmitUnlessDraining(
       model, [&] { return generation->Submit(model->engine(), &service_->in_flight()); });
   if (!submitted.ok()) refuse(submitted);

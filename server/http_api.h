@@ -31,6 +31,8 @@ struct HttpApiOptions {
   std::shared_ptr<const ApiKeys> api_keys;
   openai::ApiLimits limits;
   std::optional<chat_template::ToolCallFormat> tool_call_parser;  // --tool-call-parser
+  // The engine reuses prompt prefixes (--prefix-cache): n samples of a prompt then prefill it once.
+  bool prefix_cache = true;
 };
 
 class HttpApi {

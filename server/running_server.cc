@@ -96,6 +96,7 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const Server
     http.model_name = options.serving.served_model_name;
     http.api_keys = options.security.api_keys;
     http.tool_call_parser = options.serving.tool_call_parser;
+    http.prefix_cache = options.serving.prefix_cache;
     absl::StatusOr<std::unique_ptr<HttpApi>> api = HttpApi::Start(std::move(http), running->service_.get());
     if (!api.ok()) return api.status();
     running->http_ = *std::move(api);

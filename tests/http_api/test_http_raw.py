@@ -212,3 +212,14 @@ def test_metrics_carry_the_api_label(http_server, stubs):
     assert GH.wait_metric(url, 'strata_requests_total{api="grpc",code="OK"}', lambda v: v == before["grpc"] + 1) == \
         before["grpc"] + 1
     assert GH.metric(url, 'strata_requests_total{api="http",code="OK"}') == before["http"] + 1
+
+
+def test_n_samples_prefill_their_prompt_once(http_server):
+    url = http_server.metrics_url
+    hits = GH.metric(url, "strata_prefix_cache_hits_total")
+    prompt = [(7 * i) % 250 + 3 for i in range(70)]  # 70 tokens: 4 whole blocks of 16
+    status, _, body = curl(f"{http_server.http_url}/v1/completions", body=json.dumps(
+        {"prompt": prompt, "max_tokens": 4, "n": 4, "temperature": 1, "seed": 3}))
+    assert status == 200 and len(json.loads(body)["choices"]) == 4
+    # The first sample prefilled all 70; the other three found its 4 whole blocks in the prefix cache.
+    assert GH.wait_metric(url, "strata_prefix_cache_hits_total", lambda v: v >= hits + 3 * 64) >= hits + 3 * 64
