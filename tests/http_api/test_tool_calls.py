@@ -1,0 +1,104 @@
+"""Tool calls end to end through the HTTP API, with the openai SDK: a checkpoint built by the test whose greedy
+output is a fixed chain of tokens whatever the prompt (one-hot embeddings, layers that add nothing, a head that
+maps each token to its successor), so the model really generates a Hermes (Qwen) or Llama 3 tool call and
+strata parses it (--tool-call-parser), whole and streamed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import openai
+import pytest
+
+import runtime_helpers as RH
+from conftest import TEMPLATE
+
+CALLS = {
+    "hermes": ["<tool_call>", '\n{"name": "get_time", "arguments": {"tz": "UTC"}}\n', "</tool_call>"],
+    "llama3_json": ['{"name": "get_time", "parameters": {"tz": "UTC"}}'],
+}
+TOOLS = [{"type": "function", "function": {"name": "get_time", "description": "the time in a zone",
+                                           "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}}}]
+CHAT = [{"role": "user", "content": "What time is it?"}]
+
+
+def chain_checkpoint(directory, pieces: list[str]):
+    """A one-layer Llama (hidden = vocab = 320) whose greedy output after any prompt is `pieces` (each an
+    added token), then <eos>."""
+    import torch
+    import transformers
+
+    tok = RH.train_tokenizer(vocab_size=300)
+    tok.add_tokens(pieces)
+    chain = [tok.token_to_id(p) for p in pieces]
+    eos = tok.token_to_id("<eos>")
+    vocab = 320
+    config = transformers.LlamaConfig(vocab_size=vocab, hidden_size=vocab, intermediate_size=64, num_hidden_layers=1,
+                                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=2048,
+                                      bos_token_id=None, eos_token_id=eos, pad_token_id=0, tie_word_embeddings=False)
+    model = transformers.LlamaForCausalLM(config)
+    successor = {i: chain[0] for i in range(vocab)}
+    successor.update({a: b for a, b in zip(chain, chain[1:] + [eos])})
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.model.embed_tokens.weight.copy_(torch.eye(vocab))
+        model.model.norm.weight.fill_(1.0)
+        model.model.layers[0].input_layernorm.weight.fill_(1.0)
+        model.model.layers[0].post_attention_layernorm.weight.fill_(1.0)
+        for token, nxt in successor.items():
+            model.lm_head.weight[nxt, token] = 1.0
+    model.save_pretrained(directory, safe_serialization=True)
+    tok.save(str(directory / "tokenizer.json"))
+    shutil.copy(TEMPLATE, directory / "chat_template.jinja")
+    return directory
+
+
+@pytest.fixture(scope="module", params=list(CALLS))
+def tool_server(request, server_factory, tmp_path_factory):
+    directory = chain_checkpoint(tmp_path_factory.mktemp(f"chain_{request.param}"), CALLS[request.param])
+    server = server_factory(["--model", str(directory), "--served-model-name", "chain", "--max-context", "2048",
+                             "--tool-call-parser", request.param])
+    client = openai.OpenAI(base_url=f"{server.http_url}/v1", api_key="-", max_retries=0, timeout=60)
+    return request.param, client
+
+
+def test_a_generated_tool_call_is_parsed(tool_server):
+    parser, client = tool_server
+    got = client.chat.completions.create(model="chain", messages=CHAT, tools=TOOLS, temperature=0, max_tokens=16)
+    choice = got.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    [call] = choice.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_") and len(call.id) == 29
+    assert call.function.name == "get_time" and json.loads(call.function.arguments) == {"tz": "UTC"}
+
+
+def test_streamed_tool_call_deltas_add_up_to_the_whole(tool_server):
+    parser, client = tool_server
+    calls: dict[int, dict] = {}
+    content, finish, role = "", None, None
+    for chunk in client.chat.completions.create(model="chain", messages=CHAT, tools=TOOLS, temperature=0,
+                                                max_tokens=16, stream=True):
+        delta = chunk.choices[0].delta
+        role = role or delta.role
+        content += delta.content or ""
+        for d in delta.tool_calls or []:
+            call = calls.setdefault(d.index, {"id": None, "name": "", "arguments": ""})
+            call["id"] = call["id"] or d.id
+            call["name"] += d.function.name or "" if d.function else ""
+            call["arguments"] += (d.function.arguments or "") if d.function else ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert role == "assistant" and content == "" and finish == "tool_calls"
+    assert list(calls) == [0] and calls[0]["id"].startswith("call_")
+    assert calls[0]["name"] == "get_time" and json.loads(calls[0]["arguments"]) == {"tz": "UTC"}
+
+
+def test_tool_choice_none_leaves_the_text(tool_server):
+    parser, client = tool_server
+    got = client.chat.completions.create(model="chain", messages=CHAT, tools=TOOLS, tool_choice="none",
+                                         temperature=0, max_tokens=16)
+    assert got.choices[0].finish_reason == "stop"  # <eos>
+    assert got.choices[0].message.content == "".join(CALLS[parser])
+    assert got.choices[0].message.tool_calls is None
