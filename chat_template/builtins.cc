@@ -409,43 +409,19 @@ double PyRound(double x, int64_t ndigits) {
 void JsonString(std::string& out, std::string_view s, bool ensure_ascii) {
   out.push_back('"');
   for (char32_t c : Decode(s)) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default: {
-        char buf[16];
-        if (c < 0x20 || (ensure_ascii && c > 0x7e)) {
-          if (c >= 0x10000) {
-            const char32_t v = c - 0x10000;
-            std::snprintf(buf, sizeof(buf), "\\u%04x\\u%04x", static_cast<unsigned>(0xd800 + (v >> 10)),
-                          static_cast<unsigned>(0xdc00 + (v & 0x3ff)));
-          } else {
-            std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(c));
-          }
-          out += buf;
-        } else {
-          AppendCodePoint(out, c);
-        }
+    if (AppendJsonEscape(out, c)) continue;
+    if (ensure_ascii && c > 0x7e) {
+      char buf[16];
+      if (c >= 0x10000) {
+        const char32_t v = c - 0x10000;
+        std::snprintf(buf, sizeof(buf), "\\u%04x\\u%04x", static_cast<unsigned>(0xd800 + (v >> 10)),
+                      static_cast<unsigned>(0xdc00 + (v & 0x3ff)));
+      } else {
+        std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(c));
       }
+      out += buf;
+    } else {
+      AppendCodePoint(out, c);
     }
   }
   out.push_back('"');

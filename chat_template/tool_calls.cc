@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "chat_template/value.h"
 
 namespace strata::chat_template {
 namespace {
@@ -59,24 +60,6 @@ size_t IncompleteUtf8Tail(std::string_view text) {
     return n > static_cast<int>(back) ? back : 0;
   }
   return 0;
-}
-
-void AppendCodePoint(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {  // surrogates too (WTF-8): a lone \udXXX escape is kept as such
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
@@ -349,7 +332,7 @@ class PyJsonParser {
               pos_ = save;
             }
           }
-          AppendCodePoint(cp, out);
+          AppendCodePoint(out, cp);
           break;
         }
         default:
@@ -455,37 +438,7 @@ void DumpString(std::string_view s, std::string& out) {
       continue;
     }
     ++i;
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (c < 0x20) {
-          out += "\\u00";
-          out.push_back(kHex[c >> 4]);
-          out.push_back(kHex[c & 0xF]);
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
+    if (!AppendJsonEscape(out, c)) out.push_back(static_cast<char>(c));
   }
   out.push_back('"');
 }

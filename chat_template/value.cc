@@ -485,6 +485,40 @@ void AppendCodePoint(std::string& out, char32_t c) {
   out.append(reinterpret_cast<const char*>(bytes), static_cast<size_t>(n));
 }
 
+bool AppendJsonEscape(std::string& out, char32_t c) {
+  switch (c) {
+    case '"':
+      out += "\\\"";
+      return true;
+    case '\\':
+      out += "\\\\";
+      return true;
+    case '\n':
+      out += "\\n";
+      return true;
+    case '\r':
+      out += "\\r";
+      return true;
+    case '\t':
+      out += "\\t";
+      return true;
+    case '\b':
+      out += "\\b";
+      return true;
+    case '\f':
+      out += "\\f";
+      return true;
+    default:
+      break;
+  }
+  if (c >= 0x20) return false;
+  static constexpr char kHex[] = "0123456789abcdef";
+  out += "\\u00";
+  out.push_back(kHex[c >> 4]);
+  out.push_back(kHex[c & 0xF]);
+  return true;
+}
+
 std::string Encode(std::u32string_view s) {
   std::string out;
   out.reserve(s.size());

@@ -122,6 +122,9 @@ std::u32string Decode(std::string_view s);
 std::string Encode(std::u32string_view s);
 void AppendCodePoint(std::string& out, char32_t c);
 size_t CodePointCount(std::string_view s);
+// Python's json.dumps escape of `c` when it needs one: `"` and `\`, and the controls below 0x20 (\n \r \t
+// \b \f, else \u00xx). Appends and returns true for those; false, appending nothing, for any other.
+bool AppendJsonEscape(std::string& out, char32_t c);
 // Python's str.isspace() for one code point.
 bool IsPySpace(char32_t c);
 
