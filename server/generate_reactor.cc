@@ -33,6 +33,17 @@ int64_t WireBytes(const runtime::GenerationChunk& chunk) {
   return bytes;
 }
 
+// A token's log-probability and its alternatives, as the wire carries them.
+void SetLogprob(const runtime::GeneratedToken& token, v1::TokenLogprob& out) {
+  out.set_token_id(token.id);
+  out.set_logprob(static_cast<float>(token.logprob));
+  for (const auto& [id, value] : token.top) {
+    v1::TopLogprob* top = out.add_top_logprobs();
+    top->set_token_id(id);
+    top->set_logprob(static_cast<float>(value));
+  }
+}
+
 }  // namespace
 
 GenerateReactor::GenerateReactor(grpc::CallbackServerContext* context, Metrics* metrics,
@@ -154,27 +165,12 @@ void GenerateReactor::WriteNextLocked() {
     response.mutable_text()->append(chunk.text);
     for (const runtime::GeneratedToken& token : chunk.tokens) {
       response.add_token_ids(token.id);
-      v1::TokenLogprob* lp = response.add_logprobs();
-      lp->set_token_id(token.id);
-      lp->set_logprob(static_cast<float>(token.logprob));
-      for (const auto& [id, value] : token.top) {
-        v1::TopLogprob* top = lp->add_top_logprobs();
-        top->set_token_id(id);
-        top->set_logprob(static_cast<float>(value));
-      }
+      SetLogprob(token, *response.add_logprobs());
     }
     // Set on the engine's first chunk only: entry 0 (the first prompt token, unscored) is not sent.
     for (size_t i = 1; i < chunk.prompt_logprobs.size(); ++i) {
       if (!chunk.prompt_logprobs[i]) continue;
-      const runtime::GeneratedToken& token = *chunk.prompt_logprobs[i];
-      v1::TokenLogprob* lp = response.add_prompt_logprobs();
-      lp->set_token_id(token.id);
-      lp->set_logprob(static_cast<float>(token.logprob));
-      for (const auto& [id, value] : token.top) {
-        v1::TopLogprob* top = lp->add_top_logprobs();
-        top->set_token_id(id);
-        top->set_logprob(static_cast<float>(value));
-      }
+      SetLogprob(*chunk.prompt_logprobs[i], *response.add_prompt_logprobs());
     }
     if (chunk.finish) finish = chunk.finish;
     prompt_tokens = chunk.prompt_tokens;
