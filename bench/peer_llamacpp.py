@@ -94,6 +94,24 @@ def make_checkpoint(directory: pathlib.Path, vocab: int = 8000) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def write_tokenizer_json(directory: pathlib.Path) -> None:
+    """A tokenizer.json for make_checkpoint's vocabulary (its pieces, byte fallback, the Llama decoder), for
+    servers that stream text (strata's HTTP API makes no event for a token without text). It decodes as the
+    SentencePiece model does; it has no merges, so it is for decoding only: the benches send token ids. Write
+    it after convert(): llama.cpp's converter reads tokenizer.model, as it does without this file."""
+    import sentencepiece as spm
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    sp = spm.SentencePieceProcessor(model_file=str(directory / "tokenizer.model"))
+    vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True, unk_token=sp.id_to_piece(0)))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    tok.add_special_tokens([AddedToken(sp.id_to_piece(i), special=True, normalized=False) for i in (0, 1, 2)])
+    tok.save(str(directory / "tokenizer.json"))
+
+
 def save_as(model_dir: pathlib.Path, out: pathlib.Path, dtype: str) -> pathlib.Path:
     """The checkpoint with its tensors in `dtype` (bf16), the other files as they are."""
     import torch
@@ -248,7 +266,14 @@ def peak_rss(pid: int) -> int:
 
 def concurrently(n: int, one) -> float:
     """Runs one(i) for i < n on n threads started together; aggregate tokens/s."""
-    counts = [0] * n
+    seconds, counts = together(n, one)
+    return sum(counts) / seconds
+
+
+def together(n: int, one) -> tuple[float, list]:
+    """Runs one(i) for i < n on n threads released together; the seconds until the last returned, and each
+    one's result."""
+    counts = [None] * n
     errors = []
     barrier = threading.Barrier(n + 1)
 
@@ -269,7 +294,7 @@ def concurrently(n: int, one) -> float:
     seconds = time.perf_counter() - start
     if errors:
         raise errors[0]
-    return sum(counts) / seconds
+    return seconds, counts
 
 
 def strata_stream(stubs, server, prompt, new_tokens) -> int:
