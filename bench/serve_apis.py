@@ -15,7 +15,8 @@ Per run: aggregate tokens/s (every stream's tokens / the time until the last str
 sent to the first event or message carrying a token) p50 / p99 over the streams, inter-token latency (gaps
 between token-bearing events or messages of a stream) p50 / p99 over all gaps of the run. The tables show
 the median over repeats and the min-max. Token counts are checked: HTTP from the usage event
-(stream_options.include_usage), gRPC from token_ids. The client runs in this Python process, on the same
+(stream_options.include_usage), gRPC from token_ids. Also per run: the CPU time the server process and this
+client process spent per 1000 tokens (/proc and process_time). The client runs in this Python process, on the same
 CPUs as the server: both APIs pay for it.
 """
 
@@ -112,9 +113,20 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
-def measure(streams: int, tokens: int, one) -> dict:
-    """`streams` concurrent calls of one(i) -> Stream; the run's figures (latencies in ms)."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` so far (all its threads), from /proc."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(streams: int, tokens: int, one, server_pid: int) -> dict:
+    """`streams` concurrent calls of one(i) -> Stream; the run's figures (latencies in ms), and the CPU time
+    the server and this client spent per 1000 tokens (the two share the CPUs: an API whose client is
+    costlier leaves the server less)."""
+    server_before, client_before = cpu_seconds(server_pid), time.process_time()
     seconds, results = P.together(streams, one)
+    server_cpu = cpu_seconds(server_pid) - server_before
+    client_cpu = time.process_time() - client_before
     wrong = [r.tokens for r in results if r.tokens != tokens]
     if wrong:
         raise SystemExit(f"serve_apis: streams generated {wrong[:4]} tokens, not {tokens}")
@@ -123,10 +135,13 @@ def measure(streams: int, tokens: int, one) -> dict:
     events = sum(len(r.arrivals) for r in results)
     return {"tok/s": streams * tokens / seconds, "ttft p50": percentile(ttft, 50), "ttft p99": percentile(ttft, 99),
             "itl p50": percentile(itl, 50), "itl p99": percentile(itl, 99),
-            "tokens/event": streams * tokens / events}
+            "tokens/event": streams * tokens / events,
+            "server cpu/ktok": server_cpu * 1e6 / (streams * tokens),
+            "client cpu/ktok": client_cpu * 1e6 / (streams * tokens)}
 
 
-FIGURES = ("tok/s", "ttft p50", "ttft p99", "itl p50", "itl p99", "tokens/event")
+FIGURES = ("tok/s", "ttft p50", "ttft p99", "itl p50", "itl p99", "tokens/event", "server cpu/ktok",
+           "client cpu/ktok")
 
 
 def alternate(repeats: int, sides: dict) -> dict:
@@ -250,11 +265,13 @@ def main(argv=None) -> int:
         for streams in stream_counts:
             print(f"  strata-server, {streams} streams:", flush=True)
             def http(streams=streams):
-                return measure(streams, args.tokens, lambda i: http_stream(port, prompts[i], args.tokens, {}))
+                return measure(streams, args.tokens, lambda i: http_stream(port, prompts[i], args.tokens, {}),
+                               server.process.pid)
 
             def grpc(streams=streams):
                 return measure(streams, args.tokens,
-                               lambda i: grpc_stream(stubs, server.channel, prompts[i], args.tokens))
+                               lambda i: grpc_stream(stubs, server.channel, prompts[i], args.tokens),
+                               server.process.pid)
             http(), grpc()  # warm both paths at this batch size
             api_rows.append((str(streams), alternate(args.repeats, {"HTTP/SSE": http, "gRPC": grpc})))
 
@@ -270,9 +287,9 @@ def main(argv=None) -> int:
             # llama-server's prompt cache is off, as strata's prefix cache is (--prefix-cache=false).
             sides = {
                 "strata HTTP": lambda: measure(n, args.tokens, lambda i: http_stream(
-                    port, prompts[i], args.tokens, {"cache_prompt": False})),
+                    port, prompts[i], args.tokens, {"cache_prompt": False}), server.process.pid),
                 "llama-server": lambda: measure(n, args.tokens, lambda i: http_stream(
-                    peer.port, prompts[i], args.tokens, {"cache_prompt": False})),
+                    peer.port, prompts[i], args.tokens, {"cache_prompt": False}), peer.proc.pid),
             }
             print(f"  strata-server HTTP vs llama-server, {n} streams:", flush=True)
             for side in sides.values():
