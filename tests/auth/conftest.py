@@ -3,7 +3,6 @@ and real strata-server processes serving the tiny random Llama of tests/generate
 
 from __future__ import annotations
 
-import contextlib
 import pathlib
 import secrets
 import sys
@@ -60,17 +59,6 @@ def model(tmp_path_factory) -> pathlib.Path:
 def serve(server_bin, stubs, model, tmp_path_factory):
     """serve(extra_flags, credentials=None, http=False) -> a SERVING ServerProcess on `model` (with the HTTP API
     on a free port when `http`), stopped at the end."""
-    started: list[IH.ServerProcess] = []
-
-    def start(flags: list[str], credentials=None, http: bool = False) -> IH.ServerProcess:
-        server = IH.ServerProcess(server_bin, ["--model", str(model), "--device-map", '{"": "cpu"}', "--max-batch",
-                                               "4", "--max-context", "128", *flags],
-                                  tmp_path_factory.mktemp(f"server{len(started)}"), credentials=credentials,
-                                  http=http)
-        started.append(server)
-        return server.start(stubs)
-
-    yield start
-    for server in started:
-        with contextlib.suppress(Exception):
-            server.stop()
+    yield from IH.started_servers(server_bin, stubs, lambda i: tmp_path_factory.mktemp(f"server{i}"),
+                                  ["--model", str(model), "--device-map", '{"": "cpu"}', "--max-batch", "4",
+                                   "--max-context", "128"])

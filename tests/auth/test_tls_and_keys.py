@@ -31,14 +31,14 @@ def plain(serve):
 
 @pytest.fixture(scope="module")
 def tls(serve, pki):
-    return serve(tls_flags(pki), AH.credentials(pki.ca_cert))
+    return serve(tls_flags(pki), credentials=AH.credentials(pki.ca_cert))
 
 
 @pytest.fixture(scope="module")
 def mtls_keyed(serve, pki, api_keys):
     """mTLS and API keys together; ServerProcess's health check presents the client certificate, no key."""
     return serve(tls_flags(pki, client_ca=True) + ["--api-key-file", str(api_keys[0])],
-                 AH.credentials(pki.ca_cert, pki.client_cert, pki.client_key))
+                 credentials=AH.credentials(pki.ca_cert, pki.client_cert, pki.client_key))
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_plaintext_health_port_answers_probes_only(serve, stubs, pki, api_keys, 
     strata's methods are refused even with the right key."""
     health_address = f"127.0.0.1:{IH.free_port()}"
     server = serve(tls_flags(pki) + ["--health-listen", health_address, "--api-key-file", str(api_keys[0])],
-                   AH.credentials(pki.ca_cert))
+                   credentials=AH.credentials(pki.ca_cert))
     with grpc.insecure_channel(health_address) as channel:
         health = stubs.health_grpc.HealthStub(channel)
         for service in ("", "strata.v1.InferenceService"):

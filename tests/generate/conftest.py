@@ -4,7 +4,6 @@ real strata-server processes on loopback ports; Python stubs generated from prot
 
 from __future__ import annotations
 
-import contextlib
 import pathlib
 import sys
 import types
@@ -43,17 +42,7 @@ def text_model(tmp_path_factory):
 @pytest.fixture(scope="session")
 def server_factory(server_bin, stubs, tmp_path_factory):
     """server_factory(flags) -> a SERVING ServerProcess, stopped (SIGTERM) at the end of the session."""
-    started: list[IH.ServerProcess] = []
-
-    def start(flags: list[str]) -> IH.ServerProcess:
-        server = IH.ServerProcess(server_bin, flags, tmp_path_factory.mktemp(f"server{len(started)}"))
-        started.append(server)
-        return server.start(stubs)
-
-    yield start
-    for server in started:
-        with contextlib.suppress(Exception):
-            server.stop()
+    yield from IH.started_servers(server_bin, stubs, lambda i: tmp_path_factory.mktemp(f"server{i}"))
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,6 @@ tests/chat_template_parity/templates, which names its source), served by a real 
 
 from __future__ import annotations
 
-import contextlib
 import pathlib
 import shutil
 import sys
@@ -20,8 +19,8 @@ sys.path.insert(0, str(HERE.parent / "generate"))
 sys.path.insert(0, str(HERE))
 import integration_helpers as IH  # noqa: E402
 import runtime_helpers as RH  # noqa: E402
+from http_api_helpers import TEMPLATE  # noqa: E402
 
-TEMPLATE = HERE.parent / "chat_template_parity" / "templates" / "Qwen-Qwen3-0.6B.jinja"
 MODEL_NAME = "tiny-llama"
 
 
@@ -47,19 +46,9 @@ def chat_model(tmp_path_factory) -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def server_factory(server_bin, stubs, tmp_path_factory):
-    """server_factory(flags) -> a SERVING ServerProcess with the HTTP API, stopped at the session's end."""
-    started: list[IH.ServerProcess] = []
-
-    def start(flags: list[str], **kwargs) -> IH.ServerProcess:
-        server = IH.ServerProcess(server_bin, flags, tmp_path_factory.mktemp(f"server{len(started)}"), http=True,
-                                  **kwargs)
-        started.append(server)
-        return server.start(stubs)
-
-    yield start
-    for server in started:
-        with contextlib.suppress(Exception):
-            server.stop()
+    """server_factory(flags, **kwargs) -> a SERVING ServerProcess with the HTTP API, stopped at the session's
+    end."""
+    yield from IH.started_servers(server_bin, stubs, lambda i: tmp_path_factory.mktemp(f"server{i}"), http=True)
 
 
 @pytest.fixture(scope="session")

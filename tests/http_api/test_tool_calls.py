@@ -12,7 +12,7 @@ import openai
 import pytest
 
 import runtime_helpers as RH
-from conftest import TEMPLATE
+from http_api_helpers import TEMPLATE
 
 CALLS = {
     "hermes": ["<tool_call>", '\n{"name": "get_time", "arguments": {"tz": "UTC"}}\n', "</tool_call>"],

@@ -5,7 +5,6 @@ protos, written by the test because grpcio-health-checking and grpcio-reflection
 
 from __future__ import annotations
 
-import contextlib
 import json
 import types
 from pathlib import Path
@@ -16,9 +15,9 @@ from integration_helpers import (
     PLAN_BIN,
     SERVER_BIN,
     SMALL_LLAMA_CONFIG,
-    ServerProcess,
     generate_stubs,
     require_binary,
+    started_servers,
 )
 
 
@@ -48,15 +47,5 @@ def llama_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def start_server(server_bin, stubs, tmp_path):
-    """start_server(flags) -> a SERVING ServerProcess, stopped (SIGTERM) at the end of the test."""
-    started: list[ServerProcess] = []
-
-    def start(flags: list[str], env: dict | None = None) -> ServerProcess:
-        server = ServerProcess(server_bin, flags, tmp_path / f"server{len(started)}", env=env)
-        started.append(server)
-        return server.start(stubs)
-
-    yield start
-    for server in started:
-        with contextlib.suppress(Exception):
-            server.stop()
+    """start_server(flags, env=None) -> a SERVING ServerProcess, stopped (SIGTERM) at the end of the test."""
+    yield from started_servers(server_bin, stubs, lambda i: tmp_path / f"server{i}")

@@ -7,6 +7,7 @@ planner/strata-plan.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -213,6 +214,23 @@ class ServerProcess:
         return self.process.returncode
 
 
+
+
+def started_servers(server_bin: Path, stubs, log_dir, base_flags: list[str] = (), **defaults):
+    """The body of a server-starting fixture: yields start(flags, **kwargs) -> a SERVING ServerProcess with
+    `base_flags` + flags (kwargs: ServerProcess's env, credentials, http, over `defaults`; `log_dir(i)` names
+    the i-th one's log directory), and stops every server started once the fixture is torn down."""
+    started: list[ServerProcess] = []
+
+    def start(flags: list[str], **kwargs) -> ServerProcess:
+        server = ServerProcess(server_bin, [*base_flags, *flags], log_dir(len(started)), **{**defaults, **kwargs})
+        started.append(server)
+        return server.start(stubs)
+
+    yield start
+    for server in started:
+        with contextlib.suppress(Exception):
+            server.stop()
 
 
 def generate_stubs(src: Path, out: Path) -> types.SimpleNamespace:
