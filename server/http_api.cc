@@ -663,16 +663,17 @@ void HttpApi::Handle(const std::shared_ptr<HttpExchange>& exchange) {
   exchange->Respond(ErrorResponse(error));
 }
 
+void HttpApi::Refuse(HttpExchange& exchange, const absl::Status& status, std::chrono::steady_clock::time_point start) {
+  if (Metrics* metrics = service_->metrics()) {
+    metrics->RecordRequest(Api::kHttp, ToGrpc(status.code()),
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  exchange.Respond(ErrorResponse(status));
+}
+
 void HttpApi::Generate(const std::shared_ptr<HttpExchange>& exchange, openai::Route route) {
   const auto start = std::chrono::steady_clock::now();
-  Metrics* metrics = service_->metrics();
-  auto refuse = [&](const absl::Status& status) {
-    if (metrics != nullptr) {
-      metrics->RecordRequest(Api::kHttp, ToGrpc(status.code()),
-                             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
-    exchange->Respond(ErrorResponse(status));
-  };
+  auto refuse = [&](const absl::Status& status) { Refuse(*exchange, status, start); };
   absl::StatusOr<ServedModel*> model = service_->ModelForGeneration();
   if (!model.ok()) return refuse(model.status());
   if (static_cast<int64_t>(exchange->request().body.size()) <= kInlineAdmissionBytes) {
@@ -690,13 +691,7 @@ void HttpApi::Admit(const std::shared_ptr<HttpExchange>& exchange, openai::Route
                     std::chrono::steady_clock::time_point start) {
   Metrics* metrics = service_->metrics();
   auto open = std::make_unique<OpenStream>(&service_->open_streams_counter());
-  auto refuse = [&](const absl::Status& status) {
-    if (metrics != nullptr) {
-      metrics->RecordRequest(Api::kHttp, ToGrpc(status.code()),
-                             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
-    exchange->Respond(ErrorResponse(status));
-  };
+  auto refuse = [&](const absl::Status& status) { Refuse(*exchange, status, start); };
   const int64_t max_streams = service_->limits().max_streams;
   if (open->open_at_start() > max_streams) {
     return refuse(absl::ResourceExhaustedError(absl::StrCat(

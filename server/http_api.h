@@ -54,6 +54,8 @@ class HttpApi {
   void Admit(const std::shared_ptr<HttpExchange>& exchange, openai::Route route, ServedModel* model,
              std::chrono::steady_clock::time_point start);
   void Tokenize(const std::shared_ptr<HttpExchange>& exchange, bool detokenize);
+  // Answers a generation request with `status`'s error, counted in the request metrics.
+  void Refuse(HttpExchange& exchange, const absl::Status& status, std::chrono::steady_clock::time_point start);
   openai::ApiContext Context(const ServedModel& model) const;
 
   const HttpApiOptions options_;
