@@ -18,9 +18,11 @@ struct DTypeInfo {
 };
 
 constexpr DTypeInfo kDTypes[] = {
-    {DType::kFloat32, "float32", 4}, {DType::kFloat16, "float16", 2}, {DType::kBFloat16, "bfloat16", 2},
-    {DType::kFloat64, "float64", 8}, {DType::kInt64, "int64", 8},     {DType::kInt32, "int32", 4},
-    {DType::kInt8, "int8", 1},       {DType::kUInt8, "uint8", 1},     {DType::kBool, "bool", 1},
+    {DType::kFloat32, "float32", 4},   {DType::kFloat16, "float16", 2},
+    {DType::kBFloat16, "bfloat16", 2}, {DType::kFloat64, "float64", 8},
+    {DType::kInt64, "int64", 8},       {DType::kInt32, "int32", 4},
+    {DType::kInt8, "int8", 1},         {DType::kUInt8, "uint8", 1},
+    {DType::kBool, "bool", 1},         {DType::kFloat8E4M3, "float8_e4m3fn", 1},
 };
 
 // torch's aliases for the same dtypes (torch.half is torch.float16, ...) and the short forms people type.

@@ -8,7 +8,8 @@
 
 namespace strata::checkpoint {
 
-enum class DType { kFloat32, kFloat16, kBFloat16, kFloat64, kInt64, kInt32, kInt8, kUInt8, kBool };
+// kFloat8E4M3 is torch's float8_e4m3fn (safetensors F8_E4M3): FP8 checkpoints' weights (planner/quantization.h).
+enum class DType { kFloat32, kFloat16, kBFloat16, kFloat64, kInt64, kInt32, kInt8, kUInt8, kBool, kFloat8E4M3 };
 
 absl::StatusOr<DType> ParseDType(std::string_view name);  // "float16", "bfloat16", "float32", ...
 std::string_view DTypeName(DType dtype);                  // torch's name: "bfloat16"

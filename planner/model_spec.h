@@ -15,6 +15,7 @@
 #include "checkpoint/dtype.h"
 #include "nlohmann/json_fwd.hpp"
 #include "planner/decoder_config.h"
+#include "planner/quantization.h"
 
 namespace strata::planner {
 
@@ -109,6 +110,9 @@ struct ModelSpec {
   // stored under another name, and fused expert parameters stored one tensor per expert.
   std::map<std::string, std::string> stored_names;  // spec tensor -> checkpoint tensor
   std::vector<ExpertsStorage> per_expert_storage;
+  // A quantized checkpoint's format and its quantized linear layers (planner/quantization.h); nullopt for a
+  // dense one. The module tree holds the parameters the chosen sizing counts; `linears` what the files hold.
+  std::optional<SpecQuantization> quantization;
 };
 
 // Every parameter and buffer's bytes summed with checked arithmetic: an error when a tensor's size or

@@ -30,6 +30,8 @@ at::ScalarType ToScalarType(checkpoint::DType dtype) {
       return at::kByte;
     case checkpoint::DType::kBool:
       return at::kBool;
+    case checkpoint::DType::kFloat8E4M3:
+      return at::kFloat8_e4m3fn;
     case checkpoint::DType::kFloat32:
       break;
   }
