@@ -81,8 +81,16 @@ absl::StatusOr<DType> RuntimeDType(const std::string& safetensors_dtype) {
   if (safetensors_dtype == "F32") return DType::kFloat32;
   if (safetensors_dtype == "F16") return DType::kFloat16;
   if (safetensors_dtype == "BF16") return DType::kBFloat16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("dtype ", safetensors_dtype, " is not one the runtime loads (F32, F16, BF16)"));
+  // Quantized checkpoints (planner/quantization.h): FP8 weights, packed integer codes, zero points, ue8m0 scale
+  // exponents and compressed-tensors' weight_shape. Which tensor may hold which is the loader's check.
+  if (safetensors_dtype == "F8_E4M3") return DType::kFloat8E4M3;
+  if (safetensors_dtype == "I32") return DType::kInt32;
+  if (safetensors_dtype == "I64") return DType::kInt64;
+  if (safetensors_dtype == "U8") return DType::kUInt8;
+  if (safetensors_dtype == "I8") return DType::kInt8;
+  return absl::InvalidArgumentError(absl::StrCat("dtype ", safetensors_dtype,
+                                                 " is not one the runtime loads (F32, F16, BF16; F8_E4M3, I32, I64, "
+                                                 "U8 and I8 in quantized checkpoints)"));
 }
 
 absl::StatusOr<std::vector<TensorView>> OpenSafetensors(const std::filesystem::path& dir, const std::string& file) {

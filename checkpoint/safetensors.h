@@ -47,7 +47,7 @@ class MappedFile {
 // One tensor's bytes inside a mapped file.
 struct TensorView {
   std::string name;
-  DType dtype = DType::kFloat32;  // F32, F16 or BF16
+  DType dtype = DType::kFloat32;  // F32, F16 or BF16; quantized checkpoints' F8_E4M3, I32, I64, U8, I8
   std::vector<int64_t> shape;
   std::shared_ptr<const MappedFile> file;
   uint64_t offset = 0;  // from the start of the file

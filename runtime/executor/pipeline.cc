@@ -164,7 +164,7 @@ absl::StatusOr<std::vector<std::string>> Pipeline::LoadUnits(const planner::Mode
       unit.device = units_.front().device;
       label = labels.front();
     } else {
-      absl::StatusOr<std::vector<std::string>> names = UnitTensorNames(place, dims_);
+      absl::StatusOr<std::vector<std::string>> names = UnitTensorNames(place, dims_, spec.quantization ? &*spec.quantization : nullptr);
       if (!names.ok()) return names.status();
       absl::StatusOr<std::string> loaded = LoadUnitWeights(spec, plan, devices, loader, *names, unit);
       if (!loaded.ok()) return loaded.status();
@@ -206,8 +206,14 @@ absl::StatusOr<std::string> Pipeline::LoadUnitWeights(const planner::ModelSpec& 
     exec = device;
     if (label.empty()) label = planned->ToString();
     auto stored_name = spec.stored_names.find(name);  // Mixtral's router is stored under block_sparse_moe
+    const planner::QuantizedLinear* packed = nullptr;
+    if (spec.quantization) {
+      if (auto it = spec.quantization->linears.find(name); it != spec.quantization->linears.end()) packed = &it->second;
+    }
     absl::StatusOr<Weight> weight =
-        loader.Load(stored_name == spec.stored_names.end() ? name : stored_name->second, residency, device);
+        packed != nullptr
+            ? loader.LoadPacked(name, *packed, residency, device)
+            : loader.Load(stored_name == spec.stored_names.end() ? name : stored_name->second, residency, device);
     if (!weight.ok()) return weight.status();
     unit.weights.push_back(*std::move(weight));
   }
@@ -381,7 +387,7 @@ void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation
   Prefetch prefetch;
   for (size_t k = 0; k < stage.units.size(); ++k) {
     const Unit& unit = units_[stage.units[k]];
-    std::vector<at::Tensor> weights;
+    std::vector<WeightTensor> weights;
     if (prefetch.started()) {
       weights = prefetch.Take(stage.stream);
     } else {

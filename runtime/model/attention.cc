@@ -40,7 +40,7 @@ at::Tensor SelfAttention(const at::Tensor& hidden, const AttentionWeights& w, in
                          int64_t head_dim, int64_t window, AttentionBatch& batch, KvLayer& cache,
                          const AttentionAdditions& additions) {
   const int64_t n = hidden.size(1);  // packed tokens: hidden is [1, n, hidden]
-  auto project = [&](const at::Tensor& weight, const at::Tensor& bias, int64_t heads, const at::Tensor& norm) {
+  auto project = [&](const WeightTensor& weight, const at::Tensor& bias, int64_t heads, const at::Tensor& norm) {
     at::Tensor out = bias.defined() ? Linear(hidden, weight, bias) : Linear(hidden, weight);
     out = out.view({n, heads, head_dim});
     if (norm.defined()) out = RmsNorm(out, norm, additions.norm_eps);

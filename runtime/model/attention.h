@@ -10,6 +10,7 @@
 
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/rope.h"
+#include "runtime/model/weights.h"
 
 namespace strata::runtime {
 
@@ -46,7 +47,7 @@ at::Tensor PackHeads(const std::vector<at::Tensor>& outs);
 at::Tensor AttentionMask(const at::Tensor& positions, int64_t key_length, int64_t window);
 
 struct AttentionWeights {
-  at::Tensor q, k, v, o;              // projection weights [out, in]
+  WeightTensor q, k, v, o;            // projection weights [out, in], dense or packed
   at::Tensor q_bias, k_bias, v_bias;  // undefined when the model has none (Llama, Mistral)
 };
 

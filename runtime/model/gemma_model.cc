@@ -30,7 +30,7 @@ at::Tensor RepeatKv(const at::Tensor& x, int64_t groups) {
   return x.unsqueeze(2).expand({b, h, groups, k, d}).reshape({b, h * groups, k, d});
 }
 
-at::Tensor GemmaAttention(const at::Tensor& hidden, const std::vector<at::Tensor>& w, const ModelDims& dims,
+at::Tensor GemmaAttention(const at::Tensor& hidden, const std::vector<WeightTensor>& w, const ModelDims& dims,
                           const Unit& unit, AttentionBatch& batch, KvLayer& cache) {
   const int64_t n = hidden.size(1);  // packed tokens: hidden is [1, n, hidden]
   const bool gemma3 = dims.family == ModelFamily::kGemma3;
@@ -103,15 +103,16 @@ std::vector<std::string> GemmaUnitWeights(UnitKind kind, int64_t layer, const Mo
   return names;
 }
 
-at::Tensor RunGemmaUnit(const Unit& unit, const std::vector<at::Tensor>& w, const ModelDims& dims,
+at::Tensor RunGemmaUnit(const Unit& unit, const std::vector<WeightTensor>& w, const ModelDims& dims,
                         const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last) {
   switch (unit.kind) {
     case UnitKind::kEmbedding: {
       // Gemma*TextScaledWordEmbedding: embed_scale is torch.tensor(hidden ** 0.5) in the serving dtype.
+      const at::Tensor& table = w[0];
       at::Tensor scale =
-          at::scalar_tensor(std::sqrt(static_cast<double>(dims.hidden)), w[0].options().dtype(at::kDouble))
-              .to(w[0].scalar_type());
-      return at::embedding(w[0], hidden) * scale;
+          at::scalar_tensor(std::sqrt(static_cast<double>(dims.hidden)), table.options().dtype(at::kDouble))
+              .to(table.scalar_type());
+      return at::embedding(table, hidden) * scale;
     }
     case UnitKind::kFinalNorm: {
       const at::Tensor rows = LastTokens(hidden, last);

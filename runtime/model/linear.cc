@@ -6,6 +6,7 @@
 #include <ATen/ops/mm.h>
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "kernels/linear.h"
@@ -55,37 +56,53 @@ void OwnKernel(const X* xs, const at::Tensor& weight, const at::Tensor& bias, at
 constexpr int64_t kWidenBlockBytes = int64_t{8} << 20;
 
 // bfloat16 prefill on a CPU without AVX512_BF16, where ATen's bfloat16 GEMM (oneDNN's) runs 3-5x slower than
-// its float32 one: as llama.cpp does, widen to float32 and run the float32 GEMM (MKL sgemm). x is widened
-// once; the weights block by block into one reused buffer, each block's product written into its columns of
-// a float32 result that is rounded to bfloat16 once, as a bfloat16 GEMM with float32 accumulation rounds.
+// its float32 one: as llama.cpp does, widen to float32 and run the float32 GEMM (MKL sgemm).
 at::Tensor WidenedLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  const int64_t k = weight.size(1);
-  const int64_t n = weight.size(0);
-  const int64_t rows = x.numel() / k;
-  const at::Tensor x32 = x.reshape({rows, k}).to(at::kFloat);
-  at::Tensor y32 = at::empty({rows, n}, x32.options());
-  const int64_t block = std::clamp<int64_t>(kWidenBlockBytes / (4 * k), 16, n);
-  at::Tensor w32 = at::empty({block, k}, x32.options());
-  at::Tensor part = at::empty({rows, block}, x32.options());
-  for (int64_t n0 = 0; n0 < n; n0 += block) {
-    const int64_t nb = std::min(block, n - n0);
-    at::Tensor w_block = w32.narrow(0, 0, nb);
-    w_block.copy_(weight.narrow(0, n0, nb));
-    at::Tensor out = part.narrow(1, 0, nb);
-    if (nb == block) {
-      at::mm_out(part, x32, w_block.t());
-    } else {
-      out = at::mm(x32, w_block.t());
-    }
-    y32.narrow(1, n0, nb).copy_(out);
-  }
-  if (bias.defined()) y32.add_(bias.to(at::kFloat));
-  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
-  sizes.back() = n;
-  return y32.to(at::kBFloat16).reshape(sizes);
+  return LinearOverRowBlocks(
+      x, weight.size(0), [&](int64_t n0, int64_t nb) { return weight.narrow(0, n0, nb); }, at::kFloat, bias);
 }
 
 }  // namespace
+
+// x is converted once; the weights block by block into one reused buffer, each block's product written into its
+// columns of a result in the GEMM's dtype (float32 for a bfloat16 x: rounded to bfloat16 once at the end, as a
+// bfloat16 GEMM with float32 accumulation rounds).
+at::Tensor LinearOverRowBlocks(const at::Tensor& x, int64_t n, const std::function<at::Tensor(int64_t, int64_t)>& rows_of,
+                               at::ScalarType gemm_dtype, const at::Tensor& bias) {
+  const int64_t k = x.size(-1);
+  const int64_t rows = x.numel() / k;
+  const at::Tensor xg = x.reshape({rows, k}).to(gemm_dtype);
+  at::Tensor y = at::empty({rows, n}, xg.options());
+  const int64_t block = std::clamp<int64_t>(kWidenBlockBytes / (4 * k), 16, n);
+  at::Tensor w_buffer = at::empty({block, k}, xg.options());
+  at::Tensor part = at::empty({rows, block}, xg.options());
+  for (int64_t n0 = 0; n0 < n; n0 += block) {
+    const int64_t nb = std::min(block, n - n0);
+    at::Tensor w_block = w_buffer.narrow(0, 0, nb);
+    w_block.copy_(rows_of(n0, nb));
+    at::Tensor out = part.narrow(1, 0, nb);
+    if (nb == block) {
+      at::mm_out(part, xg, w_block.t());
+    } else {
+      out = at::mm(xg, w_block.t());
+    }
+    y.narrow(1, n0, nb).copy_(out);
+  }
+  if (bias.defined()) y.add_(bias.to(gemm_dtype));
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() = n;
+  return y.to(x.scalar_type()).reshape(sizes);
+}
+
+at::Tensor Linear(const at::Tensor& x, const WeightTensor& weight, const at::Tensor& bias) {
+  if (weight.packed) return LinearPacked(x, *weight.packed, bias);
+  return Linear(x, weight.tensor, bias);
+}
+
+WeightTensor WeightRows(const WeightTensor& weight, int64_t n0, int64_t rows) {
+  if (!weight.packed) return {weight.tensor.narrow(0, n0, rows), nullptr};
+  return {{}, std::make_shared<const PackedLinear>(PackedRows(*weight.packed, n0, rows))};
+}
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   const bool bias_ok =

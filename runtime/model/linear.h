@@ -16,6 +16,9 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
+
+#include "runtime/model/weights.h"
 
 namespace strata::runtime {
 
@@ -23,6 +26,18 @@ inline constexpr int64_t kFewRows = 32;
 
 // x [..., K], weight [N, K], bias [N] or undefined; returns [..., N] in x's dtype.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
+// The same for a runner's weight, dense or a quantized layer's packed one (LinearPacked).
+at::Tensor Linear(const at::Tensor& x, const WeightTensor& weight, const at::Tensor& bias = {});
+
+// y = x W^T (+ bias) for a weight given a block of rows at a time (`rows_of(n0, nb)`: W[n0, n0 + nb), any dtype,
+// on x's device), each block converted into a reused buffer of `gemm_dtype` and multiplied by ATen's GEMM:
+// bfloat16 prefill widened to float32, a quantized weight's prefill (quantized_linear.h). Returns x's dtype.
+at::Tensor LinearOverRowBlocks(const at::Tensor& x, int64_t n, const std::function<at::Tensor(int64_t, int64_t)>& rows_of,
+                               at::ScalarType gemm_dtype, const at::Tensor& bias);
+
+// Rows [n0, n0 + rows) of a weight [N, K] as a weight of its own (Phi-3's fused projections), a view: a packed
+// FP8 weight's rows must start and end on its scale blocks.
+WeightTensor WeightRows(const WeightTensor& weight, int64_t n0, int64_t rows);
 
 // Whether Linear runs strata's kernel for these operands: up to kFewRows rows (tests and benchmarks say
 // which path ran).

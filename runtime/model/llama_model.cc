@@ -41,7 +41,7 @@ at::Tensor LastTokens(const at::Tensor& hidden, const at::Tensor& last) {
   return tokens.index_select(0, last).unsqueeze(1);
 }
 
-at::Tensor RunLlamaUnit(const Unit& unit, const std::vector<at::Tensor>& w, const ModelDims& dims,
+at::Tensor RunLlamaUnit(const Unit& unit, const std::vector<WeightTensor>& w, const ModelDims& dims,
                         const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last) {
   switch (unit.kind) {
     case UnitKind::kEmbedding:

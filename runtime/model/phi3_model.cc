@@ -14,15 +14,15 @@ std::vector<std::string> Phi3UnitWeights(UnitKind kind, int64_t layer, const Mod
           "post_attention_layernorm.weight", "mlp.gate_up_proj.weight",   "mlp.down_proj.weight"};
 }
 
-at::Tensor RunPhi3Unit(const Unit& unit, const std::vector<at::Tensor>& w, const ModelDims& dims,
+at::Tensor RunPhi3Unit(const Unit& unit, const std::vector<WeightTensor>& w, const ModelDims& dims,
                        const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last) {
   if (unit.kind != UnitKind::kDecoderLayer) return RunLlamaUnit(unit, w, dims, hidden, batch, cache, last);
   const int64_t q_rows = dims.num_heads * dims.head_dim;
   const int64_t kv_rows = dims.num_kv_heads * dims.head_dim;
-  const at::Tensor& qkv = w[kPhi3Qkv];
-  AttentionWeights attention{qkv.narrow(0, 0, q_rows),
-                             qkv.narrow(0, q_rows, kv_rows),
-                             qkv.narrow(0, q_rows + kv_rows, kv_rows),
+  const WeightTensor& qkv = w[kPhi3Qkv];
+  AttentionWeights attention{WeightRows(qkv, 0, q_rows),
+                             WeightRows(qkv, q_rows, kv_rows),
+                             WeightRows(qkv, q_rows + kv_rows, kv_rows),
                              w[kPhi3O],
                              {},
                              {},

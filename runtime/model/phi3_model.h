@@ -18,7 +18,7 @@ enum Phi3LayerWeight : int { kPhi3InputNorm, kPhi3Qkv, kPhi3O, kPhi3PostNorm, kP
 // UnitRunner::weights and ::run (unit.h); the embedding, final norm and LM head are Llama's.
 std::vector<std::string> Phi3UnitWeights(UnitKind kind, int64_t layer, const ModelDims& dims);
 
-at::Tensor RunPhi3Unit(const Unit& unit, const std::vector<at::Tensor>& weights, const ModelDims& dims,
+at::Tensor RunPhi3Unit(const Unit& unit, const std::vector<WeightTensor>& weights, const ModelDims& dims,
                        const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last);
 
 }  // namespace strata::runtime

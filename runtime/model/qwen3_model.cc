@@ -40,7 +40,7 @@ std::vector<std::string> Qwen3UnitWeights(UnitKind kind, int64_t layer, const Mo
   return names;
 }
 
-at::Tensor RunQwen3Unit(const Unit& unit, const std::vector<at::Tensor>& w, const ModelDims& dims,
+at::Tensor RunQwen3Unit(const Unit& unit, const std::vector<WeightTensor>& w, const ModelDims& dims,
                         const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache_or_null,
                         const at::Tensor& last) {
   if (unit.kind != UnitKind::kDecoderLayer) return RunLlamaUnit(unit, w, dims, hidden, batch, cache_or_null, last);

@@ -1,5 +1,6 @@
 #include "runtime/model/unit.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -83,14 +84,23 @@ absl::StatusOr<std::vector<UnitModule>> UnitModules(const planner::ModelSpec& sp
   return units;
 }
 
-absl::StatusOr<std::vector<std::string>> UnitTensorNames(const UnitModule& unit, const ModelDims& dims) {
+absl::StatusOr<std::vector<std::string>> UnitTensorNames(const UnitModule& unit, const ModelDims& dims,
+                                                         const planner::SpecQuantization* quantized) {
   const planner::ModuleSpec& module = *unit.module;
   std::vector<std::string> in_tree;
   CollectParameters(module, in_tree);
   const std::set<std::string> present(in_tree.begin(), in_tree.end());
   std::vector<std::string> names;
+  std::vector<std::string> packed_modules;  // "...q_proj.": every tensor of a packed layer but its bias is read
   for (const std::string& local : RunnerFor(dims.family).weights(unit.kind, unit.layer, dims)) {
     std::string name = module.ChildName(local);
+    if (quantized != nullptr) {
+      if (auto it = quantized->linears.find(name); it != quantized->linears.end()) {
+        packed_modules.push_back(it->second.module + ".");
+        names.push_back(std::move(name));
+        continue;
+      }
+    }
     if (!present.contains(name)) {
       return absl::InvalidArgumentError(absl::StrCat("module ", module.name, " (", module.class_name,
                                                      ") has no parameter ", name, ", which its unit runner reads"));
@@ -102,6 +112,10 @@ absl::StatusOr<std::vector<std::string>> UnitTensorNames(const UnitModule& unit,
   const std::string experts = module.ChildName("mlp.experts.");
   for (const std::string& name : in_tree) {
     if (read.contains(name) || name.starts_with(experts)) continue;
+    const bool in_packed = std::any_of(packed_modules.begin(), packed_modules.end(), [&](const std::string& prefix) {
+      return name.starts_with(prefix) && name.substr(prefix.size()) != "bias";
+    });
+    if (in_packed) continue;
     return absl::InvalidArgumentError(absl::StrCat("module ", module.name, " (", module.class_name,
                                                    ") holds parameter ", name,
                                                    ", which its unit runner does not read"));
@@ -109,7 +123,7 @@ absl::StatusOr<std::vector<std::string>> UnitTensorNames(const UnitModule& unit,
   return names;
 }
 
-at::Tensor RunUnit(const Unit& unit, const std::vector<at::Tensor>& weights, const ModelDims& dims,
+at::Tensor RunUnit(const Unit& unit, const std::vector<WeightTensor>& weights, const ModelDims& dims,
                    const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last) {
   return RunnerFor(dims.family).run(unit, weights, dims, hidden, batch, cache, last);
 }

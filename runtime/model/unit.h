@@ -68,7 +68,7 @@ struct Unit {
 // float32 logits [those tokens, vocab].
 struct UnitRunner {
   std::vector<std::string> (*weights)(UnitKind kind, int64_t layer, const ModelDims& dims);
-  at::Tensor (*run)(const Unit& unit, const std::vector<at::Tensor>& weights, const ModelDims& dims,
+  at::Tensor (*run)(const Unit& unit, const std::vector<WeightTensor>& weights, const ModelDims& dims,
                     const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last);
 };
 
@@ -89,10 +89,14 @@ absl::StatusOr<std::vector<UnitModule>> UnitModules(const planner::ModelSpec& sp
 // The full names of the parameters the family's runner reads for `unit`, in its order: each is a parameter
 // of the unit's subtree, and each parameter of the subtree is read by the runner or is a sparse block's
 // fused experts (loaded apart, moe.h). An error names the tensor on either side of a mismatch.
-absl::StatusOr<std::vector<std::string>> UnitTensorNames(const UnitModule& unit, const ModelDims& dims);
+// A quantized layer's weight (`quantized`: ModelSpec::quantization's linears) is read as its dense name: the
+// runner reads "q_proj.weight", the tree holds what the checkpoint stores for it ("q_proj.weight" and
+// "q_proj.weight_scale_inv"; "q_proj.qweight", ...), all of which that one name covers.
+absl::StatusOr<std::vector<std::string>> UnitTensorNames(const UnitModule& unit, const ModelDims& dims,
+                                                         const planner::SpecQuantization* quantized = nullptr);
 
 // Runs one unit with its family's runner.
-at::Tensor RunUnit(const Unit& unit, const std::vector<at::Tensor>& weights, const ModelDims& dims,
+at::Tensor RunUnit(const Unit& unit, const std::vector<WeightTensor>& weights, const ModelDims& dims,
                    const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last);
 
 }  // namespace strata::runtime

@@ -67,14 +67,20 @@ at::Tensor EmptyForWeights(at::IntArrayRef shape, at::ScalarType dtype) {
 }  // namespace
 
 bool Weight::needs_fetch() const {
+  if (packed) return packed->data.device() != exec_device;
   return residency != Residency::kResident && (stored.device() != exec_device || stored.scalar_type() != dtype);
 }
 
-at::Tensor Weight::Use() const {
-  if (!needs_fetch()) return stored;
+WeightTensor Weight::Use() const {
+  if (packed) {
+    if (!needs_fetch()) return {{}, packed};
+    return {{}, std::make_shared<const PackedLinear>(
+                    packed->To(exec_device, /*non_blocking=*/residency == Residency::kHost))};
+  }
+  if (!needs_fetch()) return {stored, nullptr};
   // Pinned host memory copies asynchronously on the current stream; mapped pages are read as they are
   // touched by the copy (and cast in the same pass).
-  return stored.to(exec_device, dtype, /*non_blocking=*/residency == Residency::kHost, /*copy=*/false);
+  return {stored.to(exec_device, dtype, /*non_blocking=*/residency == Residency::kHost, /*copy=*/false), nullptr};
 }
 
 void Prefetch::Start(const std::vector<const Weight*>& weights, std::optional<c10::Stream> copy_stream) {
@@ -90,13 +96,19 @@ void Prefetch::Start(const std::vector<const Weight*>& weights, std::optional<c1
   }
 }
 
-std::vector<at::Tensor> Prefetch::Take(std::optional<c10::Stream> compute_stream) {
+std::vector<WeightTensor> Prefetch::Take(std::optional<c10::Stream> compute_stream) {
   if (ready_ && compute_stream) {
     ready_->block(*compute_stream);
     // The copies were allocated on the copy stream; the compute stream uses them, so the allocator must
     // not recycle them until its work is done.
-    for (at::Tensor& t : tensors_) {
+    auto record = [&](const at::Tensor& t) {
       if (t.defined() && t.is_cuda()) t.record_stream(*compute_stream);
+    };
+    for (const WeightTensor& w : tensors_) {
+      record(w.tensor);
+      if (w.packed) {
+        for (const at::Tensor* t : {&w.packed->data, &w.packed->scale, &w.packed->zero, &w.packed->perm}) record(*t);
+      }
     }
   }
   started_ = false;
@@ -107,7 +119,13 @@ std::vector<at::Tensor> Prefetch::Take(std::optional<c10::Stream> compute_stream
 absl::StatusOr<Weight> WeightLoader::Load(const std::string& name, Residency residency, at::Device exec_device) {
   const TensorView* view = checkpoint_.Find(name);
   if (view == nullptr) return absl::InvalidArgumentError(absl::StrCat("checkpoint: tensor ", name, " is missing"));
-  Weight w{name, {}, residency, exec_device, dtype_};
+  Weight w{name, {}, nullptr, residency, exec_device, dtype_};
+  if (view->dtype != checkpoint::DType::kFloat32 && view->dtype != checkpoint::DType::kFloat16 &&
+      view->dtype != checkpoint::DType::kBFloat16) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: tensor ", name, " has dtype ",
+                                                   std::string(checkpoint::DTypeName(view->dtype)),
+                                                   ", expected float32, float16 or bfloat16 (a dense weight)"));
+  }
   const at::ScalarType file_dtype = ToScalarType(view->dtype);
   // The mapping is read-only: a view of it must never be written. Weights never are; the deleter is a
   // no-op because the shared_ptr captured here keeps the mapping alive instead.
@@ -153,6 +171,22 @@ absl::StatusOr<Weight> WeightLoader::Load(const std::string& name, Residency res
   ++stats_.copied;
   stats_.bytes_on_devices += static_cast<uint64_t>(out.nbytes());
   w.stored = out;
+  return w;
+}
+
+absl::StatusOr<Weight> WeightLoader::LoadPacked(const std::string& name, const planner::QuantizedLinear& q,
+                                                Residency residency, at::Device exec_device) {
+  Weight w{name, {}, nullptr, residency, exec_device, dtype_};
+  // A packed weight is small (a quarter to a half of the serving dtype's bytes): "disk" entries are read into
+  // memory like "cpu" ones; a "cpu" entry of a GPU-run model waits in pinned memory and is copied on use.
+  const bool host = residency != Residency::kResident && !exec_device.is_cpu();
+  absl::StatusOr<PackedLinear> packed =
+      LoadPackedLinear(checkpoint_, q, host ? at::Device(at::kCPU) : exec_device, /*pinned=*/host);
+  if (!packed.ok()) return packed.status();
+  if (residency == Residency::kDisk) w.residency = exec_device.is_cpu() ? Residency::kResident : Residency::kHost;
+  ++stats_.packed;
+  stats_.bytes_on_devices += static_cast<uint64_t>(packed->bytes());
+  w.packed = std::make_shared<const PackedLinear>(*std::move(packed));
   return w;
 }
 

@@ -7,12 +7,14 @@
 #include <c10/core/Stream.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "checkpoint/safetensors.h"
+#include "runtime/model/quantized_linear.h"
 
 namespace strata::runtime {
 
@@ -28,16 +30,26 @@ enum class Residency {
   kDisk,      // a "disk" entry: the mapped checkpoint bytes in the file's dtype, paged in (and cast) on use
 };
 
+// A weight as a unit runner reads it: a tensor, or a quantized linear layer's packed weight. It converts to the
+// tensor, so norms and embeddings read it as a tensor; Linear (linear.h) takes either.
+struct WeightTensor {
+  at::Tensor tensor;                           // undefined when packed
+  std::shared_ptr<const PackedLinear> packed;  // a quantized linear layer's weight
+
+  operator const at::Tensor&() const { return tensor; }  // NOLINT: implicit by design
+};
+
 struct Weight {
   std::string name;
   at::Tensor stored;
+  std::shared_ptr<const PackedLinear> packed;  // set instead of `stored` for a quantized linear layer
   Residency residency = Residency::kResident;
   at::Device exec_device = at::kCPU;
   at::ScalarType dtype = at::kFloat;  // serving dtype
 
-  // The weight on its executing device in the serving dtype. Resident weights are returned as they are;
-  // others are copied (non_blocking from pinned memory) on the current stream.
-  at::Tensor Use() const;
+  // The weight on its executing device in the serving dtype (a packed one stays packed). Resident weights are
+  // returned as they are; others are copied (non_blocking from pinned memory) on the current stream.
+  WeightTensor Use() const;
   bool needs_fetch() const;  // Use() copies
 };
 
@@ -48,12 +60,12 @@ class Prefetch {
   // Starts copying `weights` (if any needs it) on `copy_stream` when one is given.
   void Start(const std::vector<const Weight*>& weights, std::optional<c10::Stream> copy_stream);
   // The fetched tensors, after making `compute_stream` wait for their copy.
-  std::vector<at::Tensor> Take(std::optional<c10::Stream> compute_stream);
+  std::vector<WeightTensor> Take(std::optional<c10::Stream> compute_stream);
   bool started() const { return started_; }
 
  private:
   bool started_ = false;
-  std::vector<at::Tensor> tensors_;
+  std::vector<WeightTensor> tensors_;
   std::optional<c10::Event> ready_;
   std::optional<c10::Stream> copy_stream_;
 };
@@ -63,6 +75,7 @@ struct WeightLoadStats {
   int64_t copied = 0;             // tensors copied (and cast where needed) to their device
   int64_t on_disk = 0;            // "disk" entries left in the mapping
   uint64_t bytes_on_devices = 0;  // bytes allocated for weights outside the mapping
+  int64_t packed = 0;             // quantized linear layers loaded packed
 };
 
 // Loads checkpoint tensors one at a time, each straight to its place: a CPU tensor already in the
@@ -72,6 +85,9 @@ class WeightLoader {
  public:
   WeightLoader(const Checkpoint& checkpoint, at::ScalarType dtype) : checkpoint_(checkpoint), dtype_(dtype) {}
   absl::StatusOr<Weight> Load(const std::string& name, Residency residency, at::Device exec_device);
+  // A quantized linear layer, packed (quantized_linear.h); `name` is its dense weight's name.
+  absl::StatusOr<Weight> LoadPacked(const std::string& name, const planner::QuantizedLinear& q, Residency residency,
+                                    at::Device exec_device);
   const WeightLoadStats& stats() const { return stats_; }
 
  private:

@@ -1,0 +1,561 @@
+#include "runtime/model/quantized_linear.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/index_select.h>
+#include <ATen/ops/bitwise_and.h>
+#include <ATen/ops/bitwise_right_shift.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/isfinite.h>
+#include <ATen/ops/repeat_interleave.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kernels/quantized.h"
+#include "kernels/targets.h"
+#include "runtime/model/linear.h"
+#include "runtime/model/weights.h"
+
+namespace strata::runtime {
+
+using checkpoint::DType;
+using checkpoint::TensorView;
+
+using planner::QuantLayout;
+
+int64_t PackedLinear::bytes() const {
+  int64_t total = 0;
+  for (const at::Tensor* t : {&data, &scale, &zero, &perm}) {
+    if (t->defined()) total += static_cast<int64_t>(t->nbytes());
+  }
+  return total;
+}
+
+PackedLinear PackedLinear::To(at::Device device, bool non_blocking) const {
+  PackedLinear out = *this;
+  for (at::Tensor* t : {&out.data, &out.scale, &out.zero, &out.perm}) {
+    if (t->defined()) *t = t->to(device, /*non_blocking=*/non_blocking, /*copy=*/false);
+  }
+  return out;
+}
+
+PackedLinear PackedLinear::Pinned() const {
+  PackedLinear out = *this;
+  for (at::Tensor* t : {&out.data, &out.scale, &out.zero, &out.perm}) {
+    if (t->defined()) *t = t->pin_memory();
+  }
+  return out;
+}
+
+PackedLinear PackedRows(const PackedLinear& w, int64_t n0, int64_t rows) {
+  TORCH_CHECK(n0 >= 0 && rows >= 0 && n0 + rows <= w.out_features, "PackedRows: rows [", n0, ", ", n0 + rows,
+              ") of a weight of ", w.out_features);
+  PackedLinear out = w;
+  out.out_features = rows;
+  out.data = w.data.narrow(0, n0, rows);
+  if (w.kind == PackedLinear::Kind::kFp8) {
+    TORCH_CHECK(n0 % w.block_n == 0 && (rows % w.block_n == 0 || n0 + rows == w.out_features),
+                "PackedRows: rows [", n0, ", ", n0 + rows, ") do not start and end on the FP8 scale blocks of ",
+                w.block_n, " rows");
+    out.scale = w.scale.narrow(0, n0 / w.block_n, (rows + w.block_n - 1) / w.block_n);
+  } else {
+    out.scale = w.scale.narrow(0, n0, rows);
+    if (w.zero.defined()) out.zero = w.zero.narrow(0, n0, rows);
+  }
+  return out;
+}
+
+namespace {
+
+kernels::ScaleType KernelScaleType(at::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16:
+      return kernels::ScaleType::kBFloat16;
+    case at::kHalf:
+      return kernels::ScaleType::kFloat16;
+    default:
+      return kernels::ScaleType::kFloat32;
+  }
+}
+
+kernels::Fp8Weights Fp8Of(const PackedLinear& w) {
+  return {w.data.data_ptr<uint8_t>(), w.scale.data_ptr<float>(), w.block_n, w.block_k};
+}
+
+kernels::IntWeights IntOf(const PackedLinear& w) {
+  return {w.bits(),
+          w.data.data_ptr<uint8_t>(),
+          w.scale.data_ptr(),
+          KernelScaleType(w.scale.scalar_type()),
+          w.zero.defined() ? w.zero.data_ptr<uint8_t>() : nullptr,
+          w.group};
+}
+
+// The integer codes of rows [n0, n1) as one byte each [rows, K], on the weight's device (ATen ops): int4 rows
+// are chunks of 32 codes (the last one k % 32), byte i of a chunk of c holding code i low and i + c / 2 high.
+at::Tensor IntCodes(const PackedLinear& w, int64_t n0, int64_t n1) {
+  const at::Tensor rows = w.data.narrow(0, n0, n1 - n0);
+  if (w.kind == PackedLinear::Kind::kInt8) return rows;
+  const int64_t k = w.in_features;
+  const int64_t full = k / 32 * 16;  // bytes of the whole chunks
+  std::vector<at::Tensor> parts;
+  if (full > 0) {
+    const at::Tensor chunks = rows.narrow(1, 0, full).reshape({rows.size(0), k / 32, 16});
+    parts.push_back(at::cat({chunks.bitwise_and(15), chunks.bitwise_right_shift(4)}, 2).reshape({rows.size(0), -1}));
+  }
+  if (k % 32 != 0) {
+    const at::Tensor tail = rows.narrow(1, full, (k % 32) / 2);
+    parts.push_back(at::cat({tail.bitwise_and(15), tail.bitwise_right_shift(4)}, 1));
+  }
+  return parts.size() == 1 ? parts.front() : at::cat(parts, 1);
+}
+
+}  // namespace
+
+at::Tensor Dequantize(const PackedLinear& w, at::ScalarType dtype, int64_t n0, int64_t n1) {
+  if (n1 < 0) n1 = w.out_features;
+  // The integer formats' references multiply in the scales' dtype (compressed-tensors' dequantize, AWQ's and
+  // GPTQ's (q - z) * s in float16): the float32 product of a small integer and a 16-bit scale is exact, so
+  // rounding it to the scales' dtype first gives their values; then to `dtype`.
+  const at::ScalarType scale_dtype = w.kind == PackedLinear::Kind::kFp8 ? at::kFloat : w.scale.scalar_type();
+  if (scale_dtype != at::kFloat && scale_dtype != dtype) return Dequantize(w, at::kFloat, n0, n1).to(scale_dtype).to(dtype);
+  const int64_t rows = n1 - n0;
+  const int64_t k = w.in_features;
+  if (w.data.device().is_cpu() && w.data.is_contiguous()) {
+    // The kernels' dequantizer: the same float32 products as the ATen expressions below, in one pass.
+    at::Tensor out = at::empty({rows, k}, at::TensorOptions().dtype(dtype == at::kBFloat16 ? at::kBFloat16 : at::kFloat));
+    if (dtype == at::kBFloat16) {
+      auto* y = reinterpret_cast<kernels::BFloat16*>(out.data_ptr());
+      if (w.kind == PackedLinear::Kind::kFp8) {
+        kernels::DequantizeRows(Fp8Of(w), k, w.out_features, n0, n1, y);
+      } else {
+        kernels::DequantizeRows(IntOf(w), k, w.out_features, n0, n1, y);
+      }
+      return out;
+    }
+    float* y = out.data_ptr<float>();
+    if (w.kind == PackedLinear::Kind::kFp8) {
+      kernels::DequantizeRows(Fp8Of(w), k, w.out_features, n0, n1, y);
+    } else {
+      kernels::DequantizeRows(IntOf(w), k, w.out_features, n0, n1, y);
+    }
+    return dtype == at::kFloat ? out : out.to(dtype);
+  }
+  return DequantizeWithAten(w, dtype, n0, n1);
+}
+
+at::Tensor DequantizeWithAten(const PackedLinear& w, at::ScalarType dtype, int64_t n0, int64_t n1) {
+  if (n1 < 0) n1 = w.out_features;
+  const int64_t rows = n1 - n0;
+  const int64_t k = w.in_features;
+  if (w.kind == PackedLinear::Kind::kFp8) {
+    // transformers' FP8 dequantization: float8 -> float32, times the block's float32 scale, cast once.
+    const at::Tensor q = w.data.narrow(0, n0, rows).view(at::kFloat8_e4m3fn).to(at::kFloat);
+    const int64_t g0 = n0 / w.block_n;
+    const int64_t g1 = (n1 - 1) / w.block_n + 1;
+    const at::Tensor s = w.scale.narrow(0, g0, g1 - g0)
+                             .repeat_interleave(w.block_n, 0)
+                             .narrow(0, n0 - g0 * w.block_n, rows)
+                             .repeat_interleave(w.block_k, 1)
+                             .narrow(1, 0, k);
+    return (q * s).to(dtype);
+  }
+  const at::Tensor codes = IntCodes(w, n0, n1).to(at::kFloat);
+  const at::Tensor zero = w.zero.defined() ? w.zero.narrow(0, n0, rows).to(at::kFloat)
+                                           : at::full({1, 1}, double(1 << (w.bits() - 1)), codes.options());
+  const at::Tensor scale = w.scale.narrow(0, n0, rows).to(at::kFloat);
+  const int64_t groups = k / w.group;
+  const at::Tensor q = (codes.view({rows, groups, w.group}) - zero.view({zero.size(0), -1, 1}));
+  const at::Tensor product = (q * scale.view({rows, groups, 1})).view({rows, k});
+  return product.to(w.scale.scalar_type()).to(dtype);  // as Dequantize: through the scales' dtype
+}
+
+bool LinearPackedUsesKernel(const at::Tensor& x, const PackedLinear& w) {
+  if (!x.device().is_cpu() || !w.data.device().is_cpu() || !w.data.is_contiguous()) return false;
+  if (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) return false;
+  const int64_t k = w.in_features;
+  return x.numel() > 0 && x.size(-1) == k && x.numel() / k <= kFewRows;
+}
+
+at::Tensor LinearPacked(const at::Tensor& x_in, const PackedLinear& w, const at::Tensor& bias) {
+  TORCH_CHECK(x_in.size(-1) == w.in_features, "LinearPacked: input of ", x_in.size(-1), " features, weight of ",
+              w.in_features);
+  // GPTQ act-order: the weight's columns were sorted by group at load; x's follow them.
+  const at::Tensor x = w.perm.defined() ? x_in.index_select(-1, w.perm) : x_in;
+  const int64_t k = w.in_features;
+  const int64_t n = w.out_features;
+  if (!LinearPackedUsesKernel(x, w) || (bias.defined() && bias.scalar_type() != x.scalar_type())) {
+    // Blocks of rows dequantized into x's dtype (rounded there as transformers' dequantized weights are), then a
+    // GEMM: float32 for float32 x, and for bfloat16 x on a CPU without AVX512_BF16 (where oneDNN's bfloat16 GEMM is
+    // slow; the bfloat16-rounded weights widen exactly).
+    at::ScalarType gemm = x.scalar_type();
+    if (x.device().is_cpu() && gemm == at::kBFloat16 && !kernels::Bf16DotAvailable()) gemm = at::kFloat;
+    if (x.device().is_cpu() && gemm != at::kBFloat16) gemm = at::kFloat;
+    return LinearOverRowBlocks(
+        x, n, [&](int64_t n0, int64_t nb) { return Dequantize(w, x.scalar_type(), n0, n0 + nb); }, gemm,
+        bias.defined() ? bias.to(x.scalar_type()) : bias);
+  }
+  const int64_t rows = x.numel() / k;
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() = n;
+  at::Tensor y = at::empty(sizes, x.options());
+  const at::Tensor x32 = x.scalar_type() == at::kFloat ? x.contiguous() : x.to(at::kFloat).contiguous();
+  const float* xs = x32.data_ptr<float>();
+  const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
+  // At least ~64 KiB of packed weights per task, in whole blocks of 12 weight rows (the tiles take 3 or 4).
+  const int64_t row_bytes = std::max<int64_t>(1, w.data.nbytes() / std::max<int64_t>(1, n));
+  const int64_t grain = (std::max<int64_t>(1, (64 << 10) / row_bytes) + 11) / 12 * 12;
+  const bool fp8 = w.kind == PackedLinear::Kind::kFp8;
+  if (x.scalar_type() == at::kFloat) {
+    const float* bs = b.defined() ? b.data_ptr<float>() : nullptr;
+    float* ys = y.data_ptr<float>();
+    at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) {
+      if (fp8) {
+        kernels::QuantizedLinearRows(xs, Fp8Of(w), bs, ys, rows, k, n, n0, n1);
+      } else {
+        kernels::QuantizedLinearRows(xs, IntOf(w), bs, ys, rows, k, n, n0, n1);
+      }
+    });
+  } else {
+    const auto* bs = b.defined() ? reinterpret_cast<const kernels::BFloat16*>(b.data_ptr()) : nullptr;
+    auto* ys = reinterpret_cast<kernels::BFloat16*>(y.data_ptr());
+    at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) {
+      if (fp8) {
+        kernels::QuantizedLinearRows(xs, Fp8Of(w), bs, ys, rows, k, n, n0, n1);
+      } else {
+        kernels::QuantizedLinearRows(xs, IntOf(w), bs, ys, rows, k, n, n0, n1);
+      }
+    });
+  }
+  return y;
+}
+
+// --- Loading ---------------------------------------------------------------------------------------------
+
+namespace {
+
+std::string Shape(const std::vector<int64_t>& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+
+absl::Status TensorError(const std::string& name, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("checkpoint: tensor ", name, " ", what));
+}
+
+// The stored tensor `name`, checked: present, one of `dtypes`, of `shape`.
+absl::StatusOr<const TensorView*> Stored(const checkpoint::Checkpoint& checkpoint, const std::string& name,
+                                         std::initializer_list<DType> dtypes, const std::vector<int64_t>& shape) {
+  const TensorView* view = checkpoint.Find(name);
+  if (view == nullptr) return TensorError(name, "is missing (a quantized layer's tensor)");
+  if (std::find(dtypes.begin(), dtypes.end(), view->dtype) == dtypes.end()) {
+    std::vector<std::string> names;
+    for (DType d : dtypes) names.emplace_back(checkpoint::DTypeName(d));
+    return TensorError(name, absl::StrCat("has dtype ", std::string(checkpoint::DTypeName(view->dtype)), ", expected ",
+                                          absl::StrJoin(names, " or ")));
+  }
+  if (view->shape != shape) {
+    return TensorError(name, absl::StrCat("has shape ", Shape(view->shape), ", expected ", Shape(shape)));
+  }
+  return view;
+}
+
+// A CPU tensor over the mapped bytes (no copy; never written), or a copy when the file misaligns them.
+at::Tensor Mapped(const TensorView& view, at::ScalarType dtype) {
+  auto keep_alive = view.file;
+  if (reinterpret_cast<uintptr_t>(view.data()) % at::elementSize(dtype) != 0) {
+    at::Tensor copy = at::empty(view.shape, at::TensorOptions().dtype(dtype));
+    std::memcpy(copy.data_ptr(), view.data(), view.bytes);
+    return copy;
+  }
+  return at::from_blob(
+      const_cast<std::byte*>(view.data()), view.shape, [keep_alive](void*) {},
+      at::TensorOptions().dtype(dtype).device(at::kCPU));
+}
+
+// Scales in float32, checked finite: an error names the tensor and the first bad block.
+absl::StatusOr<at::Tensor> FiniteScales(const TensorView& view, at::ScalarType stored, bool ue8m0) {
+  at::Tensor s;
+  if (stored == at::kByte) {  // ue8m0 exponents: 2^(e - 127); 255 is E8M0's NaN
+    const at::Tensor e = Mapped(view, at::kByte);
+    s = at::empty(e.sizes(), at::TensorOptions().dtype(at::kFloat));
+    const uint8_t* in = e.data_ptr<uint8_t>();
+    float* out = s.data_ptr<float>();
+    for (int64_t i = 0; i < e.numel(); ++i) {
+      if (in[i] == 255) return TensorError(view.name, absl::StrCat("holds the ue8m0 NaN (255) at element ", i));
+      out[i] = std::ldexp(1.0f, int{in[i]} - 127);
+    }
+    return s;
+  }
+  s = Mapped(view, stored).to(at::kFloat).contiguous();
+  if (s.data_ptr() == view.data()) s = s.clone();  // own the bytes (the scales are small)
+  const float* p = s.data_ptr<float>();
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    if (!std::isfinite(p[i])) {
+      return TensorError(view.name, absl::StrCat("holds a non-finite scale (", p[i], ") at element ", i));
+    }
+    if (ue8m0 && p[i] > 0 && std::exp2(std::round(std::log2(p[i]))) != p[i]) {
+      return TensorError(view.name, absl::StrCat("holds ", p[i], " at element ", i,
+                                                 ", not a power of two (quantization_config.scale_fmt is ue8m0)"));
+    }
+  }
+  return s;
+}
+
+absl::StatusOr<PackedLinear> LoadFp8(const checkpoint::Checkpoint& checkpoint, const planner::QuantizedLinear& q) {
+  const int64_t n = q.out_features;
+  const int64_t k = q.in_features;
+  if (q.block_n <= 0 || q.block_k <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("quantized layer ", q.module, ": FP8 blocks of ", q.block_n, " x ", q.block_k));
+  }
+  absl::StatusOr<const TensorView*> weight = Stored(checkpoint, q.weight, {DType::kFloat8E4M3}, {n, k});
+  if (!weight.ok()) return weight.status();
+  const std::vector<int64_t> grid = {(n + q.block_n - 1) / q.block_n, (k + q.block_k - 1) / q.block_k};
+  // compressed-tensors' per-tensor FP8 scale is stored as [1] (or a scalar) for the grid of one block.
+  const TensorView* scale_view = checkpoint.Find(q.scale);
+  const bool one_block = grid[0] == 1 && grid[1] == 1 && scale_view != nullptr &&
+                         (scale_view->shape.empty() || scale_view->shape == std::vector<int64_t>{1});
+  absl::StatusOr<const TensorView*> scale =
+      Stored(checkpoint, q.scale, {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kUInt8},
+             one_block ? scale_view->shape : grid);
+  if (!scale.ok()) return scale.status();
+  if ((*scale)->dtype == DType::kUInt8 && !q.scale_ue8m0) {
+    return TensorError(q.scale, "has dtype uint8, which only ue8m0 scales (quantization_config.scale_fmt) may have");
+  }
+  absl::StatusOr<at::Tensor> s = FiniteScales(**scale, ToScalarType((*scale)->dtype), q.scale_ue8m0);
+  if (!s.ok()) return s.status();
+  PackedLinear out;
+  out.kind = PackedLinear::Kind::kFp8;
+  out.out_features = n;
+  out.in_features = k;
+  out.block_n = q.block_n;
+  out.block_k = q.block_k;
+  out.data = Mapped(**weight, at::kByte);  // e4m3 bytes as the kernels read them
+  out.scale = s->reshape(grid).contiguous();
+  return out;
+}
+
+// --- Integer layouts: codes unpacked one a byte [N, K], then packed in the kernels' form ---------------------
+
+// An int32 tensor's words, read in place.
+const uint32_t* Words(const TensorView& view) { return reinterpret_cast<const uint32_t*>(view.data()); }
+
+// Scales [N, groups] in their stored dtype, checked finite; `transposed` reads a [groups, N] tensor (AWQ, GPTQ).
+absl::StatusOr<at::Tensor> IntScales(const TensorView& view, bool transposed) {
+  at::Tensor s = Mapped(view, ToScalarType(view.dtype));
+  if (transposed) s = s.t();
+  s = s.contiguous();
+  if (s.data_ptr() == view.data()) s = s.clone();
+  const at::Tensor finite = at::isfinite(s.to(at::kFloat));
+  if (!finite.all().item<bool>()) {
+    const int64_t i = (finite.logical_not().flatten().nonzero()[0][0]).item<int64_t>();
+    return TensorError(view.name, absl::StrCat("holds a non-finite scale at element ", i));
+  }
+  return s;
+}
+
+absl::StatusOr<PackedLinear> LoadInt(const checkpoint::Checkpoint& checkpoint, const planner::QuantizedLinear& q) {
+  const int64_t n = q.out_features;
+  const int64_t k = q.in_features;
+  const int bits = q.bits;
+  const int64_t group = q.group_size;
+  auto layer_error = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("quantized layer ", q.module, ": ", what));
+  };
+  if (bits != 4 && bits != 8) return layer_error(absl::StrCat(bits, "-bit weights (4 and 8 are supported)"));
+  if (group <= 0 || k % group != 0) return layer_error(absl::StrCat("group size ", group, " does not divide ", k));
+  if (k % (32 / bits) != 0 || (q.layout != QuantLayout::kCompressedPacked && n % (32 / bits) != 0)) {
+    return layer_error(absl::StrCat("[", n, ", ", k, "] does not pack whole 32-bit words of ", bits, "-bit codes"));
+  }
+  const int64_t groups = k / group;
+  const int per_word = 32 / bits;
+  const uint32_t mask = (1u << bits) - 1;
+  at::Tensor codes = at::empty({n, k}, at::TensorOptions().dtype(at::kByte));
+  uint8_t* c = codes.data_ptr<uint8_t>();
+  at::Tensor zero;
+  at::Tensor scale;
+  at::Tensor perm;
+  const std::vector<DType> float_types = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+  auto scales_of = [&](const std::string& name, std::vector<int64_t> shape, bool transposed) -> absl::Status {
+    absl::StatusOr<const TensorView*> v = Stored(checkpoint, name, {DType::kFloat32, DType::kBFloat16, DType::kFloat16},
+                                                 shape);
+    if (!v.ok()) return v.status();
+    absl::StatusOr<at::Tensor> s = IntScales(**v, transposed);
+    if (!s.ok()) return s.status();
+    scale = *std::move(s);
+    return absl::OkStatus();
+  };
+  switch (q.layout) {
+    case QuantLayout::kCompressedPacked: {
+      // weight_packed [N, ceil(K * bits / 32)]: code j of a row at bit j * bits of the row's words (the stored
+      // values carry compressed-tensors' +2^(bits-1) offset, so they are the unsigned codes).
+      const int64_t words = (k * bits + 31) / 32;
+      absl::StatusOr<const TensorView*> w = Stored(checkpoint, q.weight, {DType::kInt32}, {n, words});
+      if (!w.ok()) return w.status();
+      const uint32_t* p = Words(**w);
+      at::parallel_for(0, n, 64, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          for (int64_t j = 0; j < k; ++j) c[r * k + j] = (p[r * words + j / per_word] >> (bits * (j % per_word))) & mask;
+        }
+      });
+      if (absl::Status s = scales_of(q.scale, {n, groups}, false); !s.ok()) return s;
+      if (!q.shape.empty()) {
+        absl::StatusOr<const TensorView*> shape = Stored(checkpoint, q.shape, {DType::kInt64, DType::kInt32}, {2});
+        if (!shape.ok()) return shape.status();
+        const bool wide = (*shape)->dtype == DType::kInt64;
+        const int64_t s0 = wide ? reinterpret_cast<const int64_t*>((*shape)->data())[0]
+                                : reinterpret_cast<const int32_t*>((*shape)->data())[0];
+        const int64_t s1 = wide ? reinterpret_cast<const int64_t*>((*shape)->data())[1]
+                                : reinterpret_cast<const int32_t*>((*shape)->data())[1];
+        if (s0 != n || s1 != k) {
+          return TensorError(q.shape, absl::StrCat("says [", s0, ", ", s1, "], the layer is [", n, ", ", k, "]"));
+        }
+      }
+      if (!q.symmetric) {
+        // weight_zero_point [ceil(N * bits / 32), groups], packed along the output rows, offset like the codes.
+        const int64_t zwords = (n * bits + 31) / 32;
+        absl::StatusOr<const TensorView*> z = Stored(checkpoint, q.zero_point, {DType::kInt32}, {zwords, groups});
+        if (!z.ok()) return z.status();
+        const uint32_t* zp = Words(**z);
+        zero = at::empty({n, groups}, at::TensorOptions().dtype(at::kByte));
+        uint8_t* zs = zero.data_ptr<uint8_t>();
+        for (int64_t r = 0; r < n; ++r) {
+          for (int64_t g = 0; g < groups; ++g) zs[r * groups + g] = (zp[(r / per_word) * groups + g] >> (bits * (r % per_word))) & mask;
+        }
+      }
+      break;
+    }
+    case QuantLayout::kAwqGemm: {
+      // qweight [K, N / 8]: nibble i of word (k, c) holds column 8c + AWQ's order[i] (0, 2, 4, 6, 1, 3, 5, 7);
+      // qzeros [groups, N / 8] the same; scales [groups, N]. No offsets: W = (q - z) * s.
+      constexpr int kNibbleOf[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // column c % 8 -> its nibble
+      absl::StatusOr<const TensorView*> w = Stored(checkpoint, q.weight, {DType::kInt32}, {k, n / 8});
+      if (!w.ok()) return w.status();
+      const uint32_t* p = Words(**w);
+      at::parallel_for(0, n, 64, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const int shift = 4 * kNibbleOf[r % 8];
+          for (int64_t j = 0; j < k; ++j) c[r * k + j] = (p[j * (n / 8) + r / 8] >> shift) & 15;
+        }
+      });
+      absl::StatusOr<const TensorView*> z = Stored(checkpoint, q.zero_point, {DType::kInt32}, {groups, n / 8});
+      if (!z.ok()) return z.status();
+      const uint32_t* zp = Words(**z);
+      zero = at::empty({n, groups}, at::TensorOptions().dtype(at::kByte));
+      uint8_t* zs = zero.data_ptr<uint8_t>();
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t g = 0; g < groups; ++g) zs[r * groups + g] = (zp[g * (n / 8) + r / 8] >> (4 * kNibbleOf[r % 8])) & 15;
+      }
+      if (absl::Status s = scales_of(q.scale, {groups, n}, true); !s.ok()) return s;
+      break;
+    }
+    case QuantLayout::kGptqV1: {
+      // qweight [K * bits / 32, N] packed along K: code of (k, n) at bit bits * (k % per_word) of word (k / per_word,
+      // n); qzeros [groups, N * bits / 32] packed along N, stored minus one (v1); scales [groups, N]; g_idx [K].
+      absl::StatusOr<const TensorView*> w = Stored(checkpoint, q.weight, {DType::kInt32}, {k / per_word, n});
+      if (!w.ok()) return w.status();
+      const uint32_t* p = Words(**w);
+      at::parallel_for(0, n, 64, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          for (int64_t j = 0; j < k; ++j) c[r * k + j] = (p[(j / per_word) * n + r] >> (bits * (j % per_word))) & mask;
+        }
+      });
+      absl::StatusOr<const TensorView*> z =
+          Stored(checkpoint, q.zero_point, {DType::kInt32}, {groups, n / per_word});
+      if (!z.ok()) return z.status();
+      const uint32_t* zp = Words(**z);
+      zero = at::empty({n, groups}, at::TensorOptions().dtype(at::kByte));
+      uint8_t* zs = zero.data_ptr<uint8_t>();
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t g = 0; g < groups; ++g) {
+          zs[r * groups + g] = ((zp[g * (n / per_word) + r / per_word] >> (bits * (r % per_word))) & mask) + 1;
+        }
+      }
+      if (absl::Status s = scales_of(q.scale, {groups, n}, true); !s.ok()) return s;
+      if (!q.g_idx.empty()) {
+        absl::StatusOr<const TensorView*> gi = Stored(checkpoint, q.g_idx, {DType::kInt32}, {k});
+        if (!gi.ok()) return gi.status();
+        const int32_t* g = reinterpret_cast<const int32_t*>((*gi)->data());
+        bool in_order = true;
+        std::vector<int64_t> count(groups, 0);
+        for (int64_t j = 0; j < k; ++j) {
+          if (g[j] < 0 || g[j] >= groups) {
+            return TensorError(q.g_idx, absl::StrCat("names group ", g[j], " for column ", j, " of ", groups));
+          }
+          in_order = in_order && g[j] == j / group;
+          ++count[g[j]];
+        }
+        if (!in_order) {
+          // Act-order: the columns sorted by group (stable), so that each group is contiguous; x follows them.
+          for (int64_t i = 0; i < groups; ++i) {
+            if (count[i] != group) {
+              return TensorError(q.g_idx, absl::StrCat("gives group ", i, " ", count[i], " columns, not ", group));
+            }
+          }
+          std::vector<int64_t> order(k);
+          for (int64_t j = 0; j < k; ++j) order[j] = j;
+          std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return g[a] < g[b]; });
+          perm = at::empty({k}, at::TensorOptions().dtype(at::kLong));
+          std::copy(order.begin(), order.end(), perm.data_ptr<int64_t>());
+          codes = codes.index_select(1, perm).contiguous();
+          c = codes.data_ptr<uint8_t>();
+        }
+      }
+      break;
+    }
+    case QuantLayout::kFp8Block:
+      return layer_error("not an integer layout");
+  }
+  PackedLinear out;
+  out.kind = bits == 4 ? PackedLinear::Kind::kInt4 : PackedLinear::Kind::kInt8;
+  out.out_features = n;
+  out.in_features = k;
+  out.group = group;
+  out.scale = scale;
+  // Symmetric layouts that store their zero points anyway (GPTQ's, sym=True: 7 + 1) take the kernels' fast path.
+  const bool all_mid = zero.defined() && zero.eq(1 << (bits - 1)).all().item<bool>();
+  out.zero = all_mid ? at::Tensor() : zero;
+  out.perm = perm;
+  if (bits == 8) {
+    out.data = codes;
+  } else {
+    out.data = at::empty({n, k / 2}, at::TensorOptions().dtype(at::kByte));
+    kernels::PackInt4(c, n, k, out.data.data_ptr<uint8_t>());
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<PackedLinear> LoadPackedLinear(const checkpoint::Checkpoint& checkpoint, const planner::QuantizedLinear& q,
+                                              at::Device device, bool pinned) {
+  absl::StatusOr<PackedLinear> packed;
+  switch (q.layout) {
+    case QuantLayout::kFp8Block:
+      packed = LoadFp8(checkpoint, q);
+      break;
+    case QuantLayout::kCompressedPacked:
+    case QuantLayout::kAwqGemm:
+    case QuantLayout::kGptqV1:
+      packed = LoadInt(checkpoint, q);
+      break;
+  }
+  if (!packed.ok()) return packed.status();
+  if (pinned) return packed->Pinned();
+  if (!device.is_cpu()) return packed->To(device, /*non_blocking=*/false);
+  // On the CPU the FP8 bytes stay the mapping's pages (zero copy): read ahead of first use.
+  if (const TensorView* view = checkpoint.Find(q.weight); view != nullptr && q.layout == QuantLayout::kFp8Block) {
+    view->file->WillNeed(view->offset, view->bytes);
+  }
+  return packed;
+}
+
+}  // namespace strata::runtime

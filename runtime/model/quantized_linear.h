@@ -1,0 +1,76 @@
+#pragma once
+// Internal (ATen): quantized linear layers, the one new kind of linear layer every family uses. A checkpoint's
+// quantized weight (planner::QuantizedLinear: block-wise FP8, compressed-tensors' pack-quantized and FP8,
+// AWQ's GEMM layout, GPTQ v1) is loaded into one packed form per kind (PackedLinear: kernels/quantized.h's
+// canonical layouts) and stays packed on its device: no dequantized copy of a layer exists anywhere, only a
+// block of rows at a time while a prefill's GEMM or a GPU's matmul uses it.
+//
+// On the CPU, up to kFewRows input rows (decode steps, batched decodes) run kernels/quantized.h, which reads the
+// packed bytes and dequantizes in registers (AVX2 and AVX-512 alike); more rows dequantize blocks of weight
+// rows into a float32 (or bfloat16 on AVX512_BF16) scratch and run ATen's GEMM on each (linear.cc's widening
+// loop). On a GPU, blocks of rows are dequantized with ATen ops into the activations' dtype and multiplied,
+// with no host synchronisation.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "checkpoint/safetensors.h"
+#include "planner/quantization.h"
+
+namespace strata::runtime {
+
+// A quantized linear layer's weight [N, K] in kernels/quantized.h's canonical form, on one device.
+struct PackedLinear {
+  enum class Kind { kFp8, kInt4, kInt8 };
+  Kind kind = Kind::kFp8;
+  int64_t out_features = 0;  // N
+  int64_t in_features = 0;   // K
+  // kFp8: the float8_e4m3fn bytes [N, K] as stored (uint8); kInt8: codes [N, K]; kInt4: [N, K / 2] in the
+  // kernels' nibble order (kernels::PackInt4).
+  at::Tensor data;
+  // kFp8: float32 [ceil(N / block_n), ceil(K / block_k)], the multiplier of each block. Integer kinds:
+  // [N, K / group] in the checkpoint's float dtype (float32, bfloat16 or float16).
+  at::Tensor scale;
+  at::Tensor zero;  // integer kinds, asymmetric: uint8 [N, K / group]; undefined when symmetric (2^(bits-1))
+  // GPTQ act-order: int64 [K], the input columns in the order `data` holds them (x's columns are gathered
+  // with it first); undefined when the columns are in order.
+  at::Tensor perm;
+  int64_t block_n = 0;  // kFp8
+  int64_t block_k = 0;
+  int64_t group = 0;  // integer kinds
+
+  int bits() const { return kind == Kind::kInt4 ? 4 : 8; }
+  int64_t bytes() const;  // of every tensor above
+  // The same weight on `device` (each tensor copied; non_blocking from pinned memory).
+  PackedLinear To(at::Device device, bool non_blocking) const;
+  PackedLinear Pinned() const;
+};
+
+// Rows [n0, n0 + rows) of `w` as a weight of its own (views); FP8 rows must start and end on scale blocks
+// (TORCH_CHECK).
+PackedLinear PackedRows(const PackedLinear& w, int64_t n0, int64_t rows);
+
+// The weight [N, K] as a dense tensor of `dtype` on the packed weight's device, as transformers dequantizes it
+// (FP8: float8 -> float32, times the block's scale; integers: (q - zero) x scale in float32; rounded once to
+// `dtype`). Rows [n0, n1) only when given.
+at::Tensor Dequantize(const PackedLinear& w, at::ScalarType dtype, int64_t n0 = 0, int64_t n1 = -1);
+// The same with ATen ops on any device (what a GPU runs; Dequantize runs the kernels on the CPU).
+at::Tensor DequantizeWithAten(const PackedLinear& w, at::ScalarType dtype, int64_t n0 = 0, int64_t n1 = -1);
+
+// y = x W^T (+ bias) in x's dtype; x [..., K].
+at::Tensor LinearPacked(const at::Tensor& x, const PackedLinear& w, const at::Tensor& bias);
+
+// Whether LinearPacked runs the kernels on packed bytes for these operands (a CPU, up to kFewRows rows);
+// else blocks of dequantized rows (tests and benchmarks say which path ran).
+bool LinearPackedUsesKernel(const at::Tensor& x, const PackedLinear& w);
+
+// Reads one quantized linear layer from the mapped checkpoint and converts it to the packed form on `device`
+// (pinned host memory when `pinned`). Every tensor's dtype and shape is checked against `q`, and every scale
+// is finite: errors name the tensor. FP8 weights on the CPU are the mapped bytes themselves (zero copy).
+absl::StatusOr<PackedLinear> LoadPackedLinear(const checkpoint::Checkpoint& checkpoint,
+                                              const planner::QuantizedLinear& q, at::Device device, bool pinned);
+
+}  // namespace strata::runtime
