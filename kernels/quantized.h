@@ -1,0 +1,87 @@
+#pragma once
+// Quantized linear layers on the CPU: y = x W^T (+ b) for the few input rows of decode steps (1-32), the
+// weights read packed and dequantized in registers, float32 accumulation; and the dequantizer prefill uses
+// (past 32 rows the runtime dequantizes a block of weight rows into scratch and runs a GEMM on it). One Highway
+// source for every ISA, as kernels/linear.h. The runtime converts every checkpoint layout into the two packed
+// forms below at load.
+//
+// FP8 (torch float8_e4m3fn: 1 sign, 4 exponent bits of bias 7, 3 mantissa bits, subnormals at exponent 0, no
+// infinity, 0x7f and 0xff NaN): the weight bytes [n_total, k] row-major as the checkpoint stores them, and a
+// float32 grid of scales [ceil(n_total / block_n), ceil(k / block_k)]:
+//   W[n][j] = e4m3(data[n * k + j]) * scale[(n / block_n) * ceil(k / block_k) + j / block_k]
+// Any positive block sizes (128 x 128 as DeepSeek-V3 / Qwen3-FP8; 1 x k per channel; n_total x k per tensor);
+// neither k nor n_total need be a multiple of the block (the last blocks are ragged).
+//
+// Integers, group-wise along k: unsigned codes q in [0, 2^bits), bits 4 or 8, group g = j / group:
+//   W[n][j] = (q[n][j] - zero[n][g]) * scale[n][g]
+// `group` divides k (the caller checks; for 4 bits k is even); zero is uint8 [n_total, k / group], or null for
+// symmetric codes (zero 2^(bits-1): 8 or 128); scale [n_total, k / group] in the dtype the checkpoint stores.
+// int8: one code a byte, [n_total, k] row-major. int4: [n_total, k / 2] bytes, each row in chunks of 32
+// codes (the last chunk of a row has k % 32 codes when k is not a multiple of 32): a chunk of c codes is c / 2
+// bytes, byte i holding code i in its low nibble and code i + c / 2 in its high nibble. One 16-byte load then
+// widens to 16 float32 lanes (AVX-512) whose low nibbles are 16 consecutive codes and high nibbles the next 16,
+// one AND and one shift apart; narrower vectors take the chunk in 8- or 4-byte pieces. PackInt4 writes it.
+// The fast int4 path wants group to be a multiple of 32 (or group == k); other groups run a scalar loop.
+//
+// Rows kernels: x float32 rows [rows, k] (the runtime widens bfloat16 activations once); bias [n_total] or
+// null; writes y[m][n] for n in [n0, n1) only, y row-major [rows, n_total]; bfloat16 outputs rounded to
+// nearest even. n0 and n1 are free (no alignment), so the caller may split [0, n_total) over threads anyhow.
+// The order of summation is the kernel's (tolerance-tested); a NaN weight (e4m3 0x7f / 0xff) makes its
+// outputs NaN.
+//
+// DequantizeRows writes rows [n0, n1) of W as float32 or bfloat16 into out [(n1 - n0), k], bit-exact with
+// torch: FP8 `w.to(float32) * scale` (one float32 multiply), integers float32(q - z) * float32(s); bfloat16 is
+// that float32 value rounded to nearest even.
+
+#include <cstdint>
+
+#include "kernels/pointwise.h"  // BFloat16
+
+namespace strata::kernels {
+
+struct Fp8Weights {
+  const uint8_t* data = nullptr;  // [n_total, k] float8_e4m3fn bytes
+  const float* scale = nullptr;   // [ceil(n_total / block_n), ceil(k / block_k)]
+  int64_t block_n = 1;
+  int64_t block_k = 1;
+};
+
+// The dtype of an integer layer's scales, as the checkpoint stores them (a float32 scale at group 32 would
+// add a whole bit per weight).
+enum class ScaleType : uint8_t { kFloat32, kBFloat16, kFloat16 };
+
+struct IntWeights {
+  int bits = 4;                   // 4 or 8
+  const uint8_t* data = nullptr;  // int8: [n_total, k]; int4: [n_total, k / 2] in PackInt4's layout
+  const void* scale = nullptr;    // [n_total, k / group] of scale_type
+  ScaleType scale_type = ScaleType::kFloat32;
+  const uint8_t* zero = nullptr;  // [n_total, k / group], or null: symmetric (zero 2^(bits-1))
+  int64_t group = 128;            // divides k
+};
+
+// Rows kernels (see the top of this file).
+void QuantizedLinearRows(const float* x, const Fp8Weights& w, const float* bias, float* y, int64_t rows, int64_t k,
+                         int64_t n_total, int64_t n0, int64_t n1);
+void QuantizedLinearRows(const float* x, const Fp8Weights& w, const BFloat16* bias, BFloat16* y, int64_t rows,
+                         int64_t k, int64_t n_total, int64_t n0, int64_t n1);
+void QuantizedLinearRows(const float* x, const IntWeights& w, const float* bias, float* y, int64_t rows, int64_t k,
+                         int64_t n_total, int64_t n0, int64_t n1);
+void QuantizedLinearRows(const float* x, const IntWeights& w, const BFloat16* bias, BFloat16* y, int64_t rows,
+                         int64_t k, int64_t n_total, int64_t n0, int64_t n1);
+
+// Weight rows [n0, n1) dequantized into out [(n1 - n0), k] (bit-exact with torch; see the top of this file).
+void DequantizeRows(const Fp8Weights& w, int64_t k, int64_t n_total, int64_t n0, int64_t n1, float* out);
+void DequantizeRows(const Fp8Weights& w, int64_t k, int64_t n_total, int64_t n0, int64_t n1, BFloat16* out);
+void DequantizeRows(const IntWeights& w, int64_t k, int64_t n_total, int64_t n0, int64_t n1, float* out);
+void DequantizeRows(const IntWeights& w, int64_t k, int64_t n_total, int64_t n0, int64_t n1, BFloat16* out);
+
+// int4 packing (plain C++): codes [n, k] one code a byte (0..15; k even) -> out [n, k / 2] in the layout above.
+void PackInt4(const uint8_t* codes, int64_t n, int64_t k, uint8_t* out);
+// The code at row n_idx, column k_idx of a packed [*, k] int4 matrix.
+uint8_t Int4Code(const uint8_t* packed, int64_t k, int64_t n_idx, int64_t k_idx);
+
+// Scalar conversions the runtime and the tests share: e4m3fn and float16 bits to float32 (exact; NaN kept).
+float Fp8E4m3ToFloat(uint8_t bits);
+float Float16ToFloat(uint16_t bits);
+
+}  // namespace strata::kernels
