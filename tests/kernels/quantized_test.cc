@@ -1,0 +1,403 @@
+// kernels/quantized: FP8 (e4m3, block scales) and int4 / int8 (group-wise) rows against a scalar reference
+// that dequantizes as torch does and sums in double, on every Highway target this machine supports; the
+// dequantizer bit-exact; the int4 packing.
+#include "kernels/quantized.h"
+
+#include <gtest/gtest.h>
+#include <hwy/tests/hwy_gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "tests/kernels/bf16_util.h"
+
+namespace strata::kernels {
+namespace {
+
+using reference::FromBF16;
+using reference::ToBF16;
+using reference::Value;
+
+// float8_e4m3fn by its definition (not by bit tricks): exponent bias 7, subnormals at exponent 0, 0x7f / 0xff
+// NaN, no infinity.
+float E4m3(uint8_t bits) {
+  const int exponent = (bits >> 3) & 0xF, mantissa = bits & 7;
+  float v;
+  if ((bits & 0x7F) == 0x7F) {
+    v = NAN;
+  } else if (exponent == 0) {
+    v = std::ldexp(static_cast<float>(mantissa) / 8.0f, -6);
+  } else {
+    v = std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
+  }
+  return (bits & 0x80) != 0 ? -v : v;
+}
+
+// IEEE float16 by its definition.
+float Half(uint16_t bits) {
+  const int exponent = (bits >> 10) & 0x1F, mantissa = bits & 0x3FF;
+  float v;
+  if (exponent == 0) {
+    v = std::ldexp(static_cast<float>(mantissa), -24);
+  } else if (exponent == 31) {
+    v = mantissa != 0 ? NAN : INFINITY;
+  } else {
+    v = std::ldexp(1.0f + static_cast<float>(mantissa) / 1024.0f, exponent - 15);
+  }
+  return (bits & 0x8000) != 0 ? -v : v;
+}
+
+// The nearest float16 of a normal-range value (for building scales; exactness is not needed here).
+uint16_t ToHalf(float f) {
+  const int exponent = std::ilogb(f);
+  const int biased = exponent + 15;
+  const float scaled = std::ldexp(std::fabs(f), -exponent) - 1.0f;  // [0, 1)
+  const uint16_t mantissa = static_cast<uint16_t>(std::lround(scaled * 1024.0f) & 0x3FF);
+  return static_cast<uint16_t>((f < 0 ? 0x8000 : 0) | biased << 10 | mantissa);
+}
+
+bool SameFloat(float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0; }
+
+// A packed matrix with its exact float32 dequantization (as torch computes it).
+struct Fp8Case {
+  int64_t n, k, block_n, block_k;
+  std::vector<uint8_t> data;
+  std::vector<float> scale;
+  std::vector<float> dense;  // [n, k]
+  Fp8Weights weights() const { return {data.data(), scale.data(), block_n, block_k}; }
+};
+
+Fp8Case MakeFp8(int64_t n, int64_t k, int64_t block_n, int64_t block_k, std::mt19937& gen, bool allow_nan = false) {
+  Fp8Case c{n, k, block_n, block_k, {}, {}, {}};
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> unit(0.5f, 2.0f);
+  c.data.resize(static_cast<size_t>(n * k));
+  for (uint8_t& b : c.data) {
+    do {
+      b = static_cast<uint8_t>(byte(gen));
+    } while (!allow_nan && (b & 0x7F) == 0x7F);
+  }
+  const int64_t bn = (n + block_n - 1) / block_n, bk = (k + block_k - 1) / block_k;
+  c.scale.resize(static_cast<size_t>(bn * bk));
+  for (float& s : c.scale) s = unit(gen) / 256.0f;
+  c.dense.resize(static_cast<size_t>(n * k));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < k; ++j) {
+      c.dense[i * k + j] = E4m3(c.data[i * k + j]) * c.scale[(i / block_n) * bk + j / block_k];
+    }
+  }
+  return c;
+}
+
+struct IntCase {
+  int bits;
+  int64_t n, k, group;
+  ScaleType scale_type;
+  std::vector<uint8_t> codes;  // [n, k], one a byte
+  std::vector<uint8_t> data;   // packed
+  std::vector<float> scale_f32;
+  std::vector<uint16_t> scale_16;
+  std::vector<uint8_t> zero;  // empty: symmetric
+  std::vector<float> dense;
+  IntWeights weights() const {
+    IntWeights w;
+    w.bits = bits;
+    w.data = data.data();
+    w.scale = scale_type == ScaleType::kFloat32 ? static_cast<const void*>(scale_f32.data())
+                                                : static_cast<const void*>(scale_16.data());
+    w.scale_type = scale_type;
+    w.zero = zero.empty() ? nullptr : zero.data();
+    w.group = group;
+    return w;
+  }
+};
+
+IntCase MakeInt(int bits, int64_t n, int64_t k, int64_t group, ScaleType type, bool asymmetric, std::mt19937& gen) {
+  IntCase c{bits, n, k, group, type, {}, {}, {}, {}, {}, {}};
+  std::uniform_int_distribution<int> code(0, (1 << bits) - 1);
+  std::uniform_real_distribution<float> unit(0.5f, 2.0f);
+  c.codes.resize(static_cast<size_t>(n * k));
+  for (uint8_t& q : c.codes) q = static_cast<uint8_t>(code(gen));
+  if (bits == 4) {
+    c.data.resize(static_cast<size_t>(n * k / 2));
+    PackInt4(c.codes.data(), n, k, c.data.data());
+  } else {
+    c.data = c.codes;
+  }
+  const int64_t groups = n * (k / group);
+  std::vector<float> scale(static_cast<size_t>(groups));
+  for (size_t i = 0; i < scale.size(); ++i) {
+    const float s = unit(gen) / static_cast<float>(1 << bits);
+    switch (type) {
+      case ScaleType::kFloat32:
+        c.scale_f32.push_back(s);
+        scale[i] = s;
+        break;
+      case ScaleType::kBFloat16:
+        c.scale_16.push_back(ToBF16(s).bits);
+        scale[i] = FromBF16(ToBF16(s));
+        break;
+      case ScaleType::kFloat16:
+        c.scale_16.push_back(ToHalf(s));
+        scale[i] = Half(ToHalf(s));
+        break;
+    }
+  }
+  if (asymmetric) {
+    for (int64_t i = 0; i < groups; ++i) c.zero.push_back(static_cast<uint8_t>(code(gen)));
+  }
+  c.dense.resize(static_cast<size_t>(n * k));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t g = i * (k / group) + j / group;
+      const int z = asymmetric ? c.zero[g] : 1 << (bits - 1);
+      c.dense[i * k + j] = static_cast<float>(c.codes[i * k + j] - z) * scale[g];
+    }
+  }
+  return c;
+}
+
+// Runs the rows kernel on [n0, n1) of an n-row matrix with a sentinel elsewhere and compares with the dense
+// reference: relative to sum |x * w| (float32 accumulation in another order), plus half a bfloat16 step for a
+// bfloat16 output.
+template <typename Out, typename Weights>
+void CheckRows(const Weights& weights, const std::vector<float>& dense, int64_t n, int64_t k, int64_t rows,
+               bool with_bias, int64_t n0, int64_t n1, std::mt19937& gen, const char* what) {
+  std::normal_distribution<float> normal;
+  std::vector<float> x(static_cast<size_t>(rows * k));
+  for (float& v : x) v = normal(gen);
+  std::vector<Out> bias(static_cast<size_t>(n));
+  const Out sentinel = Out(-7.0f);
+  for (Out& b : bias) b = Out(normal(gen));
+  std::vector<Out> y(static_cast<size_t>(rows * n), sentinel);
+  QuantizedLinearRows(x.data(), weights, with_bias ? bias.data() : nullptr, y.data(), rows, k, n, n0, n1);
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float got = Value(y[m * n + j]);
+      if (j < n0 || j >= n1) {
+        ASSERT_EQ(got, -7.0f) << what << ": wrote outside [n0, n1): row " << m << " out " << j;
+        continue;
+      }
+      double expected = with_bias ? Value(bias[j]) : 0.0, magnitude = 0.0;
+      for (int64_t i = 0; i < k; ++i) {
+        const double p = double{x[m * k + i]} * dense[j * k + i];
+        expected += p;
+        magnitude += std::abs(p);
+      }
+      const double tolerance =
+          2e-6 * std::sqrt(static_cast<double>(k)) * magnitude + 1e-6 +
+          (std::is_same_v<Out, float> ? 0.0 : std::abs(expected) / 256.0 + 1e-30);  // a bfloat16 half step
+      ASSERT_NEAR(got, expected, tolerance)
+          << what << ": rows " << rows << " k " << k << " out " << j << " of [" << n0 << ", " << n1 << ")";
+    }
+  }
+}
+
+// The bfloat16 output type the tests construct from a float.
+struct Bf16Out : BFloat16 {
+  Bf16Out() : BFloat16{0} {}
+  explicit Bf16Out(float f) : BFloat16(ToBF16(f)) {}
+};
+static_assert(sizeof(Bf16Out) == sizeof(BFloat16));
+float Value(Bf16Out v) { return FromBF16(v); }
+
+template <typename Weights>
+void QuantizedLinearRows(const float* x, const Weights& w, const Bf16Out* bias, Bf16Out* y, int64_t rows, int64_t k,
+                         int64_t n_total, int64_t n0, int64_t n1) {
+  kernels::QuantizedLinearRows(x, w, static_cast<const BFloat16*>(bias), static_cast<BFloat16*>(y), rows, k, n_total,
+                               n0, n1);
+}
+
+const int64_t kRows[] = {1, 2, 3, 5, 16, 32};
+
+template <typename Weights>
+void CheckAllRows(const Weights& weights, const std::vector<float>& dense, int64_t n, int64_t k, std::mt19937& gen,
+                  const char* what) {
+  for (int64_t rows : kRows) {
+    for (bool bias : {false, true}) {
+      CheckRows<float>(weights, dense, n, k, rows, bias, 0, n, gen, what);
+      CheckRows<Bf16Out>(weights, dense, n, k, rows, bias, 1, n - 2, gen, what);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+HWY_BEFORE_TEST(KernelsQuantized);
+
+TEST(KernelsQuantizedScalar, Fp8CodesAreE4m3) {
+  for (int b = 0; b < 256; ++b) {
+    const uint8_t bits = static_cast<uint8_t>(b);
+    ASSERT_TRUE(SameFloat(Fp8E4m3ToFloat(bits), E4m3(bits))) << "code " << b;
+    ASSERT_EQ(std::isnan(Fp8E4m3ToFloat(bits)), (b & 0x7F) == 0x7F) << "code " << b;
+  }
+  EXPECT_EQ(E4m3(0x7E), 448.0f);
+  EXPECT_EQ(E4m3(0x01), std::ldexp(1.0f, -9));
+  EXPECT_EQ(E4m3(0x08), std::ldexp(1.0f, -6));
+}
+
+TEST(KernelsQuantizedScalar, Float16ScalesConvertExactly) {
+  for (int h = 0; h < 65536; ++h) {
+    const uint16_t bits = static_cast<uint16_t>(h);
+    ASSERT_TRUE(SameFloat(Float16ToFloat(bits), Half(bits))) << "float16 " << h;
+  }
+}
+
+// Every e4m3 code, in every column position (so every lane and the scalar tails), NaN codes included,
+// dequantized bit-exactly (float32: e4m3 * scale, one multiply; bfloat16: that rounded to nearest even).
+TEST_P(KernelsQuantized, Fp8DequantizeIsBitExact) {
+  std::mt19937 gen(1);
+  for (int64_t k : {256, 200, 37}) {
+    for (int64_t block_k : {int64_t{128}, k, int64_t{16}}) {
+      const int64_t n = 5, block_n = 2;
+      Fp8Case c = MakeFp8(n, k, block_n, block_k, gen, /*allow_nan=*/true);
+      for (int64_t i = 0; i < n * k; ++i) c.data[i] = static_cast<uint8_t>((i * 37 + i / 256) & 0xFF);
+      // Scales that make products subnormal and others that make them large.
+      for (size_t i = 0; i < c.scale.size(); ++i) c.scale[i] = i % 3 == 0 ? 1e-36f : (i % 3 == 1 ? 3.0f : 1.0f);
+      const int64_t bk = (k + block_k - 1) / block_k;
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < k; ++j) {
+          c.dense[i * k + j] = E4m3(c.data[i * k + j]) * c.scale[(i / block_n) * bk + j / block_k];
+        }
+      }
+      for (int64_t n0 : {0, 1, 3}) {
+        std::vector<float> out(static_cast<size_t>((n - n0) * k), -7.0f);
+        std::vector<BFloat16> out16(out.size());
+        DequantizeRows(c.weights(), k, n, n0, n, out.data());
+        DequantizeRows(c.weights(), k, n, n0, n, out16.data());
+        for (int64_t i = n0; i < n; ++i) {
+          for (int64_t j = 0; j < k; ++j) {
+            const float expected = c.dense[i * k + j];
+            const size_t at = static_cast<size_t>((i - n0) * k + j);
+            ASSERT_TRUE(SameFloat(out[at], expected))
+                << "k " << k << " block_k " << block_k << " row " << i << " col " << j << " code "
+                << int{c.data[i * k + j]} << ": " << out[at] << " vs " << expected;
+            ASSERT_TRUE(SameFloat(FromBF16(out16[at]), FromBF16(ToBF16(expected)))) << "bfloat16 row " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(KernelsQuantized, Fp8RowsMatchTheReference) {
+  std::mt19937 gen(2);
+  struct Shape {
+    int64_t n, k, block_n, block_k;
+    const char* what;
+  };
+  for (const Shape& s : {Shape{130, 200, 128, 128, "ragged 128 x 128 blocks"}, Shape{9, 256, 128, 128, "128 x 128"},
+                         Shape{11, 64, 1, 64, "per channel"}, Shape{10, 100, 1, 100, "per channel, tail"},
+                         Shape{9, 77, 9, 77, "per tensor"}, Shape{7, 45, 2, 16, "small blocks with tails"}}) {
+    const Fp8Case c = MakeFp8(s.n, s.k, s.block_n, s.block_k, gen);
+    CheckAllRows(c.weights(), c.dense, s.n, s.k, gen, s.what);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// A NaN code (0x7f, 0xff) makes its output NaN, in the vector body and in the scalar tail.
+TEST_P(KernelsQuantized, Fp8NanCodesPropagate) {
+  std::mt19937 gen(3);
+  const int64_t n = 6, k = 70;
+  for (int64_t col : {3, 69}) {
+    for (uint8_t nan : {uint8_t{0x7F}, uint8_t{0xFF}}) {
+      Fp8Case c = MakeFp8(n, k, 1, k, gen);
+      c.data[2 * k + col] = nan;
+      for (int64_t rows : {1, 2, 5}) {
+        std::vector<float> x(static_cast<size_t>(rows * k), 0.5f), y(static_cast<size_t>(rows * n));
+        QuantizedLinearRows(x.data(), c.weights(), static_cast<const float*>(nullptr), y.data(), rows, k, n, 0, n);
+        for (int64_t m = 0; m < rows; ++m) {
+          for (int64_t j = 0; j < n; ++j) {
+            EXPECT_EQ(std::isnan(y[m * n + j]), j == 2) << "col " << col << " rows " << rows << " out " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+struct IntShape {
+  int64_t k, group;
+};
+// Groups of 32, 64, 128 and the whole row; k with and without a vector tail (and, for int4, a partial last
+// chunk of 32 codes: k 200, 70); group 48 is not a multiple of the int4 chunk (the scalar path).
+const IntShape kIntShapes[] = {{256, 32}, {256, 64}, {384, 128}, {256, 256}, {200, 200}, {70, 70}, {96, 48}};
+
+TEST_P(KernelsQuantized, IntRowsMatchTheReference) {
+  std::mt19937 gen(4);
+  for (int bits : {4, 8}) {
+    for (bool asymmetric : {false, true}) {
+      for (ScaleType type : {ScaleType::kFloat32, ScaleType::kBFloat16, ScaleType::kFloat16}) {
+        for (const IntShape& s : kIntShapes) {
+          const int64_t n = 11;
+          const IntCase c = MakeInt(bits, n, s.k, s.group, type, asymmetric, gen);
+          const std::string what = "int" + std::to_string(bits) + (asymmetric ? " asymmetric" : " symmetric") +
+                                   " scale " + std::to_string(static_cast<int>(type)) + " group " +
+                                   std::to_string(s.group);
+          CheckAllRows(c.weights(), c.dense, n, s.k, gen, what.c_str());
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(KernelsQuantized, IntDequantizeIsBitExact) {
+  std::mt19937 gen(5);
+  for (int bits : {4, 8}) {
+    for (bool asymmetric : {false, true}) {
+      for (ScaleType type : {ScaleType::kFloat32, ScaleType::kBFloat16, ScaleType::kFloat16}) {
+        for (const IntShape& s : kIntShapes) {
+          const int64_t n = 6, n0 = 2;
+          const IntCase c = MakeInt(bits, n, s.k, s.group, type, asymmetric, gen);
+          std::vector<float> out(static_cast<size_t>((n - n0) * s.k), -7.0f);
+          std::vector<BFloat16> out16(out.size());
+          DequantizeRows(c.weights(), s.k, n, n0, n, out.data());
+          DequantizeRows(c.weights(), s.k, n, n0, n, out16.data());
+          for (int64_t i = n0; i < n; ++i) {
+            for (int64_t j = 0; j < s.k; ++j) {
+              const float expected = c.dense[i * s.k + j];
+              const size_t at = static_cast<size_t>((i - n0) * s.k + j);
+              ASSERT_TRUE(SameFloat(out[at], expected))
+                  << "int" << bits << " group " << s.group << " row " << i << " col " << j;
+              ASSERT_TRUE(SameFloat(FromBF16(out16[at]), FromBF16(ToBF16(expected))))
+                  << "bfloat16 int" << bits << " row " << i << " col " << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The layout quantized.h documents: byte i of a 32-code chunk holds code i (low nibble) and code 16 + i
+// (high); a last chunk of c < 32 codes holds code i and c / 2 + i.
+TEST(KernelsQuantizedScalar, PackInt4LayoutAndRoundTrip) {
+  std::vector<uint8_t> codes(64 + 6);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>(i % 16);
+  std::vector<uint8_t> packed(codes.size() / 2);
+  PackInt4(codes.data(), 1, static_cast<int64_t>(codes.size()), packed.data());
+  EXPECT_EQ(packed[0], 0x00);         // codes 0 and 16
+  EXPECT_EQ(packed[1], 0x11);         // codes 1 and 17
+  EXPECT_EQ(packed[16], 0x00);        // codes 32 and 48
+  EXPECT_EQ(packed[32], 0x30);        // codes 64 (0) and 67 (3)
+  EXPECT_EQ(packed[34], 2 | 5 << 4);  // codes 66 and 69
+  std::mt19937 gen(6);
+  std::uniform_int_distribution<int> code(0, 15);
+  for (int64_t k : {2, 30, 32, 64, 72, 200, 4096}) {
+    const int64_t n = 3;
+    std::vector<uint8_t> c(static_cast<size_t>(n * k)), p(static_cast<size_t>(n * k / 2));
+    for (uint8_t& q : c) q = static_cast<uint8_t>(code(gen));
+    PackInt4(c.data(), n, k, p.data());
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < k; ++j) ASSERT_EQ(Int4Code(p.data(), k, i, j), c[i * k + j]) << "k " << k;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::kernels
