@@ -300,6 +300,7 @@ void PrintJson(const std::vector<strata::runtime::BatchOutput>& results, const s
                  {"zero_copy_tensors", report.zero_copy_tensors},
                  {"copied_tensors", report.copied_tensors},
                  {"disk_tensors", report.disk_tensors},
+                 {"packed_tensors", report.packed_tensors},
                  {"kv_cache_bytes", report.kv_cache_bytes},
                  {"stages", report.stages}};
   out["timing"] = {{"prefill_seconds", timing.prefill_seconds},

@@ -157,6 +157,7 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
   report.zero_copy_tensors = stats.zero_copy;
   report.copied_tensors = stats.copied;
   report.disk_tensors = stats.on_disk;
+  report.packed_tensors = stats.packed;
   report.kv_cache_bytes = impl->pipeline->kv_cache_bytes();
   for (const Stage& stage : impl->pipeline->stages()) {
     if (stage.kv.bytes() > 0 &&

@@ -1,0 +1,140 @@
+"""Quantized test checkpoints, made offline from tiny random models by the formats' own code: FP8 with
+transformers' FP8 quantizer (Fp8Quantize: per-block amax, float8_e4m3fn), compressed-tensors with the
+compressed-tensors library's compressor, AWQ and GPTQ with packers checked against independent readers. And
+strata's own dequantization of a checkpoint (tests/runtime/strata_dequantize_probe)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+
+import torch
+
+import runtime_helpers as H
+
+# Shapes whose every projection is a whole number of 128 x 128 FP8 blocks (hidden 256, heads of 64, 2 KV heads:
+# k/v are [128, 256]); eos/bos None as in runtime_helpers.
+_BLOCKS = dict(H._COMMON, hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
+               head_dim=64)
+
+CONFIGS = {
+    "llama": ("LlamaConfig", dict(_BLOCKS)),
+    "qwen3": ("Qwen3Config", dict(_BLOCKS, use_sliding_window=True, sliding_window=6,
+                                  layer_types=["full_attention", "sliding_attention", "full_attention",
+                                               "sliding_attention"])),
+    "qwen3_moe": ("Qwen3MoeConfig", dict(_BLOCKS, moe_intermediate_size=128, num_experts=4, num_experts_per_tok=2,
+                                         mlp_only_layers=[2], norm_topk_prob=True)),
+    "phi3": ("Phi3Config", dict(_BLOCKS, num_key_value_heads=4)),
+    "gemma3": ("Gemma3TextConfig", dict(_BLOCKS, sliding_window=5, sliding_window_pattern=2, query_pre_attn_scalar=64,
+                                        final_logit_softcapping=6.0, tie_word_embeddings=True)),
+}
+
+
+def dense_model(name: str, seed: int = 1):
+    import transformers
+
+    config_class, kwargs = CONFIGS[name]
+    config = getattr(transformers, config_class)(**kwargs)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.mul_(8.0)
+            else:
+                p.uniform_(-0.5, 0.5)
+    return model
+
+
+def linear_weights(model, skip=()) -> list[str]:
+    """The weight names of the model's nn.Linear layers, minus the modules named in `skip`."""
+    names = []
+    for module_name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and module_name not in skip:
+            names.append(module_name + ".weight")
+    return names
+
+
+def fp8_quantizer(block=(128, 128), scale_fmt=None):
+    import transformers
+    from transformers.integrations.finegrained_fp8 import Fp8Quantize
+
+    class _Quantizer:  # what Fp8Quantize reads of an HfQuantizer
+        quantization_config = transformers.utils.quantization_config.FineGrainedFP8Config(
+            weight_block_size=list(block), scale_fmt=scale_fmt)
+
+    return Fp8Quantize(_Quantizer())
+
+
+def quantize_fp8_ragged(weight: torch.Tensor, block=(128, 128)):
+    """The FP8 quantizer's math (per-block amax over the block's elements, scale = 448 / amax, clamp, cast) for
+    shapes that are not whole blocks, which Fp8Quantize leaves unquantized: the last blocks are partial."""
+    rows, cols = weight.shape
+    bm, bn = block
+    gr, gc = -(-rows // bm), -(-cols // bn)
+    padded = torch.zeros(gr * bm, gc * bn)
+    padded[:rows, :cols] = weight.float()
+    tiles = padded.reshape(gr, bm, gc, bn)
+    amax = tiles.abs().amax(dim=(1, 3))
+    fp8_max = torch.finfo(torch.float8_e4m3fn).max
+    scales = torch.where(amax > 0, fp8_max / torch.where(amax > 0, amax, torch.ones_like(amax)), torch.ones_like(amax))
+    inv = (1.0 / scales).float()
+    q = torch.clamp(tiles * scales[:, None, :, None], -fp8_max, fp8_max).reshape(gr * bm, gc * bn)
+    return q[:rows, :cols].to(torch.float8_e4m3fn).contiguous(), inv
+
+
+def save_quantized(directory: pathlib.Path, model, tensors: dict, quantization_config: dict) -> pathlib.Path:
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    model.config.save_pretrained(directory)
+    config = json.loads((directory / "config.json").read_text())
+    config["quantization_config"] = quantization_config
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    save_file({k: v.contiguous() for k, v in tensors.items()}, directory / "model.safetensors", metadata={"format": "pt"})
+    return directory
+
+
+def make_fp8_checkpoint(directory: pathlib.Path, name: str, scale_dtype=torch.float32, skip=("lm_head",),
+                        scale_fmt=None) -> pathlib.Path:
+    """Every nn.Linear but `skip` quantized by transformers' Fp8Quantize with 128 x 128 blocks."""
+    model = dense_model(name)
+    state = {k: v for k, v in model.state_dict().items()}
+    for key in getattr(model, "_tied_weights_keys", None) or {}:
+        if model.config.tie_word_embeddings:
+            state.pop(key, None)
+    op = fp8_quantizer(scale_fmt=scale_fmt)
+    tensors = {}
+    quantized = set(linear_weights(model, skip))
+    for key, value in state.items():
+        if key in quantized:
+            out = op._quantize_one(key, value)
+            assert len(out) == 2, f"{key} {tuple(value.shape)} is not whole 128 x 128 blocks"
+            scale_key = key.removesuffix(".weight") + ".weight_scale_inv"
+            if scale_fmt != "ue8m0":
+                out[scale_key] = out[scale_key].to(scale_dtype)
+            tensors.update(out)
+        else:
+            tensors[key] = value
+    config = {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}
+    if skip:
+        config["modules_to_not_convert"] = list(skip)
+    if scale_fmt:
+        config["scale_fmt"] = scale_fmt
+    return save_quantized(directory, model, tensors, config)
+
+
+def probe_path() -> pathlib.Path:
+    return H.build_dir() / "tests" / "runtime" / "strata_dequantize_probe"
+
+
+def strata_dequantized(checkpoint: pathlib.Path, dtype: str, path: str = "kernels") -> dict:
+    """strata's dequantization of every quantized layer (kernels/quantized.h, or the ATen ops a GPU runs)."""
+    from safetensors.torch import load_file
+
+    out = checkpoint / f"strata-dequantized-{dtype}-{path}.safetensors"
+    proc = subprocess.run([str(probe_path()), str(checkpoint), str(out), dtype, path], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return load_file(out)

@@ -1,0 +1,111 @@
+"""Quantized checkpoints against transformers loading the same files on the CPU (where it dequantizes them):
+first strata's dequantized weights equal transformers' bit for bit (the kernels' dequantizer and the ATen one a
+GPU runs), then strata-generate's greedy ids equal generate()'s and its logprobs are within tolerance on 1-, 2-
+and 3-stage plans (float32; bfloat16 under the margin rule). strata runs the weights packed: decode rows on
+kernels/quantized.h, prefill on dequantized blocks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import quantized_helpers as Q
+import runtime_helpers as H
+
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [3, 4], [100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112], [42],
+           [17, 200, 33, 64, 9]]
+NEW_TOKENS = 12
+# The kernels sum x * code per block and scale the block's sum; transformers multiplies dequantized weights: the
+# same products in another order, a few float32 steps apart.
+LOGPROB_TOLERANCE = 2e-4
+FP8_FAMILIES = ["llama", "qwen3", "qwen3_moe", "phi3", "gemma3"]
+
+
+@pytest.fixture(scope="module")
+def fp8_checkpoint(tmp_path_factory):
+    cache = {}
+
+    def get(name, scale_dtype=torch.float32):
+        key = (name, scale_dtype)
+        if key not in cache:
+            directory = tmp_path_factory.mktemp(f"fp8-{name}-{str(scale_dtype).split('.')[-1]}")
+            cache[key] = Q.make_fp8_checkpoint(directory, name, scale_dtype=scale_dtype)
+        return cache[key]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def fp8_reference(fp8_checkpoint):
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = H.reference_generate(fp8_checkpoint(name), PROMPTS, NEW_TOKENS)
+        return cache[name]
+
+    return get
+
+
+def transformers_weights(checkpoint, dtype):
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=dtype, device_map={"": "cpu"})
+    return model.state_dict()
+
+
+def layers(name: str) -> int:
+    return Q.CONFIGS[name][1]["num_hidden_layers"]
+
+
+def plan_args(name: str, stages: int) -> list[str]:
+    if stages == 1:
+        return ["--device-map", '{"": "cpu"}']
+    n = layers(name)
+    devices = [min(stages - 1, i * stages // n) for i in range(n)]
+    head = stages - 1
+    tied = Q.CONFIGS[name][1].get("tie_word_embeddings")
+    entries = {"model.embed_tokens": devices[0]}
+    entries.update({f"model.layers.{i}": d for i, d in enumerate(devices)})
+    entries.update({"model.norm": head, "model.rotary_emb": head, "lm_head": devices[0] if tied else head})
+    physical = ",".join(f"{i}=cpu" for i in range(stages))
+    memory = ",".join(f"{i}=1GiB" for i in range(stages)) + ",cpu=1GiB"
+    return ["--device-map", json.dumps(entries), "--physical-devices", physical, "--max-memory", memory]
+
+
+@pytest.mark.parametrize("serving", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("scale_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", ["llama", "qwen3"])
+def test_fp8_dequantized_weights_equal_transformers(fp8_checkpoint, name, scale_dtype, serving):
+    checkpoint = fp8_checkpoint(name, scale_dtype)
+    reference = transformers_weights(checkpoint, serving)
+    dtype = "float32" if serving == torch.float32 else "bfloat16"
+    for path in ("kernels", "aten"):
+        ours = Q.strata_dequantized(checkpoint, dtype, path)
+        assert ours, "the probe dequantized nothing"
+        for key, value in ours.items():
+            assert key in reference, key
+            assert reference[key].dtype == value.dtype, key
+            assert torch.equal(reference[key], value), f"{path}: {key} differs"
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3])
+@pytest.mark.parametrize("name", FP8_FAMILIES)
+def test_fp8_greedy_matches_transformers(strata_generate, fp8_checkpoint, fp8_reference, name, stages):
+    got = H.run_generate(fp8_checkpoint(name), PROMPTS, NEW_TOKENS, *plan_args(name, stages))
+    assert got["load"]["packed_tensors"] > 0, got["load"]
+    assert len(got["load"]["stages"].splitlines()) >= stages
+    for i, (ref, res) in enumerate(zip(fp8_reference(name), got["results"])):
+        assert res["ids"] == ref["ids"], f"prompt {i}: ids differ"
+        worst = max(abs(a - b) for a, b in zip(ref["logprobs"], res["logprobs"]))
+        assert worst <= LOGPROB_TOLERANCE, f"prompt {i}: logprob differs by {worst}"
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3"])
+def test_fp8_bfloat16_agrees_where_the_margin_exceeds_bf16_noise(strata_generate, fp8_checkpoint, name):
+    checkpoint = fp8_checkpoint(name, torch.bfloat16)
+    reference = H.reference_generate(checkpoint, PROMPTS, NEW_TOKENS, dtype=torch.bfloat16)
+    got = H.run_generate(checkpoint, PROMPTS, NEW_TOKENS, "--device-map", '{"": "cpu"}', "--dtype", "bfloat16")
+    H.compare_bfloat16_by_margin(reference, got["results"], NEW_TOKENS)
