@@ -17,6 +17,10 @@ ABSL_FLAG(std::string, device_map, "balanced_low_0",
 ABSL_FLAG(std::string, max_memory, "",
           "per-device budgets as accelerate reads them: 0=20GiB,1=20GiB,cpu=64GiB,disk=1TB");
 ABSL_FLAG(std::string, dtype, "", "size (and run) the weights in D: float32 | float16 | bfloat16");
+ABSL_FLAG(std::string, quantized_sizing, "packed",
+          "quantized checkpoints: packed (the bytes the files hold: strata runs FP8 and int4 weights packed) | "
+          "transformers (what transformers' quantizer registers, FP8 dequantized unless GPU 0 has compute "
+          "capability >= 8.9)");
 ABSL_FLAG(int64_t, kv_cache_tokens, 0,
           "reserve KV cache for N tokens on every GPU that holds decoder layers; when serving, the paged KV cache "
           "of each stage holds N tokens (0: none when planning, --max-batch x --max-context when serving)");
@@ -36,6 +40,7 @@ std::vector<FlagSpec> PlacementFlagSpecs(const PlacementFlagSet& set) {
   flags.push_back(Flag(FLAGS_dtype, "D")
                       .ShowDefault("the checkpoint's; float32 when a server or strata-generate runs "
                                    "every stage on the CPU"));
+  flags.push_back(Flag(FLAGS_quantized_sizing, "S"));
   if (set.kv_cache_tokens) flags.push_back(Flag(FLAGS_kv_cache_tokens, "N"));
   if (set.physical_devices) flags.push_back(Flag(FLAGS_physical_devices, "MAP").ShowDefault("GPU i is cuda:i"));
   return flags;
@@ -69,6 +74,10 @@ absl::StatusOr<Placement> ParsePlacement(const ParsedArgs& parsed, const Placeme
     if (!dtype.ok()) return FlagError(FLAGS_dtype, dtype.status());
     out.dtype = *dtype;
   }
+  absl::StatusOr<planner::QuantizedSizing> sizing =
+      planner::ParseQuantizedSizing(absl::GetFlag(FLAGS_quantized_sizing));
+  if (!sizing.ok()) return FlagError(FLAGS_quantized_sizing, sizing.status());
+  out.quantized_sizing = *sizing;
   if (set.kv_cache_tokens) {
     out.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
     if (out.kv_cache_tokens < 0) {

@@ -4,7 +4,8 @@
 // (PlacementFlagSpecs) in its CommandLine and reads them back as one Placement (ParsePlacement).
 //
 //   --model DIR, --module-tree FILE (where taken), --device-map S|JSON|@FILE (balanced_low_0),
-//   --max-memory SPEC, --dtype D, --kv-cache-tokens N (where taken), --physical-devices MAP (where taken)
+//   --max-memory SPEC, --dtype D, --quantized-sizing packed|transformers, --kv-cache-tokens N (where taken),
+//   --physical-devices MAP (where taken)
 
 #include <cstdint>
 #include <filesystem>
@@ -36,6 +37,9 @@ struct Placement {
   planner::DeviceMapChoice device_map;           // default: balanced_low_0, as transformers' examples use
   std::optional<planner::MaxMemory> max_memory;  // absent: the planner's default (the machine's memory)
   std::optional<planner::DType> dtype;           // absent: what the checkpoint declares
+  // How a quantized checkpoint's linear layers are sized (planner/quantized_spec.h): the packed bytes strata
+  // keeps (default) or what transformers' quantizer registers on this machine.
+  planner::QuantizedSizing quantized_sizing = planner::QuantizedSizing::kPacked;
   int64_t kv_cache_tokens = 0;
   planner::PhysicalDeviceMap physical_devices;  // empty: GPU i is cuda:i
 };

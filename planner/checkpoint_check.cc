@@ -24,6 +24,7 @@
 #include "nlohmann/json.hpp"
 #include "planner/generation_config.h"
 #include "planner/model_spec.h"
+#include "planner/quantized_spec.h"
 
 namespace strata::planner {
 
@@ -77,6 +78,12 @@ absl::Status ReadHeader(const fs::path& dir, const std::string& file, std::map<s
   return absl::OkStatus();
 }
 
+// For a quantized checkpoint: which format the expectation came from.
+std::string QuantizedHint(const ModelSpec& spec) {
+  if (!spec.quantization) return "";
+  return absl::StrCat(" (quantization_config: ", QuantizationConfigSummary(spec.quantization->config), ")");
+}
+
 absl::Status CheckTensors(const ModelSpec& spec, const CheckpointFiles& files,
                           const std::map<std::string, HeaderTensor>& found) {
   const std::string source = files.weight_map.empty() ? std::string(kSafetensorsSingleFile)
@@ -112,6 +119,11 @@ absl::Status CheckTensors(const ModelSpec& spec, const CheckpointFiles& files,
     const std::vector<int64_t>* want = nullptr;
     if (auto it = expected.find(name); it != expected.end()) {
       want = &it->second.shape;
+      const std::vector<std::string>& dtypes = it->second.stored_dtypes;
+      if (!dtypes.empty() && std::find(dtypes.begin(), dtypes.end(), tensor.dtype) == dtypes.end()) {
+        return CheckpointError(absl::StrCat("tensor ", name, " has dtype ", tensor.dtype, " in ", tensor.file,
+                                            ", expected ", absl::StrJoin(dtypes, " or "), QuantizedHint(spec)));
+      }
     } else if (auto tied = tied_shapes.find(name); tied != tied_shapes.end()) {
       want = &tied->second;
     } else {
@@ -120,14 +132,15 @@ absl::Status CheckTensors(const ModelSpec& spec, const CheckpointFiles& files,
     }
     if (tensor.shape != *want) {
       return CheckpointError(absl::StrCat("tensor ", name, " has shape ", ShapeString(tensor.shape), " in ",
-                                          tensor.file, ", expected ", ShapeString(*want)));
+                                          tensor.file, ", expected ", ShapeString(*want), QuantizedHint(spec)));
     }
   }
   if (!unexpected.empty()) {
     const HeaderTensor& first = found.at(unexpected.front());
     std::string more = unexpected.size() > 1 ? absl::StrCat(" (and ", unexpected.size() - 1, " more)") : "";
     return CheckpointError(absl::StrCat("unexpected tensor ", unexpected.front(), " in ", first.file,
-                                        ": the model has no such parameter or persistent buffer", more));
+                                        ": the model has no such parameter or persistent buffer", more,
+                                        QuantizedHint(spec)));
   }
 
   std::vector<std::string> missing;
@@ -137,8 +150,8 @@ absl::Status CheckTensors(const ModelSpec& spec, const CheckpointFiles& files,
   if (!missing.empty()) {
     const ExpectedTensor& first = expected.at(missing.front());
     std::string more = missing.size() > 1 ? absl::StrCat(" (and ", missing.size() - 1, " more)") : "";
-    return CheckpointError(
-        absl::StrCat("tensor ", missing.front(), " ", ShapeString(first.shape), " is missing from ", source, more));
+    return CheckpointError(absl::StrCat("tensor ", missing.front(), " ", ShapeString(first.shape), " is missing from ",
+                                        source, more, QuantizedHint(spec)));
   }
   return absl::OkStatus();
 }
@@ -185,6 +198,11 @@ absl::StatusOr<ModelSpec> LoadModelSpec(const std::filesystem::path& checkpoint_
   std::map<std::string, HeaderTensor> found;
   for (const std::string& file : (*files)->files) {
     if (absl::Status s = ReadHeader(checkpoint_dir, file, found); !s.ok()) return s;
+  }
+  if (spec->quantization) {
+    std::map<std::string, std::string> dtypes;
+    for (const auto& [name, tensor] : found) dtypes[name] = tensor.dtype;
+    AdoptStoredScaleDTypes(*spec, dtypes);
   }
   if (absl::Status s = CheckTensors(*spec, **files, found); !s.ok()) return s;
   return spec;

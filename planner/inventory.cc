@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -19,8 +20,49 @@
 
 namespace strata::planner {
 
+namespace {
+
+struct ComputeCapability {
+  int major = 0;
+  int minor = 0;
+};
+
+// "8.9" -> {8, 9}.
+absl::StatusOr<ComputeCapability> ParseComputeCapability(absl::string_view text, absl::string_view entry) {
+  std::vector<absl::string_view> parts = absl::StrSplit(text, '.');
+  ComputeCapability cc;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &cc.major) || !absl::SimpleAtoi(parts[1], &cc.minor) ||
+      cc.major < 1 || cc.major > 99 || cc.minor < 0 || cc.minor > 9) {
+    return absl::InvalidArgumentError(absl::StrCat("inventory: entry \"", entry, "\": compute capability \"", text,
+                                                   "\" is not MAJOR.MINOR (e.g. 8.9)"));
+  }
+  return cc;
+}
+
+}  // namespace
+
 absl::StatusOr<MachineInventory> ParseInventory(absl::string_view spec) {
-  absl::StatusOr<std::vector<DeviceSize>> entries = ParseDeviceSizes(spec, "inventory");
+  // "0=79GiB@8.9": the compute capability is cut off here, the sizes are ParseDeviceSizes'.
+  std::map<std::string, ComputeCapability> capabilities;
+  std::vector<std::string> sizes;
+  for (absl::string_view entry : absl::StrSplit(spec, ',')) {
+    const size_t at = entry.find('@');
+    if (at == absl::string_view::npos) {
+      sizes.emplace_back(entry);
+      continue;
+    }
+    absl::StatusOr<ComputeCapability> cc = ParseComputeCapability(entry.substr(at + 1), entry);
+    if (!cc.ok()) return cc.status();
+    absl::string_view key = absl::StripAsciiWhitespace(entry.substr(0, entry.find('=')));
+    int index = 0;
+    if (!absl::SimpleAtoi(key, &index)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("inventory: entry \"", entry, "\": only GPUs have a compute capability"));
+    }
+    capabilities[std::to_string(index)] = *cc;
+    sizes.emplace_back(entry.substr(0, at));
+  }
+  absl::StatusOr<std::vector<DeviceSize>> entries = ParseDeviceSizes(absl::StrJoin(sizes, ","), "inventory");
   if (!entries.ok()) return entries.status();
   MachineInventory inventory;
   bool has_cpu = false;
@@ -33,6 +75,10 @@ absl::StatusOr<MachineInventory> ParseInventory(absl::string_view spec) {
                            "\" (visible GPUs are numbered 0..n-1, as CUDA_VISIBLE_DEVICES renumbers them)"));
         }
         inventory.gpus.push_back({e.bytes, e.bytes, false});
+        if (auto cc = capabilities.find(std::to_string(e.device.index)); cc != capabilities.end()) {
+          inventory.gpus.back().compute_capability_major = cc->second.major;
+          inventory.gpus.back().compute_capability_minor = cc->second.minor;
+        }
         break;
       case Device::Kind::kCpu:
         has_cpu = true;
@@ -54,9 +100,12 @@ std::string InventoryToString(const MachineInventory& inventory) {
   std::vector<std::string> parts;
   for (size_t i = 0; i < inventory.gpus.size(); ++i) {
     const GpuMemory& gpu = inventory.gpus[i];
-    parts.push_back(absl::StrCat(i, "=", FormatBytes(static_cast<double>(gpu.free_bytes)), " free of ",
-                                 FormatBytes(static_cast<double>(gpu.total_bytes)),
-                                 gpu.integrated ? " (integrated)" : ""));
+    parts.push_back(absl::StrCat(
+        i, "=", FormatBytes(static_cast<double>(gpu.free_bytes)), " free of ",
+        FormatBytes(static_cast<double>(gpu.total_bytes)), gpu.integrated ? " (integrated)" : "",
+        gpu.compute_capability_major > 0 ? absl::StrCat(" (compute capability ", gpu.compute_capability_major, ".",
+                                                        gpu.compute_capability_minor, ")")
+                                         : ""));
   }
   parts.push_back(absl::StrCat("cpu=", FormatBytes(static_cast<double>(inventory.host_available_bytes)), " available"));
   return absl::StrJoin(parts, ", ");
@@ -99,6 +148,8 @@ using CUcontext = void*;
 constexpr CUresult kCudaSuccess = 0;
 constexpr CUresult kCudaErrorNoDevice = 100;
 constexpr int kCuDeviceAttributeIntegrated = 18;
+constexpr int kCuDeviceAttributeComputeCapabilityMajor = 75;
+constexpr int kCuDeviceAttributeComputeCapabilityMinor = 76;
 
 struct CudaDriver {
   CUresult (*cuInit)(unsigned int);
@@ -166,6 +217,16 @@ absl::StatusOr<GpuMemory> QueryGpu(const CudaDriver& cuda, int ordinal) {
   if (CUresult r = cuda.cuDeviceGetAttribute(&integrated, kCuDeviceAttributeIntegrated, device); r != kCudaSuccess) {
     return failed("cuDeviceGetAttribute(INTEGRATED)", r);
   }
+  int cc_major = 0;
+  int cc_minor = 0;
+  if (CUresult r = cuda.cuDeviceGetAttribute(&cc_major, kCuDeviceAttributeComputeCapabilityMajor, device);
+      r != kCudaSuccess) {
+    return failed("cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)", r);
+  }
+  if (CUresult r = cuda.cuDeviceGetAttribute(&cc_minor, kCuDeviceAttributeComputeCapabilityMinor, device);
+      r != kCudaSuccess) {
+    return failed("cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)", r);
+  }
   CUcontext context = nullptr;
   if (CUresult r = cuda.cuDevicePrimaryCtxRetain(&context, device); r != kCudaSuccess) {
     return failed("cuDevicePrimaryCtxRetain", r);
@@ -182,7 +243,8 @@ absl::StatusOr<GpuMemory> QueryGpu(const CudaDriver& cuda, int ordinal) {
   cuda.cuDevicePrimaryCtxRelease_v2(device);
   if (pushed != kCudaSuccess) return failed("cuCtxPushCurrent", pushed);
   if (queried != kCudaSuccess) return failed("cuMemGetInfo", queried);
-  return GpuMemory{static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes), integrated != 0};
+  return GpuMemory{static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes), integrated != 0, cc_major,
+                   cc_minor};
 }
 
 }  // namespace

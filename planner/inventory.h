@@ -22,6 +22,11 @@ struct GpuMemory {
   // Shares host RAM (Jetson and the like: cudaDeviceProp.integrated). accelerate then gives no "cpu"
   // budget, so as not to count that memory twice.
   bool integrated = false;
+  // CUDA compute capability (cuDeviceGetAttribute COMPUTE_CAPABILITY_MAJOR / MINOR); 0.0 when unknown (an
+  // --inventory entry that does not state it). transformers' FP8 quantizer keeps FP8 weights only when
+  // device 0's is 8.9 or more (planner/quantized_spec.h).
+  int compute_capability_major = 0;
+  int compute_capability_minor = 0;
 };
 
 struct MachineInventory {
@@ -29,9 +34,9 @@ struct MachineInventory {
   int64_t host_available_bytes = 0;  // psutil.virtual_memory().available (MemAvailable)
 };
 
-// "0=79GiB,1=79GiB,cpu=200GiB": each GPU's free memory (its total is taken to be the same) and the
-// host's available memory, in ParseMemorySize's units. GPUs must be numbered 0..n-1 without gaps (as
-// CUDA numbers visible devices); "cpu" is required (every machine has a host); "disk" is not memory
+// "0=79GiB@8.9,1=79GiB,cpu=200GiB": each GPU's free memory, optionally "@MAJOR.MINOR" its compute capability (its total
+// is taken to be the same) and the host's available memory, in ParseMemorySize's units. GPUs must be numbered 0..n-1
+// without gaps (as CUDA numbers visible devices); "cpu" is required (every machine has a host); "disk" is not memory
 // and is refused. "cpu=64GiB" alone is a machine without GPUs. Errors name the entry.
 absl::StatusOr<MachineInventory> ParseInventory(absl::string_view spec);
 

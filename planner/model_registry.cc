@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "planner/quantized_spec.h"
 #include "planner/spec_builder.h"
 
 namespace strata::planner {
@@ -94,6 +95,8 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DTyp
   if (auto eos = config.find("eos_token_id"); eos != config.end()) {
     spec->eos_token_ids = EosTokenIdsFromJson(*eos, "config.json");
   }
+  // One place for every family: the quantized layers and the tree sized as the files hold them.
+  if (absl::Status s = QuantizeSpec(config, *spec); !s.ok()) return s;
   return spec;
 }
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "planner/quantized_spec.h"
 
 namespace strata::planner {
 namespace {
@@ -131,8 +132,11 @@ std::map<std::string, ExpectedTensor> CheckpointTensors(const ModelSpec& spec) {
     out[stored] = t;
   }
   for (const ExpertsStorage& e : spec.per_expert_storage) {
-    out.erase(e.module + ".gate_up_proj");
-    out.erase(e.module + ".down_proj");
+    // The fused parameters (and a quantized tree's scales beside them) are stored one tensor per expert.
+    const std::string own = e.module + ".";
+    for (auto it = out.lower_bound(own); it != out.end() && it->first.starts_with(own);) {
+      it = it->first.find('.', own.size()) == std::string::npos ? out.erase(it) : std::next(it);
+    }
     for (int64_t i = 0; i < e.num_experts; ++i) {
       const std::string p = absl::StrCat(e.stored_prefix, ".", i, ".");
       out[p + e.gate] = {{e.intermediate, e.hidden}, e.dtype};
@@ -140,6 +144,7 @@ std::map<std::string, ExpectedTensor> CheckpointTensors(const ModelSpec& spec) {
       out[p + e.down] = {{e.hidden, e.intermediate}, e.dtype};
     }
   }
+  AddQuantizedCheckpointTensors(spec, out);
   return out;
 }
 

@@ -156,6 +156,9 @@ nlohmann::json ModuleTreeToJson(const ModelSpec& spec);
 struct ExpectedTensor {
   std::vector<int64_t> shape;
   DType dtype;
+  // The safetensors dtypes the header may give it ("F8_E4M3", "I32"); empty: any (a dense checkpoint may be
+  // stored in another float dtype than the one it is served in). Set for a quantized layer's tensors.
+  std::vector<std::string> stored_dtypes = {};
 };
 std::map<std::string, ExpectedTensor> CheckpointTensors(const ModelSpec& spec);
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "planner/auto_device_map.h"
 #include "planner/manual_device_map.h"
+#include "planner/quantized_spec.h"
 
 namespace strata::planner {
 namespace {
@@ -296,6 +297,23 @@ absl::string_view StrategyName(Strategy strategy) {
   return "?";
 }
 
+absl::Status ApplyQuantizedSizing(ModelSpec& spec, const PlanRequest& request) {
+  if (!spec.quantization) return absl::OkStatus();
+  bool keeps_fp8 = false;
+  const QuantizationConfig& q = spec.quantization->config;
+  if (request.quantized_sizing == QuantizedSizing::kTransformers && q.method == QuantMethod::kFp8 && !q.dequantize) {
+    if (request.inventory) {
+      keeps_fp8 = TransformersKeepsFp8(*request.inventory);
+    } else {
+      absl::StatusOr<MachineInventory> machine = DiscoverInventory();
+      if (!machine.ok()) return machine.status();
+      keeps_fp8 = TransformersKeepsFp8(*machine);
+    }
+  }
+  SizeQuantizedSpec(spec, request.quantized_sizing, keeps_fp8);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<PlannedModel> PlanModel(const ModelSource& source, std::optional<DType> dtype,
                                        const PlanRequest& request) {
   PlannedModel out;
@@ -316,6 +334,7 @@ absl::StatusOr<PlannedModel> PlanModel(const ModelSource& source, std::optional<
   } else {
     return absl::InvalidArgumentError("give --model DIR or --module-tree FILE");
   }
+  if (absl::Status s = ApplyQuantizedSizing(out.spec, request); !s.ok()) return s;
   absl::StatusOr<Plan> plan = MakePlan(out.spec, request);
   if (!plan.ok()) {
     // The planner names the module or device; say which flag the plan came from.

@@ -50,6 +50,9 @@ struct PlanRequest {
   int64_t kv_cache_tokens = 0;
   // Fill Plan::explanation (costs string building on every placement decision).
   bool explain = false;
+  // A quantized checkpoint's sizing (--quantized-sizing), applied by PlanModel / ApplyQuantizedSizing before
+  // placing; MakePlan places the tree it is given.
+  QuantizedSizing quantized_sizing = QuantizedSizing::kPacked;
 };
 
 struct DeviceUsage {
@@ -83,6 +86,11 @@ struct Plan {
 // manual maps are validated (coverage, unknown modules/devices, tied weights, budgets). Errors are
 // InvalidArgument naming the module or device.
 absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request);
+
+// Sizes a quantized spec's tree as request.quantized_sizing says (nothing for a dense spec). `transformers`
+// sizing of an FP8 checkpoint depends on the machine (quantized_spec.h's TransformersKeepsFp8): the request's
+// inventory, else the one DiscoverInventory finds (even when max_memory is given: transformers asks torch).
+absl::Status ApplyQuantizedSizing(ModelSpec& spec, const PlanRequest& request);
 
 // Where a model's description comes from: a checkpoint directory (--model) or a module tree JSON
 // (--module-tree); one of them.

@@ -17,10 +17,12 @@
 #include "planner/experts_on.h"
 #include "planner/model_spec.h"
 #include "planner/plan.h"
+#include "planner/quantized_spec.h"
 
 ABSL_FLAG(std::string, inventory, "",
           "plan for this machine instead of the one found here: each GPU's free memory and the host's available "
-          "memory, 0=79GiB,1=79GiB,cpu=200GiB (GPUs 0..n-1, cpu required); ignored with --max-memory");
+          "memory, 0=79GiB,1=79GiB,cpu=200GiB (GPUs 0..n-1, cpu required; 0=79GiB@8.9 states GPU 0's compute "
+          "capability, which --quantized-sizing transformers reads for FP8); budgets ignored with --max-memory");
 ABSL_FLAG(bool, json, false, "machine-readable plan (device_map in hf_device_map form)");
 ABSL_FLAG(bool, explain, false, "say why each module went where it went");
 ABSL_FLAG(bool, print_module_tree, false, "print the model's module tree JSON instead of a plan");
@@ -80,11 +82,6 @@ int main(int argc, char** argv) {
   absl::StatusOr<ModelSpec> spec = placement->model_dir ? LoadModelSpec(*placement->model_dir, placement->dtype)
                                                         : LoadModuleTree(*placement->module_tree, placement->dtype);
   if (!spec.ok()) return BadInput(spec.status().message());
-  if (absl::GetFlag(FLAGS_print_module_tree)) {
-    std::cout << ModuleTreeToJson(*spec).dump(1) << "\n";
-    return 0;
-  }
-
   PlanRequest request;
   request.device_map = placement->device_map;
   request.explain = explain;
@@ -103,6 +100,16 @@ int main(int argc, char** argv) {
     request.inventory = *std::move(inventory);
   }
   request.kv_cache_tokens = placement->kv_cache_tokens;
+  request.quantized_sizing = placement->quantized_sizing;
+  if (absl::Status s = ApplyQuantizedSizing(*spec, request); !s.ok()) {
+    std::cerr << "strata-plan: cannot find this machine's GPUs: " << s.message() << "\n";
+    return 1;
+  }
+
+  if (absl::GetFlag(FLAGS_print_module_tree)) {
+    std::cout << ModuleTreeToJson(*spec).dump(1) << "\n";
+    return 0;
+  }
 
   if (parsed->Given(FLAGS_bench)) {
     const int runs = absl::GetFlag(FLAGS_bench);
@@ -140,11 +147,13 @@ int main(int argc, char** argv) {
   for (const std::string& warning : plan->warnings) std::cerr << "strata-plan: warning: " << warning << "\n";
   if (absl::GetFlag(FLAGS_json)) {
     nlohmann::ordered_json json = PlanToJson(*plan);
+    if (spec->quantization) json["quantization"] = QuantizationToJson(*spec);
     if (explain) json["explanation"] = plan->explanation;
     std::cout << json.dump(1) << "\n";
     return 0;
   }
   if (plan->inventory) std::cout << "machine: " << InventoryToString(*plan->inventory) << "\n";
+  if (spec->quantization) std::cout << "quantization: " << QuantizationSummary(*spec) << "\n";
   std::cout << PlanToTable(*spec, *plan);
   if (explain) {
     std::cout << "\nwhy:\n";

@@ -11,29 +11,32 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "checkpoint/dtype.h"
+#include "nlohmann/json_fwd.hpp"
 
 namespace strata::planner {
 
 // quantization_config.quant_method (with compressed-tensors' format).
 enum class QuantMethod {
-  kFp8,               // "fp8": block-wise float8_e4m3fn (Qwen3-FP8, DeepSeek-V3), transformers' FineGrainedFP8
-  kCompressedTensors, // "compressed-tensors": pack-quantized int4/int8, float-quantized FP8
-  kAwq,               // "awq", version "gemm"
-  kGptq,              // "gptq", checkpoint_format "gptq" (v1)
+  kFp8,                // "fp8": block-wise float8_e4m3fn (Qwen3-FP8, DeepSeek-V3), transformers' FineGrainedFP8
+  kCompressedTensors,  // "compressed-tensors": pack-quantized int4/int8, float-quantized FP8
+  kAwq,                // "awq", version "gemm"
+  kGptq,               // "gptq", checkpoint_format "gptq" (v1)
 };
 
 // How one quantized linear layer's weight is stored in the checkpoint, and so how the runtime unpacks it into
 // kernels/quantized.h's canonical form.
 enum class QuantLayout {
-  kFp8Block,           // weight F8_E4M3 [N, K]; scale [ceil(N/block_n), ceil(K/block_k)] (the multiplier)
-  kCompressedPacked,   // weight_packed int32 [N, K*bits/32] (bits values per int32, lowest first, stored
-                       // value + 2^(bits-1) for symmetric); weight_scale [N, K/group]; weight_zero_point
-                       // packed int32 [N/(32/bits), K/group] (asymmetric); weight_shape int [2]
-  kAwqGemm,            // qweight int32 [K, N/8] (AWQ's interleaved nibble order 0,2,4,6,1,3,5,7); qzeros
-                       // int32 [K/group, N/8] same order; scales [K/group, N]
-  kGptqV1,             // qweight int32 [K*bits/32, N] packed along K; qzeros int32 [K/group, N*bits/32] stored
-                       // minus one; scales [K/group, N]; g_idx int32 [K] (act-order when not k/group)
+  kFp8Block,          // weight F8_E4M3 [N, K]; scale [ceil(N/block_n), ceil(K/block_k)] (the multiplier)
+  kCompressedPacked,  // weight_packed int32 [N, K*bits/32] (bits values per int32, lowest first, stored
+                      // value + 2^(bits-1) for symmetric); weight_scale [N, K/group]; weight_zero_point
+                      // packed int32 [N/(32/bits), K/group] (asymmetric); weight_shape int [2]
+  kAwqGemm,           // qweight int32 [K, N/8] (AWQ's interleaved nibble order 0,2,4,6,1,3,5,7); qzeros
+                      // int32 [K/group, N/8] same order; scales [K/group, N]
+  kGptqV1,            // qweight int32 [K*bits/32, N] packed along K; qzeros int32 [K/group, N*bits/32] stored
+                      // minus one; scales [K/group, N]; g_idx int32 [K] (act-order when not k/group)
 };
 
 struct QuantizationConfig {
@@ -55,7 +58,28 @@ struct QuantizationConfig {
   std::vector<std::string> not_converted;
   // transformers' dequantize switch (FP8, compressed-tensors): the model is planned as a dense one.
   bool dequantize = false;
+  // FP8: modules_to_not_convert was absent or null, so transformers adds its default skips (tied weights,
+  // the last parameter's module, the output embeddings: lm_head). A list, even an empty one, replaces them.
+  bool default_skips = false;
 };
+
+// How the planner sizes a quantized model's linear layers (--quantized-sizing).
+enum class QuantizedSizing {
+  kPacked,        // the bytes the checkpoint holds: what strata keeps in memory (its kernels run them packed)
+  kTransformers,  // what transformers' quantizer registers, machine dependence included (FP8 dequantized to
+                  // the serving dtype unless CUDA device 0 has compute capability 8.9 or more)
+};
+absl::string_view QuantizedSizingName(QuantizedSizing sizing);  // "packed", "transformers"
+// "packed" | "transformers"; an error listing both otherwise.
+absl::StatusOr<QuantizedSizing> ParseQuantizedSizing(absl::string_view text);
+
+// config.json's quantization_config, or nullopt when the config has none (or null). Errors read
+// "config.json: quantization_config.FIELD: what"; unknown methods, formats, strategies, bit widths and types are
+// refused naming the value and listing the supported ones, as are activation schemes strata cannot run.
+absl::StatusOr<std::optional<QuantizationConfig>> ParseQuantizationConfig(const nlohmann::json& config);
+
+// "fp8 (block 128x128)", for plans and messages.
+std::string QuantizationConfigSummary(const QuantizationConfig& config);
 
 // One linear layer the checkpoint stores quantized. Tensor names are full checkpoint names.
 struct QuantizedLinear {
@@ -83,6 +107,10 @@ struct SpecQuantization {
   // By the dense weight's full name ("model.layers.0.self_attn.q_proj.weight"): the name the family runners
   // read (runtime/model/unit.h) and the name transformers' dense model has.
   std::map<std::string, QuantizedLinear> linears;
+  // The sizing the module tree currently has (planner/quantized_spec.h's SizeQuantizedSpec), and whether that
+  // sizing planned the model dense (transformers dequantizing FP8 on this machine, or `dequantize`).
+  QuantizedSizing sizing = QuantizedSizing::kPacked;
+  bool planned_dense = false;
 };
 
 }  // namespace strata::planner

@@ -25,6 +25,8 @@ _COUNTED = {
     "test_family_plan_parity_gemma.py::test_family_device_map_matches_transformers": "Gemma 2/Gemma 3/Phi-3 plan parity: {passed}/{total} maps identical to transformers",
     "test_inventory_parity.py::test_default_budgets_match_transformers": "inventory parity: {passed}/{total} maps identical to transformers",
     "test_family_plan_parity_moe.py::test_moe_family_device_map_matches_transformers": "Qwen3/Qwen3-MoE/Mixtral plan parity: {passed}/{total} maps identical to transformers",
+    "test_quantized_placement.py::test_quantized_device_map_matches_transformers": "quantized plan parity (--quantized-sizing transformers): {passed}/{total} maps identical to transformers",
+    "test_quantized_placement.py::test_quantized_module_tree_matches_transformers": "quantized module trees: {passed}/{total} identical to transformers' quantizers'",
 }
 COUNTS = CaseCounts(_COUNTED)
 

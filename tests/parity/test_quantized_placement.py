@@ -1,0 +1,165 @@
+"""Quantized checkpoints: strata-plan --quantized-sizing transformers places them exactly as transformers'
+from_pretrained does (its quantizer's replacement modules, skip lists and machine dependence), for each format
+x family x strategy x memory layout, and its module tree is the quantized model transformers builds.
+
+The reference is quantized_helpers' (the quantizer as get_hf_quantizer builds it, preprocess_model on the meta
+model, _get_device_map with the quantizer). FP8's `dequantize` is forced either way: transformers keeps FP8
+weights only on a GPU of compute capability >= 8.9, which strata-plan is told with --inventory 0=...@9.0 (and
+@8.6 for the dequantized branch). Layouts are relative to the quantized model's size as transformers counts it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+import parity_helpers as H
+import quantized_helpers as Q
+import test_family_plan_parity_gemma as GEMMA
+import test_family_plan_parity_moe as MOE
+
+DTYPE = "bfloat16"
+KEEPS_FP8 = "0=80GiB@9.0,cpu=1TiB"  # GPU 0 of compute capability 9.0: transformers keeps FP8
+DEQUANTIZES = "0=80GiB@8.6,cpu=1TiB"  # 8.6: transformers dequantizes to the serving dtype
+
+# Qwen's released FP8 checkpoints (Qwen3-8B-FP8, Qwen3-30B-A3B-FP8) carry this quantization_config.
+FP8 = {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3", "weight_block_size": [128, 128]}
+
+FAMILIES = {
+    "Llama-3-8B": H.CONFIGS["Llama-3-8B"],
+    "Llama-3.2-1B": H.CONFIGS["Llama-3.2-1B"],  # tied embeddings
+    "Mistral-7B-v0.1": H.CONFIGS["Mistral-7B-v0.1"],
+    "Qwen2-7B": H.CONFIGS["Qwen2-7B"],  # q/k/v biases
+    "Qwen3-8B": MOE.CONFIGS["Qwen3-8B"],
+    "Qwen3-30B-A3B": MOE.CONFIGS["Qwen3-30B-A3B"],
+    "Mixtral-8x7B-v0.1": MOE.CONFIGS["Mixtral-8x7B-v0.1"],
+    "Gemma-2-9B": GEMMA.FAMILY_CONFIGS["Gemma-2-9B"],
+    "Gemma-3-12B": GEMMA.FAMILY_CONFIGS["Gemma-3-12B"],
+    "Phi-3-mini-4k": GEMMA.FAMILY_CONFIGS["Phi-3-mini-4k"],
+}
+
+# FP8 variants on the families: the skip lists (an explicit list replaces the default lm_head skip; Mixtral's
+# names are the checkpoint's block_sparse_moe ones, renamed by transformers), ue8m0 scales, other blocks.
+FP8_VARIANTS = {
+    "fp8": FP8,
+    "fp8-skip-none": dict(FP8, modules_to_not_convert=[]),
+    "fp8-skip-some": dict(FP8, modules_to_not_convert=["lm_head", "model.layers.0", "model.layers.*.self_attn.o_proj",
+                                                       "down_proj"]),
+    "fp8-ue8m0-64x32": dict(FP8, scale_fmt="ue8m0", weight_block_size=[64, 32]),
+}
+FP8_VARIANT_FAMILIES = ["Llama-3.2-1B", "Qwen3-30B-A3B", "Mixtral-8x7B-v0.1", "Phi-3-mini-4k"]
+MIXTRAL_SKIP = dict(FP8, modules_to_not_convert=["lm_head", "model.layers.1.block_sparse_moe.experts",
+                                                 "model.layers.2.block_sparse_moe"])
+
+
+def fp8_cases():
+    out = []
+    for family in FAMILIES:
+        out.append((family, "fp8"))
+    for family, variant in itertools.product(FP8_VARIANT_FAMILIES, FP8_VARIANTS):
+        if variant != "fp8":
+            out.append((family, variant))
+    out.append(("Mixtral-8x7B-v0.1", "fp8-mixtral-skip-renamed"))
+    return out
+
+
+def quant_config(variant: str) -> dict:
+    if variant == "fp8-mixtral-skip-renamed":
+        return MIXTRAL_SKIP
+    return FP8_VARIANTS[variant]
+
+
+def model_config(family: str, variant: str) -> dict:
+    return dict(FAMILIES[family], quantization_config=quant_config(variant))
+
+
+@pytest.fixture(scope="module")
+def quantized_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("quantized_configs")
+    made = {}
+
+    def get(config: dict):
+        key = json.dumps(config, sort_keys=True)
+        if key not in made:
+            made[key] = H.write_checkpoint_dir(root / f"c{len(made)}", config)
+        return made[key]
+
+    return get
+
+
+FP8_MAP_CASES = [pytest.param(f, v, d, l, s, id=f"{f}-{v}-{'dequantized' if d else 'fp8'}-{l}-{s}")
+                 for (f, v), d, l, s in itertools.product(fp8_cases(), (False, True), H.LAYOUTS, H.STRATEGIES)]
+
+
+@pytest.mark.parametrize("family,variant,dequantize,layout,strategy", FP8_MAP_CASES)
+def test_quantized_device_map_matches_transformers(strata_plan, quantized_dir, family, variant, dequantize, layout,
+                                                   strategy):
+    config = model_config(family, variant)
+    model, quantizer = Q.cached_quantized_model(config, DTYPE, dequantize)
+    max_memory = Q.quantized_layout(model, quantizer, layout)
+    expected = Q.reference_quantized_device_map(model, quantizer, strategy, max_memory)
+    out = H.strata_plan_json(strata_plan, "--model", quantized_dir(config), "--device-map", strategy,
+                             "--max-memory", H.max_memory_arg(max_memory), "--dtype", DTYPE,
+                             "--quantized-sizing", "transformers",
+                             "--inventory", DEQUANTIZES if dequantize else KEEPS_FP8)
+    assert out["quantization"]["planned_dense"] == dequantize
+    assert out["device_map"] == expected, (
+        f"{family} {variant} dequantize={dequantize} {layout} {strategy}: max_memory={H.max_memory_arg(max_memory)}\n"
+        f"strata differs from transformers:\n{H.map_diff(expected, out['device_map'])}")
+
+
+TREE_CASES = [pytest.param(f, v, d, id=f"{f}-{v}-{'dequantized' if d else 'fp8'}")
+              for (f, v), d in itertools.product(fp8_cases(), (False, True))]
+
+
+@pytest.mark.parametrize("family,variant,dequantize", TREE_CASES)
+def test_quantized_module_tree_matches_transformers(strata_plan, quantized_dir, family, variant, dequantize):
+    """Every parameter and buffer transformers' quantized model registers, with strata's shape and dtype."""
+    config = model_config(family, variant)
+    model, _ = Q.cached_quantized_model(config, DTYPE, dequantize)
+    proc = H.run_strata_plan(strata_plan, "--model", quantized_dir(config), "--print-module-tree", "--dtype", DTYPE,
+                             "--quantized-sizing", "transformers",
+                             "--inventory", DEQUANTIZES if dequantize else KEEPS_FP8)
+    expected, actual = Q.module_tree_of(model), Q.strata_tree(json.loads(proc.stdout))
+    diff = [f"  {k}: transformers {expected.get(k)} != strata {actual.get(k)}"
+            for k in sorted(set(expected) | set(actual)) if expected.get(k) != actual.get(k)]
+    assert not diff, f"{family} {variant}:\n" + "\n".join(diff[:30])
+
+
+def test_this_machine_decides_without_an_inventory(strata_plan, quantized_dir):
+    """No --inventory: strata-plan asks the CUDA driver, as transformers asks torch; on a machine without a GPU of
+    compute capability 8.9 both plan the dense model (validate_environment's own verdict, not forced)."""
+    config = model_config("Llama-3-8B", "fp8")
+    model, quantizer = Q.cached_quantized_model(config, DTYPE, None)
+    max_memory = Q.quantized_layout(model, quantizer, "cpu_offload")
+    expected = Q.reference_quantized_device_map(model, quantizer, "auto", max_memory)
+    out = H.strata_plan_json(strata_plan, "--model", quantized_dir(config), "--device-map", "auto", "--max-memory",
+                             H.max_memory_arg(max_memory), "--dtype", DTYPE, "--quantized-sizing", "transformers")
+    assert out["quantization"]["planned_dense"] == bool(quantizer.quantization_config.dequantize)
+    assert out["device_map"] == expected
+
+
+def test_dequantize_in_the_config_plans_dense(strata_plan, quantized_dir):
+    config = dict(FAMILIES["Qwen3-8B"], quantization_config=dict(FP8, dequantize=True))
+    model, quantizer = Q.cached_quantized_model(config, DTYPE, None)
+    max_memory = Q.quantized_layout(model, quantizer, "cpu_offload")
+    expected = Q.reference_quantized_device_map(model, quantizer, "balanced", max_memory)
+    out = H.strata_plan_json(strata_plan, "--model", quantized_dir(config), "--device-map", "balanced",
+                             "--max-memory", H.max_memory_arg(max_memory), "--dtype", DTYPE,
+                             "--quantized-sizing", "transformers", "--inventory", KEEPS_FP8)
+    assert out["quantization"]["planned_dense"] is True
+    assert out["device_map"] == expected
+
+
+def test_packed_sizing_is_the_default_and_counts_the_files(strata_plan, quantized_dir):
+    """Without --quantized-sizing the plan counts the packed bytes, whatever the machine."""
+    config = model_config("Llama-3-8B", "fp8")
+    model, quantizer = Q.cached_quantized_model(config, DTYPE, False)
+    size = Q.quantized_model_size(model, quantizer)  # the FP8 model: what the files hold, here
+    out = H.strata_plan_json(strata_plan, "--model", quantized_dir(config), "--device-map", "sequential",
+                             "--max-memory", f"0={size * 2},cpu={size * 2}", "--inventory", DEQUANTIZES)
+    assert out["quantization"]["sizing"] == "packed"
+    assert out["quantization"]["planned_dense"] is False
+    assert sum(d["planned_bytes"] for d in out["devices"]) == size

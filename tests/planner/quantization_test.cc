@@ -1,0 +1,424 @@
+// Quantized checkpoints: quantization_config parsing (every refusal named), the module tree under the two
+// sizings, the quantized linears' stored tensors and the safetensors header check against them (tiny fake
+// checkpoints written into a temporary directory, as checkpoint_check_test.cc does).
+
+#include "planner/quantization.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "planner/inventory.h"
+#include "planner/model_spec.h"
+#include "planner/quantized_spec.h"
+
+namespace strata::planner {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::HasSubstr;
+
+// Two layers, hidden 256, 4 heads of 64, 2 KV heads, intermediate 320, vocab 1000: 128-blocks leave partial
+// blocks on the intermediate side.
+json LlamaConfig(const json& quantization) {
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"hidden_size", 256},
+          {"intermediate_size", 320},
+          {"num_hidden_layers", 2},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"vocab_size", 1000},
+          {"torch_dtype", "bfloat16"},
+          {"quantization_config", quantization}};
+}
+
+json Fp8(const json& extra = json::object()) {
+  json q = {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
+  q.update(extra);
+  return q;
+}
+
+const ModuleSpec* FindModule(const ModuleSpec& m, const std::string& name) {
+  if (m.name == name) return &m;
+  for (const ModuleSpec& c : m.children) {
+    if (const ModuleSpec* found = FindModule(c, name)) return found;
+  }
+  return nullptr;
+}
+
+std::string Describe(const ModuleSpec& m) {
+  std::string out;
+  for (const TensorSpec& t : m.parameters) {
+    out += t.name + "[";
+    for (size_t i = 0; i < t.shape.size(); ++i) out += (i ? "," : "") + std::to_string(t.shape[i]);
+    out += "]" + std::string(DTypeName(t.dtype)) + " ";
+  }
+  return out;
+}
+
+absl::Status ParseError(const json& q) {
+  absl::StatusOr<std::optional<QuantizationConfig>> parsed = ParseQuantizationConfig(json{{"quantization_config", q}});
+  return parsed.status();
+}
+
+TEST(QuantizationConfigTest, NoQuantizationConfigIsDense) {
+  absl::StatusOr<std::optional<QuantizationConfig>> parsed = ParseQuantizationConfig(json::object());
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_FALSE(parsed->has_value());
+  parsed = ParseQuantizationConfig(json{{"quantization_config", nullptr}});
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_FALSE(parsed->has_value());
+}
+
+TEST(QuantizationConfigTest, Fp8Defaults) {
+  absl::StatusOr<std::optional<QuantizationConfig>> parsed =
+      ParseQuantizationConfig(json{{"quantization_config", {{"quant_method", "fp8"}}}});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const QuantizationConfig& q = **parsed;
+  EXPECT_EQ(q.method, QuantMethod::kFp8);
+  EXPECT_EQ(q.block_n, 128);
+  EXPECT_EQ(q.block_k, 128);
+  EXPECT_TRUE(q.default_skips);
+  EXPECT_FALSE(q.scale_ue8m0);
+  EXPECT_FALSE(q.dequantize);
+}
+
+TEST(QuantizationConfigTest, Fp8FieldsRead) {
+  absl::StatusOr<std::optional<QuantizationConfig>> parsed =
+      ParseQuantizationConfig(json{{"quantization_config", Fp8({{"weight_block_size", {64, 32}},
+                                                                {"scale_fmt", "ue8m0"},
+                                                                {"modules_to_not_convert", {"lm_head"}},
+                                                                {"dequantize", true},
+                                                                {"fmt", "e4m3"}})}});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const QuantizationConfig& q = **parsed;
+  EXPECT_EQ(q.block_n, 64);
+  EXPECT_EQ(q.block_k, 32);
+  EXPECT_TRUE(q.scale_ue8m0);
+  EXPECT_TRUE(q.dequantize);
+  EXPECT_FALSE(q.default_skips);
+  EXPECT_THAT(q.not_converted, ::testing::ElementsAre("lm_head"));
+}
+
+TEST(QuantizationConfigTest, Fp8IgnoredLayersIsTheSkipList) {
+  absl::StatusOr<std::optional<QuantizationConfig>> parsed =
+      ParseQuantizationConfig(json{{"quantization_config", Fp8({{"ignored_layers", {"model.layers.0.mlp"}}})}});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE((*parsed)->default_skips);
+  EXPECT_THAT((*parsed)->not_converted, ::testing::ElementsAre("model.layers.0.mlp"));
+}
+
+TEST(QuantizationConfigTest, RefusalsNameTheField) {
+  struct Case {
+    json q;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {json("fp8"), "config.json: quantization_config: must be an object"},
+      {json::object(), "quantization_config.quant_method: is missing"},
+      {{{"quant_method", "bitsandbytes"}},
+       "quantization_config.quant_method: \"bitsandbytes\" is not supported (supported: fp8, compressed-tensors, awq, "
+       "gptq)"},
+      {{{"quant_method", 8}}, "quantization_config.quant_method: must be a string"},
+      {Fp8({{"activation_scheme", "static"}}), "quantization_config.activation_scheme: \"static\""},
+      {Fp8({{"activation_scheme", "weird"}}), "quantization_config.activation_scheme: \"weird\" is not supported"},
+      {Fp8({{"weight_block_size", {128}}}), "quantization_config.weight_block_size: must be a list of two"},
+      {Fp8({{"weight_block_size", {128, 0}}}), "quantization_config.weight_block_size[1]: must be an integer"},
+      {Fp8({{"weight_block_size", nullptr}}), "quantization_config.weight_block_size: null"},
+      {Fp8({{"scale_fmt", "e5m2"}}),
+       "quantization_config.scale_fmt: \"e5m2\" is not supported (supported: float, ue8m0)"},
+      {Fp8({{"fmt", "e5m2"}}), "quantization_config.fmt: \"e5m2\" is not supported (supported: e4m3)"},
+      {Fp8({{"expert_dtype", "fp4"}}), "quantization_config.expert_dtype: \"fp4\" is not supported"},
+      {Fp8({{"modules_to_not_convert", "lm_head"}}), "quantization_config.modules_to_not_convert: must be a list"},
+      {Fp8({{"modules_to_not_convert", {1}}}), "quantization_config.modules_to_not_convert[0]: must be a string"},
+      {Fp8({{"modules_to_convert", {"model.embed_tokens"}}}), "quantization_config.modules_to_convert: FP8 embeddings"},
+      {Fp8({{"dequantize", "yes"}}), "quantization_config.dequantize: must be true or false"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = ParseError(c.q);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.q.dump();
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.message)) << c.q.dump();
+  }
+}
+
+TEST(QuantizedSizingTest, Parses) {
+  EXPECT_EQ(*ParseQuantizedSizing("packed"), QuantizedSizing::kPacked);
+  EXPECT_EQ(*ParseQuantizedSizing("transformers"), QuantizedSizing::kTransformers);
+  EXPECT_THAT(std::string(ParseQuantizedSizing("hf").status().message()), HasSubstr("packed or transformers"));
+}
+
+TEST(QuantizedSpecTest, Fp8PackedTreeHoldsWhatTheFilesHold) {
+  absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(LlamaConfig(Fp8()), DType::kBFloat16);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(spec->quantization.has_value());
+  // 7 linears per layer; lm_head is a default skip.
+  EXPECT_EQ(spec->quantization->linears.size(), 14u);
+  EXPECT_FALSE(spec->quantization->linears.contains("lm_head.weight"));
+  const QuantizedLinear& gate = spec->quantization->linears.at("model.layers.0.mlp.gate_proj.weight");
+  EXPECT_EQ(gate.module, "model.layers.0.mlp.gate_proj");
+  EXPECT_EQ(gate.layout, QuantLayout::kFp8Block);
+  EXPECT_EQ(gate.out_features, 320);
+  EXPECT_EQ(gate.in_features, 256);
+  EXPECT_EQ(gate.weight, "model.layers.0.mlp.gate_proj.weight");
+  EXPECT_EQ(gate.scale, "model.layers.0.mlp.gate_proj.weight_scale_inv");
+  EXPECT_EQ(gate.scale_dtype, DType::kFloat32);
+  EXPECT_EQ(Describe(*FindModule(spec->root, "model.layers.0.mlp.gate_proj")),
+            "weight[320,256]float8_e4m3fn weight_scale_inv[3,2]float32 ");
+  EXPECT_EQ(Describe(*FindModule(spec->root, "lm_head")), "weight[1000,256]bfloat16 ");
+  EXPECT_EQ(spec->quantization->sizing, QuantizedSizing::kPacked);
+}
+
+TEST(QuantizedSpecTest, Fp8TransformersSizingDependsOnTheMachine) {
+  json config = LlamaConfig(Fp8());
+  config["attention_bias"] = true;
+  absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(config, DType::kBFloat16);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  SizeQuantizedSpec(*spec, QuantizedSizing::kTransformers, /*keeps_fp8=*/true);
+  // FP8Linear: weight, bias (nn.Linear's slots), weight_scale_inv float32.
+  EXPECT_EQ(Describe(*FindModule(spec->root, "model.layers.1.self_attn.k_proj")),
+            "weight[128,256]float8_e4m3fn bias[128]bfloat16 weight_scale_inv[1,2]float32 ");
+  EXPECT_FALSE(spec->quantization->planned_dense);
+  // Without a GPU of compute capability 8.9, transformers dequantizes: the dense bf16 model.
+  SizeQuantizedSpec(*spec, QuantizedSizing::kTransformers, /*keeps_fp8=*/false);
+  EXPECT_EQ(Describe(*FindModule(spec->root, "model.layers.1.self_attn.k_proj")),
+            "weight[128,256]bfloat16 bias[128]bfloat16 ");
+  EXPECT_TRUE(spec->quantization->planned_dense);
+  EXPECT_THAT(QuantizationSummary(*spec), HasSubstr("planned dense in bfloat16"));
+  // And back.
+  SizeQuantizedSpec(*spec, QuantizedSizing::kPacked, /*keeps_fp8=*/false);
+  EXPECT_EQ(Describe(*FindModule(spec->root, "model.layers.1.self_attn.k_proj")),
+            "weight[128,256]float8_e4m3fn bias[128]bfloat16 weight_scale_inv[1,2]float32 ");
+}
+
+TEST(QuantizedSpecTest, Fp8DequantizeInTheConfigPlansDense) {
+  absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(LlamaConfig(Fp8({{"dequantize", true}})), DType::kBFloat16);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  SizeQuantizedSpec(*spec, QuantizedSizing::kTransformers, /*keeps_fp8=*/true);
+  EXPECT_TRUE(spec->quantization->planned_dense);
+  EXPECT_EQ(Describe(*FindModule(spec->root, "model.layers.0.mlp.up_proj")), "weight[320,256]bfloat16 ");
+}
+
+TEST(QuantizedSpecTest, Fp8SkipListsMatchAsTransformersMatches) {
+  // A list replaces the default skips: lm_head is converted.
+  absl::StatusOr<ModelSpec> spec =
+      ModelSpecFromConfig(LlamaConfig(Fp8({{"modules_to_not_convert", json::array()}})), DType::kBFloat16);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->quantization->linears.contains("lm_head.weight"));
+  // Prefix to a module boundary, as a regex, or a plain suffix.
+  spec = ModelSpecFromConfig(LlamaConfig(Fp8({{"modules_to_not_convert",
+                                               {"model.layers.1", "model.layers.*.k_proj", "down_proj", "mlp.gate"}}})),
+                             DType::kBFloat16);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const auto& linears = spec->quantization->linears;
+  EXPECT_FALSE(linears.contains("model.layers.1.self_attn.q_proj.weight"));
+  EXPECT_FALSE(linears.contains("model.layers.0.self_attn.k_proj.weight"));
+  EXPECT_FALSE(linears.contains("model.layers.0.mlp.down_proj.weight"));
+  EXPECT_TRUE(linears.contains("model.layers.0.mlp.gate_proj.weight"));  // "mlp.gate" stops at a boundary
+  EXPECT_TRUE(linears.contains("model.layers.0.self_attn.q_proj.weight"));
+  EXPECT_TRUE(linears.contains("lm_head.weight"));
+  EXPECT_EQ(linears.size(), 6u);  // layer 0: q, v, o, gate, up; lm_head
+}
+
+TEST(QuantizedSpecTest, Fp8MoeExpertsAreStoredPerExpert) {
+  json config = {{"architectures", {"Qwen3MoeForCausalLM"}},
+                 {"model_type", "qwen3_moe"},
+                 {"hidden_size", 256},
+                 {"intermediate_size", 320},
+                 {"moe_intermediate_size", 192},
+                 {"num_hidden_layers", 1},
+                 {"num_attention_heads", 4},
+                 {"num_key_value_heads", 2},
+                 {"head_dim", 64},
+                 {"num_experts", 3},
+                 {"num_experts_per_tok", 2},
+                 {"vocab_size", 1000},
+                 {"torch_dtype", "bfloat16"},
+                 {"quantization_config", Fp8()}};
+  absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(config, DType::kBFloat16);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const auto& linears = spec->quantization->linears;
+  EXPECT_EQ(linears.size(), 4u + 9u);  // q, k, v, o and 3 x (gate, up, down)
+  const QuantizedLinear& down = linears.at("model.layers.0.mlp.experts.2.down_proj.weight");
+  EXPECT_EQ(down.scale, "model.layers.0.mlp.experts.2.down_proj.weight_scale_inv");
+  EXPECT_EQ(down.out_features, 256);
+  EXPECT_EQ(down.in_features, 192);
+  EXPECT_EQ(Describe(*FindModule(spec->root, "model.layers.0.mlp.experts")),
+            "gate_up_proj[3,384,256]float8_e4m3fn gate_up_proj_scale_inv[3,4,2]float32 "
+            "down_proj[3,256,192]float8_e4m3fn down_proj_scale_inv[3,2,2]float32 ");
+  // FP8Experts: the fused gate_up grid is ceil(2I / 128) rows.
+  SizeQuantizedSpec(*spec, QuantizedSizing::kTransformers, /*keeps_fp8=*/true);
+  EXPECT_EQ(Describe(*FindModule(spec->root, "model.layers.0.mlp.experts")),
+            "gate_up_proj[3,384,256]float8_e4m3fn gate_up_proj_scale_inv[3,3,2]float32 "
+            "down_proj[3,256,192]float8_e4m3fn down_proj_scale_inv[3,2,2]float32 ");
+  const std::map<std::string, ExpectedTensor> stored = CheckpointTensors(*spec);
+  EXPECT_EQ(stored.at("model.layers.0.mlp.experts.1.gate_proj.weight").stored_dtypes,
+            std::vector<std::string>{"F8_E4M3"});
+  EXPECT_EQ(stored.at("model.layers.0.mlp.experts.1.gate_proj.weight_scale_inv").shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_FALSE(stored.contains("model.layers.0.mlp.experts.gate_up_proj_scale_inv"));
+  EXPECT_FALSE(stored.contains("model.layers.0.mlp.experts.gate_up_proj"));
+  EXPECT_TRUE(stored.contains("model.layers.0.mlp.gate.weight"));
+}
+
+TEST(InventoryComputeCapabilityTest, ParsedFromTheInventory) {
+  absl::StatusOr<MachineInventory> inventory = ParseInventory("0=80GiB@8.9,1=80GiB,cpu=100GiB");
+  ASSERT_TRUE(inventory.ok()) << inventory.status();
+  EXPECT_EQ(inventory->gpus[0].compute_capability_major, 8);
+  EXPECT_EQ(inventory->gpus[0].compute_capability_minor, 9);
+  EXPECT_EQ(inventory->gpus[1].compute_capability_major, 0);
+  EXPECT_TRUE(TransformersKeepsFp8(*inventory));
+  EXPECT_FALSE(TransformersKeepsFp8(*ParseInventory("0=80GiB@8.6,cpu=100GiB")));
+  EXPECT_TRUE(TransformersKeepsFp8(*ParseInventory("0=80GiB@9.0,cpu=100GiB")));
+  EXPECT_FALSE(TransformersKeepsFp8(*ParseInventory("0=80GiB,cpu=100GiB")));  // unknown: dequantized
+  EXPECT_FALSE(TransformersKeepsFp8(*ParseInventory("cpu=100GiB")));
+  EXPECT_THAT(std::string(ParseInventory("0=80GiB@89,cpu=1GiB").status().message()),
+              HasSubstr("compute capability \"89\" is not MAJOR.MINOR"));
+  EXPECT_THAT(std::string(ParseInventory("0=80GiB,cpu=1GiB@8.9").status().message()),
+              HasSubstr("only GPUs have a compute capability"));
+}
+
+// --- The header check of a quantized checkpoint.
+
+struct FakeTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string dtype;
+};
+
+int64_t ElementSize(const std::string& dtype) {
+  if (dtype == "F32" || dtype == "I32") return 4;
+  if (dtype == "BF16" || dtype == "F16") return 2;
+  return 1;
+}
+
+class QuantizedCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           ("strata_quantized_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  void Write(const json& config, const std::vector<FakeTensor>& tensors) {
+    std::ofstream(dir_ / "config.json") << config.dump(2);
+    json header = json::object();
+    uint64_t offset = 0;
+    for (const FakeTensor& t : tensors) {
+      uint64_t bytes = ElementSize(t.dtype);
+      for (int64_t d : t.shape) bytes *= d;
+      header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+      offset += bytes;
+    }
+    const std::string text = header.dump();
+    std::ofstream out(dir_ / "model.safetensors", std::ios::binary);
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>((text.size() >> (8 * i)) & 0xff));
+    out << text << std::string(offset, '\0');
+  }
+
+  // Every tensor of LlamaConfig's checkpoint in FP8 with `scale_dtype` scales; `edit` changes one.
+  std::vector<FakeTensor> Fp8Tensors(const std::string& scale_dtype) {
+    std::vector<FakeTensor> t = {{"model.embed_tokens.weight", {1000, 256}, "BF16"},
+                                 {"model.norm.weight", {256}, "BF16"},
+                                 {"lm_head.weight", {1000, 256}, "BF16"}};
+    for (int i = 0; i < 2; ++i) {
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      t.push_back({p + "input_layernorm.weight", {256}, "BF16"});
+      t.push_back({p + "post_attention_layernorm.weight", {256}, "BF16"});
+      const std::vector<std::tuple<std::string, int64_t, int64_t>> linears = {
+          {"self_attn.q_proj", 256, 256}, {"self_attn.k_proj", 128, 256}, {"self_attn.v_proj", 128, 256},
+          {"self_attn.o_proj", 256, 256}, {"mlp.gate_proj", 320, 256},    {"mlp.up_proj", 320, 256},
+          {"mlp.down_proj", 256, 320}};
+      for (const auto& [name, n, k] : linears) {
+        t.push_back({p + name + ".weight", {n, k}, "F8_E4M3"});
+        t.push_back({p + name + ".weight_scale_inv", {(n + 127) / 128, (k + 127) / 128}, scale_dtype});
+      }
+    }
+    return t;
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(QuantizedCheckpointTest, Fp8CheckpointLoadsAndTakesItsScaleDType) {
+  Write(LlamaConfig(Fp8()), Fp8Tensors("BF16"));
+  absl::StatusOr<ModelSpec> spec = LoadModelSpec(dir_, std::nullopt);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->quantization->linears.at("model.layers.1.mlp.down_proj.weight").scale_dtype, DType::kBFloat16);
+  EXPECT_EQ(Describe(*FindModule(spec->root, "model.layers.1.mlp.down_proj")),
+            "weight[256,320]float8_e4m3fn weight_scale_inv[2,3]bfloat16 ");
+  Write(LlamaConfig(Fp8()), Fp8Tensors("F32"));
+  spec = LoadModelSpec(dir_, std::nullopt);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->quantization->linears.at("model.layers.1.mlp.down_proj.weight").scale_dtype, DType::kFloat32);
+}
+
+TEST_F(QuantizedCheckpointTest, Fp8MismatchesAreNamed) {
+  struct Case {
+    std::string tensor;
+    std::vector<int64_t> shape;  // empty: drop the tensor
+    std::string dtype;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"model.layers.0.mlp.up_proj.weight_scale_inv",
+       {3, 3},
+       "F32",
+       "tensor model.layers.0.mlp.up_proj.weight_scale_inv has shape [3, 3] in model.safetensors, expected [3, 2]"},
+      {"model.layers.0.mlp.up_proj.weight",
+       {320, 256},
+       "BF16",
+       "tensor model.layers.0.mlp.up_proj.weight has dtype BF16 in model.safetensors, expected F8_E4M3"},
+      {"model.layers.0.mlp.up_proj.weight_scale_inv",
+       {3, 2},
+       "U8",
+       "tensor model.layers.0.mlp.up_proj.weight_scale_inv has dtype U8 in model.safetensors, expected F32 or BF16"},
+      {"model.layers.1.self_attn.o_proj.weight_scale_inv",
+       {},
+       "",
+       "tensor model.layers.1.self_attn.o_proj.weight_scale_inv [2, 2] is missing from model.safetensors"},
+  };
+  for (const Case& c : cases) {
+    std::vector<FakeTensor> tensors;
+    for (FakeTensor t : Fp8Tensors("F32")) {
+      if (t.name == c.tensor) {
+        if (c.shape.empty()) continue;
+        t.shape = c.shape;
+        t.dtype = c.dtype;
+      }
+      tensors.push_back(t);
+    }
+    Write(LlamaConfig(Fp8()), tensors);
+    absl::StatusOr<ModelSpec> spec = LoadModelSpec(dir_, std::nullopt);
+    ASSERT_FALSE(spec.ok()) << c.tensor;
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr(c.message));
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr("quantization_config: fp8"));
+  }
+  // A dense checkpoint under an FP8 config: the scales are missing.
+  std::vector<FakeTensor> tensors = {{"extra.weight_scale_inv", {1}, "F32"}};
+  for (const FakeTensor& t : Fp8Tensors("F32")) tensors.push_back(t);
+  Write(LlamaConfig(Fp8()), tensors);
+  EXPECT_THAT(std::string(LoadModelSpec(dir_, std::nullopt).status().message()),
+              HasSubstr("unexpected tensor extra.weight_scale_inv"));
+}
+
+TEST_F(QuantizedCheckpointTest, Fp8Ue8m0ScalesAreBytes) {
+  std::vector<FakeTensor> tensors = Fp8Tensors("U8");
+  Write(LlamaConfig(Fp8({{"scale_fmt", "ue8m0"}})), tensors);
+  absl::StatusOr<ModelSpec> spec = LoadModelSpec(dir_, std::nullopt);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->quantization->linears.at("model.layers.0.mlp.up_proj.weight").scale_dtype, DType::kUInt8);
+  EXPECT_EQ(Describe(*FindModule(spec->root, "model.layers.0.mlp.up_proj")),
+            "weight[320,256]float8_e4m3fn weight_scale_inv[3,2]uint8 ");
+}
+
+}  // namespace
+}  // namespace strata::planner
