@@ -164,7 +164,8 @@ absl::StatusOr<std::vector<std::string>> Pipeline::LoadUnits(const planner::Mode
       unit.device = units_.front().device;
       label = labels.front();
     } else {
-      absl::StatusOr<std::vector<std::string>> names = UnitTensorNames(place, dims_, spec.quantization ? &*spec.quantization : nullptr);
+      absl::StatusOr<std::vector<std::string>> names =
+          UnitTensorNames(place, dims_, spec.quantization ? &*spec.quantization : nullptr);
       if (!names.ok()) return names.status();
       absl::StatusOr<std::string> loaded = LoadUnitWeights(spec, plan, devices, loader, *names, unit);
       if (!loaded.ok()) return loaded.status();
@@ -236,7 +237,8 @@ absl::Status Pipeline::LoadExpertsOf(const planner::ModelSpec& spec, const plann
       if (!d.ok()) return d.status();
       device = *d;
     }
-    absl::StatusOr<std::vector<Weight>> experts = LoadExperts(loader, storage, device);
+    absl::StatusOr<std::vector<Weight>> experts =
+        LoadExperts(loader, storage, device, spec.quantization ? &*spec.quantization : nullptr);
     if (!experts.ok()) return experts.status();
     unit.experts = *std::move(experts);
     unit.experts_label = planned->ToString();

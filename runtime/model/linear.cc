@@ -67,8 +67,9 @@ at::Tensor WidenedLinear(const at::Tensor& x, const at::Tensor& weight, const at
 // x is converted once; the weights block by block into one reused buffer, each block's product written into its
 // columns of a result in the GEMM's dtype (float32 for a bfloat16 x: rounded to bfloat16 once at the end, as a
 // bfloat16 GEMM with float32 accumulation rounds).
-at::Tensor LinearOverRowBlocks(const at::Tensor& x, int64_t n, const std::function<at::Tensor(int64_t, int64_t)>& rows_of,
-                               at::ScalarType gemm_dtype, const at::Tensor& bias) {
+at::Tensor LinearOverRowBlocks(const at::Tensor& x, int64_t n,
+                               const std::function<at::Tensor(int64_t, int64_t)>& rows_of, at::ScalarType gemm_dtype,
+                               const at::Tensor& bias) {
   const int64_t k = x.size(-1);
   const int64_t rows = x.numel() / k;
   const at::Tensor xg = x.reshape({rows, k}).to(gemm_dtype);

@@ -32,8 +32,9 @@ at::Tensor Linear(const at::Tensor& x, const WeightTensor& weight, const at::Ten
 // y = x W^T (+ bias) for a weight given a block of rows at a time (`rows_of(n0, nb)`: W[n0, n0 + nb), any dtype,
 // on x's device), each block converted into a reused buffer of `gemm_dtype` and multiplied by ATen's GEMM:
 // bfloat16 prefill widened to float32, a quantized weight's prefill (quantized_linear.h). Returns x's dtype.
-at::Tensor LinearOverRowBlocks(const at::Tensor& x, int64_t n, const std::function<at::Tensor(int64_t, int64_t)>& rows_of,
-                               at::ScalarType gemm_dtype, const at::Tensor& bias);
+at::Tensor LinearOverRowBlocks(const at::Tensor& x, int64_t n,
+                               const std::function<at::Tensor(int64_t, int64_t)>& rows_of, at::ScalarType gemm_dtype,
+                               const at::Tensor& bias);
 
 // Rows [n0, n0 + rows) of a weight [N, K] as a weight of its own (Phi-3's fused projections), a view: a packed
 // FP8 weight's rows must start and end on its scale blocks.

@@ -16,15 +16,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/model/linear.h"
+#include "runtime/model/pointwise.h"
 
 namespace strata::runtime {
 
-at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const at::Tensor& gate_up,
-                     const at::Tensor& down, const planner::MoeConfig& moe) {
+at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const std::vector<Weight>& weights,
+                     const planner::MoeConfig& moe) {
+  const bool packed = !weights.empty() && weights.front().packed != nullptr;
   const int64_t h = hidden.size(-1);
   const int64_t k = moe.top_k;
-  const int64_t experts = gate_up.size(0);
-  const int64_t inter = down.size(-1);
+  const int64_t experts = packed ? static_cast<int64_t>(weights.size() / 3) : weights.at(0).stored.size(0);
   const at::Tensor flat = hidden.reshape({-1, h});
   const int64_t tokens = flat.size(0);
 
@@ -45,14 +46,35 @@ at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const a
 
   // The experts, on their device: only the routed rows travel.
   const at::Device home = hidden.device();
-  const at::Device there = gate_up.device();
+  const at::Device there = packed ? weights.front().packed->data.device() : weights.at(0).stored.device();
   if (there != home) {
     rows = rows.to(there, /*non_blocking=*/there.is_cuda());
     offsets = offsets.to(there, /*non_blocking=*/there.is_cuda());
   }
-  at::Tensor projected = at::_grouped_mm(rows.to(gate_up.scalar_type()), gate_up.transpose(-2, -1), offsets);
-  at::Tensor activated = at::silu(projected.narrow(-1, 0, inter)) * projected.narrow(-1, inter, inter);
-  at::Tensor out = at::_grouped_mm(activated, down.transpose(-2, -1), offsets);  // [S, H]
+  at::Tensor out;
+  if (packed) {
+    // Packed experts: each expert's routed rows through its three packed projections. The group sizes are read
+    // on the host (as LibTorch's grouped matmul does off CUDA's SM80+ path).
+    const at::Tensor ends = offsets.to(at::kCPU);
+    const int32_t* end = ends.data_ptr<int32_t>();
+    std::vector<at::Tensor> parts;
+    for (int64_t e = 0, begin = 0; e < experts; begin = end[e], ++e) {
+      if (end[e] == begin) continue;
+      const at::Tensor x = rows.narrow(0, begin, end[e] - begin);
+      const WeightTensor gate{{}, weights[3 * e].packed};
+      const WeightTensor up{{}, weights[3 * e + 1].packed};
+      const WeightTensor down{{}, weights[3 * e + 2].packed};
+      parts.push_back(Linear(SiluMul(Linear(x, gate), Linear(x, up)), down));
+    }
+    out = parts.size() == 1 ? parts.front() : at::cat(parts, 0);  // [S, H], in expert order as `rows`
+  } else {
+    const at::Tensor& gate_up = weights.at(0).stored;
+    const at::Tensor& down = weights.at(1).stored;
+    const int64_t inter = down.size(-1);
+    at::Tensor projected = at::_grouped_mm(rows.to(gate_up.scalar_type()), gate_up.transpose(-2, -1), offsets);
+    at::Tensor activated = at::silu(projected.narrow(-1, 0, inter)) * projected.narrow(-1, inter, inter);
+    out = at::_grouped_mm(activated, down.transpose(-2, -1), offsets);  // [S, H]
+  }
   if (there != home) out = out.to(home, /*non_blocking=*/home.is_cuda());
 
   // Weighted, back in (token, choice) order, summed over the k choices.
@@ -64,7 +86,29 @@ at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const a
 }
 
 absl::StatusOr<std::vector<Weight>> LoadExperts(WeightLoader& loader, const planner::ExpertsStorage& storage,
-                                                at::Device device) {
+                                                at::Device device, const planner::SpecQuantization* quantized) {
+  auto packed_of = [&](const std::string& name) -> const planner::QuantizedLinear* {
+    if (quantized == nullptr) return nullptr;
+    auto it = quantized->linears.find(name);
+    return it == quantized->linears.end() ? nullptr : &it->second;
+  };
+  if (packed_of(absl::StrCat(storage.stored_prefix, ".0.", storage.gate)) != nullptr) {
+    std::vector<Weight> out;
+    for (int64_t e = 0; e < storage.num_experts; ++e) {
+      for (const std::string* part : {&storage.gate, &storage.up, &storage.down}) {
+        const std::string name = absl::StrCat(storage.stored_prefix, ".", e, ".", *part);
+        const planner::QuantizedLinear* q = packed_of(name);
+        if (q == nullptr) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("checkpoint: expert tensor ", name, " is not quantized while expert 0's are"));
+        }
+        absl::StatusOr<Weight> w = loader.LoadPacked(name, *q, Residency::kResident, device);
+        if (!w.ok()) return w.status();
+        out.push_back(*std::move(w));
+      }
+    }
+    return out;
+  }
   std::vector<at::Tensor> gate_up;
   std::vector<at::Tensor> down;
   for (int64_t e = 0; e < storage.num_experts; ++e) {

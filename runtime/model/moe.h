@@ -25,14 +25,16 @@
 
 namespace strata::runtime {
 
-// hidden [B, T, H] on the layer's device; router [E, H] there too; gate_up [E, 2I, H] and down [E, H, I]
-// on the experts' device. Returns [B, T, H] on hidden's device, in hidden's dtype.
-at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const at::Tensor& gate_up,
-                     const at::Tensor& down, const planner::MoeConfig& moe);
+// hidden [B, T, H] on the layer's device; router [E, H] there too; `experts` (LoadExperts) on the experts'
+// device. Returns [B, T, H] on hidden's device, in hidden's dtype.
+at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const std::vector<Weight>& experts,
+                     const planner::MoeConfig& moe);
 
-// Loads one experts module from its per-expert checkpoint tensors and fuses them on `device`:
-// {gate_up [E, 2I, H] (each expert's gate rows, then its up rows), down [E, H, I]}.
+// Loads one experts module from its per-expert checkpoint tensors on `device`: dense experts fused into
+// {gate_up [E, 2I, H] (each expert's gate rows, then its up rows), down [E, H, I]}; experts a quantized checkpoint
+// stores packed (`quantized`) stay packed, three per expert {gate, up, down}, each run on its routed rows alone
+// (quantized_linear.h: the kernels read its packed bytes for a few rows).
 absl::StatusOr<std::vector<Weight>> LoadExperts(WeightLoader& loader, const planner::ExpertsStorage& storage,
-                                                at::Device device);
+                                                at::Device device, const planner::SpecQuantization* quantized);
 
 }  // namespace strata::runtime

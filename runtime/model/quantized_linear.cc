@@ -2,13 +2,13 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/from_blob.h>
-#include <ATen/ops/index_select.h>
 #include <ATen/ops/bitwise_and.h>
 #include <ATen/ops/bitwise_right_shift.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/index_select.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/repeat_interleave.h>
 
@@ -64,9 +64,8 @@ PackedLinear PackedRows(const PackedLinear& w, int64_t n0, int64_t rows) {
   out.out_features = rows;
   out.data = w.data.narrow(0, n0, rows);
   if (w.kind == PackedLinear::Kind::kFp8) {
-    TORCH_CHECK(n0 % w.block_n == 0 && (rows % w.block_n == 0 || n0 + rows == w.out_features),
-                "PackedRows: rows [", n0, ", ", n0 + rows, ") do not start and end on the FP8 scale blocks of ",
-                w.block_n, " rows");
+    TORCH_CHECK(n0 % w.block_n == 0 && (rows % w.block_n == 0 || n0 + rows == w.out_features), "PackedRows: rows [", n0,
+                ", ", n0 + rows, ") do not start and end on the FP8 scale blocks of ", w.block_n, " rows");
     out.scale = w.scale.narrow(0, n0 / w.block_n, (rows + w.block_n - 1) / w.block_n);
   } else {
     out.scale = w.scale.narrow(0, n0, rows);
@@ -128,12 +127,14 @@ at::Tensor Dequantize(const PackedLinear& w, at::ScalarType dtype, int64_t n0, i
   // GPTQ's (q - z) * s in float16): the float32 product of a small integer and a 16-bit scale is exact, so
   // rounding it to the scales' dtype first gives their values; then to `dtype`.
   const at::ScalarType scale_dtype = w.kind == PackedLinear::Kind::kFp8 ? at::kFloat : w.scale.scalar_type();
-  if (scale_dtype != at::kFloat && scale_dtype != dtype) return Dequantize(w, at::kFloat, n0, n1).to(scale_dtype).to(dtype);
+  if (scale_dtype != at::kFloat && scale_dtype != dtype)
+    return Dequantize(w, at::kFloat, n0, n1).to(scale_dtype).to(dtype);
   const int64_t rows = n1 - n0;
   const int64_t k = w.in_features;
   if (w.data.device().is_cpu() && w.data.is_contiguous()) {
     // The kernels' dequantizer: the same float32 products as the ATen expressions below, in one pass.
-    at::Tensor out = at::empty({rows, k}, at::TensorOptions().dtype(dtype == at::kBFloat16 ? at::kBFloat16 : at::kFloat));
+    at::Tensor out =
+        at::empty({rows, k}, at::TensorOptions().dtype(dtype == at::kBFloat16 ? at::kBFloat16 : at::kFloat));
     if (dtype == at::kBFloat16) {
       auto* y = reinterpret_cast<kernels::BFloat16*>(out.data_ptr());
       if (w.kind == PackedLinear::Kind::kFp8) {
@@ -385,8 +386,8 @@ absl::StatusOr<PackedLinear> LoadInt(const checkpoint::Checkpoint& checkpoint, c
   at::Tensor perm;
   const std::vector<DType> float_types = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
   auto scales_of = [&](const std::string& name, std::vector<int64_t> shape, bool transposed) -> absl::Status {
-    absl::StatusOr<const TensorView*> v = Stored(checkpoint, name, {DType::kFloat32, DType::kBFloat16, DType::kFloat16},
-                                                 shape);
+    absl::StatusOr<const TensorView*> v =
+        Stored(checkpoint, name, {DType::kFloat32, DType::kBFloat16, DType::kFloat16}, shape);
     if (!v.ok()) return v.status();
     absl::StatusOr<at::Tensor> s = IntScales(**v, transposed);
     if (!s.ok()) return s.status();
@@ -403,7 +404,8 @@ absl::StatusOr<PackedLinear> LoadInt(const checkpoint::Checkpoint& checkpoint, c
       const uint32_t* p = Words(**w);
       at::parallel_for(0, n, 64, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
-          for (int64_t j = 0; j < k; ++j) c[r * k + j] = (p[r * words + j / per_word] >> (bits * (j % per_word))) & mask;
+          for (int64_t j = 0; j < k; ++j)
+            c[r * k + j] = (p[r * words + j / per_word] >> (bits * (j % per_word))) & mask;
         }
       });
       if (absl::Status s = scales_of(q.scale, {n, groups}, false); !s.ok()) return s;
@@ -428,7 +430,8 @@ absl::StatusOr<PackedLinear> LoadInt(const checkpoint::Checkpoint& checkpoint, c
         zero = at::empty({n, groups}, at::TensorOptions().dtype(at::kByte));
         uint8_t* zs = zero.data_ptr<uint8_t>();
         for (int64_t r = 0; r < n; ++r) {
-          for (int64_t g = 0; g < groups; ++g) zs[r * groups + g] = (zp[(r / per_word) * groups + g] >> (bits * (r % per_word))) & mask;
+          for (int64_t g = 0; g < groups; ++g)
+            zs[r * groups + g] = (zp[(r / per_word) * groups + g] >> (bits * (r % per_word))) & mask;
         }
       }
       break;
@@ -452,7 +455,8 @@ absl::StatusOr<PackedLinear> LoadInt(const checkpoint::Checkpoint& checkpoint, c
       zero = at::empty({n, groups}, at::TensorOptions().dtype(at::kByte));
       uint8_t* zs = zero.data_ptr<uint8_t>();
       for (int64_t r = 0; r < n; ++r) {
-        for (int64_t g = 0; g < groups; ++g) zs[r * groups + g] = (zp[g * (n / 8) + r / 8] >> (4 * kNibbleOf[r % 8])) & 15;
+        for (int64_t g = 0; g < groups; ++g)
+          zs[r * groups + g] = (zp[g * (n / 8) + r / 8] >> (4 * kNibbleOf[r % 8])) & 15;
       }
       if (absl::Status s = scales_of(q.scale, {groups, n}, true); !s.ok()) return s;
       break;
@@ -468,8 +472,7 @@ absl::StatusOr<PackedLinear> LoadInt(const checkpoint::Checkpoint& checkpoint, c
           for (int64_t j = 0; j < k; ++j) c[r * k + j] = (p[(j / per_word) * n + r] >> (bits * (j % per_word))) & mask;
         }
       });
-      absl::StatusOr<const TensorView*> z =
-          Stored(checkpoint, q.zero_point, {DType::kInt32}, {groups, n / per_word});
+      absl::StatusOr<const TensorView*> z = Stored(checkpoint, q.zero_point, {DType::kInt32}, {groups, n / per_word});
       if (!z.ok()) return z.status();
       const uint32_t* zp = Words(**z);
       zero = at::empty({n, groups}, at::TensorOptions().dtype(at::kByte));
@@ -535,8 +538,8 @@ absl::StatusOr<PackedLinear> LoadInt(const checkpoint::Checkpoint& checkpoint, c
 
 }  // namespace
 
-absl::StatusOr<PackedLinear> LoadPackedLinear(const checkpoint::Checkpoint& checkpoint, const planner::QuantizedLinear& q,
-                                              at::Device device, bool pinned) {
+absl::StatusOr<PackedLinear> LoadPackedLinear(const checkpoint::Checkpoint& checkpoint,
+                                              const planner::QuantizedLinear& q, at::Device device, bool pinned) {
   absl::StatusOr<PackedLinear> packed;
   switch (q.layout) {
     case QuantLayout::kFp8Block:

@@ -66,7 +66,7 @@ at::Tensor RunQwen3Unit(const Unit& unit, const std::vector<WeightTensor>& w, co
   normed = RmsNorm(h, w[kNormPost], dims.rms_norm_eps);
   at::Tensor mlp;
   if (sparse) {
-    mlp = SparseMoe(normed, w[kMlp], unit.experts.at(0).stored, unit.experts.at(1).stored, dims.moe);
+    mlp = SparseMoe(normed, w[kMlp], unit.experts, dims.moe);
   } else {
     mlp = Linear(SiluMul(Linear(normed, w[kMlp]), Linear(normed, w[kMlp + 1])), w[kMlp + 2]);
   }

@@ -51,7 +51,8 @@ struct Unit {
   int64_t window = 0;  // sliding window of a decoder layer (0: full)
   std::vector<Weight> weights;
   at::Device device = at::kCPU;  // where it executes
-  // A sparse MoE layer's fused experts {gate_up [E, 2I, H], down [E, H, I]}, resident on the device they
+  // A sparse MoE layer's experts (moe.h's LoadExperts: fused {gate_up [E, 2I, H], down [E, H, I]}, or packed
+  // {gate, up, down} per expert), resident on the device they
   // execute on, which may differ from `device` (moe.h).
   std::vector<Weight> experts;
   std::string experts_label;  // the plan device of the experts ("cpu", "1")

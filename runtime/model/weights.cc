@@ -74,8 +74,9 @@ bool Weight::needs_fetch() const {
 WeightTensor Weight::Use() const {
   if (packed) {
     if (!needs_fetch()) return {{}, packed};
-    return {{}, std::make_shared<const PackedLinear>(
-                    packed->To(exec_device, /*non_blocking=*/residency == Residency::kHost))};
+    return {
+        {},
+        std::make_shared<const PackedLinear>(packed->To(exec_device, /*non_blocking=*/residency == Residency::kHost))};
   }
   if (!needs_fetch()) return {stored, nullptr};
   // Pinned host memory copies asynchronously on the current stream; mapped pages are read as they are

@@ -47,9 +47,9 @@ int main(int argc, char** argv) {
     absl::StatusOr<strata::runtime::PackedLinear> packed =
         strata::runtime::LoadPackedLinear(*checkpoint, q, at::kCPU, /*pinned=*/false);
     if (!packed.ok()) return Fail(std::string(packed.status().message()));
-    const at::Tensor w = (aten ? strata::runtime::DequantizeWithAten(*packed, dtype)
-                               : strata::runtime::Dequantize(*packed, dtype))
-                             .contiguous();
+    const at::Tensor w =
+        (aten ? strata::runtime::DequantizeWithAten(*packed, dtype) : strata::runtime::Dequantize(*packed, dtype))
+            .contiguous();
     header[name] = {{"dtype", dtype == at::kBFloat16 ? "BF16" : "F32"},
                     {"shape", {w.size(0), w.size(1)}},
                     {"data_offsets", {data.size(), data.size() + w.nbytes()}}};

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import subprocess
 
 import torch
@@ -47,13 +48,22 @@ def dense_model(name: str, seed: int = 1):
     return model
 
 
-def linear_weights(model, skip=()) -> list[str]:
-    """The weight names of the model's nn.Linear layers, minus the modules named in `skip`."""
-    names = []
-    for module_name, module in model.named_modules():
-        if isinstance(module, torch.nn.Linear) and module_name not in skip:
-            names.append(module_name + ".weight")
-    return names
+def saved_dense(directory: pathlib.Path, model) -> dict:
+    """The model as save_pretrained writes it (sparse experts one tensor per expert and projection), read back."""
+    from safetensors.torch import load_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory, safe_serialization=True)
+    return load_file(directory / "model.safetensors")
+
+
+def linear_weights(model, saved: dict, skip=()) -> list[str]:
+    """The checkpoint names of the weights of the model's linear layers (its nn.Linear modules, and each expert's
+    projections as saved), minus the modules named in `skip`."""
+    names = {module_name + ".weight" for module_name, module in model.named_modules()
+             if isinstance(module, torch.nn.Linear) and module_name not in skip}
+    names |= {k for k in saved if re.search(r"\.experts\.\d+\.\w+\.weight$", k)}
+    return sorted(k for k in names if k in saved)
 
 
 def fp8_quantizer(block=(128, 128), scale_fmt=None):
@@ -62,7 +72,7 @@ def fp8_quantizer(block=(128, 128), scale_fmt=None):
 
     class _Quantizer:  # what Fp8Quantize reads of an HfQuantizer
         quantization_config = transformers.utils.quantization_config.FineGrainedFP8Config(
-            weight_block_size=list(block), scale_fmt=scale_fmt)
+            weight_block_size=list(block), scale_fmt=scale_fmt or "float")
 
     return Fp8Quantize(_Quantizer())
 
@@ -97,16 +107,15 @@ def save_quantized(directory: pathlib.Path, model, tensors: dict, quantization_c
 
 
 def make_fp8_checkpoint(directory: pathlib.Path, name: str, scale_dtype=torch.float32, skip=("lm_head",),
-                        scale_fmt=None) -> pathlib.Path:
-    """Every nn.Linear but `skip` quantized by transformers' Fp8Quantize with 128 x 128 blocks."""
+                        scale_fmt=None, dense_dtype=torch.float32) -> pathlib.Path:
+    """Every nn.Linear but `skip` quantized by transformers' Fp8Quantize with 128 x 128 blocks; the other tensors
+    (embeddings, norms, skipped layers) in `dense_dtype`, as the checkpoint's declared dtype (transformers keeps a
+    quantized checkpoint's other tensors in their stored dtype)."""
     model = dense_model(name)
-    state = {k: v for k, v in model.state_dict().items()}
-    for key in getattr(model, "_tied_weights_keys", None) or {}:
-        if model.config.tie_word_embeddings:
-            state.pop(key, None)
+    state = saved_dense(directory, model)
     op = fp8_quantizer(scale_fmt=scale_fmt)
     tensors = {}
-    quantized = set(linear_weights(model, skip))
+    quantized = set(linear_weights(model, state, skip))
     for key, value in state.items():
         if key in quantized:
             out = op._quantize_one(key, value)
@@ -116,7 +125,8 @@ def make_fp8_checkpoint(directory: pathlib.Path, name: str, scale_dtype=torch.fl
                 out[scale_key] = out[scale_key].to(scale_dtype)
             tensors.update(out)
         else:
-            tensors[key] = value
+            tensors[key] = value.to(dense_dtype)
+    model.config.dtype = dense_dtype
     config = {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}
     if skip:
         config["modules_to_not_convert"] = list(skip)

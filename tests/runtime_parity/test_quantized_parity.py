@@ -27,11 +27,11 @@ FP8_FAMILIES = ["llama", "qwen3", "qwen3_moe", "phi3", "gemma3"]
 def fp8_checkpoint(tmp_path_factory):
     cache = {}
 
-    def get(name, scale_dtype=torch.float32):
-        key = (name, scale_dtype)
+    def get(name, scale_dtype=torch.float32, dense_dtype=torch.float32):
+        key = (name, scale_dtype, dense_dtype)
         if key not in cache:
             directory = tmp_path_factory.mktemp(f"fp8-{name}-{str(scale_dtype).split('.')[-1]}")
-            cache[key] = Q.make_fp8_checkpoint(directory, name, scale_dtype=scale_dtype)
+            cache[key] = Q.make_fp8_checkpoint(directory, name, scale_dtype=scale_dtype, dense_dtype=dense_dtype)
         return cache[key]
 
     return get
@@ -105,7 +105,7 @@ def test_fp8_greedy_matches_transformers(strata_generate, fp8_checkpoint, fp8_re
 
 @pytest.mark.parametrize("name", ["llama", "qwen3"])
 def test_fp8_bfloat16_agrees_where_the_margin_exceeds_bf16_noise(strata_generate, fp8_checkpoint, name):
-    checkpoint = fp8_checkpoint(name, torch.bfloat16)
+    checkpoint = fp8_checkpoint(name, torch.bfloat16, torch.bfloat16)
     reference = H.reference_generate(checkpoint, PROMPTS, NEW_TOKENS, dtype=torch.bfloat16)
     got = H.run_generate(checkpoint, PROMPTS, NEW_TOKENS, "--device-map", '{"": "cpu"}', "--dtype", "bfloat16")
     H.compare_bfloat16_by_margin(reference, got["results"], NEW_TOKENS)
