@@ -109,3 +109,61 @@ def test_fp8_bfloat16_agrees_where_the_margin_exceeds_bf16_noise(strata_generate
     reference = H.reference_generate(checkpoint, PROMPTS, NEW_TOKENS, dtype=torch.bfloat16)
     got = H.run_generate(checkpoint, PROMPTS, NEW_TOKENS, "--device-map", '{"": "cpu"}', "--dtype", "bfloat16")
     H.compare_bfloat16_by_margin(reference, got["results"], NEW_TOKENS)
+
+
+def _broken_copy(source, directory, edit_tensors=None, edit_config=None):
+    """A copy of checkpoint `source` with its tensors or its quantization_config changed."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(source, directory)
+    if edit_tensors:
+        tensors = load_file(directory / "model.safetensors")
+        edit_tensors(tensors)
+        save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
+    if edit_config:
+        config = json.loads((directory / "config.json").read_text())
+        edit_config(config["quantization_config"])
+        (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+SCALE = "model.layers.1.self_attn.q_proj.weight_scale_inv"
+WEIGHT = "model.layers.1.self_attn.q_proj.weight"
+
+
+def _set(key, value):
+    def edit(t):
+        t[key] = value(t[key])
+    return edit
+
+
+def _nan_at(index):
+    def change(s):
+        s = s.clone()
+        s.view(-1)[index] = float("nan")
+        return s
+    return change
+
+
+BAD_FP8 = {
+    "nan_scale": (dict(edit_tensors=_set(SCALE, _nan_at(1))), [SCALE, "non-finite"]),
+    "inf_scale": (dict(edit_tensors=_set(SCALE, lambda s: s * float("inf"))), [SCALE, "non-finite"]),
+    "scale_grid": (dict(edit_tensors=_set(SCALE, lambda s: s[:1])), [SCALE, "shape"]),
+    "weight_dtype": (dict(edit_tensors=_set(WEIGHT, lambda w: w.to(torch.bfloat16))), [WEIGHT, "dtype"]),
+    "missing_scale": (dict(edit_tensors=lambda t: t.pop(SCALE)), [SCALE]),
+    "unknown_method": (dict(edit_config=lambda c: c.update(quant_method="fp9")), ["quant_method", "fp9"]),
+    "zero_block": (dict(edit_config=lambda c: c.update(weight_block_size=[128, 0])), ["weight_block_size"]),
+    "static_activations": (dict(edit_config=lambda c: c.update(activation_scheme="static")), ["activation_scheme"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FP8))
+def test_fp8_bad_checkpoint_exits_2_naming_what_is_wrong(strata_generate, fp8_checkpoint, tmp_path, case):
+    edits, names = BAD_FP8[case]
+    directory = _broken_copy(fp8_checkpoint("llama"), tmp_path / case, **edits)
+    proc = H.run_generate(directory, PROMPTS[:1], 2, "--device-map", '{"": "cpu"}', check=False)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    for name in names:
+        assert name in proc.stderr, proc.stderr
