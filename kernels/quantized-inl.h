@@ -82,6 +82,7 @@ struct Fp8Format {
     mul = scale[(n / block_n) * blocks_k + s] * 256.0f;
     zero = 0.0f;
   }
+  static constexpr bool kHasZero = false;
   int64_t Step(int64_t lanes) const { return 2 * lanes; }
   static bool VectorAt(int64_t) { return true; }
   template <class Fn>
@@ -96,6 +97,7 @@ struct Fp8Format {
 
 // Shared by int8 and int4: the group-wise scales and zeros.
 struct IntParams {
+  static constexpr bool kHasZero = true;
   const void* scale;
   ScaleType scale_type;
   const uint8_t* zero;
@@ -247,19 +249,98 @@ HWY_NOINLINE void QuantTile(const Format& f, const float* mul, const float* sub,
   }
 }
 
+// One or two input rows against weight rows [n, n + nr): here the conversion of the codes is not shared by
+// many input rows, so nothing more is done per code than convert and FMA. Per segment (FP8 block, int group) the
+// products of codes and x accumulate unscaled, then that sum times the segment's multiplier joins the total;
+// the zeros are subtracted at the end as sum over segments of zero * mul * sum(x over the segment) (`sumx`,
+// [rows][segments], computed once per call and shared by every weight row).
+template <class Format, class E, int MR, int NR>
+HWY_NOINLINE void QuantTileDeferred(const Format& f, const float* mul, const float* sub, const float* sumx,
+                                    const float* x, const typename E::T* bias, typename E::T* y, int64_t k,
+                                    int64_t n_total, int64_t n, int64_t nr, int64_t m0) {
+  const DQ d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t segments = f.Segments();
+  const float* xs[MR];
+  const uint8_t* ws[NR];
+  STRATA_UNROLL for (int m = 0; m < MR; ++m) xs[m] = x + (m0 + m) * k;
+  STRATA_UNROLL for (int r = 0; r < NR; ++r) ws[r] = f.Row(n + (r < nr ? r : nr - 1));
+  VQ total[MR][NR];
+  float tail[MR][NR];
+  STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+    STRATA_UNROLL for (int r = 0; r < NR; ++r) {
+      total[m][r] = hn::Zero(d);
+      tail[m][r] = 0.0f;
+    }
+  }
+  const int64_t step = f.Step(lanes);
+  for (int64_t s = 0; s < segments; ++s) {
+    const int64_t begin = f.SegBegin(s), end = f.SegEnd(s);
+    int64_t j = begin;
+    if (Format::VectorAt(begin) && begin + step <= end) {
+      VQ acc[MR][NR];
+      STRATA_UNROLL for (int m = 0; m < MR; ++m) { STRATA_UNROLL for (int r = 0; r < NR; ++r) acc[m][r] = hn::Zero(d); }
+      for (; j + step <= end; j += step) {
+        STRATA_UNROLL for (int r = 0; r < NR; ++r) {
+          f.Decode(d, ws[r], j, lanes, [&](VQ codes, int64_t col) HWY_ATTR {
+            STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+              acc[m][r] = hn::MulAdd(codes, hn::LoadU(d, xs[m] + col), acc[m][r]);
+            }
+          });
+        }
+      }
+      STRATA_UNROLL for (int r = 0; r < NR; ++r) {
+        const VQ mv = hn::Set(d, mul[r * segments + s]);
+        STRATA_UNROLL for (int m = 0; m < MR; ++m) total[m][r] = hn::MulAdd(acc[m][r], mv, total[m][r]);
+      }
+    }
+    for (; j < end; ++j) {
+      for (int r = 0; r < NR; ++r) {
+        const float w = f.Code(ws[r], j) * mul[r * segments + s];
+        for (int m = 0; m < MR; ++m) tail[m][r] += w * xs[m][j];
+      }
+    }
+  }
+  for (int m = 0; m < MR; ++m) {
+    for (int r = 0; r < nr; ++r) {
+      float zeros = 0.0f;
+      if constexpr (Format::kHasZero) {
+        for (int64_t s = 0; s < segments; ++s) zeros += sub[r * segments + s] * sumx[(m0 + m) * segments + s];
+      }
+      const float b = bias != nullptr ? E::LoadOne(bias + n + r) : 0.0f;
+      E::StoreOne(hn::GetLane(hn::SumOfLanes(d, total[m][r])) + tail[m][r] - zeros + b, y + (m0 + m) * n_total + n + r);
+    }
+  }
+}
+
 #undef STRATA_UNROLL
 
+// Tiles over blocks of weight rows, their multipliers and zero * multipliers gathered once per block: one or
+// two input rows by QuantTileDeferred (4 weight rows; 2 x 2 on 16-register targets), more by QuantTile.
 template <class Format, class E>
 void QuantRowsT(const Format& f, const float* x, const typename E::T* bias, typename E::T* y, int64_t rows, int64_t k,
                 int64_t n_total, int64_t n0, int64_t n1) {
   constexpr int NR = kQuantTileWeightRows;
   const int64_t segments = f.Segments();
-  std::vector<float> params(static_cast<size_t>(2 * NR * segments));
+  std::vector<float> params(static_cast<size_t>(2 * 4 * segments));
   float* mul = params.data();
-  float* sub = mul + NR * segments;
-  for (int64_t n = n0; n < n1; n += NR) {
-    const int64_t nr = n1 - n < NR ? n1 - n : NR;
-    for (int64_t r = 0; r < NR; ++r) {
+  float* sub = mul + 4 * segments;
+  std::vector<float> sumx;
+  if (Format::kHasZero && rows <= 2) {
+    sumx.resize(static_cast<size_t>(rows * segments));
+    for (int64_t m = 0; m < rows; ++m) {
+      for (int64_t s = 0; s < segments; ++s) {
+        float sum = 0.0f;
+        for (int64_t j = f.SegBegin(s); j < f.SegEnd(s); ++j) sum += x[m * k + j];
+        sumx[static_cast<size_t>(m * segments + s)] = sum;
+      }
+    }
+  }
+  // Weight rows per block: 4 for one or two input rows (2 for two on 16-register targets), NR for tiles.
+  const int64_t block = rows == 1 ? 4 : (rows == 2 ? (NR == 4 ? 4 : 2) : NR);
+  for (int64_t n = n0; n < n1; n += block) {
+    const int64_t nr = n1 - n < block ? n1 - n : block;
+    for (int64_t r = 0; r < block; ++r) {
       const int64_t row = n + (r < nr ? r : nr - 1);
       for (int64_t s = 0; s < segments; ++s) {
         float m, z;
@@ -267,6 +348,18 @@ void QuantRowsT(const Format& f, const float* x, const typename E::T* bias, type
         mul[r * segments + s] = m;
         sub[r * segments + s] = z * m;
       }
+    }
+    if (rows == 1) {
+      QuantTileDeferred<Format, E, 1, 4>(f, mul, sub, sumx.data(), x, bias, y, k, n_total, n, nr, 0);
+      continue;
+    }
+    if (rows == 2) {
+      if constexpr (NR == 4) {
+        QuantTileDeferred<Format, E, 2, 4>(f, mul, sub, sumx.data(), x, bias, y, k, n_total, n, nr, 0);
+      } else {
+        QuantTileDeferred<Format, E, 2, 2>(f, mul, sub, sumx.data(), x, bias, y, k, n_total, n, nr, 0);
+      }
+      continue;
     }
     for (int64_t m = 0; m < rows; m += 4) {
       switch (rows - m < 4 ? rows - m : 4) {
