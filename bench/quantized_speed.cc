@@ -4,9 +4,12 @@
 // memory. The output rows are split over the threads as runtime/model/linear.cc splits them; each thread walks
 // the whole rotation on its own slice (no barrier per matrix). Prints GiB/s of weight bytes read (packed codes
 // plus scales and zeros), microseconds per matrix, and the speed-up over bfloat16 (its time / ours: the ratio
-// of decode tokens per second for a memory-bound layer). Medians of alternating runs. torch-free.
+// of decode tokens per second for a memory-bound layer). Medians of alternating runs. torch-free. x float32
+// rows run the float32 kernels against LinearRows(float32 x, bfloat16 W); x bfloat16 rows the VDPBF16PS paths
+// (where the CPU has AVX512_BF16) against LinearRows(bfloat16 x, bfloat16 W), which uses it too.
 //
-//   build/bench/strata_quantized_bench [--threads 1,2] [--rows 1,2,16,32] [--repeats 5]
+//   build/bench/strata_quantized_bench [--threads 1,2] [--rows 1,2,16,32] [--repeats 5] [--x f32,bf16]
+//                                      [--only int4]
 //   STRATA_CPU_ISA=avx2 build/bench/strata_quantized_bench ...   (the AVX2 code on an AVX-512 machine)
 #include <algorithm>
 #include <chrono>
@@ -63,8 +66,8 @@ struct Format {
   const char* name;
   // Builds a matrix of [n, k]; runs rows x it over output rows [n0, n1).
   std::function<Matrix(int64_t n, int64_t k, Bytes& random)> make;
-  std::function<void(const Matrix&, const float* x, BFloat16* y, int64_t rows, int64_t k, int64_t n, int64_t n0,
-                     int64_t n1)>
+  std::function<void(const Matrix&, const float* x, const BFloat16* x16, BFloat16* y, int64_t rows, int64_t k,
+                     int64_t n, int64_t n0, int64_t n1)>
       run;
 };
 
@@ -83,7 +86,9 @@ Format Bf16Format() {
             m.bytes = n * k * 2;
             return m;
           },
-          [](const Matrix& m, const float* x, BFloat16* y, int64_t rows, int64_t k, int64_t n, int64_t n0, int64_t n1) {
+          [](const Matrix& m, const float* x, const BFloat16* x16, BFloat16* y, int64_t rows, int64_t k, int64_t n,
+             int64_t n0, int64_t n1) {
+            if (x16 != nullptr) return strata::kernels::LinearRows(x16, m.bf16.data(), nullptr, y, rows, k, n, n0, n1);
             strata::kernels::LinearRows(x, m.bf16.data(), nullptr, y, rows, k, n, n0, n1);
           }};
 }
@@ -106,45 +111,48 @@ Format Fp8Format(const char* name, int64_t block_n, int64_t block_k) {  // 0: th
             m.bytes = n * k + static_cast<int64_t>(m.scale_f32.size() * 4);
             return m;
           },
-          [blocks](const Matrix& m, const float* x, BFloat16* y, int64_t rows, int64_t k, int64_t n, int64_t n0,
-                   int64_t n1) {
+          [blocks](const Matrix& m, const float* x, const BFloat16* x16, BFloat16* y, int64_t rows, int64_t k,
+                   int64_t n, int64_t n0, int64_t n1) {
             const auto [bn, bk] = blocks(n, k);
             const strata::kernels::Fp8Weights w{m.data.data(), m.scale_f32.data(), bn, bk};
+            if (x16 != nullptr) return strata::kernels::QuantizedLinearRows(x16, w, nullptr, y, rows, k, n, n0, n1);
             strata::kernels::QuantizedLinearRows(x, w, static_cast<const BFloat16*>(nullptr), y, rows, k, n, n0, n1);
           }};
 }
 
 Format IntFormat(const char* name, int bits, int64_t group, strata::kernels::ScaleType type, bool asymmetric) {
-  return {
-      name,
-      [=](int64_t n, int64_t k, Bytes& random) {
-        Matrix m;
-        m.data.resize(static_cast<size_t>(n * k * bits / 8));
-        random.Fill(m.data);
-        const size_t groups = static_cast<size_t>(n * (k / group));
-        if (type == strata::kernels::ScaleType::kFloat32) {
-          m.scale_f32.assign(groups, 0.01f);
-        } else {
-          m.scale_16.assign(groups, type == strata::kernels::ScaleType::kBFloat16 ? Bf16Bits(0.01f) : 0x211F);
-        }
-        if (asymmetric) {
-          m.zero.resize(groups);
-          random.Fill(m.zero);
-        }
-        m.bytes = static_cast<int64_t>(m.data.size() + m.zero.size() + m.scale_f32.size() * 4 + m.scale_16.size() * 2);
-        return m;
-      },
-      [=](const Matrix& m, const float* x, BFloat16* y, int64_t rows, int64_t k, int64_t n, int64_t n0, int64_t n1) {
-        strata::kernels::IntWeights w;
-        w.bits = bits;
-        w.data = m.data.data();
-        w.scale = type == strata::kernels::ScaleType::kFloat32 ? static_cast<const void*>(m.scale_f32.data())
-                                                               : static_cast<const void*>(m.scale_16.data());
-        w.scale_type = type;
-        w.zero = asymmetric ? m.zero.data() : nullptr;
-        w.group = group;
-        strata::kernels::QuantizedLinearRows(x, w, static_cast<const BFloat16*>(nullptr), y, rows, k, n, n0, n1);
-      }};
+  return {name,
+          [=](int64_t n, int64_t k, Bytes& random) {
+            Matrix m;
+            m.data.resize(static_cast<size_t>(n * k * bits / 8));
+            random.Fill(m.data);
+            const size_t groups = static_cast<size_t>(n * (k / group));
+            if (type == strata::kernels::ScaleType::kFloat32) {
+              m.scale_f32.assign(groups, 0.01f);
+            } else {
+              m.scale_16.assign(groups, type == strata::kernels::ScaleType::kBFloat16 ? Bf16Bits(0.01f) : 0x211F);
+            }
+            if (asymmetric) {
+              m.zero.resize(groups);
+              random.Fill(m.zero);
+            }
+            m.bytes =
+                static_cast<int64_t>(m.data.size() + m.zero.size() + m.scale_f32.size() * 4 + m.scale_16.size() * 2);
+            return m;
+          },
+          [=](const Matrix& m, const float* x, const BFloat16* x16, BFloat16* y, int64_t rows, int64_t k, int64_t n,
+              int64_t n0, int64_t n1) {
+            strata::kernels::IntWeights w;
+            w.bits = bits;
+            w.data = m.data.data();
+            w.scale = type == strata::kernels::ScaleType::kFloat32 ? static_cast<const void*>(m.scale_f32.data())
+                                                                   : static_cast<const void*>(m.scale_16.data());
+            w.scale_type = type;
+            w.zero = asymmetric ? m.zero.data() : nullptr;
+            w.group = group;
+            if (x16 != nullptr) return strata::kernels::QuantizedLinearRows(x16, w, nullptr, y, rows, k, n, n0, n1);
+            strata::kernels::QuantizedLinearRows(x, w, static_cast<const BFloat16*>(nullptr), y, rows, k, n, n0, n1);
+          }};
 }
 
 // Enough matrices of `format` for `rotation_bytes`.
@@ -158,11 +166,11 @@ std::vector<Matrix> Rotation(const Format& format, const Shape& shape, int64_t r
 
 // Seconds for one pass over the rotation: `threads` threads, each on its slice of the output rows.
 double Pass(const Format& format, const std::vector<Matrix>& matrices, const Shape& shape, const float* x,
-            std::vector<std::vector<BFloat16>>& ys, int rows, int threads) {
+            const BFloat16* x16, std::vector<std::vector<BFloat16>>& ys, int rows, int threads) {
   auto slice = [&](int t) {
     const int64_t n0 = shape.n * t / threads, n1 = shape.n * (t + 1) / threads;
     for (const Matrix& m : matrices)
-      format.run(m, x, ys[static_cast<size_t>(t)].data(), rows, shape.k, shape.n, n0, n1);
+      format.run(m, x, x16, ys[static_cast<size_t>(t)].data(), rows, shape.k, shape.n, n0, n1);
   };
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> workers;
@@ -177,6 +185,7 @@ double Pass(const Format& format, const std::vector<Matrix>& matrices, const Sha
 int main(int argc, char** argv) {
   std::vector<int> threads = {1, 2}, rows_list = {1, 2, 16, 32};
   int repeats = 5;
+  std::string x_kinds = "f32,bf16", only;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--threads") == 0)
       threads = Ints(argv[i + 1]);
@@ -184,8 +193,14 @@ int main(int argc, char** argv) {
       rows_list = Ints(argv[i + 1]);
     else if (std::strcmp(argv[i], "--repeats") == 0)
       repeats = Ints(argv[i + 1]).front();
+    else if (std::strcmp(argv[i], "--x") == 0)
+      x_kinds = argv[i + 1];
+    else if (std::strcmp(argv[i], "--only") == 0)
+      only = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: strata_quantized_bench [--threads 1,2] [--rows 1,2,16,32] [--repeats 5]\n");
+      std::fprintf(stderr,
+                   "usage: strata_quantized_bench [--threads 1,2] [--rows 1,2,16,32] [--repeats 5] [--x f32,bf16] "
+                   "[--only FORMAT-SUBSTRING]\n");
       return 2;
     }
   }
@@ -201,36 +216,50 @@ int main(int argc, char** argv) {
   };
   const Format bf16 = Bf16Format();
   constexpr int64_t kRotationBytes = int64_t{256} << 20;  // 8x a 32 MiB L3
-  std::printf("kernel target %s%s%s\n\n", strata::kernels::KernelTarget(),
-              *strata::kernels::CpuIsaCap() != '\0' ? ", STRATA_CPU_ISA=" : "", strata::kernels::CpuIsaCap());
+  std::printf("kernel target %s%s%s; VDPBF16PS %s\n\n", strata::kernels::KernelTarget(),
+              *strata::kernels::CpuIsaCap() != '\0' ? ", STRATA_CPU_ISA=" : "", strata::kernels::CpuIsaCap(),
+              strata::kernels::Bf16DotAvailable() ? "yes" : "no");
   std::printf(
-      "| shape | format | threads | rows | bf16 GiB/s | quantized GiB/s | bf16 us | quantized us | speed-up |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+      "| shape | format | x | threads | rows | bf16 GiB/s | quantized GiB/s | bf16 us | quantized us | speed-up |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   Bytes random;
   for (const Shape& shape : shapes) {
     const std::vector<Matrix> bf16_matrices = Rotation(bf16, shape, kRotationBytes, random);
     for (const Format& format : formats) {
+      if (!only.empty() && std::string(format.name).find(only) == std::string::npos) continue;
       const std::vector<Matrix> matrices = Rotation(format, shape, kRotationBytes, random);
       for (int t : threads) {
         for (int rows : rows_list) {
-          std::vector<float> x(static_cast<size_t>(rows * shape.k));
-          for (float& v : x) v = static_cast<float>(random.Next()) / 128.0f - 1.0f;
-          std::vector<std::vector<BFloat16>> ys(static_cast<size_t>(t),
-                                                std::vector<BFloat16>(static_cast<size_t>(rows * shape.n)));
-          Pass(bf16, bf16_matrices, shape, x.data(), ys, rows, t);
-          Pass(format, matrices, shape, x.data(), ys, rows, t);
-          std::vector<double> a, b;
-          for (int i = 0; i < repeats; ++i) {
-            a.push_back(Pass(bf16, bf16_matrices, shape, x.data(), ys, rows, t));
-            b.push_back(Pass(format, matrices, shape, x.data(), ys, rows, t));
+          for (const char* kind : {"f32", "bf16"}) {
+            if (x_kinds.find(kind) == std::string::npos || (std::strcmp(kind, "f32") == 0 && x_kinds == "bf16")) {
+              continue;
+            }
+            const bool x_bf16 = std::strcmp(kind, "bf16") == 0;
+            std::vector<float> x(static_cast<size_t>(rows * shape.k));
+            std::vector<BFloat16> x16(x.size());
+            for (size_t i = 0; i < x.size(); ++i) {
+              x16[i].bits = Bf16Bits(static_cast<float>(random.Next()) / 128.0f - 1.0f);
+              const uint32_t wide = static_cast<uint32_t>(x16[i].bits) << 16;
+              std::memcpy(&x[i], &wide, sizeof wide);
+            }
+            const BFloat16* xb = x_bf16 ? x16.data() : nullptr;
+            std::vector<std::vector<BFloat16>> ys(static_cast<size_t>(t),
+                                                  std::vector<BFloat16>(static_cast<size_t>(rows * shape.n)));
+            Pass(bf16, bf16_matrices, shape, x.data(), xb, ys, rows, t);
+            Pass(format, matrices, shape, x.data(), xb, ys, rows, t);
+            std::vector<double> a, b;
+            for (int i = 0; i < repeats; ++i) {
+              a.push_back(Pass(bf16, bf16_matrices, shape, x.data(), xb, ys, rows, t));
+              b.push_back(Pass(format, matrices, shape, x.data(), xb, ys, rows, t));
+            }
+            const double ta = Median(a) / static_cast<double>(bf16_matrices.size()),
+                         tb = Median(b) / static_cast<double>(matrices.size());
+            const double gib = 1024.0 * 1024.0 * 1024.0;
+            std::printf("| %s | %s | %s | %d | %d | %.1f | %.1f | %.1f | %.1f | %.2fx |\n", shape.name, format.name,
+                        kind, t, rows, static_cast<double>(bf16_matrices.front().bytes) / ta / gib,
+                        static_cast<double>(matrices.front().bytes) / tb / gib, ta * 1e6, tb * 1e6, ta / tb);
+            std::fflush(stdout);
           }
-          const double ta = Median(a) / static_cast<double>(bf16_matrices.size()),
-                       tb = Median(b) / static_cast<double>(matrices.size());
-          const double gib = 1024.0 * 1024.0 * 1024.0;
-          std::printf("| %s | %s | %d | %d | %.1f | %.1f | %.1f | %.1f | %.2fx |\n", shape.name, format.name, t, rows,
-                      static_cast<double>(bf16_matrices.front().bytes) / ta / gib,
-                      static_cast<double>(matrices.front().bytes) / tb / gib, ta * 1e6, tb * 1e6, ta / tb);
-          std::fflush(stdout);
         }
       }
     }
