@@ -77,10 +77,27 @@ struct Fp8Format {
   int64_t SegBegin(int64_t s) const { return s * block_k; }
   int64_t SegEnd(int64_t s) const { return (s + 1) * block_k < k ? (s + 1) * block_k : k; }
   const uint8_t* Row(int64_t n) const { return data + n * k; }
+  static int64_t Bytes(int64_t j) { return j; }
   // Codes are the e4m3 values / 256, so the multiplier is scale * 256: exact, and the product the same.
   void Params(int64_t n, int64_t s, float& mul, float& zero) const {
     mul = scale[(n / block_n) * blocks_k + s] * 256.0f;
     zero = 0.0f;
+  }
+  static constexpr bool kHasZero = false;
+  // Params of every segment of row n: mul [segments], sub = zero * mul [segments].
+  void RowParams(int64_t n, float* mul, float* sub) const {
+    const DQ d;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    const float* from = scale + (n / block_n) * blocks_k;
+    int64_t s = 0;
+    for (; s + lanes <= blocks_k; s += lanes) {
+      hn::StoreU(hn::Mul(hn::LoadU(d, from + s), hn::Set(d, 256.0f)), d, mul + s);
+      hn::StoreU(hn::Zero(d), d, sub + s);
+    }
+    for (; s < blocks_k; ++s) {
+      mul[s] = from[s] * 256.0f;
+      sub[s] = 0.0f;
+    }
   }
   int64_t Step(int64_t lanes) const { return 2 * lanes; }
   static bool VectorAt(int64_t) { return true; }
@@ -94,8 +111,20 @@ struct Fp8Format {
   static float Code(const uint8_t* row, int64_t j) { return Fp8E4m3ToFloat(row[j]) * (1.0f / 256.0f); }
 };
 
+// Lanes(d) float16 values at p as float32 (exact, as Float16ToFloat: subnormals included; infinities and NaN
+// only where the target widens float16 natively, not under Highway's emulation on SSE4 and below).
+inline VQ HalfToFloat(DQ d, const uint16_t* p) {
+#if HWY_TARGET == HWY_SCALAR
+  return hn::Set(d, Float16ToFloat(p[0]));
+#else
+  const hn::Rebind<hwy::float16_t, DQ> dh;
+  return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+#endif
+}
+
 // Shared by int8 and int4: the group-wise scales and zeros.
 struct IntParams {
+  static constexpr bool kHasZero = true;
   const void* scale;
   ScaleType scale_type;
   const uint8_t* zero;
@@ -127,6 +156,41 @@ struct IntParams {
     }
     z = zero != nullptr ? static_cast<float>(zero[i]) : symmetric_zero;
   }
+  // Params of every group of row n, vectorised (the scales widened by type).
+  void RowParams(int64_t n, float* mul, float* sub) const {
+    const DQ d;
+    const hn::RebindToUnsigned<DQ> du32;
+    const hn::RebindToSigned<DQ> di32;
+    const hn::Rebind<uint8_t, DQ> du8;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+    const int64_t first = n * groups;
+    int64_t s = 0;
+    for (; s + lanes <= groups; s += lanes) {
+      VQ m;
+      switch (scale_type) {
+        case ScaleType::kFloat32:
+          m = hn::LoadU(d, static_cast<const float*>(scale) + first + s);
+          break;
+        case ScaleType::kBFloat16:
+          m = LoadBF16(d, static_cast<const uint16_t*>(scale) + first + s);
+          break;
+        default:
+          m = HalfToFloat(d, static_cast<const uint16_t*>(scale) + first + s);
+          break;
+      }
+      const VQ z = zero != nullptr
+                       ? hn::ConvertTo(d, hn::BitCast(di32, hn::PromoteTo(du32, hn::LoadU(du8, zero + first + s))))
+                       : hn::Set(d, symmetric_zero);
+      hn::StoreU(m, d, mul + s);
+      hn::StoreU(hn::Mul(z, m), d, sub + s);
+    }
+    for (; s < groups; ++s) {
+      float m, z;
+      Params(n, s, m, z);
+      mul[s] = m;
+      sub[s] = z * m;
+    }
+  }
 };
 
 template <class DU8>
@@ -141,6 +205,7 @@ struct Int8Format : IntParams {
   int64_t k;
   Int8Format(const IntWeights& w, int64_t k_) : IntParams(w, k_), data(w.data), k(k_) {}
   const uint8_t* Row(int64_t n) const { return data + n * k; }
+  static int64_t Bytes(int64_t j) { return j; }
   int64_t Step(int64_t lanes) const { return 2 * lanes; }
   static bool VectorAt(int64_t) { return true; }
   template <class Fn>
@@ -159,6 +224,7 @@ struct Int4Format : IntParams {
   int64_t k;
   Int4Format(const IntWeights& w, int64_t k_) : IntParams(w, k_), data(w.data), k(k_) {}
   const uint8_t* Row(int64_t n) const { return data + n * (k / 2); }
+  static int64_t Bytes(int64_t j) { return j / 2; }
   static int64_t Step(int64_t) { return 32; }
   static bool VectorAt(int64_t j) { return j % 32 == 0; }
   template <class Fn>
@@ -205,6 +271,12 @@ HWY_NOINLINE void QuantTile(const Format& f, const float* mul, const float* sub,
   const uint8_t* ws[NR];
   STRATA_UNROLL for (int m = 0; m < MR; ++m) xs[m] = x + (m0 + m) * k;
   STRATA_UNROLL for (int r = 0; r < NR; ++r) ws[r] = f.Row(n + (r < nr ? r : nr - 1));
+  // The same rows of the next block of weight rows, prefetched into L2 as these stream: the rows of a block are
+  // short streams side by side, which the hardware prefetchers follow poorly (strata_quantized_bench: 1.5-2x at
+  // one row; into L2 rather than L1, 1.5x more at int4). Only prefetched, never read: past the matrix's end is
+  // harmless.
+  const uint8_t* next[NR];
+  STRATA_UNROLL for (int r = 0; r < NR; ++r) next[r] = ws[r] + (f.Row(NR) - f.Row(0));
   VQ acc[MR][NR];
   float tail[MR][NR];
   STRATA_UNROLL for (int m = 0; m < MR; ++m) {
@@ -225,6 +297,7 @@ HWY_NOINLINE void QuantTile(const Format& f, const float* mul, const float* sub,
       }
       for (; j + step <= end; j += step) {
         STRATA_UNROLL for (int r = 0; r < NR; ++r) {
+          if (m0 == 0) __builtin_prefetch(next[r] + Format::Bytes(j), 0, 2);
           f.Decode(d, ws[r], j, lanes, [&](VQ codes, int64_t col) HWY_ATTR {
             const VQ w = hn::MulSub(codes, mv[r], sv[r]);
             STRATA_UNROLL for (int m = 0; m < MR; ++m) acc[m][r] = hn::MulAdd(w, hn::LoadU(d, xs[m] + col), acc[m][r]);
@@ -247,26 +320,116 @@ HWY_NOINLINE void QuantTile(const Format& f, const float* mul, const float* sub,
   }
 }
 
+// One or two input rows against weight rows [n, n + nr): here the conversion of the codes is not shared by
+// many input rows, so nothing more is done per code than convert and FMA. Per segment (FP8 block, int group) the
+// products of codes and x accumulate unscaled, then that sum times the segment's multiplier joins the total;
+// the zeros are subtracted at the end as sum over segments of zero * mul * sum(x over the segment) (`sumx`,
+// [rows][segments], computed once per call and shared by every weight row).
+template <class Format, class E, int MR, int NR>
+HWY_NOINLINE void QuantTileDeferred(const Format& f, const float* mul, const float* sub, const float* sumx,
+                                    const float* x, const typename E::T* bias, typename E::T* y, int64_t k,
+                                    int64_t n_total, int64_t n, int64_t nr, int64_t m0) {
+  const DQ d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t segments = f.Segments();
+  const float* xs[MR];
+  const uint8_t* ws[NR];
+  STRATA_UNROLL for (int m = 0; m < MR; ++m) xs[m] = x + (m0 + m) * k;
+  STRATA_UNROLL for (int r = 0; r < NR; ++r) ws[r] = f.Row(n + (r < nr ? r : nr - 1));
+  // The same rows of the next block of weight rows, prefetched into L2 as these stream: the rows of a block are
+  // short streams side by side, which the hardware prefetchers follow poorly (strata_quantized_bench: 1.5-2x at
+  // one row; into L2 rather than L1, 1.5x more at int4). Only prefetched, never read: past the matrix's end is
+  // harmless.
+  const uint8_t* next[NR];
+  STRATA_UNROLL for (int r = 0; r < NR; ++r) next[r] = ws[r] + (f.Row(NR) - f.Row(0));
+  VQ total[MR][NR];
+  float tail[MR][NR];
+  STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+    STRATA_UNROLL for (int r = 0; r < NR; ++r) {
+      total[m][r] = hn::Zero(d);
+      tail[m][r] = 0.0f;
+    }
+  }
+  const int64_t step = f.Step(lanes);
+  for (int64_t s = 0; s < segments; ++s) {
+    const int64_t begin = f.SegBegin(s), end = f.SegEnd(s);
+    int64_t j = begin;
+    if (Format::VectorAt(begin) && begin + step <= end) {
+      VQ acc[MR][NR];
+      STRATA_UNROLL for (int m = 0; m < MR; ++m) { STRATA_UNROLL for (int r = 0; r < NR; ++r) acc[m][r] = hn::Zero(d); }
+      for (; j + step <= end; j += step) {
+        STRATA_UNROLL for (int r = 0; r < NR; ++r) {
+          __builtin_prefetch(next[r] + Format::Bytes(j), 0, 2);
+          f.Decode(d, ws[r], j, lanes, [&](VQ codes, int64_t col) HWY_ATTR {
+            STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+              acc[m][r] = hn::MulAdd(codes, hn::LoadU(d, xs[m] + col), acc[m][r]);
+            }
+          });
+        }
+      }
+      STRATA_UNROLL for (int r = 0; r < NR; ++r) {
+        const VQ mv = hn::Set(d, mul[r * segments + s]);
+        STRATA_UNROLL for (int m = 0; m < MR; ++m) total[m][r] = hn::MulAdd(acc[m][r], mv, total[m][r]);
+      }
+    }
+    for (; j < end; ++j) {
+      for (int r = 0; r < NR; ++r) {
+        const float w = f.Code(ws[r], j) * mul[r * segments + s];
+        for (int m = 0; m < MR; ++m) tail[m][r] += w * xs[m][j];
+      }
+    }
+  }
+  for (int m = 0; m < MR; ++m) {
+    for (int r = 0; r < nr; ++r) {
+      float zeros = 0.0f;
+      if constexpr (Format::kHasZero) {
+        for (int64_t s = 0; s < segments; ++s) zeros += sub[r * segments + s] * sumx[(m0 + m) * segments + s];
+      }
+      const float b = bias != nullptr ? E::LoadOne(bias + n + r) : 0.0f;
+      E::StoreOne(hn::GetLane(hn::SumOfLanes(d, total[m][r])) + tail[m][r] - zeros + b, y + (m0 + m) * n_total + n + r);
+    }
+  }
+}
+
 #undef STRATA_UNROLL
 
+// Tiles over blocks of weight rows, their multipliers and zero * multipliers gathered once per block: one or
+// two input rows by QuantTileDeferred (4 weight rows; 2 x 2 on 16-register targets), more by QuantTile.
 template <class Format, class E>
 void QuantRowsT(const Format& f, const float* x, const typename E::T* bias, typename E::T* y, int64_t rows, int64_t k,
                 int64_t n_total, int64_t n0, int64_t n1) {
   constexpr int NR = kQuantTileWeightRows;
   const int64_t segments = f.Segments();
-  std::vector<float> params(static_cast<size_t>(2 * NR * segments));
+  std::vector<float> params(static_cast<size_t>(2 * 4 * segments));
   float* mul = params.data();
-  float* sub = mul + NR * segments;
-  for (int64_t n = n0; n < n1; n += NR) {
-    const int64_t nr = n1 - n < NR ? n1 - n : NR;
-    for (int64_t r = 0; r < NR; ++r) {
-      const int64_t row = n + (r < nr ? r : nr - 1);
+  float* sub = mul + 4 * segments;
+  std::vector<float> sumx;
+  if (Format::kHasZero && rows <= 2) {
+    sumx.resize(static_cast<size_t>(rows * segments));
+    for (int64_t m = 0; m < rows; ++m) {
       for (int64_t s = 0; s < segments; ++s) {
-        float m, z;
-        f.Params(row, s, m, z);
-        mul[r * segments + s] = m;
-        sub[r * segments + s] = z * m;
+        float sum = 0.0f;
+        for (int64_t j = f.SegBegin(s); j < f.SegEnd(s); ++j) sum += x[m * k + j];
+        sumx[static_cast<size_t>(m * segments + s)] = sum;
       }
+    }
+  }
+  // Weight rows per block: 4 for one or two input rows (2 for two on 16-register targets), NR for tiles.
+  const int64_t block = rows == 1 ? 4 : (rows == 2 ? (NR == 4 ? 4 : 2) : NR);
+  for (int64_t n = n0; n < n1; n += block) {
+    const int64_t nr = n1 - n < block ? n1 - n : block;
+    for (int64_t r = 0; r < block; ++r) f.RowParams(n + (r < nr ? r : nr - 1), mul + r * segments, sub + r * segments);
+    if (rows == 1) {
+      QuantTileDeferred<Format, E, 1, 4>(f, mul, sub, sumx.data(), x, bias, y, k, n_total, n, nr, 0);
+      continue;
+    }
+    if (rows == 2) {
+      if constexpr (NR == 4) {
+        QuantTileDeferred<Format, E, 2, 4>(f, mul, sub, sumx.data(), x, bias, y, k, n_total, n, nr, 0);
+      } else {
+        QuantTileDeferred<Format, E, 2, 2>(f, mul, sub, sumx.data(), x, bias, y, k, n_total, n, nr, 0);
+      }
+      continue;
     }
     for (int64_t m = 0; m < rows; m += 4) {
       switch (rows - m < 4 ? rows - m : 4) {
@@ -351,6 +514,320 @@ void DequantizeT(const Format& f, int64_t k, int64_t n0, int64_t n1, typename E:
       for (; j < end; ++j) E::StoreOne((f.Code(row, j) - z) * mul, o + j);
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// bfloat16 input rows on AVX512_BF16's VDPBF16PS (a per-target specialisation of the AVX-512 target, as
+// linear-inl.h's; raw intrinsics). The codes become bfloat16 in registers, exactly: an e4m3 value is a
+// bfloat16 number (VPERMI2B looks up its two bytes in 128-byte tables, AVX512_VBMI), and an int4 code q is
+// packed under the exponent of 128 (the word 0x4300 | q is bfloat16 128 + q: one unpack of the nibbles with
+// 0x43 bytes; the 128 leaves with the zeros, below). VDPBF16PS then multiplies 32 pairs into 16 float32 sums
+// per instruction, twice the float32 FMA's columns, with no conversion of x. The unpacks interleave within
+// 128-bit lanes, so the codes come out in a fixed permutation of their columns; x is permuted the same way
+// once per call. Float32 lane i sums words 2i and 2i + 1, both in 128-bit lane i / 4: lane L of an int4 block
+// holds one chunk of 32 codes, hence one int group (group a multiple of 32), and its scale is applied per
+// 128-bit lane. Products are exact in float32; the sums round to nearest even, denormals flush to zero.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#define STRATA_QUANT_DOT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi")))
+#define STRATA_UNROLL _Pragma("GCC unroll 16")
+#define STRATA_ALWAYS_INLINE __attribute__((always_inline)) inline
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// e4m3 magnitudes (7 bits) -> their bfloat16 bits, low and high bytes (0x7f: NaN).
+struct Fp8Bf16Tables {
+  alignas(64) uint8_t low[128];
+  alignas(64) uint8_t high[128];
+};
+inline const Fp8Bf16Tables& Fp8Bf16() {
+  static const Fp8Bf16Tables tables = [] {
+    Fp8Bf16Tables t{};
+    for (int m = 0; m < 128; ++m) {
+      const uint16_t bits = m == 0x7F ? uint16_t{0x7FC0} : FloatToBF16(Fp8E4m3ToFloat(static_cast<uint8_t>(m)));
+      t.low[m] = static_cast<uint8_t>(bits & 0xFF);
+      t.high[m] = static_cast<uint8_t>(bits >> 8);
+    }
+    return t;
+  }();
+  return tables;
+}
+
+// FP8: blocks of 64 codes (64 bytes) as 2 vectors of 32 bfloat16; word i of 128-bit lane L of vector v is
+// column 16 L + 8 v + i of the block.
+struct Fp8Dot {
+  static constexpr int kBlock = 64, kVectors = 2, kBlockBytes = 64;
+  // One block of x (64 bfloat16) in that order: 16-byte unit u of vector v is unit 2 u + v of the block.
+  STRATA_QUANT_DOT STRATA_ALWAYS_INLINE static void Permute(const uint16_t* from, uint16_t* to) {
+    const __m512i a = _mm512_loadu_si512(from), b = _mm512_loadu_si512(from + 32);
+    _mm512_storeu_si512(to, _mm512_permutex2var_epi64(a, _mm512_set_epi64(13, 12, 9, 8, 5, 4, 1, 0), b));
+    _mm512_storeu_si512(to + 32, _mm512_permutex2var_epi64(a, _mm512_set_epi64(15, 14, 11, 10, 7, 6, 3, 2), b));
+  }
+  __m512i low0, low1, high0, high1;
+  STRATA_QUANT_DOT Fp8Dot() {
+    const Fp8Bf16Tables& t = Fp8Bf16();
+    low0 = _mm512_load_si512(t.low);
+    low1 = _mm512_load_si512(t.low + 64);
+    high0 = _mm512_load_si512(t.high);
+    high1 = _mm512_load_si512(t.high + 64);
+  }
+  STRATA_QUANT_DOT STRATA_ALWAYS_INLINE void Decode(const uint8_t* p, __m512bh (&w)[kVectors]) const {
+    const __m512i bytes = _mm512_loadu_si512(p);
+    const __m512i low = _mm512_permutex2var_epi8(low0, bytes, low1);  // VPERMI2B: index bits 0..6
+    __m512i high = _mm512_permutex2var_epi8(high0, bytes, high1);
+    high = _mm512_ternarylogic_epi32(high, bytes, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);  // | sign
+    w[0] = (__m512bh)_mm512_unpacklo_epi8(low, high);
+    w[1] = (__m512bh)_mm512_unpackhi_epi8(low, high);
+  }
+};
+
+// int4: blocks of 128 codes (4 chunks, 64 bytes) as 4 vectors of 32 bfloat16 128 + q; word i of 128-bit lane
+// L of vector v is column 32 L + 8 v + i of the block (chunk L; v 0, 1 its low nibbles, 2, 3 its high ones).
+struct Int4Dot {
+  static constexpr int kBlock = 128, kVectors = 4, kBlockBytes = 64;
+  // One block of x (128 bfloat16) in that order: a 4 x 4 transpose of 16-byte units (unit L of vector v is
+  // unit v of the block's 32 columns L).
+  STRATA_QUANT_DOT STRATA_ALWAYS_INLINE static void Permute(const uint16_t* from, uint16_t* to) {
+    const __m512i r0 = _mm512_loadu_si512(from), r1 = _mm512_loadu_si512(from + 32);
+    const __m512i r2 = _mm512_loadu_si512(from + 64), r3 = _mm512_loadu_si512(from + 96);
+    const __m512i t0 = _mm512_shuffle_i64x2(r0, r1, 0x44),
+                  t1 = _mm512_shuffle_i64x2(r0, r1, 0xEE);  // 0 0 1 1 | 2 2 3 3
+    const __m512i t2 = _mm512_shuffle_i64x2(r2, r3, 0x44), t3 = _mm512_shuffle_i64x2(r2, r3, 0xEE);
+    _mm512_storeu_si512(to, _mm512_shuffle_i64x2(t0, t2, 0x88));
+    _mm512_storeu_si512(to + 32, _mm512_shuffle_i64x2(t0, t2, 0xDD));
+    _mm512_storeu_si512(to + 64, _mm512_shuffle_i64x2(t1, t3, 0x88));
+    _mm512_storeu_si512(to + 96, _mm512_shuffle_i64x2(t1, t3, 0xDD));
+  }
+  STRATA_QUANT_DOT STRATA_ALWAYS_INLINE void Decode(const uint8_t* p, __m512bh (&w)[kVectors]) const {
+    const __m512i bytes = _mm512_loadu_si512(p);
+    const __m512i nibble = _mm512_set1_epi8(0x0F), exponent = _mm512_set1_epi8(0x43);
+    const __m512i low = _mm512_and_si512(bytes, nibble);
+    const __m512i high = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble);
+    w[0] = (__m512bh)_mm512_unpacklo_epi8(low, exponent);
+    w[1] = (__m512bh)_mm512_unpackhi_epi8(low, exponent);
+    w[2] = (__m512bh)_mm512_unpacklo_epi8(high, exponent);
+    w[3] = (__m512bh)_mm512_unpackhi_epi8(high, exponent);
+  }
+};
+
+// How a block's scales spread over its 128-bit lanes: one for all (an FP8 block, an int group of 128 or a
+// multiple), or one per lane (int group 32: 4 groups a block) or per two lanes (group 64).
+enum class LaneScales { kOne, kGroup32, kGroup64 };
+
+// The scale vector of block `blk` of weight row r: dmul holds the row's multipliers per segment.
+STRATA_QUANT_DOT STRATA_ALWAYS_INLINE __m512 BlockScale(const float* dmul, LaneScales lanes, int64_t segment) {
+  switch (lanes) {
+    case LaneScales::kGroup32:
+      return _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+                                   _mm512_castps128_ps512(_mm_loadu_ps(dmul + segment)));
+    case LaneScales::kGroup64:
+      return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                                   _mm512_castps128_ps512(_mm_loadu_ps(dmul + segment)));
+    default:
+      return _mm512_set1_ps(dmul[segment]);
+  }
+}
+
+// Input rows [m0, m0 + MR) (permuted bfloat16, `xp_stride` apart) against weight rows ws[0 .. NR) over the
+// `blocks` whole blocks: sums[m][r] = sum over blocks of scale * (codes . x). One input row keeps two
+// accumulators per weight row (the vectors of a block alternate) to halve the VDPBF16PS chains.
+template <class Dot, int MR, int NR>
+STRATA_QUANT_DOT HWY_NOINLINE void TileQuantDot(const Dot& dot, const uint16_t* xp, int64_t xp_stride,
+                                                const uint8_t* const* ws, const float* dmul, int64_t segments,
+                                                LaneScales lanes, int64_t segment_cols, int64_t blocks, int64_t m0,
+                                                int64_t ahead, float (*sums)[4]) {
+  constexpr int P = MR == 1 ? 2 : 1;
+  __m512 total[MR][NR];
+  STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+    STRATA_UNROLL for (int r = 0; r < NR; ++r) total[m][r] = _mm512_setzero_ps();
+  }
+  // Steps of blocks under one scale vector: a whole segment of blocks (an FP8 block of a multiple of 64
+  // columns, an int group of a multiple of 128), or one block (int groups of 32 and 64, 4 or 2 a block).
+  const int64_t step = lanes == LaneScales::kOne ? segment_cols / Dot::kBlock : 1;
+  const int64_t per_step = lanes == LaneScales::kGroup32 ? 4 : (lanes == LaneScales::kGroup64 ? 2 : 1);
+  for (int64_t first = 0, segment = 0; first < blocks; first += step, segment += per_step) {
+    const int64_t last = first + step < blocks ? first + step : blocks;
+    __m512 acc[MR][NR][P];
+    STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+      STRATA_UNROLL for (int r = 0; r < NR; ++r) {
+        STRATA_UNROLL for (int p = 0; p < P; ++p) acc[m][r][p] = _mm512_setzero_ps();
+      }
+    }
+    for (int64_t blk = first; blk < last; ++blk) {
+      STRATA_UNROLL for (int r = 0; r < NR; ++r) {
+        if (m0 == 0) __builtin_prefetch(ws[r] + ahead + blk * Dot::kBlockBytes, 0, 2);
+        __m512bh w[Dot::kVectors];
+        dot.Decode(ws[r] + blk * Dot::kBlockBytes, w);
+        STRATA_UNROLL for (int v = 0; v < Dot::kVectors; ++v) {
+          STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+            const __m512bh xv = (__m512bh)_mm512_loadu_si512(xp + (m0 + m) * xp_stride + blk * Dot::kBlock + 32 * v);
+            acc[m][r][v % P] = _mm512_dpbf16_ps(acc[m][r][v % P], w[v], xv);
+          }
+        }
+      }
+    }
+    STRATA_UNROLL for (int r = 0; r < NR; ++r) {
+      const __m512 scale = BlockScale(dmul + r * (segments + 4), lanes, segment);
+      STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+        __m512 a = acc[m][r][0];
+        if constexpr (P == 2) a = _mm512_add_ps(a, acc[m][r][P - 1]);
+        total[m][r] = _mm512_fmadd_ps(a, scale, total[m][r]);
+      }
+    }
+  }
+  STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+    STRATA_UNROLL for (int r = 0; r < NR; ++r) sums[m][r] = _mm512_reduce_add_ps(total[m][r]);
+  }
+}
+
+// The rows kernel on VDPBF16PS for one format: `Format` (quantized-inl.h's float32 one) gives the multipliers,
+// zeros and the scalar codes of the columns past the last whole block.
+template <class Dot, class Format>
+STRATA_QUANT_DOT void QuantRowsDot(const Dot& dot, const Format& f, LaneScales lanes, int64_t segment_cols,
+                                   float dot_factor, const uint16_t* x, const uint16_t* bias, uint16_t* y, int64_t rows,
+                                   int64_t k, int64_t n_total, int64_t n0, int64_t n1) {
+  const int64_t blocks = k / Dot::kBlock, kv = blocks * Dot::kBlock;
+  const int64_t segments = f.Segments();
+  // x permuted as the decoded codes are, per block.
+  std::vector<uint16_t> xp(static_cast<size_t>(rows * kv + 32));
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      Dot::Permute(x + m * k + blk * Dot::kBlock, xp.data() + m * kv + blk * Dot::kBlock);
+    }
+  }
+  // The sum of x over each segment's whole blocks, for the zeros (and the 128 under each int4 code).
+  std::vector<float> sumx;
+  if (Format::kHasZero) {
+    sumx.assign(static_cast<size_t>(rows * segments), 0.0f);
+    for (int64_t m = 0; m < rows; ++m) {
+      for (int64_t seg = 0; seg * segment_cols < kv; ++seg) {
+        const int64_t end = (seg + 1) * segment_cols < kv ? (seg + 1) * segment_cols : kv;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t c = seg * segment_cols; c < end; c += 16) {  // segments of a multiple of 32 columns here
+          acc = _mm512_add_ps(
+              acc,
+              _mm512_castsi512_ps(_mm512_slli_epi32(
+                  _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + m * k + c))), 16)));
+        }
+        sumx[static_cast<size_t>(m * segments + seg)] = _mm512_reduce_add_ps(acc);
+      }
+    }
+  }
+  constexpr int kMaxNR = 4;
+  // Per weight row of a block: mul and sub (zero * mul) per segment as the float32 kernels keep them, the
+  // dot's multiplier (padded by 4 for BlockScale's loads) and the zeros' multiplier ((128 + zero) * scale).
+  std::vector<float> table(static_cast<size_t>(kMaxNR * (3 * segments + 4 + segments)));
+  float* mul = table.data();
+  float* sub = mul + kMaxNR * segments;
+  float* dmul = sub + kMaxNR * segments;
+  float* zmul = dmul + kMaxNR * (segments + 4);
+  const int nr_max = rows <= 2 ? 4 : 2;
+  for (int64_t n = n0; n < n1; n += nr_max) {
+    const int64_t nr = n1 - n < nr_max ? n1 - n : nr_max;
+    const uint8_t* ws[kMaxNR];
+    for (int r = 0; r < nr_max; ++r) {
+      const int64_t row = n + (r < nr ? r : nr - 1);
+      ws[r] = f.Row(row);
+      f.RowParams(row, mul + r * segments, sub + r * segments);
+      for (int64_t s = 0; s < segments; ++s) {
+        dmul[r * (segments + 4) + s] = mul[r * segments + s] * dot_factor;
+        zmul[r * segments + s] = 128.0f * mul[r * segments + s] + sub[r * segments + s];
+      }
+    }
+    for (int64_t m = 0; m < rows;) {
+      float sums[4][4];
+      int mr;
+      if (rows <= 2) {
+        mr = static_cast<int>(rows);
+        if (mr == 1) {
+          TileQuantDot<Dot, 1, 4>(dot, xp.data(), kv, ws, dmul, segments, lanes, segment_cols, blocks, m,
+                                  nr_max * (f.Row(1) - f.Row(0)), sums);
+        } else {
+          TileQuantDot<Dot, 2, 4>(dot, xp.data(), kv, ws, dmul, segments, lanes, segment_cols, blocks, m,
+                                  nr_max * (f.Row(1) - f.Row(0)), sums);
+        }
+      } else {
+        mr = rows - m < 4 ? static_cast<int>(rows - m) : 4;
+        switch (mr) {
+          case 4:
+            TileQuantDot<Dot, 4, 2>(dot, xp.data(), kv, ws, dmul, segments, lanes, segment_cols, blocks, m,
+                                    nr_max * (f.Row(1) - f.Row(0)), sums);
+            break;
+          case 3:
+            TileQuantDot<Dot, 3, 2>(dot, xp.data(), kv, ws, dmul, segments, lanes, segment_cols, blocks, m,
+                                    nr_max * (f.Row(1) - f.Row(0)), sums);
+            break;
+          case 2:
+            TileQuantDot<Dot, 2, 2>(dot, xp.data(), kv, ws, dmul, segments, lanes, segment_cols, blocks, m,
+                                    nr_max * (f.Row(1) - f.Row(0)), sums);
+            break;
+          default:
+            TileQuantDot<Dot, 1, 2>(dot, xp.data(), kv, ws, dmul, segments, lanes, segment_cols, blocks, m,
+                                    nr_max * (f.Row(1) - f.Row(0)), sums);
+            break;
+        }
+      }
+      for (int i = 0; i < mr; ++i) {
+        const uint16_t* xm = x + (m + i) * k;
+        for (int r = 0; r < nr; ++r) {
+          float v = sums[i][r];
+          if constexpr (Format::kHasZero) {
+            for (int64_t s = 0; s < segments; ++s) v -= zmul[r * segments + s] * sumx[(m + i) * segments + s];
+          }
+          for (int64_t j = kv; j < k; ++j) {  // the columns past the last whole block
+            const int64_t s = j / segment_cols;
+            v += (f.Code(ws[r], j) * mul[r * segments + s] - sub[r * segments + s]) * BF16ToFloat(xm[j]);
+          }
+          const float b = bias != nullptr ? BF16ToFloat(bias[n + r]) : 0.0f;
+          y[(m + i) * n_total + n + r] = FloatToBF16(v + b);
+        }
+      }
+      m += mr;
+    }
+  }
+}
+
+#pragma GCC diagnostic pop
+#undef STRATA_ALWAYS_INLINE
+#undef STRATA_UNROLL
+#undef STRATA_QUANT_DOT
+#endif  // HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+
+// bfloat16 input rows: on VDPBF16PS where `dot` (Bf16DotAvailable, and AVX512_VBMI for FP8) and the layout
+// suits it (FP8 blocks of a multiple of 64 columns, int4 groups of 32, 64 or a multiple of 128, k at least one
+// block); elsewhere widened to float32 here and run by the kernels above.
+void QuantRowsFp8Dot(const uint16_t* x, const Fp8Weights& w, const uint16_t* bias, uint16_t* y, int64_t rows, int64_t k,
+                     int64_t n_total, int64_t n0, int64_t n1, bool dot) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if (dot && w.block_k % 64 == 0 && k >= 64) {
+    return QuantRowsDot(Fp8Dot(), Fp8Format(w, k), LaneScales::kOne, w.block_k, 1.0f / 256.0f, x, bias, y, rows, k,
+                        n_total, n0, n1);
+  }
+#else
+  (void)dot;
+#endif
+  std::vector<float> widened(static_cast<size_t>(rows * k));
+  for (int64_t i = 0; i < rows * k; ++i) widened[static_cast<size_t>(i)] = BF16ToFloat(x[i]);
+  QuantRowsT<Fp8Format, BF16>(Fp8Format(w, k), widened.data(), bias, y, rows, k, n_total, n0, n1);
+}
+
+void QuantRowsIntDot(const uint16_t* x, const IntWeights& w, const uint16_t* bias, uint16_t* y, int64_t rows, int64_t k,
+                     int64_t n_total, int64_t n0, int64_t n1, bool dot) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if (dot && w.bits == 4 && k >= 128 && (w.group == 32 || w.group == 64 || w.group % 128 == 0)) {
+    const LaneScales lanes =
+        w.group == 32 ? LaneScales::kGroup32 : (w.group == 64 ? LaneScales::kGroup64 : LaneScales::kOne);
+    return QuantRowsDot(Int4Dot(), Int4Format(w, k), lanes, w.group, 1.0f, x, bias, y, rows, k, n_total, n0, n1);
+  }
+#else
+  (void)dot;
+#endif
+  std::vector<float> widened(static_cast<size_t>(rows * k));
+  for (int64_t i = 0; i < rows * k; ++i) widened[static_cast<size_t>(i)] = BF16ToFloat(x[i]);
+  if (w.bits == 4)
+    return QuantRowsT<Int4Format, BF16>(Int4Format(w, k), widened.data(), bias, y, rows, k, n_total, n0, n1);
+  QuantRowsT<Int8Format, BF16>(Int8Format(w, k), widened.data(), bias, y, rows, k, n_total, n0, n1);
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "kernels/quantized.h"
+#include "kernels/targets.h"
 
 namespace strata::kernels {
 
@@ -18,6 +19,8 @@ HWY_EXPORT(QuantRowsFp8F32);
 HWY_EXPORT(QuantRowsFp8BF16);
 HWY_EXPORT(QuantRowsIntF32);
 HWY_EXPORT(QuantRowsIntBF16);
+HWY_EXPORT(QuantRowsFp8Dot);
+HWY_EXPORT(QuantRowsIntDot);
 HWY_EXPORT(DequantizeFp8F32);
 HWY_EXPORT(DequantizeFp8BF16);
 HWY_EXPORT(DequantizeIntF32);
@@ -40,6 +43,18 @@ void QuantizedLinearRows(const float* x, const IntWeights& w, const BFloat16* bi
                          int64_t k, int64_t n_total, int64_t n0, int64_t n1) {
   HWY_DYNAMIC_DISPATCH(QuantRowsIntBF16)
   (x, w, bias != nullptr ? &bias->bits : nullptr, &y->bits, rows, k, n_total, n0, n1);
+}
+
+void QuantizedLinearRows(const BFloat16* x, const Fp8Weights& w, const BFloat16* bias, BFloat16* y, int64_t rows,
+                         int64_t k, int64_t n_total, int64_t n0, int64_t n1) {
+  HWY_DYNAMIC_DISPATCH(QuantRowsFp8Dot)
+  (&x->bits, w, bias != nullptr ? &bias->bits : nullptr, &y->bits, rows, k, n_total, n0, n1,
+   Bf16DotAvailable() && VbmiAvailable());
+}
+void QuantizedLinearRows(const BFloat16* x, const IntWeights& w, const BFloat16* bias, BFloat16* y, int64_t rows,
+                         int64_t k, int64_t n_total, int64_t n0, int64_t n1) {
+  HWY_DYNAMIC_DISPATCH(QuantRowsIntDot)
+  (&x->bits, w, bias != nullptr ? &bias->bits : nullptr, &y->bits, rows, k, n_total, n0, n1, Bf16DotAvailable());
 }
 
 void DequantizeRows(const Fp8Weights& w, int64_t k, int64_t /*n_total*/, int64_t n0, int64_t n1, float* out) {

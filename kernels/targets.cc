@@ -65,6 +65,15 @@ bool Bf16DotAvailable() {
 #endif
 }
 
+bool VbmiAvailable() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool available = Avx512Allowed() && __builtin_cpu_supports("avx512vbmi");
+  return available;
+#else
+  return false;
+#endif
+}
+
 const char* CpuIsaCap() { return TheCap().name; }
 
 }  // namespace strata::kernels

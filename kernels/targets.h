@@ -12,6 +12,10 @@ bool Avx512Allowed();
 // Whether AVX512_BF16's VDPBF16PS may be used (the above, and the CPU has it): kernels/linear's bfloat16 rows.
 bool Bf16DotAvailable();
 
+// Whether AVX512_VBMI's byte permutes may be used (Avx512Allowed() and the CPU has them): kernels/quantized's FP8
+// rows on VDPBF16PS look the bfloat16 of each e4m3 code up with VPERMI2B.
+bool VbmiAvailable();
+
 // The STRATA_CPU_ISA the process runs under ("" when unset). An unknown value is reported on stderr once and
 // ignored.
 const char* CpuIsaCap();

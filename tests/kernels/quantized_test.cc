@@ -213,12 +213,14 @@ void QuantizedLinearRows(const float* x, const Weights& w, const Bf16Out* bias, 
                                n0, n1);
 }
 
-const int64_t kRows[] = {1, 2, 3, 5, 16, 32};
+const std::vector<int64_t> kRows = {1, 2, 3, 5, 16, 32};
+// The scale's dtype changes only how the multipliers are read: fewer row counts for bfloat16 and float16 scales.
+const std::vector<int64_t> kFewRows = {1, 5};
 
 template <typename Weights>
 void CheckAllRows(const Weights& weights, const std::vector<float>& dense, int64_t n, int64_t k, std::mt19937& gen,
-                  const char* what) {
-  for (int64_t rows : kRows) {
+                  const char* what, const std::vector<int64_t>& row_counts = kRows) {
+  for (int64_t rows : row_counts) {
     for (bool bias : {false, true}) {
       CheckRows<float>(weights, dense, n, k, rows, bias, 0, n, gen, what);
       CheckRows<Bf16Out>(weights, dense, n, k, rows, bias, 1, n - 2, gen, what);
@@ -338,7 +340,7 @@ TEST_P(KernelsQuantized, IntRowsMatchTheReference) {
           const std::string what = "int" + std::to_string(bits) + (asymmetric ? " asymmetric" : " symmetric") +
                                    " scale " + std::to_string(static_cast<int>(type)) + " group " +
                                    std::to_string(s.group);
-          CheckAllRows(c.weights(), c.dense, n, s.k, gen, what.c_str());
+          CheckAllRows(c.weights(), c.dense, n, s.k, gen, what.c_str(), type == ScaleType::kFloat32 ? kRows : kFewRows);
           if (HasFatalFailure()) return;
         }
       }
@@ -368,6 +370,109 @@ TEST_P(KernelsQuantized, IntDequantizeIsBitExact) {
                   << "bfloat16 int" << bits << " row " << i << " col " << j;
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// bfloat16 input rows (VDPBF16PS on the AVX-512 targets where the CPU has AVX512_BF16 and VBMI, widened
+// elsewhere) against the reference on the same bfloat16 values. int4 codes are summed as 128 + q there, the 128
+// taken back with the zeros: the tolerance counts sum |x| * (128 + zero) * scale too (`offsets`).
+template <typename Weights>
+void CheckBf16Rows(const Weights& weights, const std::vector<float>& dense, const std::vector<float>& offsets,
+                   int64_t n, int64_t k, int64_t rows, bool with_bias, int64_t n0, int64_t n1, std::mt19937& gen,
+                   const char* what) {
+  std::normal_distribution<float> normal;
+  std::vector<BFloat16> x(static_cast<size_t>(rows * k)), bias(static_cast<size_t>(n));
+  for (BFloat16& v : x) v = ToBF16(normal(gen));
+  for (BFloat16& v : bias) v = ToBF16(normal(gen));
+  std::vector<BFloat16> y(static_cast<size_t>(rows * n), ToBF16(-7.0f));
+  QuantizedLinearRows(x.data(), weights, with_bias ? bias.data() : nullptr, y.data(), rows, k, n, n0, n1);
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float got = FromBF16(y[m * n + j]);
+      if (j < n0 || j >= n1) {
+        ASSERT_EQ(got, -7.0f) << what << ": wrote outside [n0, n1): row " << m << " out " << j;
+        continue;
+      }
+      double expected = with_bias ? FromBF16(bias[j]) : 0.0, magnitude = 0.0;
+      for (int64_t i = 0; i < k; ++i) {
+        const double xi = FromBF16(x[m * k + i]);
+        expected += xi * dense[j * k + i];
+        magnitude += std::abs(xi * dense[j * k + i]) + (offsets.empty() ? 0.0 : std::abs(xi) * offsets[j * k + i]);
+      }
+      const double tolerance = 2e-6 * std::sqrt(static_cast<double>(k)) * magnitude + 1e-6 + std::abs(expected) / 256.0;
+      ASSERT_NEAR(got, expected, tolerance)
+          << what << ": rows " << rows << " k " << k << " out " << j << " of [" << n0 << ", " << n1 << ")";
+    }
+  }
+}
+
+template <typename Weights>
+void CheckAllBf16Rows(const Weights& weights, const std::vector<float>& dense, const std::vector<float>& offsets,
+                      int64_t n, int64_t k, std::mt19937& gen, const char* what,
+                      const std::vector<int64_t>& row_counts = kRows) {
+  for (int64_t rows : row_counts) {
+    for (bool bias : {false, true}) {
+      CheckBf16Rows(weights, dense, offsets, n, k, rows, bias, 0, n, gen, what);
+      CheckBf16Rows(weights, dense, offsets, n, k, rows, bias, 1, n - 2, gen, what);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST_P(KernelsQuantized, Fp8Bf16RowsMatchTheReference) {
+  std::mt19937 gen(7);
+  struct Shape {
+    int64_t n, k, block_n, block_k;
+    const char* what;
+  };
+  for (const Shape& s : {Shape{130, 200, 128, 128, "ragged 128 x 128 blocks"}, Shape{9, 512, 128, 128, "128 x 128"},
+                         Shape{11, 256, 1, 256, "per channel"}, Shape{10, 100, 1, 100, "per channel, no 64"},
+                         Shape{9, 77, 9, 77, "per tensor, tail"}, Shape{7, 192, 2, 64, "blocks of 64"}}) {
+    const Fp8Case c = MakeFp8(s.n, s.k, s.block_n, s.block_k, gen);
+    CheckAllBf16Rows(c.weights(), c.dense, {}, s.n, s.k, gen, s.what);
+    if (HasFatalFailure()) return;
+  }
+  // NaN codes propagate: in a whole block and past the last one.
+  for (int64_t col : {3, 130}) {
+    Fp8Case c = MakeFp8(6, 136, 1, 136, gen);
+    c.data[2 * 136 + col] = 0xFF;
+    std::vector<BFloat16> x(136 * 3, ToBF16(0.5f)), y(6 * 3);
+    QuantizedLinearRows(x.data(), c.weights(), nullptr, y.data(), 3, 136, 6, 0, 6);
+    for (int64_t m = 0; m < 3; ++m) {
+      for (int64_t j = 0; j < 6; ++j) EXPECT_EQ(std::isnan(FromBF16(y[m * 6 + j])), j == 2) << "col " << col;
+    }
+  }
+}
+
+TEST_P(KernelsQuantized, IntBf16RowsMatchTheReference) {
+  std::mt19937 gen(8);
+  const IntShape shapes[] = {{256, 32}, {256, 64}, {384, 128}, {512, 256}, {300, 100}, {200, 200}, {96, 48}, {160, 32}};
+  for (int bits : {4, 8}) {
+    for (bool asymmetric : {false, true}) {
+      for (ScaleType type : {ScaleType::kFloat32, ScaleType::kBFloat16, ScaleType::kFloat16}) {
+        for (const IntShape& s : shapes) {
+          const int64_t n = 11;
+          const IntCase c = MakeInt(bits, n, s.k, s.group, type, asymmetric, gen);
+          std::vector<float> offsets(c.dense.size());
+          for (int64_t i = 0; i < n; ++i) {
+            for (int64_t j = 0; j < s.k; ++j) {
+              const int64_t g = i * (s.k / s.group) + j / s.group;
+              const double z = asymmetric ? c.zero[g] : 1 << (bits - 1);
+              const double q = c.codes[i * s.k + j];
+              // |(128 + z) * scale|, from the dequantized value: scale = w / (q - z) where q != z.
+              offsets[i * s.k + j] = q != z ? static_cast<float>(std::abs(c.dense[i * s.k + j] / (q - z)) * (128 + z))
+                                            : static_cast<float>((128 + z) * 2.0 / (1 << bits));
+            }
+          }
+          const std::string what = "int" + std::to_string(bits) + (asymmetric ? " asymmetric" : " symmetric") +
+                                   " scale " + std::to_string(static_cast<int>(type)) + " group " +
+                                   std::to_string(s.group) + " k " + std::to_string(s.k);
+          CheckAllBf16Rows(c.weights(), c.dense, offsets, n, s.k, gen, what.c_str(),
+                           type == ScaleType::kFloat32 ? kRows : kFewRows);
+          if (HasFatalFailure()) return;
         }
       }
     }
