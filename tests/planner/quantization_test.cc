@@ -476,6 +476,122 @@ TEST(QuantizedSpecTest, CompressedTensorsMatchesTargetsAndIgnoreAsItsLibrary) {
               HasSubstr("quantizes 5 of the 6 expert projections of model.layers.0.mlp.experts"));
 }
 
+json Awq(const json& extra = json::object()) {
+  json q = {{"quant_method", "awq"}, {"bits", 4},         {"group_size", 128},
+            {"zero_point", true},    {"version", "gemm"}, {"modules_to_not_convert", nullptr}};
+  q.update(extra);
+  return q;
+}
+
+json Gptq(const json& extra = json::object()) {
+  json q = {{"quant_method", "gptq"},
+            {"bits", 4},
+            {"group_size", 128},
+            {"desc_act", false},
+            {"sym", true},
+            {"damp_percent", 0.01},
+            {"checkpoint_format", "gptq"},
+            {"true_sequential", true}};
+  q.update(extra);
+  return q;
+}
+
+TEST(QuantizationConfigTest, AwqAndGptqFields) {
+  absl::StatusOr<std::optional<QuantizationConfig>> awq = ParseQuantizationConfig(json{{"quantization_config", Awq()}});
+  ASSERT_TRUE(awq.ok()) << awq.status();
+  EXPECT_EQ((*awq)->method, QuantMethod::kAwq);
+  EXPECT_EQ((*awq)->bits, 4);
+  EXPECT_EQ((*awq)->group_size, 128);
+  EXPECT_FALSE((*awq)->symmetric);
+  EXPECT_TRUE((*awq)->default_skips);
+  absl::StatusOr<std::optional<QuantizationConfig>> gptq = ParseQuantizationConfig(
+      json{{"quantization_config", Gptq({{"desc_act", true}, {"group_size", -1}, {"bits", 8}})}});
+  ASSERT_TRUE(gptq.ok()) << gptq.status();
+  EXPECT_EQ((*gptq)->method, QuantMethod::kGptq);
+  EXPECT_EQ((*gptq)->bits, 8);
+  EXPECT_EQ((*gptq)->group_size, -1);
+  EXPECT_TRUE((*gptq)->desc_act);
+  EXPECT_EQ((*gptq)->block_name, "model.layers");
+}
+
+TEST(QuantizationConfigTest, AwqAndGptqRefusalsNameTheField) {
+  const std::vector<std::pair<json, std::string>> cases = {
+      {Awq({{"version", "gemv"}}), "quantization_config.version: \"gemv\" is not supported (supported: gemm)"},
+      {Awq({{"version", nullptr}, {"format", "exllama"}}), "quantization_config.format: \"exllama\" is not supported"},
+      {Awq({{"bits", 8}}), "quantization_config.bits: \"8\" is not supported (supported: 4)"},
+      {Awq({{"zero_point", false}}), "quantization_config.zero_point: false (symmetric AWQ) is not supported"},
+      {Awq({{"group_size", -1}}), "quantization_config.group_size: must be a positive integer for AWQ"},
+      {Awq({{"modules_to_not_convert", "lm_head"}}), "quantization_config.modules_to_not_convert: must be a list"},
+      {Gptq({{"checkpoint_format", "gptq_v2"}}),
+       "quantization_config.checkpoint_format: \"gptq_v2\" is not supported (supported: gptq)"},
+      {Gptq({{"checkpoint_format", nullptr}, {"format", "marlin"}}),
+       "quantization_config.format: \"marlin\" is not supported (supported: gptq)"},
+      {Gptq({{"bits", 3}}), "quantization_config.bits: \"3\" is not supported (supported: 4, 8)"},
+      {Gptq({{"bits", 4.0}}), "quantization_config.bits: must be an integer"},
+      {Gptq({{"group_size", 0}}), "quantization_config.group_size: must be a positive integer or -1"},
+      {Gptq({{"desc_act", 1}}), "quantization_config.desc_act: must be true or false"},
+      {Gptq({{"dynamic", {{"-:.*lm_head", json::object()}}}}),
+       "quantization_config.dynamic: per-module overrides are not supported"},
+      {Gptq({{"modules_in_block_to_quantize", {"self_attn.q_proj"}}}),
+       "quantization_config.modules_in_block_to_quantize: must be a list of lists"},
+  };
+  for (const auto& [q, message] : cases) {
+    absl::Status s = ParseError(q);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << q.dump();
+    EXPECT_THAT(std::string(s.message()), HasSubstr(message)) << q.dump();
+  }
+}
+
+TEST(QuantizedSpecTest, AwqTrees) {
+  json config = LlamaConfig(Awq({{"group_size", 64}}));
+  config["attention_bias"] = true;
+  absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(config, DType::kBFloat16);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  // Default skips: lm_head stays dense.
+  EXPECT_EQ(spec->quantization->linears.size(), 14u);
+  const QuantizedLinear& k = spec->quantization->linears.at("model.layers.0.self_attn.k_proj.weight");
+  EXPECT_EQ(k.layout, QuantLayout::kAwqGemm);
+  EXPECT_EQ(k.weight, "model.layers.0.self_attn.k_proj.qweight");
+  EXPECT_EQ(k.zero_point, "model.layers.0.self_attn.k_proj.qzeros");
+  EXPECT_EQ(k.scale, "model.layers.0.self_attn.k_proj.scales");
+  EXPECT_TRUE(k.has_bias);
+  EXPECT_EQ(Describe(*FindModule(spec->root, "model.layers.0.self_attn.k_proj")),
+            "bias[128]bfloat16 qweight[256,16]int32 qzeros[4,16]int32 scales[4,128]float16 ");
+  // transformers: gptqmodel's AWQuantLinear registers buffers, scales and bias float16.
+  SizeQuantizedSpec(*spec, QuantizedSizing::kTransformers, /*keeps_fp8=*/false);
+  const ModuleSpec& m = *FindModule(spec->root, "model.layers.0.self_attn.k_proj");
+  EXPECT_TRUE(m.parameters.empty());
+  ASSERT_EQ(m.buffers.size(), 4u);
+  EXPECT_EQ(m.buffers[0].name, "qweight");
+  EXPECT_EQ(m.buffers[0].shape, (std::vector<int64_t>{256, 16}));
+  EXPECT_EQ(m.buffers[3].name, "bias");
+  EXPECT_EQ(m.buffers[3].dtype, DType::kFloat16);
+  // And back to packed: the buffers go.
+  SizeQuantizedSpec(*spec, QuantizedSizing::kPacked, /*keeps_fp8=*/false);
+  EXPECT_TRUE(FindModule(spec->root, "model.layers.0.self_attn.k_proj")->buffers.empty());
+}
+
+TEST(QuantizedSpecTest, GptqConvertsTheBlocksOnly) {
+  absl::StatusOr<ModelSpec> spec =
+      ModelSpecFromConfig(LlamaConfig(Gptq({{"group_size", -1}, {"desc_act", true}})), DType::kFloat16);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->quantization->linears.size(), 14u);  // lm_head is outside model.layers
+  const QuantizedLinear& down = spec->quantization->linears.at("model.layers.1.mlp.down_proj.weight");
+  EXPECT_EQ(down.layout, QuantLayout::kGptqV1);
+  EXPECT_EQ(down.group_size, 320);  // -1: one group per row
+  EXPECT_EQ(down.g_idx, "model.layers.1.mlp.down_proj.g_idx");
+  EXPECT_EQ(Describe(*FindModule(spec->root, "model.layers.1.mlp.down_proj")),
+            "qweight[40,256]int32 qzeros[1,32]int32 scales[1,256]float16 g_idx[320]int32 ");
+  // modules_in_block_to_quantize narrows the layers by name suffix.
+  spec = ModelSpecFromConfig(LlamaConfig(Gptq({{"modules_in_block_to_quantize",
+                                                {{"self_attn.k_proj", "self_attn.v_proj"}, {"mlp.up_proj"}}}})),
+                             DType::kFloat16);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->quantization->linears.size(), 6u);
+  EXPECT_TRUE(spec->quantization->linears.contains("model.layers.1.mlp.up_proj.weight"));
+  EXPECT_FALSE(spec->quantization->linears.contains("model.layers.1.mlp.gate_proj.weight"));
+}
+
 TEST(InventoryComputeCapabilityTest, ParsedFromTheInventory) {
   absl::StatusOr<MachineInventory> inventory = ParseInventory("0=80GiB@8.9,1=80GiB,cpu=100GiB");
   ASSERT_TRUE(inventory.ok()) << inventory.status();
@@ -681,6 +797,38 @@ TEST_F(QuantizedCheckpointTest, CompressedTensorsCheckpointIsChecked) {
   Write(LlamaConfig(Ct(CtWeights({{"group_size", 64}}), "pack-quantized", nullptr, {"lm_head"})), CtTensors());
   EXPECT_THAT(std::string(LoadModelSpec(dir_, std::nullopt).status().message()),
               HasSubstr("unexpected tensor model.layers.0.mlp.down_proj.weight_zero_point"));
+}
+
+TEST_F(QuantizedCheckpointTest, GptqCheckpointIsChecked) {
+  const json config = LlamaConfig(Gptq());
+  std::vector<FakeTensor> tensors = {{"model.embed_tokens.weight", {1000, 256}, "F16"},
+                                     {"model.norm.weight", {256}, "F16"},
+                                     {"lm_head.weight", {1000, 256}, "F16"}};
+  for (int i = 0; i < 2; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    tensors.push_back({p + "input_layernorm.weight", {256}, "F16"});
+    tensors.push_back({p + "post_attention_layernorm.weight", {256}, "F16"});
+    const std::vector<std::tuple<std::string, int64_t, int64_t>> linears = {
+        {"self_attn.q_proj", 256, 256}, {"self_attn.k_proj", 128, 256}, {"self_attn.v_proj", 128, 256},
+        {"self_attn.o_proj", 256, 256}, {"mlp.gate_proj", 320, 256},    {"mlp.up_proj", 320, 256},
+        {"mlp.down_proj", 256, 320}};
+    for (const auto& [name, n, k] : linears) {
+      tensors.push_back({p + name + ".qweight", {k / 8, n}, "I32"});
+      tensors.push_back({p + name + ".qzeros", {(k + 127) / 128, n / 8}, "I32"});
+      tensors.push_back({p + name + ".scales", {(k + 127) / 128, n}, "F16"});
+      tensors.push_back({p + name + ".g_idx", {k}, "I32"});
+    }
+  }
+  Write(config, tensors);
+  absl::StatusOr<ModelSpec> spec = LoadModelSpec(dir_, std::nullopt);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  for (FakeTensor& t : tensors) {
+    if (t.name == "model.layers.1.mlp.down_proj.g_idx") t.shape = {256};
+  }
+  Write(config, tensors);
+  EXPECT_THAT(std::string(LoadModelSpec(dir_, std::nullopt).status().message()),
+              HasSubstr("tensor model.layers.1.mlp.down_proj.g_idx has shape [256] in model.safetensors, expected "
+                        "[320] (quantization_config: gptq v1 (int4, group 128, symmetric))"));
 }
 
 }  // namespace
