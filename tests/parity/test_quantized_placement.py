@@ -123,8 +123,13 @@ def quantized_dir(tmp_path_factory):
     return get
 
 
+def branches(variant: str) -> tuple:
+    """The main formats run both branches of `dequantize`; a variant's dequantized model is the dense one."""
+    return (False, True) if variant in ("fp8", "ct-w4a16", "ct-fp8-dynamic") else (False,)
+
+
 MAP_CASES = [pytest.param(f, v, d, l, s, id=f"{f}-{v}-{'dequantized' if d else 'quantized'}-{l}-{s}")
-             for f, v, layouts in cases() for d in (False, True) for l in layouts for s in H.STRATEGIES]
+             for f, v, layouts in cases() for d in branches(v) for l in layouts for s in H.STRATEGIES]
 
 
 @pytest.mark.parametrize("family,variant,dequantize,layout,strategy", MAP_CASES)
@@ -185,9 +190,11 @@ def test_dequantize_in_the_config_plans_dense(strata_plan, quantized_dir):
     assert out["device_map"] == expected
 
 
-def test_packed_sizing_is_the_default_and_counts_the_files(strata_plan, quantized_dir):
-    """Without --quantized-sizing the plan counts the packed bytes, whatever the machine."""
-    config = model_config("Llama-3-8B", "fp8", False)
+@pytest.mark.parametrize("variant", ["fp8", "ct-w4a16", "ct-fp8-dynamic"])
+def test_packed_sizing_is_the_default_and_counts_the_files(strata_plan, quantized_dir, variant):
+    """Without --quantized-sizing the plan counts the packed bytes, whatever the machine. For these dense-layer
+    formats the bytes the files hold are what transformers' quantized modules hold (FP8 kept)."""
+    config = model_config("Llama-3-8B", variant, False)
     model, quantizer = Q.cached_quantized_model(config, DTYPE, False)
     size = Q.quantized_model_size(model, quantizer)  # the FP8 model: what the files hold, here
     out = H.strata_plan_json(strata_plan, "--model", quantized_dir(config), "--device-map", "sequential",
