@@ -58,6 +58,18 @@ struct QuantizationConfig {
   std::vector<std::string> not_converted;
   // transformers' dequantize switch (FP8, compressed-tensors): the model is planned as a dense one.
   bool dequantize = false;
+  // compressed-tensors: the config group's targets ("Linear", module names, "re:" patterns), its strategy
+  // ("group", "channel", "tensor", "block") and format ("pack-quantized", "float-quantized"); float_weights
+  // for its FP8 scheme (type "float", mapped onto block_n x block_k: see above).
+  std::vector<std::string> targets;
+  std::string strategy;
+  std::string format;
+  bool float_weights = false;
+  // GPTQ: the module list whose nn.Linear layers optimum converts (block_name_to_quantize, "model.layers" when
+  // the config does not say) and, when given, the names within a block that are (modules_in_block_to_quantize,
+  // flattened; a layer is converted when its name ends with one).
+  std::string block_name;
+  std::vector<std::string> modules_in_block;
   // FP8: modules_to_not_convert was absent or null, so transformers adds its default skips (tied weights,
   // the last parameter's module, the output embeddings: lm_head). A list, even an empty one, replaces them.
   bool default_skips = false;
@@ -99,6 +111,10 @@ struct QuantizedLinear {
   std::string shape;       // compressed-tensors' "...weight_shape"; empty otherwise
   checkpoint::DType scale_dtype = checkpoint::DType::kFloat32;
   bool scale_ue8m0 = false;
+  // compressed-tensors' "tensor" strategy: one scale, stored as [1] rather than a [1, 1] grid.
+  bool per_tensor_scale = false;
+  // The layer has a bias (not quantized: "...bias" [N], stored as the dense checkpoint stores it).
+  bool has_bias = false;
 };
 
 // What ModelSpec carries for a quantized checkpoint (ModelSpec::quantization).

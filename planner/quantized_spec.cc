@@ -46,6 +46,23 @@ bool SkippedByPatterns(const std::string& name, const std::vector<std::string>& 
   return false;
 }
 
+// compressed-tensors' is_match: a target names the module exactly, is "re:" and a regex matching the name from
+// its start (Python's re.match), or names the module's class.
+bool CompressedTensorsMatch(const std::string& name, const std::string& class_name,
+                            const std::vector<std::string>& targets) {
+  for (const std::string& target : targets) {
+    if (target == name || target == class_name) return true;
+    if (!absl::StartsWith(target, "re:")) continue;
+    try {
+      const std::regex re(target.substr(3), std::regex::ECMAScript);
+      if (std::regex_search(name, re, std::regex_constants::match_continuous)) return true;
+    } catch (const std::regex_error&) {
+      continue;
+    }
+  }
+  return false;
+}
+
 void IndexModules(ModuleSpec& module, std::map<std::string, ModuleSpec*>& out) {
   out[module.name] = &module;
   for (ModuleSpec& child : module.children) IndexModules(child, out);
@@ -89,11 +106,14 @@ std::string ModelNameOf(const ModelSpec& spec, const std::string& name) {
 std::vector<std::string> NotConverted(const ModelSpec& spec, const QuantizationConfig& q) {
   std::vector<std::string> out;
   if (q.default_skips) out = DefaultSkips(spec);
-  for (const std::string& name : q.not_converted) out.push_back(ModelNameOf(spec, name));
+  for (const std::string& name : q.not_converted) {
+    out.push_back(q.method == QuantMethod::kFp8 ? ModelNameOf(spec, name) : name);
+  }
   return out;
 }
 
-QuantizedLinear MakeLinear(const QuantizationConfig& q, const std::string& module, int64_t n, int64_t k) {
+QuantizedLinear MakeLinear(const QuantizationConfig& q, const std::string& module, int64_t n, int64_t k,
+                           DType dense_dtype) {
   QuantizedLinear l;
   l.module = module;
   l.out_features = n;
@@ -109,35 +129,115 @@ QuantizedLinear MakeLinear(const QuantizationConfig& q, const std::string& modul
       l.scale_ue8m0 = q.scale_ue8m0;
       l.scale_dtype = q.scale_ue8m0 ? DType::kUInt8 : DType::kFloat32;
       break;
-    default:
+    case QuantMethod::kAwq:
+    case QuantMethod::kGptq:
+      l.layout = q.method == QuantMethod::kAwq ? QuantLayout::kAwqGemm : QuantLayout::kGptqV1;
+      l.bits = q.bits;
+      l.group_size = q.group_size > 0 ? q.group_size : k;
+      l.symmetric = q.symmetric;
+      l.weight = module + ".qweight";
+      l.zero_point = module + ".qzeros";
+      l.scale = module + ".scales";
+      if (q.method == QuantMethod::kGptq) l.g_idx = module + ".g_idx";
+      l.scale_dtype = DType::kFloat16;  // what AutoAWQ and GPTQ write; the header's when there is one
+      break;
+    case QuantMethod::kCompressedTensors:
+      l.scale = module + ".weight_scale";
+      l.scale_dtype = dense_dtype;  // compressed-tensors keeps scales in the model's dtype
+      if (q.float_weights) {
+        l.layout = QuantLayout::kFp8Block;
+        l.bits = 8;
+        l.weight = module + ".weight";
+        l.block_n = q.strategy == "block" ? q.block_n : (q.strategy == "channel" ? 1 : n);
+        l.block_k = q.strategy == "block" ? q.block_k : k;
+        l.per_tensor_scale = q.strategy == "tensor";
+      } else {
+        l.layout = QuantLayout::kCompressedPacked;
+        l.bits = q.bits;
+        l.group_size = q.strategy == "group" ? q.group_size : k;
+        l.symmetric = q.symmetric;
+        l.weight = module + ".weight_packed";
+        l.shape = module + ".weight_shape";
+        if (!q.symmetric) l.zero_point = module + ".weight_zero_point";
+      }
       break;
   }
   return l;
 }
 
-// The stored tensors of one quantized linear: name -> expected (shape, dtype, accepted header dtypes).
-std::vector<std::pair<std::string, ExpectedTensor>> StoredTensors(const QuantizedLinear& l) {
-  std::vector<std::pair<std::string, ExpectedTensor>> out;
+// A stored tensor of a quantized linear: its name local to the module, shape, dtype (the one the tree counts)
+// and the safetensors dtypes the header may give it.
+struct StoredPiece {
+  std::string local;
+  std::vector<int64_t> shape;
+  DType dtype;
+  std::vector<std::string> header_dtypes;
+};
+
+std::string LocalName(const QuantizedLinear& l, const std::string& full) { return full.substr(l.module.size() + 1); }
+
+std::vector<StoredPiece> StoredPieces(const QuantizedLinear& l, QuantMethod method) {
+  std::vector<StoredPiece> out;
+  const int64_t n = l.out_features, k = l.in_features;
   switch (l.layout) {
     case QuantLayout::kFp8Block: {
-      out.push_back({l.weight, {{l.out_features, l.in_features}, DType::kFloat8E4M3, {"F8_E4M3"}}});
+      out.push_back({LocalName(l, l.weight), {n, k}, DType::kFloat8E4M3, {"F8_E4M3"}});
       std::vector<std::string> scale_dtypes = {"F32", "BF16"};
+      if (method == QuantMethod::kCompressedTensors) scale_dtypes = {"F32", "BF16", "F16"};
       if (l.scale_ue8m0) scale_dtypes = {"U8", "F8_E8M0", "F32", "BF16"};
-      out.push_back(
-          {l.scale,
-           {{CeilDiv(l.out_features, l.block_n), CeilDiv(l.in_features, l.block_k)}, l.scale_dtype, scale_dtypes}});
+      std::vector<int64_t> grid = {CeilDiv(n, l.block_n), CeilDiv(k, l.block_k)};
+      if (l.per_tensor_scale) grid = {1};
+      out.push_back({LocalName(l, l.scale), grid, l.scale_dtype, scale_dtypes});
       break;
     }
-    default:
+    case QuantLayout::kCompressedPacked: {
+      const int64_t groups = CeilDiv(k, l.group_size);
+      out.push_back({LocalName(l, l.weight), {n, CeilDiv(k * l.bits, 32)}, DType::kInt32, {"I32"}});
+      out.push_back({LocalName(l, l.scale), {n, groups}, l.scale_dtype, {"F32", "BF16", "F16"}});
+      if (!l.zero_point.empty()) {
+        // Packed along the output dimension (compressed-tensors' pack_to_int32(packed_dim=0)).
+        out.push_back({LocalName(l, l.zero_point), {CeilDiv(n * l.bits, 32), groups}, DType::kInt32, {"I32"}});
+      }
+      out.push_back({LocalName(l, l.shape), {2}, DType::kInt64, {"I64", "I32"}});
       break;
+    }
+    case QuantLayout::kAwqGemm: {
+      // qweight [K, N/8] and qzeros [K/group, N/8] packed along N, scales [K/group, N].
+      const int64_t groups = CeilDiv(k, l.group_size);
+      out.push_back({LocalName(l, l.weight), {k, CeilDiv(n * l.bits, 32)}, DType::kInt32, {"I32"}});
+      out.push_back({LocalName(l, l.zero_point), {groups, CeilDiv(n * l.bits, 32)}, DType::kInt32, {"I32"}});
+      out.push_back({LocalName(l, l.scale), {groups, n}, l.scale_dtype, {"F16", "BF16", "F32"}});
+      break;
+    }
+    case QuantLayout::kGptqV1: {
+      // qweight [K*bits/32, N] packed along K, qzeros [K/group, N*bits/32], scales [K/group, N], g_idx [K].
+      const int64_t groups = CeilDiv(k, l.group_size);
+      out.push_back({LocalName(l, l.weight), {CeilDiv(k * l.bits, 32), n}, DType::kInt32, {"I32"}});
+      out.push_back({LocalName(l, l.zero_point), {groups, CeilDiv(n * l.bits, 32)}, DType::kInt32, {"I32"}});
+      out.push_back({LocalName(l, l.scale), {groups, n}, l.scale_dtype, {"F16", "BF16", "F32"}});
+      out.push_back({LocalName(l, l.g_idx), {k}, DType::kInt32, {"I32"}});
+      break;
+    }
+  }
+  return out;
+}
+
+// The stored tensors of one quantized linear: full name -> expected (shape, dtype, accepted header dtypes).
+std::vector<std::pair<std::string, ExpectedTensor>> StoredTensors(const QuantizedLinear& l, QuantMethod method) {
+  std::vector<std::pair<std::string, ExpectedTensor>> out;
+  for (StoredPiece& piece : StoredPieces(l, method)) {
+    out.push_back({l.module + "." + piece.local, {piece.shape, piece.dtype, std::move(piece.header_dtypes)}});
   }
   return out;
 }
 
 // The parameters a quantized nn.Linear's module registers under `sizing` (bias kept where it was).
-std::vector<TensorSpec> LinearParameters(const QuantizedLinear& l, const std::optional<TensorSpec>& bias,
-                                         QuantizedSizing sizing, bool dense, DType dense_dtype) {
+std::vector<TensorSpec> LinearParameters(const QuantizedLinear& l, QuantMethod method, QuantizedSizing sizing,
+                                         bool dense, DType dense_dtype, std::vector<TensorSpec>& buffers) {
   std::vector<TensorSpec> out;
+  buffers.clear();
+  std::optional<TensorSpec> bias;
+  if (l.has_bias) bias = TensorSpec{"bias", {l.out_features}, dense_dtype, true};
   const int64_t n = l.out_features;
   const int64_t k = l.in_features;
   if (dense) {  // transformers dequantizes: the nn.Linear it built
@@ -145,18 +245,56 @@ std::vector<TensorSpec> LinearParameters(const QuantizedLinear& l, const std::op
     if (bias) out.push_back(*bias);
     return out;
   }
-  switch (l.layout) {
-    case QuantLayout::kFp8Block: {
+  if (sizing == QuantizedSizing::kPacked) {
+    if (bias) out.push_back(*bias);
+    for (const StoredPiece& piece : StoredPieces(l, method)) {
+      out.push_back(TensorSpec{piece.local, piece.shape, piece.dtype, true});
+    }
+    return out;
+  }
+  switch (method) {
+    case QuantMethod::kFp8: {
       // FP8Linear: weight, bias (nn.Linear's slots), weight_scale_inv float32 (float8_e8m0fnu for ue8m0).
       out.push_back(TensorSpec{"weight", {n, k}, DType::kFloat8E4M3, true});
       if (bias) out.push_back(*bias);
-      DType scale = l.scale_dtype;
-      if (sizing == QuantizedSizing::kTransformers) scale = l.scale_ue8m0 ? DType::kUInt8 : DType::kFloat32;
+      const DType scale = l.scale_ue8m0 ? DType::kUInt8 : DType::kFloat32;
       out.push_back(TensorSpec{"weight_scale_inv", {CeilDiv(n, l.block_n), CeilDiv(k, l.block_k)}, scale, true});
       break;
     }
-    default:
+    case QuantMethod::kCompressedTensors:
+      // apply_quantization_config + compress_model on the meta model: the bias stays first, then the scale
+      // (and zero point) in the model's dtype, then the compressed weight.
+      if (bias) out.push_back(*bias);
+      if (l.layout == QuantLayout::kFp8Block) {
+        std::vector<int64_t> grid = {CeilDiv(n, l.block_n), CeilDiv(k, l.block_k)};
+        if (l.per_tensor_scale) grid = {1};
+        out.push_back(TensorSpec{"weight_scale", grid, dense_dtype, true});
+        out.push_back(TensorSpec{"weight", {n, k}, DType::kFloat8E4M3, true});
+      } else {
+        const int64_t groups = CeilDiv(k, l.group_size);
+        out.push_back(TensorSpec{"weight_scale", {n, groups}, dense_dtype, true});
+        if (!l.zero_point.empty()) out.push_back(TensorSpec{"weight_zero_point", {n, groups}, DType::kInt8, true});
+        out.push_back(TensorSpec{"weight_packed", {n, CeilDiv(k * l.bits, 32)}, DType::kInt32, true});
+        out.push_back(TensorSpec{"weight_shape", {2}, DType::kInt64, true});
+      }
       break;
+    case QuantMethod::kAwq:
+    case QuantMethod::kGptq: {
+      // gptqmodel's QuantLinear (AWQuantLinear / GPTQQuantLinear with register_buffers): buffers only, scales and
+      // bias float16 whatever the model's dtype. AWQ counts K // group groups, GPTQ ceil(K / group).
+      const int64_t packed_n = CeilDiv(n * l.bits, 32);
+      const int64_t groups = method == QuantMethod::kAwq ? k / l.group_size : CeilDiv(k, l.group_size);
+      if (method == QuantMethod::kAwq) {
+        buffers.push_back(TensorSpec{"qweight", {k, packed_n}, DType::kInt32, true});
+      } else {
+        buffers.push_back(TensorSpec{"qweight", {CeilDiv(k * l.bits, 32), n}, DType::kInt32, true});
+      }
+      buffers.push_back(TensorSpec{"qzeros", {groups, packed_n}, DType::kInt32, true});
+      buffers.push_back(TensorSpec{"scales", {groups, n}, DType::kFloat16, true});
+      if (method == QuantMethod::kGptq) buffers.push_back(TensorSpec{"g_idx", {k}, DType::kInt32, true});
+      if (bias) buffers.push_back(TensorSpec{"bias", {n}, DType::kFloat16, true});
+      break;
+    }
   }
   return out;
 }
@@ -174,41 +312,41 @@ std::string StripWeight(const std::string& name) {
   return absl::EndsWith(name, ".weight") ? name.substr(0, name.size() - 7) : name;
 }
 
-// The parameters of a converted experts module (fused gate_up_proj [E, 2I, H], down_proj [E, H, I]).
-std::vector<TensorSpec> ExpertsParameters(const ExpertsStorage& e, const QuantizedLinear& first, QuantizedSizing sizing,
+// The parameters of a converted experts module (dense: fused gate_up_proj [E, 2I, H], down_proj [E, H, I]).
+std::vector<TensorSpec> ExpertsParameters(const ExpertsStorage& e, const QuantizedLinear& gate,
+                                          const QuantizedLinear& down, QuantMethod method, QuantizedSizing sizing,
                                           bool dense) {
   const int64_t ne = e.num_experts, h = e.hidden, in = e.intermediate;
   std::vector<TensorSpec> out;
-  if (dense) {
+  // transformers replaces fused experts only for FP8 (FP8Experts); the other formats' quantizers leave them
+  // dense (and dequantize them at load).
+  if (dense || (sizing == QuantizedSizing::kTransformers && method != QuantMethod::kFp8)) {
     out.push_back(TensorSpec{"gate_up_proj", {ne, 2 * in, h}, e.dtype, true});
     out.push_back(TensorSpec{"down_proj", {ne, h, in}, e.dtype, true});
     return out;
   }
-  switch (first.layout) {
-    case QuantLayout::kFp8Block: {
-      const int64_t bn = first.block_n, bk = first.block_k;
-      if (sizing == QuantizedSizing::kTransformers) {
-        // FP8Experts (_alloc_expert_proj): the fused gate_up scale grid has at least two rows.
-        const DType scale = first.scale_ue8m0 ? DType::kUInt8 : DType::kFloat32;
-        out.push_back(TensorSpec{"gate_up_proj", {ne, 2 * in, h}, DType::kFloat8E4M3, true});
-        out.push_back(TensorSpec{
-            "gate_up_proj_scale_inv", {ne, std::max<int64_t>(CeilDiv(2 * in, bn), 2), CeilDiv(h, bk)}, scale, true});
-        out.push_back(TensorSpec{"down_proj", {ne, h, in}, DType::kFloat8E4M3, true});
-        out.push_back(TensorSpec{"down_proj_scale_inv", {ne, CeilDiv(h, bn), CeilDiv(in, bk)}, scale, true});
-      } else {
-        // What the files hold: gate's and up's grids apiece.
-        out.push_back(TensorSpec{"gate_up_proj", {ne, 2 * in, h}, DType::kFloat8E4M3, true});
-        out.push_back(
-            TensorSpec{"gate_up_proj_scale_inv", {ne, 2 * CeilDiv(in, bn), CeilDiv(h, bk)}, first.scale_dtype, true});
-        out.push_back(TensorSpec{"down_proj", {ne, h, in}, DType::kFloat8E4M3, true});
-        out.push_back(
-            TensorSpec{"down_proj_scale_inv", {ne, CeilDiv(h, bn), CeilDiv(in, bk)}, first.scale_dtype, true});
-      }
-      break;
+  if (sizing == QuantizedSizing::kPacked) {
+    // What the files hold, expert by expert: each of gate's and up's tensors twice ([E, 2, ...]), down's once.
+    for (const StoredPiece& piece : StoredPieces(gate, method)) {
+      std::vector<int64_t> shape = {ne, 2};
+      shape.insert(shape.end(), piece.shape.begin(), piece.shape.end());
+      out.push_back(TensorSpec{"gate_up_proj_" + piece.local, shape, piece.dtype, true});
     }
-    default:
-      break;
+    for (const StoredPiece& piece : StoredPieces(down, method)) {
+      std::vector<int64_t> shape = {ne};
+      shape.insert(shape.end(), piece.shape.begin(), piece.shape.end());
+      out.push_back(TensorSpec{"down_proj_" + piece.local, shape, piece.dtype, true});
+    }
+    return out;
   }
+  // FP8Experts (_alloc_expert_proj): the fused gate_up scale grid has at least two rows.
+  const int64_t bn = gate.block_n, bk = gate.block_k;
+  const DType scale = gate.scale_ue8m0 ? DType::kUInt8 : DType::kFloat32;
+  out.push_back(TensorSpec{"gate_up_proj", {ne, 2 * in, h}, DType::kFloat8E4M3, true});
+  out.push_back(TensorSpec{
+      "gate_up_proj_scale_inv", {ne, std::max<int64_t>(CeilDiv(2 * in, bn), 2), CeilDiv(h, bk)}, scale, true});
+  out.push_back(TensorSpec{"down_proj", {ne, h, in}, DType::kFloat8E4M3, true});
+  out.push_back(TensorSpec{"down_proj_scale_inv", {ne, CeilDiv(h, bn), CeilDiv(in, bk)}, scale, true});
   return out;
 }
 
@@ -229,24 +367,60 @@ absl::Status QuantizeSpec(const nlohmann::json& config, ModelSpec& spec) {
   quantization.config = **parsed;
   const QuantizationConfig& q = quantization.config;
   const std::vector<std::string> skips = NotConverted(spec, q);
+  // Whether the format converts the linear `name` (an nn.Linear of the tree, or one expert's projection as the
+  // checkpoint stores it, which was an nn.Linear in the model that wrote it).
+  auto converts = [&](const std::string& name) {
+    switch (q.method) {
+      case QuantMethod::kCompressedTensors:
+        return CompressedTensorsMatch(name, "Linear", q.targets) && !CompressedTensorsMatch(name, "Linear", skips);
+      case QuantMethod::kGptq: {
+        // optimum's convert_model: the nn.Linear layers inside the blocks, narrowed by
+        // modules_in_block_to_quantize (a name ending with one of them).
+        if (!absl::StartsWith(name, q.block_name + ".")) return false;
+        if (q.modules_in_block.empty()) return true;
+        for (const std::string& m : q.modules_in_block) {
+          if (absl::EndsWith(name, m)) return true;
+        }
+        return false;
+      }
+      default:
+        return !SkippedByPatterns(name, skips);
+    }
+  };
 
-  std::set<std::string> experts_modules;
-  for (const ExpertsStorage& e : spec.per_expert_storage) experts_modules.insert(e.module);
   std::map<std::string, ModuleSpec*> modules;
   IndexModules(spec.root, modules);
   for (const auto& [name, module] : modules) {
     if (module->class_name != "Linear" || absl::EndsWith(name, ".experts")) continue;
-    if (SkippedByPatterns(name, skips)) continue;
+    if (!converts(name)) continue;
     const TensorSpec& weight = module->parameters.front();  // nn.Linear: weight [out, in] first
-    quantization.linears[module->ChildName("weight")] = MakeLinear(q, name, weight.shape[0], weight.shape[1]);
+    QuantizedLinear& l = quantization.linears[module->ChildName("weight")] =
+        MakeLinear(q, name, weight.shape[0], weight.shape[1], spec.dtype);
+    for (const TensorSpec& t : module->parameters) l.has_bias = l.has_bias || t.name == "bias";
   }
   for (const ExpertsStorage& e : spec.per_expert_storage) {
-    if (SkippedByPatterns(e.module, skips)) continue;
+    // FP8 replaces the fused experts module as a whole; compressed-tensors' checkpoints quantized each expert's
+    // projections, all of them or none (a fused module cannot hold both).
+    size_t converted = 0;
+    const size_t total = static_cast<size_t>(e.num_experts) * 3;
     for (int64_t i = 0; i < e.num_experts; ++i) {
       const ExpertLinearNames names = ExpertNames(e, i);
-      quantization.linears[names.gate] = MakeLinear(q, StripWeight(names.gate), e.intermediate, e.hidden);
-      quantization.linears[names.up] = MakeLinear(q, StripWeight(names.up), e.intermediate, e.hidden);
-      quantization.linears[names.down] = MakeLinear(q, StripWeight(names.down), e.hidden, e.intermediate);
+      for (const std::string* n : {&names.gate, &names.up, &names.down}) {
+        const bool yes = q.method == QuantMethod::kFp8 ? converts(e.module) : converts(StripWeight(*n));
+        converted += yes ? 1 : 0;
+      }
+    }
+    if (converted == 0) continue;
+    if (converted != total) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json: quantization_config: quantizes ", converted, " of the ", total, " expert projections of ",
+          e.module, ": strata needs all of a layer's experts quantized alike, or none"));
+    }
+    for (int64_t i = 0; i < e.num_experts; ++i) {
+      const ExpertLinearNames names = ExpertNames(e, i);
+      quantization.linears[names.gate] = MakeLinear(q, StripWeight(names.gate), e.intermediate, e.hidden, e.dtype);
+      quantization.linears[names.up] = MakeLinear(q, StripWeight(names.up), e.intermediate, e.hidden, e.dtype);
+      quantization.linears[names.down] = MakeLinear(q, StripWeight(names.down), e.hidden, e.intermediate, e.dtype);
     }
   }
   spec.quantization = std::move(quantization);
@@ -262,6 +436,7 @@ void AdoptStoredScaleDTypes(ModelSpec& spec, const std::map<std::string, std::st
     const std::string& d = it->second;
     if (d == "F32") l.scale_dtype = DType::kFloat32;
     if (d == "BF16") l.scale_dtype = DType::kBFloat16;
+    if (d == "F16") l.scale_dtype = DType::kFloat16;
     if (l.scale_ue8m0 && (d == "U8" || d == "F8_E8M0")) l.scale_dtype = DType::kUInt8;
   }
   SizeQuantizedSpec(spec, spec.quantization->sizing, /*keeps_fp8=*/!spec.quantization->planned_dense);
@@ -282,24 +457,23 @@ void SizeQuantizedSpec(ModelSpec& spec, QuantizedSizing sizing, bool keeps_fp8) 
   std::set<std::string> expert_linears;
   for (const ExpertsStorage& e : spec.per_expert_storage) {
     const ExpertLinearNames first = ExpertNames(e, 0);
-    auto l = q.linears.find(first.gate);
-    if (l == q.linears.end()) continue;
+    auto gate = q.linears.find(first.gate);
+    auto down = q.linears.find(first.down);
+    if (gate == q.linears.end() || down == q.linears.end()) continue;
     for (int64_t i = 0; i < e.num_experts; ++i) {
       const ExpertLinearNames names = ExpertNames(e, i);
       expert_linears.insert({names.gate, names.up, names.down});
     }
     auto m = modules.find(e.module);
-    if (m != modules.end()) m->second->parameters = ExpertsParameters(e, l->second, sizing, dense);
+    if (m != modules.end()) {
+      m->second->parameters = ExpertsParameters(e, gate->second, down->second, q.config.method, sizing, dense);
+    }
   }
   for (const auto& [name, l] : q.linears) {
     if (expert_linears.contains(name)) continue;
     auto m = modules.find(l.module);
     if (m == modules.end()) continue;
-    std::optional<TensorSpec> bias;
-    for (const TensorSpec& t : m->second->parameters) {
-      if (t.name == "bias") bias = t;
-    }
-    m->second->parameters = LinearParameters(l, bias, sizing, dense, spec.dtype);
+    m->second->parameters = LinearParameters(l, q.config.method, sizing, dense, spec.dtype, m->second->buffers);
   }
   q.sizing = sizing;
   q.planned_dense = dense;
@@ -319,7 +493,9 @@ void AddQuantizedCheckpointTensors(const ModelSpec& spec, std::map<std::string, 
       }
     }
     tensors.erase(name);
-    for (auto& [stored, expected] : StoredTensors(l)) tensors[stored] = std::move(expected);
+    for (auto& [stored, expected] : StoredTensors(l, spec.quantization->config.method)) {
+      tensors[stored] = std::move(expected);
+    }
   }
 }
 

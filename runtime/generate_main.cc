@@ -358,6 +358,7 @@ int main(int argc, char** argv) {
   serving.max_memory = placement->max_memory;
   serving.physical = placement->physical_devices;
   serving.dtype = placement->dtype;
+  serving.quantized_sizing = placement->quantized_sizing;
   size_t longest = 0;
   for (const auto& prompt : *prompts) longest = std::max(longest, prompt.size());
   serving.max_batch = counts->max_batch.value_or(static_cast<int64_t>(prompts->size()));

@@ -12,6 +12,7 @@ absl::StatusOr<ServedPlan> MakeServedPlan(const cli::Placement& placement,
   request.max_memory = placement.max_memory;
   request.inventory = inventory;
   request.kv_cache_tokens = placement.kv_cache_tokens;
+  request.quantized_sizing = placement.quantized_sizing;
   absl::StatusOr<planner::PlannedModel> planned =
       planner::PlanModel(planner::ModelSource{placement.model_dir, placement.module_tree}, placement.dtype, request);
   if (!planned.ok()) return planned.status();

@@ -28,8 +28,10 @@ struct ServingRequest {
   std::optional<planner::MachineInventory> inventory;
   planner::PhysicalDeviceMap physical;  // plan GPU -> device; missing entries are cuda:i
   std::optional<planner::DType> dtype;  // absent: the checkpoint's when a GPU runs it, float32 on the CPU
-  int64_t max_batch = 1;                // sequences running at once
-  int64_t max_context = 2048;           // positions a sequence may reach
+  // A quantized checkpoint's sizing in the plan (--quantized-sizing; planner/quantized_spec.h).
+  planner::QuantizedSizing quantized_sizing = planner::QuantizedSizing::kPacked;
+  int64_t max_batch = 1;       // sequences running at once
+  int64_t max_context = 2048;  // positions a sequence may reach
   // The paged KV cache: tokens each stage's pool holds (0: max_batch sequences of max_context, each
   // rounded up to whole blocks, the memory the dense cache had) in blocks of kv_block_tokens.
   int64_t kv_cache_tokens = 0;

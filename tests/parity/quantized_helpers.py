@@ -28,9 +28,8 @@ def quantized_meta_model(config_dict: dict, dtype_name: str, dequantize=None):
 
     config = AutoConfig.for_model(**copy.deepcopy(config_dict))
     quantizer = AutoHfQuantizer.from_config(config.quantization_config, pre_quantized=True)
-    if dequantize is None:
-        quantizer.validate_environment(device_map="auto", weights_only=True)  # this machine decides
-    else:
+    quantizer.validate_environment(device_map="auto", weights_only=True)  # this machine's verdict ...
+    if dequantize is not None:  # ... or the one forced
         quantizer.quantization_config.dequantize = dequantize
     dtype = quantizer.update_dtype(getattr(torch, dtype_name))
     cls = AutoModelForCausalLM._model_mapping[type(config)]

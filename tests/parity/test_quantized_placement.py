@@ -40,39 +40,73 @@ FAMILIES = {
     "Phi-3-mini-4k": GEMMA.FAMILY_CONFIGS["Phi-3-mini-4k"],
 }
 
-# FP8 variants on the families: the skip lists (an explicit list replaces the default lm_head skip; Mixtral's
+# FP8 variants on some families: the skip lists (an explicit list replaces the default lm_head skip; Mixtral's
 # names are the checkpoint's block_sparse_moe ones, renamed by transformers), ue8m0 scales, other blocks.
-FP8_VARIANTS = {
-    "fp8": FP8,
+VARIANTS = {
     "fp8-skip-none": dict(FP8, modules_to_not_convert=[]),
     "fp8-skip-some": dict(FP8, modules_to_not_convert=["lm_head", "model.layers.0", "model.layers.*.self_attn.o_proj",
                                                        "down_proj"]),
     "fp8-ue8m0-64x32": dict(FP8, scale_fmt="ue8m0", weight_block_size=[64, 32]),
 }
-FP8_VARIANT_FAMILIES = ["Llama-3.2-1B", "Qwen3-30B-A3B", "Mixtral-8x7B-v0.1", "Phi-3-mini-4k"]
+VARIANT_FAMILIES = ["Llama-3.2-1B", "Qwen3-30B-A3B", "Mixtral-8x7B-v0.1", "Phi-3-mini-4k"]
 MIXTRAL_SKIP = dict(FP8, modules_to_not_convert=["lm_head", "model.layers.1.block_sparse_moe.experts",
                                                  "model.layers.2.block_sparse_moe"])
 
 
-def fp8_cases():
-    out = []
-    for family in FAMILIES:
-        out.append((family, "fp8"))
-    for family, variant in itertools.product(FP8_VARIANT_FAMILIES, FP8_VARIANTS):
-        if variant != "fp8":
-            out.append((family, variant))
-    out.append(("Mixtral-8x7B-v0.1", "fp8-mixtral-skip-renamed"))
+# compressed-tensors: the schemes RedHatAI's W4A16 and FP8-dynamic checkpoints use (one config group targeting
+# Linear, lm_head and the MoE routers ignored), and the other strategies strata reads.
+def _ct(weights: dict, fmt: str, input_activations=None, ignore=("lm_head", "re:.*mlp.gate$")) -> dict:
+    args = {"actorder": None, "block_structure": None, "dynamic": False, "group_size": None, "num_bits": 4,
+            "observer": "minmax", "observer_kwargs": {}, "strategy": "group", "symmetric": True, "type": "int"}
+    args.update(weights)
+    return {"config_groups": {"group_0": {"input_activations": input_activations, "output_activations": None,
+                                          "targets": ["Linear"], "weights": args}},
+            "format": fmt, "ignore": list(ignore), "kv_cache_scheme": None, "quant_method": "compressed-tensors",
+            "quantization_status": "compressed"}
+
+
+_FP8_TOKEN = {"dynamic": True, "num_bits": 8, "observer": None, "strategy": "token", "symmetric": True, "type": "float"}
+CT_W4A16 = _ct({"group_size": 128}, "pack-quantized")
+CT_FP8_DYNAMIC = _ct({"num_bits": 8, "type": "float", "strategy": "channel"}, "float-quantized", _FP8_TOKEN)
+CT_VARIANTS = {
+    "ct-w4a16-asym-g64": _ct({"group_size": 64, "symmetric": False}, "pack-quantized"),
+    "ct-w8a16-channel": _ct({"num_bits": 8, "strategy": "channel"}, "pack-quantized"),
+    "ct-fp8-tensor": _ct({"num_bits": 8, "type": "float", "strategy": "tensor"}, "float-quantized", _FP8_TOKEN),
+    "ct-fp8-block": _ct({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]},
+                        "float-quantized", _FP8_TOKEN),
+    "ct-w4a16-ignore-regex": _ct({"group_size": 128}, "pack-quantized",
+                                 ignore=["lm_head", "re:.*mlp.gate$", "re:model.layers.1[.]", "model.layers.0.mlp.up_proj"]),
+}
+
+QUANT_CONFIGS = {"fp8": FP8, "ct-w4a16": CT_W4A16, "ct-fp8-dynamic": CT_FP8_DYNAMIC, **VARIANTS,
+                 "fp8-mixtral-skip-renamed": MIXTRAL_SKIP, **CT_VARIANTS}
+# The layouts the variants run with (the main formats run with every layout of the plan parity suite).
+VARIANT_LAYOUTS = ["uneven_4gpu", "cpu_offload", "disk_offload"]
+
+
+def cases():
+    """(family, variant, layouts)."""
+    out = [(f, v, list(H.LAYOUTS)) for f in FAMILIES for v in ("fp8", "ct-w4a16", "ct-fp8-dynamic")]
+    out += [(f, v, VARIANT_LAYOUTS) for f in VARIANT_FAMILIES for v in list(VARIANTS) + list(CT_VARIANTS)]
+    out.append(("Mixtral-8x7B-v0.1", "fp8-mixtral-skip-renamed", VARIANT_LAYOUTS))
     return out
 
 
-def quant_config(variant: str) -> dict:
-    if variant == "fp8-mixtral-skip-renamed":
-        return MIXTRAL_SKIP
-    return FP8_VARIANTS[variant]
+def is_fp8(variant: str) -> bool:
+    return variant.startswith("fp8")
 
 
-def model_config(family: str, variant: str) -> dict:
-    return dict(FAMILIES[family], quantization_config=quant_config(variant))
+def model_config(family: str, variant: str, dequantize: bool) -> dict:
+    """The config.json strata reads. compressed-tensors' dequantize is the user's choice (from_pretrained's
+    quantization_config), written into the config here; FP8's is the machine's, given by --inventory."""
+    q = dict(QUANT_CONFIGS[variant])
+    if dequantize and not is_fp8(variant):
+        q["dequantize"] = True
+    return dict(FAMILIES[family], quantization_config=q)
+
+
+def machine_args(variant: str, dequantize: bool) -> list:
+    return ["--inventory", DEQUANTIZES if dequantize and is_fp8(variant) else KEEPS_FP8]
 
 
 @pytest.fixture(scope="module")
@@ -89,39 +123,42 @@ def quantized_dir(tmp_path_factory):
     return get
 
 
-FP8_MAP_CASES = [pytest.param(f, v, d, l, s, id=f"{f}-{v}-{'dequantized' if d else 'fp8'}-{l}-{s}")
-                 for (f, v), d, l, s in itertools.product(fp8_cases(), (False, True), H.LAYOUTS, H.STRATEGIES)]
+def branches(variant: str) -> tuple:
+    """The main formats run both branches of `dequantize`; a variant's dequantized model is the dense one."""
+    return (False, True) if variant in ("fp8", "ct-w4a16", "ct-fp8-dynamic") else (False,)
 
 
-@pytest.mark.parametrize("family,variant,dequantize,layout,strategy", FP8_MAP_CASES)
+MAP_CASES = [pytest.param(f, v, d, l, s, id=f"{f}-{v}-{'dequantized' if d else 'quantized'}-{l}-{s}")
+             for f, v, layouts in cases() for d in branches(v) for l in layouts for s in H.STRATEGIES]
+
+
+@pytest.mark.parametrize("family,variant,dequantize,layout,strategy", MAP_CASES)
 def test_quantized_device_map_matches_transformers(strata_plan, quantized_dir, family, variant, dequantize, layout,
                                                    strategy):
-    config = model_config(family, variant)
+    config = model_config(family, variant, dequantize)
     model, quantizer = Q.cached_quantized_model(config, DTYPE, dequantize)
     max_memory = Q.quantized_layout(model, quantizer, layout)
     expected = Q.reference_quantized_device_map(model, quantizer, strategy, max_memory)
     out = H.strata_plan_json(strata_plan, "--model", quantized_dir(config), "--device-map", strategy,
                              "--max-memory", H.max_memory_arg(max_memory), "--dtype", DTYPE,
-                             "--quantized-sizing", "transformers",
-                             "--inventory", DEQUANTIZES if dequantize else KEEPS_FP8)
+                             "--quantized-sizing", "transformers", *machine_args(variant, dequantize))
     assert out["quantization"]["planned_dense"] == dequantize
     assert out["device_map"] == expected, (
         f"{family} {variant} dequantize={dequantize} {layout} {strategy}: max_memory={H.max_memory_arg(max_memory)}\n"
         f"strata differs from transformers:\n{H.map_diff(expected, out['device_map'])}")
 
 
-TREE_CASES = [pytest.param(f, v, d, id=f"{f}-{v}-{'dequantized' if d else 'fp8'}")
-              for (f, v), d in itertools.product(fp8_cases(), (False, True))]
+TREE_CASES = [pytest.param(f, v, d, id=f"{f}-{v}-{'dequantized' if d else 'quantized'}")
+              for f, v, _ in cases() for d in (False, True)]
 
 
 @pytest.mark.parametrize("family,variant,dequantize", TREE_CASES)
 def test_quantized_module_tree_matches_transformers(strata_plan, quantized_dir, family, variant, dequantize):
     """Every parameter and buffer transformers' quantized model registers, with strata's shape and dtype."""
-    config = model_config(family, variant)
+    config = model_config(family, variant, dequantize)
     model, _ = Q.cached_quantized_model(config, DTYPE, dequantize)
     proc = H.run_strata_plan(strata_plan, "--model", quantized_dir(config), "--print-module-tree", "--dtype", DTYPE,
-                             "--quantized-sizing", "transformers",
-                             "--inventory", DEQUANTIZES if dequantize else KEEPS_FP8)
+                             "--quantized-sizing", "transformers", *machine_args(variant, dequantize))
     expected, actual = Q.module_tree_of(model), Q.strata_tree(json.loads(proc.stdout))
     diff = [f"  {k}: transformers {expected.get(k)} != strata {actual.get(k)}"
             for k in sorted(set(expected) | set(actual)) if expected.get(k) != actual.get(k)]
@@ -131,7 +168,7 @@ def test_quantized_module_tree_matches_transformers(strata_plan, quantized_dir, 
 def test_this_machine_decides_without_an_inventory(strata_plan, quantized_dir):
     """No --inventory: strata-plan asks the CUDA driver, as transformers asks torch; on a machine without a GPU of
     compute capability 8.9 both plan the dense model (validate_environment's own verdict, not forced)."""
-    config = model_config("Llama-3-8B", "fp8")
+    config = model_config("Llama-3-8B", "fp8", False)
     model, quantizer = Q.cached_quantized_model(config, DTYPE, None)
     max_memory = Q.quantized_layout(model, quantizer, "cpu_offload")
     expected = Q.reference_quantized_device_map(model, quantizer, "auto", max_memory)
@@ -153,9 +190,11 @@ def test_dequantize_in_the_config_plans_dense(strata_plan, quantized_dir):
     assert out["device_map"] == expected
 
 
-def test_packed_sizing_is_the_default_and_counts_the_files(strata_plan, quantized_dir):
-    """Without --quantized-sizing the plan counts the packed bytes, whatever the machine."""
-    config = model_config("Llama-3-8B", "fp8")
+@pytest.mark.parametrize("variant", ["fp8", "ct-w4a16", "ct-fp8-dynamic"])
+def test_packed_sizing_is_the_default_and_counts_the_files(strata_plan, quantized_dir, variant):
+    """Without --quantized-sizing the plan counts the packed bytes, whatever the machine. For these dense-layer
+    formats the bytes the files hold are what transformers' quantized modules hold (FP8 kept)."""
+    config = model_config("Llama-3-8B", variant, False)
     model, quantizer = Q.cached_quantized_model(config, DTYPE, False)
     size = Q.quantized_model_size(model, quantizer)  # the FP8 model: what the files hold, here
     out = H.strata_plan_json(strata_plan, "--model", quantized_dir(config), "--device-map", "sequential",
