@@ -213,7 +213,7 @@ void QuantizedLinearRows(const float* x, const Weights& w, const Bf16Out* bias, 
                                n0, n1);
 }
 
-const std::vector<int64_t> kRows = {1, 2, 3, 5, 16, 32};
+const std::vector<int64_t> kRows = {1, 2, 3, 5, 13, 16, 32};
 // The scale's dtype changes only how the multipliers are read: fewer row counts for bfloat16 and float16 scales.
 const std::vector<int64_t> kFewRows = {1, 5};
 
