@@ -479,6 +479,33 @@ TEST_P(KernelsQuantized, IntBf16RowsMatchTheReference) {
   }
 }
 
+// The smallest layers: k below one vector (and one int4 chunk), blocks and groups of one or two columns, one
+// output row; both kinds of input rows.
+TEST_P(KernelsQuantized, TinyLayersMatchTheReference) {
+  std::mt19937 gen(9);
+  for (int64_t k : {1, 2, 5}) {
+    for (int64_t block_k : {int64_t{1}, k}) {
+      const Fp8Case c = MakeFp8(3, k, 2, block_k, gen);
+      for (int64_t rows : {1, 3}) {
+        CheckRows<float>(c.weights(), c.dense, 3, k, rows, true, 0, 3, gen, "tiny fp8");
+        CheckBf16Rows(c.weights(), c.dense, {}, 3, k, rows, false, 1, 2, gen, "tiny fp8");
+      }
+    }
+  }
+  for (int bits : {4, 8}) {
+    for (int64_t k : {2, 6}) {
+      for (int64_t group : {int64_t{2}, k}) {
+        const IntCase c = MakeInt(bits, 3, k, group, ScaleType::kFloat16, true, gen);
+        std::vector<float> offsets(c.dense.size(), 272.0f);  // (128 + 15) * 2 / 16 at most, generously
+        for (int64_t rows : {1, 3}) {
+          CheckRows<float>(c.weights(), c.dense, 3, k, rows, true, 0, 3, gen, "tiny int");
+          CheckBf16Rows(c.weights(), c.dense, offsets, 3, k, rows, false, 1, 2, gen, "tiny int");
+        }
+      }
+    }
+  }
+}
+
 // The layout quantized.h documents: byte i of a 32-code chunk holds code i (low nibble) and code 16 + i
 // (high); a last chunk of c < 32 codes holds code i and c / 2 + i.
 TEST(KernelsQuantizedScalar, PackInt4LayoutAndRoundTrip) {
