@@ -304,17 +304,23 @@ TEST_P(KernelsQuantized, Fp8RowsMatchTheReference) {
 // A NaN code (0x7f, 0xff) makes its output NaN, in the vector body and in the scalar tail.
 TEST_P(KernelsQuantized, Fp8NanCodesPropagate) {
   std::mt19937 gen(3);
-  const int64_t n = 6, k = 70;
-  for (int64_t col : {3, 69}) {
-    for (uint8_t nan : {uint8_t{0x7F}, uint8_t{0xFF}}) {
-      Fp8Case c = MakeFp8(n, k, 1, k, gen);
-      c.data[2 * k + col] = nan;
-      for (int64_t rows : {1, 2, 5}) {
-        std::vector<float> x(static_cast<size_t>(rows * k), 0.5f), y(static_cast<size_t>(rows * n));
-        QuantizedLinearRows(x.data(), c.weights(), static_cast<const float*>(nullptr), y.data(), rows, k, n, 0, n);
-        for (int64_t m = 0; m < rows; ++m) {
-          for (int64_t j = 0; j < n; ++j) {
-            EXPECT_EQ(std::isnan(y[m * n + j]), j == 2) << "col " << col << " rows " << rows << " out " << j;
+  const int64_t n = 6;
+  struct Layout {
+    int64_t k, block_k;
+  };
+  for (const Layout& l : {Layout{70, 70}, Layout{200, 64}}) {  // the second on VPERMI2B where the CPU has it
+    const int64_t k = l.k;
+    for (int64_t col : {int64_t{3}, k - 1}) {
+      for (uint8_t nan : {uint8_t{0x7F}, uint8_t{0xFF}}) {
+        Fp8Case c = MakeFp8(n, k, 1, l.block_k, gen);
+        c.data[2 * k + col] = nan;
+        for (int64_t rows : {1, 2, 5}) {
+          std::vector<float> x(static_cast<size_t>(rows * k), 0.5f), y(static_cast<size_t>(rows * n));
+          QuantizedLinearRows(x.data(), c.weights(), static_cast<const float*>(nullptr), y.data(), rows, k, n, 0, n);
+          for (int64_t m = 0; m < rows; ++m) {
+            for (int64_t j = 0; j < n; ++j) {
+              EXPECT_EQ(std::isnan(y[m * n + j]), j == 2) << "k " << k << " col " << col << " rows " << rows;
+            }
           }
         }
       }
