@@ -28,12 +28,13 @@ HWY_EXPORT(DequantizeIntBF16);
 
 void QuantizedLinearRows(const float* x, const Fp8Weights& w, const float* bias, float* y, int64_t rows, int64_t k,
                          int64_t n_total, int64_t n0, int64_t n1) {
-  HWY_DYNAMIC_DISPATCH(QuantRowsFp8F32)(x, w, bias, y, rows, k, n_total, n0, n1);
+  HWY_DYNAMIC_DISPATCH(QuantRowsFp8F32)(x, w, bias, y, rows, k, n_total, n0, n1, Bf16DotAvailable() && VbmiAvailable());
 }
 void QuantizedLinearRows(const float* x, const Fp8Weights& w, const BFloat16* bias, BFloat16* y, int64_t rows,
                          int64_t k, int64_t n_total, int64_t n0, int64_t n1) {
   HWY_DYNAMIC_DISPATCH(QuantRowsFp8BF16)
-  (x, w, bias != nullptr ? &bias->bits : nullptr, &y->bits, rows, k, n_total, n0, n1);
+  (x, w, bias != nullptr ? &bias->bits : nullptr, &y->bits, rows, k, n_total, n0, n1,
+   Bf16DotAvailable() && VbmiAvailable());
 }
 void QuantizedLinearRows(const float* x, const IntWeights& w, const float* bias, float* y, int64_t rows, int64_t k,
                          int64_t n_total, int64_t n0, int64_t n1) {

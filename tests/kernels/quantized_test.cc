@@ -213,7 +213,7 @@ void QuantizedLinearRows(const float* x, const Weights& w, const Bf16Out* bias, 
                                n0, n1);
 }
 
-const std::vector<int64_t> kRows = {1, 2, 3, 5, 16, 32};
+const std::vector<int64_t> kRows = {1, 2, 3, 5, 13, 16, 32};
 // The scale's dtype changes only how the multipliers are read: fewer row counts for bfloat16 and float16 scales.
 const std::vector<int64_t> kFewRows = {1, 5};
 
@@ -304,17 +304,23 @@ TEST_P(KernelsQuantized, Fp8RowsMatchTheReference) {
 // A NaN code (0x7f, 0xff) makes its output NaN, in the vector body and in the scalar tail.
 TEST_P(KernelsQuantized, Fp8NanCodesPropagate) {
   std::mt19937 gen(3);
-  const int64_t n = 6, k = 70;
-  for (int64_t col : {3, 69}) {
-    for (uint8_t nan : {uint8_t{0x7F}, uint8_t{0xFF}}) {
-      Fp8Case c = MakeFp8(n, k, 1, k, gen);
-      c.data[2 * k + col] = nan;
-      for (int64_t rows : {1, 2, 5}) {
-        std::vector<float> x(static_cast<size_t>(rows * k), 0.5f), y(static_cast<size_t>(rows * n));
-        QuantizedLinearRows(x.data(), c.weights(), static_cast<const float*>(nullptr), y.data(), rows, k, n, 0, n);
-        for (int64_t m = 0; m < rows; ++m) {
-          for (int64_t j = 0; j < n; ++j) {
-            EXPECT_EQ(std::isnan(y[m * n + j]), j == 2) << "col " << col << " rows " << rows << " out " << j;
+  const int64_t n = 6;
+  struct Layout {
+    int64_t k, block_k;
+  };
+  for (const Layout& l : {Layout{70, 70}, Layout{200, 64}}) {  // the second on VPERMI2B where the CPU has it
+    const int64_t k = l.k;
+    for (int64_t col : {int64_t{3}, k - 1}) {
+      for (uint8_t nan : {uint8_t{0x7F}, uint8_t{0xFF}}) {
+        Fp8Case c = MakeFp8(n, k, 1, l.block_k, gen);
+        c.data[2 * k + col] = nan;
+        for (int64_t rows : {1, 2, 5}) {
+          std::vector<float> x(static_cast<size_t>(rows * k), 0.5f), y(static_cast<size_t>(rows * n));
+          QuantizedLinearRows(x.data(), c.weights(), static_cast<const float*>(nullptr), y.data(), rows, k, n, 0, n);
+          for (int64_t m = 0; m < rows; ++m) {
+            for (int64_t j = 0; j < n; ++j) {
+              EXPECT_EQ(std::isnan(y[m * n + j]), j == 2) << "k " << k << " col " << col << " rows " << rows;
+            }
           }
         }
       }
@@ -473,6 +479,33 @@ TEST_P(KernelsQuantized, IntBf16RowsMatchTheReference) {
           CheckAllBf16Rows(c.weights(), c.dense, offsets, n, s.k, gen, what.c_str(),
                            type == ScaleType::kFloat32 ? kRows : kFewRows);
           if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// The smallest layers: k below one vector (and one int4 chunk), blocks and groups of one or two columns, one
+// output row; both kinds of input rows.
+TEST_P(KernelsQuantized, TinyLayersMatchTheReference) {
+  std::mt19937 gen(9);
+  for (int64_t k : {1, 2, 5}) {
+    for (int64_t block_k : {int64_t{1}, k}) {
+      const Fp8Case c = MakeFp8(3, k, 2, block_k, gen);
+      for (int64_t rows : {1, 3}) {
+        CheckRows<float>(c.weights(), c.dense, 3, k, rows, true, 0, 3, gen, "tiny fp8");
+        CheckBf16Rows(c.weights(), c.dense, {}, 3, k, rows, false, 1, 2, gen, "tiny fp8");
+      }
+    }
+  }
+  for (int bits : {4, 8}) {
+    for (int64_t k : {2, 6}) {
+      for (int64_t group : {int64_t{2}, k}) {
+        const IntCase c = MakeInt(bits, 3, k, group, ScaleType::kFloat16, true, gen);
+        std::vector<float> offsets(c.dense.size(), 272.0f);  // (128 + 15) * 2 / 16 at most, generously
+        for (int64_t rows : {1, 3}) {
+          CheckRows<float>(c.weights(), c.dense, 3, k, rows, true, 0, 3, gen, "tiny int");
+          CheckBf16Rows(c.weights(), c.dense, offsets, 3, k, rows, false, 1, 2, gen, "tiny int");
         }
       }
     }
