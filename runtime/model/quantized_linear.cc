@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/linear.h"
 #include "kernels/quantized.h"
 #include "kernels/targets.h"
 #include "runtime/model/linear.h"
@@ -76,6 +77,9 @@ PackedLinear PackedRows(const PackedLinear& w, int64_t n0, int64_t rows) {
 
 namespace {
 
+// Input rows up to which the kernels decode packed codes in registers (see LinearPacked).
+constexpr int64_t kPackedRows = 4;
+
 kernels::ScaleType KernelScaleType(at::ScalarType t) {
   switch (t) {
     case at::kBFloat16:
@@ -121,14 +125,28 @@ at::Tensor IntCodes(const PackedLinear& w, int64_t n0, int64_t n1) {
 
 }  // namespace
 
+namespace {
+
+// The products of Dequantize, unrounded (float32), or rounded once to bfloat16 when `dtype` is bfloat16.
+at::Tensor DequantizedProducts(const PackedLinear& w, at::ScalarType dtype, int64_t n0, int64_t n1);
+
+}  // namespace
+
 at::Tensor Dequantize(const PackedLinear& w, at::ScalarType dtype, int64_t n0, int64_t n1) {
   if (n1 < 0) n1 = w.out_features;
   // The integer formats' references multiply in the scales' dtype (compressed-tensors' dequantize, AWQ's and
   // GPTQ's (q - z) * s in float16): the float32 product of a small integer and a 16-bit scale is exact, so
   // rounding it to the scales' dtype first gives their values; then to `dtype`.
   const at::ScalarType scale_dtype = w.kind == PackedLinear::Kind::kFp8 ? at::kFloat : w.scale.scalar_type();
-  if (scale_dtype != at::kFloat && scale_dtype != dtype)
-    return Dequantize(w, at::kFloat, n0, n1).to(scale_dtype).to(dtype);
+  if (scale_dtype != at::kFloat && scale_dtype != dtype) {
+    return DequantizedProducts(w, at::kFloat, n0, n1).to(scale_dtype).to(dtype);
+  }
+  return DequantizedProducts(w, dtype, n0, n1);
+}
+
+namespace {
+
+at::Tensor DequantizedProducts(const PackedLinear& w, at::ScalarType dtype, int64_t n0, int64_t n1) {
   const int64_t rows = n1 - n0;
   const int64_t k = w.in_features;
   if (w.data.device().is_cpu() && w.data.is_contiguous()) {
@@ -154,6 +172,8 @@ at::Tensor Dequantize(const PackedLinear& w, at::ScalarType dtype, int64_t n0, i
   }
   return DequantizeWithAten(w, dtype, n0, n1);
 }
+
+}  // namespace
 
 at::Tensor DequantizeWithAten(const PackedLinear& w, at::ScalarType dtype, int64_t n0, int64_t n1) {
   if (n1 < 0) n1 = w.out_features;
@@ -209,34 +229,54 @@ at::Tensor LinearPacked(const at::Tensor& x_in, const PackedLinear& w, const at:
   const int64_t rows = x.numel() / k;
   std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
   sizes.back() = n;
-  at::Tensor y = at::empty(sizes, x.options());
-  const at::Tensor x32 = x.scalar_type() == at::kFloat ? x.contiguous() : x.to(at::kFloat).contiguous();
-  const float* xs = x32.data_ptr<float>();
-  const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
   // At least ~64 KiB of packed weights per task, in whole blocks of 12 weight rows (the tiles take 3 or 4).
   const int64_t row_bytes = std::max<int64_t>(1, w.data.nbytes() / std::max<int64_t>(1, n));
   const int64_t grain = (std::max<int64_t>(1, (64 << 10) / row_bytes) + 11) / 12 * 12;
   const bool fp8 = w.kind == PackedLinear::Kind::kFp8;
+  at::Tensor y = at::empty(sizes, x.options());
+  const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
+  // bfloat16 rows stay bfloat16 on AVX512_BF16's VDPBF16PS; elsewhere they are widened once, here.
+  const bool bf16_dot = x.scalar_type() == at::kBFloat16 && kernels::Bf16DotAvailable();
+  const at::Tensor xc = bf16_dot || x.scalar_type() == at::kFloat ? x.contiguous() : x.to(at::kFloat).contiguous();
+  // Past kPackedRows rows, decoding the codes in registers for every row tile costs more than it saves (the kernels
+  // turn compute-bound: strata_quantized_bench, 16-32 rows at 0.5-1.2x bfloat16): each task dequantizes a few
+  // L2-sized blocks of its weight rows (into bfloat16, or float32 for float32 x) and runs the dense tiles on them.
+  const bool via_blocks = rows > kPackedRows;
+  auto run = [&](const auto* xs, const auto* bs, auto* ys, auto scratch_type) {
+    using S = decltype(scratch_type);
+    at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) {
+      if (!via_blocks) {
+        if (fp8) {
+          kernels::QuantizedLinearRows(xs, Fp8Of(w), bs, ys, rows, k, n, n0, n1);
+        } else {
+          kernels::QuantizedLinearRows(xs, IntOf(w), bs, ys, rows, k, n, n0, n1);
+        }
+        return;
+      }
+      const int64_t block = std::clamp<int64_t>((256 << 10) / (k * int64_t{sizeof(S)}), 4, 64);
+      std::vector<S> scratch(static_cast<size_t>(std::min(block, n1 - n0) * k));
+      for (int64_t s0 = n0; s0 < n1; s0 += block) {
+        const int64_t s1 = std::min(n1, s0 + block);
+        if (fp8) {
+          kernels::DequantizeRows(Fp8Of(w), k, n, s0, s1, scratch.data());
+        } else {
+          kernels::DequantizeRows(IntOf(w), k, n, s0, s1, scratch.data());
+        }
+        // The block's rows as a weight of their own: output columns [s0, s1) of y, whose rows stay n apart.
+        kernels::LinearRows(xs, scratch.data(), bs != nullptr ? bs + s0 : nullptr, ys + s0, rows, k, n, 0, s1 - s0);
+      }
+    });
+  };
   if (x.scalar_type() == at::kFloat) {
-    const float* bs = b.defined() ? b.data_ptr<float>() : nullptr;
-    float* ys = y.data_ptr<float>();
-    at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) {
-      if (fp8) {
-        kernels::QuantizedLinearRows(xs, Fp8Of(w), bs, ys, rows, k, n, n0, n1);
-      } else {
-        kernels::QuantizedLinearRows(xs, IntOf(w), bs, ys, rows, k, n, n0, n1);
-      }
-    });
+    run(xc.data_ptr<float>(), b.defined() ? b.data_ptr<float>() : nullptr, y.data_ptr<float>(), float{});
+    return y;
+  }
+  const auto* bs = b.defined() ? reinterpret_cast<const kernels::BFloat16*>(b.data_ptr()) : nullptr;
+  auto* ys = reinterpret_cast<kernels::BFloat16*>(y.data_ptr());
+  if (bf16_dot) {
+    run(reinterpret_cast<const kernels::BFloat16*>(xc.data_ptr()), bs, ys, kernels::BFloat16{});
   } else {
-    const auto* bs = b.defined() ? reinterpret_cast<const kernels::BFloat16*>(b.data_ptr()) : nullptr;
-    auto* ys = reinterpret_cast<kernels::BFloat16*>(y.data_ptr());
-    at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) {
-      if (fp8) {
-        kernels::QuantizedLinearRows(xs, Fp8Of(w), bs, ys, rows, k, n, n0, n1);
-      } else {
-        kernels::QuantizedLinearRows(xs, IntOf(w), bs, ys, rows, k, n, n0, n1);
-      }
-    });
+    run(xc.data_ptr<float>(), bs, ys, kernels::BFloat16{});
   }
   return y;
 }

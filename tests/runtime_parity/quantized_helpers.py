@@ -148,3 +148,61 @@ def strata_dequantized(checkpoint: pathlib.Path, dtype: str, path: str = "kernel
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     return load_file(out)
+
+
+def ct_config(weights: dict, fmt: str, ignore=("lm_head",), input_activations=None) -> dict:
+    """A compressed-tensors quantization_config of one group targeting Linear (RedHatAI's layout)."""
+    args = {"actorder": None, "block_structure": None, "dynamic": False, "group_size": None, "num_bits": 4,
+            "observer": "minmax", "observer_kwargs": {}, "strategy": "group", "symmetric": True, "type": "int"}
+    args.update(weights)
+    return {"config_groups": {"group_0": {"input_activations": input_activations, "output_activations": None,
+                                          "targets": ["Linear"], "weights": args}},
+            "format": fmt, "ignore": list(ignore), "kv_cache_scheme": None, "quant_method": "compressed-tensors",
+            "quantization_status": "compressed"}
+
+
+def make_ct_checkpoint(directory: pathlib.Path, name: str, config: dict, dense_dtype=torch.float32) -> pathlib.Path:
+    """The model quantized and compressed by the compressed-tensors library itself: its quantization config applied
+    to the model, each layer's scale and zero point from its min/max observer values (calculate_qparams), then
+    ModelCompressor's compress_model (pack-quantized: weight_packed, weight_scale, weight_zero_point, weight_shape;
+    float-quantized: FP8 weight and weight_scale)."""
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import QuantizationConfig, QuantizationStatus, apply_quantization_config
+    from compressed_tensors.quantization.utils import calculate_qparams
+
+    model = dense_model(name).to(dense_dtype)
+    qconfig = QuantizationConfig.model_validate(dict(config, quantization_status="initialized"))
+    apply_quantization_config(model, qconfig)
+    with torch.no_grad():
+        for module in model.modules():
+            scheme = getattr(module, "quantization_scheme", None)
+            if scheme is None or scheme.weights is None:
+                continue
+            args = scheme.weights
+            w = module.weight.float()
+            strategy = str(args.strategy.value if hasattr(args.strategy, "value") else args.strategy)
+            if strategy == "group":
+                tiles = w.reshape(w.shape[0], -1, args.group_size)
+                low, high = tiles.amin(-1), tiles.amax(-1)
+            elif strategy == "channel":
+                low, high = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
+            elif strategy == "tensor":
+                low, high = w.amin().reshape(1), w.amax().reshape(1)
+            else:
+                raise ValueError(strategy)
+            scale, zero = calculate_qparams(low, high, args)
+            module.weight_scale.data = scale.to(module.weight_scale.dtype).reshape(module.weight_scale.shape)
+            if hasattr(module, "weight_zero_point") and module.weight_zero_point is not None:
+                module.weight_zero_point.data = zero.to(module.weight_zero_point.dtype).reshape(
+                    module.weight_zero_point.shape)
+            module.quantization_status = QuantizationStatus.FROZEN
+    compressor = ModelCompressor.from_pretrained_model(model, quantization_format=config["format"])
+    compressor.compress_model(model)
+    tensors = dict(model.state_dict())
+    if model.config.tie_word_embeddings:
+        tensors.pop("lm_head.weight", None)
+    model.config.dtype = dense_dtype
+    directory.mkdir(parents=True, exist_ok=True)
+    save_quantized(directory, model, tensors, config)
+    compressor.update_config(str(directory))
+    return directory

@@ -167,3 +167,70 @@ def test_fp8_bad_checkpoint_exits_2_naming_what_is_wrong(strata_generate, fp8_ch
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     for name in names:
         assert name in proc.stderr, proc.stderr
+
+
+# compressed-tensors: the schemes RedHatAI's W4A16 / W8A16 / FP8-dynamic checkpoints use, and the others strata
+# reads; each made by the library's own compressor (quantized_helpers.make_ct_checkpoint).
+_FP8_TOKEN = {"dynamic": True, "num_bits": 8, "observer": None, "strategy": "token", "symmetric": True,
+              "type": "float"}
+CT_SCHEMES = {
+    "w4a16_g128": Q.ct_config({"group_size": 128}, "pack-quantized"),
+    "w4a16_g32": Q.ct_config({"group_size": 32}, "pack-quantized"),
+    "w4a16_asym_g64": Q.ct_config({"group_size": 64, "symmetric": False}, "pack-quantized"),
+    "w8a16_channel": Q.ct_config({"num_bits": 8, "strategy": "channel"}, "pack-quantized"),
+    "fp8_dynamic": Q.ct_config({"num_bits": 8, "type": "float", "strategy": "channel"}, "float-quantized",
+                               input_activations=_FP8_TOKEN),
+    "fp8_tensor": Q.ct_config({"num_bits": 8, "type": "float", "strategy": "tensor"}, "float-quantized",
+                              input_activations=_FP8_TOKEN),
+}
+
+
+@pytest.fixture(scope="module")
+def ct_checkpoint(tmp_path_factory):
+    cache = {}
+
+    def get(name, scheme):
+        if (name, scheme) not in cache:
+            directory = tmp_path_factory.mktemp(f"ct-{name}-{scheme}")
+            cache[(name, scheme)] = Q.make_ct_checkpoint(directory, name, CT_SCHEMES[scheme])
+        return cache[(name, scheme)]
+
+    return get
+
+
+def ct_transformers(checkpoint, dtype=torch.float32):
+    """transformers' compressed-tensors quantizer with dequantize=True (its CPU path)."""
+    import transformers
+
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        checkpoint, dtype=dtype, device_map={"": "cpu"},
+        quantization_config=transformers.CompressedTensorsConfig(run_compressed=False))
+
+
+@pytest.mark.parametrize("scheme", list(CT_SCHEMES))
+def test_ct_dequantized_weights_equal_transformers(ct_checkpoint, scheme):
+    checkpoint = ct_checkpoint("llama", scheme)
+    reference = ct_transformers(checkpoint).state_dict()
+    for path in ("kernels", "aten"):
+        ours = Q.strata_dequantized(checkpoint, "float32", path)
+        assert ours
+        for key, value in ours.items():
+            assert torch.equal(reference[key], value), f"{path}: {key} differs"
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+@pytest.mark.parametrize("scheme", list(CT_SCHEMES))
+@pytest.mark.parametrize("name", ["llama", "qwen3", "phi3", "gemma3"])
+def test_ct_greedy_matches_transformers(strata_generate, ct_checkpoint, name, scheme, stages):
+    if name != "llama" and scheme not in ("w4a16_g128", "w4a16_asym_g64", "fp8_dynamic"):
+        pytest.skip("the other schemes run on Llama only (the families share the layer)")
+    checkpoint = ct_checkpoint(name, scheme)
+    import transformers  # noqa: F401  (reference_generate loads through the checkpoint's own config)
+
+    reference = H.reference_generate(checkpoint, PROMPTS, NEW_TOKENS)
+    got = H.run_generate(checkpoint, PROMPTS, NEW_TOKENS, *plan_args(name, stages))
+    assert got["load"]["packed_tensors"] > 0
+    for i, (ref, res) in enumerate(zip(reference, got["results"])):
+        assert res["ids"] == ref["ids"], f"prompt {i}: ids differ"
+        worst = max(abs(a - b) for a, b in zip(ref["logprobs"], res["logprobs"]))
+        assert worst <= LOGPROB_TOLERANCE, f"prompt {i}: logprob differs by {worst}"
