@@ -78,7 +78,20 @@ CT_VARIANTS = {
                                  ignore=["lm_head", "re:.*mlp.gate$", "re:model.layers.1[.]", "model.layers.0.mlp.up_proj"]),
 }
 
-QUANT_CONFIGS = {"fp8": FP8, "ct-w4a16": CT_W4A16, "ct-fp8-dynamic": CT_FP8_DYNAMIC, **VARIANTS,
+# AWQ (AutoAWQ's GEMM checkpoints) and GPTQ v1 (AutoGPTQ / GPTQModel's). transformers' quantizers for them need
+# gptqmodel, which does not install here: gptqmodel_stub stands in for its QuantLinear buffers only.
+AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm",
+       "modules_to_not_convert": None}
+GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True,
+        "checkpoint_format": "gptq", "damp_percent": 0.01, "true_sequential": True}
+INT_VARIANTS = {
+    "awq-skip-some": dict(AWQ, modules_to_not_convert=["model.layers.0.mlp", "o_proj"]),
+    "gptq-desc-act-g-1-int8": dict(GPTQ, desc_act=True, group_size=-1, bits=8),
+    "gptq-some-modules": dict(GPTQ, modules_in_block_to_quantize=[["self_attn.k_proj", "self_attn.v_proj"],
+                                                                   ["mlp.down_proj"]]),
+}
+
+QUANT_CONFIGS = {"fp8": FP8, "awq": AWQ, "gptq": GPTQ, **INT_VARIANTS, "ct-w4a16": CT_W4A16, "ct-fp8-dynamic": CT_FP8_DYNAMIC, **VARIANTS,
                  "fp8-mixtral-skip-renamed": MIXTRAL_SKIP, **CT_VARIANTS}
 # The layouts the variants run with (the main formats run with every layout of the plan parity suite).
 VARIANT_LAYOUTS = ["uneven_4gpu", "cpu_offload", "disk_offload"]
@@ -87,7 +100,9 @@ VARIANT_LAYOUTS = ["uneven_4gpu", "cpu_offload", "disk_offload"]
 def cases():
     """(family, variant, layouts)."""
     out = [(f, v, list(H.LAYOUTS)) for f in FAMILIES for v in ("fp8", "ct-w4a16", "ct-fp8-dynamic")]
-    out += [(f, v, VARIANT_LAYOUTS) for f in VARIANT_FAMILIES for v in list(VARIANTS) + list(CT_VARIANTS)]
+    out += [(f, v, VARIANT_LAYOUTS) for f in FAMILIES for v in ("awq", "gptq")]
+    out += [(f, v, VARIANT_LAYOUTS) for f in VARIANT_FAMILIES
+            for v in list(VARIANTS) + list(CT_VARIANTS) + list(INT_VARIANTS)]
     out.append(("Mixtral-8x7B-v0.1", "fp8-mixtral-skip-renamed", VARIANT_LAYOUTS))
     return out
 
@@ -100,7 +115,7 @@ def model_config(family: str, variant: str, dequantize: bool) -> dict:
     """The config.json strata reads. compressed-tensors' dequantize is the user's choice (from_pretrained's
     quantization_config), written into the config here; FP8's is the machine's, given by --inventory."""
     q = dict(QUANT_CONFIGS[variant])
-    if dequantize and not is_fp8(variant):
+    if dequantize and variant.startswith("ct"):
         q["dequantize"] = True
     return dict(FAMILIES[family], quantization_config=q)
 
@@ -149,7 +164,7 @@ def test_quantized_device_map_matches_transformers(strata_plan, quantized_dir, f
 
 
 TREE_CASES = [pytest.param(f, v, d, id=f"{f}-{v}-{'dequantized' if d else 'quantized'}")
-              for f, v, _ in cases() for d in (False, True)]
+              for f, v, _ in cases() for d in ((False, True) if is_fp8(v) or v.startswith("ct") else (False,))]
 
 
 @pytest.mark.parametrize("family,variant,dequantize", TREE_CASES)
