@@ -217,3 +217,61 @@ def test_packed_sizing_is_the_default_and_counts_the_files(strata_plan, quantize
     assert out["quantization"]["sizing"] == "packed"
     assert out["quantization"]["planned_dense"] is False
     assert sum(d["planned_bytes"] for d in out["devices"]) == size
+
+
+_TINY = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "intermediate_size": 320,
+         "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
+         "torch_dtype": "bfloat16"}
+BAD_CONFIGS = {
+    "unknown-method": ({"quant_method": "bitsandbytes"}, "quantization_config.quant_method: \"bitsandbytes\""),
+    "fp8-static": (dict(FP8, activation_scheme="static"), "quantization_config.activation_scheme"),
+    "gptq-3-bits": (dict(GPTQ, bits=3), "quantization_config.bits: \"3\""),
+    "awq-gemv": (dict(AWQ, version="gemv"), "quantization_config.version: \"gemv\""),
+    "ct-static-input": (_ct({"num_bits": 8, "type": "float", "strategy": "channel"}, "float-quantized",
+                            dict(_FP8_TOKEN, dynamic=False)),
+                        "quantization_config.config_groups.group_0.input_activations.dynamic"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_CONFIGS))
+def test_bad_quantization_config_exits_2_naming_the_field(strata_plan, quantized_dir, name):
+    q, field = BAD_CONFIGS[name]
+    proc = H.run_strata_plan(strata_plan, "--model", quantized_dir(dict(_TINY, quantization_config=q)),
+                             "--max-memory", "cpu=1GiB", expect_rc=2)
+    assert field in proc.stderr, proc.stderr
+
+
+def _write_safetensors(path, tensors: dict):
+    """A safetensors file of zeros: {name: (dtype, shape)}."""
+    sizes = {"F8_E4M3": 1, "BF16": 2, "F32": 4, "I32": 4, "I64": 8, "F16": 2, "U8": 1}
+    header, offset = {}, 0
+    for name, (dtype, shape) in tensors.items():
+        n = sizes[dtype]
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header).encode()
+    path.write_bytes(len(text).to_bytes(8, "little") + text + b"\0" * offset)
+
+
+def test_checkpoint_header_mismatch_exits_2_naming_the_tensor(strata_plan, tmp_path):
+    """An FP8 checkpoint whose scale grid does not match its weight: the header check names the tensor."""
+    config = dict(_TINY, quantization_config=FP8)
+    tensors = {"model.embed_tokens.weight": ("BF16", [1000, 256]), "model.norm.weight": ("BF16", [256]),
+               "lm_head.weight": ("BF16", [1000, 256]), "model.layers.0.input_layernorm.weight": ("BF16", [256]),
+               "model.layers.0.post_attention_layernorm.weight": ("BF16", [256])}
+    for name, n, k in [("self_attn.q_proj", 256, 256), ("self_attn.k_proj", 128, 256), ("self_attn.v_proj", 128, 256),
+                       ("self_attn.o_proj", 256, 256), ("mlp.gate_proj", 320, 256), ("mlp.up_proj", 320, 256),
+                       ("mlp.down_proj", 256, 320)]:
+        tensors[f"model.layers.0.{name}.weight"] = ("F8_E4M3", [n, k])
+        tensors[f"model.layers.0.{name}.weight_scale_inv"] = ("F32", [-(-n // 128), -(-k // 128)])
+    directory = H.write_checkpoint_dir(tmp_path / "fp8", config)
+    _write_safetensors(directory / "model.safetensors", tensors)
+    out = H.strata_plan_json(strata_plan, "--model", directory, "--max-memory", "cpu=1GiB")
+    assert out["quantization"]["quantized_linears"] == 7
+    tensors["model.layers.0.mlp.down_proj.weight_scale_inv"] = ("F32", [2, 2])
+    _write_safetensors(directory / "model.safetensors", tensors)
+    proc = H.run_strata_plan(strata_plan, "--model", directory, "--max-memory", "cpu=1GiB", expect_rc=2)
+    assert "tensor model.layers.0.mlp.down_proj.weight_scale_inv has shape [2, 2]" in proc.stderr, proc.stderr
+    assert "expected [2, 3]" in proc.stderr, proc.stderr
