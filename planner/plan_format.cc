@@ -109,7 +109,11 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
       gpus.push_back({{"device", std::to_string(i)},
                       {"free_bytes", gpu.free_bytes},
                       {"total_bytes", gpu.total_bytes},
-                      {"integrated", gpu.integrated}});
+                      {"integrated", gpu.integrated},
+                      {"compute_capability", gpu.compute_capability_major > 0
+                                                 ? nlohmann::ordered_json(absl::StrCat(
+                                                       gpu.compute_capability_major, ".", gpu.compute_capability_minor))
+                                                 : nlohmann::ordered_json(nullptr)}});
     }
     json["inventory"] = {{"gpus", std::move(gpus)}, {"cpu_available_bytes", plan.inventory->host_available_bytes}};
   }

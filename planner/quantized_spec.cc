@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <string>
@@ -24,23 +25,44 @@ namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A skip or target pattern with its regex compiled once (nullopt: not a regex ECMAScript accepts).
+struct Pattern {
+  std::string text;
+  std::optional<std::regex> re;
+};
+
+// `strip` is the prefix a pattern must carry to be a regex ("re:" for compressed-tensors; "" for transformers,
+// whose patterns all are).
+std::vector<Pattern> CompilePatterns(const std::vector<std::string>& patterns, absl::string_view strip) {
+  std::vector<Pattern> out;
+  for (const std::string& p : patterns) {
+    Pattern compiled{p, std::nullopt};
+    if (absl::StartsWith(p, strip)) {
+      try {
+        compiled.re = std::regex(p.substr(strip.size()), std::regex::ECMAScript);
+      } catch (const std::regex_error&) {
+        compiled.re = std::nullopt;  // only the plain-string rules apply
+      }
+    }
+    out.push_back(std::move(compiled));
+  }
+  return out;
+}
+
 // transformers' should_convert_module: a pattern skips a module when it matches the module's name from the
 // start up to a module boundary (as a regex: "layers.1" skips "layers.1.mlp", not "layers.11.mlp"), or when
 // the name ends with it as a plain string ("lm_head", "fc1").
-bool SkippedByPatterns(const std::string& name, const std::vector<std::string>& patterns) {
-  for (const std::string& pattern : patterns) {
-    if (absl::EndsWith(name, pattern)) return true;
-    std::regex re;
-    try {
-      re = std::regex(pattern, std::regex::ECMAScript);
-    } catch (const std::regex_error&) {
-      continue;  // not a regex Python and ECMAScript share: only the suffix rule applies
-    }
+bool SkippedByPatterns(const std::string& name, const std::vector<Pattern>& patterns) {
+  for (const Pattern& pattern : patterns) {
+    if (absl::EndsWith(name, pattern.text)) return true;
+    if (!pattern.re) continue;
     // re.match(f"(?:{key})(?:(?<=\.)|(?=\.|$))", name): some prefix matches the whole pattern and ends at a
     // boundary (after a '.', before a '.' or at the end).
     for (size_t end = 0; end <= name.size(); ++end) {
       const bool boundary = end == name.size() || name[end] == '.' || (end > 0 && name[end - 1] == '.');
-      if (boundary && std::regex_match(name.begin(), name.begin() + static_cast<std::ptrdiff_t>(end), re)) return true;
+      if (boundary && std::regex_match(name.begin(), name.begin() + static_cast<std::ptrdiff_t>(end), *pattern.re)) {
+        return true;
+      }
     }
   }
   return false;
@@ -49,16 +71,10 @@ bool SkippedByPatterns(const std::string& name, const std::vector<std::string>& 
 // compressed-tensors' is_match: a target names the module exactly, is "re:" and a regex matching the name from
 // its start (Python's re.match), or names the module's class.
 bool CompressedTensorsMatch(const std::string& name, const std::string& class_name,
-                            const std::vector<std::string>& targets) {
-  for (const std::string& target : targets) {
-    if (target == name || target == class_name) return true;
-    if (!absl::StartsWith(target, "re:")) continue;
-    try {
-      const std::regex re(target.substr(3), std::regex::ECMAScript);
-      if (std::regex_search(name, re, std::regex_constants::match_continuous)) return true;
-    } catch (const std::regex_error&) {
-      continue;
-    }
+                            const std::vector<Pattern>& targets) {
+  for (const Pattern& target : targets) {
+    if (target.text == name || target.text == class_name) return true;
+    if (target.re && std::regex_search(name, *target.re, std::regex_constants::match_continuous)) return true;
   }
   return false;
 }
@@ -366,13 +382,15 @@ absl::Status QuantizeSpec(const nlohmann::json& config, ModelSpec& spec) {
   SpecQuantization quantization;
   quantization.config = **parsed;
   const QuantizationConfig& q = quantization.config;
-  const std::vector<std::string> skips = NotConverted(spec, q);
+  const bool compressed_tensors = q.method == QuantMethod::kCompressedTensors;
+  const std::vector<Pattern> skips = CompilePatterns(NotConverted(spec, q), compressed_tensors ? "re:" : "");
+  const std::vector<Pattern> targets = CompilePatterns(q.targets, "re:");
   // Whether the format converts the linear `name` (an nn.Linear of the tree, or one expert's projection as the
   // checkpoint stores it, which was an nn.Linear in the model that wrote it).
   auto converts = [&](const std::string& name) {
     switch (q.method) {
       case QuantMethod::kCompressedTensors:
-        return CompressedTensorsMatch(name, "Linear", q.targets) && !CompressedTensorsMatch(name, "Linear", skips);
+        return CompressedTensorsMatch(name, "Linear", targets) && !CompressedTensorsMatch(name, "Linear", skips);
       case QuantMethod::kGptq: {
         // optimum's convert_model: the nn.Linear layers inside the blocks, narrowed by
         // modules_in_block_to_quantize (a name ending with one of them).

@@ -11,7 +11,15 @@ import copy
 import functools
 import json
 
+import contextlib
+
+import gptqmodel_stub
 import parity_helpers as H
+
+
+def quantizer_environment(quant_method: str):
+    """What the quantizer needs installed: gptqmodel for AWQ and GPTQ (gptqmodel_stub), nothing else otherwise."""
+    return gptqmodel_stub.installed() if quant_method in ("awq", "gptq") else contextlib.nullcontext()
 
 
 @functools.lru_cache(maxsize=None)
@@ -21,6 +29,11 @@ def _quantized_model_cached(config_json: str, dtype_name: str, dequantize):
 
 def quantized_meta_model(config_dict: dict, dtype_name: str, dequantize=None):
     """(model on the meta device with the quantizer's modules, the quantizer)."""
+    with quantizer_environment(config_dict["quantization_config"]["quant_method"]):
+        return _quantized_meta_model(config_dict, dtype_name, dequantize)
+
+
+def _quantized_meta_model(config_dict: dict, dtype_name: str, dequantize=None):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.quantizers.auto import AutoHfQuantizer
@@ -52,7 +65,9 @@ def reference_quantized_device_map(model, quantizer, strategy: str, max_memory: 
 
     saved = copy.deepcopy(quantizer.quantization_config.__dict__)
     try:
-        with H.stub_accelerators(H.num_gpus(max_memory)):
+        method = str(getattr(quantizer.quantization_config.quant_method, "value",
+                             quantizer.quantization_config.quant_method))
+        with H.stub_accelerators(H.num_gpus(max_memory)), quantizer_environment(method):
             dm = _get_device_map(model, strategy, copy.deepcopy(max_memory), quantizer)
     finally:
         quantizer.quantization_config.__dict__.update(saved)

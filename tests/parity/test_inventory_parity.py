@@ -120,7 +120,8 @@ def test_default_budgets_match_transformers(strata_plan, checkpoint_dir, config,
     assert budgets == {str(k): v for k, v in expected_budgets.items()}, (
         f"{where}\nbudgets {budgets} != transformers' max_memory {expected_budgets}")
     assert out["inventory"] == {
-        "gpus": [{"device": str(i), "free_bytes": b, "total_bytes": b, "integrated": False}
+        "gpus": [{"device": str(i), "free_bytes": b, "total_bytes": b, "integrated": False,
+                  "compute_capability": None}
                  for i, b in enumerate(gpus)],
         "cpu_available_bytes": host,
     }, out["inventory"]

@@ -78,7 +78,20 @@ CT_VARIANTS = {
                                  ignore=["lm_head", "re:.*mlp.gate$", "re:model.layers.1[.]", "model.layers.0.mlp.up_proj"]),
 }
 
-QUANT_CONFIGS = {"fp8": FP8, "ct-w4a16": CT_W4A16, "ct-fp8-dynamic": CT_FP8_DYNAMIC, **VARIANTS,
+# AWQ (AutoAWQ's GEMM checkpoints) and GPTQ v1 (AutoGPTQ / GPTQModel's). transformers' quantizers for them need
+# gptqmodel, which does not install here: gptqmodel_stub stands in for its QuantLinear buffers only.
+AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm",
+       "modules_to_not_convert": None}
+GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True,
+        "checkpoint_format": "gptq", "damp_percent": 0.01, "true_sequential": True}
+INT_VARIANTS = {
+    "awq-skip-some": dict(AWQ, modules_to_not_convert=["model.layers.0.mlp", "o_proj"]),
+    "gptq-desc-act-g-1-int8": dict(GPTQ, desc_act=True, group_size=-1, bits=8),
+    "gptq-some-modules": dict(GPTQ, modules_in_block_to_quantize=[["self_attn.k_proj", "self_attn.v_proj"],
+                                                                   ["mlp.down_proj"]]),
+}
+
+QUANT_CONFIGS = {"fp8": FP8, "awq": AWQ, "gptq": GPTQ, **INT_VARIANTS, "ct-w4a16": CT_W4A16, "ct-fp8-dynamic": CT_FP8_DYNAMIC, **VARIANTS,
                  "fp8-mixtral-skip-renamed": MIXTRAL_SKIP, **CT_VARIANTS}
 # The layouts the variants run with (the main formats run with every layout of the plan parity suite).
 VARIANT_LAYOUTS = ["uneven_4gpu", "cpu_offload", "disk_offload"]
@@ -87,7 +100,9 @@ VARIANT_LAYOUTS = ["uneven_4gpu", "cpu_offload", "disk_offload"]
 def cases():
     """(family, variant, layouts)."""
     out = [(f, v, list(H.LAYOUTS)) for f in FAMILIES for v in ("fp8", "ct-w4a16", "ct-fp8-dynamic")]
-    out += [(f, v, VARIANT_LAYOUTS) for f in VARIANT_FAMILIES for v in list(VARIANTS) + list(CT_VARIANTS)]
+    out += [(f, v, VARIANT_LAYOUTS) for f in FAMILIES for v in ("awq", "gptq")]
+    out += [(f, v, VARIANT_LAYOUTS) for f in VARIANT_FAMILIES
+            for v in list(VARIANTS) + list(CT_VARIANTS) + list(INT_VARIANTS)]
     out.append(("Mixtral-8x7B-v0.1", "fp8-mixtral-skip-renamed", VARIANT_LAYOUTS))
     return out
 
@@ -100,7 +115,7 @@ def model_config(family: str, variant: str, dequantize: bool) -> dict:
     """The config.json strata reads. compressed-tensors' dequantize is the user's choice (from_pretrained's
     quantization_config), written into the config here; FP8's is the machine's, given by --inventory."""
     q = dict(QUANT_CONFIGS[variant])
-    if dequantize and not is_fp8(variant):
+    if dequantize and variant.startswith("ct"):
         q["dequantize"] = True
     return dict(FAMILIES[family], quantization_config=q)
 
@@ -149,7 +164,7 @@ def test_quantized_device_map_matches_transformers(strata_plan, quantized_dir, f
 
 
 TREE_CASES = [pytest.param(f, v, d, id=f"{f}-{v}-{'dequantized' if d else 'quantized'}")
-              for f, v, _ in cases() for d in (False, True)]
+              for f, v, _ in cases() for d in ((False, True) if is_fp8(v) or v.startswith("ct") else (False,))]
 
 
 @pytest.mark.parametrize("family,variant,dequantize", TREE_CASES)
@@ -202,3 +217,61 @@ def test_packed_sizing_is_the_default_and_counts_the_files(strata_plan, quantize
     assert out["quantization"]["sizing"] == "packed"
     assert out["quantization"]["planned_dense"] is False
     assert sum(d["planned_bytes"] for d in out["devices"]) == size
+
+
+_TINY = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "intermediate_size": 320,
+         "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
+         "torch_dtype": "bfloat16"}
+BAD_CONFIGS = {
+    "unknown-method": ({"quant_method": "bitsandbytes"}, "quantization_config.quant_method: \"bitsandbytes\""),
+    "fp8-static": (dict(FP8, activation_scheme="static"), "quantization_config.activation_scheme"),
+    "gptq-3-bits": (dict(GPTQ, bits=3), "quantization_config.bits: \"3\""),
+    "awq-gemv": (dict(AWQ, version="gemv"), "quantization_config.version: \"gemv\""),
+    "ct-static-input": (_ct({"num_bits": 8, "type": "float", "strategy": "channel"}, "float-quantized",
+                            dict(_FP8_TOKEN, dynamic=False)),
+                        "quantization_config.config_groups.group_0.input_activations.dynamic"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_CONFIGS))
+def test_bad_quantization_config_exits_2_naming_the_field(strata_plan, quantized_dir, name):
+    q, field = BAD_CONFIGS[name]
+    proc = H.run_strata_plan(strata_plan, "--model", quantized_dir(dict(_TINY, quantization_config=q)),
+                             "--max-memory", "cpu=1GiB", expect_rc=2)
+    assert field in proc.stderr, proc.stderr
+
+
+def _write_safetensors(path, tensors: dict):
+    """A safetensors file of zeros: {name: (dtype, shape)}."""
+    sizes = {"F8_E4M3": 1, "BF16": 2, "F32": 4, "I32": 4, "I64": 8, "F16": 2, "U8": 1}
+    header, offset = {}, 0
+    for name, (dtype, shape) in tensors.items():
+        n = sizes[dtype]
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header).encode()
+    path.write_bytes(len(text).to_bytes(8, "little") + text + b"\0" * offset)
+
+
+def test_checkpoint_header_mismatch_exits_2_naming_the_tensor(strata_plan, tmp_path):
+    """An FP8 checkpoint whose scale grid does not match its weight: the header check names the tensor."""
+    config = dict(_TINY, quantization_config=FP8)
+    tensors = {"model.embed_tokens.weight": ("BF16", [1000, 256]), "model.norm.weight": ("BF16", [256]),
+               "lm_head.weight": ("BF16", [1000, 256]), "model.layers.0.input_layernorm.weight": ("BF16", [256]),
+               "model.layers.0.post_attention_layernorm.weight": ("BF16", [256])}
+    for name, n, k in [("self_attn.q_proj", 256, 256), ("self_attn.k_proj", 128, 256), ("self_attn.v_proj", 128, 256),
+                       ("self_attn.o_proj", 256, 256), ("mlp.gate_proj", 320, 256), ("mlp.up_proj", 320, 256),
+                       ("mlp.down_proj", 256, 320)]:
+        tensors[f"model.layers.0.{name}.weight"] = ("F8_E4M3", [n, k])
+        tensors[f"model.layers.0.{name}.weight_scale_inv"] = ("F32", [-(-n // 128), -(-k // 128)])
+    directory = H.write_checkpoint_dir(tmp_path / "fp8", config)
+    _write_safetensors(directory / "model.safetensors", tensors)
+    out = H.strata_plan_json(strata_plan, "--model", directory, "--max-memory", "cpu=1GiB")
+    assert out["quantization"]["quantized_linears"] == 7
+    tensors["model.layers.0.mlp.down_proj.weight_scale_inv"] = ("F32", [2, 2])
+    _write_safetensors(directory / "model.safetensors", tensors)
+    proc = H.run_strata_plan(strata_plan, "--model", directory, "--max-memory", "cpu=1GiB", expect_rc=2)
+    assert "tensor model.layers.0.mlp.down_proj.weight_scale_inv has shape [2, 2]" in proc.stderr, proc.stderr
+    assert "expected [2, 3]" in proc.stderr, proc.stderr
