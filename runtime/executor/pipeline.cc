@@ -50,7 +50,13 @@ c10::Stream CurrentStream(at::Device device) {
 
 // The sizes and switches of the unit runners: the spec's tensor shapes with its DecoderConfig.
 absl::StatusOr<ModelDims> DimsOf(const planner::ModelSpec& spec, const planner::DecoderConfig& config) {
-  const std::map<std::string, planner::ExpectedTensor> expected = planner::CheckpointTensors(spec);
+  std::map<std::string, planner::ExpectedTensor> expected = planner::CheckpointTensors(spec);
+  // A quantized layer's weight is stored as other tensors (weight_packed, qweight, ...): its dense shape [N, K].
+  if (spec.quantization) {
+    for (const auto& [name, q] : spec.quantization->linears) {
+      expected[name] = {{q.out_features, q.in_features}, spec.dtype};
+    }
+  }
   auto shape = [&](const std::string& name) -> const std::vector<int64_t>& { return expected.at(name).shape; };
   // Phi-3 fuses q, k and v into qkv_proj (rows: heads, kv_heads, kv_heads times head_dim).
   const bool fused_qkv = expected.contains("model.layers.0.self_attn.qkv_proj.weight");

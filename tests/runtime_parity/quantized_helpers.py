@@ -205,4 +205,19 @@ def make_ct_checkpoint(directory: pathlib.Path, name: str, config: dict, dense_d
     directory.mkdir(parents=True, exist_ok=True)
     save_quantized(directory, model, tensors, config)
     compressor.update_config(str(directory))
+    # The library's own decompression of the same layers, in a plain dense model beside the checkpoint
+    # (ct_dense_reference): the reference of schemes transformers cannot load (packed asymmetric zero points) and
+    # of weight-only generation (transformers runs FP8-dynamic's activations through FP8 too).
+    compressor.decompress_model(model)
+    dense = dense_model(name).to(dense_dtype)
+    decompressed = model.state_dict()
+    with torch.no_grad():
+        for key, value in dense.state_dict().items():
+            value.copy_(decompressed[key])
+    dense.save_pretrained(ct_dense_reference(directory), safe_serialization=True)
     return directory
+
+
+def ct_dense_reference(checkpoint: pathlib.Path) -> pathlib.Path:
+    """The dense model make_ct_checkpoint saved beside `checkpoint`: its weights decompressed by compressed-tensors."""
+    return checkpoint.with_name(checkpoint.name + "-dense")
