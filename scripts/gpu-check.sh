@@ -10,7 +10,8 @@
 #   build      unpack the bundle, configure (no server: gRPC is not bundled), build planner, checkpoint,
 #              tokenizer, runtime, strata-plan, strata-generate and the gtest suites
 #   gtest      every gtest suite through ctest (TorchSmoke and CudaSync use the GPU)
-#   parity     tests/runtime_parity/test_cuda_parity.py (+ the CPU suite's one CUDA case) vs
+#   parity     tests/runtime_parity/test_cuda_parity.py and test_quantized_cuda_parity.py (FP8 packed
+#              on the GPU) (+ the CPU suite's one CUDA case) vs
 #              transformers on the same GPU
 #   sync       CudaSync: the engine's decode loop under LibTorch's sync-debug mode "error"
 #   sanitizer  compute-sanitizer memcheck and racecheck on a short 2-stage decode on cuda:0
@@ -126,7 +127,7 @@ step_gtest() {
 
 step_parity() {
   STRATA_BUILD_DIR=$build timeout "$budget" "$python" -m pytest -v -rs -p no:cacheprovider \
-    tests/runtime_parity/test_cuda_parity.py \
+    tests/runtime_parity/test_cuda_parity.py tests/runtime_parity/test_quantized_cuda_parity.py \
     "tests/runtime_parity/test_generate_parity.py::test_two_logical_stages_on_one_gpu" 2>&1 |
     tee "$logs/parity_pytest.txt"
   local rc=${PIPESTATUS[0]}
