@@ -87,10 +87,12 @@ absl::StatusOr<DType> RuntimeDType(const std::string& safetensors_dtype) {
   if (safetensors_dtype == "I32") return DType::kInt32;
   if (safetensors_dtype == "I64") return DType::kInt64;
   if (safetensors_dtype == "U8") return DType::kUInt8;
+  // float8_e8m0fnu (ue8m0 FP8 scales) is one exponent byte, 2^(e - 127), 255 NaN: read as the bytes it is.
+  if (safetensors_dtype == "F8_E8M0") return DType::kUInt8;
   if (safetensors_dtype == "I8") return DType::kInt8;
   return absl::InvalidArgumentError(absl::StrCat("dtype ", safetensors_dtype,
-                                                 " is not one the runtime loads (F32, F16, BF16; F8_E4M3, I32, I64, "
-                                                 "U8 and I8 in quantized checkpoints)"));
+                                                 " is not one the runtime loads (F32, F16, BF16; F8_E4M3, F8_E8M0, "
+                                                 "I32, I64, U8 and I8 in quantized checkpoints)"));
 }
 
 absl::StatusOr<std::vector<TensorView>> OpenSafetensors(const std::filesystem::path& dir, const std::string& file) {

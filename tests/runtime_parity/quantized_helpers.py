@@ -27,6 +27,8 @@ CONFIGS = {
     "qwen3_moe": ("Qwen3MoeConfig", dict(_BLOCKS, moe_intermediate_size=128, num_experts=4, num_experts_per_tok=2,
                                          mlp_only_layers=[2], norm_topk_prob=True)),
     "phi3": ("Phi3Config", dict(_BLOCKS, num_key_value_heads=4)),
+    # Not whole 128 x 128 blocks: gate/up [320, 256] (ragged rows), down [256, 320] (ragged columns).
+    "llama_ragged": ("LlamaConfig", dict(_BLOCKS, intermediate_size=320)),
     "gemma3": ("Gemma3TextConfig", dict(_BLOCKS, sliding_window=5, sliding_window_pattern=2, query_pre_attn_scalar=64,
                                         final_logit_softcapping=6.0, tie_word_embeddings=True)),
 }
@@ -118,9 +120,10 @@ def make_fp8_checkpoint(directory: pathlib.Path, name: str, scale_dtype=torch.fl
     quantized = set(linear_weights(model, state, skip))
     for key, value in state.items():
         if key in quantized:
-            out = op._quantize_one(key, value)
-            assert len(out) == 2, f"{key} {tuple(value.shape)} is not whole 128 x 128 blocks"
             scale_key = key.removesuffix(".weight") + ".weight_scale_inv"
+            out = op._quantize_one(key, value)
+            if len(out) != 2:  # not whole blocks: the same math over partial last blocks
+                out = dict(zip((key, scale_key), quantize_fp8_ragged(value)))
             if scale_fmt != "ue8m0":
                 out[scale_key] = out[scale_key].to(scale_dtype)
             tensors.update(out)
@@ -128,11 +131,31 @@ def make_fp8_checkpoint(directory: pathlib.Path, name: str, scale_dtype=torch.fl
             tensors[key] = value.to(dense_dtype)
     model.config.dtype = dense_dtype
     config = {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}
-    if skip:
+    if skip is not None:  # None: absent, and transformers then skips the output embedding by default
         config["modules_to_not_convert"] = list(skip)
     if scale_fmt:
         config["scale_fmt"] = scale_fmt
     return save_quantized(directory, model, tensors, config)
+
+
+def fp8_dense_reference(checkpoint: pathlib.Path, name: str, directory: pathlib.Path) -> pathlib.Path:
+    """A dense model whose quantized layers hold transformers' FP8 dequantization of `checkpoint`
+    (_dequantize_fp8_weight with the 128 x 128 block: partial last blocks included, which its loader's
+    grid-derived blocks get wrong), saved in `directory`."""
+    from safetensors.torch import load_file
+    from transformers.integrations.finegrained_fp8 import _dequantize_fp8_weight
+
+    stored = load_file(checkpoint / "model.safetensors")
+    model = dense_model(name)
+    with torch.no_grad():
+        for key, value in model.state_dict().items():
+            scale = key.removesuffix(".weight") + ".weight_scale_inv"
+            if scale in stored:
+                value.copy_(_dequantize_fp8_weight(stored[key], stored[scale], [128, 128], torch.float32))
+            elif key in stored:
+                value.copy_(stored[key])
+    model.save_pretrained(directory, safe_serialization=True)
+    return directory
 
 
 def probe_path() -> pathlib.Path:

@@ -103,6 +103,49 @@ def test_fp8_greedy_matches_transformers(strata_generate, fp8_checkpoint, fp8_re
         assert worst <= LOGPROB_TOLERANCE, f"prompt {i}: logprob differs by {worst}"
 
 
+def test_fp8_ragged_blocks_match_the_quantizers_math(strata_generate, tmp_path):
+    """Dimensions that are not whole 128 x 128 blocks (the last blocks partial), which Fp8Quantize leaves
+    dense and transformers' loader dequantizes with blocks derived from the grid: checked against the quantizer's
+    own block math (_dequantize_fp8_weight), weights bit for bit, then generation on 1 and 2 stages."""
+    from safetensors.torch import load_file
+
+    checkpoint = Q.make_fp8_checkpoint(tmp_path / "ragged", "llama_ragged")
+    dense = Q.fp8_dense_reference(checkpoint, "llama_ragged", tmp_path / "dense")
+    reference_weights = load_file(dense / "model.safetensors")
+    ours = Q.strata_dequantized(checkpoint, "float32")
+    assert any(v.shape[0] % 128 or v.shape[1] % 128 for v in ours.values())
+    for key, value in ours.items():
+        assert torch.equal(reference_weights[key], value), key
+    reference = H.reference_generate(dense, PROMPTS, NEW_TOKENS)
+    for stages in (1, 2):
+        got = H.run_generate(checkpoint, PROMPTS, NEW_TOKENS, *plan_args("llama_ragged", stages))
+        for i, (ref, res) in enumerate(zip(reference, got["results"])):
+            assert res["ids"] == ref["ids"], f"{stages} stages, prompt {i}: ids differ"
+            worst = max(abs(a - b) for a, b in zip(ref["logprobs"], res["logprobs"]))
+            assert worst <= LOGPROB_TOLERANCE, f"{stages} stages, prompt {i}: logprob differs by {worst}"
+
+
+@pytest.mark.parametrize("variant", ["quantized_lm_head", "ue8m0"])
+def test_fp8_variants_match_transformers(strata_generate, tmp_path, variant):
+    """lm_head quantized too (no modules_to_not_convert: FP8 has no default skips), and ue8m0 scales (powers of
+    two, DeepSeek-V3.1's scale_fmt)."""
+    if variant == "quantized_lm_head":
+        checkpoint = Q.make_fp8_checkpoint(tmp_path / variant, "llama", skip=())
+    else:
+        checkpoint = Q.make_fp8_checkpoint(tmp_path / variant, "llama", scale_fmt="ue8m0")
+    reference_weights = transformers_weights(checkpoint, torch.float32)
+    for key, value in Q.strata_dequantized(checkpoint, "float32").items():
+        assert torch.equal(reference_weights[key], value), key
+    if variant == "quantized_lm_head":
+        assert "lm_head.weight" in Q.strata_dequantized(checkpoint, "float32")
+    reference = H.reference_generate(checkpoint, PROMPTS, NEW_TOKENS)
+    got = H.run_generate(checkpoint, PROMPTS, NEW_TOKENS, "--device-map", '{"": "cpu"}')
+    for i, (ref, res) in enumerate(zip(reference, got["results"])):
+        assert res["ids"] == ref["ids"], f"prompt {i}: ids differ"
+        worst = max(abs(a - b) for a, b in zip(ref["logprobs"], res["logprobs"]))
+        assert worst <= LOGPROB_TOLERANCE, f"prompt {i}: logprob differs by {worst}"
+
+
 @pytest.mark.parametrize("name", ["llama", "qwen3"])
 def test_fp8_bfloat16_agrees_where_the_margin_exceeds_bf16_noise(strata_generate, fp8_checkpoint, name):
     checkpoint = fp8_checkpoint(name, torch.bfloat16, torch.bfloat16)
