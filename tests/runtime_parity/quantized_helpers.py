@@ -158,6 +158,203 @@ def fp8_dense_reference(checkpoint: pathlib.Path, name: str, directory: pathlib.
     return directory
 
 
+def _converted(model, state: dict, method: str) -> list[str]:
+    """The weights AWQ / GPTQ store quantized, as strata's planner picks them (planner/quantized_spec.cc): AWQ every
+    nn.Linear but the output embeddings (the AWQ quantizer's default skip), GPTQ the nn.Linear layers inside
+    model.layers (optimum's convert_model)."""
+    names = linear_weights(model, state, skip=("lm_head",))
+    return names if method == "awq" else [k for k in names if k.startswith("model.layers.")]
+
+
+def _pack_along_last(codes: torch.Tensor, bits: int, order=None) -> torch.Tensor:
+    """[R, C] codes in [0, 2^bits) -> int32 [R, C * bits / 32]: code `order[i]` of each run of 32 / bits at bits * i
+    (in order when `order` is None)."""
+    per_word = 32 // bits
+    runs = codes.to(torch.int64).reshape(codes.shape[0], -1, per_word)
+    if order is not None:
+        runs = runs[:, :, order]
+    shifts = torch.arange(0, 32, bits, dtype=torch.int64)
+    words = (runs << shifts).sum(-1)
+    return torch.where(words >= 2 ** 31, words - 2 ** 32, words).to(torch.int32)
+
+
+# AutoAWQ's GEMM packing order: nibble i of a word holds column AWQ_ORDER[i] of its run of 8.
+AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
+
+
+def awq_quantize(weight: torch.Tensor, group_size: int):
+    """Round-to-nearest with AutoAWQ's asymmetric min/max (pseudo_quantize_tensor, zero_point=True) per group of
+    `group_size` along K, scales rounded to float16 before the codes are taken from them: (codes [N, K],
+    zeros [N, K/g] in [0, 15], float16 scales [N, K/g])."""
+    n, k = weight.shape
+    tiles = weight.float().reshape(n, k // group_size, group_size)
+    low, high = tiles.amin(-1), tiles.amax(-1)
+    scales = ((high - low).clamp(min=1e-5) / 15).half()
+    zeros = (-torch.round(low / scales.float())).clamp(0, 15)
+    codes = (torch.round(tiles / scales.float()[..., None]) + zeros[..., None]).clamp(0, 15)
+    return codes.reshape(n, k).to(torch.int32), zeros.to(torch.int32), scales
+
+
+def gptq_quantize(weight: torch.Tensor, bits: int, group_size: int, sym: bool, perm=None):
+    """Round-to-nearest with GPTQ's quantizer (Quantizer.find_params: the range widened to hold 0, symmetric zero
+    (maxq + 1) / 2) per group of `group_size` columns; with `perm` (act-order) group i // g holds columns
+    perm[i], so g_idx[perm[i]] = i // g. GPTQ v1 stores zero - 1, so the zeros are kept in [1, maxq] (a zero of 0
+    is not storable there). Returns (codes [N, K], zeros [N, G], float16 scales [N, G], g_idx [K])."""
+    n, k = weight.shape
+    maxq = 2 ** bits - 1
+    perm = torch.arange(k) if perm is None else perm
+    tiles = weight.float()[:, perm].reshape(n, k // group_size, group_size)
+    low = tiles.amin(-1).clamp(max=0)
+    high = tiles.amax(-1).clamp(min=0)
+    if sym:
+        high = torch.maximum(low.abs(), high)
+        low = -high
+    scales = ((high - low).clamp(min=1e-5) / maxq).half()
+    if sym:
+        zeros = torch.full_like(low, (maxq + 1) // 2)
+    else:
+        zeros = torch.round(-low / scales.float()).clamp(1, maxq)
+    permuted = (torch.round(tiles / scales.float()[..., None]) + zeros[..., None]).clamp(0, maxq).reshape(n, k)
+    codes = torch.empty_like(permuted)
+    codes[:, perm] = permuted
+    g_idx = torch.empty(k, dtype=torch.int32)
+    g_idx[perm] = (torch.arange(k) // group_size).to(torch.int32)
+    return codes.to(torch.int32), zeros.to(torch.int32), scales, g_idx
+
+
+def int_dequantized(codes, zeros, scales, g_idx) -> torch.Tensor:
+    """(q - z) * s as AutoAWQ's and GPTQ's readers compute it: the product in float16. [N, K] float16."""
+    g = g_idx.long()
+    return (codes - zeros[:, g]).half() * scales[:, g]
+
+
+def awq_pack(codes, zeros, scales) -> dict:
+    """AutoAWQ's GEMM layout (WQLinear_GEMM): qweight int32 [K, N / 8] and qzeros int32 [K / g, N / 8] packed along N
+    in AWQ_ORDER, scales float16 [K / g, N]."""
+    return {"qweight": _pack_along_last(codes.t(), 4, AWQ_ORDER), "qzeros": _pack_along_last(zeros.t(), 4, AWQ_ORDER),
+            "scales": scales.t().contiguous()}
+
+
+def gptq_pack(codes, zeros, scales, g_idx, bits: int) -> dict:
+    """GPTQ v1 (AutoGPTQ's QuantLinear.pack): qweight int32 [K * bits / 32, N] packed along K, qzeros int32
+    [G, N * bits / 32] packed along N holding zero - 1, scales float16 [G, N], g_idx int32 [K]."""
+    return {"qweight": _pack_along_last(codes, bits).t().contiguous(),
+            "qzeros": _pack_along_last(zeros.t() - 1, bits), "scales": scales.t().contiguous(), "g_idx": g_idx}
+
+
+def _make_int_checkpoint(directory, name, method, quantize, pack, config, dense_dtype):
+    model = dense_model(name)
+    state = saved_dense(directory, model)
+    tensors, expected = {}, {}
+    converted = set(_converted(model, state, method))
+    for key, value in state.items():
+        if key not in converted:
+            tensors[key] = value.to(dense_dtype)
+            continue
+        parts = quantize(key, value)
+        expected[key] = int_dequantized(*parts)
+        module = key.removesuffix(".weight")
+        tensors.update({f"{module}.{k}": v for k, v in pack(*parts).items()})
+    model.config.dtype = dense_dtype
+    save_quantized(directory, model, tensors, config)
+    # What the checkpoint's weights mean, for the tests: float16 (q - z) * s per converted weight.
+    from safetensors.torch import save_file
+
+    save_file(expected, directory / "expected-dequantized.safetensors")
+    return directory
+
+
+def make_awq_checkpoint(directory: pathlib.Path, name: str, group_size: int = 128,
+                        dense_dtype=torch.float32) -> pathlib.Path:
+    """AutoAWQ's GEMM checkpoint of the model: every nn.Linear but lm_head rounded to nearest (awq_quantize),
+    packed as WQLinear_GEMM stores it, config as AutoAWQ writes it (to_transformers_dict). Beside it,
+    expected-dequantized.safetensors: each converted weight's float16 (q - z) * s."""
+    config = {"quant_method": "awq", "zero_point": True, "group_size": group_size, "bits": 4, "version": "gemm",
+              "modules_to_not_convert": None}
+
+    def quantize(key, value):
+        codes, zeros, scales = awq_quantize(value, group_size)
+        return codes, zeros, scales, (torch.arange(value.shape[1]) // group_size).to(torch.int32)
+
+    return _make_int_checkpoint(directory, name, "awq", quantize, lambda c, z, s, g: awq_pack(c, z, s), config,
+                                dense_dtype)
+
+
+def make_gptq_checkpoint(directory: pathlib.Path, name: str, bits: int = 4, group_size: int = 128,
+                         desc_act: bool = False, sym: bool = True, dense_dtype=torch.float32,
+                         seed: int = 3) -> pathlib.Path:
+    """A GPTQ v1 checkpoint of the model: the nn.Linear layers of model.layers rounded to nearest (gptq_quantize;
+    with desc_act each layer's columns in a random act-order), packed as AutoGPTQ's QuantLinear stores them,
+    config as AutoGPTQ's BaseQuantizeConfig writes it. Beside it, expected-dequantized.safetensors."""
+    config = {"bits": bits, "group_size": group_size, "damp_percent": 0.01, "desc_act": desc_act,
+              "static_groups": False, "sym": sym, "true_sequential": True, "model_name_or_path": None,
+              "model_file_base_name": "model", "quant_method": "gptq", "checkpoint_format": "gptq"}
+    generator = torch.Generator().manual_seed(seed)
+
+    def quantize(key, value):
+        perm = torch.randperm(value.shape[1], generator=generator) if desc_act else None
+        return gptq_quantize(value, bits, group_size, sym, perm)
+
+    return _make_int_checkpoint(directory, name, "gptq", quantize, lambda c, z, s, g: gptq_pack(c, z, s, g, bits),
+                                config, dense_dtype)
+
+
+def _oracle_module(package: str, relative: str):
+    """One pure-Python file of an installed package, loaded by path: the package's __init__ (AutoAWQ's model
+    registry, AutoGPTQ's CUDA modules) is never run. The packages are test oracles of scripts/requirements.txt."""
+    import importlib.util
+
+    found = importlib.util.find_spec(package)
+    assert found is not None, f"{package} is not installed (pip install -r scripts/requirements.txt): a test oracle"
+    path = pathlib.Path(found.submodule_search_locations[0]) / relative
+    spec = importlib.util.spec_from_file_location(f"_oracle_{package}_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def reader_dequantized(checkpoint: pathlib.Path) -> dict:
+    """Every AWQ / GPTQ layer of the checkpoint dequantized by the formats' own readers, by the dense weight's name
+    ([N, K] float16, the columns in the checkpoint's order): AutoAWQ's dequantize_gemm (awq/utils/packing_utils.py)
+    and AutoGPTQ's QuantLinear (nn_modules/qlinear/qlinear_cuda.py: its CPU forward unpacks qweight and qzeros,
+    adds v1's one and gathers scales and zeros by g_idx) applied to an identity matrix, which returns its weight."""
+    from safetensors.torch import load_file
+
+    config = json.loads((checkpoint / "config.json").read_text())["quantization_config"]
+    tensors = load_file(checkpoint / "model.safetensors")
+    bits, group = config["bits"], config["group_size"]
+    out = {}
+    if config["quant_method"] == "awq":
+        awq = _oracle_module("awq", "utils/packing_utils.py")
+        for key in (k for k in tensors if k.endswith(".qweight")):
+            m = key.removesuffix(".qweight")
+            w = awq.dequantize_gemm(tensors[key], tensors[m + ".qzeros"], tensors[m + ".scales"], bits, group)
+            out[m + ".weight"] = w.t().contiguous()
+        return out
+    gptq = _oracle_module("auto_gptq", "nn_modules/qlinear/qlinear_cuda.py")
+    for key in (k for k in tensors if k.endswith(".qweight")):
+        m = key.removesuffix(".qweight")
+        n, k = tensors[m + ".scales"].shape[1], tensors[m + ".g_idx"].shape[0]
+        layer = gptq.QuantLinear(bits, group, k, n, bias=False)
+        layer.load_state_dict({p: tensors[f"{m}.{p}"] for p in ("qweight", "qzeros", "scales", "g_idx")})
+        with torch.no_grad():
+            out[m + ".weight"] = layer(torch.eye(k, dtype=torch.float16)).t().contiguous()
+    return out
+
+
+def save_dense_with(directory: pathlib.Path, name: str, weights: dict) -> pathlib.Path:
+    """The dense model of `name` (float32) with `weights` in place of its own, saved by save_pretrained."""
+    model = dense_model(name)
+    state = model.state_dict()
+    for key, value in weights.items():
+        assert key in state, key
+        state[key] = value.float()
+    model.load_state_dict(state)
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory, safe_serialization=True)
+    return directory
+
+
 def probe_path() -> pathlib.Path:
     return H.build_dir() / "tests" / "runtime" / "strata_dequantize_probe"
 

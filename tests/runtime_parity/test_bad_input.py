@@ -85,7 +85,7 @@ def test_dtype_the_runtime_does_not_load(strata_generate, broken):
     header, data = read_safetensors(broken / "model.safetensors")
     header["model.norm.weight"]["dtype"] = "I32"  # same element size: only the dtype is wrong
     write_safetensors(broken / "model.safetensors", header, data)
-    expect_bad_input(broken, "tensor model.norm.weight: dtype I32 is not one the runtime loads (F32, F16, BF16)")
+    expect_bad_input(broken, "tensor model.norm.weight has dtype int32, expected float32, float16 or bfloat16")
 
 
 def test_missing_tensor(strata_generate, broken):
