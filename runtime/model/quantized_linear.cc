@@ -392,14 +392,15 @@ const uint32_t* Words(const TensorView& view) { return reinterpret_cast<const ui
 // Scales [N, groups] in their stored dtype, checked finite; `transposed` reads a [groups, N] tensor (AWQ, GPTQ).
 absl::StatusOr<at::Tensor> IntScales(const TensorView& view, bool transposed) {
   at::Tensor s = Mapped(view, ToScalarType(view.dtype));
-  if (transposed) s = s.t();
-  s = s.contiguous();
-  if (s.data_ptr() == view.data()) s = s.clone();
   const at::Tensor finite = at::isfinite(s.to(at::kFloat));
   if (!finite.all().item<bool>()) {
+    // The element's place in the stored tensor, as a reader of the file counts it.
     const int64_t i = (finite.logical_not().flatten().nonzero()[0][0]).item<int64_t>();
     return TensorError(view.name, absl::StrCat("holds a non-finite scale at element ", i));
   }
+  if (transposed) s = s.t();
+  s = s.contiguous();
+  if (s.data_ptr() == view.data()) s = s.clone();
   return s;
 }
 

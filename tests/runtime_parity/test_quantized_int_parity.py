@@ -12,7 +12,7 @@ import torch
 
 import quantized_helpers as Q
 import runtime_helpers as H
-from test_quantized_parity import LOGPROB_TOLERANCE, NEW_TOKENS, PROMPTS, _broken_copy, _set, plan_args
+from test_quantized_parity import NEW_TOKENS, PROMPTS, _broken_copy, _set, plan_args
 
 # variant -> (maker, its arguments): the configurations the issue names.
 VARIANTS = {
@@ -23,6 +23,11 @@ VARIANTS = {
     "gptq_int8": (Q.make_gptq_checkpoint, dict(bits=8)),
 }
 FAMILIES = ["llama", "qwen3"]
+# The readers round each product (q - z) * s to float16 (the scales' dtype: 2^-11 relative) before the matmul;
+# strata's kernels keep the float32 products (sum of x * code per group, times the scale), as llama.cpp does. On
+# these scaled-up random weights that is up to ~2e-3 in a logprob, with identical greedy ids; against a dense model
+# of the unrounded products strata is within 3e-6 (checked while this test was written).
+FLOAT16_PRODUCTS_TOLERANCE = 3e-3
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +128,7 @@ def test_greedy_matches_the_reader_weights_dense(strata_generate, int_checkpoint
     for i, (ref, res) in enumerate(zip(reference(variant, name), got["results"])):
         assert res["ids"] == ref["ids"], f"prompt {i}: ids differ"
         worst = max(abs(a - b) for a, b in zip(ref["logprobs"], res["logprobs"]))
-        assert worst <= LOGPROB_TOLERANCE, f"prompt {i}: logprob differs by {worst}"
+        assert worst <= FLOAT16_PRODUCTS_TOLERANCE, f"prompt {i}: logprob differs by {worst}"
 
 
 MODULE = "model.layers.1.self_attn.q_proj"
