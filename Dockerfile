@@ -26,7 +26,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update -q && apt-get install -y -q --no-install-recommends \
       build-essential cmake ninja-build pkg-config ccache ca-certificates python3 python3-venv binutils \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev prometheus-cpp-dev libmicrohttpd-dev libgnutls28-dev libssl-dev \
-      nlohmann-json3-dev libonig-dev libutf8proc-dev \
+      nlohmann-json3-dev libonig-dev libutf8proc-dev libre2-dev \
     && rm -rf /var/lib/apt/lists/*
 
 # torch, at the version scripts/requirements.txt pins (TORCH_SPEC overrides: e.g. a CPU wheel from

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
-#include <regex>
 #include <set>
 #include <string>
 #include <utility>
@@ -19,30 +19,40 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "nlohmann/json.hpp"
+#include "re2/re2.h"
 
 namespace strata::planner {
 namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// A skip or target pattern with its regex compiled once (nullopt: not a regex ECMAScript accepts).
+// A skip or target pattern with its regex compiled once (null: a plain name). RE2 matches in time linear in the
+// name whatever the pattern (config.json is input: a backtracking engine could be made to run for hours).
 struct Pattern {
   std::string text;
-  std::optional<std::regex> re;
+  std::shared_ptr<const RE2> re;
 };
 
 // `strip` is the prefix a pattern must carry to be a regex ("re:" for compressed-tensors; "" for transformers,
-// whose patterns all are).
-std::vector<Pattern> CompilePatterns(const std::vector<std::string>& patterns, absl::string_view strip) {
+// whose patterns all are). A regex RE2 cannot compile (Python's look-around and back-references) is an error
+// naming `field`: matching it by other rules would silently convert other layers than the checkpoint did.
+absl::StatusOr<std::vector<Pattern>> CompilePatterns(const std::vector<std::string>& patterns, absl::string_view strip,
+                                                     absl::string_view field) {
   std::vector<Pattern> out;
   for (const std::string& p : patterns) {
-    Pattern compiled{p, std::nullopt};
+    Pattern compiled{p, nullptr};
     if (absl::StartsWith(p, strip)) {
-      try {
-        compiled.re = std::regex(p.substr(strip.size()), std::regex::ECMAScript);
-      } catch (const std::regex_error&) {
-        compiled.re = std::nullopt;  // only the plain-string rules apply
+      RE2::Options options;
+      options.set_log_errors(false);
+      auto re = std::make_shared<const RE2>(p.substr(strip.size()), options);
+      if (!re->ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("config.json: quantization_config.", field, ": pattern \"", p,
+                         "\" is not a regular expression strata can match (RE2 syntax: no look-around or "
+                         "back-references): ",
+                         re->error()));
       }
+      compiled.re = std::move(re);
     }
     out.push_back(std::move(compiled));
   }
@@ -60,7 +70,7 @@ bool SkippedByPatterns(const std::string& name, const std::vector<Pattern>& patt
     // boundary (after a '.', before a '.' or at the end).
     for (size_t end = 0; end <= name.size(); ++end) {
       const bool boundary = end == name.size() || name[end] == '.' || (end > 0 && name[end - 1] == '.');
-      if (boundary && std::regex_match(name.begin(), name.begin() + static_cast<std::ptrdiff_t>(end), *pattern.re)) {
+      if (boundary && RE2::FullMatch(re2::StringPiece(name.data(), end), *pattern.re)) {
         return true;
       }
     }
@@ -74,7 +84,7 @@ bool CompressedTensorsMatch(const std::string& name, const std::string& class_na
                             const std::vector<Pattern>& targets) {
   for (const Pattern& target : targets) {
     if (target.text == name || target.text == class_name) return true;
-    if (target.re && std::regex_search(name, *target.re, std::regex_constants::match_continuous)) return true;
+    if (target.re && target.re->Match(name, 0, name.size(), RE2::ANCHOR_START, nullptr, 0)) return true;
   }
   return false;
 }
@@ -383,8 +393,14 @@ absl::Status QuantizeSpec(const nlohmann::json& config, ModelSpec& spec) {
   quantization.config = **parsed;
   const QuantizationConfig& q = quantization.config;
   const bool compressed_tensors = q.method == QuantMethod::kCompressedTensors;
-  const std::vector<Pattern> skips = CompilePatterns(NotConverted(spec, q), compressed_tensors ? "re:" : "");
-  const std::vector<Pattern> targets = CompilePatterns(q.targets, "re:");
+  const char* skip_field = compressed_tensors ? "ignore" : "modules_to_not_convert";
+  absl::StatusOr<std::vector<Pattern>> compiled_skips =
+      CompilePatterns(NotConverted(spec, q), compressed_tensors ? "re:" : "", skip_field);
+  if (!compiled_skips.ok()) return compiled_skips.status();
+  absl::StatusOr<std::vector<Pattern>> compiled_targets = CompilePatterns(q.targets, "re:", "config_groups.targets");
+  if (!compiled_targets.ok()) return compiled_targets.status();
+  const std::vector<Pattern>& skips = *compiled_skips;
+  const std::vector<Pattern>& targets = *compiled_targets;
   // Whether the format converts the linear `name` (an nn.Linear of the tree, or one expert's projection as the
   // checkpoint stores it, which was an nn.Linear in the model that wrote it).
   auto converts = [&](const std::string& name) {

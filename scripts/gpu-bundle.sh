@@ -44,6 +44,7 @@ packages=(
   libonig-dev libonig5
   libutf8proc-dev libutf8proc2
   libhwy-dev libhwy1
+  libre2-dev libre2-9
   libgtest-dev libgmock-dev googletest
   pkg-config pkgconf pkgconf-bin libpkgconf3
 )

@@ -101,6 +101,23 @@ def config_seeds() -> dict[str, bytes]:
     import test_family_plan_parity_moe as moe
 
     configs.update(moe.TINY)
+    # Quantized checkpoints (planner/quantization.h): each format's quantization_config on a small Llama.
+    quantized = {
+        "fp8": {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic",
+                "modules_to_not_convert": ["lm_head"], "scale_fmt": "ue8m0"},
+        "ct-w4a16": {"quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head", "re:.*gate$"],
+                     "quantization_status": "compressed", "sparsity_config": {}, "kv_cache_scheme": None,
+                     "config_groups": {"group_0": {"targets": ["Linear"], "input_activations": None,
+                                                   "weights": {"num_bits": 4, "type": "int", "symmetric": False,
+                                                               "strategy": "group", "group_size": 128}}}},
+        "awq": {"quant_method": "awq", "version": "gemm", "bits": 4, "group_size": 128, "zero_point": True},
+        "gptq": {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": True, "sym": True,
+                 "checkpoint_format": "gptq"},
+    }
+    for name, quantization in quantized.items():
+        config = copy.deepcopy(configs["Llama-3.2-1B-small"])
+        config["quantization_config"] = quantization
+        configs[f"Llama-{name}"] = config
     return {f"{name}.json": json.dumps(c, indent=2).encode() for name, c in configs.items()}
 
 

@@ -833,3 +833,26 @@ TEST_F(QuantizedCheckpointTest, GptqCheckpointIsChecked) {
 
 }  // namespace
 }  // namespace strata::planner
+
+namespace strata::planner {
+namespace {
+
+TEST(QuantizedSpecTest, SkipPatternsMatchInLinearTime) {
+  // A pattern that takes a backtracking engine exponential time on a name of ~30 characters ends at once here.
+  absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(
+      LlamaConfig(Fp8({{"modules_to_not_convert", json::array({"(m|m|mo|mod)*(x|y)", "((a+)+)+b"})}})),
+      DType::kBFloat16);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->quantization->linears.contains("model.layers.0.self_attn.q_proj.weight"));
+}
+
+TEST(QuantizedSpecTest, APatternRe2CannotMatchIsAnErrorNamingTheField) {
+  absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(
+      LlamaConfig(Fp8({{"modules_to_not_convert", json::array({"lm_head", "layers\\.(?=1)"})}})), DType::kBFloat16);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), testing::HasSubstr("quantization_config.modules_to_not_convert"));
+  EXPECT_THAT(spec.status().message(), testing::HasSubstr("layers\\.(?=1)"));
+}
+
+}  // namespace
+}  // namespace strata::planner
