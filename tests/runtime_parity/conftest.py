@@ -22,6 +22,17 @@ COUNTS = CaseCounts({
     "::test_experts_apart_from_their_layer": "experts apart from their layer (cpu, another GPU): {passed}/{total} identical",
     "::test_bfloat16_agrees_where_the_margin_exceeds_bf16_noise": "bfloat16 under the margin rule: {passed}/{total} cases",
     "::test_bad_config_exits_2_naming_the_field": "bad configs of the new families: {passed}/{total} exit 2 naming the field",
+    "test_quantized_parity.py::test_fp8_dequantized_weights_equal_transformers":
+        "FP8 dequantized weights bit for bit with transformers (kernels and ATen paths): {passed}/{total}",
+    "test_quantized_parity.py::test_fp8_greedy_matches_transformers":
+        "FP8 generate() parity (Llama, Qwen3, Qwen3-MoE, Phi-3, Gemma 3 x 1/2/3 stages): {passed}/{total}",
+    "test_quantized_parity.py::test_ct_dequantized_weights_equal_the_references":
+        "compressed-tensors dequantized weights bit for bit with transformers and the library: {passed}/{total}",
+    "test_quantized_parity.py::test_ct_greedy_matches_the_decompressed_model":
+        "compressed-tensors generation parity (families x schemes x 1/2 stages): {passed}/{total}",
+    "test_quantized_int_parity.py::test_greedy_matches_the_reader_weights_dense":
+        "AWQ/GPTQ generation parity (variants x Llama, Qwen3 x 1/2 stages): {passed}/{total}",
+    "::test_fp8_bad_checkpoint_exits_2_naming_what_is_wrong": "bad FP8 checkpoints: {passed}/{total} exit 2 naming it",
 })
 
 

@@ -289,3 +289,14 @@ def test_ct_greedy_matches_the_decompressed_model(strata_generate, ct_checkpoint
         assert res["ids"] == ref["ids"], f"prompt {i}: ids differ"
         worst = max(abs(a - b) for a, b in zip(ref["logprobs"], res["logprobs"]))
         assert worst <= LOGPROB_TOLERANCE, f"prompt {i}: logprob differs by {worst}"
+
+
+@pytest.mark.parametrize("scheme", ["w4a16_g128", "w8a16_channel"])
+def test_ct_bfloat16_agrees_where_the_margin_exceeds_bf16_noise(strata_generate, tmp_path, scheme):
+    """A bfloat16 checkpoint (bfloat16 scales, as llm-compressor writes from a bfloat16 model) served in
+    bfloat16, against the library's decompression in a bfloat16 dense model, under the margin rule."""
+    checkpoint = Q.make_ct_checkpoint(tmp_path / scheme, "llama", CT_SCHEMES[scheme], dense_dtype=torch.bfloat16)
+    reference = H.reference_generate(Q.ct_dense_reference(checkpoint), PROMPTS, NEW_TOKENS, dtype=torch.bfloat16)
+    got = H.run_generate(checkpoint, PROMPTS, NEW_TOKENS, "--device-map", '{"": "cpu"}', "--dtype", "bfloat16")
+    assert got["load"]["packed_tensors"] > 0
+    H.compare_bfloat16_by_margin(reference, got["results"], NEW_TOKENS)
