@@ -164,10 +164,27 @@ def strata_generate(model_dir, prompt, new_tokens, threads, dtype) -> dict:
             "--prompt-ids", ",".join(map(str, prompt)), "--max-new-tokens", str(new_tokens),
             "--device-map", '{"": "cpu"}', "--dtype", dtype]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    proc = subprocess.run(args, capture_output=True, text=True, env=env)
+    proc, rss = run_peak_rss(args, env)
     if proc.returncode != 0:
         raise SystemExit(f"peer_llamacpp: strata-generate failed: {proc.stderr}")
-    return json.loads(proc.stdout)
+    result = json.loads(proc.stdout)
+    result["peak_rss"] = rss
+    return result
+
+
+def run_peak_rss(args, env) -> tuple[subprocess.CompletedProcess, int | None]:
+    """subprocess.run(args, capture_output=True, text=True), and the process's peak RSS in bytes (its VmHWM) as GNU
+    time reports it (/usr/bin/time -f %M; None without it). Not wait4's ru_maxrss of a child of this process: Linux
+    carries the parent's high-water mark at fork into it (this Python holds the model), and it would read that."""
+    timer = shutil.which("time", path="/usr/bin:/bin")
+    if timer is None:
+        proc = subprocess.run(args, capture_output=True, text=True, env=env)
+        return proc, None
+    with tempfile.NamedTemporaryFile(mode="r") as report:
+        proc = subprocess.run([timer, "-f", "%M", "-o", report.name, *args], capture_output=True, text=True, env=env)
+        text = report.read().strip().splitlines()
+    rss = int(text[-1]) * 1024 if text and text[-1].isdigit() else None
+    return proc, rss
 
 
 def strata_decode(model_dir, depth, new_tokens, threads, dtype, vocab) -> float:

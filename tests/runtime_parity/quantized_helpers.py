@@ -113,7 +113,12 @@ def make_fp8_checkpoint(directory: pathlib.Path, name: str, scale_dtype=torch.fl
     """Every nn.Linear but `skip` quantized by transformers' Fp8Quantize with 128 x 128 blocks; the other tensors
     (embeddings, norms, skipped layers) in `dense_dtype`, as the checkpoint's declared dtype (transformers keeps a
     quantized checkpoint's other tensors in their stored dtype)."""
-    model = dense_model(name)
+    return quantize_fp8(directory, dense_model(name), scale_dtype, skip, scale_fmt, dense_dtype)
+
+
+def quantize_fp8(directory: pathlib.Path, model, scale_dtype=torch.float32, skip=("lm_head",), scale_fmt=None,
+                 dense_dtype=torch.float32) -> pathlib.Path:
+    """make_fp8_checkpoint of a given model (any float32 transformers model: the bench's ~125M Llama)."""
     state = saved_dense(directory, model)
     op = fp8_quantizer(scale_fmt=scale_fmt)
     tensors = {}
@@ -386,11 +391,17 @@ def make_ct_checkpoint(directory: pathlib.Path, name: str, config: dict, dense_d
     to the model, each layer's scale and zero point from its min/max observer values (calculate_qparams), then
     ModelCompressor's compress_model (pack-quantized: weight_packed, weight_scale, weight_zero_point, weight_shape;
     float-quantized: FP8 weight and weight_scale)."""
+    return quantize_ct(directory, dense_model(name).to(dense_dtype), config, dense_dtype,
+                       reference=lambda: dense_model(name).to(dense_dtype))
+
+
+def quantize_ct(directory: pathlib.Path, model, config: dict, dense_dtype=torch.float32, reference=None) -> pathlib.Path:
+    """make_ct_checkpoint of a given model (quantized in place); `reference` makes a fresh dense model of the same
+    config for the decompressed copy beside the checkpoint (ct_dense_reference), none without it."""
     from compressed_tensors.compressors import ModelCompressor
     from compressed_tensors.quantization import QuantizationConfig, QuantizationStatus, apply_quantization_config
     from compressed_tensors.quantization.utils import calculate_qparams
 
-    model = dense_model(name).to(dense_dtype)
     qconfig = QuantizationConfig.model_validate(dict(config, quantization_status="initialized"))
     apply_quantization_config(model, qconfig)
     with torch.no_grad():
@@ -425,11 +436,13 @@ def make_ct_checkpoint(directory: pathlib.Path, name: str, config: dict, dense_d
     directory.mkdir(parents=True, exist_ok=True)
     save_quantized(directory, model, tensors, config)
     compressor.update_config(str(directory))
+    if reference is None:
+        return directory
     # The library's own decompression of the same layers, in a plain dense model beside the checkpoint
     # (ct_dense_reference): the reference of schemes transformers cannot load (packed asymmetric zero points) and
     # of weight-only generation (transformers runs FP8-dynamic's activations through FP8 too).
     compressor.decompress_model(model)
-    dense = dense_model(name).to(dense_dtype)
+    dense = reference()
     decompressed = model.state_dict()
     with torch.no_grad():
         for key, value in dense.state_dict().items():
