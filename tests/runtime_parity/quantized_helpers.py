@@ -35,19 +35,11 @@ CONFIGS = {
 
 
 def dense_model(name: str, seed: int = 1):
+    """The random float32 model of CONFIGS[name] (runtime_helpers.random_model) the quantized checkpoints start from."""
     import transformers
 
     config_class, kwargs = CONFIGS[name]
-    config = getattr(transformers, config_class)(**kwargs)
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.mul_(8.0)
-            else:
-                p.uniform_(-0.5, 0.5)
-    return model
+    return H.random_model(getattr(transformers, config_class)(**kwargs), seed)
 
 
 def saved_dense(directory: pathlib.Path, model) -> dict:
@@ -454,3 +446,13 @@ def quantize_ct(directory: pathlib.Path, model, config: dict, dense_dtype=torch.
 def ct_dense_reference(checkpoint: pathlib.Path) -> pathlib.Path:
     """The dense model make_ct_checkpoint saved beside `checkpoint`: its weights decompressed by compressed-tensors."""
     return checkpoint.with_name(checkpoint.name + "-dense")
+
+
+def assert_same_greedy(reference: list[dict], results: list[dict], tolerance: float, what: str = "") -> None:
+    """strata-generate's results against reference_generate's: the same greedy ids for every prompt and every
+    logprob within `tolerance`."""
+    assert len(results) == len(reference)
+    for i, (ref, res) in enumerate(zip(reference, results)):
+        assert res["ids"] == ref["ids"], f"{what}prompt {i}: ids differ"
+        worst = max(abs(a - b) for a, b in zip(ref["logprobs"], res["logprobs"]))
+        assert worst <= tolerance, f"{what}prompt {i}: logprob differs by {worst}"

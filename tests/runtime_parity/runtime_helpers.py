@@ -74,9 +74,9 @@ CONFIGS = {
 }
 
 
-def save_random_model(directory: pathlib.Path, config, seed: int = 1, vectors: bool = True) -> pathlib.Path:
-    """A random model of `config` saved by transformers: matrices scaled up (well-separated top tokens) and,
-    with `vectors`, every 1-d parameter (norms, biases) uniform in [-0.5, 0.5] so that each one matters."""
+def random_model(config, seed: int = 1, vectors: bool = True):
+    """A random float32 model of `config`: matrices scaled up (well-separated top tokens) and, with `vectors`,
+    every 1-d parameter (norms, biases) uniform in [-0.5, 0.5] so that each one matters."""
     import transformers
 
     torch.manual_seed(seed)
@@ -87,7 +87,12 @@ def save_random_model(directory: pathlib.Path, config, seed: int = 1, vectors: b
                 p.mul_(8.0)
             elif vectors:
                 p.uniform_(-0.5, 0.5)
-    model.save_pretrained(directory, safe_serialization=True)
+    return model
+
+
+def save_random_model(directory: pathlib.Path, config, seed: int = 1, vectors: bool = True) -> pathlib.Path:
+    """random_model(config, seed, vectors) saved by transformers."""
+    random_model(config, seed, vectors).save_pretrained(directory, safe_serialization=True)
     return directory
 
 

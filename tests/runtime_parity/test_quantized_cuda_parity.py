@@ -55,7 +55,4 @@ def test_fp8_on_cuda_matches_transformers(strata_generate, fp8_checkpoint, plan)
     reference = H.reference_generate(checkpoint, PROMPTS, NEW_TOKENS, device="cuda")
     got = H.run_generate(checkpoint, PROMPTS, NEW_TOKENS, "--dtype", "float32", *plan_args(plan))
     assert got["load"]["packed_tensors"] > 0
-    for i, (ref, res) in enumerate(zip(reference, got["results"])):
-        assert res["ids"] == ref["ids"], f"prompt {i}: ids differ"
-        worst = max(abs(a - b) for a, b in zip(ref["logprobs"], res["logprobs"]))
-        assert worst <= FLOAT32_LOGPROB_TOLERANCE, f"prompt {i}: logprob differs by {worst}"
+    Q.assert_same_greedy(reference, got["results"], FLOAT32_LOGPROB_TOLERANCE)

@@ -97,10 +97,7 @@ def test_fp8_greedy_matches_transformers(strata_generate, fp8_checkpoint, fp8_re
     got = H.run_generate(fp8_checkpoint(name), PROMPTS, NEW_TOKENS, *plan_args(name, stages))
     assert got["load"]["packed_tensors"] > 0, got["load"]
     assert len(got["load"]["stages"].splitlines()) >= stages
-    for i, (ref, res) in enumerate(zip(fp8_reference(name), got["results"])):
-        assert res["ids"] == ref["ids"], f"prompt {i}: ids differ"
-        worst = max(abs(a - b) for a, b in zip(ref["logprobs"], res["logprobs"]))
-        assert worst <= LOGPROB_TOLERANCE, f"prompt {i}: logprob differs by {worst}"
+    Q.assert_same_greedy(fp8_reference(name), got["results"], LOGPROB_TOLERANCE)
 
 
 def test_fp8_ragged_blocks_match_the_quantizers_math(strata_generate, tmp_path):
@@ -119,10 +116,7 @@ def test_fp8_ragged_blocks_match_the_quantizers_math(strata_generate, tmp_path):
     reference = H.reference_generate(dense, PROMPTS, NEW_TOKENS)
     for stages in (1, 2):
         got = H.run_generate(checkpoint, PROMPTS, NEW_TOKENS, *plan_args("llama_ragged", stages))
-        for i, (ref, res) in enumerate(zip(reference, got["results"])):
-            assert res["ids"] == ref["ids"], f"{stages} stages, prompt {i}: ids differ"
-            worst = max(abs(a - b) for a, b in zip(ref["logprobs"], res["logprobs"]))
-            assert worst <= LOGPROB_TOLERANCE, f"{stages} stages, prompt {i}: logprob differs by {worst}"
+        Q.assert_same_greedy(reference, got["results"], LOGPROB_TOLERANCE, f"{stages} stages, ")
 
 
 @pytest.mark.parametrize("variant", ["quantized_lm_head", "ue8m0"])
@@ -140,10 +134,7 @@ def test_fp8_variants_match_transformers(strata_generate, tmp_path, variant):
         assert "lm_head.weight" in Q.strata_dequantized(checkpoint, "float32")
     reference = H.reference_generate(checkpoint, PROMPTS, NEW_TOKENS)
     got = H.run_generate(checkpoint, PROMPTS, NEW_TOKENS, "--device-map", '{"": "cpu"}')
-    for i, (ref, res) in enumerate(zip(reference, got["results"])):
-        assert res["ids"] == ref["ids"], f"prompt {i}: ids differ"
-        worst = max(abs(a - b) for a, b in zip(ref["logprobs"], res["logprobs"]))
-        assert worst <= LOGPROB_TOLERANCE, f"prompt {i}: logprob differs by {worst}"
+    Q.assert_same_greedy(reference, got["results"], LOGPROB_TOLERANCE)
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen3"])
@@ -285,10 +276,7 @@ def test_ct_greedy_matches_the_decompressed_model(strata_generate, ct_checkpoint
     reference = H.reference_generate(Q.ct_dense_reference(checkpoint), PROMPTS, NEW_TOKENS)
     got = H.run_generate(checkpoint, PROMPTS, NEW_TOKENS, *plan_args(name, stages))
     assert got["load"]["packed_tensors"] > 0
-    for i, (ref, res) in enumerate(zip(reference, got["results"])):
-        assert res["ids"] == ref["ids"], f"prompt {i}: ids differ"
-        worst = max(abs(a - b) for a, b in zip(ref["logprobs"], res["logprobs"]))
-        assert worst <= LOGPROB_TOLERANCE, f"prompt {i}: logprob differs by {worst}"
+    Q.assert_same_greedy(reference, got["results"], LOGPROB_TOLERANCE)
 
 
 @pytest.mark.parametrize("scheme", ["w4a16_g128", "w8a16_channel"])
