@@ -427,6 +427,16 @@ absl::Status QuantizeSpec(const nlohmann::json& config, ModelSpec& spec) {
   for (const auto& [name, module] : modules) {
     if (module->class_name != "Linear" || absl::EndsWith(name, ".experts")) continue;
     if (!converts(name)) continue;
+    // A tied head shares the embedding's storage (save_pretrained writes the embedding alone): a format that
+    // would quantize it describes a checkpoint strata cannot read consistently. Refused, never half-read.
+    const std::string weight_name = module->ChildName("weight");
+    for (const auto& [tied, target] : spec.tied_weights) {
+      if (tied == weight_name || target == weight_name) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config.json: quantization_config: the format would quantize ", name, ", whose weight is tied to ",
+            tied == weight_name ? target : tied, " (tie_word_embeddings): list it among the modules left dense"));
+      }
+    }
     const TensorSpec& weight = module->parameters.front();  // nn.Linear: weight [out, in] first
     QuantizedLinear& l = quantization.linears[module->ChildName("weight")] =
         MakeLinear(q, name, weight.shape[0], weight.shape[1], spec.dtype);

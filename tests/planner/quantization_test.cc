@@ -856,3 +856,18 @@ TEST(QuantizedSpecTest, APatternRe2CannotMatchIsAnErrorNamingTheField) {
 
 }  // namespace
 }  // namespace strata::planner
+
+namespace strata::planner {
+namespace {
+
+TEST(QuantizedSpecTest, AQuantizedTiedHeadIsRefusedNamingIt) {
+  json config = LlamaConfig(Fp8({{"modules_to_not_convert", json::array()}}));
+  config["tie_word_embeddings"] = true;
+  absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(config, DType::kBFloat16);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()), testing::HasSubstr("would quantize lm_head"));
+  EXPECT_THAT(std::string(spec.status().message()), testing::HasSubstr("model.embed_tokens.weight"));
+}
+
+}  // namespace
+}  // namespace strata::planner
