@@ -427,11 +427,14 @@ absl::Status QuantizeSpec(const nlohmann::json& config, ModelSpec& spec) {
   for (const auto& [name, module] : modules) {
     if (module->class_name != "Linear" || absl::EndsWith(name, ".experts")) continue;
     if (!converts(name)) continue;
-    // A tied head shares the embedding's storage (save_pretrained writes the embedding alone): a format that
-    // would quantize it describes a checkpoint strata cannot read consistently. Refused, never half-read.
+    // A tied head shares the embedding's storage (save_pretrained writes the embedding alone). FP8 keeps the
+    // layer's `weight` (float8), so the tie still names a parameter and the model plans as transformers plans it;
+    // the packed integer layouts replace `weight` (weight_packed, qweight), so the tie would name nothing:
+    // refused, never half-read.
     const std::string weight_name = module->ChildName("weight");
+    const bool keeps_weight = MakeLinear(q, name, 1, 1, spec.dtype).layout == QuantLayout::kFp8Block;
     for (const auto& [tied, target] : spec.tied_weights) {
-      if (tied == weight_name || target == weight_name) {
+      if (!keeps_weight && (tied == weight_name || target == weight_name)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "config.json: quantization_config: the format would quantize ", name, ", whose weight is tied to ",
             tied == weight_name ? target : tied, " (tie_word_embeddings): list it among the modules left dense"));

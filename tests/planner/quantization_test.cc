@@ -860,13 +860,24 @@ TEST(QuantizedSpecTest, APatternRe2CannotMatchIsAnErrorNamingTheField) {
 namespace strata::planner {
 namespace {
 
-TEST(QuantizedSpecTest, AQuantizedTiedHeadIsRefusedNamingIt) {
-  json config = LlamaConfig(Fp8({{"modules_to_not_convert", json::array()}}));
+TEST(QuantizedSpecTest, APackedTiedHeadIsRefusedNamingIt) {
+  // compressed-tensors with no ignore list packs every Linear, lm_head too: its tie would name no parameter.
+  json config = LlamaConfig(
+      {{"quant_method", "compressed-tensors"},
+       {"format", "pack-quantized"},
+       {"config_groups",
+        {{"group_0",
+          {{"targets", {"Linear"}},
+           {"weights", {{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"}}}}}}}});
   config["tie_word_embeddings"] = true;
   absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(config, DType::kBFloat16);
   ASSERT_FALSE(spec.ok());
   EXPECT_THAT(std::string(spec.status().message()), testing::HasSubstr("would quantize lm_head"));
   EXPECT_THAT(std::string(spec.status().message()), testing::HasSubstr("model.embed_tokens.weight"));
+  // FP8 keeps the head's `weight`: planned as transformers plans it.
+  config = LlamaConfig(Fp8({{"modules_to_not_convert", json::array()}}));
+  config["tie_word_embeddings"] = true;
+  EXPECT_TRUE(ModelSpecFromConfig(config, DType::kBFloat16).ok());
 }
 
 }  // namespace
