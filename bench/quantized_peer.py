@@ -73,7 +73,7 @@ def dense_model(model_dir: pathlib.Path, dtype):
 def make_strata(fmt: str, model_dir: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
     import torch
 
-    import quantized_helpers as Q
+    import quantized_checkpoints as Q
 
     if fmt == "bf16":
         return P.save_as(model_dir, out, "bf16")

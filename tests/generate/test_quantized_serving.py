@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import generate_helpers as GH
-import quantized_helpers as Q
+import quantized_checkpoints as Q
 import runtime_helpers as RH
 
 PROMPTS = [[5, 9, 200, 31], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], [77]]

@@ -15,7 +15,7 @@ import json
 import pytest
 import torch
 
-import quantized_helpers as Q
+import quantized_checkpoints as Q
 import runtime_helpers as H
 
 pytestmark = pytest.mark.skipif(

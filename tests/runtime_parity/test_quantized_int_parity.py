@@ -1,5 +1,5 @@
 """AWQ (GEMM) and GPTQ (v1) checkpoints made offline from tiny random models (round-to-nearest, packed by
-quantized_helpers), checked three ways: the formats' own readers (AutoAWQ's dequantize_gemm, AutoGPTQ's CPU
+quantized_checkpoints), checked three ways: the formats' own readers (AutoAWQ's dequantize_gemm, AutoGPTQ's CPU
 QuantLinear) dequantize every packed layer to the float16 (q - z) * s the packer started from, bit for bit; strata's
 dequantization (kernels and ATen paths) equals the readers' in float32; strata-generate on the packed checkpoint
 matches transformers' greedy generation on a dense model holding the readers' weights (transformers runs neither
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import quantized_helpers as Q
+import quantized_checkpoints as Q
 import runtime_helpers as H
 from test_quantized_parity import NEW_TOKENS, PROMPTS, _broken_copy, _set, plan_args
 

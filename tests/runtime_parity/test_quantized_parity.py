@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-import quantized_helpers as Q
+import quantized_checkpoints as Q
 import runtime_helpers as H
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [3, 4], [100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112], [42],
@@ -204,7 +204,7 @@ def test_fp8_bad_checkpoint_exits_2_naming_what_is_wrong(strata_generate, fp8_ch
 
 
 # compressed-tensors: the schemes RedHatAI's W4A16 / W8A16 / FP8-dynamic checkpoints use, and the others strata
-# reads; each made by the library's own compressor (quantized_helpers.make_ct_checkpoint).
+# reads; each made by the library's own compressor (quantized_checkpoints.make_ct_checkpoint).
 _FP8_TOKEN = {"dynamic": True, "num_bits": 8, "observer": None, "strategy": "token", "symmetric": True,
               "type": "float"}
 CT_SCHEMES = {
@@ -263,15 +263,17 @@ def test_ct_dequantized_weights_equal_the_references(ct_checkpoint, scheme):
                 assert torch.equal(reference[key], value), f"{path}: {key} differs"
 
 
+# Every scheme on Llama; the other families (which share the layer) with three of them.
+CT_CASES = [("llama", s) for s in CT_SCHEMES] + [
+    (n, s) for n in ("qwen3", "phi3", "gemma3") for s in ("w4a16_g128", "w4a16_asym_g64", "fp8_dynamic")]
+
+
 @pytest.mark.parametrize("stages", [1, 2])
-@pytest.mark.parametrize("scheme", list(CT_SCHEMES))
-@pytest.mark.parametrize("name", ["llama", "qwen3", "phi3", "gemma3"])
+@pytest.mark.parametrize(("name", "scheme"), CT_CASES)
 def test_ct_greedy_matches_the_decompressed_model(strata_generate, ct_checkpoint, name, scheme, stages):
     """Weight-only: strata computes with unquantized activations (FP8-dynamic's per-token FP8 activations are the
     GPU W8A8 path's), so the reference is transformers' generate() on the dense model of the decompressed
     weights (equal to strata's and transformers' own dequantization, test above)."""
-    if name != "llama" and scheme not in ("w4a16_g128", "w4a16_asym_g64", "fp8_dynamic"):
-        pytest.skip("the other schemes run on Llama only (the families share the layer)")
     checkpoint = ct_checkpoint(name, scheme)
     reference = H.reference_generate(Q.ct_dense_reference(checkpoint), PROMPTS, NEW_TOKENS)
     got = H.run_generate(checkpoint, PROMPTS, NEW_TOKENS, *plan_args(name, stages))
