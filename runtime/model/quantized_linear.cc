@@ -404,6 +404,17 @@ absl::StatusOr<at::Tensor> IntScales(const TensorView& view, bool transposed) {
   return s;
 }
 
+// Zero points [n, groups] as one byte each; `code(r, g)` reads row r's zero of group g from the layout's words.
+template <typename Code>
+at::Tensor ZeroPoints(int64_t n, int64_t groups, Code code) {
+  at::Tensor zero = at::empty({n, groups}, at::TensorOptions().dtype(at::kByte));
+  uint8_t* zs = zero.data_ptr<uint8_t>();
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t g = 0; g < groups; ++g) zs[r * groups + g] = code(r, g);
+  }
+  return zero;
+}
+
 absl::StatusOr<PackedLinear> LoadInt(const checkpoint::Checkpoint& checkpoint, const planner::QuantizedLinear& q) {
   const int64_t n = q.out_features;
   const int64_t k = q.in_features;
@@ -468,12 +479,9 @@ absl::StatusOr<PackedLinear> LoadInt(const checkpoint::Checkpoint& checkpoint, c
         absl::StatusOr<const TensorView*> z = Stored(checkpoint, q.zero_point, {DType::kInt32}, {zwords, groups});
         if (!z.ok()) return z.status();
         const uint32_t* zp = Words(**z);
-        zero = at::empty({n, groups}, at::TensorOptions().dtype(at::kByte));
-        uint8_t* zs = zero.data_ptr<uint8_t>();
-        for (int64_t r = 0; r < n; ++r) {
-          for (int64_t g = 0; g < groups; ++g)
-            zs[r * groups + g] = (zp[(r / per_word) * groups + g] >> (bits * (r % per_word))) & mask;
-        }
+        zero = ZeroPoints(n, groups, [&](int64_t r, int64_t g) -> uint8_t {
+          return (zp[(r / per_word) * groups + g] >> (bits * (r % per_word))) & mask;
+        });
       }
       break;
     }
@@ -493,12 +501,9 @@ absl::StatusOr<PackedLinear> LoadInt(const checkpoint::Checkpoint& checkpoint, c
       absl::StatusOr<const TensorView*> z = Stored(checkpoint, q.zero_point, {DType::kInt32}, {groups, n / 8});
       if (!z.ok()) return z.status();
       const uint32_t* zp = Words(**z);
-      zero = at::empty({n, groups}, at::TensorOptions().dtype(at::kByte));
-      uint8_t* zs = zero.data_ptr<uint8_t>();
-      for (int64_t r = 0; r < n; ++r) {
-        for (int64_t g = 0; g < groups; ++g)
-          zs[r * groups + g] = (zp[g * (n / 8) + r / 8] >> (4 * kNibbleOf[r % 8])) & 15;
-      }
+      zero = ZeroPoints(n, groups, [&](int64_t r, int64_t g) -> uint8_t {
+        return (zp[g * (n / 8) + r / 8] >> (4 * kNibbleOf[r % 8])) & 15;
+      });
       if (absl::Status s = scales_of(q.scale, {groups, n}, true); !s.ok()) return s;
       break;
     }
@@ -516,13 +521,9 @@ absl::StatusOr<PackedLinear> LoadInt(const checkpoint::Checkpoint& checkpoint, c
       absl::StatusOr<const TensorView*> z = Stored(checkpoint, q.zero_point, {DType::kInt32}, {groups, n / per_word});
       if (!z.ok()) return z.status();
       const uint32_t* zp = Words(**z);
-      zero = at::empty({n, groups}, at::TensorOptions().dtype(at::kByte));
-      uint8_t* zs = zero.data_ptr<uint8_t>();
-      for (int64_t r = 0; r < n; ++r) {
-        for (int64_t g = 0; g < groups; ++g) {
-          zs[r * groups + g] = ((zp[g * (n / per_word) + r / per_word] >> (bits * (r % per_word))) & mask) + 1;
-        }
-      }
+      zero = ZeroPoints(n, groups, [&](int64_t r, int64_t g) -> uint8_t {
+        return ((zp[g * (n / per_word) + r / per_word] >> (bits * (r % per_word))) & mask) + 1;
+      });
       if (absl::Status s = scales_of(q.scale, {groups, n}, true); !s.ok()) return s;
       if (!q.g_idx.empty()) {
         absl::StatusOr<const TensorView*> gi = Stored(checkpoint, q.g_idx, {DType::kInt32}, {k});
