@@ -9,7 +9,7 @@
 // (where the CPU has AVX512_BF16) against LinearRows(bfloat16 x, bfloat16 W), which uses it too.
 //
 //   build/bench/strata_quantized_bench [--threads 1,2] [--rows 1,2,16,32] [--repeats 5] [--x f32,bf16]
-//                                      [--only int4]
+//                                      [--only int4] [--shapes 2048x2048,8192x2048]
 //   STRATA_CPU_ISA=avx2 build/bench/strata_quantized_bench ...   (the AVX2 code on an AVX-512 machine)
 #include <algorithm>
 #include <chrono>
@@ -35,9 +35,29 @@ using strata::kernels::BFloat16;
 std::vector<int> Ints(const char* text) { return strata::bench::Ints("strata_quantized_bench", text); }
 
 struct Shape {
-  const char* name;
+  std::string name;
   int64_t n, k;
 };
+
+// "NxK,NxK,...": weight shapes [out, in]; exits 2 naming a malformed one.
+std::vector<Shape> Shapes(const char* text) {
+  std::vector<Shape> shapes;
+  std::string all(text);
+  for (size_t start = 0; start <= all.size();) {
+    const size_t comma = std::min(all.find(',', start), all.size());
+    const std::string item = all.substr(start, comma - start);
+    long long n = 0, k = 0;
+    char tail = 0;
+    if (std::sscanf(item.c_str(), "%lldx%lld%c", &n, &k, &tail) != 2 || n <= 0 || k <= 0 || k % 128 != 0) {
+      std::fprintf(stderr, "strata_quantized_bench: --shapes: '%s' is not NxK with K a multiple of 128\n",
+                   item.c_str());
+      std::exit(2);
+    }
+    shapes.push_back({item, n, k});
+    start = comma + 1;
+  }
+  return shapes;
+}
 
 // Cheap random bytes (xorshift64*): the contents do not matter to the speed, only that they are not all zero.
 struct Bytes {
@@ -186,6 +206,7 @@ int main(int argc, char** argv) {
   std::vector<int> threads = {1, 2}, rows_list = {1, 2, 16, 32};
   int repeats = 5;
   std::string x_kinds = "f32,bf16", only;
+  std::vector<Shape> shapes = {{"2048x2048", 2048, 2048}, {"8192x2048", 8192, 2048}};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--threads") == 0)
       threads = Ints(argv[i + 1]);
@@ -197,15 +218,16 @@ int main(int argc, char** argv) {
       x_kinds = argv[i + 1];
     else if (std::strcmp(argv[i], "--only") == 0)
       only = argv[i + 1];
+    else if (std::strcmp(argv[i], "--shapes") == 0)
+      shapes = Shapes(argv[i + 1]);
     else {
       std::fprintf(stderr,
                    "usage: strata_quantized_bench [--threads 1,2] [--rows 1,2,16,32] [--repeats 5] [--x f32,bf16] "
-                   "[--only FORMAT-SUBSTRING]\n");
+                   "[--only FORMAT-SUBSTRING] [--shapes 2048x2048,8192x2048]\n");
       return 2;
     }
   }
   using strata::kernels::ScaleType;
-  const std::vector<Shape> shapes = {{"2048x2048", 2048, 2048}, {"8192x2048", 8192, 2048}};
   const std::vector<Format> formats = {
       Fp8Format("fp8 128x128", 128, 128),
       Fp8Format("fp8 per-channel", 1, 0),
@@ -255,8 +277,8 @@ int main(int argc, char** argv) {
             const double ta = Median(a) / static_cast<double>(bf16_matrices.size()),
                          tb = Median(b) / static_cast<double>(matrices.size());
             const double gib = 1024.0 * 1024.0 * 1024.0;
-            std::printf("| %s | %s | %s | %d | %d | %.1f | %.1f | %.1f | %.1f | %.2fx |\n", shape.name, format.name,
-                        kind, t, rows, static_cast<double>(bf16_matrices.front().bytes) / ta / gib,
+            std::printf("| %s | %s | %s | %d | %d | %.1f | %.1f | %.1f | %.1f | %.2fx |\n", shape.name.c_str(),
+                        format.name, kind, t, rows, static_cast<double>(bf16_matrices.front().bytes) / ta / gib,
                         static_cast<double>(matrices.front().bytes) / tb / gib, ta * 1e6, tb * 1e6, ta / tb);
             std::fflush(stdout);
           }

@@ -6,6 +6,7 @@
 #define STRATA_KERNELS_QUANTIZED_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -99,6 +100,17 @@ struct Fp8Format {
       sub[s] = 0.0f;
     }
   }
+  // Rows [n, n + count) flat (mul[r * segments + s]; sub likewise), rows of one block of block_n copied.
+  void ChunkParams(int64_t n, int64_t count, float* mul, float* sub) const {
+    for (int64_t r = 0; r < count; ++r) {
+      if (r > 0 && (n + r) / block_n == (n + r - 1) / block_n) {
+        std::copy(mul + (r - 1) * blocks_k, mul + r * blocks_k, mul + r * blocks_k);
+        std::copy(sub + (r - 1) * blocks_k, sub + r * blocks_k, sub + r * blocks_k);
+      } else {
+        RowParams(n + r, mul + r * blocks_k, sub + r * blocks_k);
+      }
+    }
+  }
   int64_t Step(int64_t lanes) const { return 2 * lanes; }
   static bool VectorAt(int64_t) { return true; }
   template <class Fn>
@@ -157,15 +169,18 @@ struct IntParams {
     z = zero != nullptr ? static_cast<float>(zero[i]) : symmetric_zero;
   }
   // Params of every group of row n, vectorised (the scales widened by type).
-  void RowParams(int64_t n, float* mul, float* sub) const {
+  void RowParams(int64_t n, float* mul, float* sub) const { ChunkParams(n, 1, mul, sub); }
+  // Params of rows [n, n + count), flat: mul[r * groups + s], sub likewise (scales and zeros are row-major
+  // [n_total, groups], so a run of rows is one contiguous run of groups, widened in whole vectors).
+  void ChunkParams(int64_t n, int64_t count, float* mul, float* sub) const {
     const DQ d;
     const hn::RebindToUnsigned<DQ> du32;
     const hn::RebindToSigned<DQ> di32;
     const hn::Rebind<uint8_t, DQ> du8;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-    const int64_t first = n * groups;
+    const int64_t first = n * groups, total = count * groups;
     int64_t s = 0;
-    for (; s + lanes <= groups; s += lanes) {
+    for (; s + lanes <= total; s += lanes) {
       VQ m;
       switch (scale_type) {
         case ScaleType::kFloat32:
@@ -184,9 +199,9 @@ struct IntParams {
       hn::StoreU(m, d, mul + s);
       hn::StoreU(hn::Mul(z, m), d, sub + s);
     }
-    for (; s < groups; ++s) {
+    for (; s < total; ++s) {
       float m, z;
-      Params(n, s, m, z);
+      Params(n + s / groups, s % groups, m, z);
       mul[s] = m;
       sub[s] = z * m;
     }
@@ -634,12 +649,24 @@ STRATA_QUANT_DOT STRATA_ALWAYS_INLINE __m512 BlockScale(const float* dmul, LaneS
   }
 }
 
+// The sums of four vectors' lanes, as one 128-bit vector {a, b, c, d}.
+STRATA_QUANT_DOT STRATA_ALWAYS_INLINE __m128 Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+  const __m256 b8 = _mm256_add_ps(_mm512_castps512_ps256(b), _mm512_extractf32x8_ps(b, 1));
+  const __m256 c8 = _mm256_add_ps(_mm512_castps512_ps256(c), _mm512_extractf32x8_ps(c, 1));
+  const __m256 d8 = _mm256_add_ps(_mm512_castps512_ps256(d), _mm512_extractf32x8_ps(d, 1));
+  // hadd(a, b): a0+a1, a2+a3, b0+b1, b2+b3 per 128-bit half; hadd of two of those: a0..3, b0..3, c0..3, d0..3.
+  const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a8, b8), _mm256_hadd_ps(c8, d8));
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
 // Input rows [m0, m0 + MR) (permuted bfloat16, `xp_stride` apart) against weight rows ws[0 .. NR) over the
-// `blocks` whole blocks: sums[m][r] = sum over blocks of scale * (codes . x). One input row keeps two
-// accumulators per weight row (the vectors of a block alternate) to halve the VDPBF16PS chains.
+// `blocks` whole blocks: sums[m][r] = sum over blocks of scale * (codes . x), the scales of weight row r at
+// dmul + r * dmul_stride. One input row keeps two accumulators per weight row (the vectors of a block
+// alternate) to halve the VDPBF16PS chains. `ahead`: bytes past each weight row's block to prefetch.
 template <class Dot, int MR, int NR>
 STRATA_QUANT_DOT HWY_NOINLINE void TileQuantDot(const Dot& dot, const uint16_t* xp, int64_t xp_stride,
-                                                const uint8_t* const* ws, const float* dmul, int64_t segments,
+                                                const uint8_t* const* ws, const float* dmul, int64_t dmul_stride,
                                                 LaneScales lanes, int64_t segment_cols, int64_t blocks, int64_t m0,
                                                 int64_t ahead, float (*sums)[4]) {
   constexpr int P = MR == 1 ? 2 : 1;
@@ -673,7 +700,7 @@ STRATA_QUANT_DOT HWY_NOINLINE void TileQuantDot(const Dot& dot, const uint16_t* 
       }
     }
     STRATA_UNROLL for (int r = 0; r < NR; ++r) {
-      const __m512 scale = BlockScale(dmul + r * (segments + 4), lanes, segment);
+      const __m512 scale = BlockScale(dmul + r * dmul_stride, lanes, segment);
       STRATA_UNROLL for (int m = 0; m < MR; ++m) {
         __m512 a = acc[m][r][0];
         if constexpr (P == 2) a = _mm512_add_ps(a, acc[m][r][P - 1]);
@@ -682,12 +709,34 @@ STRATA_QUANT_DOT HWY_NOINLINE void TileQuantDot(const Dot& dot, const uint16_t* 
     }
   }
   STRATA_UNROLL for (int m = 0; m < MR; ++m) {
-    STRATA_UNROLL for (int r = 0; r < NR; ++r) sums[m][r] = _mm512_reduce_add_ps(total[m][r]);
+    if constexpr (NR == 4) {
+      _mm_storeu_ps(sums[m], Reduce4(total[m][0], total[m][1], total[m][2], total[m][3]));
+    } else {
+      STRATA_UNROLL for (int r = 0; r < NR; ++r) sums[m][r] = _mm512_reduce_add_ps(total[m][r]);
+    }
   }
 }
 
+// {sum over s < count of a[r * stride + s] * b[s]} for r = 0..3, in one vector.
+STRATA_QUANT_DOT STRATA_ALWAYS_INLINE __m128 Dot4(const float* a, int64_t stride, const float* b, int64_t count) {
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int64_t s = 0; s < count; s += 16) {
+    const __mmask16 mask = count - s >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (count - s)) - 1);
+    const __m512 bv = _mm512_maskz_loadu_ps(mask, b + s);
+    STRATA_UNROLL for (int r = 0; r < 4; ++r) {
+      acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a + r * stride + s), bv, acc[r]);
+    }
+  }
+  return Reduce4(acc[0], acc[1], acc[2], acc[3]);
+}
+
+// Weight rows a chunk of QuantRowsDot takes its scales for at once (a multiple of the tiles' 4 and 2).
+constexpr int64_t kDotChunkRows = 32;
+
 // The rows kernel on VDPBF16PS for one format: `Format` (quantized-inl.h's float32 one) gives the multipliers,
-// zeros and the scalar codes of the columns past the last whole block.
+// zeros and the scalar codes of the columns past the last whole block. Per chunk of kDotChunkRows weight rows
+// the scales are widened in whole vectors (ChunkParams) and the zeros' term of every output computed at once,
+// so that what runs per weight row besides the tile is a few stores.
 template <class Dot, class Format>
 STRATA_QUANT_DOT void QuantRowsDot(const Dot& dot, const Format& f, LaneScales lanes, int64_t segment_cols,
                                    float dot_factor, const uint16_t* x, const uint16_t* bias, uint16_t* y, int64_t rows,
@@ -719,76 +768,99 @@ STRATA_QUANT_DOT void QuantRowsDot(const Dot& dot, const Format& f, LaneScales l
       }
     }
   }
-  constexpr int kMaxNR = 4;
-  // Per weight row of a block: mul and sub (zero * mul) per segment as the float32 kernels keep them, the
-  // dot's multiplier (padded by 4 for BlockScale's loads) and the zeros' multiplier ((128 + zero) * scale).
-  std::vector<float> table(static_cast<size_t>(kMaxNR * (3 * segments + 4 + segments)));
+  // Per chunk: mul and sub (zero * mul) per weight row and segment, flat (4 floats of padding for BlockScale's
+  // loads), and the zeros' term of each output: corr[m][r] = sum over segments of (128 + zero) * scale * sumx.
+  // (Rows rounded up to 4 for Dot4, which reads a whole group of 4 rows.)
+  const int64_t chunk_rows = n1 - n0 < kDotChunkRows ? n1 - n0 : kDotChunkRows;
+  const int64_t padded_rows = (chunk_rows + 3) / 4 * 4;
+  std::vector<float> table(static_cast<size_t>(3 * padded_rows * segments + 4 + rows * padded_rows + 4 * segments + 4));
   float* mul = table.data();
-  float* sub = mul + kMaxNR * segments;
-  float* dmul = sub + kMaxNR * segments;
-  float* zmul = dmul + kMaxNR * (segments + 4);
+  float* sub = mul + padded_rows * segments + 4;
+  float* zq = sub + padded_rows * segments;  // (128 + zero) * scale
+  float* corr = zq + padded_rows * segments;
+  float* edge = corr + rows * padded_rows;  // a short tile's scales
   const int nr_max = rows <= 2 ? 4 : 2;
-  for (int64_t n = n0; n < n1; n += nr_max) {
-    const int64_t nr = n1 - n < nr_max ? n1 - n : nr_max;
-    const uint8_t* ws[kMaxNR];
-    for (int r = 0; r < nr_max; ++r) {
-      const int64_t row = n + (r < nr ? r : nr - 1);
-      ws[r] = f.Row(row);
-      f.RowParams(row, mul + r * segments, sub + r * segments);
-      for (int64_t s = 0; s < segments; ++s) {
-        dmul[r * (segments + 4) + s] = mul[r * segments + s] * dot_factor;
-        zmul[r * segments + s] = 128.0f * mul[r * segments + s] + sub[r * segments + s];
+  const int64_t ahead = 4 * nr_max * (f.Row(1) - f.Row(0));  // four tiles on
+  for (int64_t c0 = n0; c0 < n1; c0 += chunk_rows) {
+    const int64_t count = n1 - c0 < chunk_rows ? n1 - c0 : chunk_rows;
+    f.ChunkParams(c0, count, mul, sub);
+    if constexpr (Format::kHasZero) {
+      const int64_t flat = count * segments;
+      for (int64_t i = 0; i < flat; i += 16) {
+        const __mmask16 mask = flat - i >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (flat - i)) - 1);
+        _mm512_mask_storeu_ps(zq + i, mask,
+                              _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, mul + i), _mm512_set1_ps(128.0f),
+                                              _mm512_maskz_loadu_ps(mask, sub + i)));
+      }
+      for (int64_t m = 0; m < rows; ++m) {
+        for (int64_t r = 0; r < count; r += 4) {
+          _mm_storeu_ps(corr + m * padded_rows + r,
+                        Dot4(zq + r * segments, segments, sumx.data() + m * segments, segments));
+        }
       }
     }
-    for (int64_t m = 0; m < rows;) {
-      float sums[4][4];
-      int mr;
-      if (rows <= 2) {
-        mr = static_cast<int>(rows);
-        if (mr == 1) {
-          TileQuantDot<Dot, 1, 4>(dot, xp.data(), kv, ws, dmul, segments, lanes, segment_cols, blocks, m,
-                                  nr_max * (f.Row(1) - f.Row(0)), sums);
+    for (int64_t n = c0; n < c0 + count; n += nr_max) {
+      const int64_t nr = c0 + count - n < nr_max ? c0 + count - n : nr_max;
+      const int64_t local = n - c0;
+      const uint8_t* ws[4];
+      for (int r = 0; r < nr_max; ++r) ws[r] = f.Row(n + (r < nr ? r : nr - 1));
+      // A short tile (the range's last rows) repeats its last row: its scales too, from a padded copy.
+      const float* dm = mul + local * segments;
+      if (nr < nr_max) {
+        for (int r = 0; r < nr_max; ++r) {
+          const float* from = mul + (local + (r < nr ? r : nr - 1)) * segments;
+          std::copy(from, from + segments, edge + r * segments);
+        }
+        dm = edge;
+      }
+      for (int64_t m = 0; m < rows;) {
+        float sums[4][4];
+        int mr;
+        if (rows <= 2) {
+          mr = static_cast<int>(rows);
+          if (mr == 1) {
+            TileQuantDot<Dot, 1, 4>(dot, xp.data(), kv, ws, dm, segments, lanes, segment_cols, blocks, m, ahead, sums);
+          } else {
+            TileQuantDot<Dot, 2, 4>(dot, xp.data(), kv, ws, dm, segments, lanes, segment_cols, blocks, m, ahead, sums);
+          }
         } else {
-          TileQuantDot<Dot, 2, 4>(dot, xp.data(), kv, ws, dmul, segments, lanes, segment_cols, blocks, m,
-                                  nr_max * (f.Row(1) - f.Row(0)), sums);
-        }
-      } else {
-        mr = rows - m < 4 ? static_cast<int>(rows - m) : 4;
-        switch (mr) {
-          case 4:
-            TileQuantDot<Dot, 4, 2>(dot, xp.data(), kv, ws, dmul, segments, lanes, segment_cols, blocks, m,
-                                    nr_max * (f.Row(1) - f.Row(0)), sums);
-            break;
-          case 3:
-            TileQuantDot<Dot, 3, 2>(dot, xp.data(), kv, ws, dmul, segments, lanes, segment_cols, blocks, m,
-                                    nr_max * (f.Row(1) - f.Row(0)), sums);
-            break;
-          case 2:
-            TileQuantDot<Dot, 2, 2>(dot, xp.data(), kv, ws, dmul, segments, lanes, segment_cols, blocks, m,
-                                    nr_max * (f.Row(1) - f.Row(0)), sums);
-            break;
-          default:
-            TileQuantDot<Dot, 1, 2>(dot, xp.data(), kv, ws, dmul, segments, lanes, segment_cols, blocks, m,
-                                    nr_max * (f.Row(1) - f.Row(0)), sums);
-            break;
-        }
-      }
-      for (int i = 0; i < mr; ++i) {
-        const uint16_t* xm = x + (m + i) * k;
-        for (int r = 0; r < nr; ++r) {
-          float v = sums[i][r];
-          if constexpr (Format::kHasZero) {
-            for (int64_t s = 0; s < segments; ++s) v -= zmul[r * segments + s] * sumx[(m + i) * segments + s];
+          mr = rows - m < 4 ? static_cast<int>(rows - m) : 4;
+          switch (mr) {
+            case 4:
+              TileQuantDot<Dot, 4, 2>(dot, xp.data(), kv, ws, dm, segments, lanes, segment_cols, blocks, m, ahead,
+                                      sums);
+              break;
+            case 3:
+              TileQuantDot<Dot, 3, 2>(dot, xp.data(), kv, ws, dm, segments, lanes, segment_cols, blocks, m, ahead,
+                                      sums);
+              break;
+            case 2:
+              TileQuantDot<Dot, 2, 2>(dot, xp.data(), kv, ws, dm, segments, lanes, segment_cols, blocks, m, ahead,
+                                      sums);
+              break;
+            default:
+              TileQuantDot<Dot, 1, 2>(dot, xp.data(), kv, ws, dm, segments, lanes, segment_cols, blocks, m, ahead,
+                                      sums);
+              break;
           }
-          for (int64_t j = kv; j < k; ++j) {  // the columns past the last whole block
-            const int64_t s = j / segment_cols;
-            v += (f.Code(ws[r], j) * mul[r * segments + s] - sub[r * segments + s]) * BF16ToFloat(xm[j]);
-          }
-          const float b = bias != nullptr ? BF16ToFloat(bias[n + r]) : 0.0f;
-          y[(m + i) * n_total + n + r] = FloatToBF16(v + b);
         }
+        for (int i = 0; i < mr; ++i) {
+          const uint16_t* xm = x + (m + i) * k;
+          for (int r = 0; r < nr; ++r) {
+            float v = sums[i][r] * dot_factor;
+            if constexpr (Format::kHasZero) v -= corr[(m + i) * padded_rows + local + r];
+            const float* mr_ = mul + (local + r) * segments;
+            const float* sr_ = sub + (local + r) * segments;
+            for (int64_t j = kv; j < k; ++j) {  // the columns past the last whole block
+              const int64_t s = j / segment_cols;
+              v += (f.Code(ws[r], j) * mr_[s] - sr_[s]) * BF16ToFloat(xm[j]);
+            }
+            const float b = bias != nullptr ? BF16ToFloat(bias[n + r]) : 0.0f;
+            y[(m + i) * n_total + n + r] = FloatToBF16(v + b);
+          }
+        }
+        m += mr;
       }
-      m += mr;
     }
   }
 }

@@ -1,6 +1,5 @@
 #include "runtime/model/decode_attention.h"
 
-#include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "kernels/attention.h"
+#include "runtime/model/parallel.h"
 
 namespace strata::runtime {
 namespace {
@@ -70,7 +70,7 @@ void Run(const at::Tensor& q, const KvLayer& cache, const at::Tensor& table, con
   // A task is one (row, KV head); at least ~32k multiply-adds of keys per task are worth a thread's hand-off.
   const int64_t per_task = std::max<int64_t>(1, s.group * s.dim * (where[0] + 1));
   const int64_t grain = std::max<int64_t>(1, (32 << 10) / per_task);
-  at::parallel_for(0, rows * s.kv_heads, grain, [&](int64_t begin, int64_t end) {
+  ParallelRows(rows * s.kv_heads, grain, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scratch;
     thread_local std::vector<int64_t> offsets;
     for (int64_t task = begin; task < end; ++task) {

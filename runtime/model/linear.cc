@@ -1,6 +1,5 @@
 #include "runtime/model/linear.h"
 
-#include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/mm.h>
@@ -11,6 +10,7 @@
 
 #include "kernels/linear.h"
 #include "kernels/targets.h"
+#include "runtime/model/parallel.h"
 
 namespace strata::runtime {
 
@@ -48,8 +48,8 @@ void OwnKernel(const X* xs, const at::Tensor& weight, const at::Tensor& bias, at
   const K* ws = reinterpret_cast<const K*>(weight.data_ptr<T>());
   const K* bs = bias.defined() ? reinterpret_cast<const K*>(bias.data_ptr<T>()) : nullptr;
   K* ys = reinterpret_cast<K*>(y.data_ptr<T>());
-  at::parallel_for(0, n, Grain(k, sizeof(T)),
-                   [&](int64_t begin, int64_t end) { kernels::LinearRows(xs, ws, bs, ys, rows, k, n, begin, end); });
+  ParallelRows(n, Grain(k, sizeof(T)),
+               [&](int64_t begin, int64_t end) { kernels::LinearRows(xs, ws, bs, ys, rows, k, n, begin, end); });
 }
 
 // Weights widened per block: a few MiB of float32, used by every row of x while it is in cache.

@@ -1,6 +1,5 @@
 #include "runtime/model/pointwise.h"
 
-#include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/silu.h>
@@ -9,6 +8,7 @@
 #include <cmath>
 
 #include "kernels/pointwise.h"
+#include "runtime/model/parallel.h"
 
 namespace strata::runtime {
 namespace {
@@ -34,7 +34,7 @@ at::Tensor FusedRmsNorm(const at::Tensor& x, const at::Tensor& weight, double ep
   at::Tensor y = at::empty_like(x);
   const int64_t rows = x.numel() / width;
   const int64_t grain = std::max<int64_t>(1, (64 << 10) / width);
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  ParallelRows(rows, grain, [&](int64_t begin, int64_t end) {
     if (x.scalar_type() == at::kFloat) {
       kernels::RmsNormRows(x.data_ptr<float>() + begin * width, weight.data_ptr<float>(),
                            y.data_ptr<float>() + begin * width, width, end - begin, static_cast<float>(eps));
@@ -51,7 +51,7 @@ at::Tensor FusedSiluMul(const at::Tensor& gate, const at::Tensor& up) {
   at::Tensor y = at::empty_like(gate);
   // Whole vectors per task (multiples of 16 elements), at least 64k of them.
   const int64_t vectors = (gate.numel() + 15) / 16;
-  at::parallel_for(0, vectors, 4096, [&](int64_t begin, int64_t end) {
+  ParallelRows(vectors, 4096, [&](int64_t begin, int64_t end) {
     const int64_t first = begin * 16, last = std::min(end * 16, gate.numel());
     if (gate.scalar_type() == at::kFloat) {
       kernels::SiluMul(gate.data_ptr<float>() + first, up.data_ptr<float>() + first, y.data_ptr<float>() + first,

@@ -25,6 +25,7 @@
 #include "kernels/quantized.h"
 #include "kernels/targets.h"
 #include "runtime/model/linear.h"
+#include "runtime/model/parallel.h"
 #include "runtime/model/weights.h"
 
 namespace strata::runtime {
@@ -244,7 +245,7 @@ at::Tensor LinearPacked(const at::Tensor& x_in, const PackedLinear& w, const at:
   const bool via_blocks = rows > kPackedRows;
   auto run = [&](const auto* xs, const auto* bs, auto* ys, auto scratch_type) {
     using S = decltype(scratch_type);
-    at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) {
+    ParallelRows(n, grain, [&](int64_t n0, int64_t n1) {
       if (!via_blocks) {
         if (fp8) {
           kernels::QuantizedLinearRows(xs, Fp8Of(w), bs, ys, rows, k, n, n0, n1);
