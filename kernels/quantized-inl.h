@@ -414,10 +414,13 @@ template <class Format, class E>
 void QuantRowsT(const Format& f, const float* x, const typename E::T* bias, typename E::T* y, int64_t rows, int64_t k,
                 int64_t n_total, int64_t n0, int64_t n1) {
   constexpr int NR = kQuantTileWeightRows;
+  constexpr int64_t kChunk = 32;  // weight rows whose scales are widened at once (a multiple of every block)
   const int64_t segments = f.Segments();
-  std::vector<float> params(static_cast<size_t>(2 * 4 * segments));
+  // mul and sub of a chunk's rows, flat ([row][segment]), and a block's worth past the end: a short block's
+  // missing rows read there (their sums are never stored).
+  std::vector<float> params(static_cast<size_t>(2 * (kChunk + 4) * segments));
   float* mul = params.data();
-  float* sub = mul + 4 * segments;
+  float* sub = mul + (kChunk + 4) * segments;
   std::vector<float> sumx;
   if (Format::kHasZero && rows <= 2) {
     sumx.resize(static_cast<size_t>(rows * segments));
@@ -431,35 +434,40 @@ void QuantRowsT(const Format& f, const float* x, const typename E::T* bias, type
   }
   // Weight rows per block: 4 for one or two input rows (2 for two on 16-register targets), NR for tiles.
   const int64_t block = rows == 1 ? 4 : (rows == 2 ? (NR == 4 ? 4 : 2) : NR);
-  for (int64_t n = n0; n < n1; n += block) {
-    const int64_t nr = n1 - n < block ? n1 - n : block;
-    for (int64_t r = 0; r < block; ++r) f.RowParams(n + (r < nr ? r : nr - 1), mul + r * segments, sub + r * segments);
-    if (rows == 1) {
-      QuantTileDeferred<Format, E, 1, 4>(f, mul, sub, sumx.data(), x, bias, y, k, n_total, n, nr, 0);
-      continue;
-    }
-    if (rows == 2) {
-      if constexpr (NR == 4) {
-        QuantTileDeferred<Format, E, 2, 4>(f, mul, sub, sumx.data(), x, bias, y, k, n_total, n, nr, 0);
-      } else {
-        QuantTileDeferred<Format, E, 2, 2>(f, mul, sub, sumx.data(), x, bias, y, k, n_total, n, nr, 0);
+  for (int64_t c0 = n0; c0 < n1; c0 += kChunk) {
+    const int64_t c1 = n1 - c0 < kChunk ? n1 : c0 + kChunk;
+    f.ChunkParams(c0, c1 - c0, mul, sub);
+    for (int64_t n = c0; n < c1; n += block) {
+      const int64_t nr = c1 - n < block ? c1 - n : block;
+      const float* bm = mul + (n - c0) * segments;
+      const float* bs = sub + (n - c0) * segments;
+      if (rows == 1) {
+        QuantTileDeferred<Format, E, 1, 4>(f, bm, bs, sumx.data(), x, bias, y, k, n_total, n, nr, 0);
+        continue;
       }
-      continue;
-    }
-    for (int64_t m = 0; m < rows; m += 4) {
-      switch (rows - m < 4 ? rows - m : 4) {
-        case 4:
-          QuantTile<Format, E, 4, NR>(f, mul, sub, x, bias, y, k, n_total, n, nr, m);
-          break;
-        case 3:
-          QuantTile<Format, E, 3, NR>(f, mul, sub, x, bias, y, k, n_total, n, nr, m);
-          break;
-        case 2:
-          QuantTile<Format, E, 2, NR>(f, mul, sub, x, bias, y, k, n_total, n, nr, m);
-          break;
-        default:
-          QuantTile<Format, E, 1, NR>(f, mul, sub, x, bias, y, k, n_total, n, nr, m);
-          break;
+      if (rows == 2) {
+        if constexpr (NR == 4) {
+          QuantTileDeferred<Format, E, 2, 4>(f, bm, bs, sumx.data(), x, bias, y, k, n_total, n, nr, 0);
+        } else {
+          QuantTileDeferred<Format, E, 2, 2>(f, bm, bs, sumx.data(), x, bias, y, k, n_total, n, nr, 0);
+        }
+        continue;
+      }
+      for (int64_t m = 0; m < rows; m += 4) {
+        switch (rows - m < 4 ? rows - m : 4) {
+          case 4:
+            QuantTile<Format, E, 4, NR>(f, bm, bs, x, bias, y, k, n_total, n, nr, m);
+            break;
+          case 3:
+            QuantTile<Format, E, 3, NR>(f, bm, bs, x, bias, y, k, n_total, n, nr, m);
+            break;
+          case 2:
+            QuantTile<Format, E, 2, NR>(f, bm, bs, x, bias, y, k, n_total, n, nr, m);
+            break;
+          default:
+            QuantTile<Format, E, 1, NR>(f, bm, bs, x, bias, y, k, n_total, n, nr, m);
+            break;
+        }
       }
     }
   }
