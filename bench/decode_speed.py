@@ -7,10 +7,10 @@
    token / measured large-copy bandwidth. Warm against warm: each side runs the batch once before the
    timed run (strata-generate --warmup 1; a warm-up generate()).
 2. Time to the first logits: load + the first forward of the prompt, strata (LoadedModel::Load, as
-   strata-generate reports it, then its prefill: strata maps the file and reads each weight on first use)
+   strata-generate reports it, then its prefill: strata copies each weight out of the mapped file)
    vs from_pretrained(device_map={"": "cpu"}) then one forward, same checkpoint, page cache warm.
-3. Peak RSS of strata-generate loading a >= 1 GB checkpoint, float32 (weights used in place from the
-   mapping) and bfloat16 (cast while loading), against the checkpoint size.
+3. Peak RSS of strata-generate loading a >= 1 GB checkpoint, float32 and bfloat16 (each weight copied, and
+   cast, into 2 MiB pages and its file pages released), against the checkpoint size.
 See bench/README.md.
 """
 
@@ -167,8 +167,8 @@ def main(argv=None) -> int:
         for dtype in ("float32", "bfloat16"):
             got, peak = strata(binary, big, prompt[:4], 2, "--dtype", dtype)
             print(f"  serving {dtype:9} load {got['load']['seconds']:6.2f} s, peak RSS {peak / 2**30:5.2f} GiB "
-                  f"= {peak / size:4.2f} x checkpoint ({got['load']['zero_copy_tensors']} tensors in place, "
-                  f"{got['load']['copied_tensors']} copied)")
+                  f"= {peak / size:4.2f} x checkpoint ({got['load']['copied_tensors']} tensors copied, "
+                  f"{got['load']['huge_page_bytes'] / 2**30:.2f} GiB in 2 MiB pages)")
     return 0 if same else 1
 
 

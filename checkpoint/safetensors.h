@@ -30,7 +30,7 @@ class MappedFile {
   uint64_t size() const { return size_; }
   const std::string& name() const { return name_; }
 
-  // Hints the kernel to read [offset, offset + length) ahead (weights that will be used in place).
+  // Hints the kernel to read [offset, offset + length) ahead (weights about to be read).
   void WillNeed(uint64_t offset, uint64_t length) const;
   // Drops the resident pages of [offset, offset + length) once their bytes were copied elsewhere, so a
   // checkpoint loaded onto GPUs or cast to another dtype does not stay in this process's RSS.

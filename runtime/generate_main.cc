@@ -297,7 +297,7 @@ void PrintJson(const std::vector<strata::runtime::BatchOutput>& results, const s
   out["load"] = {{"seconds", report.seconds},
                  {"dtype", report.dtype},
                  {"checkpoint_bytes", report.checkpoint_bytes},
-                 {"zero_copy_tensors", report.zero_copy_tensors},
+                 {"huge_page_bytes", report.huge_page_bytes},
                  {"copied_tensors", report.copied_tensors},
                  {"disk_tensors", report.disk_tensors},
                  {"packed_tensors", report.packed_tensors},

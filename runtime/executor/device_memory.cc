@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -36,6 +37,16 @@ HostMemory ReadHostMemory() {
 }
 
 }  // namespace
+
+int64_t AnonHugePageBytes() {
+  std::ifstream rollup("/proc/self/smaps_rollup");
+  std::string line;
+  while (std::getline(rollup, line)) {
+    int64_t kib = 0;
+    if (std::sscanf(line.c_str(), "AnonHugePages: %ld kB", &kib) == 1) return kib * 1024;
+  }
+  return 0;
+}
 
 std::vector<DeviceMemory> MeasureDeviceMemory(LoadedModel& model) {
   // The physical device of each plan device: from the stages that run there ("cpu"/"disk" entries

@@ -24,4 +24,8 @@ struct DeviceMemory {
 // One entry per device of the plan, in the plan's order.
 std::vector<DeviceMemory> MeasureDeviceMemory(LoadedModel& model);
 
+// This process's anonymous memory in transparent huge pages (AnonHugePages of /proc/self/smaps_rollup): the
+// CPU weights' 2 MiB pages (runtime/model/weights.h) where the kernel gave them; 0 where it cannot be read.
+int64_t AnonHugePageBytes();
+
 }  // namespace strata::runtime

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/safetensors.h"
 #include "planner/physical_devices.h"
+#include "runtime/executor/device_memory.h"
 #include "runtime/executor/pipeline.h"
 #include "runtime/executor/torch_info.h"
 
@@ -155,10 +156,10 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
     return absl::InternalError(absl::StrCat("loading ", options.model_dir.string(), ": ", e.what()));
   }
   const WeightLoadStats& stats = impl->pipeline->load_stats();
-  report.zero_copy_tensors = stats.zero_copy;
   report.copied_tensors = stats.copied;
   report.disk_tensors = stats.on_disk;
   report.packed_tensors = stats.packed;
+  report.huge_page_bytes = AnonHugePageBytes();
   report.kv_cache_bytes = impl->pipeline->kv_cache_bytes();
   for (const Stage& stage : impl->pipeline->stages()) {
     if (stage.kv.bytes() > 0 &&

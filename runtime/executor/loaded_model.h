@@ -66,10 +66,10 @@ struct LoadReport {
   std::string dtype;
   double seconds = 0;             // wall time of Load
   uint64_t checkpoint_bytes = 0;  // sum of the safetensors files
-  int64_t zero_copy_tensors = 0;  // CPU weights used in place from the mapping
   int64_t copied_tensors = 0;
   int64_t disk_tensors = 0;
-  int64_t packed_tensors = 0;  // quantized linear layers kept packed (runtime/model/quantized_linear.h)
+  int64_t packed_tensors = 0;   // quantized linear layers kept packed (runtime/model/quantized_linear.h)
+  int64_t huge_page_bytes = 0;  // the process's AnonHugePages after loading (AnonHugePageBytes)
   int64_t kv_cache_bytes = 0;
   std::vector<std::string> kv_devices;  // plan devices of the stages holding KV pools, in stage order
   std::string stages;                   // one line per stage

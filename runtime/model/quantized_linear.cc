@@ -597,7 +597,7 @@ absl::StatusOr<PackedLinear> LoadPackedLinear(const checkpoint::Checkpoint& chec
   if (!packed.ok()) return packed.status();
   if (pinned) return packed->Pinned();
   if (!device.is_cpu()) return packed->To(device, /*non_blocking=*/false);
-  // On the CPU the FP8 bytes stay the mapping's pages (zero copy): read ahead of first use.
+  // On the CPU the FP8 bytes are views of the mapping: read ahead of the caller's copy.
   if (const TensorView* view = checkpoint.Find(q.weight); view != nullptr && q.layout == QuantLayout::kFp8Block) {
     view->file->WillNeed(view->offset, view->bytes);
   }

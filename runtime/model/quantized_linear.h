@@ -69,7 +69,8 @@ bool LinearPackedUsesKernel(const at::Tensor& x, const PackedLinear& w);
 
 // Reads one quantized linear layer from the mapped checkpoint and converts it to the packed form on `device`
 // (pinned host memory when `pinned`). Every tensor's dtype and shape is checked against `q`, and every scale
-// is finite: errors name the tensor. FP8 weights on the CPU are the mapped bytes themselves (zero copy).
+// is finite: errors name the tensor. FP8 weights on the CPU are views of the mapped bytes (WeightLoader::LoadPacked
+// moves a CPU layer into its 2 MiB pages).
 absl::StatusOr<PackedLinear> LoadPackedLinear(const checkpoint::Checkpoint& checkpoint,
                                               const planner::QuantizedLinear& q, at::Device device, bool pinned);
 

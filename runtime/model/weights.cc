@@ -5,7 +5,9 @@
 #include <c10/core/StreamGuard.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -42,29 +44,68 @@ namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;
 
-// A CPU tensor of at least one huge page in memory of its own, 2 MiB aligned and marked MADV_HUGEPAGE: where
-// transparent huge pages are on ("madvise" or "always", the kernels' defaults) the weights then sit in 2 MiB
-// pages, so streaming them for a decode step walks 512x fewer pages: a float32 checkpoint served in bfloat16
-// decoded at a median 78.9 tok/s from 2 MiB pages against 59.9 from 4 KiB ones (the 116M Llama of
-// bench/peer_llamacpp.py, one thread, STRATA_CPU_ISA=avx2, five alternating runs). Weights already in the
-// serving dtype stay zero-copy views of the file (page cache, shared, paged in lazily; 1.08x slower in the
-// same test, within its noise). Smaller tensors, or where mmap fails, come from ATen's allocator.
-at::Tensor EmptyForWeights(at::IntArrayRef shape, at::ScalarType dtype) {
-  int64_t numel = 1;
-  for (int64_t d : shape) numel *= d;
-  const size_t bytes = static_cast<size_t>(numel) * at::elementSize(dtype);
-  if (bytes < kHugePage) return at::empty(shape, at::TensorOptions().dtype(dtype));
+// `bytes` of anonymous memory, 2 MiB aligned and marked MADV_HUGEPAGE (where transparent huge pages are on,
+// "madvise" or "always", the kernels' defaults, it then sits in 2 MiB pages); released with the last owner.
+// Null where mmap fails.
+std::shared_ptr<std::byte> HugePageMemory(size_t bytes) {
   const size_t mapped = (bytes + kHugePage - 1) / kHugePage * kHugePage + kHugePage;  // room to align
   void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (base == MAP_FAILED) return at::empty(shape, at::TensorOptions().dtype(dtype));
+  if (base == MAP_FAILED) return nullptr;
   const uintptr_t start = (reinterpret_cast<uintptr_t>(base) + kHugePage - 1) / kHugePage * kHugePage;
-  void* data = reinterpret_cast<void*>(start);
+  auto* data = reinterpret_cast<std::byte*>(start);
   madvise(data, mapped - (start - reinterpret_cast<uintptr_t>(base)), MADV_HUGEPAGE);  // advice: may be ignored
-  return at::from_blob(
-      data, shape, [base, mapped](void*) { munmap(base, mapped); }, at::TensorOptions().dtype(dtype).device(at::kCPU));
+  return std::shared_ptr<std::byte>(data, [base, mapped](std::byte*) { munmap(base, mapped); });
 }
 
 }  // namespace
+
+// Chunks of kChunk bytes handed out in 64-byte aligned pieces; a tensor of half a chunk or more gets memory of
+// its own. A piece's tensor holds its chunk, so a chunk goes when its last tensor does.
+class WeightArena {
+ public:
+  static constexpr size_t kChunk = size_t{32} << 20;
+  at::Tensor Empty(at::IntArrayRef shape, at::ScalarType dtype) {
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    const size_t bytes = static_cast<size_t>(numel) * at::elementSize(dtype);
+    const size_t need = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    std::shared_ptr<std::byte> memory;
+    std::byte* at = nullptr;
+    if (need >= kChunk / 2) {
+      memory = HugePageMemory(need);
+      at = memory.get();
+    } else {
+      if (chunk_ == nullptr || used_ + need > kChunk) {
+        chunk_ = HugePageMemory(kChunk);
+        used_ = 0;
+      }
+      memory = chunk_;
+      at = chunk_ != nullptr ? chunk_.get() + used_ : nullptr;
+      used_ += need;
+    }
+    if (at == nullptr) return at::empty(shape, at::TensorOptions().dtype(dtype));  // mmap failed
+    return at::from_blob(
+        at, shape, [memory](void*) {}, at::TensorOptions().dtype(dtype).device(at::kCPU));
+  }
+  // `t` (a CPU tensor, or undefined) in the arena, contiguous.
+  at::Tensor Copy(const at::Tensor& t) {
+    if (!t.defined()) return t;
+    at::Tensor out = Empty(t.sizes(), t.scalar_type());
+    out.copy_(t);
+    return out;
+  }
+
+ private:
+  std::shared_ptr<std::byte> chunk_;
+  size_t used_ = 0;
+};
+
+WeightLoader::WeightLoader(const Checkpoint& checkpoint, at::ScalarType dtype)
+    : checkpoint_(checkpoint), dtype_(dtype), arena_(std::make_unique<WeightArena>()) {}
+
+WeightLoader::~WeightLoader() = default;
+
+namespace {}  // namespace
 
 bool Weight::needs_fetch() const {
   if (packed) return packed->data.device() != exec_device;
@@ -143,16 +184,9 @@ absl::StatusOr<Weight> WeightLoader::Load(const std::string& name, Residency res
     std::memcpy(mapped.data_ptr(), view->data(), view->bytes);
   }
 
-  const bool cpu_target = exec_device.is_cpu() || residency == Residency::kDisk;
   if (residency == Residency::kDisk) {
     w.stored = mapped;  // paged in on use, cast by Use() when the dtypes differ
     ++stats_.on_disk;
-    return w;
-  }
-  if (cpu_target && residency == Residency::kResident && file_dtype == dtype_ && aligned) {
-    view->file->WillNeed(view->offset, view->bytes);
-    w.stored = mapped;
-    ++stats_.zero_copy;
     return w;
   }
   at::Tensor out;
@@ -161,8 +195,12 @@ absl::StatusOr<Weight> WeightLoader::Load(const std::string& name, Residency res
     out = at::empty(view->shape, at::TensorOptions().dtype(dtype_).pinned_memory(true));
     out.copy_(mapped);
   } else if (exec_device.is_cpu()) {
-    out = EmptyForWeights(view->shape, dtype_);
-    out.copy_(mapped);  // one pass reads the file bytes and casts
+    // Into 2 MiB pages even in the file's dtype: a decode step streams every weight, and the mapping's 4 KiB
+    // page-cache pages cost a TLB miss per 4 KiB (bench/README, quantized_peer.py run B: the bfloat16 116M
+    // Llama decodes 1.5x faster copied than mapped in place, 60% of the read roofline mapped).
+    view->file->WillNeed(view->offset, view->bytes);
+    out = arena_->Empty(view->shape, dtype_);
+    out.copy_(mapped);  // one pass reads the file bytes (and casts)
   } else {
     // To the GPU in the file's dtype, then cast there: no host-side cast copy.
     out = mapped.to(exec_device, file_dtype, /*non_blocking=*/false, /*copy=*/true);
@@ -184,6 +222,14 @@ absl::StatusOr<Weight> WeightLoader::LoadPacked(const std::string& name, const p
   absl::StatusOr<PackedLinear> packed =
       LoadPackedLinear(checkpoint_, q, host ? at::Device(at::kCPU) : exec_device, /*pinned=*/host);
   if (!packed.ok()) return packed.status();
+  if (exec_device.is_cpu()) {
+    // The bytes a decode step streams in 2 MiB pages (see Load), FP8's out of the mapping, whose pages go.
+    packed->data = arena_->Copy(packed->data);
+    packed->scale = arena_->Copy(packed->scale);
+    packed->zero = arena_->Copy(packed->zero);
+    if (const TensorView* view = checkpoint_.Find(q.weight); view != nullptr)
+      view->file->Release(view->offset, view->bytes);
+  }
   if (residency == Residency::kDisk) w.residency = exec_device.is_cpu() ? Residency::kResident : Residency::kHost;
   ++stats_.packed;
   stats_.bytes_on_devices += static_cast<uint64_t>(packed->bytes());

@@ -71,19 +71,21 @@ class Prefetch {
 };
 
 struct WeightLoadStats {
-  int64_t zero_copy = 0;          // CPU tensors that are views of the mapped file
   int64_t copied = 0;             // tensors copied (and cast where needed) to their device
   int64_t on_disk = 0;            // "disk" entries left in the mapping
   uint64_t bytes_on_devices = 0;  // bytes allocated for weights outside the mapping
   int64_t packed = 0;             // quantized linear layers loaded packed
 };
 
-// Loads checkpoint tensors one at a time, each straight to its place: a CPU tensor already in the
-// serving dtype is the mapped bytes themselves (zero copy); a cast happens on the way, on the target
-// device; nothing builds a whole-model copy in host memory.
+// Loads checkpoint tensors one at a time, each straight to its place: a CPU weight is copied (and cast, in
+// the same pass) into 2 MiB pages of this loader's arena and its file pages released; a GPU weight is cast
+// on its device; nothing builds a whole-model copy in host memory. ("disk" entries stay in the mapping.)
+class WeightArena;  // weights.cc
+
 class WeightLoader {
  public:
-  WeightLoader(const Checkpoint& checkpoint, at::ScalarType dtype) : checkpoint_(checkpoint), dtype_(dtype) {}
+  WeightLoader(const Checkpoint& checkpoint, at::ScalarType dtype);
+  ~WeightLoader();
   absl::StatusOr<Weight> Load(const std::string& name, Residency residency, at::Device exec_device);
   // A quantized linear layer, packed (quantized_linear.h); `name` is its dense weight's name.
   absl::StatusOr<Weight> LoadPacked(const std::string& name, const planner::QuantizedLinear& q, Residency residency,
@@ -94,6 +96,7 @@ class WeightLoader {
   const Checkpoint& checkpoint_;
   at::ScalarType dtype_;
   WeightLoadStats stats_;
+  std::unique_ptr<WeightArena> arena_;  // CPU weights, in 2 MiB pages
 };
 
 at::ScalarType ToScalarType(checkpoint::DType dtype);
