@@ -73,9 +73,12 @@ void QuantizedLinearRows(const float* x, const IntWeights& w, const BFloat16* bi
 // (targets.h's Bf16DotAvailable, and VbmiAvailable for FP8), the codes converted to bfloat16 in registers
 // (exact: e4m3 values and int4 codes are bfloat16 numbers) and multiplied 32 pairs an instruction, x permuted
 // once per call to the order the codes unpack in. That path takes FP8 with block_k a multiple of 64 and int4
-// with group a multiple of 128, or 32 or 64 at one or two rows (k at least 64 / 128); int8, other layouts and
-// other CPUs widen the rows to float32 on each call and run the kernels above (a caller that splits the work
-// there should widen once and call those).
+// with group a multiple of 128, or 32 or 64 at one or two rows (k at least 64 / 128). Elsewhere one or two rows
+// of int4 / int8 codes in groups of a multiple of 32 (k too) run 16-bit integer multiply-adds on SSE4, AVX2
+// and AVX-512 (x made int16 with a power-of-two scale per block of 32-128 columns: exact for every x within 2^6
+// of its block's largest, the rest rounded at 2^-16 of it; rows holding a NaN or infinity take the float32
+// kernels). FP8, other layouts and other CPUs widen the rows to float32 on each call and run the kernels above
+// (a caller that splits the work there should widen once and call those).
 void QuantizedLinearRows(const BFloat16* x, const Fp8Weights& w, const BFloat16* bias, BFloat16* y, int64_t rows,
                          int64_t k, int64_t n_total, int64_t n0, int64_t n1);
 void QuantizedLinearRows(const BFloat16* x, const IntWeights& w, const BFloat16* bias, BFloat16* y, int64_t rows,

@@ -236,8 +236,10 @@ at::Tensor LinearPacked(const at::Tensor& x_in, const PackedLinear& w, const at:
   const bool fp8 = w.kind == PackedLinear::Kind::kFp8;
   at::Tensor y = at::empty(sizes, x.options());
   const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
-  // bfloat16 rows stay bfloat16 on AVX512_BF16's VDPBF16PS; elsewhere they are widened once, here.
-  const bool bf16_dot = x.scalar_type() == at::kBFloat16 && kernels::Bf16DotAvailable();
+  // bfloat16 rows stay bfloat16 on AVX512_BF16's VDPBF16PS, and for one or two rows of int codes in groups of
+  // a multiple of 32 (the kernels' 16-bit integer path on other CPUs); elsewhere they are widened once, here.
+  const bool bf16_dot = x.scalar_type() == at::kBFloat16 &&
+                        (kernels::Bf16DotAvailable() || (!fp8 && rows <= 2 && w.group % 32 == 0 && k % 32 == 0));
   const at::Tensor xc = bf16_dot || x.scalar_type() == at::kFloat ? x.contiguous() : x.to(at::kFloat).contiguous();
   // Past kPackedRows rows, decoding the codes in registers for every row tile costs more than it saves (the kernels
   // turn compute-bound: strata_quantized_bench, 16-32 rows at 0.5-1.2x bfloat16): each task dequantizes a few

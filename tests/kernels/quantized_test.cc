@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -480,6 +481,53 @@ TEST_P(KernelsQuantized, IntBf16RowsMatchTheReference) {
           CheckAllBf16Rows(c.weights(), c.dense, offsets, n, s.k, gen, what.c_str(),
                            type == ScaleType::kFloat32 ? kRows : kFewRows);
           if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// bfloat16 rows whose blocks span many binades (values from 2^-24 to 2^6 of one another, and zeros), and rows
+// holding an infinity or a NaN: where the CPU has no VDPBF16PS the int codes meet x as int16 with a power-of-two
+// scale per block (quantized-inl.h), which must keep to the reference within the same tolerance, and hand
+// non-finite rows to the float32 kernels (inf and NaN come out as the reference's).
+TEST_P(KernelsQuantized, IntBf16RowsOfWideRangeAndNonFiniteValues) {
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> exponent(-24.0f, 6.0f);
+  std::uniform_int_distribution<int> sign(0, 1), zero_one(0, 9);
+  for (int bits : {4, 8}) {
+    for (int64_t group : {int64_t{32}, int64_t{128}}) {
+      const int64_t n = 9, k = 256, rows = 2;
+      const IntCase c = MakeInt(bits, n, k, group, ScaleType::kBFloat16, /*asymmetric=*/true, gen);
+      std::vector<BFloat16> x(static_cast<size_t>(rows * k));
+      for (BFloat16& v : x) {
+        v = zero_one(gen) == 0 ? ToBF16(0.0f) : ToBF16((sign(gen) ? -1.0f : 1.0f) * std::exp2(exponent(gen)));
+      }
+      for (int case_ = 0; case_ < 3; ++case_) {
+        if (case_ == 1) x[5] = ToBF16(std::numeric_limits<float>::infinity());
+        if (case_ == 2) x[k + 7] = ToBF16(std::numeric_limits<float>::quiet_NaN());
+        std::vector<BFloat16> y(static_cast<size_t>(rows * n));
+        QuantizedLinearRows(x.data(), c.weights(), nullptr, y.data(), rows, k, n, 0, n);
+        for (int64_t m = 0; m < rows; ++m) {
+          for (int64_t j = 0; j < n; ++j) {
+            double expected = 0.0, magnitude = 0.0;
+            for (int64_t i = 0; i < k; ++i) {
+              const double xi = FromBF16(x[m * k + i]), wi = c.dense[j * k + i];
+              expected += xi * wi;
+              magnitude += std::abs(xi * wi) + std::abs(xi) * 2.0 * std::abs(wi);
+            }
+            const float got = FromBF16(y[m * n + j]);
+            const std::string what = "int" + std::to_string(bits) + " group " + std::to_string(group) + " case " +
+                                     std::to_string(case_) + " row " + std::to_string(m) + " out " + std::to_string(j);
+            if (!std::isfinite(expected)) {
+              EXPECT_TRUE(std::isnan(expected) ? std::isnan(got) : !std::isfinite(got)) << what << ": got " << got;
+              continue;
+            }
+            // 2^-16 of each block's largest |x| per product, at most: within the kernels' tolerance.
+            const double tolerance =
+                2e-6 * std::sqrt(static_cast<double>(k)) * magnitude + 1e-6 + std::abs(expected) / 256.0;
+            EXPECT_NEAR(got, expected, tolerance) << what;
+          }
         }
       }
     }
