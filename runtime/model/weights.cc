@@ -70,22 +70,22 @@ class WeightArena {
     const size_t bytes = static_cast<size_t>(numel) * at::elementSize(dtype);
     const size_t need = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
     std::shared_ptr<std::byte> memory;
-    std::byte* at = nullptr;
+    std::byte* place = nullptr;
     if (need >= kChunk / 2) {
       memory = HugePageMemory(need);
-      at = memory.get();
+      place = memory.get();
     } else {
       if (chunk_ == nullptr || used_ + need > kChunk) {
         chunk_ = HugePageMemory(kChunk);
         used_ = 0;
       }
       memory = chunk_;
-      at = chunk_ != nullptr ? chunk_.get() + used_ : nullptr;
+      place = chunk_ != nullptr ? chunk_.get() + used_ : nullptr;
       used_ += need;
     }
-    if (at == nullptr) return at::empty(shape, at::TensorOptions().dtype(dtype));  // mmap failed
+    if (place == nullptr) return at::empty(shape, at::TensorOptions().dtype(dtype));  // mmap failed
     return at::from_blob(
-        at, shape, [memory](void*) {}, at::TensorOptions().dtype(dtype).device(at::kCPU));
+        place, shape, [memory](void*) {}, at::TensorOptions().dtype(dtype).device(at::kCPU));
   }
   // `t` (a CPU tensor, or undefined) in the arena, contiguous.
   at::Tensor Copy(const at::Tensor& t) {
