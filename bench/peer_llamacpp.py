@@ -328,12 +328,8 @@ def summary(values: list[float]) -> str:
     return f"{min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f}"
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--llama-cpp", help="llama.cpp checkout built with cmake (default: $LLAMA_CPP_DIR)")
-    ap.add_argument("--threads", default="1,2", help="thread counts for decode and prefill (default 1,2)")
-    ap.add_argument("--dtypes", default="f32,bf16")
-    ap.add_argument("--repeats", type=int, default=3, help="alternating runs per side and measure (default 3)")
+def add_run_arguments(ap: argparse.ArgumentParser) -> None:
+    """The decode / prefill / serving options this bench and quantized_peer.py share."""
     ap.add_argument("--depth", type=int, default=16, help="prompt tokens before decode (default 16)")
     ap.add_argument("--new-tokens", type=int, default=64, help="decoded tokens per decode run (default 64)")
     ap.add_argument("--prefill", type=int, default=512, help="prompt tokens of the prefill runs (default 512)")
@@ -341,6 +337,15 @@ def main(argv=None) -> int:
     ap.add_argument("--serve-tokens", type=int, default=64, help="new tokens per served stream (default 64)")
     ap.add_argument("--serve-threads", type=int, default=None, help="threads of both servers (default: max --threads)")
     ap.add_argument("--skip-serving", action="store_true")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--llama-cpp", help="llama.cpp checkout built with cmake (default: $LLAMA_CPP_DIR)")
+    ap.add_argument("--threads", default="1,2", help="thread counts for decode and prefill (default 1,2)")
+    ap.add_argument("--dtypes", default="f32,bf16")
+    ap.add_argument("--repeats", type=int, default=3, help="alternating runs per side and measure (default 3)")
+    add_run_arguments(ap)
     ap.add_argument("--work", help="directory for the checkpoint and GGUF files (default: a temporary one)")
     args = ap.parse_args(argv)
 

@@ -44,6 +44,7 @@ import tempfile
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests" / "runtime_parity"))
+sys.path.insert(0, str(REPO / "tests"))
 
 import peer_llamacpp as P  # noqa: E402
 
@@ -146,13 +147,7 @@ def main(argv=None) -> int:
     ap.add_argument("--strata-formats", default=",".join(STRATA_FORMATS))
     ap.add_argument("--llama-formats", default=",".join(LLAMA_FORMATS))
     ap.add_argument("--repeats", type=int, default=3, help="runs per format and measure, alternating (default 3)")
-    ap.add_argument("--depth", type=int, default=16, help="prompt tokens before decode (default 16)")
-    ap.add_argument("--new-tokens", type=int, default=64, help="decoded tokens per decode run (default 64)")
-    ap.add_argument("--prefill", type=int, default=512, help="prompt tokens of the prefill runs (default 512)")
-    ap.add_argument("--streams", type=int, default=16)
-    ap.add_argument("--serve-tokens", type=int, default=64, help="new tokens per served stream (default 64)")
-    ap.add_argument("--serve-threads", type=int, default=None, help="threads of both servers (default: max --threads)")
-    ap.add_argument("--skip-serving", action="store_true")
+    P.add_run_arguments(ap)
     ap.add_argument("--work", help="directory for the checkpoints and GGUF files (default: a temporary one)")
     ap.add_argument("--reuse", action="store_true", help="with --work: keep the files a previous run made there")
     args = ap.parse_args(argv)

@@ -13,6 +13,7 @@ import pytest
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "integration"))
 sys.path.insert(0, str(HERE.parent / "runtime_parity"))
+sys.path.insert(0, str(HERE.parent))  # tests/: compressed_tensors_config
 sys.path.insert(0, str(HERE))
 import integration_helpers as IH  # noqa: E402
 import runtime_helpers as RH  # noqa: E402

@@ -16,6 +16,7 @@ import json
 import pytest
 
 import parity_helpers as H
+from compressed_tensors_config import ct_config
 import quantized_helpers as Q
 import test_family_plan_parity_gemma as GEMMA
 import test_family_plan_parity_moe as MOE
@@ -56,13 +57,7 @@ MIXTRAL_SKIP = dict(FP8, modules_to_not_convert=["lm_head", "model.layers.1.bloc
 # compressed-tensors: the schemes RedHatAI's W4A16 and FP8-dynamic checkpoints use (one config group targeting
 # Linear, lm_head and the MoE routers ignored), and the other strategies strata reads.
 def _ct(weights: dict, fmt: str, input_activations=None, ignore=("lm_head", "re:.*mlp.gate$")) -> dict:
-    args = {"actorder": None, "block_structure": None, "dynamic": False, "group_size": None, "num_bits": 4,
-            "observer": "minmax", "observer_kwargs": {}, "strategy": "group", "symmetric": True, "type": "int"}
-    args.update(weights)
-    return {"config_groups": {"group_0": {"input_activations": input_activations, "output_activations": None,
-                                          "targets": ["Linear"], "weights": args}},
-            "format": fmt, "ignore": list(ignore), "kv_cache_scheme": None, "quant_method": "compressed-tensors",
-            "quantization_status": "compressed"}
+    return ct_config(weights, fmt, ignore=ignore, input_activations=input_activations)
 
 
 _FP8_TOKEN = {"dynamic": True, "num_bits": 8, "observer": None, "strategy": "token", "symmetric": True, "type": "float"}

@@ -13,6 +13,7 @@ import subprocess
 import torch
 
 import runtime_helpers as H
+from compressed_tensors_config import ct_config  # noqa: F401  (tests/: Q.ct_config for the suites and bench)
 
 # Shapes whose every projection is a whole number of 128 x 128 FP8 blocks (hidden 256, heads of 64, 2 KV heads:
 # k/v are [128, 256]); eos/bos None as in runtime_helpers.
@@ -367,15 +368,6 @@ def strata_dequantized(checkpoint: pathlib.Path, dtype: str, path: str = "kernel
     return load_file(out)
 
 
-def ct_config(weights: dict, fmt: str, ignore=("lm_head",), input_activations=None) -> dict:
-    """A compressed-tensors quantization_config of one group targeting Linear (RedHatAI's layout)."""
-    args = {"actorder": None, "block_structure": None, "dynamic": False, "group_size": None, "num_bits": 4,
-            "observer": "minmax", "observer_kwargs": {}, "strategy": "group", "symmetric": True, "type": "int"}
-    args.update(weights)
-    return {"config_groups": {"group_0": {"input_activations": input_activations, "output_activations": None,
-                                          "targets": ["Linear"], "weights": args}},
-            "format": fmt, "ignore": list(ignore), "kv_cache_scheme": None, "quant_method": "compressed-tensors",
-            "quantization_status": "compressed"}
 
 
 def make_ct_checkpoint(directory: pathlib.Path, name: str, config: dict, dense_dtype=torch.float32) -> pathlib.Path:
