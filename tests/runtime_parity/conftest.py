@@ -31,7 +31,7 @@ COUNTS = CaseCounts({
     "test_quantized_parity.py::test_ct_greedy_matches_the_decompressed_model":
         "compressed-tensors generation parity (families x schemes x 1/2 stages): {passed}/{total}",
     "test_quantized_int_parity.py::test_greedy_matches_the_reader_weights_dense":
-        "AWQ/GPTQ generation parity (variants x Llama, Qwen3 x 1/2 stages): {passed}/{total}",
+        "AWQ/GPTQ generation parity (variants x Llama, Qwen3, Qwen3-MoE x 1/2 stages): {passed}/{total}",
     "::test_fp8_bad_checkpoint_exits_2_naming_what_is_wrong": "bad FP8 checkpoints: {passed}/{total} exit 2 naming it",
 })
 

@@ -340,17 +340,45 @@ def reader_dequantized(checkpoint: pathlib.Path) -> dict:
     return out
 
 
-def save_dense_with(directory: pathlib.Path, name: str, weights: dict) -> pathlib.Path:
-    """The dense model of `name` (float32) with `weights` in place of its own, saved by save_pretrained."""
-    model = dense_model(name)
-    state = model.state_dict()
+def save_dense_with(directory: pathlib.Path, name: str, weights: dict, dtype=torch.float32) -> pathlib.Path:
+    """The dense model of `name` as save_pretrained writes it (sparse experts one tensor per expert and projection,
+    the layout of the published checkpoints, which transformers fuses at load), in `dtype`, with `weights` (by
+    their saved names) in place of its own."""
+    from safetensors.torch import save_file
+
+    model = dense_model(name).to(dtype)
+    state = saved_dense(directory, model)
     for key, value in weights.items():
         assert key in state, key
-        state[key] = value.float()
-    model.load_state_dict(state)
-    directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory, safe_serialization=True)
+        state[key] = value.to(dtype)
+    save_file(state, directory / "model.safetensors", metadata={"format": "pt"})
     return directory
+
+
+def split_experts(model):
+    """`model` with each fused experts module (transformers 5's gate_up_proj [E, 2I, H], down_proj [E, H, I]) replaced
+    by one module per expert holding nn.Linear gate_proj / up_proj / down_proj: the modules the published
+    compressed-tensors MoE checkpoints were quantized from (transformers 4's experts), so the library's compressor
+    quantizes and names each expert's projections as those checkpoints store them
+    (model.layers.N.mlp.experts.E.gate_proj.weight_packed). The model is for its state dict only."""
+    for name, module in list(model.named_modules()):
+        gate_up, down = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
+        if not isinstance(gate_up, torch.nn.Parameter) or gate_up.dim() != 3:
+            continue
+        experts, inter = gate_up.shape[0], down.shape[-1]
+        per_expert = torch.nn.ModuleList()
+        for e in range(experts):
+            one = torch.nn.Module()
+            for part, weight in (("gate_proj", gate_up[e, :inter]), ("up_proj", gate_up[e, inter:]),
+                                 ("down_proj", down[e])):
+                linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=weight.dtype)
+                with torch.no_grad():
+                    linear.weight.copy_(weight)
+                one.add_module(part, linear)
+            per_expert.append(one)
+        parent, _, leaf = name.rpartition(".")
+        model.get_submodule(parent).add_module(leaf, per_expert)
+    return model
 
 
 def probe_path() -> pathlib.Path:
@@ -375,13 +403,13 @@ def make_ct_checkpoint(directory: pathlib.Path, name: str, config: dict, dense_d
     to the model, each layer's scale and zero point from its min/max observer values (calculate_qparams), then
     ModelCompressor's compress_model (pack-quantized: weight_packed, weight_scale, weight_zero_point, weight_shape;
     float-quantized: FP8 weight and weight_scale)."""
-    return quantize_ct(directory, dense_model(name).to(dense_dtype), config, dense_dtype,
-                       reference=lambda: dense_model(name).to(dense_dtype))
+    return quantize_ct(directory, split_experts(dense_model(name).to(dense_dtype)), config, dense_dtype,
+                       reference=name)
 
 
 def quantize_ct(directory: pathlib.Path, model, config: dict, dense_dtype=torch.float32, reference=None) -> pathlib.Path:
-    """make_ct_checkpoint of a given model (quantized in place); `reference` makes a fresh dense model of the same
-    config for the decompressed copy beside the checkpoint (ct_dense_reference), none without it."""
+    """make_ct_checkpoint of a given model (quantized in place); `reference`, the CONFIGS name of the model, asks for
+    the library's decompression of it beside the checkpoint (ct_dense_reference), none without it."""
     from compressed_tensors.compressors import ModelCompressor
     from compressed_tensors.quantization import QuantizationConfig, QuantizationStatus, apply_quantization_config
     from compressed_tensors.quantization.utils import calculate_qparams
@@ -426,12 +454,10 @@ def quantize_ct(directory: pathlib.Path, model, config: dict, dense_dtype=torch.
     # (ct_dense_reference): the reference of schemes transformers cannot load (packed asymmetric zero points) and
     # of weight-only generation (transformers runs FP8-dynamic's activations through FP8 too).
     compressor.decompress_model(model)
-    dense = reference()
     decompressed = model.state_dict()
-    with torch.no_grad():
-        for key, value in dense.state_dict().items():
-            value.copy_(decompressed[key])
-    dense.save_pretrained(ct_dense_reference(directory), safe_serialization=True)
+    weights = {k: v for k, v in decompressed.items()
+               if k.endswith(".weight") and not (k == "lm_head.weight" and model.config.tie_word_embeddings)}
+    save_dense_with(ct_dense_reference(directory), reference, weights, dense_dtype)
     return directory
 
 

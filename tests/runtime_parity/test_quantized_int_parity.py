@@ -22,7 +22,7 @@ VARIANTS = {
     "gptq_asym": (Q.make_gptq_checkpoint, dict(sym=False)),
     "gptq_int8": (Q.make_gptq_checkpoint, dict(bits=8)),
 }
-FAMILIES = ["llama", "qwen3"]
+FAMILIES = ["llama", "qwen3", "qwen3_moe"]
 # The readers round each product (q - z) * s to float16 (the scales' dtype: 2^-11 relative) before the matmul;
 # strata's kernels keep the float32 products (sum of x * code per group, times the scale), as llama.cpp does. On
 # these scaled-up random weights that is up to ~2e-3 in a logprob, with identical greedy ids; against a dense model
@@ -75,6 +75,15 @@ def _stored(checkpoint):
     return load_file(checkpoint / "model.safetensors")
 
 
+def _linears_in_layers(name):
+    """The linear layers of model.layers: 4 attention projections a layer, and 3 MLP projections per expert (3 in a
+    dense MLP layer)."""
+    config = Q.CONFIGS[name][1]
+    experts = config.get("num_experts", 0)
+    return sum(4 + 3 * (experts if experts and i not in config.get("mlp_only_layers", ()) else 1)
+               for i in range(config["num_hidden_layers"]))
+
+
 @pytest.mark.parametrize("name", FAMILIES)
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_reader_dequantizes_to_the_weights_packed(int_checkpoint, reader, variant, name):
@@ -86,8 +95,8 @@ def test_reader_dequantizes_to_the_weights_packed(int_checkpoint, reader, varian
     got = reader(variant, name)
     assert sorted(got) == sorted(expected)
     # AWQ: every nn.Linear but lm_head; GPTQ: the layers' (lm_head is outside model.layers).
-    assert len(got) == 7 * Q.CONFIGS[name][1]["num_hidden_layers"] and "lm_head.weight" not in got
-    dense = Q.dense_model(name).state_dict()
+    assert len(got) == _linears_in_layers(name) and "lm_head.weight" not in got
+    dense = Q.split_experts(Q.dense_model(name)).state_dict()
     stored = _stored(checkpoint)
     for key, value in expected.items():
         assert got[key].dtype == torch.float16 and torch.equal(got[key], value), key
@@ -123,7 +132,7 @@ def test_strata_dequantizes_as_the_reader(int_checkpoint, reader, variant, path)
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_greedy_matches_the_reader_weights_dense(strata_generate, int_checkpoint, reference, variant, name, stages):
     got = H.run_generate(int_checkpoint(variant, name), PROMPTS, NEW_TOKENS, *plan_args(name, stages))
-    assert got["load"]["packed_tensors"] == 7 * Q.CONFIGS[name][1]["num_hidden_layers"], got["load"]
+    assert got["load"]["packed_tensors"] == _linears_in_layers(name), got["load"]
     assert len(got["load"]["stages"].splitlines()) >= stages
     Q.assert_same_greedy(reference(variant, name), got["results"], FLOAT16_PRODUCTS_TOLERANCE)
 

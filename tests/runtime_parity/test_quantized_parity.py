@@ -246,18 +246,23 @@ def ct_transformers(checkpoint, dtype=torch.float32):
 TRANSFORMERS_LOADS = {s for s in CT_SCHEMES if "asym" not in s}
 
 
-@pytest.mark.parametrize("scheme", list(CT_SCHEMES))
-def test_ct_dequantized_weights_equal_the_references(ct_checkpoint, scheme):
+# Every scheme on Llama; Qwen3-MoE's per-expert projections (as the published MoE checkpoints store them) with two.
+CT_WEIGHT_CASES = [("llama", s) for s in CT_SCHEMES] + [("qwen3_moe", s) for s in ("w4a16_asym_g64", "fp8_dynamic")]
+
+
+@pytest.mark.parametrize(("name", "scheme"), CT_WEIGHT_CASES)
+def test_ct_dequantized_weights_equal_the_references(ct_checkpoint, name, scheme):
     from safetensors.torch import load_file
 
-    checkpoint = ct_checkpoint("llama", scheme)
+    checkpoint = ct_checkpoint(name, scheme)
     library = load_file(Q.ct_dense_reference(checkpoint) / "model.safetensors")
     references = [library]
-    if scheme in TRANSFORMERS_LOADS:
+    if scheme in TRANSFORMERS_LOADS and name == "llama":
         references.append(ct_transformers(checkpoint).state_dict())
     for path in ("kernels", "aten"):
         ours = Q.strata_dequantized(checkpoint, "float32", path)
         assert ours
+        assert name != "qwen3_moe" or any(".experts.3.down_proj." in k for k in ours), sorted(ours)
         for reference in references:
             for key, value in ours.items():
                 assert torch.equal(reference[key], value), f"{path}: {key} differs"
@@ -265,7 +270,7 @@ def test_ct_dequantized_weights_equal_the_references(ct_checkpoint, scheme):
 
 # Every scheme on Llama; the other families (which share the layer) with three of them.
 CT_CASES = [("llama", s) for s in CT_SCHEMES] + [
-    (n, s) for n in ("qwen3", "phi3", "gemma3") for s in ("w4a16_g128", "w4a16_asym_g64", "fp8_dynamic")]
+    (n, s) for n in ("qwen3", "qwen3_moe", "phi3", "gemma3") for s in ("w4a16_g128", "w4a16_asym_g64", "fp8_dynamic")]
 
 
 @pytest.mark.parametrize("stages", [1, 2])
