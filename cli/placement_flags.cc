@@ -24,6 +24,10 @@ ABSL_FLAG(std::string, quantized_sizing, "packed",
 ABSL_FLAG(int64_t, kv_cache_tokens, 0,
           "reserve KV cache for N tokens on every GPU that holds decoder layers; when serving, the paged KV cache "
           "of each stage holds N tokens (0: none when planning, --max-batch x --max-context when serving)");
+ABSL_FLAG(std::string, fp8_matmul, "dequantize",
+          "block-wise FP8 layers on a GPU: dequantize (blocks of weight rows into a GEMM in the serving dtype, exact "
+          "to transformers' dequantized weights) | scaled_mm (W8A8: activations quantized to FP8 per token and 128 "
+          "columns, torch's block-scaled _scaled_mm; needs cuBLAS block scaling, compute capability 9.0)");
 ABSL_FLAG(std::string, physical_devices, "", "run plan GPUs on these devices: 0=cpu,1=cpu or 0=cuda:0,1=cuda:0");
 
 namespace strata::cli {
@@ -43,6 +47,7 @@ std::vector<FlagSpec> PlacementFlagSpecs(const PlacementFlagSet& set) {
   flags.push_back(Flag(FLAGS_quantized_sizing, "S"));
   if (set.kv_cache_tokens) flags.push_back(Flag(FLAGS_kv_cache_tokens, "N"));
   if (set.physical_devices) flags.push_back(Flag(FLAGS_physical_devices, "MAP").ShowDefault("GPU i is cuda:i"));
+  if (set.fp8_matmul) flags.push_back(Flag(FLAGS_fp8_matmul, "M"));
   return flags;
 }
 
@@ -91,6 +96,14 @@ absl::StatusOr<Placement> ParsePlacement(const ParsedArgs& parsed, const Placeme
         planner::ParsePhysicalDevices(absl::GetFlag(FLAGS_physical_devices));
     if (!physical.ok()) return physical.status();
     out.physical_devices = *std::move(physical);
+  }
+  if (set.fp8_matmul) {
+    const std::string matmul = absl::GetFlag(FLAGS_fp8_matmul);
+    if (matmul != "dequantize" && matmul != "scaled_mm") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Spelling(FLAGS_fp8_matmul), ": \"", matmul, "\" is not dequantize or scaled_mm"));
+    }
+    out.fp8_scaled_mm = matmul == "scaled_mm";
   }
   return out;
 }

@@ -5,7 +5,7 @@
 //
 //   --model DIR, --module-tree FILE (where taken), --device-map S|JSON|@FILE (balanced_low_0),
 //   --max-memory SPEC, --dtype D, --quantized-sizing packed|transformers, --kv-cache-tokens N (where taken),
-//   --physical-devices MAP (where taken)
+//   --physical-devices MAP, --fp8-matmul dequantize|scaled_mm (where taken)
 
 #include <cstdint>
 #include <filesystem>
@@ -27,6 +27,7 @@ struct PlacementFlagSet {
   bool module_tree = false;  // --module-tree FILE as the other source of the spec
   bool kv_cache_tokens = false;
   bool physical_devices = false;  // only binaries that run the plan
+  bool fp8_matmul = false;        // likewise
 };
 
 // What the placement flags said.
@@ -42,6 +43,7 @@ struct Placement {
   planner::QuantizedSizing quantized_sizing = planner::QuantizedSizing::kPacked;
   int64_t kv_cache_tokens = 0;
   planner::PhysicalDeviceMap physical_devices;  // empty: GPU i is cuda:i
+  bool fp8_scaled_mm = false;                   // --fp8-matmul scaled_mm: W8A8 FP8 layers on GPUs
 };
 
 // The flags of `set`, in the order --help lists them; `section` heads the first (may be empty).

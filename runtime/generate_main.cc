@@ -59,7 +59,7 @@ namespace {
 
 using strata::cli::Flag;
 
-constexpr strata::cli::PlacementFlagSet kPlacementFlags{.physical_devices = true};
+constexpr strata::cli::PlacementFlagSet kPlacementFlags{.physical_devices = true, .fp8_matmul = true};
 
 const strata::cli::CommandLine& Command() {
   static const strata::cli::CommandLine command = [] {
@@ -301,6 +301,7 @@ void PrintJson(const std::vector<strata::runtime::BatchOutput>& results, const s
                  {"copied_tensors", report.copied_tensors},
                  {"disk_tensors", report.disk_tensors},
                  {"packed_tensors", report.packed_tensors},
+                 {"fp8_scaled_mm_tensors", report.fp8_scaled_mm_tensors},
                  {"kv_cache_bytes", report.kv_cache_bytes},
                  {"stages", report.stages}};
   out["timing"] = {{"prefill_seconds", timing.prefill_seconds},
@@ -359,6 +360,7 @@ int main(int argc, char** argv) {
   serving.physical = placement->physical_devices;
   serving.dtype = placement->dtype;
   serving.quantized_sizing = placement->quantized_sizing;
+  serving.fp8_scaled_mm = placement->fp8_scaled_mm;
   size_t longest = 0;
   for (const auto& prompt : *prompts) longest = std::max(longest, prompt.size());
   serving.max_batch = counts->max_batch.value_or(static_cast<int64_t>(prompts->size()));

@@ -10,7 +10,7 @@
 #   build      unpack the bundle, configure (no server: gRPC is not bundled), build planner, checkpoint,
 #              tokenizer, runtime, strata-plan, strata-generate and the gtest suites
 #   gtest      every gtest suite through ctest (TorchSmoke and CudaSync use the GPU)
-#   parity     tests/runtime_parity/test_cuda_parity.py and test_quantized_cuda_parity.py (FP8 packed
+#   parity     tests/runtime_parity/test_cuda_parity.py and test_quantized_cuda_parity.py (FP8 packed, and W8A8
 #              on the GPU) (+ the CPU suite's one CUDA case) vs
 #              transformers on the same GPU
 #   sync       CudaSync: the engine's decode loop under LibTorch's sync-debug mode "error"

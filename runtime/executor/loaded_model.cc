@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/safetensors.h"
 #include "planner/physical_devices.h"
+#include "planner/quantization.h"
 #include "runtime/executor/device_memory.h"
 #include "runtime/executor/pipeline.h"
 #include "runtime/executor/torch_info.h"
@@ -84,6 +85,7 @@ absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
   options.physical = request.physical;
   options.max_batch = request.max_batch;
   options.max_context = request.max_context;
+  options.fp8_scaled_mm = request.fp8_scaled_mm;
   absl::StatusOr<std::pair<int64_t, int64_t>> pool =
       KvPoolBlocks(request.max_batch, request.max_context, request.kv_cache_tokens, request.kv_block_tokens);
   if (!pool.ok()) return pool.status();
@@ -113,6 +115,20 @@ absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
         absl::StrCat("--model ", request.model_dir.string(), ": ", (request.model_dir / "config.json").string(),
                      ": dtype ", std::string(planner::DTypeName(serving)),
                      " is not a serving dtype (float32, float16, bfloat16); pass --dtype"));
+  }
+  if (request.fp8_scaled_mm) {
+    bool blocks = false;
+    if (planned->spec.quantization) {
+      for (const auto& [name, q] : planned->spec.quantization->linears) {
+        blocks = blocks || (q.layout == planner::QuantLayout::kFp8Block && q.block_n == 128 && q.block_k == 128);
+      }
+    }
+    if (!blocks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--fp8-matmul scaled_mm: ", (request.model_dir / "config.json").string(),
+          " has no FP8 layer of 128 x 128 blocks (quantization_config quant_method \"fp8\", weight_block_size "
+          "[128, 128]) to run W8A8"));
+    }
   }
   options.spec = std::move(planned->spec);
   options.plan = std::move(planned->plan);
@@ -145,6 +161,7 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
   pipeline_options.kv_blocks = options.kv_blocks;
   pipeline_options.kv_block_tokens = options.kv_block_tokens;
   pipeline_options.physical = options.physical;
+  pipeline_options.fp8_scaled_mm = options.fp8_scaled_mm;
   try {
     absl::StatusOr<std::unique_ptr<Pipeline>> pipeline =
         Pipeline::Build(report.spec, report.plan, impl->checkpoint, pipeline_options);
@@ -159,6 +176,12 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
   report.copied_tensors = stats.copied;
   report.disk_tensors = stats.on_disk;
   report.packed_tensors = stats.packed;
+  report.fp8_scaled_mm_tensors = stats.fp8_scaled_mm;
+  if (options.fp8_scaled_mm && stats.fp8_scaled_mm == 0) {
+    return absl::InvalidArgumentError(
+        "--fp8-matmul scaled_mm: no layer runs W8A8: it needs block-wise FP8 weights (quant_method \"fp8\", 128 x 128 "
+        "blocks, dimensions whole blocks) placed on a GPU");
+  }
   report.huge_page_bytes = AnonHugePageBytes();
   report.kv_cache_bytes = impl->pipeline->kv_cache_bytes();
   for (const Stage& stage : impl->pipeline->stages()) {

@@ -36,6 +36,8 @@ struct ServingRequest {
   // rounded up to whole blocks, the memory the dense cache had) in blocks of kv_block_tokens.
   int64_t kv_cache_tokens = 0;
   int64_t kv_block_tokens = 16;
+  // --fp8-matmul scaled_mm: block-wise FP8 layers on GPUs run W8A8 through _scaled_mm (quantized_linear.h).
+  bool fp8_scaled_mm = false;
 };
 
 // The KV pool of a ServingRequest: (blocks, block_tokens); errors name the flag.
@@ -54,6 +56,7 @@ struct LoadOptions {
   int64_t max_context = 2048;
   int64_t kv_blocks = 128;
   int64_t kv_block_tokens = 16;
+  bool fp8_scaled_mm = false;  // ServingRequest::fp8_scaled_mm
 };
 
 // Resolves the serving dtype, builds the spec (LoadModelSpec) and places it (MakePlan). Bad input is
@@ -69,6 +72,7 @@ struct LoadReport {
   int64_t copied_tensors = 0;
   int64_t disk_tensors = 0;
   int64_t packed_tensors = 0;   // quantized linear layers kept packed (runtime/model/quantized_linear.h)
+  int64_t fp8_scaled_mm_tensors = 0;  // of them, FP8 layers a GPU runs W8A8 (--fp8-matmul scaled_mm)
   int64_t huge_page_bytes = 0;  // the process's AnonHugePages after loading (AnonHugePageBytes)
   int64_t kv_cache_bytes = 0;
   std::vector<std::string> kv_devices;  // plan devices of the stages holding KV pools, in stage order

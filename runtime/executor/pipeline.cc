@@ -138,7 +138,7 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
   }
   Devices devices{options.physical};
   if (absl::Status s = devices.FindMain(plan.device_map); !s.ok()) return s;
-  WeightLoader loader(checkpoint, options.dtype);
+  WeightLoader loader(checkpoint, options.dtype, options.fp8_scaled_mm);
   absl::StatusOr<std::vector<std::string>> labels = pipeline->LoadUnits(spec, plan, devices, loader);
   if (!labels.ok()) return labels.status();
   pipeline->load_stats_ = loader.stats();

@@ -49,6 +49,7 @@ struct PipelineOptions {
   int64_t kv_blocks = 1;                // blocks in each stage's KV pool
   int64_t kv_block_tokens = 16;         // positions per block
   planner::PhysicalDeviceMap physical;  // plan GPU -> device; missing entries default to cuda:i
+  bool fp8_scaled_mm = false;           // WeightLoader's: W8A8 FP8 layers on GPUs
 };
 
 // One group of a forward pass: `rows` sequences that each feed `count` tokens (right-padded rows, as

@@ -2,6 +2,11 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/_scaled_mm.h>
+#include <ATen/ops/abs.h>
+#include <ATen/ops/amax.h>
+#include <ATen/ops/clamp.h>
+#include <ATen/ops/clamp_min.h>
 #include <ATen/ops/bitwise_and.h>
 #include <ATen/ops/bitwise_right_shift.h>
 #include <ATen/ops/cat.h>
@@ -11,6 +16,8 @@
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/repeat_interleave.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cmath>
@@ -202,6 +209,79 @@ at::Tensor DequantizeWithAten(const PackedLinear& w, at::ScalarType dtype, int64
   return product.to(w.scale.scalar_type()).to(dtype);  // as Dequantize: through the scales' dtype
 }
 
+bool ScaledMmEligible(const PackedLinear& w) {
+  return w.kind == PackedLinear::Kind::kFp8 && w.block_n == 128 && w.block_k == 128 && w.out_features % 128 == 0 &&
+         w.in_features % 128 == 0 && w.scale.scalar_type() == at::kFloat;
+}
+
+std::pair<at::Tensor, at::Tensor> QuantizeFp8Activations(const at::Tensor& x) {
+  TORCH_CHECK(x.dim() == 2 && x.size(1) % 128 == 0, "QuantizeFp8Activations: x of shape ", x.sizes(),
+              " is not [M, K] with K a multiple of 128");
+  constexpr double kFp8Max = 448.0;  // float8_e4m3fn's largest finite value
+  const int64_t m = x.size(0);
+  const int64_t blocks = x.size(1) / 128;
+  const at::Tensor groups = x.to(at::kFloat).reshape({m, blocks, 128});
+  const at::Tensor scale = groups.abs().amax(-1).clamp_min(1e-10) / kFp8Max;  // [M, K / 128]
+  const at::Tensor codes =
+      (groups / scale.unsqueeze(-1)).clamp(-kFp8Max, kFp8Max).to(at::kFloat8_e4m3fn).reshape({m, blocks * 128});
+  return {codes, scale.t().contiguous().t()};
+}
+
+namespace {
+
+// y = x W^T (+ bias) as W8A8: x quantized per row and 128 columns, W's 128 x 128 block scales, one _scaled_mm.
+at::Tensor ScaledMmLinear(const at::Tensor& x, const PackedLinear& w, const at::Tensor& bias) {
+  const int64_t k = w.in_features;
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() = w.out_features;
+  auto [codes, scale_a] = QuantizeFp8Activations(x.reshape({-1, k}));
+  // mat2 [K, N] column-major: the stored [N, K] rows transposed; its scales [K / 128, N / 128] likewise.
+  const at::Tensor mat2 = w.data.view(at::kFloat8_e4m3fn).t();
+  const at::Tensor scale_b = w.scale.t();
+  const at::ScalarType out = x.scalar_type();
+  // _scaled_mm adds a bias only in bfloat16 (or float16) out of bfloat16 (float16) bias; others are added after.
+  const bool fused_bias = bias.defined() && out != at::kFloat && bias.scalar_type() == out;
+  at::Tensor y = at::_scaled_mm(codes, mat2, scale_a, scale_b, fused_bias ? std::optional<at::Tensor>(bias) : std::nullopt,
+                                std::nullopt, out, /*use_fast_accum=*/false);
+  if (bias.defined() && !fused_bias) y = y + bias.to(out);
+  return y.view(sizes);
+}
+
+}  // namespace
+
+absl::Status ProbeFp8ScaledMm(at::Device device) {
+  // Every weight 1.0 (e4m3 0x38) in one 128 x 256 weight, scales 1; x rows of ones: each output is exactly 256,
+  // for one row (a decode step) and for 17.
+  const c10::DeviceGuard guard(device);
+  PackedLinear w;
+  w.kind = PackedLinear::Kind::kFp8;
+  w.out_features = 128;
+  w.in_features = 256;
+  w.block_n = w.block_k = 128;
+  w.data = at::full({128, 256}, 0x38, at::TensorOptions().dtype(at::kByte).device(device));
+  w.scale = at::full({1, 2}, 1.0, at::TensorOptions().dtype(at::kFloat).device(device));
+  const std::string where = absl::StrCat("--fp8-matmul scaled_mm: ", device.str(), ": ");
+  try {
+    for (int64_t rows : {1, 17}) {
+      const at::Tensor x = at::full({rows, 256}, 1.0, at::TensorOptions().dtype(at::kBFloat16).device(device));
+      const at::Tensor y = ScaledMmLinear(x, w, at::Tensor()).to(at::kCPU, at::kFloat);
+      const float* v = y.data_ptr<float>();
+      for (int64_t i = 0; i < y.numel(); ++i) {
+        if (v[i] != 256.0f) {
+          return absl::InternalError(absl::StrCat(where, "a W8A8 probe of ones gave ", v[i], " instead of 256 at ", i,
+                                                  " of ", rows, " rows"));
+        }
+      }
+    }
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "torch cannot run block-scaled _scaled_mm here (cuBLAS has it for compute capability 9.0 from CUDA "
+               "12.9; serve without the flag): ",
+        e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
 bool LinearPackedUsesKernel(const at::Tensor& x, const PackedLinear& w) {
   if (!x.device().is_cpu() || !w.data.device().is_cpu() || !w.data.is_contiguous()) return false;
   if (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) return false;
@@ -214,6 +294,7 @@ at::Tensor LinearPacked(const at::Tensor& x_in, const PackedLinear& w, const at:
               w.in_features);
   // GPTQ act-order: the weight's columns were sorted by group at load; x's follow them.
   const at::Tensor x = w.perm.defined() ? x_in.index_select(-1, w.perm) : x_in;
+  if (w.scaled_mm && x.is_cuda() && x.numel() > 0) return ScaledMmLinear(x, w, bias);
   const int64_t k = w.in_features;
   const int64_t n = w.out_features;
   if (!LinearPackedUsesKernel(x, w) || (bias.defined() && bias.scalar_type() != x.scalar_type())) {

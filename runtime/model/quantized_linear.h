@@ -15,7 +15,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "checkpoint/safetensors.h"
 #include "planner/quantization.h"
@@ -41,6 +43,10 @@ struct PackedLinear {
   int64_t block_n = 0;  // kFp8
   int64_t block_k = 0;
   int64_t group = 0;  // integer kinds
+  // kFp8 on a CUDA device under --fp8-matmul scaled_mm (ScaledMmEligible): LinearPacked quantizes x per row and
+  // block of 128 columns to FP8 and runs at::_scaled_mm with the weight's 128 x 128 block scales (W8A8), instead
+  // of dequantizing blocks of rows into a GEMM in x's dtype.
+  bool scaled_mm = false;
 
   int bits() const { return kind == Kind::kInt4 ? 4 : 8; }
   int64_t bytes() const;  // of every tensor above
@@ -62,6 +68,20 @@ at::Tensor DequantizeWithAten(const PackedLinear& w, at::ScalarType dtype, int64
 
 // y = x W^T (+ bias) in x's dtype; x [..., K].
 at::Tensor LinearPacked(const at::Tensor& x, const PackedLinear& w, const at::Tensor& bias);
+
+// W8A8 through at::_scaled_mm (--fp8-matmul scaled_mm, off by default; a GPU path): FP8 weights of 128 x 128 blocks
+// whose N and K are whole blocks, as DeepSeek-V3 and the Qwen3 FP8 releases store them. The activations are
+// quantized as DeepSeek-V3's act_quant and vLLM's per_token_group_quant_fp8 do: per row and block of 128 columns,
+// scale = max(amax, 1e-10) / 448, codes = x / scale in float8_e4m3fn. Not exact: the parity tests bound it
+// (tests/runtime_parity/test_quantized_cuda_parity.py).
+bool ScaledMmEligible(const PackedLinear& w);
+// x [M, K] (K a multiple of 128) -> (codes float8_e4m3fn [M, K], scales float32 [M, K / 128] with strides (1, M):
+// the outer-dim-major layout _scaled_mm's 1 x 128 block scaling takes). ATen ops, on x's device, no host sync.
+std::pair<at::Tensor, at::Tensor> QuantizeFp8Activations(const at::Tensor& x);
+// Runs one small W8A8 product on `device` (a CUDA device) and checks its value: an error naming the device and
+// torch's reason where this GPU, its cuBLAS or the wheel cannot run _scaled_mm's block scaling (cuBLAS has it for
+// compute capability 9.0 from CUDA 12.9). Synchronises the device: for loading, not for steps.
+absl::Status ProbeFp8ScaledMm(at::Device device);
 
 // Whether LinearPacked runs the kernels on packed bytes for these operands (a CPU, up to kFewRows rows);
 // else blocks of dequantized rows (tests and benchmarks say which path ran).

@@ -100,8 +100,8 @@ class WeightArena {
   size_t used_ = 0;
 };
 
-WeightLoader::WeightLoader(const Checkpoint& checkpoint, at::ScalarType dtype)
-    : checkpoint_(checkpoint), dtype_(dtype), arena_(std::make_unique<WeightArena>()) {}
+WeightLoader::WeightLoader(const Checkpoint& checkpoint, at::ScalarType dtype, bool fp8_scaled_mm)
+    : checkpoint_(checkpoint), dtype_(dtype), fp8_scaled_mm_(fp8_scaled_mm), arena_(std::make_unique<WeightArena>()) {}
 
 WeightLoader::~WeightLoader() = default;
 
@@ -229,6 +229,14 @@ absl::StatusOr<Weight> WeightLoader::LoadPacked(const std::string& name, const p
     packed->zero = arena_->Copy(packed->zero);
     if (const TensorView* view = checkpoint_.Find(q.weight); view != nullptr)
       view->file->Release(view->offset, view->bytes);
+  }
+  if (fp8_scaled_mm_ && exec_device.is_cuda() && ScaledMmEligible(*packed)) {
+    if (std::find(probed_.begin(), probed_.end(), exec_device) == probed_.end()) {
+      if (absl::Status probe = ProbeFp8ScaledMm(exec_device); !probe.ok()) return probe;
+      probed_.push_back(exec_device);
+    }
+    packed->scaled_mm = true;
+    ++stats_.fp8_scaled_mm;
   }
   if (residency == Residency::kDisk) w.residency = exec_device.is_cpu() ? Residency::kResident : Residency::kHost;
   ++stats_.packed;

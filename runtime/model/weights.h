@@ -75,6 +75,7 @@ struct WeightLoadStats {
   int64_t on_disk = 0;            // "disk" entries left in the mapping
   uint64_t bytes_on_devices = 0;  // bytes allocated for weights outside the mapping
   int64_t packed = 0;             // quantized linear layers loaded packed
+  int64_t fp8_scaled_mm = 0;      // of them, FP8 layers a GPU runs W8A8 (--fp8-matmul scaled_mm)
 };
 
 // Loads checkpoint tensors one at a time, each straight to its place: a CPU weight is copied (and cast, in
@@ -84,7 +85,9 @@ class WeightArena;  // weights.cc
 
 class WeightLoader {
  public:
-  WeightLoader(const Checkpoint& checkpoint, at::ScalarType dtype);
+  // `fp8_scaled_mm`: FP8 layers of 128 x 128 blocks that a GPU runs are marked for W8A8 (PackedLinear::scaled_mm),
+  // after ProbeFp8ScaledMm passes on their device.
+  WeightLoader(const Checkpoint& checkpoint, at::ScalarType dtype, bool fp8_scaled_mm = false);
   ~WeightLoader();
   absl::StatusOr<Weight> Load(const std::string& name, Residency residency, at::Device exec_device);
   // A quantized linear layer, packed (quantized_linear.h); `name` is its dense weight's name.
@@ -95,6 +98,8 @@ class WeightLoader {
  private:
   const Checkpoint& checkpoint_;
   at::ScalarType dtype_;
+  bool fp8_scaled_mm_;
+  std::vector<at::Device> probed_;  // devices ProbeFp8ScaledMm passed on
   WeightLoadStats stats_;
   std::unique_ptr<WeightArena> arena_;  // CPU weights, in 2 MiB pages
 };

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/quantized.h"
+#include "runtime/executor/torch_info.h"
 #include "runtime/model/linear.h"
 
 namespace strata::runtime {
@@ -122,6 +123,71 @@ TEST(LinearPacked, AtenDequantizationEqualsTheKernels) {
       EXPECT_TRUE(at::equal(Dequantize(*w, dtype), DequantizeWithAten(*w, dtype)));
       const int64_t end = std::min<int64_t>(90, w->out_features);
       EXPECT_TRUE(at::equal(Dequantize(*w, dtype, 17, end), DequantizeWithAten(*w, dtype, 17, end)));
+    }
+  }
+}
+
+// --fp8-matmul scaled_mm's activations, on the CPU (the quantization is ATen ops; _scaled_mm's block scaling is
+// CUDA's): each row's blocks of 128 columns scaled by amax / 448, codes rounded once to e4m3, and the scales laid out
+// outer-dim-major.
+TEST(ScaledMm, ActivationsAreQuantizedPerRowAndBlockOf128) {
+  at::manual_seed(6);
+  at::Tensor x = at::randn({5, 384}) * 3;
+  x[2].narrow(0, 128, 128).zero_();  // an all-zero block: scale 1e-10 / 448, codes 0
+  x[3][300] = 1000;                  // one large value: its block's scale follows it
+  auto [codes, scales] = QuantizeFp8Activations(x.to(at::kBFloat16));
+  ASSERT_EQ(codes.scalar_type(), at::kFloat8_e4m3fn);
+  ASSERT_EQ(codes.sizes(), x.sizes());
+  ASSERT_EQ(scales.sizes(), (std::vector<int64_t>{5, 3}));
+  EXPECT_EQ(scales.strides(), (std::vector<int64_t>{1, 5}));
+  const at::Tensor xb = x.to(at::kBFloat16).to(at::kFloat);
+  for (int64_t r = 0; r < 5; ++r) {
+    for (int64_t b = 0; b < 3; ++b) {
+      const at::Tensor block = xb[r].narrow(0, 128 * b, 128);
+      const float amax = block.abs().max().item<float>();
+      const float scale = std::max(amax, 1e-10f) / 448.0f;
+      EXPECT_EQ(scales[r][b].item<float>(), scale) << r << ", " << b;
+      const at::Tensor want = (block / scale).to(at::kFloat8_e4m3fn).to(at::kFloat);
+      EXPECT_TRUE(at::equal(codes[r].narrow(0, 128 * b, 128).to(at::kFloat), want)) << r << ", " << b;
+      // The block's largest magnitude maps to 448 (e4m3's largest), the rest within e4m3's 2^-4 relative step.
+      if (amax > 0) EXPECT_EQ(codes[r].narrow(0, 128 * b, 128).to(at::kFloat).abs().max().item<float>(), 448.0f);
+    }
+  }
+  EXPECT_THROW(QuantizeFp8Activations(at::randn({2, 100})), c10::Error);  // K not whole blocks
+}
+
+TEST(ScaledMm, OnlyWholeBlocksOf128AreEligible) {
+  EXPECT_TRUE(ScaledMmEligible(RandomFp8(256, 384, 128, 128)));
+  EXPECT_FALSE(ScaledMmEligible(RandomFp8(320, 384, 128, 128)));  // N ragged
+  EXPECT_FALSE(ScaledMmEligible(RandomFp8(256, 320, 128, 128)));  // K ragged
+  EXPECT_FALSE(ScaledMmEligible(RandomFp8(256, 384, 1, 384)));    // per channel
+  EXPECT_FALSE(ScaledMmEligible(RandomInt(4, 256, 384, 128, false, at::kFloat)));
+}
+
+// W8A8 on a GPU against the product of its own quantized operands in float32 (what _scaled_mm computes, up to the
+// order of the sums and the output's rounding), decode and prefill rows, bias fused (bfloat16) or added (float32).
+TEST(ScaledMm, W8A8OnAGpuIsTheProductOfTheQuantizedOperands) {
+  if (!QueryTorch().cuda_available) {
+    GTEST_SKIP() << "no CUDA device here; this test runs on a GPU machine (scripts/gpu-check.sh)";
+  }
+  const at::Device cuda(at::kCUDA, 0);
+  ASSERT_TRUE(ProbeFp8ScaledMm(cuda).ok()) << ProbeFp8ScaledMm(cuda);
+  at::manual_seed(7);
+  PackedLinear w = RandomFp8(384, 512, 128, 128).To(cuda, false);
+  w.scaled_mm = true;
+  for (at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+    for (int64_t rows : {1, 3, 40}) {
+      const at::Tensor x = (at::randn({1, rows, 512}) * 2).to(dtype).to(cuda);
+      const at::Tensor bias = at::randn({384}).to(dtype).to(cuda);
+      const at::Tensor got = LinearPacked(x, w, bias).to(at::kCPU, at::kFloat);
+      ASSERT_EQ(got.sizes(), (std::vector<int64_t>{1, rows, 384}));
+      auto [codes, scales] = QuantizeFp8Activations(x.reshape({rows, 512}));
+      const at::Tensor xq = (codes.to(at::kFloat).view({rows, 4, 128}) * scales.unsqueeze(-1)).view({rows, 512});
+      const at::Tensor dense = Dequantize(w.To(at::kCPU, false), at::kFloat);
+      const at::Tensor want = at::linear(xq.to(at::kCPU), dense, bias.to(at::kCPU, at::kFloat)).view({1, rows, 384});
+      const double scale = at::linear(xq.to(at::kCPU).abs(), dense.abs()).max().item<double>() + 1.0;
+      EXPECT_LE((got - want).abs().max().item<double>() / scale, dtype == at::kFloat ? 1e-4 : 1e-2)
+          << rows << " rows, " << at::toString(dtype);
     }
   }
 }

@@ -203,6 +203,23 @@ def test_fp8_bad_checkpoint_exits_2_naming_what_is_wrong(strata_generate, fp8_ch
         assert name in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("case", ["bad_value", "not_fp8_blocks", "no_gpu"])
+def test_fp8_matmul_scaled_mm_refused_where_it_cannot_run(strata_generate, fp8_checkpoint, ct_checkpoint, case):
+    """--fp8-matmul scaled_mm (W8A8 on a GPU, off by default) is refused up front, exit 2 naming the flag: an unknown
+    value, a checkpoint without FP8 layers of 128 x 128 blocks, a plan that puts none on a GPU."""
+    checkpoint, value, names = {
+        "bad_value": (fp8_checkpoint("llama"), "w8a8", ['--fp8-matmul: "w8a8" is not dequantize or scaled_mm']),
+        "not_fp8_blocks": (ct_checkpoint("llama", "w4a16_g128"), "scaled_mm",
+                           ["--fp8-matmul scaled_mm", "no FP8 layer of 128 x 128 blocks"]),
+        "no_gpu": (fp8_checkpoint("llama"), "scaled_mm", ["--fp8-matmul scaled_mm: no layer runs W8A8", "on a GPU"]),
+    }[case]
+    proc = H.run_generate(checkpoint, PROMPTS[:1], 2, "--device-map", '{"": "cpu"}', "--fp8-matmul", value,
+                          check=False)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    for name in names:
+        assert name in proc.stderr, proc.stderr
+
+
 # compressed-tensors: the schemes RedHatAI's W4A16 / W8A16 / FP8-dynamic checkpoints use, and the others strata
 # reads; each made by the library's own compressor (quantized_checkpoints.make_ct_checkpoint).
 _FP8_TOKEN = {"dynamic": True, "num_bits": 8, "observer": None, "strategy": "token", "symmetric": True,
