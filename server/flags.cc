@@ -89,8 +89,8 @@ namespace {
 using cli::Flag;
 using cli::FlagError;
 
-constexpr cli::PlacementFlagSet kPlacementFlags{.module_tree = true, .kv_cache_tokens = true, .physical_devices = true,
-                                                     .fp8_matmul = true};
+constexpr cli::PlacementFlagSet kPlacementFlags{
+    .module_tree = true, .kv_cache_tokens = true, .physical_devices = true, .fp8_matmul = true};
 
 const cli::CommandLine& Command() {
   static const cli::CommandLine command = [] {

@@ -71,9 +71,9 @@ struct LoadReport {
   uint64_t checkpoint_bytes = 0;  // sum of the safetensors files
   int64_t copied_tensors = 0;
   int64_t disk_tensors = 0;
-  int64_t packed_tensors = 0;   // quantized linear layers kept packed (runtime/model/quantized_linear.h)
+  int64_t packed_tensors = 0;         // quantized linear layers kept packed (runtime/model/quantized_linear.h)
   int64_t fp8_scaled_mm_tensors = 0;  // of them, FP8 layers a GPU runs W8A8 (--fp8-matmul scaled_mm)
-  int64_t huge_page_bytes = 0;  // the process's AnonHugePages after loading (AnonHugePageBytes)
+  int64_t huge_page_bytes = 0;        // the process's AnonHugePages after loading (AnonHugePageBytes)
   int64_t kv_cache_bytes = 0;
   std::vector<std::string> kv_devices;  // plan devices of the stages holding KV pools, in stage order
   std::string stages;                   // one line per stage

@@ -5,11 +5,11 @@
 #include <ATen/ops/_scaled_mm.h>
 #include <ATen/ops/abs.h>
 #include <ATen/ops/amax.h>
-#include <ATen/ops/clamp.h>
-#include <ATen/ops/clamp_min.h>
 #include <ATen/ops/bitwise_and.h>
 #include <ATen/ops/bitwise_right_shift.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/clamp.h>
+#include <ATen/ops/clamp_min.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/full.h>
@@ -241,8 +241,9 @@ at::Tensor ScaledMmLinear(const at::Tensor& x, const PackedLinear& w, const at::
   const at::ScalarType out = x.scalar_type();
   // _scaled_mm adds a bias only in bfloat16 (or float16) out of bfloat16 (float16) bias; others are added after.
   const bool fused_bias = bias.defined() && out != at::kFloat && bias.scalar_type() == out;
-  at::Tensor y = at::_scaled_mm(codes, mat2, scale_a, scale_b, fused_bias ? std::optional<at::Tensor>(bias) : std::nullopt,
-                                std::nullopt, out, /*use_fast_accum=*/false);
+  at::Tensor y =
+      at::_scaled_mm(codes, mat2, scale_a, scale_b, fused_bias ? std::optional<at::Tensor>(bias) : std::nullopt,
+                     std::nullopt, out, /*use_fast_accum=*/false);
   if (bias.defined() && !fused_bias) y = y + bias.to(out);
   return y.view(sizes);
 }
@@ -268,15 +269,16 @@ absl::Status ProbeFp8ScaledMm(at::Device device) {
       const float* v = y.data_ptr<float>();
       for (int64_t i = 0; i < y.numel(); ++i) {
         if (v[i] != 256.0f) {
-          return absl::InternalError(absl::StrCat(where, "a W8A8 probe of ones gave ", v[i], " instead of 256 at ", i,
-                                                  " of ", rows, " rows"));
+          return absl::InternalError(
+              absl::StrCat(where, "a W8A8 probe of ones gave ", v[i], " instead of 256 at ", i, " of ", rows, " rows"));
         }
       }
     }
   } catch (const c10::Error& e) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, "torch cannot run block-scaled _scaled_mm here (cuBLAS has it for compute capability 9.0 from CUDA "
-               "12.9; serve without the flag): ",
+        where,
+        "torch cannot run block-scaled _scaled_mm here (cuBLAS has it for compute capability 9.0 from CUDA "
+        "12.9; serve without the flag): ",
         e.what_without_backtrace()));
   }
   return absl::OkStatus();
