@@ -17,6 +17,7 @@
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/repeat_interleave.h>
 #include <c10/core/DeviceGuard.h>
+#include <sys/mman.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -490,6 +491,21 @@ absl::StatusOr<at::Tensor> IntScales(const TensorView& view, bool transposed) {
   return s;
 }
 
+// An uninitialised CPU tensor in memory of its own mapping, returned to the system when the tensor goes. For the
+// layer-sized temporaries of loading (codes one a byte, the packed result before WeightLoader moves it into its
+// arena): from malloc, glibc's rising mmap threshold puts them on the heap, where the small objects each loaded
+// layer leaves behind pin them, and a checkpoint's RSS grew by most of its size while loading
+// (bench/quantized_load_rss.py).
+at::Tensor MappedEmpty(at::IntArrayRef shape, at::ScalarType dtype) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  const size_t bytes = std::max<size_t>(1, static_cast<size_t>(numel) * at::elementSize(dtype));
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return at::empty(shape, at::TensorOptions().dtype(dtype));
+  return at::from_blob(
+      p, shape, [bytes](void* q) { munmap(q, bytes); }, at::TensorOptions().dtype(dtype).device(at::kCPU));
+}
+
 // Zero points [n, groups] as one byte each; `code(r, g)` reads row r's zero of group g from the layout's words.
 template <typename Code>
 at::Tensor ZeroPoints(int64_t n, int64_t groups, Code code) {
@@ -517,7 +533,7 @@ absl::StatusOr<PackedLinear> LoadInt(const checkpoint::Checkpoint& checkpoint, c
   const int64_t groups = k / group;
   const int per_word = 32 / bits;
   const uint32_t mask = (1u << bits) - 1;
-  at::Tensor codes = at::empty({n, k}, at::TensorOptions().dtype(at::kByte));
+  at::Tensor codes = MappedEmpty({n, k}, at::kByte);
   uint8_t* c = codes.data_ptr<uint8_t>();
   at::Tensor zero;
   at::Tensor scale;
@@ -636,7 +652,9 @@ absl::StatusOr<PackedLinear> LoadInt(const checkpoint::Checkpoint& checkpoint, c
           std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return g[a] < g[b]; });
           perm = at::empty({k}, at::TensorOptions().dtype(at::kLong));
           std::copy(order.begin(), order.end(), perm.data_ptr<int64_t>());
-          codes = codes.index_select(1, perm).contiguous();
+          at::Tensor sorted = MappedEmpty({n, k}, at::kByte);
+          at::index_select_out(sorted, codes, 1, perm);
+          codes = sorted;
           c = codes.data_ptr<uint8_t>();
         }
       }
@@ -658,7 +676,7 @@ absl::StatusOr<PackedLinear> LoadInt(const checkpoint::Checkpoint& checkpoint, c
   if (bits == 8) {
     out.data = codes;
   } else {
-    out.data = at::empty({n, k / 2}, at::TensorOptions().dtype(at::kByte));
+    out.data = MappedEmpty({n, k / 2}, at::kByte);
     kernels::PackInt4(c, n, k, out.data.data_ptr<uint8_t>());
   }
   return out;
