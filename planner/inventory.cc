@@ -153,6 +153,7 @@ constexpr int kCuDeviceAttributeComputeCapabilityMinor = 76;
 
 struct CudaDriver {
   CUresult (*cuInit)(unsigned int);
+  CUresult (*cuDriverGetVersion)(int*);
   CUresult (*cuDeviceGetCount)(int*);
   CUresult (*cuDeviceGet)(CUdevice*, int);
   CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
@@ -190,6 +191,7 @@ absl::StatusOr<std::optional<CudaDriver>> LoadCudaDriver() {
     function = reinterpret_cast<std::remove_reference_t<decltype(function)>>(symbol);
   };
   bind(driver.cuInit, "cuInit");
+  bind(driver.cuDriverGetVersion, "cuDriverGetVersion");
   bind(driver.cuDeviceGetCount, "cuDeviceGetCount");
   bind(driver.cuDeviceGet, "cuDeviceGet");
   bind(driver.cuDeviceGetAttribute, "cuDeviceGetAttribute");
@@ -259,6 +261,7 @@ absl::StatusOr<MachineInventory> DiscoverInventory() {
   if (!driver.ok()) return driver.status();
   if (!driver->has_value()) return inventory;  // no driver: no GPUs
   const CudaDriver& cuda = **driver;
+  if (cuda.cuDriverGetVersion(&inventory.cuda_driver_version) != kCudaSuccess) inventory.cuda_driver_version = 0;
   if (CUresult r = cuda.cuInit(0); r != kCudaSuccess) {
     if (r == kCudaErrorNoDevice) return inventory;
     return absl::InternalError(absl::StrCat("CUDA: cuInit failed: ", cuda.Describe(r)));

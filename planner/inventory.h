@@ -32,6 +32,9 @@ struct GpuMemory {
 struct MachineInventory {
   std::vector<GpuMemory> gpus;       // gpus[i] is CUDA device i as CUDA_VISIBLE_DEVICES numbers them
   int64_t host_available_bytes = 0;  // psutil.virtual_memory().available (MemAvailable)
+  // The newest CUDA version the driver supports (cuDriverGetVersion: 12080 is CUDA 12.8); 0 when unknown (no
+  // driver, or an --inventory).
+  int cuda_driver_version = 0;
 };
 
 // "0=79GiB@8.9,1=79GiB,cpu=200GiB": each GPU's free memory, optionally "@MAJOR.MINOR" its compute capability (its total

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "planner/inventory.h"
 #include "runtime/executor/torch_info.h"
 #include "runtime/model/moe.h"
 
@@ -101,6 +102,14 @@ struct Pipeline::Devices {
     if (auto it = physical.find(gpu); it != physical.end()) p = it->second;
     if (!p.cuda) return at::Device(at::kCPU);
     if (!torch.cuda_available || p.index >= torch.cuda_device_count) {
+      // The driver may see GPUs LibTorch cannot use (a driver older than the wheel's CUDA): say so, and what to do.
+      if (absl::StatusOr<planner::MachineInventory> machine = planner::DiscoverInventory(); machine.ok()) {
+        const int driver_gpus = static_cast<int>(machine->gpus.size());
+        if (absl::Status s = CheckTorchSeesTheGpus(driver_gpus, machine->cuda_driver_version, torch); !s.ok()) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("device ", gpu, " of the plan runs on ", p.ToString(), ", but ", s.message()));
+        }
+      }
       return absl::InvalidArgumentError(absl::StrCat(
           "device ", gpu, " of the plan runs on ", p.ToString(), ", but ",
           torch.cuda_available ? absl::StrCat("only ", torch.cuda_device_count, " CUDA devices are visible")

@@ -32,3 +32,49 @@ TEST(TorchSmoke, ReportsCudaAvailability) {
 
 }  // namespace
 }  // namespace strata::runtime
+
+namespace strata::runtime {
+namespace {
+
+// The driver sees GPUs, LibTorch does not (issue 25, item 7): the message says which versions and what to do.
+TEST(TorchSeesTheGpus, ADriverOlderThanTheWheelsCudaIsNamedWithBothVersions) {
+  TorchInfo torch;
+  torch.torch_version = "2.15.0";
+  torch.built_with_cuda = true;
+  torch.cuda_version = "13.2";
+  torch.cuda_device_count = 0;
+  const absl::Status s = CheckTorchSeesTheGpus(8, 12080, torch);
+  ASSERT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  for (const char* part : {"the CUDA driver sees 8 GPU(s) but LibTorch sees 0", "supports CUDA up to 12.8",
+                           "needs CUDA 13.2", "R580", "update the driver", "built for CUDA 12.8 or older"}) {
+    EXPECT_NE(s.message().find(part), std::string::npos) << part << " in " << s.message();
+  }
+}
+
+TEST(TorchSeesTheGpus, ACpuBuildAndOtherCausesAreNamed) {
+  TorchInfo cpu;
+  cpu.torch_version = "2.15.0";
+  EXPECT_NE(CheckTorchSeesTheGpus(2, 13020, cpu).message().find("built without CUDA"), std::string::npos);
+  TorchInfo torch;
+  torch.built_with_cuda = true;
+  torch.cuda_version = "13.2";
+  torch.cuda_device_count = 1;
+  torch.cuda_load = "loaded libtorch_cuda.so";
+  const absl::Status s = CheckTorchSeesTheGpus(2, 13020, torch);  // a new enough driver: another cause
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("driver CUDA 13.2, LibTorch CUDA 13.2"), std::string::npos) << s.message();
+}
+
+TEST(TorchSeesTheGpus, AgreeingCountsAndNoGpusAreFine) {
+  TorchInfo torch;
+  torch.built_with_cuda = true;
+  torch.cuda_version = "13.2";
+  torch.cuda_device_count = 2;
+  EXPECT_TRUE(CheckTorchSeesTheGpus(2, 13020, torch).ok());
+  EXPECT_TRUE(CheckTorchSeesTheGpus(0, 0, TorchInfo{}).ok());
+  // The wheel this build links: its CUDA version is recorded (empty for a CPU wheel).
+  EXPECT_EQ(QueryTorch().cuda_version.empty(), !QueryTorch().built_with_cuda);
+}
+
+}  // namespace
+}  // namespace strata::runtime
