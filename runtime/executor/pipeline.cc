@@ -287,6 +287,11 @@ void Pipeline::FormStages(const planner::DecoderConfig& config, const std::vecto
     stage.units.push_back(i);
     if (unit.kind == UnitKind::kDecoderLayer) {
       stage.windows.insert(unit.window);
+      // The pool's zero fill is issued on the stage's stream, the one every later read and write of it uses: on the
+      // default stream nothing would order it before them (pool streams do not wait for the default stream), and a
+      // late fill could overwrite what the first request wrote.
+      std::optional<c10::StreamGuard> on_stage_stream;
+      if (stage.stream) on_stage_stream.emplace(*stage.stream);
       stage.kv.AddLayer(unit.layer, unit.device, options_.dtype, options_.kv_blocks, options_.kv_block_tokens,
                         dims_.num_kv_heads, dims_.head_dim);
     }
