@@ -17,8 +17,8 @@
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/repeat_interleave.h>
 #include <c10/core/DeviceGuard.h>
-#include <sys/mman.h>
 #include <c10/util/Exception.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
