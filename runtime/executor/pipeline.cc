@@ -253,7 +253,8 @@ absl::Status Pipeline::LoadExpertsOf(const planner::ModelSpec& spec, const plann
       device = *d;
     }
     absl::StatusOr<std::vector<Weight>> experts =
-        LoadExperts(loader, storage, device, spec.quantization ? &*spec.quantization : nullptr);
+        LoadExperts(loader, storage, device, spec.quantization ? &*spec.quantization : nullptr,
+                    /*on_disk=*/planned->kind == Device::Kind::kDisk);
     if (!experts.ok()) return experts.status();
     unit.experts = *std::move(experts);
     unit.experts_label = planned->ToString();

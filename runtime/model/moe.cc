@@ -22,10 +22,11 @@ namespace strata::runtime {
 
 at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const std::vector<Weight>& weights,
                      const planner::MoeConfig& moe) {
-  const bool packed = !weights.empty() && weights.front().packed != nullptr;
+  // Fused dense experts are two weights; per-expert ones (packed, or "disk" views of the file) three per expert.
+  const bool per_expert = weights.size() != 2;
   const int64_t h = hidden.size(-1);
   const int64_t k = moe.top_k;
-  const int64_t experts = packed ? static_cast<int64_t>(weights.size() / 3) : weights.at(0).stored.size(0);
+  const int64_t experts = per_expert ? static_cast<int64_t>(weights.size() / 3) : weights.at(0).stored.size(0);
   const at::Tensor flat = hidden.reshape({-1, h});
   const int64_t tokens = flat.size(0);
 
@@ -46,24 +47,25 @@ at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const s
 
   // The experts, on their device: only the routed rows travel.
   const at::Device home = hidden.device();
-  const at::Device there = packed ? weights.front().packed->data.device() : weights.at(0).stored.device();
+  const at::Device there = weights.front().exec_device;
   if (there != home) {
     rows = rows.to(there, /*non_blocking=*/there.is_cuda());
     offsets = offsets.to(there, /*non_blocking=*/there.is_cuda());
   }
   at::Tensor out;
-  if (packed) {
-    // Packed experts: each expert's routed rows through its three packed projections. The group sizes are read
-    // on the host (as LibTorch's grouped matmul does off CUDA's SM80+ path).
+  if (per_expert) {
+    // Each expert's routed rows through its three projections: packed (the kernels read the packed bytes), or
+    // "disk" views of the file (paged in, and cast, as they are used). The group sizes are read on the host (as
+    // LibTorch's grouped matmul does off CUDA's SM80+ path).
     const at::Tensor ends = offsets.to(at::kCPU);
     const int32_t* end = ends.data_ptr<int32_t>();
     std::vector<at::Tensor> parts;
     for (int64_t e = 0, begin = 0; e < experts; begin = end[e], ++e) {
       if (end[e] == begin) continue;
       const at::Tensor x = rows.narrow(0, begin, end[e] - begin);
-      const WeightTensor gate{{}, weights[3 * e].packed};
-      const WeightTensor up{{}, weights[3 * e + 1].packed};
-      const WeightTensor down{{}, weights[3 * e + 2].packed};
+      const WeightTensor gate = weights[3 * e].Use();
+      const WeightTensor up = weights[3 * e + 1].Use();
+      const WeightTensor down = weights[3 * e + 2].Use();
       parts.push_back(Linear(SiluMul(Linear(x, gate), Linear(x, up)), down));
     }
     out = parts.size() == 1 ? parts.front() : at::cat(parts, 0);  // [S, H], in expert order as `rows`
@@ -86,7 +88,8 @@ at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const s
 }
 
 absl::StatusOr<std::vector<Weight>> LoadExperts(WeightLoader& loader, const planner::ExpertsStorage& storage,
-                                                at::Device device, const planner::SpecQuantization* quantized) {
+                                                at::Device device, const planner::SpecQuantization* quantized,
+                                                bool on_disk) {
   auto packed_of = [&](const std::string& name) -> const planner::QuantizedLinear* {
     if (quantized == nullptr) return nullptr;
     auto it = quantized->linears.find(name);
@@ -103,6 +106,19 @@ absl::StatusOr<std::vector<Weight>> LoadExperts(WeightLoader& loader, const plan
               absl::StrCat("checkpoint: expert tensor ", name, " is not quantized while expert 0's are"));
         }
         absl::StatusOr<Weight> w = loader.LoadPacked(name, *q, Residency::kResident, device);
+        if (!w.ok()) return w.status();
+        out.push_back(*std::move(w));
+      }
+    }
+    return out;
+  }
+  if (on_disk) {
+    // "disk" experts stay in the file: three views per expert, never fused (fusing would copy them into memory).
+    std::vector<Weight> out;
+    for (int64_t e = 0; e < storage.num_experts; ++e) {
+      for (const std::string* part : {&storage.gate, &storage.up, &storage.down}) {
+        absl::StatusOr<Weight> w =
+            loader.Load(absl::StrCat(storage.stored_prefix, ".", e, ".", *part), Residency::kDisk, device);
         if (!w.ok()) return w.status();
         out.push_back(*std::move(w));
       }

@@ -33,8 +33,10 @@ at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const s
 // Loads one experts module from its per-expert checkpoint tensors on `device`: dense experts fused into
 // {gate_up [E, 2I, H] (each expert's gate rows, then its up rows), down [E, H, I]}; experts a quantized checkpoint
 // stores packed (`quantized`) stay packed, three per expert {gate, up, down}, each run on its routed rows alone
-// (quantized_linear.h: the kernels read its packed bytes for a few rows).
+// (quantized_linear.h: the kernels read its packed bytes for a few rows). `on_disk` ("disk" experts, dense): three
+// views of the file per expert, paged in as they are used, so that a "disk" placement costs no memory.
 absl::StatusOr<std::vector<Weight>> LoadExperts(WeightLoader& loader, const planner::ExpertsStorage& storage,
-                                                at::Device device, const planner::SpecQuantization* quantized);
+                                                at::Device device, const planner::SpecQuantization* quantized,
+                                                bool on_disk = false);
 
 }  // namespace strata::runtime

@@ -84,6 +84,56 @@ def test_three_stage_plan(strata_generate, checkpoint, references, name):
     assert len(stages) == 3 + (1 if tied else 0), got["load"]["stages"]
 
 
+@pytest.mark.parametrize("name", MOE)
+def test_experts_on_disk_stay_in_the_file(strata_generate, checkpoint, references, name):
+    """Each sparse layer's experts placed on "disk": the same ids and logprobs, and every expert projection is a
+    view of the file (the load's disk tensors), none fused into memory."""
+    mapping = experts_apart_map(name, [0, 0, 0, 0], "disk", 0)
+    got = H.run_generate(checkpoint(name), PROMPTS, NEW_TOKENS, "--device-map", mapping, "--physical-devices", "0=cpu",
+                         "--max-memory", "0=1GiB,cpu=1GiB,disk=1GiB")
+    assert_matches(references(name), got)
+    kwargs = H.CONFIGS[name][1]
+    experts = kwargs.get("num_experts", kwargs.get("num_local_experts"))
+    assert got["load"]["disk_tensors"] == 3 * experts * len(sparse_layers(name)), got["load"]
+
+
+def _peak_rss_generate(model, *args) -> int:
+    """strata-generate's peak RSS in bytes (VmHWM, /usr/bin/time -f %M), 4 prompt tokens, 2 new."""
+    import subprocess
+
+    cmd = ["/usr/bin/time", "-f", "%M", str(H.generate_path()), "--model", str(model), "--prompt-ids", "1,2,3,4",
+           "--max-new-tokens", "2", "--json", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stderr.strip().splitlines()[-1]) * 1024
+
+
+def test_disk_experts_cost_no_memory(strata_generate, tmp_path):
+    """A Qwen3-MoE whose experts are 400 MB of its file (2 sparse layers of 64 experts): with the experts on "disk"
+    strata-generate's peak RSS stays below the same model's with them on "cpu" by most of their size. What remains
+    of them is the pages of the experts the 6 tokens were routed to (2 of 64 each), read from the page cache."""
+    import transformers
+
+    config = transformers.Qwen3MoeConfig(**dict(H._COMMON, hidden_size=256, num_hidden_layers=2, head_dim=64,
+                                                 moe_intermediate_size=1024, num_experts=64, num_experts_per_tok=2))
+    model = H.save_random_model(tmp_path / "moe", config)
+    experts_bytes = 2 * 64 * 3 * 256 * 1024 * 4
+    memory = ["--physical-devices", "0=cpu", "--max-memory", "0=4GiB,cpu=4GiB,disk=4GiB"]
+
+    def placed(where):
+        entries = {"model.embed_tokens": 0, "model.norm": 0, "model.rotary_emb": 0, "lm_head": 0}
+        for i in range(2):
+            for child in ["self_attn", "mlp.gate", "input_layernorm", "post_attention_layernorm"]:
+                entries[f"model.layers.{i}.{child}"] = 0
+            entries[f"model.layers.{i}.mlp.experts"] = where
+        return json.dumps(entries)
+
+    on_cpu = _peak_rss_generate(model, "--device-map", placed("cpu"), *memory)
+    on_disk = _peak_rss_generate(model, "--device-map", placed("disk"), *memory)
+    print(f"experts {experts_bytes / 2**20:.0f} MiB: peak RSS {on_cpu / 2**20:.0f} MiB on cpu, {on_disk / 2**20:.0f} MiB on disk")
+    assert on_cpu - on_disk > 0.6 * experts_bytes, (on_cpu / 2**20, on_disk / 2**20, experts_bytes / 2**20)
+
+
 @pytest.mark.parametrize("experts", ["cpu", 1], ids=["experts-on-cpu", "experts-on-gpu1"])
 @pytest.mark.parametrize("name", MOE)
 def test_experts_apart_from_their_layer(strata_generate, checkpoint, references, name, experts):
