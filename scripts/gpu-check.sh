@@ -14,7 +14,8 @@
 #              on the GPU) (+ the CPU suite's one CUDA case) vs
 #              transformers on the same GPU
 #   sync       CudaSync: the engine's decode loop under LibTorch's sync-debug mode "error"
-#   sanitizer  compute-sanitizer memcheck and racecheck on a short 2-stage decode on cuda:0
+#   sanitizer  compute-sanitizer on a short 2-stage decode on cuda:0: memcheck without the caching allocator,
+#              memcheck and racecheck with it
 #   plan       bench/gpu_default_plan.py: the default plan (no --max-memory) vs from_pretrained(device_map=S)
 #   bench      bench/gpu_bench.py: decode tok/s vs transformers, HBM roofline, offload vs accelerate
 # A device-tool command may run 10 minutes: --deadline (default 560 s) stops starting steps that would
@@ -154,13 +155,22 @@ H.make_checkpoint(pathlib.Path(sys.argv[1]), 'llama_llama3_gqa')" "$model"
   local args=("$build/runtime/strata-generate" --model "$model" --prompt-ids 5,6,7,8 --prompt-ids 3,4
     --max-new-tokens 4 --max-batch 2 --max-context 64 --device-map "$map"
     --physical-devices 0=cuda:0,1=cuda:0 --max-memory 0=1GiB,1=1GiB,cpu=1GiB --dtype float32)
-  local rc=0 tool each=$((budget / 2))
-  for tool in memcheck racecheck; do
-    # No caching allocator: memcheck then sees every allocation's real bounds.
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "$each" compute-sanitizer --tool "$tool" --error-exitcode 3 \
-      --log-file "$logs/sanitizer_$tool.txt" "${args[@]}" || rc=1
-    echo "$tool: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logs/sanitizer_$tool.txt" | tail -n 1)"
-    grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logs/sanitizer_$tool.txt" | tail -n 1 >>"$logs/sanitizer_summary.txt" || true
+  local rc=0 run tool caching each=$((budget / 3))
+  # memcheck without the caching allocator sees every allocation's real bounds; with it (as strata serves), memcheck
+  # and racecheck see blocks reused across streams (record_stream is a no-op without the cache, every free synchronous).
+  for run in memcheck:0 memcheck:1 racecheck:1; do
+    tool=${run%:*} caching=${run#*:}
+    local log=$logs/sanitizer_${tool}_caching$caching.txt
+    if ((caching)); then
+      timeout "$each" compute-sanitizer --tool "$tool" --error-exitcode 3 --log-file "$log" "${args[@]}" || rc=1
+    else
+      PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "$each" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+        --log-file "$log" "${args[@]}" || rc=1
+    fi
+    local summary
+    summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1 || true)
+    echo "$tool (caching allocator $( ((caching)) && echo on || echo off)): $summary"
+    echo "$tool, caching allocator $( ((caching)) && echo on || echo off): $summary" >>"$logs/sanitizer_summary.txt"
   done
   return "$rc"
 }
@@ -183,6 +193,9 @@ results=()
 failed=0
 export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=9.0 CMAKE_POLICY_VERSION_MINIMUM=3.5
+# Each step runs in a subshell: the CUDA tools (nvcc, compute-sanitizer) go on PATH here, for all of them.
+# (A toolkit installs compute-sanitizer in compute-sanitizer/ and links it from bin/; either will do.)
+for dir in /usr/local/cuda/compute-sanitizer /usr/local/cuda/bin; do [[ -d $dir ]] && export PATH=$dir:$PATH; done
 
 for s in "${all_steps[@]}"; do
   wants "$s" || continue
