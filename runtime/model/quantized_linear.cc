@@ -18,7 +18,6 @@
 #include <ATen/ops/repeat_interleave.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -489,21 +488,6 @@ absl::StatusOr<at::Tensor> IntScales(const TensorView& view, bool transposed) {
   s = s.contiguous();
   if (s.data_ptr() == view.data()) s = s.clone();
   return s;
-}
-
-// An uninitialised CPU tensor in memory of its own mapping, returned to the system when the tensor goes. For the
-// layer-sized temporaries of loading (codes one a byte, the packed result before WeightLoader moves it into its
-// arena): from malloc, glibc's rising mmap threshold puts them on the heap, where the small objects each loaded
-// layer leaves behind pin them, and a checkpoint's RSS grew by most of its size while loading
-// (bench/quantized_load_rss.py).
-at::Tensor MappedEmpty(at::IntArrayRef shape, at::ScalarType dtype) {
-  int64_t numel = 1;
-  for (int64_t d : shape) numel *= d;
-  const size_t bytes = std::max<size_t>(1, static_cast<size_t>(numel) * at::elementSize(dtype));
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return at::empty(shape, at::TensorOptions().dtype(dtype));
-  return at::from_blob(
-      p, shape, [bytes](void* q) { munmap(q, bytes); }, at::TensorOptions().dtype(dtype).device(at::kCPU));
 }
 
 // Zero points [n, groups] as one byte each; `code(r, g)` reads row r's zero of group g from the layout's words.

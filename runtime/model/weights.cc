@@ -44,20 +44,32 @@ namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;
 
-// `bytes` of anonymous memory, 2 MiB aligned and marked MADV_HUGEPAGE (where transparent huge pages are on,
-// "madvise" or "always", the kernels' defaults, it then sits in 2 MiB pages); released with the last owner.
-// Null where mmap fails.
-std::shared_ptr<std::byte> HugePageMemory(size_t bytes) {
-  const size_t mapped = (bytes + kHugePage - 1) / kHugePage * kHugePage + kHugePage;  // room to align
+// `bytes` of anonymous memory in a mapping of its own, unmapped with the last owner; null where mmap fails. With
+// `huge_pages`, 2 MiB aligned and marked MADV_HUGEPAGE (where transparent huge pages are on, "madvise" or "always",
+// the kernels' defaults, it then sits in 2 MiB pages).
+std::shared_ptr<std::byte> AnonymousMemory(size_t bytes, bool huge_pages) {
+  const size_t align = huge_pages ? kHugePage : 1;
+  const size_t mapped = std::max<size_t>(1, huge_pages ? (bytes + align - 1) / align * align + align : bytes);
   void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (base == MAP_FAILED) return nullptr;
-  const uintptr_t start = (reinterpret_cast<uintptr_t>(base) + kHugePage - 1) / kHugePage * kHugePage;
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(base) + align - 1) / align * align;
   auto* data = reinterpret_cast<std::byte*>(start);
-  madvise(data, mapped - (start - reinterpret_cast<uintptr_t>(base)), MADV_HUGEPAGE);  // advice: may be ignored
+  if (huge_pages) madvise(data, mapped - (start - reinterpret_cast<uintptr_t>(base)), MADV_HUGEPAGE);  // advice
   return std::shared_ptr<std::byte>(data, [base, mapped](std::byte*) { munmap(base, mapped); });
 }
 
+std::shared_ptr<std::byte> HugePageMemory(size_t bytes) { return AnonymousMemory(bytes, /*huge_pages=*/true); }
+
 }  // namespace
+
+at::Tensor MappedEmpty(at::IntArrayRef shape, at::ScalarType dtype) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  std::shared_ptr<std::byte> memory = AnonymousMemory(static_cast<size_t>(numel) * at::elementSize(dtype), false);
+  if (memory == nullptr) return at::empty(shape, at::TensorOptions().dtype(dtype));
+  return at::from_blob(
+      memory.get(), shape, [memory](void*) {}, at::TensorOptions().dtype(dtype).device(at::kCPU));
+}
 
 // Chunks of kChunk bytes handed out in 64-byte aligned pieces; a tensor of half a chunk or more gets memory of
 // its own. A piece's tensor holds its chunk, so a chunk goes when its last tensor does.

@@ -83,6 +83,12 @@ struct WeightLoadStats {
 // on its device; nothing builds a whole-model copy in host memory. ("disk" entries stay in the mapping.)
 class WeightArena;  // weights.cc
 
+// An uninitialised CPU tensor in a mapping of its own, returned to the system when the tensor goes: for the
+// layer-sized temporaries of loading (quantized_linear.cc's codes one a byte, a packed layer before the arena takes
+// it). From malloc, glibc's rising mmap threshold puts them on the heap, where the small objects each loaded layer
+// leaves behind pin them: a checkpoint's RSS grew by most of its size while loading (bench/quantized_load_rss.py).
+at::Tensor MappedEmpty(at::IntArrayRef shape, at::ScalarType dtype);
+
 class WeightLoader {
  public:
   // `fp8_scaled_mm`: FP8 layers of 128 x 128 blocks that a GPU runs are marked for W8A8 (PackedLinear::scaled_mm),
