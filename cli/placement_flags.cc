@@ -28,6 +28,11 @@ ABSL_FLAG(std::string, fp8_matmul, "dequantize",
           "block-wise FP8 layers on a GPU: dequantize (blocks of weight rows into a GEMM in the serving dtype, exact "
           "to transformers' dequantized weights) | scaled_mm (W8A8: activations quantized to FP8 per token and 128 "
           "columns, torch's block-scaled _scaled_mm; needs cuBLAS block scaling, compute capability 9.0)");
+ABSL_FLAG(std::string, runtime_reserve, "",
+          "GPU memory kept on each GPU that runs a stage for what serving allocates besides weights and KV cache "
+          "(cuBLAS workspaces, a micro-batch's activations and attention, the sampler's work over the logits): auto "
+          "(sized from --max-batch, --max-context and --max-batch-tokens) | none (transformers' budgets) | a size "
+          "such as 2GiB");
 ABSL_FLAG(std::string, physical_devices, "", "run plan GPUs on these devices: 0=cpu,1=cpu or 0=cuda:0,1=cuda:0");
 
 namespace strata::cli {
@@ -46,6 +51,9 @@ std::vector<FlagSpec> PlacementFlagSpecs(const PlacementFlagSet& set) {
                                    "every stage on the CPU"));
   flags.push_back(Flag(FLAGS_quantized_sizing, "S"));
   if (set.kv_cache_tokens) flags.push_back(Flag(FLAGS_kv_cache_tokens, "N"));
+  flags.push_back(
+      Flag(FLAGS_runtime_reserve, "R")
+          .ShowDefault(set.runtime_reserve_auto ? "auto" : "none (a size keeps one on every GPU that runs a stage)"));
   if (set.physical_devices) flags.push_back(Flag(FLAGS_physical_devices, "MAP").ShowDefault("GPU i is cuda:i"));
   if (set.fp8_matmul) flags.push_back(Flag(FLAGS_fp8_matmul, "M"));
   return flags;
@@ -89,6 +97,20 @@ absl::StatusOr<Placement> ParsePlacement(const ParsedArgs& parsed, const Placeme
       return absl::InvalidArgumentError(
           absl::StrCat(Spelling(FLAGS_kv_cache_tokens), ": \"", out.kv_cache_tokens, "\" is not an integer >= 0"));
     }
+  }
+  out.runtime_reserve.kind =
+      set.runtime_reserve_auto ? planner::RuntimeReserve::Kind::kAuto : planner::RuntimeReserve::Kind::kNone;
+  if (parsed.Given(FLAGS_runtime_reserve)) {
+    absl::StatusOr<planner::RuntimeReserve> reserve =
+        planner::ParseRuntimeReserve(absl::GetFlag(FLAGS_runtime_reserve));
+    if (!reserve.ok()) return FlagError(FLAGS_runtime_reserve, reserve.status());
+    if (reserve->kind == planner::RuntimeReserve::Kind::kAuto && !set.runtime_reserve_auto) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Spelling(FLAGS_runtime_reserve),
+                       ": auto is sized from serving limits this command does not take (strata-server's and "
+                       "strata-generate's --max-batch, --max-context, --max-batch-tokens): give a size or none"));
+    }
+    out.runtime_reserve = *reserve;
   }
   if (set.physical_devices && parsed.Given(FLAGS_physical_devices)) {
     // ParsePhysicalDevices' messages already start with the flag.

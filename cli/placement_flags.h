@@ -5,7 +5,7 @@
 //
 //   --model DIR, --module-tree FILE (where taken), --device-map S|JSON|@FILE (balanced_low_0),
 //   --max-memory SPEC, --dtype D, --quantized-sizing packed|transformers, --kv-cache-tokens N (where taken),
-//   --physical-devices MAP, --fp8-matmul dequantize|scaled_mm (where taken)
+//   --runtime-reserve auto|none|SIZE, --physical-devices MAP, --fp8-matmul dequantize|scaled_mm (where taken)
 
 #include <cstdint>
 #include <filesystem>
@@ -28,6 +28,9 @@ struct PlacementFlagSet {
   bool kv_cache_tokens = false;
   bool physical_devices = false;  // only binaries that run the plan
   bool fp8_matmul = false;        // likewise
+  // --runtime-reserve's default: auto where the binary has serving limits (the caller fills
+  // Placement::runtime_reserve.limits), else none, and auto is refused.
+  bool runtime_reserve_auto = false;
 };
 
 // What the placement flags said.
@@ -44,6 +47,8 @@ struct Placement {
   int64_t kv_cache_tokens = 0;
   planner::PhysicalDeviceMap physical_devices;  // empty: GPU i is cuda:i
   bool fp8_scaled_mm = false;                   // --fp8-matmul scaled_mm: W8A8 FP8 layers on GPUs
+  // --runtime-reserve (planner/runtime_reserve.h); for auto the binary sets `limits` from its serving flags.
+  planner::RuntimeReserve runtime_reserve;
 };
 
 // The flags of `set`, in the order --help lists them; `section` heads the first (may be empty).

@@ -1,5 +1,6 @@
 #include "planner/model_spec.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -146,6 +147,22 @@ std::map<std::string, ExpectedTensor> CheckpointTensors(const ModelSpec& spec) {
   }
   AddQuantizedCheckpointTensors(spec, out);
   return out;
+}
+
+std::vector<const ModuleSpec*> NoSplitModules(const ModelSpec& spec) {
+  std::vector<const ModuleSpec*> layers;
+  std::vector<const ModuleSpec*> stack = {&spec.root};
+  while (!stack.empty()) {
+    const ModuleSpec* m = stack.back();
+    stack.pop_back();
+    if (std::find(spec.no_split_classes.begin(), spec.no_split_classes.end(), m->class_name) !=
+        spec.no_split_classes.end()) {
+      layers.push_back(m);
+      continue;
+    }
+    for (auto c = m->children.rbegin(); c != m->children.rend(); ++c) stack.push_back(&*c);
+  }
+  return layers;
 }
 
 }  // namespace strata::planner

@@ -115,6 +115,9 @@ struct ModelSpec {
   std::optional<SpecQuantization> quantization;
 };
 
+// The modules of a no-split class (a model's decoder layers), in definition order, not looking inside them.
+std::vector<const ModuleSpec*> NoSplitModules(const ModelSpec& spec);
+
 // Every parameter and buffer's bytes summed with checked arithmetic: an error when a tensor's size or
 // the total does not fit in int64. Specs are checked with it once, so later sums of their parts cannot
 // overflow.

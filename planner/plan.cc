@@ -62,17 +62,7 @@ bool HasTensors(const ModuleSpec& module) {
 // Decoder layers are the no-split modules; each holds one layer of KV cache.
 std::vector<std::string> DecoderLayers(const ModelSpec& spec) {
   std::vector<std::string> layers;
-  std::vector<const ModuleSpec*> stack = {&spec.root};
-  while (!stack.empty()) {
-    const ModuleSpec* m = stack.back();
-    stack.pop_back();
-    if (std::find(spec.no_split_classes.begin(), spec.no_split_classes.end(), m->class_name) !=
-        spec.no_split_classes.end()) {
-      layers.push_back(m->name);
-      continue;
-    }
-    for (auto c = m->children.rbegin(); c != m->children.rend(); ++c) stack.push_back(&*c);
-  }
+  for (const ModuleSpec* m : NoSplitModules(spec)) layers.push_back(m->name);
   return layers;
 }
 
@@ -96,18 +86,37 @@ std::map<Device, int64_t> KvCacheBytes(const ModelSpec& spec, const DeviceMap& m
   return kv;
 }
 
+// What a placement leaves for the accounting per device.
+struct PlacedBudgets {
+  MaxMemory placed_with;                                  // the budgets the placement ran with
+  std::map<Device, int64_t> kv_reserve;                   // the KV cache reserved on each device
+  std::map<Device, RuntimeReserveParts> runtime_reserve;  // what serving allocates besides (runtime_reserve.h)
+
+  // Everything taken from `device`'s budget before placing.
+  double Reserved(const Device& device) const {
+    double bytes = 0;
+    if (auto it = kv_reserve.find(device); it != kv_reserve.end()) bytes += static_cast<double>(it->second);
+    if (auto it = runtime_reserve.find(device); it != runtime_reserve.end())
+      bytes += static_cast<double>(it->second.total());
+    return bytes;
+  }
+};
+
 // A plan whose budgets list GPUs but whose decoder layers all run from cpu or disk is valid, and almost
 // never what the person wanted: say which budgets and which KV reserve left the GPUs without a layer.
 std::optional<std::string> NoLayerOnAGpuWarning(const ModelSpec& spec, const DeviceMap& map,
-                                                const MaxMemory& max_memory,
-                                                const std::map<Device, int64_t>& kv_reserve, int64_t kv_cache_tokens) {
+                                                const MaxMemory& max_memory, const PlacedBudgets& placed,
+                                                int64_t kv_cache_tokens) {
   std::vector<std::string> gpus;
   for (const DeviceBudget& b : max_memory) {
     if (!b.device.is_gpu()) continue;
     std::string text = absl::StrCat("GPU ", b.device.ToString(), " budget ", FormatBytes(b.bytes));
     if (kv_cache_tokens > 0) {
-      auto kv = kv_reserve.find(b.device);
-      absl::StrAppend(&text, " (KV reserve ", FormatBytes(kv == kv_reserve.end() ? 0 : kv->second), ")");
+      auto kv = placed.kv_reserve.find(b.device);
+      absl::StrAppend(&text, " (KV reserve ", FormatBytes(kv == placed.kv_reserve.end() ? 0 : kv->second), ")");
+    }
+    if (auto runtime = placed.runtime_reserve.find(b.device); runtime != placed.runtime_reserve.end()) {
+      absl::StrAppend(&text, " (runtime reserve ", FormatBytes(static_cast<double>(runtime->second.total())), ")");
     }
     gpus.push_back(std::move(text));
   }
@@ -125,6 +134,11 @@ std::optional<std::string> NoLayerOnAGpuWarning(const ModelSpec& spec, const Dev
   for (const auto& [device, n] : where) counts.push_back(absl::StrCat(n, " on ", device.ToString()));
   std::string warning =
       absl::StrCat("no decoder layer is on a GPU (", absl::StrJoin(counts, ", "), "): ", absl::StrJoin(gpus, ", "));
+  if (!placed.runtime_reserve.empty()) {
+    absl::StrAppend(&warning,
+                    "; the runtime reserve (--runtime-reserve) is what serving allocates besides weights and KV cache: "
+                    "lower --max-batch-tokens or --max-batch to shrink it");
+  }
   if (kv_cache_tokens > 0) {
     absl::StrAppend(&warning, "; the KV reserve is for ", kv_cache_tokens,
                     " tokens: give the GPUs more memory or reserve fewer KV tokens");
@@ -185,12 +199,6 @@ absl::StatusOr<MaxMemory> ResolveMaxMemory(const PlanRequest& request, Plan& pla
   return DefaultMaxMemory(*plan.inventory, plan.strategy);
 }
 
-// What a placement leaves for the accounting per device.
-struct PlacedBudgets {
-  MaxMemory placed_with;                 // the budgets the placement ran with
-  std::map<Device, int64_t> kv_reserve;  // the KV cache reserved on each device
-};
-
 // A manual map, validated against the budgets less its KV cache.
 absl::Status PlaceManual(const ModelSpec& spec, const ModuleSizes& sizes, const PlanRequest& request,
                          const MaxMemory& max_memory, Plan& plan, PlacedBudgets& placed) {
@@ -198,7 +206,8 @@ absl::Status PlaceManual(const ModelSpec& spec, const ModuleSizes& sizes, const 
   plan.device_map = request.device_map.manual;
   placed.placed_with = max_memory;
   placed.kv_reserve = KvCacheBytes(spec, plan.device_map, max_memory, request.kv_cache_tokens);
-  for (DeviceBudget& b : placed.placed_with) b.bytes -= static_cast<double>(placed.kv_reserve[b.device]);
+  placed.runtime_reserve = RuntimeReserveBytes(spec, plan.device_map, request.runtime_reserve);
+  for (DeviceBudget& b : placed.placed_with) b.bytes -= placed.Reserved(b.device);
   std::optional<MaxMemory> limits;
   if (request.max_memory) limits = placed.placed_with;
   Device fallback = plan.device_map.front().second;
@@ -214,11 +223,11 @@ absl::Status PlaceManual(const ModelSpec& spec, const ModuleSizes& sizes, const 
 absl::Status PlaceAuto(const ModelSpec& spec, const ModuleSizes& sizes, const PlanRequest& request,
                        const MaxMemory& max_memory, Plan& plan, PlacedBudgets& placed) {
   std::map<Device, int64_t>& kv_reserve = placed.kv_reserve;
-  // The KV reserve depends on where the layers go, and the placement on the reserve: start with none
-  // and grow it (never shrink, so this ends) until the placement no longer changes the need.
+  // The reserves depend on where the layers go, and the placement on the reserves: start with none
+  // and grow them (never shrink, so this ends) until the placement no longer changes the need.
   for (int round = 0;; ++round) {
     MaxMemory budgets = max_memory;
-    for (DeviceBudget& b : budgets) b.bytes = std::max(0.0, b.bytes - static_cast<double>(kv_reserve[b.device]));
+    for (DeviceBudget& b : budgets) b.bytes = std::max(0.0, b.bytes - placed.Reserved(b.device));
     std::vector<std::string> trace;
     std::vector<std::string>* explain = request.explain ? &trace : nullptr;
     if (plan.strategy == Strategy::kSequential) {
@@ -233,7 +242,7 @@ absl::Status PlaceAuto(const ModelSpec& spec, const ModuleSizes& sizes, const Pl
     if (!map.ok()) return map.status();
     plan.device_map = *std::move(map);
     plan.explanation = std::move(trace);
-    if (request.kv_cache_tokens == 0) break;
+    if (request.kv_cache_tokens == 0 && request.runtime_reserve.kind == RuntimeReserve::Kind::kNone) break;
     bool grew = false;
     for (const auto& [device, bytes] : KvCacheBytes(spec, plan.device_map, max_memory, request.kv_cache_tokens)) {
       if (bytes > kv_reserve[device]) {
@@ -241,8 +250,18 @@ absl::Status PlaceAuto(const ModelSpec& spec, const ModuleSizes& sizes, const Pl
         grew = true;
       }
     }
+    for (const auto& [device, parts] : RuntimeReserveBytes(spec, plan.device_map, request.runtime_reserve)) {
+      RuntimeReserveParts& kept = placed.runtime_reserve[device];
+      if (parts.total() > kept.total()) {
+        kept = parts;
+        grew = true;
+      }
+    }
     if (!grew) break;
     if (round > 64) return absl::InternalError("kv_cache_tokens: KV reserve did not settle");
+  }
+  for (const auto& [device, parts] : placed.runtime_reserve) {
+    plan.explanation.push_back(absl::StrCat("runtime reserve: ", parts.Describe(), " kept on GPU ", device.ToString()));
   }
   if (request.kv_cache_tokens > 0) {
     for (const auto& [device, bytes] : kv_reserve) {
@@ -251,7 +270,7 @@ absl::Status PlaceAuto(const ModelSpec& spec, const ModuleSizes& sizes, const Pl
     }
   }
   if (std::optional<std::string> warning =
-          NoLayerOnAGpuWarning(spec, plan.device_map, max_memory, kv_reserve, request.kv_cache_tokens)) {
+          NoLayerOnAGpuWarning(spec, plan.device_map, max_memory, placed, request.kv_cache_tokens)) {
     plan.warnings.push_back(*std::move(warning));
   }
   return absl::OkStatus();
@@ -264,7 +283,9 @@ void AccountDevices(const ModelSpec& spec, const ModuleSizes& sizes, PlacedBudge
   const std::map<Device, int64_t> planned = PlannedBytes(spec, sizes, plan.device_map, plan.device_map.front().second);
   for (const DeviceBudget& b : placed_with) {
     auto it = planned.find(b.device);
-    plan.devices.push_back({b.device, b.bytes, it == planned.end() ? 0 : it->second, kv_reserve[b.device]});
+    auto runtime = placed.runtime_reserve.find(b.device);
+    plan.devices.push_back({b.device, b.bytes, it == planned.end() ? 0 : it->second, kv_reserve[b.device],
+                            runtime == placed.runtime_reserve.end() ? RuntimeReserveParts{} : runtime->second});
   }
   // Devices the map uses that max_memory did not list: disk (always allowed, unlimited) and, for
   // manual maps without max_memory, whatever the map names.
@@ -273,7 +294,7 @@ void AccountDevices(const ModelSpec& spec, const ModuleSizes& sizes, PlacedBudge
     const Device& used = device;
     bool listed =
         std::any_of(placed_with.begin(), placed_with.end(), [&](const DeviceBudget& b) { return b.device == used; });
-    if (!listed) plan.devices.push_back({device, std::numeric_limits<double>::infinity(), bytes, 0});
+    if (!listed) plan.devices.push_back({device, std::numeric_limits<double>::infinity(), bytes, 0, {}});
   }
   std::stable_sort(plan.devices.begin(), plan.devices.end(),
                    [](const DeviceUsage& a, const DeviceUsage& b) { return a.device < b.device; });

@@ -14,6 +14,7 @@
 #include "planner/device.h"
 #include "planner/inventory.h"
 #include "planner/model_spec.h"
+#include "planner/runtime_reserve.h"
 
 namespace strata::planner {
 
@@ -48,6 +49,9 @@ struct PlanRequest {
   // Beyond transformers: reserve on each GPU the KV cache its decoder layers need for this many
   // tokens (in the spec's dtype), iterating placement and reserve to a fixed point.
   int64_t kv_cache_tokens = 0;
+  // Beyond transformers: memory kept on each GPU that runs a stage for what serving allocates besides weights
+  // and KV cache (runtime_reserve.h), subtracted from its budget as the KV reserve is, to the same fixed point.
+  RuntimeReserve runtime_reserve;
   // Fill Plan::explanation (costs string building on every placement decision).
   bool explain = false;
   // A quantized checkpoint's sizing (--quantized-sizing), applied by PlanModel / ApplyQuantizedSizing before
@@ -60,6 +64,8 @@ struct DeviceUsage {
   double budget_bytes = 0;     // the max_memory the placement ran with (after balancing)
   int64_t planned_bytes = 0;   // sum of the sizes of the modules placed here
   int64_t kv_cache_bytes = 0;  // KV reserve taken from the budget (GPUs, with kv_cache_tokens)
+  // Runtime reserve taken from the budget (GPUs that run a stage, with PlanRequest::runtime_reserve).
+  RuntimeReserveParts runtime_reserve;
 };
 
 // Consecutive device_map entries on one device form a stage (GUIDE.md, Stages).

@@ -48,16 +48,7 @@ struct LayerInfo {
 std::vector<LayerInfo> Layers(const ModelSpec& spec, const DeviceMap& map) {
   internal::DeviceResolver resolver(map);
   std::vector<LayerInfo> layers;
-  std::vector<const ModuleSpec*> stack = {&spec.root};
-  while (!stack.empty()) {
-    const ModuleSpec* m = stack.back();
-    stack.pop_back();
-    bool no_split = std::find(spec.no_split_classes.begin(), spec.no_split_classes.end(), m->class_name) !=
-                    spec.no_split_classes.end();
-    if (!no_split) {
-      for (auto c = m->children.rbegin(); c != m->children.rend(); ++c) stack.push_back(&*c);
-      continue;
-    }
+  for (const ModuleSpec* m : NoSplitModules(spec)) {
     LayerInfo info;
     info.name = m->name;
     size_t dot = m->name.rfind('.');
@@ -96,7 +87,8 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
     devices.push_back({{"device", d.device.ToString()},
                        {"budget_bytes", BytesJson(d.budget_bytes)},
                        {"planned_bytes", d.planned_bytes},
-                       {"kv_cache_bytes", d.kv_cache_bytes}});
+                       {"kv_cache_bytes", d.kv_cache_bytes},
+                       {"runtime_reserve_bytes", d.runtime_reserve.total()}});
   }
   json["devices"] = std::move(devices);
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
@@ -130,8 +122,11 @@ std::string PlanToTable(const ModelSpec& spec, const Plan& plan) {
                                     plan.stages.size() == 1 ? "" : "s");
   const bool any_kv =
       std::any_of(plan.devices.begin(), plan.devices.end(), [](const DeviceUsage& d) { return d.kv_cache_bytes > 0; });
+  const bool any_runtime = std::any_of(plan.devices.begin(), plan.devices.end(),
+                                       [](const DeviceUsage& d) { return d.runtime_reserve.total() > 0; });
   absl::StrAppendFormat(&out, "%-6s  %-16s  %12s  %12s  %7s", "device", "layers", "planned", "budget", "used");
   if (any_kv) absl::StrAppendFormat(&out, "  %12s", "kv cache");
+  if (any_runtime) absl::StrAppendFormat(&out, "  %12s", "runtime");
   absl::StrAppend(&out, "  other modules\n");
   for (const DeviceUsage& d : plan.devices) {
     std::vector<int> whole;
@@ -156,6 +151,7 @@ std::string PlanToTable(const ModelSpec& spec, const Plan& plan) {
     absl::StrAppendFormat(&out, "%-6s  %-16s  %12s  %12s  %7s", d.device.ToString(), layer_text,
                           FormatBytes(d.planned_bytes), FormatBytes(d.budget_bytes), used);
     if (any_kv) absl::StrAppendFormat(&out, "  %12s", FormatBytes(d.kv_cache_bytes));
+    if (any_runtime) absl::StrAppendFormat(&out, "  %12s", FormatBytes(static_cast<double>(d.runtime_reserve.total())));
     absl::StrAppend(&out, "  ", others.empty() ? "-" : absl::StrJoin(others, ", "), "\n");
   }
   std::vector<std::string> stage_text;

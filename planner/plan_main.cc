@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
     request.inventory = *std::move(inventory);
   }
   request.kv_cache_tokens = placement->kv_cache_tokens;
+  request.runtime_reserve = placement->runtime_reserve;
   request.quantized_sizing = placement->quantized_sizing;
   if (absl::Status s = ApplyQuantizedSizing(*spec, request); !s.ok()) {
     std::cerr << "strata-plan: cannot find this machine's GPUs: " << s.message() << "\n";

@@ -59,7 +59,8 @@ namespace {
 
 using strata::cli::Flag;
 
-constexpr strata::cli::PlacementFlagSet kPlacementFlags{.physical_devices = true, .fp8_matmul = true};
+constexpr strata::cli::PlacementFlagSet kPlacementFlags{
+    .physical_devices = true, .fp8_matmul = true, .runtime_reserve_auto = true};
 
 const strata::cli::CommandLine& Command() {
   static const strata::cli::CommandLine command = [] {
@@ -365,6 +366,13 @@ int main(int argc, char** argv) {
   for (const auto& prompt : *prompts) longest = std::max(longest, prompt.size());
   serving.max_batch = counts->max_batch.value_or(static_cast<int64_t>(prompts->size()));
   serving.max_context = counts->max_context.value_or(static_cast<int64_t>(longest) + counts->max_new_tokens);
+  serving.runtime_reserve = placement->runtime_reserve;
+  // One micro-batch in flight (below), of the engine's default token budget.
+  serving.runtime_reserve.limits = {.max_batch = serving.max_batch,
+                                    .max_context = serving.max_context,
+                                    .max_batch_tokens = EngineOptions{}.micro_batch_tokens,
+                                    .micro_batches = 1,
+                                    .prompt_logprobs = true};
   absl::StatusOr<LoadOptions> options = PlanServing(serving);
   if (!options.ok()) return FailWith(options.status());
   absl::StatusOr<std::unique_ptr<LoadedModel>> model = LoadedModel::Load(*options);

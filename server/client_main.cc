@@ -248,12 +248,13 @@ int DeviceMap(strata::v1::InferenceService::Stub& stub, const Connection& connec
   }
   std::cout << "\n"
             << std::left << std::setw(8) << "device" << std::setw(12) << "budget" << std::setw(12) << "planned"
-            << std::setw(12) << "kv cache"
+            << std::setw(12) << "kv cache" << std::setw(12) << "runtime"
             << "measured (allocated / total, on)\n";
   for (const auto& d : reply.devices()) {
     std::cout << std::setw(8) << d.device() << std::setw(12) << Bytes(d.budget_bytes()) << std::setw(12)
               << Bytes(static_cast<double>(d.planned_bytes())) << std::setw(12)
-              << Bytes(static_cast<double>(d.kv_cache_bytes()));
+              << Bytes(static_cast<double>(d.kv_cache_bytes())) << std::setw(12)
+              << Bytes(static_cast<double>(d.runtime_reserve_bytes()));
     if (d.has_measured()) {
       std::cout << Bytes(static_cast<double>(d.measured().allocated_bytes())) << " / "
                 << Bytes(static_cast<double>(d.measured().total_bytes())) << ", " << d.measured().physical_device();

@@ -89,8 +89,11 @@ namespace {
 using cli::Flag;
 using cli::FlagError;
 
-constexpr cli::PlacementFlagSet kPlacementFlags{
-    .module_tree = true, .kv_cache_tokens = true, .physical_devices = true, .fp8_matmul = true};
+constexpr cli::PlacementFlagSet kPlacementFlags{.module_tree = true,
+                                                .kv_cache_tokens = true,
+                                                .physical_devices = true,
+                                                .fp8_matmul = true,
+                                                .runtime_reserve_auto = true};
 
 const cli::CommandLine& Command() {
   static const cli::CommandLine command = [] {
@@ -417,6 +420,11 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
   if (!placement.ok()) return placement.status();
   options.placement = *std::move(placement);
   if (absl::Status status = ReadServingFlags(*parsed, options); !status.ok()) return status;
+  options.placement.runtime_reserve.limits = {.max_batch = options.serving.max_batch,
+                                              .max_context = options.serving.max_context,
+                                              .max_batch_tokens = options.serving.max_batch_tokens,
+                                              .micro_batches = options.serving.micro_batches,
+                                              .prompt_logprobs = true};
   if (absl::Status status = CheckLimits(options); !status.ok()) return status;
   if (absl::Status status = ReadListenAddresses(options); !status.ok()) return status;
   if (absl::Status status = ReadSecurityFlags(*parsed, options); !status.ok()) return status;

@@ -46,6 +46,8 @@ v1::GetDeviceMapResponse DeviceMapResponse(const ServedPlan& served,
     out.set_budget_bytes(usage.budget_bytes);
     out.set_planned_bytes(usage.planned_bytes);
     out.set_kv_cache_bytes(usage.kv_cache_bytes);
+    out.set_runtime_reserve_bytes(usage.runtime_reserve.total());
+    if (usage.runtime_reserve.total() > 0) out.set_runtime_reserve(usage.runtime_reserve.Describe());
     if (std::find(served.kv_devices.begin(), served.kv_devices.end(), out.device()) != served.kv_devices.end()) {
       out.set_kv_cache_capacity_tokens(served.kv_cache_blocks * served.kv_block_tokens);
     }

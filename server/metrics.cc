@@ -84,6 +84,11 @@ Metrics::DeviceGauges Metrics::RegisterDeviceGauges(prometheus::Registry& regist
                             .Name("strata_device_kv_cache_bytes")
                             .Help("KV cache bytes the plan reserves on a device")
                             .Register(registry),
+      .runtime_reserve_bytes = prometheus::BuildGauge()
+                                   .Name("strata_device_runtime_reserve_bytes")
+                                   .Help("GPU bytes the plan keeps for what serving allocates besides weights and "
+                                         "KV cache (--runtime-reserve)")
+                                   .Register(registry),
       .memory_bytes = prometheus::BuildGauge()
                           .Name("strata_device_memory_bytes")
                           .Help("Measured memory of a device: kind allocated, reserved, total or free "
@@ -283,6 +288,7 @@ void Metrics::RecordPlan(const planner::Plan& plan) {
     devices_.budget_bytes.Add(labels).Set(usage.budget_bytes);
     devices_.planned_bytes.Add(labels).Set(static_cast<double>(usage.planned_bytes));
     devices_.kv_cache_bytes.Add(labels).Set(static_cast<double>(usage.kv_cache_bytes));
+    devices_.runtime_reserve_bytes.Add(labels).Set(static_cast<double>(usage.runtime_reserve.total()));
   }
   if (plan.inventory) {
     for (size_t i = 0; i < plan.inventory->gpus.size(); ++i) {

@@ -71,6 +71,7 @@ class Metrics {
     prometheus::Family<prometheus::Gauge>& budget_bytes;
     prometheus::Family<prometheus::Gauge>& planned_bytes;
     prometheus::Family<prometheus::Gauge>& kv_cache_bytes;
+    prometheus::Family<prometheus::Gauge>& runtime_reserve_bytes;
     prometheus::Family<prometheus::Gauge>& memory_bytes;
   };
   // Generate calls: their final codes, latencies and tokens.

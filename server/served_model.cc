@@ -35,6 +35,7 @@ absl::StatusOr<runtime::LoadOptions> PlanServedModel(const cli::Placement& place
   request.max_context = serving.max_context;
   request.kv_cache_tokens = placement.kv_cache_tokens;
   request.kv_block_tokens = serving.kv_block_tokens;
+  request.runtime_reserve = placement.runtime_reserve;
   request.quantized_sizing = placement.quantized_sizing;
   request.fp8_scaled_mm = placement.fp8_scaled_mm;
   // Errors name their flag (planner::PlanModel prefixes the spec's with --model DIR).

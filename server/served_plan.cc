@@ -12,6 +12,12 @@ absl::StatusOr<ServedPlan> MakeServedPlan(const cli::Placement& placement,
   request.max_memory = placement.max_memory;
   request.inventory = inventory;
   request.kv_cache_tokens = placement.kv_cache_tokens;
+  request.runtime_reserve = placement.runtime_reserve;
+  // A server that only plans runs no engine: auto (sized from what the engine allocates) keeps transformers'
+  // budgets; a size given by hand is kept.
+  if (request.runtime_reserve.kind == planner::RuntimeReserve::Kind::kAuto) {
+    request.runtime_reserve.kind = planner::RuntimeReserve::Kind::kNone;
+  }
   request.quantized_sizing = placement.quantized_sizing;
   absl::StatusOr<planner::PlannedModel> planned =
       planner::PlanModel(planner::ModelSource{placement.model_dir, placement.module_tree}, placement.dtype, request);

@@ -102,6 +102,10 @@ absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
     plan_request.inventory = *std::move(inventory);
   }
   plan_request.kv_cache_tokens = options.kv_blocks * options.kv_block_tokens;
+  plan_request.runtime_reserve = request.runtime_reserve;
+  for (const auto& [gpu, device] : request.physical) {
+    if (!device.cuda) plan_request.runtime_reserve.runs_on_cpu.insert(gpu);
+  }
   plan_request.quantized_sizing = request.quantized_sizing;
   // The spec checks every checkpoint header against the expected tensors (missing, unexpected,
   // mis-shaped): the one list of what the model needs. The server plans with the same function.

@@ -36,6 +36,9 @@ struct ServingRequest {
   // rounded up to whole blocks, the memory the dense cache had) in blocks of kv_block_tokens.
   int64_t kv_cache_tokens = 0;
   int64_t kv_block_tokens = 16;
+  // --runtime-reserve: GPU memory kept for what serving allocates besides weights and KV cache
+  // (planner/runtime_reserve.h; auto: sized from `limits`, which the caller fills from its serving flags).
+  planner::RuntimeReserve runtime_reserve;
   // --fp8-matmul scaled_mm: block-wise FP8 layers on GPUs run W8A8 through _scaled_mm (quantized_linear.h).
   bool fp8_scaled_mm = false;
 };

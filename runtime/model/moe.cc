@@ -125,24 +125,21 @@ absl::StatusOr<std::vector<Weight>> LoadExperts(WeightLoader& loader, const plan
     }
     return out;
   }
-  std::vector<at::Tensor> gate_up;
-  std::vector<at::Tensor> down;
-  for (int64_t e = 0; e < storage.num_experts; ++e) {
-    const std::string p = absl::StrCat(storage.stored_prefix, ".", e, ".");
-    absl::StatusOr<Weight> gate = loader.Load(p + storage.gate, Residency::kResident, device);
-    if (!gate.ok()) return gate.status();
-    absl::StatusOr<Weight> up = loader.Load(p + storage.up, Residency::kResident, device);
-    if (!up.ok()) return up.status();
-    absl::StatusOr<Weight> dn = loader.Load(p + storage.down, Residency::kResident, device);
-    if (!dn.ok()) return dn.status();
-    gate_up.push_back(at::cat({gate->stored, up->stored}, 0));
-    down.push_back(dn->stored);
-  }
+  // The fused tensors are allocated once, on their device, and each expert's tensors are copied into their slices:
+  // the layer's experts cost their own size while loading (stacking loaded copies cost up to 3x).
+  const int64_t experts = storage.num_experts, inter = storage.intermediate, hidden = storage.hidden;
   std::vector<Weight> out(2);
   out[0].name = storage.module + ".gate_up_proj";
-  out[0].stored = at::stack(gate_up);
+  out[0].stored = loader.Empty({experts, 2 * inter, hidden}, device);
   out[1].name = storage.module + ".down_proj";
-  out[1].stored = at::stack(down);
+  out[1].stored = loader.Empty({experts, hidden, inter}, device);
+  for (int64_t e = 0; e < experts; ++e) {
+    const std::string p = absl::StrCat(storage.stored_prefix, ".", e, ".");
+    const at::Tensor gate_up = out[0].stored.select(0, e);
+    if (absl::Status s = loader.LoadInto(p + storage.gate, gate_up.narrow(0, 0, inter)); !s.ok()) return s;
+    if (absl::Status s = loader.LoadInto(p + storage.up, gate_up.narrow(0, inter, inter)); !s.ok()) return s;
+    if (absl::Status s = loader.LoadInto(p + storage.down, out[1].stored.select(0, e)); !s.ok()) return s;
+  }
   for (Weight& w : out) {
     w.residency = Residency::kResident;
     w.exec_device = device;

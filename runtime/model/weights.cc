@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace strata::runtime {
 
@@ -117,8 +118,6 @@ WeightLoader::WeightLoader(const Checkpoint& checkpoint, at::ScalarType dtype, b
 
 WeightLoader::~WeightLoader() = default;
 
-namespace {}  // namespace
-
 bool Weight::needs_fetch() const {
   if (packed) return packed->data.device() != exec_device;
   return residency != Residency::kResident && (stored.device() != exec_device || stored.scalar_type() != dtype);
@@ -170,31 +169,67 @@ std::vector<WeightTensor> Prefetch::Take(std::optional<c10::Stream> compute_stre
   return std::move(tensors_);
 }
 
-absl::StatusOr<Weight> WeightLoader::Load(const std::string& name, Residency residency, at::Device exec_device) {
-  const TensorView* view = checkpoint_.Find(name);
+namespace {
+
+// A dense checkpoint tensor as a CPU tensor over its mapped bytes (a copy when the file does not align them).
+absl::StatusOr<at::Tensor> MappedDense(const Checkpoint& checkpoint, const std::string& name, const TensorView** out) {
+  const TensorView* view = checkpoint.Find(name);
   if (view == nullptr) return absl::InvalidArgumentError(absl::StrCat("checkpoint: tensor ", name, " is missing"));
-  Weight w{name, {}, nullptr, residency, exec_device, dtype_};
   if (view->dtype != checkpoint::DType::kFloat32 && view->dtype != checkpoint::DType::kFloat16 &&
       view->dtype != checkpoint::DType::kBFloat16) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint: tensor ", name, " has dtype ",
                                                    std::string(checkpoint::DTypeName(view->dtype)),
                                                    ", expected float32, float16 or bfloat16 (a dense weight)"));
   }
+  *out = view;
   const at::ScalarType file_dtype = ToScalarType(view->dtype);
   // The mapping is read-only: a view of it must never be written. Weights never are; the deleter is a
   // no-op because the shared_ptr captured here keeps the mapping alive instead.
   auto keep_alive = view->file;
   const bool aligned = reinterpret_cast<uintptr_t>(view->data()) % at::elementSize(file_dtype) == 0;
-  at::Tensor mapped;
   if (aligned) {
-    mapped = at::from_blob(
+    return at::from_blob(
         const_cast<std::byte*>(view->data()), view->shape, [keep_alive](void*) {},
         at::TensorOptions().dtype(file_dtype).device(at::kCPU));
-  } else {
-    // safetensors writers align data to the element size; a file that does not is read through a copy.
-    mapped = at::empty(view->shape, at::TensorOptions().dtype(file_dtype));
-    std::memcpy(mapped.data_ptr(), view->data(), view->bytes);
   }
+  // safetensors writers align data to the element size; a file that does not is read through a copy.
+  at::Tensor copy = at::empty(view->shape, at::TensorOptions().dtype(file_dtype));
+  std::memcpy(copy.data_ptr(), view->data(), view->bytes);
+  return copy;
+}
+
+}  // namespace
+
+absl::Status WeightLoader::LoadInto(const std::string& name, const at::Tensor& destination) {
+  const TensorView* view = nullptr;
+  absl::StatusOr<at::Tensor> mapped = MappedDense(checkpoint_, name, &view);
+  if (!mapped.ok()) return mapped.status();
+  if (!mapped->sizes().equals(destination.sizes())) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: tensor ", name, " has shape [",
+                                                   absl::StrJoin(mapped->sizes(), ", "), "], expected [",
+                                                   absl::StrJoin(destination.sizes(), ", "), "]"));
+  }
+  if (destination.is_cpu()) view->file->WillNeed(view->offset, view->bytes);
+  // One pass over the file bytes; to a GPU, torch copies in the file's dtype and casts there.
+  at::Tensor(destination).copy_(*mapped);
+  view->file->Release(view->offset, view->bytes);
+  ++stats_.copied;
+  stats_.bytes_on_devices += static_cast<uint64_t>(destination.nbytes());
+  return absl::OkStatus();
+}
+
+at::Tensor WeightLoader::Empty(at::IntArrayRef shape, at::Device device) {
+  if (device.is_cpu()) return arena_->Empty(shape, dtype_);
+  return at::empty(shape, at::TensorOptions().dtype(dtype_).device(device));
+}
+
+absl::StatusOr<Weight> WeightLoader::Load(const std::string& name, Residency residency, at::Device exec_device) {
+  Weight w{name, {}, nullptr, residency, exec_device, dtype_};
+  const TensorView* view = nullptr;
+  absl::StatusOr<at::Tensor> mapped_or = MappedDense(checkpoint_, name, &view);
+  if (!mapped_or.ok()) return mapped_or.status();
+  const at::Tensor mapped = *std::move(mapped_or);
+  const at::ScalarType file_dtype = mapped.scalar_type();
 
   if (residency == Residency::kDisk) {
     w.stored = mapped;  // paged in on use, cast by Use() when the dtypes differ

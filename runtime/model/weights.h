@@ -99,6 +99,12 @@ class WeightLoader {
   // A quantized linear layer, packed (quantized_linear.h); `name` is its dense weight's name.
   absl::StatusOr<Weight> LoadPacked(const std::string& name, const planner::QuantizedLinear& q, Residency residency,
                                     at::Device exec_device);
+  // A dense checkpoint tensor copied (and cast) into `destination`, a tensor of its shape in the serving dtype on
+  // any device, e.g. one expert's slice of a fused [E, ...] tensor made by Empty: no staging copy the size of the
+  // fused tensor. Errors name the tensor (missing, not dense, another shape).
+  absl::Status LoadInto(const std::string& name, const at::Tensor& destination);
+  // An uninitialised tensor in the serving dtype on `device` (on the CPU, in the arena's 2 MiB pages, as Load's).
+  at::Tensor Empty(at::IntArrayRef shape, at::Device device);
   const WeightLoadStats& stats() const { return stats_; }
 
  private:

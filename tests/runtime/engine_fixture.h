@@ -24,62 +24,71 @@ namespace strata::runtime {
 
 inline constexpr int64_t kVocab = 96, kHidden = 32, kInter = 64, kHeads = 4, kKvHeads = 2, kLayers = 3;
 
+// A Llama's sizes; the defaults are the engine tests' tiny model.
+struct LlamaDims {
+  int64_t vocab = kVocab, hidden = kHidden, inter = kInter, heads = kHeads, kv_heads = kKvHeads, layers = kLayers;
+  int64_t max_positions = 256;
+};
+
 // A Llama checkpoint (config.json + model.safetensors) with random weights scaled so that the top
-// logits are well apart.
+// logits are well apart, in a directory of this process named `name`.
+inline std::filesystem::path WriteLlama(const LlamaDims& dims, const std::string& name) {
+  std::filesystem::path d =
+      std::filesystem::temp_directory_path() / ("strata_" + name + "_" + std::to_string(getpid()));
+  std::filesystem::create_directories(d);
+  nlohmann::json config = {{"architectures", {"LlamaForCausalLM"}},
+                           {"model_type", "llama"},
+                           {"hidden_size", dims.hidden},
+                           {"intermediate_size", dims.inter},
+                           {"num_hidden_layers", dims.layers},
+                           {"num_attention_heads", dims.heads},
+                           {"num_key_value_heads", dims.kv_heads},
+                           {"vocab_size", dims.vocab},
+                           {"max_position_embeddings", dims.max_positions},
+                           {"rms_norm_eps", 1e-5},
+                           {"rope_theta", 10000.0},
+                           {"tie_word_embeddings", false},
+                           {"hidden_act", "silu"},
+                           {"torch_dtype", "float32"}};
+  std::ofstream(d / "config.json") << config.dump();
+  const int64_t head_dim = dims.hidden / dims.heads;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
+      {"model.embed_tokens.weight", {dims.vocab, dims.hidden}}};
+  for (int64_t l = 0; l < dims.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    shapes.push_back({p + "input_layernorm.weight", {dims.hidden}});
+    shapes.push_back({p + "self_attn.q_proj.weight", {dims.heads * head_dim, dims.hidden}});
+    shapes.push_back({p + "self_attn.k_proj.weight", {dims.kv_heads * head_dim, dims.hidden}});
+    shapes.push_back({p + "self_attn.v_proj.weight", {dims.kv_heads * head_dim, dims.hidden}});
+    shapes.push_back({p + "self_attn.o_proj.weight", {dims.hidden, dims.heads * head_dim}});
+    shapes.push_back({p + "post_attention_layernorm.weight", {dims.hidden}});
+    shapes.push_back({p + "mlp.gate_proj.weight", {dims.inter, dims.hidden}});
+    shapes.push_back({p + "mlp.up_proj.weight", {dims.inter, dims.hidden}});
+    shapes.push_back({p + "mlp.down_proj.weight", {dims.hidden, dims.inter}});
+  }
+  shapes.push_back({"model.norm.weight", {dims.hidden}});
+  shapes.push_back({"lm_head.weight", {dims.vocab, dims.hidden}});
+  at::manual_seed(0);
+  nlohmann::json header = nlohmann::json::object();
+  std::string data;
+  for (const auto& [tensor, shape] : shapes) {
+    at::Tensor t = shape.size() == 1 ? at::ones(shape) : at::randn(shape) * 0.3;
+    const size_t begin = data.size();
+    data.append(static_cast<const char*>(t.contiguous().data_ptr()), t.nbytes());
+    header[tensor] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {begin, data.size()}}};
+  }
+  std::string text = header.dump();
+  while (text.size() % 8 != 0) text += ' ';
+  std::ofstream out(d / "model.safetensors", std::ios::binary);
+  uint64_t length = text.size();
+  out.write(reinterpret_cast<const char*>(&length), 8);
+  out << text << data;
+  return d;
+}
+
+// The engine tests' tiny Llama, written once per process.
 inline std::filesystem::path WriteTinyLlama() {
-  static const std::filesystem::path dir = [] {
-    std::filesystem::path d =
-        std::filesystem::temp_directory_path() / ("strata_engine_test_" + std::to_string(getpid()));
-    std::filesystem::create_directories(d);
-    nlohmann::json config = {{"architectures", {"LlamaForCausalLM"}},
-                             {"model_type", "llama"},
-                             {"hidden_size", kHidden},
-                             {"intermediate_size", kInter},
-                             {"num_hidden_layers", kLayers},
-                             {"num_attention_heads", kHeads},
-                             {"num_key_value_heads", kKvHeads},
-                             {"vocab_size", kVocab},
-                             {"max_position_embeddings", 256},
-                             {"rms_norm_eps", 1e-5},
-                             {"rope_theta", 10000.0},
-                             {"tie_word_embeddings", false},
-                             {"hidden_act", "silu"},
-                             {"torch_dtype", "float32"}};
-    std::ofstream(d / "config.json") << config.dump();
-    const int64_t head_dim = kHidden / kHeads;
-    std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
-        {"model.embed_tokens.weight", {kVocab, kHidden}}};
-    for (int64_t l = 0; l < kLayers; ++l) {
-      const std::string p = "model.layers." + std::to_string(l) + ".";
-      shapes.push_back({p + "input_layernorm.weight", {kHidden}});
-      shapes.push_back({p + "self_attn.q_proj.weight", {kHeads * head_dim, kHidden}});
-      shapes.push_back({p + "self_attn.k_proj.weight", {kKvHeads * head_dim, kHidden}});
-      shapes.push_back({p + "self_attn.v_proj.weight", {kKvHeads * head_dim, kHidden}});
-      shapes.push_back({p + "self_attn.o_proj.weight", {kHidden, kHeads * head_dim}});
-      shapes.push_back({p + "post_attention_layernorm.weight", {kHidden}});
-      shapes.push_back({p + "mlp.gate_proj.weight", {kInter, kHidden}});
-      shapes.push_back({p + "mlp.up_proj.weight", {kInter, kHidden}});
-      shapes.push_back({p + "mlp.down_proj.weight", {kHidden, kInter}});
-    }
-    shapes.push_back({"model.norm.weight", {kHidden}});
-    shapes.push_back({"lm_head.weight", {kVocab, kHidden}});
-    at::manual_seed(0);
-    nlohmann::json header = nlohmann::json::object();
-    std::string data;
-    for (const auto& [name, shape] : shapes) {
-      at::Tensor t = shape.size() == 1 ? at::ones(shape) : at::randn(shape) * 0.3;
-      const size_t begin = data.size();
-      data.append(static_cast<const char*>(t.contiguous().data_ptr()), t.nbytes());
-      header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {begin, data.size()}}};
-    }
-    std::string text = header.dump();
-    while (text.size() % 8 != 0) text += ' ';
-    std::ofstream out(d / "model.safetensors", std::ios::binary);
-    uint64_t length = text.size();
-    out.write(reinterpret_cast<const char*>(&length), 8);
-    out << text << data;
-    return d;
-  }();
+  static const std::filesystem::path dir = WriteLlama(LlamaDims{}, "engine_test");
   return dir;
 }
 
