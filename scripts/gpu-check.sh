@@ -7,9 +7,13 @@
 # the exit status is 1 if any step failed or did not run, 2 on bad arguments.
 #
 # Steps (--steps, comma-separated; default all, in this order):
-#   build      unpack the bundle, configure (no server: gRPC is not bundled), build planner, checkpoint,
-#              tokenizer, runtime, strata-plan, strata-generate and the gtest suites
-#   gtest      every gtest suite through ctest (TorchSmoke and CudaSync use the GPU)
+#   preflight  (always first; needs no GPU) what the steps need and what is missing: the Python modules and
+#              their versions (torch with CUDA, transformers, accelerate, safetensors, pytest), the tools (cmake,
+#              ninja, dpkg, nvidia-smi, compute-sanitizer), the bundle, the GPUs torch and the driver see
+#   build      unpack the bundle, configure (no server: gRPC is not bundled), build only what the steps run:
+#              strata-plan, strata-generate, strata_runtime_tests, strata_dequantize_probe
+#   gtest      the runtime gtest suite (TorchSmoke, SamplerCuda, ScaledMm use the GPU; it links LibTorch's CPU
+#              half and reaches libtorch_cuda through strata's run-time loader, as the binaries do)
 #   parity     tests/runtime_parity/test_cuda_parity.py and test_quantized_cuda_parity.py (FP8 packed, and W8A8
 #              on the GPU) (+ the CPU suite's one CUDA case) vs
 #              transformers on the same GPU
@@ -18,36 +22,44 @@
 #              memcheck and racecheck with it
 #   plan       bench/gpu_default_plan.py: the default plan (no --max-memory) vs from_pretrained(device_map=S)
 #   bench      bench/gpu_bench.py: decode tok/s vs transformers, HBM roofline, offload vs accelerate
+#   multi      when two GPUs are visible: a 2-stage plan on cuda:0 and cuda:1 gives the ids of the same plan on
+#              cuda:0 alone (greedy, float32), with the activations crossing devices; skipped (a pass that says
+#              so) with one GPU
+# --dry-run runs the preflight and, for every other step, prints what it would run and its time budget,
+# then writes the summary: everything but the GPU work, on any machine.
 # A device-tool command may run 10 minutes: --deadline (default 560 s) stops starting steps that would
 # not finish, marks them "not run", and writes the summary in time. All steps take longer than one
 # call; split them over two calls made back to back (the machine stays warm, build-gpu/ is reused):
 #   scripts/gpu-check.sh --steps build,gtest,parity,sync,sanitizer $OUT
-#   scripts/gpu-check.sh --steps build,plan,bench $OUT
+#   scripts/gpu-check.sh --steps build,plan,bench,multi $OUT
 set -euo pipefail
 
 usage() {
   cat >&2 <<'EOF'
 usage: scripts/gpu-check.sh [--steps LIST] [--bundle DIR] [--build-dir DIR] [--python PY] [--deadline SECONDS]
-                           [--configure-only] OUTDIR
+                           [--configure-only] [--dry-run] OUTDIR
   Builds strata on the GPU machine against the .debs of --bundle (default .gpu-bundle/) and runs the GPU
   checks, writing summary.md, summary.json, logs.tar.gz and the bench tables into OUTDIR.
-  --steps      comma-separated subset of: build,gtest,parity,sync,sanitizer,plan,bench (default: all)
+  --steps      comma-separated subset of: build,gtest,parity,sync,sanitizer,plan,bench,multi (default: all;
+               the preflight always runs)
   --build-dir  default build-gpu/ (ignored by git)
   --python     the Python with torch, transformers, accelerate, pytest (default: python3)
   --deadline   seconds after which no step starts and running ones are stopped (default 560)
   --configure-only  the build step unpacks the bundle and configures, but builds nothing (to check a
                bundle on another machine; the other steps then need an earlier build)
+  --dry-run    run the preflight, print the other steps' commands and budgets, write the summary
 EOF
 }
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-all_steps=(build gtest parity sync sanitizer plan bench)
+all_steps=(build gtest parity sync sanitizer plan bench multi)
 steps_arg=$(IFS=,; echo "${all_steps[*]}")
 bundle=$here/.gpu-bundle
 build=$here/build-gpu
 python=python3
 deadline=560
 configure_only=
+dry_run=
 outdir=
 
 need_value() { [[ $# -ge 2 && -n $2 ]] || { echo "gpu-check.sh: $1 needs a value" >&2; usage; exit 2; }; }
@@ -59,6 +71,7 @@ while [[ $# -gt 0 ]]; do
     --python) need_value "$@"; python=$2; shift 2 ;;
     --deadline) need_value "$@"; deadline=$2; shift 2 ;;
     --configure-only) configure_only=1; shift ;;
+    --dry-run) dry_run=1; shift ;;
     -h | --help) usage; exit 0 ;;
     -*) echo "gpu-check.sh: unknown option: $1" >&2; usage; exit 2 ;;
     *)
@@ -85,6 +98,75 @@ mkdir -p "$build" "$work"
 started=$SECONDS
 
 # ---- steps: each runs in a subshell with its log as stdout/stderr; $budget is its time limit -------
+
+# What each step needs, checked before any runs: what is there, what is missing and which steps need it.
+step_preflight() {
+  local missing=() elsewhere=()  # missing here; missing, needed only on the GPU machine (--dry-run)
+  "$python" - "$steps_arg" <<'PY' || missing+=("python modules (above)")
+import importlib, sys
+steps = set(sys.argv[1].split(","))
+need = {  # module: (minimum version, steps that import it)
+    "torch": ("2.6", {"build", "gtest", "parity", "sync", "sanitizer", "plan", "bench", "multi"}),
+    "transformers": ("5.0", {"parity", "sanitizer", "plan", "bench", "multi"}),
+    "accelerate": ("1.0", {"plan", "bench"}),
+    "safetensors": ("0.4", {"parity", "sanitizer", "bench", "multi"}),
+    "pytest": ("8.0", {"parity"}),
+    "numpy": ("1.24", {"parity", "bench"}),
+}
+def version(text):
+    return tuple(int(p) for p in text.split("+")[0].split(".")[:2] if p.isdigit())
+bad = []
+for name, (least, used) in need.items():
+    if not used & steps:
+        continue
+    try:
+        module = importlib.import_module(name)
+        have = getattr(module, "__version__", "?")
+        ok = version(have) >= version(least)
+        print(f"{name:13} {have:12} {'ok' if ok else 'TOO OLD'} (>= {least}; for {', '.join(sorted(used & steps))})")
+        if not ok:
+            bad.append(name)
+    except Exception as e:  # noqa: BLE001 - report whatever keeps it from importing
+        print(f"{name:13} MISSING      ({type(e).__name__}: {e}; for {', '.join(sorted(used & steps))})")
+        bad.append(name)
+try:
+    import torch
+    print(f"torch CUDA {torch.version.cuda}, available {torch.cuda.is_available()}, devices {torch.cuda.device_count()}")
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        print(f"  cuda:{i} {p.name}, {p.total_memory / 2**30:.1f} GiB, compute capability {p.major}.{p.minor}")
+except Exception as e:  # noqa: BLE001
+    print(f"torch CUDA: {e}")
+sys.exit(1 if bad else 0)
+PY
+  local tool
+  for tool in cmake ninja dpkg git nvidia-smi compute-sanitizer; do
+    if command -v "$tool" >/dev/null; then
+      printf '%-18s %s\n' "$tool" "$(command -v "$tool")"
+    else
+      printf '%-18s MISSING\n' "$tool"
+      case $tool in
+        nvidia-smi) if [[ -n $dry_run ]]; then elsewhere+=("$tool"); else missing+=("$tool"); fi ;;
+        compute-sanitizer)
+          if ! wants sanitizer; then :; elif [[ -n $dry_run ]]; then elsewhere+=("$tool"); else missing+=("$tool (sanitizer)"); fi ;;
+        *) missing+=("$tool") ;;
+      esac
+    fi
+  done
+  nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "nvidia-smi: no GPU listed"
+  local debs
+  debs=$( (compgen -G "$bundle/*.deb" || true) | wc -l)
+  echo "bundle: $debs .deb files in $bundle"
+  if ((debs == 0)) && wants build; then
+    if [[ -n $dry_run ]]; then elsewhere+=("the bundle"); else missing+=("the bundle (scripts/gpu-bundle.sh)"); fi
+  fi
+  ((${#elsewhere[@]} == 0)) || echo "not here, needed on the GPU machine: ${elsewhere[*]}"
+  if ((${#missing[@]})); then
+    echo "missing: ${missing[*]}"
+    return 1
+  fi
+  echo "preflight: everything the steps need here is here"
+}
 
 step_build() {
   [[ -d $bundle ]] && compgen -G "$bundle/*.deb" >/dev/null ||
@@ -113,14 +195,16 @@ step_build() {
     -DPython3_EXECUTABLE="$(command -v "$python")" -DSTRATA_BUILD_SERVER=OFF -DTORCH_CUDA_ARCH_LIST=9.0
   grep -E '^(absl_DIR|GTest_DIR|nlohmann_json_DIR|Torch_DIR|pkgcfg_lib_)' "$build/CMakeCache.txt"
   if [[ -n $configure_only ]]; then return 0; fi
-  timeout "$((budget - (SECONDS - step_started)))" cmake --build "$build" -j "$(nproc)"
+  # Only what the steps run (the bench's micro-benchmarks and the other suites are not needed on the GPU machine).
+  timeout "$((budget - (SECONDS - step_started)))" cmake --build "$build" -j "$(nproc)" \
+    --target strata-plan strata-generate strata_runtime_tests strata_dequantize_probe
   grep -q '^STRATA_BUILD_SERVER:BOOL=OFF' "$build/CMakeCache.txt"
   ls -la "$build/runtime/strata-generate" "$build/planner/strata-plan"
 }
 
 step_gtest() {
-  # CudaSync has its own step; every other test, CUDA ones included.
-  timeout "$budget" ctest --test-dir "$build" --output-on-failure -j 8 --timeout 120 -E '^CudaSync\.'
+  # CudaSync has its own step; every other runtime test, CUDA ones included.
+  timeout "$budget" "$build/tests/runtime/strata_runtime_tests" --gtest_filter='-CudaSync.*' --gtest_brief=1
   "$build/tests/runtime/strata_runtime_tests" --gtest_filter='TorchSmoke.*' 2>&1 | tee "$logs/torch_smoke.txt"
   # The GPU half must have run here, not skipped.
   ! grep -q 'SKIPPED ] TorchSmoke' "$logs/torch_smoke.txt"
@@ -185,10 +269,40 @@ step_bench() {
     --work "$work" --out "$outdir"
 }
 
+step_multi() {
+  local gpus
+  gpus=$("$python" -c 'import torch; print(torch.cuda.device_count())')
+  if ((gpus < 2)); then
+    echo "multi: $gpus GPU visible, two are needed: skipped"
+    return 0
+  fi
+  local model=$work/sanitizer-model
+  if [[ ! -f $model/config.json ]]; then
+    "$python" -c "import sys, pathlib; sys.path.insert(0, 'tests/runtime_parity'); import runtime_helpers as H; \
+H.make_checkpoint(pathlib.Path(sys.argv[1]), 'llama_llama3_gqa')" "$model"
+  fi
+  local map='{"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 0, "model.layers.2": 1, "model.layers.3": 1, "model.norm": 1, "model.rotary_emb": 1, "lm_head": 1}'
+  local args=(--model "$model" --prompt-ids 5,6,7,8 --prompt-ids 3,4,9 --max-new-tokens 16 --max-batch 2
+    --max-context 64 --device-map "$map" --max-memory 0=1GiB,1=1GiB,cpu=1GiB --dtype float32 --json)
+  timeout "$((budget / 2))" "$build/runtime/strata-generate" "${args[@]}" --physical-devices 0=cuda:0,1=cuda:1 \
+    >"$logs/multi_two.json"
+  timeout "$((budget / 2))" "$build/runtime/strata-generate" "${args[@]}" --physical-devices 0=cuda:0,1=cuda:0 \
+    >"$logs/multi_one.json"
+  "$python" - "$logs/multi_two.json" "$logs/multi_one.json" <<'PY'
+import json, sys
+two, one = (json.load(open(p)) for p in sys.argv[1:3])
+ids = lambda r: [s["ids"] for s in r["results"]]
+print("two GPUs:", ids(two)); print("one GPU: ", ids(one))
+sys.exit(0 if ids(two) == ids(one) else 1)
+PY
+}
+
 # ---- driver ---------------------------------------------------------------------------------------
 
-declare -A limit=([build]=300 [gtest]=150 [parity]=240 [sync]=90 [sanitizer]=240 [plan]=240 [bench]=360)
-declare -A least=([build]=30 [gtest]=30 [parity]=60 [sync]=20 [sanitizer]=60 [plan]=90 [bench]=150)
+declare -A limit=([preflight]=60 [build]=300 [gtest]=150 [parity]=240 [sync]=90 [sanitizer]=240 [plan]=240
+  [bench]=360 [multi]=120)
+declare -A least=([preflight]=5 [build]=30 [gtest]=30 [parity]=60 [sync]=20 [sanitizer]=60 [plan]=90 [bench]=150
+  [multi]=30)
 results=()
 failed=0
 export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -197,10 +311,16 @@ export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=9.0 CMAKE_POLICY_VERSION_MINIMUM=
 # (A toolkit installs compute-sanitizer in compute-sanitizer/ and links it from bin/; either will do.)
 for dir in /usr/local/cuda/compute-sanitizer /usr/local/cuda/bin; do [[ -d $dir ]] && export PATH=$dir:$PATH; done
 
-for s in "${all_steps[@]}"; do
-  wants "$s" || continue
+for s in preflight "${all_steps[@]}"; do
+  [[ $s == preflight ]] || wants "$s" || continue
   left=$((deadline - (SECONDS - started)))
-  if ((left < least[$s])); then
+  if [[ -n $dry_run && $s != preflight ]]; then
+    budget=$((left < limit[$s] ? left : limit[$s]))
+    echo "gpu-check: $s (dry run: would run at most $budget s):"
+    declare -f "step_$s" | sed 's/^/    /'
+    status="dry run"
+    secs=0
+  elif ((left < least[$s])); then
     status="not run"
     secs=0
     echo "gpu-check: $s: not run ($left s left before the deadline)"
@@ -217,7 +337,7 @@ for s in "${all_steps[@]}"; do
     echo "gpu-check: $s: $status in $secs s"
     [[ $rc -eq 0 ]] || tail -n 15 "$logs/$s.log" | sed 's/^/    /'
   fi
-  [[ $status == pass ]] || failed=1
+  [[ $status == pass || $status == "dry run" ]] || failed=1
   results+=("$s|$status|$secs")
 done
 
