@@ -65,6 +65,38 @@ std::optional<Device> ExecutesOn(const Device& device, const std::optional<Devic
   return main;
 }
 
+bool NoSplit(const ModelSpec& spec, const ModuleSpec& m) {
+  return std::find(spec.no_split_classes.begin(), spec.no_split_classes.end(), m.class_name) !=
+         spec.no_split_classes.end();
+}
+
+bool HasNoSplitInside(const ModelSpec& spec, const ModuleSpec& m) {
+  for (const ModuleSpec& c : m.children) {
+    if (NoSplit(spec, c) || HasNoSplitInside(spec, c)) return true;
+  }
+  return false;
+}
+
+// The module named `name` ("" is the root), or null.
+const ModuleSpec* FindModule(const ModuleSpec& root, const std::string& name) {
+  if (root.name == name) return &root;
+  for (const ModuleSpec& c : root.children) {
+    if (name == c.name || name.rfind(c.name + ".", 0) == 0) {
+      if (const ModuleSpec* found = FindModule(c, name)) return found;
+    }
+  }
+  return nullptr;
+}
+
+// The largest unit the runtime fetches at once inside `m`: a decoder layer, or a module that holds none (the
+// embedding, the final norm, the head).
+int64_t LargestUnit(const ModelSpec& spec, const internal::ModuleSizes& sizes, const ModuleSpec& m) {
+  if (NoSplit(spec, m) || !HasNoSplitInside(spec, m)) return sizes.Of(m);
+  int64_t largest = 0;
+  for (const ModuleSpec& c : m.children) largest = std::max(largest, LargestUnit(spec, sizes, c));
+  return largest;
+}
+
 }  // namespace
 
 absl::StatusOr<RuntimeReserve> ParseRuntimeReserve(absl::string_view text) {
@@ -94,7 +126,7 @@ int64_t SamplerWorkBytes(int64_t rows, int64_t vocab, int64_t penalty_slots) {
 int64_t ScoreWorkBytes(int64_t rows, int64_t vocab) { return Mul({rows, vocab, kScoreBytesPerLogit}); }
 
 int64_t RuntimeReserveParts::total() const {
-  return Add(Add(Add(Add(workspaces, activations), attention), sampler), fixed);
+  return Add(Add(Add(Add(Add(workspaces, activations), attention), sampler), offload), fixed);
 }
 
 std::string RuntimeReserveParts::Describe() const {
@@ -106,6 +138,7 @@ std::string RuntimeReserveParts::Describe() const {
   add("activations", activations);
   add("attention", attention);
   add("sampler", sampler);
+  add("offload", offload);
   add("fixed", fixed);
   return absl::StrCat(FormatBytes(static_cast<double>(total())), " (", absl::StrJoin(parts, ", "), ")");
 }
@@ -207,6 +240,20 @@ std::map<Device, RuntimeReserveParts> RuntimeReserveBytes(const ModelSpec& spec,
     if (limits.prompt_logprobs) work = std::max(work, ScoreWorkBytes(tokens, vocab));
     out[runs].sampler = Add(Mul({logit_rows, vocab, element}), work);
   }
+  // Offloaded entries: their stages on the main GPU and the largest unit (a decoder layer, or a module outside them).
+  const internal::ModuleSizes sizes(spec);
+  int64_t offload_stages = 0, largest_unit = 0;
+  std::optional<Device> before;
+  for (const auto& [name, device] : sorted) {
+    if (!device.is_gpu() && !(before && *before == device)) ++offload_stages;
+    before = device;
+    if (!device.is_gpu()) {
+      if (const ModuleSpec* module = FindModule(spec.root, name)) {
+        largest_unit = std::max(largest_unit, LargestUnit(spec, sizes, *module));
+      }
+    }
+  }
+  if (offload_stages > 0) out[*main].offload = Mul({2 * offload_stages - 1, largest_unit});
   for (int gpu : reserve.runs_on_cpu) out.erase(Device::Gpu(gpu));
   return out;
 }

@@ -52,8 +52,12 @@ struct RuntimeReserveParts {
   int64_t activations = 0;  // a micro-batch through the widest layer there, and the activations held between stages
   int64_t attention = 0;    // keys and values gathered from the pool, masks and scores of the largest group
   int64_t sampler = 0;      // the logits' float32 work and the penalty tables (the GPU computing the logits)
-  int64_t fixed = 0;        // --runtime-reserve SIZE
-  int64_t total() const;    // the sum, saturating at int64's largest value
+  // "cpu" and "disk" entries run on the lowest GPU of the map through two persistent slots per stage, each the size
+  // of its largest unit (runtime/model/weights.h, OffloadBuffers); transformers' placement already keeps one largest
+  // layer free there when it offloads, so this is the rest: (2 x offload stages - 1) x the largest offloaded unit.
+  int64_t offload = 0;
+  int64_t fixed = 0;             // --runtime-reserve SIZE
+  int64_t total() const;         // the sum, saturating at int64's largest value
   std::string Describe() const;  // "1.2 GiB (workspaces 128 MiB, activations ..., ...)"
 };
 

@@ -302,6 +302,8 @@ void PrintJson(const std::vector<strata::runtime::BatchOutput>& results, const s
                  {"copied_tensors", report.copied_tensors},
                  {"disk_tensors", report.disk_tensors},
                  {"packed_tensors", report.packed_tensors},
+                 {"pinned_bytes", report.pinned_bytes},
+                 {"offload_slot_bytes", report.offload_slot_bytes},
                  {"fp8_scaled_mm_tensors", report.fp8_scaled_mm_tensors},
                  {"kv_cache_bytes", report.kv_cache_bytes},
                  {"stages", report.stages}};

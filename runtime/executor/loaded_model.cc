@@ -180,6 +180,10 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
   report.copied_tensors = stats.copied;
   report.disk_tensors = stats.on_disk;
   report.packed_tensors = stats.packed;
+  report.pinned_bytes = stats.pinned_bytes;
+  for (const Stage& stage : impl->pipeline->stages()) {
+    if (stage.offload) report.offload_slot_bytes += stage.offload->bytes();
+  }
   report.fp8_scaled_mm_tensors = stats.fp8_scaled_mm;
   if (options.fp8_scaled_mm && stats.fp8_scaled_mm == 0) {
     return absl::InvalidArgumentError(

@@ -77,6 +77,8 @@ struct LoadReport {
   int64_t packed_tensors = 0;         // quantized linear layers kept packed (runtime/model/quantized_linear.h)
   int64_t fp8_scaled_mm_tensors = 0;  // of them, FP8 layers a GPU runs W8A8 (--fp8-matmul scaled_mm)
   int64_t huge_page_bytes = 0;        // the process's AnonHugePages after loading (AnonHugePageBytes)
+  int64_t pinned_bytes = 0;           // page-locked host memory of offloaded weights (sized to them, weights.h)
+  int64_t offload_slot_bytes = 0;     // device memory of the stages' offload slots (two per offloading stage)
   int64_t kv_cache_bytes = 0;
   std::vector<std::string> kv_devices;  // plan devices of the stages holding KV pools, in stage order
   std::string stages;                   // one line per stage

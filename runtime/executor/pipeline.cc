@@ -300,6 +300,17 @@ void Pipeline::FormStages(const planner::DecoderConfig& config, const std::vecto
       stage.copy_stream = CudaStreamFromPool(unit.device);
     }
   }
+  // Each stage with offloaded units gets its two slots, sized to its largest one, once.
+  for (Stage& stage : stages_) {
+    int64_t largest = 0;
+    for (size_t i : stage.units) {
+      if (units_[i].offloaded()) largest = std::max(largest, OffloadBuffers::SlotBytes(units_[i].weight_ptrs()));
+    }
+    if (largest == 0) continue;
+    std::optional<c10::StreamGuard> on_stage_stream;
+    if (stage.stream) on_stage_stream.emplace(*stage.stream);
+    stage.offload = std::make_shared<OffloadBuffers>(stage.device, largest);
+  }
 }
 
 void Pipeline::AwaitOutput(StageActivation& activation) {
@@ -407,22 +418,33 @@ void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation
   }
   const at::Tensor last = on_device(batch.last);
 
-  Prefetch prefetch;
+  std::optional<int> ahead;  // the slot the next unit's weights are being copied into
   for (size_t k = 0; k < stage.units.size(); ++k) {
     const Unit& unit = units_[stage.units[k]];
     std::vector<WeightTensor> weights;
-    if (prefetch.started()) {
-      weights = prefetch.Take(stage.stream);
+    std::optional<int> slot;
+    if (stage.offload && unit.offloaded()) {
+      slot = ahead ? *ahead : stage.offload->Fill(unit.weight_ptrs(), stage.copy_stream);
+      ahead.reset();
+      weights = stage.offload->Take(*slot, stage.stream);
     } else {
       for (const Weight& w : unit.weights) weights.push_back(w.Use());
     }
-    // Offload: start fetching the next unit's weights while this one computes.
-    if (stage.copy_stream && k + 1 < stage.units.size()) {
+    // Offload on CUDA: copy the next unit's weights into the other slot while this one computes (the copy stream
+    // first waits for the compute stream to be done with that slot's last unit).
+    if (stage.offload && stage.copy_stream && k + 1 < stage.units.size()) {
       const Unit& next = units_[stage.units[k + 1]];
-      if (next.offloaded()) prefetch.Start(next.weight_ptrs(), stage.copy_stream);
+      if (next.offloaded()) ahead = stage.offload->Fill(next.weight_ptrs(), stage.copy_stream);
     }
     KvLayer* cache = unit.kind == UnitKind::kDecoderLayer ? &stage.kv.layer(unit.layer) : nullptr;
-    hidden = RunUnit(unit, weights, dims_, hidden, attention, cache, last);
+    try {
+      hidden = RunUnit(unit, weights, dims_, hidden, attention, cache, last);
+    } catch (...) {
+      // What was queued may still read the slot: the next fill must wait for it all the same.
+      if (slot) stage.offload->Release(*slot, stage.stream);
+      throw;
+    }
+    if (slot) stage.offload->Release(*slot, stage.stream);
   }
   activation.hidden = hidden;
   if (stage.stream) {
@@ -446,8 +468,13 @@ std::string Pipeline::Describe() const {
     const Stage& stage = stages_[s];
     std::vector<std::string> modules;
     for (size_t i : stage.units) modules.push_back(units_[i].module);
+    std::string offload;
+    if (stage.offload) {
+      offload = absl::StrCat(", offloaded weights through 2 slots of ",
+                             planner::FormatBytes(static_cast<double>(stage.offload->bytes() / 2)));
+    }
     lines.push_back(absl::StrCat("stage ", s, " (plan device ", stage.label, " on ", stage.device.str(),
-                                 "): ", modules.front(), modules.size() > 1 ? " .. " + modules.back() : ""));
+                                 "): ", modules.front(), modules.size() > 1 ? " .. " + modules.back() : "", offload));
   }
   // Experts placed apart from their layer (moe.h): one line per layer, after the stages.
   for (const Stage& stage : stages_) {

@@ -35,12 +35,15 @@ struct Stage {
   at::Device device = at::kCPU;
   std::optional<c10::Stream> stream;       // compute stream (CUDA stages)
   std::optional<c10::Stream> copy_stream;  // offloaded weights' prefetch (CUDA stages with offload)
-  std::vector<size_t> units;               // indices into Pipeline::units_
-  std::set<int64_t> windows;               // sliding windows of its layers (0: full)
-  at::Tensor inv_freq;                     // RoPE inverse frequencies on `device`
-  at::Tensor inv_freq_sliding;             // Gemma 3: the sliding layers' (else undefined)
-  at::Tensor inv_freq_long;                // longrope (Phi-3): the long factors' (inv_freq has the short)
-  planner::RopeConfig rope;                // longrope: its threshold and attention factor
+  // The offloaded units' weights on `device`: two persistent slots (weights.h), filled on copy_stream one unit ahead
+  // on CUDA, in host order on the CPU ("disk" entries cast to the serving dtype); null without offloaded units.
+  std::shared_ptr<OffloadBuffers> offload;
+  std::vector<size_t> units;    // indices into Pipeline::units_
+  std::set<int64_t> windows;    // sliding windows of its layers (0: full)
+  at::Tensor inv_freq;          // RoPE inverse frequencies on `device`
+  at::Tensor inv_freq_sliding;  // Gemma 3: the sliding layers' (else undefined)
+  at::Tensor inv_freq_long;     // longrope (Phi-3): the long factors' (inv_freq has the short)
+  planner::RopeConfig rope;     // longrope: its threshold and attention factor
   KvCache kv;
 };
 

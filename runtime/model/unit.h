@@ -63,8 +63,8 @@ struct Unit {
 
 // A family's unit code. `weights` lists the parameters `run` reads, in the order it indexes them, by their
 // names relative to the unit's module ("weight"; "self_attn.q_proj.weight"). `run` gets them on the unit's
-// device (Weight::Use or a Prefetch). Embedding: `hidden` is the packed ids [1, tokens] int64. Final norm
-// first keeps the tokens whose logits are needed (`last`, int64 places among the packed tokens, ascending;
+// device (Weight::Use, or a stage's OffloadBuffers slot). Embedding: `hidden` is the packed ids [1, tokens] int64.
+// Final norm first keeps the tokens whose logits are needed (`last`, int64 places among the packed tokens, ascending;
 // LastTokens): each row's last token, and every token of a row that scores its prompt. LM head returns
 // float32 logits [those tokens, vocab].
 struct UnitRunner {

@@ -3,6 +3,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/core/StreamGuard.h>
+#include <dlfcn.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -61,6 +62,45 @@ std::shared_ptr<std::byte> AnonymousMemory(size_t bytes, bool huge_pages) {
 
 std::shared_ptr<std::byte> HugePageMemory(size_t bytes) { return AnonymousMemory(bytes, /*huge_pages=*/true); }
 
+// cudaHostRegister / cudaHostUnregister of the CUDA runtime LibTorch's CUDA half loaded (runtime/executor/
+// cuda_loader.h), found at run time: strata links no CUDA library.
+using CudaHostRegisterFn = int (*)(void*, size_t, unsigned);
+using CudaHostUnregisterFn = int (*)(void*);
+using CudaErrorStringFn = const char* (*)(int);
+struct CudaHostApi {
+  CudaHostRegisterFn reg = nullptr;
+  CudaHostUnregisterFn unreg = nullptr;
+  CudaErrorStringFn error = nullptr;
+};
+const CudaHostApi& HostApi() {
+  static const CudaHostApi api = [] {
+    CudaHostApi a;
+    a.reg = reinterpret_cast<CudaHostRegisterFn>(dlsym(RTLD_DEFAULT, "cudaHostRegister"));
+    a.unreg = reinterpret_cast<CudaHostUnregisterFn>(dlsym(RTLD_DEFAULT, "cudaHostUnregister"));
+    a.error = reinterpret_cast<CudaErrorStringFn>(dlsym(RTLD_DEFAULT, "cudaGetErrorString"));
+    return a;
+  }();
+  return api;
+}
+
+// `bytes` of anonymous memory (2 MiB pages) page-locked for the CUDA devices of the process (cudaHostRegister,
+// portable): exactly as large as asked, where LibTorch's pinned allocator rounds a block up to a power of two (a
+// 136 MB matrix took 256 MiB). Unregistered, then unmapped, with its last owner. Errors throw (c10::Error), naming
+// the bytes and CUDA's reason.
+std::shared_ptr<std::byte> PinnedMemory(size_t bytes) {
+  const CudaHostApi& api = HostApi();
+  TORCH_CHECK(api.reg != nullptr && api.unreg != nullptr,
+              "pinning host memory for offloaded weights: the CUDA runtime (cudaHostRegister) is not loaded");
+  std::shared_ptr<std::byte> memory = HugePageMemory(bytes);
+  TORCH_CHECK(memory != nullptr, "pinning host memory for offloaded weights: mmap of ", bytes, " bytes failed");
+  const int rc = api.reg(memory.get(), bytes, /*cudaHostRegisterPortable=*/1);
+  TORCH_CHECK(rc == 0, "pinning ", bytes, " bytes of host memory for offloaded weights (cudaHostRegister) failed: ",
+              api.error != nullptr ? api.error(rc) : "CUDA error", " (", rc,
+              "); the locked-memory limit (ulimit -l) or the host's memory may be too small");
+  std::shared_ptr<std::byte> keep = memory;
+  return std::shared_ptr<std::byte>(memory.get(), [keep, unreg = api.unreg](std::byte* p) { unreg(p); });
+}
+
 }  // namespace
 
 at::Tensor MappedEmpty(at::IntArrayRef shape, at::ScalarType dtype) {
@@ -73,10 +113,13 @@ at::Tensor MappedEmpty(at::IntArrayRef shape, at::ScalarType dtype) {
 }
 
 // Chunks of kChunk bytes handed out in 64-byte aligned pieces; a tensor of half a chunk or more gets memory of
-// its own. A piece's tensor holds its chunk, so a chunk goes when its last tensor does.
+// its own. A piece's tensor holds its chunk, so a chunk goes when its last tensor does. A pinned arena
+// page-locks its chunks (PinnedMemory): offloaded weights take what they hold, plus at most one chunk's tail.
 class WeightArena {
  public:
   static constexpr size_t kChunk = size_t{32} << 20;
+  explicit WeightArena(bool pinned = false) : pinned_(pinned) {}
+  int64_t pinned_bytes() const { return pinned_bytes_; }
   at::Tensor Empty(at::IntArrayRef shape, at::ScalarType dtype) {
     int64_t numel = 1;
     for (int64_t d : shape) numel *= d;
@@ -85,11 +128,11 @@ class WeightArena {
     std::shared_ptr<std::byte> memory;
     std::byte* place = nullptr;
     if (need >= kChunk / 2) {
-      memory = HugePageMemory(need);
+      memory = Memory(need);
       place = memory.get();
     } else {
       if (chunk_ == nullptr || used_ + need > kChunk) {
-        chunk_ = HugePageMemory(kChunk);
+        chunk_ = Memory(kChunk);
         used_ = 0;
       }
       memory = chunk_;
@@ -109,12 +152,28 @@ class WeightArena {
   }
 
  private:
+  std::shared_ptr<std::byte> Memory(size_t bytes) {
+    if (!pinned_) return HugePageMemory(bytes);
+    pinned_bytes_ += static_cast<int64_t>(bytes);
+    return PinnedMemory(bytes);
+  }
+  bool pinned_;
+  int64_t pinned_bytes_ = 0;
   std::shared_ptr<std::byte> chunk_;
   size_t used_ = 0;
 };
 
 WeightLoader::WeightLoader(const Checkpoint& checkpoint, at::ScalarType dtype, bool fp8_scaled_mm)
-    : checkpoint_(checkpoint), dtype_(dtype), fp8_scaled_mm_(fp8_scaled_mm), arena_(std::make_unique<WeightArena>()) {}
+    : checkpoint_(checkpoint),
+      dtype_(dtype),
+      fp8_scaled_mm_(fp8_scaled_mm),
+      arena_(std::make_unique<WeightArena>()),
+      pinned_(std::make_unique<WeightArena>(/*pinned=*/true)) {}
+
+const WeightLoadStats& WeightLoader::stats() {
+  stats_.pinned_bytes = pinned_->pinned_bytes();
+  return stats_;
+}
 
 WeightLoader::~WeightLoader() = default;
 
@@ -136,37 +195,106 @@ WeightTensor Weight::Use() const {
   return {stored.to(exec_device, dtype, /*non_blocking=*/residency == Residency::kHost, /*copy=*/false), nullptr};
 }
 
-void Prefetch::Start(const std::vector<const Weight*>& weights, std::optional<c10::Stream> copy_stream) {
-  started_ = true;
-  tensors_.clear();
-  copy_stream_ = copy_stream;
-  std::optional<c10::StreamGuard> guard;
-  if (copy_stream) guard.emplace(*copy_stream);
-  for (const Weight* w : weights) tensors_.push_back(w->Use());
-  if (copy_stream) {
-    ready_.emplace(copy_stream->device_type());
-    ready_->record(*copy_stream);
-  }
+namespace {
+
+int64_t Aligned(int64_t bytes) {
+  return (bytes + OffloadBuffers::kAlignment - 1) / OffloadBuffers::kAlignment * OffloadBuffers::kAlignment;
 }
 
-std::vector<WeightTensor> Prefetch::Take(std::optional<c10::Stream> compute_stream) {
-  if (ready_ && compute_stream) {
-    ready_->block(*compute_stream);
-    // The copies were allocated on the copy stream; the compute stream uses them, so the allocator must
-    // not recycle them until its work is done.
-    auto record = [&](const at::Tensor& t) {
-      if (t.defined() && t.is_cuda()) t.record_stream(*compute_stream);
-    };
-    for (const WeightTensor& w : tensors_) {
-      record(w.tensor);
-      if (w.packed) {
-        for (const at::Tensor* t : {&w.packed->data, &w.packed->scale, &w.packed->zero, &w.packed->perm}) record(*t);
+// The packed weight's tensors, in one order for sizing and filling.
+std::vector<at::Tensor PackedLinear::*> PackedTensors() {
+  return {&PackedLinear::data, &PackedLinear::scale, &PackedLinear::zero, &PackedLinear::perm};
+}
+
+}  // namespace
+
+int64_t OffloadBuffers::SlotBytes(const std::vector<const Weight*>& weights) {
+  int64_t bytes = 0;
+  for (const Weight* w : weights) {
+    if (!w->needs_fetch()) continue;
+    if (w->packed) {
+      for (auto member : PackedTensors()) {
+        const at::Tensor& t = (*w->packed).*member;
+        if (t.defined()) bytes += Aligned(static_cast<int64_t>(t.nbytes()));
       }
+    } else {
+      bytes += Aligned(w->stored.numel() * static_cast<int64_t>(at::elementSize(w->dtype)));
     }
   }
-  started_ = false;
-  ready_.reset();
-  return std::move(tensors_);
+  return bytes;
+}
+
+OffloadBuffers::OffloadBuffers(at::Device device, int64_t slot_bytes) : device_(device), slot_bytes_(slot_bytes) {
+  for (Slot& slot : slots_) slot.buffer = at::empty({slot_bytes}, at::TensorOptions().dtype(at::kByte).device(device));
+}
+
+int OffloadBuffers::Fill(const std::vector<const Weight*>& weights, std::optional<c10::Stream> copy_stream) {
+  const int index = next_;
+  next_ = 1 - next_;
+  Slot& slot = slots_[index];
+  std::optional<c10::StreamGuard> guard;
+  if (copy_stream) {
+    guard.emplace(*copy_stream);
+    if (slot.free) slot.free->block(*copy_stream);  // the compute stream is done with the slot's last unit
+  }
+  int64_t offset = 0;
+  // A view of the slot's next `bytes` as `dtype` [shape].
+  auto carve = [&](at::IntArrayRef shape, at::ScalarType dtype) {
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    const int64_t bytes = numel * static_cast<int64_t>(at::elementSize(dtype));
+    TORCH_CHECK(offset + bytes <= slot_bytes_, "offload slot of ", slot_bytes_, " bytes is too small");
+    at::Tensor view = slot.buffer.narrow(0, offset, bytes).view(dtype).view(shape);
+    offset += Aligned(bytes);
+    return view;
+  };
+  const bool non_blocking = copy_stream.has_value();
+  slot.tensors.clear();
+  for (const Weight* w : weights) {
+    if (!w->needs_fetch()) {
+      slot.tensors.push_back(w->Use());
+      continue;
+    }
+    if (w->packed) {
+      PackedLinear copy = *w->packed;
+      for (auto member : PackedTensors()) {
+        at::Tensor& t = copy.*member;
+        if (!t.defined()) continue;
+        at::Tensor into = carve(t.sizes(), t.scalar_type());
+        into.copy_(t, non_blocking);
+        t = into;
+      }
+      slot.tensors.push_back({{}, std::make_shared<const PackedLinear>(std::move(copy))});
+    } else {
+      at::Tensor into = carve(w->stored.sizes(), w->dtype);
+      into.copy_(w->stored, non_blocking);  // pinned host memory: asynchronous; mapped pages: read by the copy
+      slot.tensors.push_back({into, nullptr});
+    }
+  }
+  if (copy_stream) {
+    slot.filled.emplace(copy_stream->device_type());
+    slot.filled->record(*copy_stream);
+  } else {
+    slot.filled.reset();
+  }
+  return index;
+}
+
+std::vector<WeightTensor> OffloadBuffers::Take(int slot, std::optional<c10::Stream> compute_stream) {
+  Slot& s = slots_[slot];
+  if (s.filled && compute_stream) s.filled->block(*compute_stream);
+  return s.tensors;
+}
+
+void OffloadBuffers::Release(int slot, std::optional<c10::Stream> compute_stream) {
+  Slot& s = slots_[slot];
+  s.tensors.clear();
+  if (compute_stream) {
+    s.free.emplace(compute_stream->device_type());
+    s.free->record(*compute_stream);
+  } else {
+    s.free.reset();
+  }
 }
 
 namespace {
@@ -238,8 +366,10 @@ absl::StatusOr<Weight> WeightLoader::Load(const std::string& name, Residency res
   }
   at::Tensor out;
   if (residency == Residency::kHost) {
-    // Offloaded to host while a GPU runs it: pinned so the per-use copy is asynchronous.
-    out = at::empty(view->shape, at::TensorOptions().dtype(dtype_).pinned_memory(true));
+    // Offloaded to host while a GPU runs it: pinned so the per-use copy is asynchronous, in the pinned arena (sized
+    // to what it holds).
+    view->file->WillNeed(view->offset, view->bytes);
+    out = pinned_->Empty(view->shape, dtype_);
     out.copy_(mapped);
   } else if (exec_device.is_cpu()) {
     // Into 2 MiB pages even in the file's dtype: a decode step streams every weight, and the mapping's 4 KiB
@@ -267,8 +397,12 @@ absl::StatusOr<Weight> WeightLoader::LoadPacked(const std::string& name, const p
   // memory like "cpu" ones; a "cpu" entry of a GPU-run model waits in pinned memory and is copied on use.
   const bool host = residency != Residency::kResident && !exec_device.is_cpu();
   absl::StatusOr<PackedLinear> packed =
-      LoadPackedLinear(checkpoint_, q, host ? at::Device(at::kCPU) : exec_device, /*pinned=*/host);
+      LoadPackedLinear(checkpoint_, q, host ? at::Device(at::kCPU) : exec_device, /*pinned=*/false);
   if (!packed.ok()) return packed.status();
+  if (host) {
+    // Waits in the pinned arena (sized to what it holds) for its copies to the GPU.
+    for (at::Tensor* t : {&packed->data, &packed->scale, &packed->zero, &packed->perm}) *t = pinned_->Copy(*t);
+  }
   if (exec_device.is_cpu()) {
     // The bytes a decode step streams in 2 MiB pages (see Load), FP8's out of the mapping, whose pages go.
     packed->data = arena_->Copy(packed->data);

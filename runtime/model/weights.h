@@ -53,21 +53,41 @@ struct Weight {
   bool needs_fetch() const;  // Use() copies
 };
 
-// Weights of one module fetched to their executing device ahead of use, on a copy stream, so that
-// the copy of layer i+1 overlaps the compute of layer i. Without CUDA, Fetch() copies in place.
-class Prefetch {
+// Persistent buffers on a stage's executing device for the weights of its offloaded units (GUIDE.md, Offload):
+// two slots, each the size of the stage's largest offloaded unit, allocated once. A unit's fetched weights are
+// copied into a slot on the copy stream after that stream waits for the compute stream to be done with the slot's
+// previous unit (an event the compute stream records), and the compute stream waits for the copy (another event):
+// no allocation per use, no record_stream, at most one unit ahead of the one computing. Weights that need no fetch
+// (resident ones) are passed through as they are. Without streams (the CPU) every step runs in host order.
+class OffloadBuffers {
  public:
-  // Starts copying `weights` (if any needs it) on `copy_stream` when one is given.
-  void Start(const std::vector<const Weight*>& weights, std::optional<c10::Stream> copy_stream);
-  // The fetched tensors, after making `compute_stream` wait for their copy.
-  std::vector<WeightTensor> Take(std::optional<c10::Stream> compute_stream);
-  bool started() const { return started_; }
+  // The bytes a slot needs for `weights`: what each weight that needs a fetch takes on its executing device in the
+  // serving dtype (a packed weight's tensors as they are), each aligned to kAlignment.
+  static int64_t SlotBytes(const std::vector<const Weight*>& weights);
+  static constexpr int64_t kAlignment = 256;
+
+  OffloadBuffers(at::Device device, int64_t slot_bytes);
+  // Starts copying `weights` into the next slot, on `copy_stream` (nullopt: in host order, on the current stream)
+  // once the compute stream has released it. Returns the slot.
+  int Fill(const std::vector<const Weight*>& weights, std::optional<c10::Stream> copy_stream);
+  // The slot's weights in `weights`' order, after making `compute_stream` wait for their copy.
+  std::vector<WeightTensor> Take(int slot, std::optional<c10::Stream> compute_stream);
+  // The unit that read the slot has been queued on `compute_stream`: the slot's next fill waits for that work.
+  void Release(int slot, std::optional<c10::Stream> compute_stream);
+  int64_t bytes() const { return 2 * slot_bytes_; }
+  const at::Tensor& slot_buffer(int slot) const { return slots_[slot].buffer; }
 
  private:
-  bool started_ = false;
-  std::vector<WeightTensor> tensors_;
-  std::optional<c10::Event> ready_;
-  std::optional<c10::Stream> copy_stream_;
+  struct Slot {
+    at::Tensor buffer;  // uint8 [slot_bytes] on the device
+    std::vector<WeightTensor> tensors;
+    std::optional<c10::Event> filled;  // recorded on the copy stream after the fill
+    std::optional<c10::Event> free;    // recorded on the compute stream after the unit that read it
+  };
+  at::Device device_;
+  int64_t slot_bytes_ = 0;
+  Slot slots_[2];
+  int next_ = 0;
 };
 
 struct WeightLoadStats {
@@ -76,6 +96,7 @@ struct WeightLoadStats {
   uint64_t bytes_on_devices = 0;  // bytes allocated for weights outside the mapping
   int64_t packed = 0;             // quantized linear layers loaded packed
   int64_t fp8_scaled_mm = 0;      // of them, FP8 layers a GPU runs W8A8 (--fp8-matmul scaled_mm)
+  int64_t pinned_bytes = 0;       // page-locked host memory holding offloaded weights (the pinned arena's chunks)
 };
 
 // Loads checkpoint tensors one at a time, each straight to its place: a CPU weight is copied (and cast, in
@@ -105,7 +126,7 @@ class WeightLoader {
   absl::Status LoadInto(const std::string& name, const at::Tensor& destination);
   // An uninitialised tensor in the serving dtype on `device` (on the CPU, in the arena's 2 MiB pages, as Load's).
   at::Tensor Empty(at::IntArrayRef shape, at::Device device);
-  const WeightLoadStats& stats() const { return stats_; }
+  const WeightLoadStats& stats();
 
  private:
   const Checkpoint& checkpoint_;
@@ -113,7 +134,8 @@ class WeightLoader {
   bool fp8_scaled_mm_;
   std::vector<at::Device> probed_;  // devices ProbeFp8ScaledMm passed on
   WeightLoadStats stats_;
-  std::unique_ptr<WeightArena> arena_;  // CPU weights, in 2 MiB pages
+  std::unique_ptr<WeightArena> arena_;   // CPU weights, in 2 MiB pages
+  std::unique_ptr<WeightArena> pinned_;  // "cpu" weights of a GPU-run model, page-locked chunks
 };
 
 at::ScalarType ToScalarType(checkpoint::DType dtype);

@@ -108,6 +108,13 @@ TEST(RuntimeReserveTerms, OffloadedEntriesRunOnTheLowestGpuOfTheMap) {
   EXPECT_EQ(reserve.at(Device::Gpu(2)).workspaces, 3 * kWorkspaceBytesPerStream);
   EXPECT_GT(reserve.at(Device::Gpu(2)).sampler, 0);
   EXPECT_EQ(reserve.at(Device::Gpu(3)).sampler, 0);
+  // Three offload stages (cpu layers 2-4, disk layers 5-7, cpu norm and head), two slots each, less the layer
+  // transformers keeps free: five times the largest offloaded unit, lm_head's [32000, 256] bfloat16.
+  EXPECT_EQ(reserve.at(Device::Gpu(2)).offload, 5 * kVocab * kHidden * 2);
+  EXPECT_EQ(reserve.at(Device::Gpu(3)).offload, 0);
+  EXPECT_THAT(reserve.at(Device::Gpu(2)).Describe(), HasSubstr("offload"));
+  // Without offloaded entries, nothing.
+  EXPECT_EQ(RuntimeReserveBytes(Llama(), Map(R"({"": 0})"), Auto(kLimits)).at(Device::Gpu(0)).offload, 0);
 }
 
 TEST(RuntimeReserveTerms, NoneNoGpuAndGpusRunOnTheCpuKeepNothing) {

@@ -7,79 +7,18 @@
 #include "planner/runtime_reserve.h"
 
 #include <ATen/ATen.h>
-#include <c10/core/Allocator.h>
-#include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cstring>
 #include <iostream>
 #include <vector>
 
 #include "runtime/executor/sampler.h"
+#include "tests/runtime/counting_allocator.h"
 #include "tests/runtime/engine_fixture.h"
 
 namespace strata::runtime {
 namespace {
-
-// LibTorch's CPU allocator, counting: the bytes its allocations hold now and at most since Reset.
-class CountingAllocator final : public c10::Allocator {
- public:
-  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
-
-  c10::DataPtr allocate(size_t n) override {
-    auto* held = new Held{base_->allocate(n), n, this};
-    const int64_t now = live_.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
-    int64_t peak = peak_.load();
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-    }
-    void* data = held->inner.get();
-    return {data, held, &Free, held->inner.device()};
-  }
-  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
-
-  void Reset() { peak_ = live_.load(); }
-  int64_t live() const { return live_; }
-  int64_t peak() const { return peak_; }
-
- private:
-  struct Held {
-    c10::DataPtr inner;
-    size_t bytes;
-    CountingAllocator* owner;
-  };
-  static void Free(void* context) {
-    auto* held = static_cast<Held*>(context);
-    held->owner->live_ -= static_cast<int64_t>(held->bytes);
-    delete held;
-  }
-  c10::Allocator* base_;
-  std::atomic<int64_t> live_{0};
-  std::atomic<int64_t> peak_{0};
-};
-
-// Counts the CPU allocations of one scope: the peak of what they held above what was held when it began. The
-// counting allocator is installed once, for the rest of the process (SetCPUAllocator keeps the allocator of the
-// highest priority it was given).
-class Measure {
- public:
-  Measure() {
-    static CountingAllocator* counting = [] {
-      auto* allocator = new CountingAllocator(c10::GetDefaultCPUAllocator());  // outlives every tensor
-      c10::SetCPUAllocator(allocator, /*priority=*/255);
-      return allocator;
-    }();
-    counting_ = counting;
-    counting_->Reset();
-    start_ = counting_->live();
-  }
-  int64_t peak_above_start() const { return counting_->peak() - start_; }
-
- private:
-  CountingAllocator* counting_;
-  int64_t start_ = 0;
-};
 
 BatchRow Sampled(float temperature, int32_t top_k, float top_p, float penalty, int32_t top_logprobs, uint64_t seq) {
   BatchRow row;

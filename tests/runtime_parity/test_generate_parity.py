@@ -96,6 +96,22 @@ def test_planner_strategy_spreads_over_logical_devices(strata_generate, checkpoi
     assert_matches(references(name), got)
 
 
+@pytest.mark.parametrize("name", ["llama_llama3_gqa", "qwen3_moe_mixed"])
+def test_offloaded_weights_in_another_dtype_go_through_the_offload_slots(strata_generate, checkpoint, name):
+    """A bfloat16 checkpoint served in float32 with cpu and disk entries: each "disk" unit's weights are cast into one
+    of its stage's two persistent slots on every use (runtime/model/weights.h, OffloadBuffers), not into fresh
+    tensors; the output is transformers' on the same checkpoint in float32."""
+    directory = checkpoint(name, torch.bfloat16)
+    reference = H.reference_generate(directory, PROMPTS, NEW_TOKENS, dtype=torch.float32, top_k=3)
+    got = H.run_generate(directory, PROMPTS, NEW_TOKENS, "--dtype", "float32", *plan_args(name, "offload"))
+    assert_matches(reference, got)
+    stages = got["load"]["stages"].splitlines()
+    slots = [line for line in stages if "offloaded weights through 2 slots of" in line]
+    assert len(slots) == 1 and "plan device disk" in slots[0], stages
+    # Two slots of the disk stage's largest unit on the (CPU) device; nothing pinned without a GPU.
+    assert got["load"]["offload_slot_bytes"] > 0 and got["load"]["pinned_bytes"] == 0, got["load"]
+
+
 def test_cpu_weights_are_copied_into_huge_pages(strata_generate, checkpoint):
     """CPU weights leave the mapping's 4 KiB page-cache pages for 2 MiB ones (runtime/model/weights.h), where the
     kernel has transparent huge pages on: AnonHugePages then holds at least the weights' whole 2 MiB pages."""
