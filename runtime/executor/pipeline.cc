@@ -365,7 +365,10 @@ void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation
     // producer's buffer is marked as used by this stream (record_stream), so the caching allocator
     // hands it out again only after this stream's work on it is done.
     if (stage.stream && activation.produced) activation.produced->block(*stage.stream);
-    hidden = on_device(source);
+    // A CPU stage's output reaches a CUDA stage from pinned memory (a host copy, then an asynchronous one): from
+    // pageable memory the copy would hold this thread until CUDA had staged it.
+    hidden =
+        stage.stream && source.is_cpu() && !source.is_pinned() ? on_device(source.pin_memory()) : on_device(source);
     if (source.is_cuda() && stage.stream && previous != nullptr && previous->stream) {
       at::Tensor(source).record_stream(*stage.stream);
     }

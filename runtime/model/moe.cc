@@ -3,14 +3,19 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/_grouped_mm.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/bmm.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/histc.h>
+#include <ATen/ops/index.h>
 #include <ATen/ops/silu.h>
 #include <ATen/ops/softmax.h>
 #include <ATen/ops/sort.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/topk.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <string>
 
@@ -48,9 +53,18 @@ at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const s
   // The experts, on their device: only the routed rows travel.
   const at::Device home = hidden.device();
   const at::Device there = weights.front().exec_device;
-  if (there != home) {
-    rows = rows.to(there, /*non_blocking=*/there.is_cuda());
-    offsets = offsets.to(there, /*non_blocking=*/there.is_cuda());
+  if (there != home && there.is_cpu()) {
+    // Into pinned memory on the layer's stream, then wait for that copy alone.
+    rows = rows.to(there, /*non_blocking=*/true);
+    offsets = offsets.to(there, /*non_blocking=*/true);
+    sorted_experts = sorted_experts.to(there, /*non_blocking=*/true);
+    c10::Event copied(home.type());
+    copied.record(c10::impl::getDeviceGuardImpl(home.type())->getStream(home));
+    copied.synchronize();
+  } else if (there != home) {
+    rows = rows.to(there, /*non_blocking=*/true);
+    offsets = offsets.to(there, /*non_blocking=*/true);
+    sorted_experts = sorted_experts.to(there, /*non_blocking=*/true);
   }
   at::Tensor out;
   if (per_expert) {
@@ -72,12 +86,19 @@ at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const s
   } else {
     const at::Tensor& gate_up = weights.at(0).stored;
     const at::Tensor& down = weights.at(1).stored;
-    const int64_t inter = down.size(-1);
-    at::Tensor projected = at::_grouped_mm(rows.to(gate_up.scalar_type()), gate_up.transpose(-2, -1), offsets);
-    at::Tensor activated = at::silu(projected.narrow(-1, 0, inter)) * projected.narrow(-1, inter, inter);
-    out = at::_grouped_mm(activated, down.transpose(-2, -1), offsets);  // [S, H]
+    // On CUDA, LibTorch's grouped matmul is sync-free for bfloat16 (SM90+); other dtypes take the padded form while
+    // it fits (decode and short chunks), so that the group sizes stay on the device.
+    const int64_t widest = std::max(gate_up.size(1), down.size(1));
+    const bool padded = there.is_cuda() && gate_up.scalar_type() != at::kBFloat16 &&
+                        experts * tokens * widest * static_cast<int64_t>(gate_up.element_size()) <= kPaddedExpertsBytes;
+    out = padded ? PaddedExpertsMlp(rows, sorted_experts, offsets, gate_up, down, tokens)
+                 : GroupedExpertsMlp(rows, offsets, gate_up, down);  // [S, H]
   }
-  if (there != home) out = out.to(home, /*non_blocking=*/home.is_cuda());
+  if (there != home) {
+    // From pinned memory when the experts ran on the CPU: an asynchronous copy on the layer's stream.
+    if (out.is_cpu() && home.is_cuda()) out = out.pin_memory();
+    out = out.to(home, /*non_blocking=*/true);
+  }
 
   // Weighted, back in (token, choice) order, summed over the k choices.
   at::Tensor weighted = out * pair_weights.unsqueeze(-1);
@@ -85,6 +106,31 @@ at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const s
   inverse.index_put_({order}, at::arange(order.size(0), order.options()));
   weighted = weighted.index_select(0, inverse);
   return weighted.view({tokens, k, h}).sum(1).to(hidden.scalar_type()).view(hidden.sizes());
+}
+
+at::Tensor GroupedExpertsMlp(const at::Tensor& rows, const at::Tensor& offsets, const at::Tensor& gate_up,
+                             const at::Tensor& down) {
+  const int64_t inter = down.size(-1);
+  at::Tensor projected = at::_grouped_mm(rows.to(gate_up.scalar_type()), gate_up.transpose(-2, -1), offsets);
+  at::Tensor activated = at::silu(projected.narrow(-1, 0, inter)) * projected.narrow(-1, inter, inter);
+  return at::_grouped_mm(activated, down.transpose(-2, -1), offsets);
+}
+
+at::Tensor PaddedExpertsMlp(const at::Tensor& rows, const at::Tensor& sorted_experts, const at::Tensor& offsets,
+                            const at::Tensor& gate_up, const at::Tensor& down, int64_t tokens) {
+  const int64_t experts = gate_up.size(0);
+  const int64_t inter = down.size(-1);
+  // Row i (sorted by expert) is row i - start(expert) of its expert's group.
+  const at::Tensor ids = sorted_experts.to(at::kLong);
+  const at::Tensor ends = offsets.to(at::kLong);
+  const at::Tensor starts = at::cat({at::zeros({1}, ends.options()), ends.narrow(0, 0, experts - 1)});
+  const at::Tensor position = at::arange(rows.size(0), ids.options()) - starts.index_select(0, ids);
+  at::Tensor padded = at::zeros({experts, tokens, rows.size(1)}, rows.options().dtype(gate_up.scalar_type()));
+  padded.index_put_({ids, position}, rows.to(gate_up.scalar_type()));
+  at::Tensor projected = at::bmm(padded, gate_up.transpose(1, 2));  // [E, tokens, 2I]
+  at::Tensor activated = at::silu(projected.narrow(-1, 0, inter)) * projected.narrow(-1, inter, inter);
+  at::Tensor result = at::bmm(activated, down.transpose(1, 2));  // [E, tokens, H]
+  return result.index({ids, position});
 }
 
 absl::StatusOr<std::vector<Weight>> LoadExperts(WeightLoader& loader, const planner::ExpertsStorage& storage,

@@ -2,7 +2,10 @@
 // steps may allocate and synchronise), a step must not make a synchronizing CUDA call from LibTorch
 // (a blocking device-to-host copy, `.item()`, a stream synchronisation): each one would be raised as a
 // c10::Error inside the executor and end the request with kError. Two logical stages on one GPU
-// (`0=cuda:0,1=cuda:0`), so the stage-to-stage transfer (streams and events) is on the path.
+// (`0=cuda:0,1=cuda:0`), so the stage-to-stage transfer (streams and events) is on the path; then the
+// same for the plans of issue 25's item 6: "cpu" and "disk" entries behind a GPU (the offload slots, the
+// pinned arena, a disk copy from the page cache), a CPU stage behind a GPU stage (its input waits for one
+// event) and a GPU stage behind a CPU one (its input from pinned memory).
 // Skips, saying why, where LibTorch has no CUDA or no device is visible.
 
 #include <gtest/gtest.h>
@@ -74,14 +77,58 @@ void RunAll(Engine& engine, Collector& c, const std::vector<GenerationRequest>& 
 }
 #endif  // STRATA_TORCH_CUDA
 
-TEST(CudaSync, DecodeLoopMakesNoSynchronizingCallAfterWarmUp) {
+#ifdef STRATA_TORCH_CUDA
+// The tiny Llama on `map`, its plan GPUs on `physical`.
+std::unique_ptr<LoadedModel> LoadPlan(const std::string& map, const planner::PhysicalDeviceMap& physical) {
+  ServingRequest r;
+  r.model_dir = WriteTinyLlama();
+  auto choice = planner::ParseDeviceMapChoice(map);
+  EXPECT_TRUE(choice.ok()) << choice.status();
+  r.device_map = *choice;
+  r.physical = physical;
+  r.dtype = planner::DType::kFloat32;
+  r.max_memory = *planner::ParseMaxMemory("0=1GiB,1=1GiB,cpu=1GiB,disk=1GiB");
+  r.max_batch = 8;
+  r.max_context = 64;
+  auto options = PlanServing(r);
+  EXPECT_TRUE(options.ok()) << options.status();
+  if (!options.ok()) return nullptr;
+  auto model = LoadedModel::Load(*options);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? *std::move(model) : nullptr;
+}
+#endif
+
+struct SyncPlan {
+  const char* name;
+  const char* map;
+  bool first_on_cuda, second_on_cuda;  // plan GPUs 0 and 1
+};
+
+class CudaSyncPlans : public ::testing::TestWithParam<SyncPlan> {};
+
+const char kTwoStages[] = R"({"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 1, "model.layers.2": 1,
+    "model.norm": 1, "lm_head": 1})";
+const char kOffload[] = R"({"model.embed_tokens": 0, "model.layers.0": "cpu", "model.layers.1": "disk",
+    "model.layers.2": 0, "model.norm": 0, "lm_head": "cpu"})";
+
+INSTANTIATE_TEST_SUITE_P(Plans, CudaSyncPlans,
+                         ::testing::Values(SyncPlan{"two_gpu_stages", kTwoStages, true, true},
+                                           SyncPlan{"cpu_and_disk_entries", kOffload, true, true},
+                                           SyncPlan{"cpu_stage_behind_a_gpu", kTwoStages, true, false},
+                                           SyncPlan{"gpu_stage_behind_a_cpu", kTwoStages, false, true}),
+                         [](const ::testing::TestParamInfo<SyncPlan>& info) { return std::string(info.param.name); });
+
+TEST_P(CudaSyncPlans, DecodeLoopMakesNoSynchronizingCallAfterWarmUp) {
 #ifndef STRATA_TORCH_CUDA
   GTEST_SKIP() << "LibTorch was built without CUDA (no torch_cuda target): nothing to check";
 #else
   if (!QueryTorch().cuda_available) {
     GTEST_SKIP() << "no CUDA device here; this test runs on a GPU machine (scripts/gpu-check.sh)";
   }
-  auto model = Load(8, planner::PhysicalDevice{true, 0});
+  const SyncPlan& plan = GetParam();
+  auto model = LoadPlan(plan.map, {{0, planner::PhysicalDevice{plan.first_on_cuda, 0}},
+                                   {1, planner::PhysicalDevice{plan.second_on_cuda, 0}}});
   ASSERT_TRUE(model);
   EngineOptions options;
   options.micro_batches = 2;
