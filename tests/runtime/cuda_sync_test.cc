@@ -43,6 +43,8 @@ class SyncDebugModeScope {
   c10::cuda::SyncDebugMode previous_;
 };
 
+#endif  // STRATA_TORCH_CUDA
+
 // Greedy requests of different prompt lengths and seeded sampling requests, submitted together.
 std::vector<GenerationRequest> Requests() {
   std::vector<GenerationRequest> requests;
@@ -75,13 +77,12 @@ void RunAll(Engine& engine, Collector& c, const std::vector<GenerationRequest>& 
   }
   c.Wait(static_cast<int>(requests.size()));
 }
-#endif  // STRATA_TORCH_CUDA
 
-#ifdef STRATA_TORCH_CUDA
 // The tiny Llama on `map`, its plan GPUs on `physical`.
-std::unique_ptr<LoadedModel> LoadPlan(const std::string& map, const planner::PhysicalDeviceMap& physical) {
+std::unique_ptr<LoadedModel> LoadPlan(const std::string& map, const planner::PhysicalDeviceMap& physical, bool moe) {
   ServingRequest r;
-  r.model_dir = WriteTinyLlama();
+  static const std::filesystem::path tiny_moe = WriteLlama(LlamaDims{.experts = 6, .top_k = 2}, "cuda_sync_moe");
+  r.model_dir = moe ? tiny_moe : WriteTinyLlama();
   auto choice = planner::ParseDeviceMapChoice(map);
   EXPECT_TRUE(choice.ok()) << choice.status();
   r.device_map = *choice;
@@ -97,12 +98,12 @@ std::unique_ptr<LoadedModel> LoadPlan(const std::string& map, const planner::Phy
   EXPECT_TRUE(model.ok()) << model.status();
   return model.ok() ? *std::move(model) : nullptr;
 }
-#endif
 
 struct SyncPlan {
   const char* name;
   const char* map;
   bool first_on_cuda, second_on_cuda;  // plan GPUs 0 and 1
+  bool moe = false;                    // the tiny Qwen3-MoE (float32 experts: the padded form) instead of the Llama
 };
 
 class CudaSyncPlans : public ::testing::TestWithParam<SyncPlan> {};
@@ -111,13 +112,37 @@ const char kTwoStages[] = R"({"model.embed_tokens": 0, "model.layers.0": 0, "mod
     "model.norm": 1, "lm_head": 1})";
 const char kOffload[] = R"({"model.embed_tokens": 0, "model.layers.0": "cpu", "model.layers.1": "disk",
     "model.layers.2": 0, "model.norm": 0, "lm_head": "cpu"})";
+// Layer 1's experts apart on the CPU (llama.cpp's --n-cpu-moe), the rest on the GPU.
+const char kCpuExperts[] = R"({"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1.self_attn": 0,
+    "model.layers.1.mlp.gate": 0, "model.layers.1.mlp.experts": "cpu", "model.layers.1.input_layernorm": 0,
+    "model.layers.1.post_attention_layernorm": 0, "model.layers.2": 0, "model.norm": 0, "model.rotary_emb": 0,
+    "lm_head": 0})";
 
 INSTANTIATE_TEST_SUITE_P(Plans, CudaSyncPlans,
                          ::testing::Values(SyncPlan{"two_gpu_stages", kTwoStages, true, true},
                                            SyncPlan{"cpu_and_disk_entries", kOffload, true, true},
                                            SyncPlan{"cpu_stage_behind_a_gpu", kTwoStages, true, false},
-                                           SyncPlan{"gpu_stage_behind_a_cpu", kTwoStages, false, true}),
+                                           SyncPlan{"gpu_stage_behind_a_cpu", kTwoStages, false, true},
+                                           SyncPlan{"moe_on_two_gpu_stages", kTwoStages, true, true, true},
+                                           SyncPlan{"moe_cpu_experts_behind_a_gpu_layer", kCpuExperts, true, true,
+                                                    true}),
                          [](const ::testing::TestParamInfo<SyncPlan>& info) { return std::string(info.param.name); });
+
+// Each plan loads and decodes with its plan GPUs on the CPU, so that the GPU run cannot stumble on the plan itself.
+TEST_P(CudaSyncPlans, PlanLoadsAndDecodesOnTheCpu) {
+  const SyncPlan& plan = GetParam();
+  auto model =
+      LoadPlan(plan.map, {{0, planner::PhysicalDevice{false, 0}}, {1, planner::PhysicalDevice{false, 0}}}, plan.moe);
+  ASSERT_TRUE(model);
+  auto engine = Engine::Start(*model, nullptr, {}, EngineOptions{});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  Collector c;
+  const std::vector<GenerationRequest> requests = Requests();
+  RunAll(**engine, c, requests);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(c.Reason(static_cast<int>(i)), FinishReason::kLength) << c.chunks[static_cast<int>(i)].back().error;
+  }
+}
 
 TEST_P(CudaSyncPlans, DecodeLoopMakesNoSynchronizingCallAfterWarmUp) {
 #ifndef STRATA_TORCH_CUDA
@@ -127,8 +152,10 @@ TEST_P(CudaSyncPlans, DecodeLoopMakesNoSynchronizingCallAfterWarmUp) {
     GTEST_SKIP() << "no CUDA device here; this test runs on a GPU machine (scripts/gpu-check.sh)";
   }
   const SyncPlan& plan = GetParam();
-  auto model = LoadPlan(plan.map, {{0, planner::PhysicalDevice{plan.first_on_cuda, 0}},
-                                   {1, planner::PhysicalDevice{plan.second_on_cuda, 0}}});
+  auto model = LoadPlan(
+      plan.map,
+      {{0, planner::PhysicalDevice{plan.first_on_cuda, 0}}, {1, planner::PhysicalDevice{plan.second_on_cuda, 0}}},
+      plan.moe);
   ASSERT_TRUE(model);
   EngineOptions options;
   options.micro_batches = 2;

@@ -28,10 +28,13 @@ inline constexpr int64_t kVocab = 96, kHidden = 32, kInter = 64, kHeads = 4, kKv
 struct LlamaDims {
   int64_t vocab = kVocab, hidden = kHidden, inter = kInter, heads = kHeads, kv_heads = kKvHeads, layers = kLayers;
   int64_t max_positions = 256;
+  // experts > 0: a Qwen3-MoE (q/k norms, every layer's MLP a sparse block of `experts` experts, top_k of them per
+  // token, each of width moe_inter) instead of a Llama.
+  int64_t experts = 0, top_k = 2, moe_inter = 32;
 };
 
-// A Llama checkpoint (config.json + model.safetensors) with random weights scaled so that the top
-// logits are well apart, in a directory of this process named `name`.
+// A Llama (or, with dims.experts, Qwen3-MoE) checkpoint (config.json + model.safetensors) with random weights
+// scaled so that the top logits are well apart, in a directory of this process named `name`.
 inline std::filesystem::path WriteLlama(const LlamaDims& dims, const std::string& name) {
   std::filesystem::path d =
       std::filesystem::temp_directory_path() / ("strata_" + name + "_" + std::to_string(getpid()));
@@ -50,6 +53,17 @@ inline std::filesystem::path WriteLlama(const LlamaDims& dims, const std::string
                            {"tie_word_embeddings", false},
                            {"hidden_act", "silu"},
                            {"torch_dtype", "float32"}};
+  if (dims.experts > 0) {
+    config["architectures"] = {"Qwen3MoeForCausalLM"};
+    config["model_type"] = "qwen3_moe";
+    config["head_dim"] = dims.hidden / dims.heads;
+    config["num_experts"] = dims.experts;
+    config["num_experts_per_tok"] = dims.top_k;
+    config["moe_intermediate_size"] = dims.moe_inter;
+    config["decoder_sparse_step"] = 1;
+    config["mlp_only_layers"] = nlohmann::json::array();
+    config["norm_topk_prob"] = true;
+  }
   std::ofstream(d / "config.json") << config.dump();
   const int64_t head_dim = dims.hidden / dims.heads;
   std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
@@ -62,9 +76,21 @@ inline std::filesystem::path WriteLlama(const LlamaDims& dims, const std::string
     shapes.push_back({p + "self_attn.v_proj.weight", {dims.kv_heads * head_dim, dims.hidden}});
     shapes.push_back({p + "self_attn.o_proj.weight", {dims.hidden, dims.heads * head_dim}});
     shapes.push_back({p + "post_attention_layernorm.weight", {dims.hidden}});
-    shapes.push_back({p + "mlp.gate_proj.weight", {dims.inter, dims.hidden}});
-    shapes.push_back({p + "mlp.up_proj.weight", {dims.inter, dims.hidden}});
-    shapes.push_back({p + "mlp.down_proj.weight", {dims.hidden, dims.inter}});
+    if (dims.experts > 0) {
+      shapes.push_back({p + "self_attn.q_norm.weight", {head_dim}});
+      shapes.push_back({p + "self_attn.k_norm.weight", {head_dim}});
+      shapes.push_back({p + "mlp.gate.weight", {dims.experts, dims.hidden}});
+      for (int64_t e = 0; e < dims.experts; ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        shapes.push_back({x + "gate_proj.weight", {dims.moe_inter, dims.hidden}});
+        shapes.push_back({x + "up_proj.weight", {dims.moe_inter, dims.hidden}});
+        shapes.push_back({x + "down_proj.weight", {dims.hidden, dims.moe_inter}});
+      }
+    } else {
+      shapes.push_back({p + "mlp.gate_proj.weight", {dims.inter, dims.hidden}});
+      shapes.push_back({p + "mlp.up_proj.weight", {dims.inter, dims.hidden}});
+      shapes.push_back({p + "mlp.down_proj.weight", {dims.hidden, dims.inter}});
+    }
   }
   shapes.push_back({"model.norm.weight", {dims.hidden}});
   shapes.push_back({"lm_head.weight", {dims.vocab, dims.hidden}});
