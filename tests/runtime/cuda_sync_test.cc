@@ -78,25 +78,11 @@ void RunAll(Engine& engine, Collector& c, const std::vector<GenerationRequest>& 
   c.Wait(static_cast<int>(requests.size()));
 }
 
-// The tiny Llama on `map`, its plan GPUs on `physical`.
-std::unique_ptr<LoadedModel> LoadPlan(const std::string& map, const planner::PhysicalDeviceMap& physical, bool moe) {
-  ServingRequest r;
+// The tiny Llama (or Qwen3-MoE) on `map`, its plan GPUs on `physical`.
+std::unique_ptr<LoadedModel> LoadSyncPlan(const std::string& map, const planner::PhysicalDeviceMap& physical,
+                                          bool moe) {
   static const std::filesystem::path tiny_moe = WriteLlama(LlamaDims{.experts = 6, .top_k = 2}, "cuda_sync_moe");
-  r.model_dir = moe ? tiny_moe : WriteTinyLlama();
-  auto choice = planner::ParseDeviceMapChoice(map);
-  EXPECT_TRUE(choice.ok()) << choice.status();
-  r.device_map = *choice;
-  r.physical = physical;
-  r.dtype = planner::DType::kFloat32;
-  r.max_memory = *planner::ParseMaxMemory("0=1GiB,1=1GiB,cpu=1GiB,disk=1GiB");
-  r.max_batch = 8;
-  r.max_context = 64;
-  auto options = PlanServing(r);
-  EXPECT_TRUE(options.ok()) << options.status();
-  if (!options.ok()) return nullptr;
-  auto model = LoadedModel::Load(*options);
-  EXPECT_TRUE(model.ok()) << model.status();
-  return model.ok() ? *std::move(model) : nullptr;
+  return LoadPlan(moe ? tiny_moe : WriteTinyLlama(), map, physical, /*max_batch=*/8);
 }
 
 struct SyncPlan {
@@ -108,8 +94,6 @@ struct SyncPlan {
 
 class CudaSyncPlans : public ::testing::TestWithParam<SyncPlan> {};
 
-const char kTwoStages[] = R"({"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 1, "model.layers.2": 1,
-    "model.norm": 1, "lm_head": 1})";
 const char kOffload[] = R"({"model.embed_tokens": 0, "model.layers.0": "cpu", "model.layers.1": "disk",
     "model.layers.2": 0, "model.norm": 0, "lm_head": "cpu"})";
 // Layer 1's experts apart on the CPU (llama.cpp's --n-cpu-moe), the rest on the GPU.
@@ -119,11 +103,11 @@ const char kCpuExperts[] = R"({"model.embed_tokens": 0, "model.layers.0": 0, "mo
     "lm_head": 0})";
 
 INSTANTIATE_TEST_SUITE_P(Plans, CudaSyncPlans,
-                         ::testing::Values(SyncPlan{"two_gpu_stages", kTwoStages, true, true},
+                         ::testing::Values(SyncPlan{"two_gpu_stages", kTwoStageMap, true, true},
                                            SyncPlan{"cpu_and_disk_entries", kOffload, true, true},
-                                           SyncPlan{"cpu_stage_behind_a_gpu", kTwoStages, true, false},
-                                           SyncPlan{"gpu_stage_behind_a_cpu", kTwoStages, false, true},
-                                           SyncPlan{"moe_on_two_gpu_stages", kTwoStages, true, true, true},
+                                           SyncPlan{"cpu_stage_behind_a_gpu", kTwoStageMap, true, false},
+                                           SyncPlan{"gpu_stage_behind_a_cpu", kTwoStageMap, false, true},
+                                           SyncPlan{"moe_on_two_gpu_stages", kTwoStageMap, true, true, true},
                                            SyncPlan{"moe_cpu_experts_behind_a_gpu_layer", kCpuExperts, true, true,
                                                     true}),
                          [](const ::testing::TestParamInfo<SyncPlan>& info) { return std::string(info.param.name); });
@@ -131,8 +115,8 @@ INSTANTIATE_TEST_SUITE_P(Plans, CudaSyncPlans,
 // Each plan loads and decodes with its plan GPUs on the CPU, so that the GPU run cannot stumble on the plan itself.
 TEST_P(CudaSyncPlans, PlanLoadsAndDecodesOnTheCpu) {
   const SyncPlan& plan = GetParam();
-  auto model =
-      LoadPlan(plan.map, {{0, planner::PhysicalDevice{false, 0}}, {1, planner::PhysicalDevice{false, 0}}}, plan.moe);
+  auto model = LoadSyncPlan(plan.map, {{0, planner::PhysicalDevice{false, 0}}, {1, planner::PhysicalDevice{false, 0}}},
+                            plan.moe);
   ASSERT_TRUE(model);
   auto engine = Engine::Start(*model, nullptr, {}, EngineOptions{});
   ASSERT_TRUE(engine.ok()) << engine.status();
@@ -152,7 +136,7 @@ TEST_P(CudaSyncPlans, DecodeLoopMakesNoSynchronizingCallAfterWarmUp) {
     GTEST_SKIP() << "no CUDA device here; this test runs on a GPU machine (scripts/gpu-check.sh)";
   }
   const SyncPlan& plan = GetParam();
-  auto model = LoadPlan(
+  auto model = LoadSyncPlan(
       plan.map,
       {{0, planner::PhysicalDevice{plan.first_on_cuda, 0}}, {1, planner::PhysicalDevice{plan.second_on_cuda, 0}}},
       plan.moe);

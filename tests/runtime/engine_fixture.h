@@ -118,26 +118,38 @@ inline std::filesystem::path WriteTinyLlama() {
   return dir;
 }
 
-// The checkpoint as a two-stage plan on two logical GPUs that both run on `device` (the CPU by default;
-// {true, 0} puts both stages on cuda:0), in float32.
-inline std::unique_ptr<LoadedModel> Load(int64_t max_batch, planner::PhysicalDevice device = {false, 0}) {
+// `dir`'s checkpoint on `map` (hf_device_map JSON), its plan GPUs run on `physical`, in float32, with budgets every
+// test plan fits in.
+inline std::unique_ptr<LoadedModel> LoadPlan(const std::filesystem::path& dir, const std::string& map,
+                                             const planner::PhysicalDeviceMap& physical, int64_t max_batch,
+                                             int64_t max_context = 64) {
   ServingRequest r;
-  r.model_dir = WriteTinyLlama();
-  auto map = planner::ParseDeviceMapChoice(R"({"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 1,
-                                              "model.layers.2": 1, "model.norm": 1, "lm_head": 1})");
-  EXPECT_TRUE(map.ok()) << map.status();
-  r.device_map = *map;
-  r.physical = {{0, device}, {1, device}};
+  r.model_dir = dir;
+  auto choice = planner::ParseDeviceMapChoice(map);
+  EXPECT_TRUE(choice.ok()) << choice.status();
+  if (!choice.ok()) return nullptr;
+  r.device_map = *choice;
+  r.physical = physical;
   r.dtype = planner::DType::kFloat32;
-  r.max_memory = *planner::ParseMaxMemory("0=1GiB,1=1GiB,cpu=1GiB");
+  r.max_memory = *planner::ParseMaxMemory("0=1GiB,1=1GiB,cpu=1GiB,disk=1GiB");
   r.max_batch = max_batch;
-  r.max_context = 64;
+  r.max_context = max_context;
   auto options = PlanServing(r);
   EXPECT_TRUE(options.ok()) << options.status();
   if (!options.ok()) return nullptr;
   auto model = LoadedModel::Load(*options);
   EXPECT_TRUE(model.ok()) << model.status();
   return model.ok() ? *std::move(model) : nullptr;
+}
+
+// The engine tests' two stages: the embedding and layer 0 on plan GPU 0, the rest on plan GPU 1.
+inline constexpr char kTwoStageMap[] = R"({"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 1,
+    "model.layers.2": 1, "model.norm": 1, "lm_head": 1})";
+
+// The tiny Llama as the two-stage plan on two logical GPUs that both run on `device` (the CPU by default;
+// {true, 0} puts both stages on cuda:0).
+inline std::unique_ptr<LoadedModel> Load(int64_t max_batch, planner::PhysicalDevice device = {false, 0}) {
+  return LoadPlan(WriteTinyLlama(), kTwoStageMap, {{0, device}, {1, device}}, max_batch);
 }
 
 // Collects every request's chunks; Wait() returns once all have finished.

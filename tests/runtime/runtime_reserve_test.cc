@@ -95,25 +95,18 @@ TEST(RuntimeReserve, ABatchStepAtTheLimitsStaysWithinTheAutoReserve) {
       .vocab = 8192, .hidden = 256, .inter = 704, .heads = 8, .kv_heads = 2, .layers = 2, .max_positions = 4096};
   const planner::ServingLimits limits{
       .max_batch = 4, .max_context = 512, .max_batch_tokens = 128, .micro_batches = 1, .prompt_logprobs = true};
-  ServingRequest r;
-  r.model_dir = WriteLlama(dims, "runtime_reserve");
-  r.device_map = *planner::ParseDeviceMapChoice(
-      R"({"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 1, "model.norm": 1, "lm_head": 1})");
-  r.physical = {{0, {false, 0}}, {1, {false, 0}}};
-  r.dtype = planner::DType::kFloat32;
-  r.max_memory = *planner::ParseMaxMemory("0=1GiB,1=1GiB,cpu=1GiB");
-  r.max_batch = limits.max_batch;
-  r.max_context = limits.max_context;
-  auto options = PlanServing(r);
-  ASSERT_TRUE(options.ok()) << options.status();
-  auto model = LoadedModel::Load(*options);
-  ASSERT_TRUE(model.ok()) << model.status();
+  std::unique_ptr<LoadedModel> model =
+      LoadPlan(WriteLlama(dims, "runtime_reserve"),
+               R"({"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 1, "model.norm": 1, "lm_head": 1})",
+               {{0, {false, 0}}, {1, {false, 0}}}, limits.max_batch, limits.max_context);
+  ASSERT_TRUE(model);
 
   planner::RuntimeReserve reserve;
   reserve.kind = planner::RuntimeReserve::Kind::kAuto;
   reserve.limits = limits;
   int64_t bound = 0;
-  for (const auto& [device, parts] : planner::RuntimeReserveBytes(options->spec, options->plan.device_map, reserve)) {
+  for (const auto& [device, parts] :
+       planner::RuntimeReserveBytes(model->report().spec, model->report().plan.device_map, reserve)) {
     bound += parts.activations + parts.attention + parts.sampler;
     std::cout << "GPU " << device.ToString() << ": " << parts.Describe() << "\n";
   }
@@ -122,7 +115,7 @@ TEST(RuntimeReserve, ABatchStepAtTheLimitsStaysWithinTheAutoReserve) {
   engine_options.micro_batches = limits.micro_batches;
   engine_options.micro_batch_tokens = limits.max_batch_tokens;
   engine_options.prefill_chunk_tokens = limits.max_batch_tokens;
-  auto engine = Engine::Start(**model, nullptr, {}, engine_options);
+  auto engine = Engine::Start(*model, nullptr, {}, engine_options);
   ASSERT_TRUE(engine.ok()) << engine.status();
   int64_t peak = 0;
   {
