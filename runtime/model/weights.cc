@@ -224,7 +224,7 @@ int64_t OffloadBuffers::SlotBytes(const std::vector<const Weight*>& weights) {
   return bytes;
 }
 
-OffloadBuffers::OffloadBuffers(at::Device device, int64_t slot_bytes) : device_(device), slot_bytes_(slot_bytes) {
+OffloadBuffers::OffloadBuffers(at::Device device, int64_t slot_bytes) : slot_bytes_(slot_bytes) {
   for (Slot& slot : slots_) slot.buffer = at::empty({slot_bytes}, at::TensorOptions().dtype(at::kByte).device(device));
 }
 

@@ -84,7 +84,6 @@ class OffloadBuffers {
     std::optional<c10::Event> filled;  // recorded on the copy stream after the fill
     std::optional<c10::Event> free;    // recorded on the compute stream after the unit that read it
   };
-  at::Device device_;
   int64_t slot_bytes_ = 0;
   Slot slots_[2];
   int next_ = 0;
