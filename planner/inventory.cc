@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "planner/plan.h"
@@ -96,10 +97,31 @@ absl::StatusOr<MachineInventory> ParseInventory(absl::string_view spec) {
   return inventory;
 }
 
+absl::StatusOr<MachineInventory> GroupInventory(const std::vector<MachineInventory>& nodes) {
+  if (nodes.empty()) return absl::InvalidArgumentError("inventory: a group needs at least one node");
+  MachineInventory group;
+  group.host_available_bytes = nodes.front().host_available_bytes;
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    for (const GpuMemory& gpu : nodes[n].gpus) {
+      group.gpus.push_back(gpu);
+      group.gpu_nodes.push_back(static_cast<int>(n));
+    }
+    const int driver = nodes[n].cuda_driver_version;
+    if (driver > 0 && (group.cuda_driver_version == 0 || driver < group.cuda_driver_version)) {
+      group.cuda_driver_version = driver;
+    }
+  }
+  if (nodes.size() == 1) group.gpu_nodes.clear();
+  return group;
+}
+
 std::string InventoryToString(const MachineInventory& inventory) {
   std::vector<std::string> parts;
   for (size_t i = 0; i < inventory.gpus.size(); ++i) {
     const GpuMemory& gpu = inventory.gpus[i];
+    if (inventory.nodes() > 1 && (i == 0 || inventory.NodeOf(i) != inventory.NodeOf(i - 1))) {
+      parts.push_back(absl::StrCat("node ", inventory.NodeOf(i), ":"));
+    }
     parts.push_back(absl::StrCat(
         i, "=", FormatBytes(static_cast<double>(gpu.free_bytes)), " free of ",
         FormatBytes(static_cast<double>(gpu.total_bytes)), gpu.integrated ? " (integrated)" : "",
@@ -107,8 +129,11 @@ std::string InventoryToString(const MachineInventory& inventory) {
                                                         gpu.compute_capability_minor, ")")
                                          : ""));
   }
-  parts.push_back(absl::StrCat("cpu=", FormatBytes(static_cast<double>(inventory.host_available_bytes)), " available"));
-  return absl::StrJoin(parts, ", ");
+  parts.push_back(absl::StrCat("cpu=", FormatBytes(static_cast<double>(inventory.host_available_bytes)), " available",
+                               inventory.nodes() > 1 ? " (node 0, the leader's host)" : ""));
+  std::string text = absl::StrJoin(parts, ", ");
+  // "node 1:, 4=..." reads better as "node 1: 4=...".
+  return absl::StrReplaceAll(text, {{":, ", ": "}});
 }
 
 namespace internal {

@@ -35,7 +35,20 @@ struct MachineInventory {
   // The newest CUDA version the driver supports (cuDriverGetVersion: 12080 is CUDA 12.8); 0 when unknown (no
   // driver, or an --inventory).
   int cuda_driver_version = 0;
+  // A group of nodes planned as one machine (GroupInventory): the node of each GPU, gpus' order; empty for one
+  // machine (every GPU on node 0).
+  std::vector<int> gpu_nodes;
+  int NodeOf(size_t gpu) const { return gpu < gpu_nodes.size() ? gpu_nodes[gpu] : 0; }
+  int nodes() const { return gpu_nodes.empty() ? 1 : gpu_nodes.back() + 1; }
 };
+
+// A group of nodes (issue 24: one model served by one process per node) as one machine, the union of their GPUs
+// node-major (node 0's GPUs, then node 1's, ...), so that every strategy keeps transformers' semantics over them
+// (balanced_low_0 keeps the leader's GPU 0 light). "cpu" and "disk" entries execute on the map's lowest GPU, the
+// leader's GPU 0 (the runtime runs them on its main device), so they live on the leader's host: the group's cpu
+// budget is node 0's available memory; the other hosts hold no weights. The driver version is the lowest any node
+// reports. Errors: no node.
+absl::StatusOr<MachineInventory> GroupInventory(const std::vector<MachineInventory>& nodes);
 
 // "0=79GiB@8.9,1=79GiB,cpu=200GiB": each GPU's free memory, optionally "@MAJOR.MINOR" its compute capability (its total
 // is taken to be the same) and the host's available memory, in ParseMemorySize's units. GPUs must be numbered 0..n-1

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -74,6 +75,12 @@ bool IsLayerOrInside(const std::string& name, const std::vector<LayerInfo>& laye
   return false;
 }
 
+// A group plan (GroupInventory): the node a device is on ("cpu" and "disk" live on the leader's host, node 0).
+std::optional<int> NodeOf(const Plan& plan, const Device& device) {
+  if (!plan.inventory || plan.inventory->nodes() < 2) return std::nullopt;
+  return device.is_gpu() ? plan.inventory->NodeOf(static_cast<size_t>(device.index)) : 0;
+}
+
 }  // namespace
 
 nlohmann::ordered_json PlanToJson(const Plan& plan) {
@@ -89,10 +96,14 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
                        {"planned_bytes", d.planned_bytes},
                        {"kv_cache_bytes", d.kv_cache_bytes},
                        {"runtime_reserve_bytes", d.runtime_reserve.total()}});
+    if (std::optional<int> node = NodeOf(plan, d.device)) devices.back()["node"] = *node;
   }
   json["devices"] = std::move(devices);
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
-  for (const Stage& s : plan.stages) stages.push_back({{"device", s.device.ToString()}, {"modules", s.modules}});
+  for (const Stage& s : plan.stages) {
+    stages.push_back({{"device", s.device.ToString()}, {"modules", s.modules}});
+    if (std::optional<int> node = NodeOf(plan, s.device)) stages.back()["node"] = *node;
+  }
   json["stages"] = std::move(stages);
   if (plan.inventory) {
     nlohmann::ordered_json gpus = nlohmann::ordered_json::array();
@@ -106,6 +117,7 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
                                                  ? nlohmann::ordered_json(absl::StrCat(
                                                        gpu.compute_capability_major, ".", gpu.compute_capability_minor))
                                                  : nlohmann::ordered_json(nullptr)}});
+      if (plan.inventory->nodes() > 1) gpus.back()["node"] = plan.inventory->NodeOf(i);
     }
     json["inventory"] = {{"gpus", std::move(gpus)}, {"cpu_available_bytes", plan.inventory->host_available_bytes}};
   }
@@ -124,6 +136,8 @@ std::string PlanToTable(const ModelSpec& spec, const Plan& plan) {
       std::any_of(plan.devices.begin(), plan.devices.end(), [](const DeviceUsage& d) { return d.kv_cache_bytes > 0; });
   const bool any_runtime = std::any_of(plan.devices.begin(), plan.devices.end(),
                                        [](const DeviceUsage& d) { return d.runtime_reserve.total() > 0; });
+  const bool group = plan.inventory && plan.inventory->nodes() > 1;
+  if (group) absl::StrAppendFormat(&out, "%-4s  ", "node");
   absl::StrAppendFormat(&out, "%-6s  %-16s  %12s  %12s  %7s", "device", "layers", "planned", "budget", "used");
   if (any_kv) absl::StrAppendFormat(&out, "  %12s", "kv cache");
   if (any_runtime) absl::StrAppendFormat(&out, "  %12s", "runtime");
@@ -148,6 +162,7 @@ std::string PlanToTable(const ModelSpec& spec, const Plan& plan) {
     std::string used = std::isinf(d.budget_bytes) || d.budget_bytes <= 0
                            ? (d.planned_bytes > 0 && d.budget_bytes <= 0 ? "over" : "-")
                            : absl::StrFormat("%.1f%%", 100.0 * static_cast<double>(d.planned_bytes) / d.budget_bytes);
+    if (group) absl::StrAppendFormat(&out, "%-4d  ", *NodeOf(plan, d.device));
     absl::StrAppendFormat(&out, "%-6s  %-16s  %12s  %12s  %7s", d.device.ToString(), layer_text,
                           FormatBytes(d.planned_bytes), FormatBytes(d.budget_bytes), used);
     if (any_kv) absl::StrAppendFormat(&out, "  %12s", FormatBytes(d.kv_cache_bytes));
@@ -155,7 +170,10 @@ std::string PlanToTable(const ModelSpec& spec, const Plan& plan) {
     absl::StrAppend(&out, "  ", others.empty() ? "-" : absl::StrJoin(others, ", "), "\n");
   }
   std::vector<std::string> stage_text;
-  for (const Stage& s : plan.stages) stage_text.push_back(s.device.ToString());
+  for (const Stage& s : plan.stages) {
+    stage_text.push_back(group ? absl::StrCat(s.device.ToString(), " (node ", *NodeOf(plan, s.device), ")")
+                               : s.device.ToString());
+  }
   absl::StrAppend(&out, "stages: ", absl::StrJoin(stage_text, " -> "), "\n");
   return out;
 }

@@ -22,7 +22,9 @@
 ABSL_FLAG(std::string, inventory, "",
           "plan for this machine instead of the one found here: each GPU's free memory and the host's available "
           "memory, 0=79GiB,1=79GiB,cpu=200GiB (GPUs 0..n-1, cpu required; 0=79GiB@8.9 states GPU 0's compute "
-          "capability, which --quantized-sizing transformers reads for FP8); budgets ignored with --max-memory");
+          "capability, which --quantized-sizing transformers reads for FP8); budgets ignored with --max-memory. Give "
+          "it once per node to plan for a group of nodes as one machine: their GPUs node-major (node 1's GPU 0 is "
+          "GPU n of the plan), cpu and disk on node 0's host");
 ABSL_FLAG(bool, json, false, "machine-readable plan (device_map in hf_device_map form)");
 ABSL_FLAG(bool, explain, false, "say why each module went where it went");
 ABSL_FLAG(bool, print_module_tree, false, "print the model's module tree JSON instead of a plan");
@@ -46,10 +48,10 @@ Plans where each module of a model lives (GPUs, cpu, disk) exactly as transforme
 from_pretrained(device_map=..., max_memory=...) would, and beyond it.
 )";
     command.flags = strata::cli::PlacementFlagSpecs(kPlacementFlags);
-    command.flags.insert(
-        command.flags.end(),
-        {Flag(FLAGS_inventory, "SPEC"), Flag(FLAGS_experts_on, "DEVICE").ShowDefault("none"), Flag(FLAGS_json),
-         Flag(FLAGS_explain), Flag(FLAGS_print_module_tree), Flag(FLAGS_bench, "N").ShowDefault("none")});
+    command.flags.insert(command.flags.end(),
+                         {Flag(FLAGS_inventory, "SPEC").Repeatable(),
+                          Flag(FLAGS_experts_on, "DEVICE").ShowDefault("none"), Flag(FLAGS_json), Flag(FLAGS_explain),
+                          Flag(FLAGS_print_module_tree), Flag(FLAGS_bench, "N").ShowDefault("none")});
     return command;
   }();
   return command;
@@ -86,10 +88,19 @@ int main(int argc, char** argv) {
   request.device_map = placement->device_map;
   request.explain = explain;
   request.max_memory = placement->max_memory;
-  if (const std::string text = absl::GetFlag(FLAGS_inventory); !text.empty()) {
-    absl::StatusOr<MachineInventory> inventory = ParseInventory(text);
-    if (!inventory.ok()) return BadFlag(FLAGS_inventory, inventory.status());
-    request.inventory = *std::move(inventory);
+  if (const std::vector<std::string> nodes = parsed->Values(FLAGS_inventory); !nodes.empty()) {
+    std::vector<MachineInventory> machines;
+    for (size_t n = 0; n < nodes.size(); ++n) {
+      absl::StatusOr<MachineInventory> inventory = ParseInventory(nodes[n]);
+      if (!inventory.ok()) {
+        if (nodes.size() == 1) return BadFlag(FLAGS_inventory, inventory.status());
+        return BadInput(absl::StrCat("--inventory (node ", n, "): ", inventory.status().message()));
+      }
+      machines.push_back(*std::move(inventory));
+    }
+    absl::StatusOr<MachineInventory> group = GroupInventory(machines);
+    if (!group.ok()) return BadFlag(FLAGS_inventory, group.status());
+    request.inventory = *std::move(group);
   } else if (!request.max_memory) {
     // Discovered once, here, rather than by MakePlan on every --bench run.
     absl::StatusOr<MachineInventory> inventory = DiscoverInventory();

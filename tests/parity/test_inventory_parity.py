@@ -34,7 +34,7 @@ def _machine(n_gpus: int, equal: bool, gpu_share: float, host: tuple[float, int]
     largest layer, which comes first and would otherwise push the whole fill past GPU 0); host
     (fraction of S, multiple of L)."""
     def make(size: int, largest: int):
-        weights = [1.0] * n_gpus if equal else _UNEQUAL[:n_gpus]
+        weights = [1.0] * n_gpus if equal else (_UNEQUAL * 2)[:n_gpus]
         gpus = [int(gpu_share * size * w / sum(weights)) + (2 * largest if i == 0 else 0) for i, w in enumerate(weights)]
         return gpus, int(host[0] * size) + host[1] * largest
     return make
@@ -166,3 +166,45 @@ def test_gpus_without_a_layer_warn_on_stderr(strata_plan, checkpoint_dir):
     out = H.json.loads(proc.stdout)
     assert out["warnings"] and "GPU 0" in out["warnings"][0] and "GPU 1" in out["warnings"][0], out["warnings"]
     assert "warning: no decoder layer is on a GPU" in proc.stderr, proc.stderr
+
+
+# Groups of nodes (issue 24): one --inventory per node, each numbering its own GPUs from 0. The plan is transformers'
+# on one machine holding every node's GPUs, node-major (16 GPUs for two nodes of 8), with the leader's host as cpu.
+GROUPS = {
+    "2x4-equal": (4, _machine(8, True, 1.3, ROOMY_HOST)),
+    "2x8-unequal": (8, _machine(16, False, 2.2, TIGHT_HOST)),
+}
+GROUP_CASES = [
+    pytest.param(config, group, strategy, id=f"{config}-{group}-{strategy}")
+    for config, group, strategy in itertools.product(["Llama-3.1-70B", "Qwen2-1.5B"], GROUPS, H.STRATEGIES)
+]
+
+
+@pytest.mark.parametrize("config,group,strategy", GROUP_CASES)
+def test_a_group_of_nodes_plans_as_transformers_on_their_union(strata_plan, checkpoint_dir, config, group, strategy):
+    model = H.meta_model(config, _dtype(config))
+    per_node, make = GROUPS[group]
+    gpus, host = make(H.model_size(model), H.largest_layer(model))
+    expected, expected_budgets = H.reference_default_placement(model, strategy, gpus, host)
+    nodes = [gpus[n * per_node:(n + 1) * per_node] for n in range(len(gpus) // per_node)]
+    # Every node has a host; only the leader's holds weights, so the others' may be anything.
+    args = []
+    for n, node in enumerate(nodes):
+        args += ["--inventory", H.inventory_arg(node, host if n == 0 else 7 * host + 12345)]
+    out = H.strata_plan_json(strata_plan, "--model", checkpoint_dir(config), "--device-map", strategy, *args)
+    assert out["device_map"] == expected, f"{config} {group} {strategy}:\n{H.map_diff(expected, out['device_map'])}"
+    budgets = {d["device"]: d["budget_bytes"] for d in out["devices"] if d["device"] != "disk"}
+    assert budgets == {str(k): v for k, v in expected_budgets.items()}
+    # Every device and stage names its node: GPU i on node i // per_node, cpu and disk on the leader's.
+    for d in out["devices"]:
+        assert d["node"] == (int(d["device"]) // per_node if d["device"].isdigit() else 0), d
+    for s in out["stages"]:
+        assert s["node"] == (int(s["device"]) // per_node if s["device"].isdigit() else 0), s
+    assert [g["node"] for g in out["inventory"]["gpus"]] == [i // per_node for i in range(len(gpus))]
+    assert out["inventory"]["cpu_available_bytes"] == host
+
+
+def test_a_bad_node_inventory_exits_2_naming_the_node(strata_plan, checkpoint_dir):
+    proc = H.run_strata_plan(strata_plan, "--model", checkpoint_dir("SmolLM-135M"), "--inventory", "0=1GiB,cpu=4GiB",
+                             "--inventory", "0=1GiB,2=1GiB,cpu=4GiB", "--json", expect_rc=2)
+    assert "--inventory (node 1)" in proc.stderr and '"2"' in proc.stderr, proc.stderr

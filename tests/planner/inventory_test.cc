@@ -194,3 +194,64 @@ TEST(PlanWarnings, NoneWithoutGpusOrWithALayerOnAGpu) {
 
 }  // namespace
 }  // namespace strata::planner
+
+namespace strata::planner {
+namespace {
+
+TEST(GroupInventory, NodesAreOneMachineNodeMajorWithTheLeadersHost) {
+  MachineInventory leader = *ParseInventory("0=10GiB,1=20GiB,cpu=100GiB");
+  leader.cuda_driver_version = 13000;
+  MachineInventory worker = *ParseInventory("0=30GiB,cpu=7GiB");
+  worker.cuda_driver_version = 12080;
+  absl::StatusOr<MachineInventory> group = GroupInventory({leader, worker});
+  ASSERT_TRUE(group.ok()) << group.status();
+  ASSERT_EQ(group->gpus.size(), 3u);
+  EXPECT_EQ(group->gpus[2].free_bytes, int64_t{30} << 30);
+  EXPECT_EQ(group->gpu_nodes, (std::vector<int>{0, 0, 1}));
+  EXPECT_EQ(group->nodes(), 2);
+  EXPECT_EQ(group->NodeOf(2), 1);
+  EXPECT_EQ(group->host_available_bytes, int64_t{100} << 30);  // cpu and disk entries live on the leader's host
+  EXPECT_EQ(group->cuda_driver_version, 12080);                // the lowest: what every node can run
+  EXPECT_EQ(InventoryToString(*group),
+            "node 0: 0=10.00 GiB free of 10.00 GiB, 1=20.00 GiB free of 20.00 GiB, node 1: 2=30.00 GiB free of "
+            "30.00 GiB, cpu=100.00 GiB available (node 0, the leader's host)");
+  // One node is a machine like any other.
+  absl::StatusOr<MachineInventory> one = GroupInventory({leader});
+  ASSERT_TRUE(one.ok());
+  EXPECT_TRUE(one->gpu_nodes.empty());
+  EXPECT_EQ(one->nodes(), 1);
+  EXPECT_FALSE(GroupInventory({}).ok());
+}
+
+TEST(GroupInventory, AGroupPlansAsTheUnionOfItsGpus) {
+  nlohmann::json config = {{"architectures", {"LlamaForCausalLM"}},
+                           {"model_type", "llama"},
+                           {"hidden_size", 64},
+                           {"intermediate_size", 128},
+                           {"num_hidden_layers", 8},
+                           {"num_attention_heads", 4},
+                           {"num_key_value_heads", 2},
+                           {"vocab_size", 100}};
+  const ModelSpec spec = *ModelSpecFromConfig(config, DType::kFloat32);
+  MachineInventory node = *ParseInventory("0=200KB,1=200KB,cpu=10MB");
+  for (const char* strategy : {"auto", "balanced", "balanced_low_0", "sequential"}) {
+    PlanRequest group_request, union_request;
+    group_request.device_map = union_request.device_map = *ParseDeviceMapChoice(strategy);
+    group_request.inventory = *GroupInventory({node, node});
+    union_request.inventory = *ParseInventory("0=200KB,1=200KB,2=200KB,3=200KB,cpu=10MB");
+    absl::StatusOr<Plan> group = MakePlan(spec, group_request);
+    absl::StatusOr<Plan> whole = MakePlan(spec, union_request);
+    ASSERT_TRUE(group.ok() && whole.ok()) << strategy;
+    EXPECT_EQ(group->device_map, whole->device_map) << strategy;
+    const nlohmann::ordered_json json = PlanToJson(*group);
+    for (const auto& d : json["devices"]) {
+      const std::string device = d["device"];
+      EXPECT_EQ(d["node"], device == "2" || device == "3" ? 1 : 0) << strategy << " " << device;
+    }
+    EXPECT_NE(PlanToTable(spec, *group).find("(node 1)"), std::string::npos) << strategy;
+    EXPECT_FALSE(PlanToJson(*whole)["devices"][0].contains("node"));
+  }
+}
+
+}  // namespace
+}  // namespace strata::planner
