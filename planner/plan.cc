@@ -1,6 +1,7 @@
 #include "planner/plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <optional>
@@ -276,8 +277,10 @@ absl::Status PlaceAuto(const ModelSpec& spec, const ModuleSizes& sizes, const Pl
   return absl::OkStatus();
 }
 
-// plan.devices: each device's budget, planned bytes and KV reserve, in device order.
-void AccountDevices(const ModelSpec& spec, const ModuleSizes& sizes, PlacedBudgets& placed, Plan& plan) {
+// plan.devices: each device's budget, planned bytes and KV reserve, in device order; the KV capacity each GPU
+// leaves room for (against `max_memory`, before balancing shrank it) and the plan's, its tightest.
+void AccountDevices(const ModelSpec& spec, const ModuleSizes& sizes, const MaxMemory& max_memory, PlacedBudgets& placed,
+                    Plan& plan) {
   const MaxMemory& placed_with = placed.placed_with;
   std::map<Device, int64_t>& kv_reserve = placed.kv_reserve;
   const std::map<Device, int64_t> planned = PlannedBytes(spec, sizes, plan.device_map, plan.device_map.front().second);
@@ -298,6 +301,19 @@ void AccountDevices(const ModelSpec& spec, const ModuleSizes& sizes, PlacedBudge
   }
   std::stable_sort(plan.devices.begin(), plan.devices.end(),
                    [](const DeviceUsage& a, const DeviceUsage& b) { return a.device < b.device; });
+  if (spec.num_key_value_heads <= 0 || spec.head_dim <= 0) return;
+  const std::map<Device, int64_t> per_token = KvCacheBytes(spec, plan.device_map, max_memory, 1);
+  for (DeviceUsage& d : plan.devices) {
+    auto kv = per_token.find(d.device);
+    auto limit =
+        std::find_if(max_memory.begin(), max_memory.end(), [&](const DeviceBudget& b) { return b.device == d.device; });
+    if (kv == per_token.end() || kv->second <= 0 || limit == max_memory.end() || std::isinf(limit->bytes)) continue;
+    const double room = limit->bytes - static_cast<double>(d.planned_bytes + d.runtime_reserve.total());
+    d.kv_capacity_tokens = room <= 0 ? 0 : static_cast<int64_t>(room / static_cast<double>(kv->second));
+    if (!plan.kv_capacity || d.kv_capacity_tokens < plan.kv_capacity->tokens) {
+      plan.kv_capacity = KvCapacity{d.kv_capacity_tokens, d.device};
+    }
+  }
 }
 
 }  // namespace
@@ -385,7 +401,7 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request)
   if (!status.ok()) return status;
 
   if (plan.device_map.empty()) return absl::InternalError("device map: the placement produced no entries");
-  AccountDevices(spec, sizes, placed, plan);
+  AccountDevices(spec, sizes, *max_memory, placed, plan);
   plan.stages = Stages(spec, plan.device_map);
   return plan;
 }

@@ -66,6 +66,18 @@ struct DeviceUsage {
   int64_t kv_cache_bytes = 0;  // KV reserve taken from the budget (GPUs, with kv_cache_tokens)
   // Runtime reserve taken from the budget (GPUs that run a stage, with PlanRequest::runtime_reserve).
   RuntimeReserveParts runtime_reserve;
+  // GPUs whose decoder layers keep KV cache (their own, and the first GPU's for cpu/disk layers): the tokens of KV
+  // cache the room left in its max_memory (less what is planned there and the runtime reserve) could hold; -1 where
+  // the device keeps no KV cache or has no limit.
+  int64_t kv_capacity_tokens = -1;
+};
+
+// The KV cache a plan leaves room for. Every stage's paged pool has the same blocks (a sequence's block table is
+// shared by all stages), so the pipeline holds what its tightest stage holds, as vLLM caps every stage by the
+// smallest; this names that stage.
+struct KvCapacity {
+  int64_t tokens = 0;
+  Device limited_by;
 };
 
 // Consecutive device_map entries on one device form a stage (GUIDE.md, Stages).
@@ -83,6 +95,8 @@ struct Plan {
   std::vector<std::string> explanation;
   // The machine the budgets came from (absent when the request gave max_memory).
   std::optional<MachineInventory> inventory;
+  // With decoder layers on GPUs with finite budgets: the KV cache the tightest of them leaves room for.
+  std::optional<KvCapacity> kv_capacity;
   // Things a person should know about a valid plan, e.g. budgets listing GPUs on which no decoder
   // layer ended up (too small, or taken by the KV reserve).
   std::vector<std::string> warnings;

@@ -96,9 +96,14 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
                        {"planned_bytes", d.planned_bytes},
                        {"kv_cache_bytes", d.kv_cache_bytes},
                        {"runtime_reserve_bytes", d.runtime_reserve.total()}});
+    if (d.kv_capacity_tokens >= 0) devices.back()["kv_capacity_tokens"] = d.kv_capacity_tokens;
     if (std::optional<int> node = NodeOf(plan, d.device)) devices.back()["node"] = *node;
   }
   json["devices"] = std::move(devices);
+  if (plan.kv_capacity) {
+    json["kv_capacity"] = {{"tokens", plan.kv_capacity->tokens},
+                           {"limited_by", plan.kv_capacity->limited_by.ToString()}};
+  }
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   for (const Stage& s : plan.stages) {
     stages.push_back({{"device", s.device.ToString()}, {"modules", s.modules}});
@@ -175,6 +180,12 @@ std::string PlanToTable(const ModelSpec& spec, const Plan& plan) {
                                : s.device.ToString());
   }
   absl::StrAppend(&out, "stages: ", absl::StrJoin(stage_text, " -> "), "\n");
+  if (plan.kv_capacity) {
+    absl::StrAppend(
+        &out, "kv cache: room for ", plan.kv_capacity->tokens, " tokens, the tightest stage's (GPU ",
+        plan.kv_capacity->limited_by.ToString(),
+        "; every stage's pool holds the same blocks, so the pipeline holds what its tightest stage holds)\n");
+  }
   return out;
 }
 

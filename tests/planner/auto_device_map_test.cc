@@ -2,7 +2,9 @@
 // transformers at scale; here each is pinned on a tiny model so a regression names the rule it broke.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
+#include <string>
 
 #include "nlohmann/json.hpp"
 #include "planner/manual_device_map.h"
@@ -127,6 +129,42 @@ TEST(AutoDeviceMap, KvCacheTokensReserveCacheOnEachGpu) {
     if (d.device.is_gpu()) gpu_bytes_without += d.planned_bytes;
   EXPECT_GT(with.devices[0].kv_cache_bytes, 0);
   EXPECT_LT(gpu_bytes_with, gpu_bytes_without);
+}
+
+TEST(AutoDeviceMap, KvCapacityIsTheRoomEachGpuLeavesAndThePlansIsTheTightest) {
+  ModelSpec spec = TinyLlama(false);
+  Plan plan = MustPlan(spec, "sequential", "0=600KB,1=600KB,cpu=10MB");
+  // K and V of one token in one layer: 2 KV heads x 16 head_dim x 4 bytes, twice.
+  const int64_t per_layer_token = 2 * 2 * 16 * 4;
+  std::map<Device, int> layers;
+  internal::DeviceResolver resolver(plan.device_map);
+  for (int l = 0; l < 8; ++l) {
+    const Device device = resolver.Find("model.layers." + std::to_string(l))->second;
+    ++layers[device.is_gpu() ? device : Device::Gpu(0)];  // cpu and disk layers keep their cache on GPU 0
+  }
+  ASSERT_TRUE(plan.kv_capacity.has_value());
+  int64_t tightest = std::numeric_limits<int64_t>::max();
+  for (const DeviceUsage& d : plan.devices) {
+    if (!d.device.is_gpu() || layers[d.device] == 0) {
+      EXPECT_EQ(d.kv_capacity_tokens, -1) << d.device.ToString();
+      continue;
+    }
+    const int64_t expected = (600000 - d.planned_bytes) / (layers[d.device] * per_layer_token);
+    EXPECT_EQ(d.kv_capacity_tokens, expected) << d.device.ToString();
+    tightest = std::min(tightest, expected);
+  }
+  EXPECT_EQ(plan.kv_capacity->tokens, tightest);
+  const nlohmann::ordered_json json = PlanToJson(plan);
+  EXPECT_EQ(json["kv_capacity"]["tokens"], tightest);
+  EXPECT_EQ(json["kv_capacity"]["limited_by"], plan.kv_capacity->limited_by.ToString());
+  EXPECT_NE(PlanToTable(spec, plan).find("kv cache: room for " + std::to_string(tightest) + " tokens"),
+            std::string::npos);
+  // A plan with a KV reserve leaves room for at least what it reserved.
+  Plan reserved = MustPlan(spec, "sequential", "0=600KB,1=600KB,cpu=10MB", /*kv_tokens=*/64);
+  ASSERT_TRUE(reserved.kv_capacity.has_value());
+  EXPECT_GE(reserved.kv_capacity->tokens, 64);
+  // Without GPUs, nothing to say.
+  EXPECT_FALSE(MustPlan(spec, "sequential", "cpu=10MB").kv_capacity.has_value());
 }
 
 TEST(AutoDeviceMap, ExplainSaysWhyEachModuleWentWhere) {
