@@ -308,8 +308,13 @@ void AccountDevices(const ModelSpec& spec, const ModuleSizes& sizes, const MaxMe
     auto limit =
         std::find_if(max_memory.begin(), max_memory.end(), [&](const DeviceBudget& b) { return b.device == d.device; });
     if (kv == per_token.end() || kv->second <= 0 || limit == max_memory.end() || std::isinf(limit->bytes)) continue;
-    const double room = limit->bytes - static_cast<double>(d.planned_bytes + d.runtime_reserve.total());
-    d.kv_capacity_tokens = room <= 0 ? 0 : static_cast<int64_t>(room / static_cast<double>(kv->second));
+    // In doubles: a saturated runtime reserve (huge serving limits) must not overflow the sum.
+    const double room =
+        limit->bytes - static_cast<double>(d.planned_bytes) - static_cast<double>(d.runtime_reserve.total());
+    const double tokens = room / static_cast<double>(kv->second);
+    d.kv_capacity_tokens = room <= 0        ? 0
+                           : tokens >= 9e18 ? std::numeric_limits<int64_t>::max()
+                                            : static_cast<int64_t>(tokens);
     if (!plan.kv_capacity || d.kv_capacity_tokens < plan.kv_capacity->tokens) {
       plan.kv_capacity = KvCapacity{d.kv_capacity_tokens, d.device};
     }
