@@ -224,15 +224,7 @@ TEST(GroupInventory, NodesAreOneMachineNodeMajorWithTheLeadersHost) {
 }
 
 TEST(GroupInventory, AGroupPlansAsTheUnionOfItsGpus) {
-  nlohmann::json config = {{"architectures", {"LlamaForCausalLM"}},
-                           {"model_type", "llama"},
-                           {"hidden_size", 64},
-                           {"intermediate_size", 128},
-                           {"num_hidden_layers", 8},
-                           {"num_attention_heads", 4},
-                           {"num_key_value_heads", 2},
-                           {"vocab_size", 100}};
-  const ModelSpec spec = *ModelSpecFromConfig(config, DType::kFloat32);
+  const ModelSpec spec = SmallLlama();
   MachineInventory node = *ParseInventory("0=200KB,1=200KB,cpu=10MB");
   for (const char* strategy : {"auto", "balanced", "balanced_low_0", "sequential"}) {
     PlanRequest group_request, union_request;
