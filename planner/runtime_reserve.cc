@@ -99,6 +99,9 @@ int64_t LargestUnit(const ModelSpec& spec, const internal::ModuleSizes& sizes, c
 
 }  // namespace
 
+// LayerActivationBytesPerToken with the model's hidden size already found (RuntimeReserveBytes reads every layer).
+int64_t LayerBytesPerToken(const ModelSpec& spec, const ModuleSpec& layer, int64_t hidden);
+
 absl::StatusOr<RuntimeReserve> ParseRuntimeReserve(absl::string_view text) {
   RuntimeReserve reserve;
   const std::string lower = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
@@ -144,9 +147,12 @@ std::string RuntimeReserveParts::Describe() const {
 }
 
 int64_t LayerActivationBytesPerToken(const ModelSpec& spec, const ModuleSpec& layer) {
+  return LayerBytesPerToken(spec, layer, VocabAndHidden(spec).second);
+}
+
+int64_t LayerBytesPerToken(const ModelSpec& spec, const ModuleSpec& layer, int64_t hidden) {
   int64_t linear_outs = 0, widest = 0, expert_widths = 0, experts = 0;
   Widths(layer, linear_outs, widest, expert_widths, experts);
-  const int64_t hidden = VocabAndHidden(spec).second;
   const int64_t element = DTypeSize(spec.dtype);
   // Residual and normed copy; every linear output, the widest once more (act(gate) before the product).
   int64_t bytes = (2 * hidden + linear_outs + widest) * element;
@@ -214,7 +220,7 @@ std::map<Device, RuntimeReserveParts> RuntimeReserveBytes(const ModelSpec& spec,
     std::optional<std::pair<std::string, Device>> entry = resolver.Find(layer->name);
     if (!entry) continue;
     const Device runs = *ExecutesOn(entry->second, main);
-    widest_layer[runs] = std::max(widest_layer[runs], LayerActivationBytesPerToken(spec, *layer));
+    widest_layer[runs] = std::max(widest_layer[runs], LayerBytesPerToken(spec, *layer, hidden));
     attends.insert(runs);
   }
   for (const auto& [device, per_token] : widest_layer) {
