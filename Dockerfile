@@ -26,7 +26,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update -q && apt-get install -y -q --no-install-recommends \
       build-essential cmake ninja-build pkg-config ccache ca-certificates python3 python3-venv binutils \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev prometheus-cpp-dev libmicrohttpd-dev libgnutls28-dev libssl-dev \
-      nlohmann-json3-dev libonig-dev libutf8proc-dev libre2-dev \
+      nlohmann-json3-dev libonig-dev libutf8proc-dev libre2-dev libucx-dev \
     && rm -rf /var/lib/apt/lists/*
 
 # torch, at the version scripts/requirements.txt pins (TORCH_SPEC overrides: e.g. a CPU wheel from
@@ -96,7 +96,7 @@ FROM ${RUNTIME_IMAGE}
 ARG DEBIAN_FRONTEND=noninteractive
 COPY --from=builder /opt/strata/runtime-packages.txt /tmp/runtime-packages.txt
 RUN apt-get update -q \
-    && apt-get install -y -q --no-install-recommends catatonit $(cat /tmp/runtime-packages.txt) \
+    && apt-get install -y -q --no-install-recommends catatonit libucx0 $(cat /tmp/runtime-packages.txt) \
     && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /tmp/runtime-packages.txt \
     && useradd --system --uid 10001 --user-group --home-dir /nonexistent --shell /usr/sbin/nologin strata
 COPY --from=builder /opt/strata /opt/strata

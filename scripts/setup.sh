@@ -26,7 +26,7 @@ debian_packages=(
   build-essential cmake ninja-build pkg-config ccache clang clang-format libclang-rt-14-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libmicrohttpd-dev libgnutls28-dev nlohmann-json3-dev libonig-dev libutf8proc-dev libgtest-dev libgmock-dev
-  libhwy-dev libre2-dev
+  libhwy-dev libre2-dev libucx-dev
   libssl-dev openssl
   prometheus podman buildah runc catatonit netavark aardvark-dns iptables debootstrap
 )

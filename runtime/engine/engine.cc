@@ -137,6 +137,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(LoadedModel& model, const 
   eo.stage_threads = options.stage_threads;
   eo.intra_op_threads = options.intra_op_threads;
   eo.fault = options.fault;
+  eo.group = options.group;
+  eo.on_group_lost = options.on_device_lost;
   absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Start(model, eo);
   if (!executor.ok()) return executor.status();
   impl->executor = *std::move(executor);
@@ -214,6 +216,7 @@ EngineStats Engine::Stats() const {
   stats.kv_blocks = impl_->model.kv_blocks();
   stats.kv_block_tokens = impl_->model.kv_block_tokens();
   stats.stages = impl_->executor->Busy();
+  stats.transfers = impl_->executor->Transfers();
   return stats;
 }
 

@@ -118,6 +118,10 @@ struct EngineOptions {
   // Called once, on the engine thread, when a failure left a device unusable (a sticky CUDA error):
   // every request has then ended with kError and Submit refuses new ones. The server stops serving.
   std::function<void(const absl::Status&)> on_device_lost;
+  // A group of nodes (runtime/executor/group_load.h): the leader's engine runs its stages here and the others on
+  // their nodes. A lost node is a lost device: on_device_lost is called (from the group's thread, at once, even
+  // when nothing runs) and every request ends UNAVAILABLE naming the node. Not owned.
+  NodeGroup* group = nullptr;
 };
 
 // Failed micro-batches per stage.
@@ -143,7 +147,8 @@ struct EngineStats {
   uint64_t prefix_hit_tokens = 0;      // of those, found there (not computed again)
   uint64_t micro_batches_run = 0;
   std::vector<StageBusy> stages;
-  std::vector<StageErrors> errors;  // stages that failed at least once
+  std::vector<LinkTransfer> transfers;  // a group of nodes: what each link carried
+  std::vector<StageErrors> errors;      // stages that failed at least once
   // Rows whose logits were not finite (NaN or inf), by the stage that computed them: each ended its
   // request with kError.
   std::vector<StageErrors> nonfinite_logits;

@@ -1,18 +1,25 @@
 #include "runtime/executor/executor.h"
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/index_select.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <exception>
+#include <iostream>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "runtime/executor/group.h"
+#include "runtime/executor/group_wire.h"
 #include "runtime/executor/pipeline.h"
 #include "runtime/executor/sampler.h"
 #include "runtime/executor/stage_workers.h"
@@ -108,8 +115,37 @@ struct Executor::Impl {
     }
   }
 
+  // Stages a micro-batch's inputs once, in (pinned) host memory (Executor::Submit's work; a group's workers stage
+  // each micro-batch that arrives). A failure is the micro-batch's error, at stage 0.
+  std::unique_ptr<MicroBatch> StageInputs(MicroBatchWork work);
+
+  // WaitCompleted's work on a completed micro-batch: its samples and scores from the device, or its error.
+  MicroBatchResult Finish(std::unique_ptr<MicroBatch> mb);
+  // A group (group.h): the micro-batch goes to `stage` on another node; see Executor::Start.
+  void HandOff(size_t stage, std::unique_ptr<MicroBatch> mb);
+  void OnMessage(int node, transport::Message message);
+  void OnLost(const absl::Status& why);
+  // Completes `mb` with `status` (UNAVAILABLE, the group's loss) instead of a result.
+  void CompleteLost(std::unique_ptr<MicroBatch> mb, const absl::Status& status);
+  // Whether a stage after `stage` runs here (the micro-batch comes back to this node).
+  bool ReturnsHere(size_t stage) const {
+    const std::vector<Stage>& stages = pipeline.stages();
+    for (size_t s = stage + 1; s < stages.size(); ++s) {
+      if (stages[s].local) return true;
+    }
+    return false;
+  }
+
   LoadedModel& model;
   Pipeline& pipeline;
+  NodeGroup* group = nullptr;
+  std::function<void(const absl::Status&)> on_group_lost;
+  // Staging runs on the engine's thread and, in a group, on the receiver threads: the penalty slots are shared.
+  std::mutex staging;
+  // A group: micro-batches sent to another node that come back here (the leader keeps every one until its result).
+  std::mutex parked_mutex;
+  std::map<uint64_t, std::unique_ptr<MicroBatch>> parked;
+  absl::Status lost;  // under parked_mutex: the group's loss, once
   // The repetition penalty's state: slots assigned where micro-batches are staged (Submit, the caller's
   // thread), the seen ids where they are sampled (the last stage's worker).
   PenaltySlots penalty_slots;
@@ -118,7 +154,11 @@ struct Executor::Impl {
 };
 
 Executor::Executor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Executor::~Executor() { impl_->workers.reset(); }
+Executor::~Executor() {
+  // The group's receivers hand messages to this executor: they stop first.
+  if (impl_->group != nullptr) impl_->group->Stop();
+  impl_->workers.reset();
+}
 
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Start(LoadedModel& model, const ExecutorOptions& options) {
   auto impl = std::make_unique<Impl>(model);
@@ -128,9 +168,22 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Start(LoadedModel& model, co
         absl::StrCat("fault injection: stage ", options.fault->stage, " does not exist (the plan has ", stages, ")"));
   }
   Impl* raw = impl.get();
+  std::function<void(size_t, std::unique_ptr<MicroBatch>)> hand_off;
+  if (options.group != nullptr) {
+    if (!options.stage_threads) {
+      return absl::InvalidArgumentError("a group of nodes runs its stages on worker threads (stage_threads)");
+    }
+    impl->group = options.group;
+    impl->on_group_lost = options.on_group_lost;
+    hand_off = [raw](size_t stage, std::unique_ptr<MicroBatch> mb) { raw->HandOff(stage, std::move(mb)); };
+  }
   impl->workers = std::make_unique<StageWorkers>(
       impl->pipeline, options.stage_threads, options.intra_op_threads, [raw](MicroBatch& mb) { raw->Sample(mb); },
-      options.fault);
+      options.fault, std::move(hand_off));
+  if (options.group != nullptr) {
+    options.group->Serve({[raw](int node, transport::Message message) { raw->OnMessage(node, std::move(message)); },
+                          [raw](int, const absl::Status& why) { raw->OnLost(why); }});
+  }
   return std::unique_ptr<Executor>(new Executor(std::move(impl)));
 }
 
@@ -179,15 +232,28 @@ ForwardGroup StageGroup(const Pipeline& pipeline, const std::vector<BatchRow>& r
 }  // namespace
 
 void Executor::Submit(MicroBatchWork work) {
+  std::unique_ptr<MicroBatch> mb = impl_->StageInputs(std::move(work));
+  if (impl_->group != nullptr) {
+    std::lock_guard lock(impl_->parked_mutex);
+    if (!impl_->lost.ok()) {
+      const absl::Status lost = impl_->lost;
+      impl_->CompleteLost(std::move(mb), lost);
+      return;
+    }
+  }
+  impl_->workers->Submit(std::move(mb));
+}
+
+std::unique_ptr<MicroBatch> Executor::Impl::StageInputs(MicroBatchWork work) {
+  std::lock_guard lock(staging);
   auto mb = std::make_unique<MicroBatch>();
   mb->work = std::move(work);
   // No row of a released sequence is in flight: its slot may be given to a sequence of this micro-batch,
   // which the pool empties first, in micro-batch order.
-  for (uint64_t sequence : mb->work.released) impl_->penalty_slots.Release(sequence);
+  for (uint64_t sequence : mb->work.released) penalty_slots.Release(sequence);
   try {
     // Stage every input once, in (pinned) host memory: stages copy what they need, non_blocking. The
     // tokens are packed (ForwardBatch); rows feeding the same number of tokens form a group for attention.
-    Pipeline& pipeline = impl_->pipeline;
     const std::vector<BatchRow>& rows = mb->work.rows;
     const int64_t n = static_cast<int64_t>(rows.size());
     std::vector<int64_t> counts;                // the groups' token counts, in order of first appearance
@@ -259,7 +325,7 @@ void Executor::Submit(MicroBatchWork work) {
     }
     mb->sampling_rows = static_cast<int64_t>(sampling.size());
     if (!sampling.empty()) {
-      mb->sampling = StageSamplingInputs(sampling, pipeline.uses_cuda(), &impl_->penalty_slots);
+      mb->sampling = StageSamplingInputs(sampling, pipeline.uses_cuda(), &penalty_slots);
       if (mb->sampling_rows != logits_rows || !in_order) {
         mb->sample_index = pipeline.HostBuffer({mb->sampling_rows}, at::kLong);
         std::copy(sample_rows.begin(), sample_rows.end(), mb->sample_index.data_ptr<int64_t>());
@@ -269,15 +335,151 @@ void Executor::Submit(MicroBatchWork work) {
     mb->error = std::current_exception();
     mb->failed_stage = 0;
   }
-  impl_->workers->Submit(std::move(mb));
+  return mb;
 }
 
-MicroBatchResult Executor::WaitCompleted() {
-  std::unique_ptr<MicroBatch> mb = impl_->workers->WaitCompleted();
+void Executor::Impl::CompleteLost(std::unique_ptr<MicroBatch> mb, const absl::Status& status) {
+  MicroBatchResult result;
+  result.id = mb->work.id;
+  result.tokens.assign(mb->work.rows.size(), std::nullopt);
+  result.status = status;
+  result.device_lost = true;
+  result.failed_stage = "group";
+  result.failed_device = "group";
+  mb->remote_result = std::move(result);
+  workers->Complete(std::move(mb));
+}
+
+void Executor::Impl::HandOff(size_t stage, std::unique_ptr<MicroBatch> mb) {
+  const Stage& next = pipeline.stages().at(stage);
+  wire::Activation activation;
+  at::Tensor host;
+  if (stage > 0) {
+    // The activation reaches the host first (ordered after its producer's work on CUDA): the transport sends host
+    // bytes. A CUDA-enabled UCX could send device memory directly (runtime/executor/README.md).
+    const at::Tensor& hidden = mb->activation.hidden;
+    if (hidden.is_cuda() && mb->activation.producer != nullptr && mb->activation.producer->stream) {
+      c10::StreamGuard guard(*mb->activation.producer->stream);
+      host = hidden.to(at::kCPU).contiguous();
+    } else {
+      host = hidden.to(at::kCPU).contiguous();
+    }
+    activation.dtype = static_cast<int32_t>(host.scalar_type());
+    activation.sizes.assign(host.sizes().begin(), host.sizes().end());
+    activation.bytes = absl::string_view(static_cast<const char*>(host.data_ptr()), host.nbytes());
+  }
+  const std::string header = wire::EncodeHopHeader(static_cast<uint32_t>(stage), mb->work, activation);
+  const uint64_t id = mb->work.id;
+  // The leader keeps every micro-batch until its result; a node that runs a later stage keeps it until it returns.
+  // Parked before sending: the reply may come before Send returns.
+  const bool keep = group->rank() == 0 || ReturnsHere(stage);
+  {
+    std::lock_guard lock(parked_mutex);
+    if (!lost.ok()) {
+      const absl::Status why = lost;
+      CompleteLost(std::move(mb), why);
+      return;
+    }
+    if (keep) parked[id] = std::move(mb);
+  }
+  const absl::string_view parts[] = {header, activation.bytes};
+  absl::Status sent = group->Send(next.node, wire::kHop, parts);
+  mb.reset();  // unless parked, this node is done with it
+  if (!sent.ok()) {
+    OnLost(absl::UnavailableError(absl::StrCat("sending micro-batch ", id, " to stage ", stage, " on ",
+                                               group->Describe(next.node), " failed: ", sent.message(),
+                                               ": the group cannot go on")));
+  }
+}
+
+void Executor::Impl::OnMessage(int node, transport::Message message) {
+  if (message.kind == wire::kHop) {
+    absl::StatusOr<wire::Hop> hop = wire::DecodeHop(message.bytes);
+    if (!hop.ok() || hop->stage >= pipeline.stages().size() || !pipeline.stages()[hop->stage].local) {
+      OnLost(absl::InternalError(absl::StrCat(
+          group->Describe(node), " sent a hop this node cannot run: ",
+          hop.ok() ? absl::StrCat("stage ", hop->stage, " is not here") : std::string(hop.status().message()))));
+      return;
+    }
+    std::unique_ptr<MicroBatch> mb;
+    {
+      std::lock_guard lock(parked_mutex);
+      if (auto it = parked.find(hop->work.id); it != parked.end()) {
+        mb = std::move(it->second);
+        parked.erase(it);
+      }
+    }
+    if (mb == nullptr) mb = StageInputs(std::move(hop->work));
+    if (hop->activation.dtype >= 0) {
+      const auto dtype = static_cast<at::ScalarType>(hop->activation.dtype);
+      at::Tensor hidden = at::empty(hop->activation.sizes, at::TensorOptions().dtype(dtype));
+      if (static_cast<size_t>(hidden.nbytes()) != hop->activation.bytes.size()) {
+        OnLost(absl::InternalError(absl::StrCat(group->Describe(node), " sent an activation of ",
+                                                hop->activation.bytes.size(), " bytes for a tensor of ",
+                                                hidden.nbytes())));
+        return;
+      }
+      std::memcpy(hidden.data_ptr(), hop->activation.bytes.data(), hop->activation.bytes.size());
+      mb->activation.hidden = std::move(hidden);
+      mb->activation.produced.reset();
+      mb->activation.producer = nullptr;
+    }
+    workers->Inject(hop->stage, std::move(mb));
+    return;
+  }
+  if (message.kind == wire::kResult) {
+    absl::StatusOr<MicroBatchResult> result = wire::DecodeResult(message.bytes);
+    if (!result.ok()) {
+      OnLost(absl::InternalError(
+          absl::StrCat(group->Describe(node), " sent a result this node cannot read: ", result.status().message())));
+      return;
+    }
+    std::unique_ptr<MicroBatch> mb;
+    {
+      std::lock_guard lock(parked_mutex);
+      auto it = parked.find(result->id);
+      if (it == parked.end()) {
+        std::cerr << "strata group: " << group->Describe(node) << " sent the result of micro-batch " << result->id
+                  << ", which is not in flight here\n";
+        return;
+      }
+      mb = std::move(it->second);
+      parked.erase(it);
+    }
+    mb->remote_result = *std::move(result);
+    workers->Complete(std::move(mb));
+    return;
+  }
+  std::cerr << "strata group: " << group->Describe(node) << " sent a " << wire::KindName(message.kind)
+            << " message while serving; ignored\n";
+}
+
+void Executor::Impl::OnLost(const absl::Status& why) {
+  std::map<uint64_t, std::unique_ptr<MicroBatch>> failed;
+  {
+    std::lock_guard lock(parked_mutex);
+    if (!lost.ok()) return;
+    lost = absl::UnavailableError(why.message());
+    failed.swap(parked);
+  }
+  for (auto& [id, mb] : failed) CompleteLost(std::move(mb), lost);
+  if (on_group_lost) on_group_lost(why);
+}
+
+MicroBatchResult Executor::WaitCompleted() { return impl_->Finish(impl_->workers->WaitCompleted()); }
+
+std::optional<MicroBatchResult> Executor::WaitCompletedFor(std::chrono::milliseconds timeout) {
+  std::unique_ptr<MicroBatch> mb = impl_->workers->WaitCompleted(timeout);
+  if (mb == nullptr) return std::nullopt;
+  return impl_->Finish(std::move(mb));
+}
+
+MicroBatchResult Executor::Impl::Finish(std::unique_ptr<MicroBatch> mb) {
+  if (mb->remote_result) return *std::move(mb->remote_result);
   MicroBatchResult result;
   result.id = mb->work.id;
   result.tokens.resize(mb->work.rows.size());
-  const std::vector<Stage>& stages = impl_->pipeline.stages();
+  const std::vector<Stage>& stages = pipeline.stages();
   if (!mb->error && mb->score_index.defined()) {
     try {
       // Waits on this micro-batch's copy event only.
@@ -340,6 +542,10 @@ std::vector<StageBusy> Executor::Busy() const {
   std::vector<StageBusy> out;
   for (size_t s = 0; s < stages.size(); ++s) out.push_back({stages[s].label, stages[s].device.str(), busy[s]});
   return out;
+}
+
+std::vector<LinkTransfer> Executor::Transfers() const {
+  return impl_->group != nullptr ? impl_->group->Transfers() : std::vector<LinkTransfer>{};
 }
 
 }  // namespace strata::runtime

@@ -10,7 +10,9 @@
 //   Last stage: sampling for every row at once, one device-to-host copy of ids and logprobs, an event.
 //   WaitCompleted (engine thread): waits on that micro-batch's event only (never a device-wide sync).
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -126,10 +128,28 @@ struct FaultInjection {
 // "stage=1,call=3[,repeat[,until=N]][,device_lost]". The error names the field.
 absl::StatusOr<FaultInjection> ParseFaultInjection(const std::string& text);
 
+class NodeGroup;  // group.h
+
+// What one link of a group carried from node `from` to node `to` (group.h): messages and bytes sent, and the time
+// spent sending them. The leader reports its own links and the ones its workers' heartbeats report.
+struct LinkTransfer {
+  int from = 0;
+  int to = 0;
+  uint64_t messages = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+};
+
 struct ExecutorOptions {
   bool stage_threads = true;     // one worker thread per stage; false: stages run on the caller's thread
   int32_t intra_op_threads = 0;  // per stage worker; 0: leave LibTorch's setting
   std::optional<FaultInjection> fault;
+  // A group of nodes (group.h; the model loaded this node's stages only): micro-batches travel to the other
+  // nodes' stages and their results come back to the leader. Not owned; it must outlive the executor.
+  NodeGroup* group = nullptr;
+  // Called once when the group lost a node (any thread): every micro-batch in flight has then completed with
+  // UNAVAILABLE naming the node (device_lost set), and later ones complete so at once.
+  std::function<void(const absl::Status&)> on_group_lost;
 };
 
 struct StageBusy {
@@ -145,9 +165,13 @@ class Executor {
   ~Executor();  // joins the workers (micro-batches still in flight are finished first)
 
   void Submit(MicroBatchWork work);
-  // The next micro-batch that went through every stage and the sampler; blocks until one does.
+  // The next micro-batch that went through every stage and the sampler; blocks until one does. A group's worker:
+  // the next micro-batch whose last stage, or whose failure, was on this node (its result goes to the leader).
   MicroBatchResult WaitCompleted();
+  // As WaitCompleted, for at most `timeout`: nothing when no micro-batch completed within it.
+  std::optional<MicroBatchResult> WaitCompletedFor(std::chrono::milliseconds timeout);
   std::vector<StageBusy> Busy() const;
+  std::vector<LinkTransfer> Transfers() const;  // a group's links; empty for one process
 
  private:
   struct Impl;

@@ -103,9 +103,15 @@ absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
   }
   plan_request.kv_cache_tokens = options.kv_blocks * options.kv_block_tokens;
   plan_request.runtime_reserve = request.runtime_reserve;
-  for (const auto& [gpu, device] : request.physical) {
-    if (!device.cuda) plan_request.runtime_reserve.runs_on_cpu.insert(gpu);
+  if (request.gpu_nodes.empty()) {
+    for (const auto& [gpu, device] : request.physical) {
+      if (!device.cuda) plan_request.runtime_reserve.runs_on_cpu.insert(gpu);
+    }
+  } else {
+    plan_request.runtime_reserve.runs_on_cpu = request.gpus_on_cpu;
   }
+  options.gpu_nodes = request.gpu_nodes;
+  options.node = request.node;
   plan_request.quantized_sizing = request.quantized_sizing;
   // The spec checks every checkpoint header against the expected tensors (missing, unexpected,
   // mis-shaped): the one list of what the model needs. The server plans with the same function.
@@ -166,6 +172,8 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
   pipeline_options.kv_block_tokens = options.kv_block_tokens;
   pipeline_options.physical = options.physical;
   pipeline_options.fp8_scaled_mm = options.fp8_scaled_mm;
+  pipeline_options.node = options.node;
+  pipeline_options.gpu_nodes = options.gpu_nodes;
   try {
     absl::StatusOr<std::unique_ptr<Pipeline>> pipeline =
         Pipeline::Build(report.spec, report.plan, impl->checkpoint, pipeline_options);

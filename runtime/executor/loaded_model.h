@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,11 @@ struct ServingRequest {
   planner::RuntimeReserve runtime_reserve;
   // --fp8-matmul scaled_mm: block-wise FP8 layers on GPUs run W8A8 through _scaled_mm (quantized_linear.h).
   bool fp8_scaled_mm = false;
+  // A group of nodes (group_load.h): each plan GPU's node, this process's node, and the plan GPUs that run on a
+  // CPU on any node (no runtime reserve; `physical` then names this node's GPUs only). Empty: one process.
+  std::vector<int> gpu_nodes;
+  int node = 0;
+  std::set<int> gpus_on_cpu;
 };
 
 // The KV pool of a ServingRequest: (blocks, block_tokens); errors name the flag.
@@ -60,6 +66,9 @@ struct LoadOptions {
   int64_t kv_blocks = 128;
   int64_t kv_block_tokens = 16;
   bool fp8_scaled_mm = false;  // ServingRequest::fp8_scaled_mm
+  // A group of nodes: this process loads the stages of `node` only (ServingRequest::gpu_nodes).
+  std::vector<int> gpu_nodes;
+  int node = 0;
 };
 
 // Resolves the serving dtype, builds the spec (LoadModelSpec) and places it (MakePlan). Bad input is

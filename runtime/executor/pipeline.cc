@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <stdexcept>
 
@@ -119,10 +120,14 @@ struct Pipeline::Devices {
     return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(p.index));
   }
 
-  absl::Status FindMain(const planner::DeviceMap& map) {
+  // A group: "cpu" and "disk" entries are the leader's (node 0), so only the leader's GPUs can be their main
+  // device, and only the leader needs one (`on_node_0` says which GPUs are its).
+  absl::Status FindMain(const planner::DeviceMap& map, const std::function<bool(int)>& on_node_0) {
     std::optional<int> first_gpu;
     for (const auto& [module, device] : map) {
-      if (device.is_gpu() && (!first_gpu || device.index < *first_gpu)) first_gpu = device.index;
+      if (device.is_gpu() && on_node_0(device.index) && (!first_gpu || device.index < *first_gpu)) {
+        first_gpu = device.index;
+      }
     }
     if (!first_gpu) return absl::OkStatus();
     absl::StatusOr<at::Device> d = Of(*first_gpu);
@@ -146,7 +151,11 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
     pipeline->recompute_threshold_ = static_cast<int64_t>(config.rope.original_max_positions);
   }
   Devices devices{options.physical};
-  if (absl::Status s = devices.FindMain(plan.device_map); !s.ok()) return s;
+  const std::vector<int>& gpu_nodes = options.gpu_nodes;
+  auto on_node_0 = [&](int gpu) {
+    return options.node == 0 && (gpu < 0 || static_cast<size_t>(gpu) >= gpu_nodes.size() || gpu_nodes[gpu] == 0);
+  };
+  if (absl::Status s = devices.FindMain(plan.device_map, on_node_0); !s.ok()) return s;
   WeightLoader loader(checkpoint, options.dtype, options.fp8_scaled_mm);
   absl::StatusOr<std::vector<std::string>> labels = pipeline->LoadUnits(spec, plan, devices, loader);
   if (!labels.ok()) return labels.status();
@@ -173,15 +182,25 @@ absl::StatusOr<std::vector<std::string>> Pipeline::LoadUnits(const planner::Mode
     unit.module = place.module->name;
     if (unit.kind == UnitKind::kDecoderLayer) unit.window = config.sliding_window.at(static_cast<size_t>(unit.layer));
     std::string label;
+    absl::StatusOr<std::vector<std::string>> names =
+        UnitTensorNames(place, dims_, spec.quantization ? &*spec.quantization : nullptr);
+    if (!names.ok()) return names.status();
+    // A group: another node's unit is a placeholder here (its stage runs there).
+    absl::StatusOr<Device> first = PlannedDevice(plan.device_map, names->front());
+    if (!first.ok()) return first.status();
+    const int node = unit.kind == UnitKind::kLmHead && tied ? units_.front().node : NodeOf(*first);
+    unit.node = node;
+    if (node != options_.node) {
+      labels.push_back(unit.kind == UnitKind::kLmHead && tied ? labels.front() : first->ToString());
+      units_.push_back(std::move(unit));
+      continue;
+    }
     // The tied head shares the embedding's storage: reuse the loaded tensor, not a second copy.
     if (unit.kind == UnitKind::kLmHead && tied) {
       unit.weights.push_back(units_.front().weights.front());
       unit.device = units_.front().device;
       label = labels.front();
     } else {
-      absl::StatusOr<std::vector<std::string>> names =
-          UnitTensorNames(place, dims_, spec.quantization ? &*spec.quantization : nullptr);
-      if (!names.ok()) return names.status();
       absl::StatusOr<std::string> loaded = LoadUnitWeights(spec, plan, devices, loader, *names, unit);
       if (!loaded.ok()) return loaded.status();
       label = *std::move(loaded);
@@ -246,6 +265,11 @@ absl::Status Pipeline::LoadExpertsOf(const planner::ModelSpec& spec, const plann
     if (storage.module != experts_module) continue;
     absl::StatusOr<Device> planned = PlannedDevice(plan.device_map, experts_module + ".gate_up_proj");
     if (!planned.ok()) return planned.status();
+    if (NodeOf(*planned) != unit.node) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device_map: the experts of ", unit.module, " are on device ", planned->ToString(), " of node ",
+          NodeOf(*planned), ", their layer on node ", unit.node, "; experts apart from their layer stay on its node"));
+    }
     at::Device device = at::kCPU;
     if (planned->is_gpu()) {
       absl::StatusOr<at::Device> d = devices.Of(planned->index);
@@ -262,16 +286,29 @@ absl::Status Pipeline::LoadExpertsOf(const planner::ModelSpec& spec, const plann
   return absl::OkStatus();
 }
 
+int Pipeline::NodeOf(const planner::Device& device) const {
+  if (!device.is_gpu() || device.index < 0 || static_cast<size_t>(device.index) >= options_.gpu_nodes.size()) return 0;
+  return options_.gpu_nodes[static_cast<size_t>(device.index)];
+}
+
 // Stages: consecutive units with the same plan device (and so the same executing device), each with its
 // RoPE tables, stream and KV pool.
 void Pipeline::FormStages(const planner::DecoderConfig& config, const std::vector<std::string>& labels) {
   const int64_t rotary_dim = config.rotary_dim > 0 ? config.rotary_dim : dims_.head_dim;
   for (size_t i = 0; i < units_.size(); ++i) {
     const Unit& unit = units_[i];
-    if (stages_.empty() || stages_.back().label != labels[i] || stages_.back().device != unit.device) {
+    if (stages_.empty() || stages_.back().label != labels[i] || stages_.back().device != unit.device ||
+        stages_.back().node != unit.node) {
       Stage stage;
       stage.label = labels[i];
       stage.device = unit.device;
+      stage.node = unit.node;
+      stage.local = unit.node == options_.node;
+      if (!stage.local) {  // another node's: a placeholder (no RoPE tables, stream or KV pool here)
+        stage.units.push_back(i);
+        stages_.push_back(std::move(stage));
+        continue;
+      }
       stage.inv_freq = RopeInvFreq(config.rope, rotary_dim).to(unit.device);
       if (config.sliding_rope) stage.inv_freq_sliding = RopeInvFreq(*config.sliding_rope, rotary_dim).to(unit.device);
       if (config.rope.type == planner::RopeConfig::Type::kLongRope) {
@@ -285,6 +322,10 @@ void Pipeline::FormStages(const planner::DecoderConfig& config, const std::vecto
       stages_.push_back(std::move(stage));
     }
     Stage& stage = stages_.back();
+    if (!stage.local) {
+      if (stage.units.back() != i) stage.units.push_back(i);
+      continue;
+    }
     stage.units.push_back(i);
     if (unit.kind == UnitKind::kDecoderLayer) {
       stage.windows.insert(unit.window);
@@ -344,6 +385,10 @@ void Pipeline::DescribeBlocks(ForwardGroup& group) {
 
 void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation& activation) {
   Stage& stage = stages_.at(index);
+  if (!stage.local) {
+    throw std::logic_error(
+        absl::StrCat("stage ", index, " runs on node ", stage.node, ", not here (node ", options_.node, ")"));
+  }
   const Stage* previous = activation.producer;
   std::optional<c10::StreamGuard> guard;
   if (stage.stream) guard.emplace(*stage.stream);
@@ -475,6 +520,11 @@ std::string Pipeline::Describe() const {
     if (stage.offload) {
       offload = absl::StrCat(", offloaded weights through 2 slots of ",
                              planner::FormatBytes(static_cast<double>(stage.offload->bytes() / 2)));
+    }
+    if (!stage.local) {
+      lines.push_back(absl::StrCat("stage ", s, " (plan device ", stage.label, " on node ", stage.node,
+                                   "): ", modules.front(), modules.size() > 1 ? " .. " + modules.back() : ""));
+      continue;
     }
     lines.push_back(absl::StrCat("stage ", s, " (plan device ", stage.label, " on ", stage.device.str(),
                                  "): ", modules.front(), modules.size() > 1 ? " .. " + modules.back() : "", offload));

@@ -33,6 +33,10 @@ namespace strata::runtime {
 struct Stage {
   std::string label;  // the plan's device: "0", "1", "cpu", "disk"
   at::Device device = at::kCPU;
+  // The group node that runs it (0: the leader; every stage of a one-process plan). Another node's stage is
+  // a placeholder here: no weights, stream or KV cache; its micro-batches travel there (group.h).
+  int node = 0;
+  bool local = true;
   std::optional<c10::Stream> stream;       // compute stream (CUDA stages)
   std::optional<c10::Stream> copy_stream;  // offloaded weights' prefetch (CUDA stages with offload)
   // The offloaded units' weights on `device`: two persistent slots (weights.h), filled on copy_stream one unit ahead
@@ -53,6 +57,10 @@ struct PipelineOptions {
   int64_t kv_block_tokens = 16;         // positions per block
   planner::PhysicalDeviceMap physical;  // plan GPU -> device; missing entries default to cuda:i
   bool fp8_scaled_mm = false;           // WeightLoader's: W8A8 FP8 layers on GPUs
+  // A group of nodes (issue 24): this process's node and each plan GPU's node ("cpu" and "disk" entries are the
+  // leader's, node 0). Only this node's units are loaded; empty: one process runs every stage.
+  int node = 0;
+  std::vector<int> gpu_nodes;
 };
 
 // One group of a forward pass: `rows` sequences that each feed `count` tokens (right-padded rows, as
@@ -123,6 +131,7 @@ class Pipeline {
   const std::vector<Stage>& stages() const { return stages_; }
   const WeightLoadStats& load_stats() const { return load_stats_; }
   int64_t kv_cache_bytes() const;
+  int node() const { return options_.node; }
   std::string Describe() const;  // "stage 0 (plan device 0 on cpu): model.embed_tokens, layers 0-1"
 
  private:
@@ -137,6 +146,7 @@ class Pipeline {
   absl::Status LoadExpertsOf(const planner::ModelSpec& spec, const planner::Plan& plan, const Devices& devices,
                              WeightLoader& loader, Unit& unit);
   void FormStages(const planner::DecoderConfig& config, const std::vector<std::string>& labels);
+  int NodeOf(const planner::Device& device) const;  // the group node of a plan device
 
   ModelDims dims_;
   PipelineOptions options_;

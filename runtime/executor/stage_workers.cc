@@ -11,15 +11,19 @@
 namespace strata::runtime {
 
 StageWorkers::StageWorkers(Pipeline& pipeline, bool threaded, int intra_op_threads,
-                           std::function<void(MicroBatch&)> after_last, std::optional<FaultInjection> fault)
+                           std::function<void(MicroBatch&)> after_last, std::optional<FaultInjection> fault,
+                           std::function<void(size_t, std::unique_ptr<MicroBatch>)> hand_off)
     : pipeline_(pipeline),
       threaded_(threaded),
       intra_op_threads_(intra_op_threads),
       after_last_(std::move(after_last)),
-      fault_(fault) {
+      fault_(fault),
+      hand_off_(std::move(hand_off)) {
   lanes_ = std::vector<Lane>(pipeline_.stages().size());
   if (threaded_) {
-    for (size_t s = 0; s < lanes_.size(); ++s) threads_.emplace_back([this, s] { Work(s); });
+    for (size_t s = 0; s < lanes_.size(); ++s) {
+      if (pipeline_.stages()[s].local) threads_.emplace_back([this, s] { Work(s); });
+    }
   }
 }
 
@@ -64,9 +68,34 @@ void StageWorkers::Submit(std::unique_ptr<MicroBatch> batch) {
     completed_.push_back(std::move(batch));
     return;
   }
+  Forward(0, std::move(batch));
+}
+
+void StageWorkers::Inject(size_t stage, std::unique_ptr<MicroBatch> batch) { Forward(stage, std::move(batch)); }
+
+void StageWorkers::Complete(std::unique_ptr<MicroBatch> batch) {
   {
     std::lock_guard lock(mutex_);
-    lanes_.front().queue.push_back(std::move(batch));
+    completed_.push_back(std::move(batch));
+  }
+  changed_.notify_all();
+}
+
+void StageWorkers::Forward(size_t next, std::unique_ptr<MicroBatch> batch) {
+  // A failed micro-batch passes the remaining local stages without running them (RunOne), in order; it does not
+  // travel to another node's: it completes here (a worker sends its error to the leader as its result).
+  const bool remote = next < lanes_.size() && !pipeline_.stages()[next].local;
+  if (remote && !batch->error) {
+    hand_off_(next, std::move(batch));
+    return;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    if (next < lanes_.size() && !remote) {
+      lanes_[next].queue.push_back(std::move(batch));
+    } else {
+      completed_.push_back(std::move(batch));
+    }
   }
   changed_.notify_all();
 }
@@ -83,21 +112,17 @@ void StageWorkers::Work(size_t stage) {
       lanes_[stage].queue.pop_front();
     }
     RunOne(stage, *batch);
-    {
-      std::lock_guard lock(mutex_);
-      if (stage + 1 < lanes_.size()) {
-        lanes_[stage + 1].queue.push_back(std::move(batch));
-      } else {
-        completed_.push_back(std::move(batch));
-      }
-    }
-    changed_.notify_all();
+    Forward(stage + 1, std::move(batch));
   }
 }
 
-std::unique_ptr<MicroBatch> StageWorkers::WaitCompleted() {
+std::unique_ptr<MicroBatch> StageWorkers::WaitCompleted(std::optional<std::chrono::milliseconds> timeout) {
   std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return !completed_.empty(); });
+  if (!timeout) {
+    changed_.wait(lock, [&] { return !completed_.empty(); });
+  } else if (!changed_.wait_for(lock, *timeout, [&] { return !completed_.empty(); })) {
+    return nullptr;
+  }
   std::unique_ptr<MicroBatch> batch = std::move(completed_.front());
   completed_.pop_front();
   return batch;

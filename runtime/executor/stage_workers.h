@@ -10,6 +10,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -46,6 +47,8 @@ struct MicroBatch {
   PendingSamples scores;            // after the last stage: on their way to the host
   std::exception_ptr error;         // a stage threw (the batch skips the remaining stages)
   size_t failed_stage = 0;
+  // A group (group.h): the result another node sent for it, or the group's loss; WaitCompleted returns it as is.
+  std::optional<MicroBatchResult> remote_result;
 };
 
 class StageWorkers {
@@ -54,13 +57,21 @@ class StageWorkers {
   // at a time, as accelerate runs a dispatched model). `intra_op_threads` > 0 sets LibTorch's intra-op
   // thread count in each worker. `after_last` runs on the last stage's worker, on its stream, after the
   // last stage (the sampler). `fault` arms the test seam (executor.h).
+  // A group's pipeline has other nodes' stages (Stage::local false): no worker runs them here; a micro-batch whose
+  // next stage is one of them goes to `hand_off` (which sends it there) instead of that stage's queue.
   StageWorkers(Pipeline& pipeline, bool threaded, int intra_op_threads, std::function<void(MicroBatch&)> after_last,
-               std::optional<FaultInjection> fault);
+               std::optional<FaultInjection> fault,
+               std::function<void(size_t stage, std::unique_ptr<MicroBatch>)> hand_off = {});
   ~StageWorkers();
 
   void Submit(std::unique_ptr<MicroBatch> batch);
+  // A group: a micro-batch that arrived from another node, for local stage `stage`.
+  void Inject(size_t stage, std::unique_ptr<MicroBatch> batch);
+  // A group: a micro-batch done elsewhere (its remote_result set), for WaitCompleted.
+  void Complete(std::unique_ptr<MicroBatch> batch);
   // The next micro-batch that went through every stage; blocks until one does.
-  std::unique_ptr<MicroBatch> WaitCompleted();
+  // With a timeout: null when none completed within it.
+  std::unique_ptr<MicroBatch> WaitCompleted(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
   std::vector<double> BusySeconds() const;  // per stage
 
  private:
@@ -70,12 +81,15 @@ class StageWorkers {
   };
   void Work(size_t stage);
   void RunOne(size_t stage, MicroBatch& batch);
+  // After `stage` ran (or before stage 0): the next local stage's queue, another node, or completed.
+  void Forward(size_t next, std::unique_ptr<MicroBatch> batch);
 
   Pipeline& pipeline_;
   bool threaded_;
   int intra_op_threads_;
   std::function<void(MicroBatch&)> after_last_;
   std::optional<FaultInjection> fault_;
+  std::function<void(size_t, std::unique_ptr<MicroBatch>)> hand_off_;
   int64_t fault_calls_ = 0;  // micro-batches the armed stage has started (its worker only)
   mutable std::mutex mutex_;
   std::condition_variable changed_;

@@ -51,6 +51,7 @@ struct Unit {
   int64_t window = 0;  // sliding window of a decoder layer (0: full)
   std::vector<Weight> weights;
   at::Device device = at::kCPU;  // where it executes
+  int node = 0;                  // the group node that runs it (PipelineOptions::gpu_nodes); another's: not loaded
   // A sparse MoE layer's experts (moe.h's LoadExperts: fused {gate_up [E, 2I, H], down [E, H, I]}, or packed
   // {gate, up, down} per expert), resident on the device they
   // execute on, which may differ from `device` (moe.h).
