@@ -189,7 +189,11 @@ absl::Status CheckKvCacheRequest(const ModelSpec& spec, const PlanRequest& reque
 // The request's max_memory or, without one, the defaults from the machine's inventory (the request's,
 // or discovered now), which the plan keeps.
 absl::StatusOr<MaxMemory> ResolveMaxMemory(const PlanRequest& request, Plan& plan) {
-  if (request.max_memory) return *request.max_memory;
+  if (request.max_memory) {
+    // A group's budgets: the plan keeps the group's inventory all the same, for each device's node.
+    if (request.inventory && request.inventory->nodes() > 1) plan.inventory = request.inventory;
+    return *request.max_memory;
+  }
   if (request.inventory) {
     plan.inventory = request.inventory;
   } else {

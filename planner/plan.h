@@ -134,6 +134,9 @@ absl::StatusOr<PlannedModel> PlanModel(const ModelSource& source, std::optional<
 // {"strategy", "device_map": {...}, "devices": [...], "stages": [...], "inventory" (when the plan has one),
 // "warnings": [...]} (see planner/README.md), map keys in plan order.
 nlohmann::ordered_json PlanToJson(const Plan& plan);
+// The node of a group a plan device is on (GroupInventory: GPUs node-major, "cpu" and "disk" the leader's); 0 on one
+// machine.
+int NodeOf(const Plan& plan, const Device& device);
 // A table a person reads at a glance: per device, layers, planned GiB, budget GiB, % used.
 std::string PlanToTable(const ModelSpec& spec, const Plan& plan);
 

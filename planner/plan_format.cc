@@ -75,13 +75,18 @@ bool IsLayerOrInside(const std::string& name, const std::vector<LayerInfo>& laye
   return false;
 }
 
-// A group plan (GroupInventory): the node a device is on ("cpu" and "disk" live on the leader's host, node 0).
-std::optional<int> NodeOf(const Plan& plan, const Device& device) {
+// A group plan (GroupInventory): the node a device is on, to show; nothing on one machine.
+std::optional<int> ShownNode(const Plan& plan, const Device& device) {
   if (!plan.inventory || plan.inventory->nodes() < 2) return std::nullopt;
-  return device.is_gpu() ? plan.inventory->NodeOf(static_cast<size_t>(device.index)) : 0;
+  return NodeOf(plan, device);
 }
 
 }  // namespace
+
+int NodeOf(const Plan& plan, const Device& device) {
+  if (!plan.inventory || !device.is_gpu()) return 0;
+  return plan.inventory->NodeOf(static_cast<size_t>(device.index));
+}
 
 nlohmann::ordered_json PlanToJson(const Plan& plan) {
   nlohmann::ordered_json json;
@@ -97,7 +102,7 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
                        {"kv_cache_bytes", d.kv_cache_bytes},
                        {"runtime_reserve_bytes", d.runtime_reserve.total()}});
     if (d.kv_capacity_tokens >= 0) devices.back()["kv_capacity_tokens"] = d.kv_capacity_tokens;
-    if (std::optional<int> node = NodeOf(plan, d.device)) devices.back()["node"] = *node;
+    if (std::optional<int> node = ShownNode(plan, d.device)) devices.back()["node"] = *node;
   }
   json["devices"] = std::move(devices);
   if (plan.kv_capacity) {
@@ -107,7 +112,7 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   for (const Stage& s : plan.stages) {
     stages.push_back({{"device", s.device.ToString()}, {"modules", s.modules}});
-    if (std::optional<int> node = NodeOf(plan, s.device)) stages.back()["node"] = *node;
+    if (std::optional<int> node = ShownNode(plan, s.device)) stages.back()["node"] = *node;
   }
   json["stages"] = std::move(stages);
   if (plan.inventory) {
@@ -167,7 +172,7 @@ std::string PlanToTable(const ModelSpec& spec, const Plan& plan) {
     std::string used = std::isinf(d.budget_bytes) || d.budget_bytes <= 0
                            ? (d.planned_bytes > 0 && d.budget_bytes <= 0 ? "over" : "-")
                            : absl::StrFormat("%.1f%%", 100.0 * static_cast<double>(d.planned_bytes) / d.budget_bytes);
-    if (group) absl::StrAppendFormat(&out, "%-4d  ", *NodeOf(plan, d.device));
+    if (group) absl::StrAppendFormat(&out, "%-4d  ", *ShownNode(plan, d.device));
     absl::StrAppendFormat(&out, "%-6s  %-16s  %12s  %12s  %7s", d.device.ToString(), layer_text,
                           FormatBytes(d.planned_bytes), FormatBytes(d.budget_bytes), used);
     if (any_kv) absl::StrAppendFormat(&out, "  %12s", FormatBytes(d.kv_cache_bytes));
@@ -176,7 +181,7 @@ std::string PlanToTable(const ModelSpec& spec, const Plan& plan) {
   }
   std::vector<std::string> stage_text;
   for (const Stage& s : plan.stages) {
-    stage_text.push_back(group ? absl::StrCat(s.device.ToString(), " (node ", *NodeOf(plan, s.device), ")")
+    stage_text.push_back(group ? absl::StrCat(s.device.ToString(), " (node ", NodeOf(plan, s.device), ")")
                                : s.device.ToString());
   }
   absl::StrAppend(&out, "stages: ", absl::StrJoin(stage_text, " -> "), "\n");

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -12,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "checkpoint/file_reader.h"
 #include "cli/flags.h"
 #include "cli/placement_flags.h"
 #include "server/pem_files.h"
@@ -79,6 +82,19 @@ ABSL_FLAG(std::string, health_listen, "",
 ABSL_FLAG(std::string, api_key_file, "",
           "require \"authorization: Bearer KEY\" metadata on strata's methods, KEY one of this file's lines "
           "(blank lines and # comments skipped); others are UNAUTHENTICATED");
+ABSL_FLAG(int32_t, group_size, 1,
+          "nodes serving the model together, one strata-server each (else LWS_GROUP_SIZE; 1: this node alone)");
+ABSL_FLAG(int32_t, rank, 0, "this node in the group: 0 the leader, 1.. workers (else LWS_WORKER_INDEX)");
+ABSL_FLAG(std::string, leader, "",
+          "the leader's data address, HOST:PORT (else LWS_LEADER_ADDRESS and --group-port); the leader listens on "
+          "its port");
+ABSL_FLAG(int32_t, group_port, 50061, "the leader's data port when --leader is not given");
+ABSL_FLAG(std::string, group_bind, "0.0.0.0", "the address this node's data port binds");
+ABSL_FLAG(std::string, group_secret_file, "",
+          "the group secret (a Kubernetes Secret): every node proves it holds it; at least 16 bytes");
+ABSL_FLAG(double, group_timeout, 120, "seconds for the group to form, plan and load before start-up fails");
+ABSL_FLAG(double, group_deadline, 10,
+          "seconds a link may stay silent (heartbeats every quarter of it) before its node counts as lost");
 ABSL_FLAG(std::string, auth_open_methods, "",
           "strata methods callable without a key: Generate, GetDeviceMap (comma-separated; full names "
           "/strata.v1.InferenceService/M too)");
@@ -143,7 +159,15 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
                           Flag(FLAGS_health_listen, "HOST:PORT").ShowDefault("none"),
                           Flag(FLAGS_api_key_file, "FILE").ShowDefault("none, no key needed"),
                           Flag(FLAGS_auth_open_methods, "M,M")
-                              .ShowDefault("none of strata's; gRPC health checking and reflection are always open")});
+                              .ShowDefault("none of strata's; gRPC health checking and reflection are always open"),
+                          Flag(FLAGS_group_size, "N").Section("A group of nodes (README \"Several nodes\"):"),
+                          Flag(FLAGS_rank, "N"),
+                          Flag(FLAGS_leader, "HOST:PORT").ShowDefault("LWS_LEADER_ADDRESS:--group-port"),
+                          Flag(FLAGS_group_port, "PORT"),
+                          Flag(FLAGS_group_bind, "HOST"),
+                          Flag(FLAGS_group_secret_file, "FILE").ShowDefault("none; needed in a group"),
+                          Flag(FLAGS_group_timeout, "SECONDS"),
+                          Flag(FLAGS_group_deadline, "SECONDS")});
     command.epilogue = R"(
 Exit status: 0 after SIGINT/SIGTERM (once drained; at once when it comes during the load), 2 on a bad flag or plan (the message names it), 1 otherwise
 (for example a port already in use, or a device that became unusable while serving).
@@ -380,6 +404,84 @@ absl::Status ReadSecurityFlags(const cli::ParsedArgs& parsed, ServerOptions& opt
   return absl::OkStatus();
 }
 
+// An integer from the environment (LeaderWorkerSet's), or an error naming the variable.
+absl::StatusOr<std::optional<int>> EnvInt(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  int n = 0;
+  if (!absl::SimpleAtoi(value, &n)) {
+    return absl::InvalidArgumentError(absl::StrCat(name, "=\"", value, "\" (environment) is not an integer"));
+  }
+  return n;
+}
+
+// --group-size, --rank, --leader and the rest, each from its flag or else from LeaderWorkerSet's environment.
+absl::Status ReadGroupFlags(const cli::ParsedArgs& parsed, ServerOptions& options) {
+  GroupFlags& group = options.group;
+  for (auto [value, flag, env] : {std::tuple{&group.size, &FLAGS_group_size, "LWS_GROUP_SIZE"},
+                                  std::tuple{&group.rank, &FLAGS_rank, "LWS_WORKER_INDEX"}}) {
+    *value = absl::GetFlag(*flag);
+    if (!parsed.Given(*flag)) {
+      absl::StatusOr<std::optional<int>> from_env = EnvInt(env);
+      if (!from_env.ok()) return from_env.status();
+      if (*from_env) *value = **from_env;
+    }
+  }
+  if (group.size < 1 || group.size > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat("--group-size: ", group.size, " is not from 1 to 1024"));
+  }
+  if (group.rank < 0 || group.rank >= group.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank: ", group.rank, " is not in [0, ", group.size, ") (--group-size ", group.size, ")"));
+  }
+  if (group.size == 1) return absl::OkStatus();
+  if (!options.placement.model_dir) {
+    return absl::InvalidArgumentError("--group-size: a group serves a checkpoint's weights: give --model DIR");
+  }
+  const int32_t port = absl::GetFlag(FLAGS_group_port);
+  if (port < 1 || port > 65535) return FlagError(FLAGS_group_port, absl::InvalidArgumentError("not a port"));
+  if (parsed.Given(FLAGS_leader)) {
+    absl::StatusOr<ListenAddress> leader = ParseListenAddress(absl::GetFlag(FLAGS_leader));
+    if (!leader.ok()) return FlagError(FLAGS_leader, leader.status());
+    if (leader->port == 0) return absl::InvalidArgumentError("--leader: the port must not be 0");
+    group.leader_host = leader->host;
+    group.port = leader->port;
+  } else if (const char* lws = std::getenv("LWS_LEADER_ADDRESS"); lws != nullptr && *lws != '\0') {
+    group.leader_host = lws;
+    group.port = port;
+  } else if (group.rank > 0) {
+    return absl::InvalidArgumentError("--leader: a worker needs the leader's HOST:PORT (or LWS_LEADER_ADDRESS)");
+  } else {
+    group.port = port;
+  }
+  if (group.leader_host.size() > 2 && group.leader_host.front() == '[') {
+    group.leader_host = group.leader_host.substr(1, group.leader_host.size() - 2);
+  }
+  group.bind_host = absl::GetFlag(FLAGS_group_bind);
+  if (!parsed.Given(FLAGS_group_secret_file)) {
+    return absl::InvalidArgumentError(
+        "--group-secret-file: a group needs a secret every node holds (a Kubernetes Secret); its links are refused "
+        "to anyone else");
+  }
+  absl::StatusOr<std::string> secret =
+      checkpoint::ReadRegularFile(absl::GetFlag(FLAGS_group_secret_file), uint64_t{1} << 16);
+  if (!secret.ok()) return FlagError(FLAGS_group_secret_file, secret.status());
+  while (!secret->empty() && (secret->back() == '\n' || secret->back() == '\r')) secret->pop_back();
+  if (secret->size() < 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--group-secret-file: ", absl::GetFlag(FLAGS_group_secret_file), " holds ", secret->size(),
+                     " bytes; a group secret has at least 16 (e.g. openssl rand -hex 32)"));
+  }
+  group.secret = *std::move(secret);
+  absl::StatusOr<std::chrono::milliseconds> timeout = Seconds(FLAGS_group_timeout, 1);
+  if (!timeout.ok()) return timeout.status();
+  group.timeout = *timeout;
+  absl::StatusOr<std::chrono::milliseconds> deadline = Seconds(FLAGS_group_deadline, 0.2);
+  if (!deadline.ok()) return deadline.status();
+  group.deadline = *deadline;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string ListenAddress::ToString() const { return absl::StrCat(host, ":", port); }
@@ -428,6 +530,7 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
   if (absl::Status status = CheckLimits(options); !status.ok()) return status;
   if (absl::Status status = ReadListenAddresses(options); !status.ok()) return status;
   if (absl::Status status = ReadSecurityFlags(*parsed, options); !status.ok()) return status;
+  if (absl::Status status = ReadGroupFlags(*parsed, options); !status.ok()) return status;
   return command;
 }
 

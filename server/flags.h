@@ -119,6 +119,21 @@ struct Lifecycle {
   std::chrono::milliseconds ready_probe_interval{5'000};
 };
 
+// A group of nodes serving one model (issue 24; runtime/executor/group_load.h): one strata-server per node, rank 0
+// the leader (gRPC, HTTP, metrics, the engine), the others workers running their stages. Each field comes from its
+// flag or else from LeaderWorkerSet's environment (LWS_GROUP_SIZE, LWS_WORKER_INDEX, LWS_LEADER_ADDRESS), so a pod
+// needs no script.
+struct GroupFlags {
+  int size = 1;                       // --group-size; 1: no group
+  int rank = 0;                       // --rank
+  std::string leader_host;            // --leader HOST:PORT (or LWS_LEADER_ADDRESS): where workers reach the leader
+  int port = 50061;                   // the leader's data port: --leader's, else --group-port
+  std::string bind_host = "0.0.0.0";  // --group-bind: the address this node's data port binds
+  std::string secret;                 // --group-secret-file's bytes (trailing newline dropped)
+  std::chrono::milliseconds timeout{120'000};  // --group-timeout: the group forming, planning and loading
+  std::chrono::milliseconds deadline{10'000};  // --group-deadline: the longest a link may stay silent
+};
+
 // What strata-server runs with, in the parts its consumers take.
 struct ServerOptions {
   // The model and where it goes: --model | --module-tree, --device-map, --max-memory, --dtype,
@@ -129,6 +144,7 @@ struct ServerOptions {
   Endpoints endpoints;
   Security security;
   Lifecycle lifecycle;
+  GroupFlags group;
 };
 
 // The command line asked either for usage or for a server.

@@ -132,10 +132,14 @@ void GenerateReactor::OnChunk(runtime::GenerationChunk chunk) {
 void GenerateReactor::WriteNextLocked() {
   if (final_written_) return;
   // A failed generation ends the call with INTERNAL (the message names the stage, its device and the
-  // error) once the tokens streamed before it are written; it is never a normal last message. Nor is a
-  // generation cut by the drain: its call ends UNAVAILABLE (the client may retry elsewhere), not CANCELLED.
+  // error) once the tokens streamed before it are written; it is never a normal last message. A group that
+  // lost a node ends it UNAVAILABLE naming the node (the client may retry once the group is recreated). Nor is
+  // a generation cut by the drain: its call ends UNAVAILABLE (the client may retry elsewhere), not CANCELLED.
   if (!pending_.empty() && pending_.back().finish == runtime::FinishReason::kError) {
-    error_end_ = grpc::Status(grpc::StatusCode::INTERNAL, std::string(pending_.back().error.message()));
+    const absl::Status& error = pending_.back().error;
+    error_end_ = grpc::Status(
+        absl::IsUnavailable(error) ? grpc::StatusCode::UNAVAILABLE : grpc::StatusCode::INTERNAL,
+        std::string(error.message()));
     pending_.pop_back();
   } else if (!pending_.empty() && pending_.back().finish == runtime::FinishReason::kCancelled && cut_ &&
              !client_gone_) {

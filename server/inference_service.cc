@@ -47,6 +47,7 @@ v1::GetDeviceMapResponse DeviceMapResponse(const ServedPlan& served,
     out.set_planned_bytes(usage.planned_bytes);
     out.set_kv_cache_bytes(usage.kv_cache_bytes);
     out.set_runtime_reserve_bytes(usage.runtime_reserve.total());
+    out.set_node(planner::NodeOf(plan, usage.device));
     if (usage.runtime_reserve.total() > 0) out.set_runtime_reserve(usage.runtime_reserve.Describe());
     if (std::find(served.kv_devices.begin(), served.kv_devices.end(), out.device()) != served.kv_devices.end()) {
       out.set_kv_cache_capacity_tokens(served.kv_cache_blocks * served.kv_block_tokens);
@@ -65,6 +66,7 @@ v1::GetDeviceMapResponse DeviceMapResponse(const ServedPlan& served,
   for (const planner::Stage& stage : plan.stages) {
     v1::Stage& out = *response.add_stages();
     out.set_device(stage.device.ToString());
+    out.set_node(planner::NodeOf(plan, stage.device));
     for (const std::string& module : stage.modules) out.add_modules(module);
   }
   response.set_architecture(served.spec.architecture);

@@ -23,7 +23,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "planner/plan.h"
+#include "runtime/executor/group_load.h"
 #include "server/flags.h"
 #include "server/log_limiter.h"
 #include "server/running_server.h"
@@ -155,10 +157,17 @@ EarlyExit DiscoverMachine(const strata::server::ServerOptions& options,
 
 // One plan per process, made before anything starts: a bad plan exits 2 at once.
 EarlyExit MakeStartupPlan(const strata::server::ServerOptions& options, bool serve_weights,
-                          const std::optional<strata::planner::MachineInventory>& inventory, StartupPlan& startup) {
+                          const std::optional<strata::planner::MachineInventory>& inventory,
+                          strata::runtime::NodeGroup* group, StartupPlan& startup) {
   if (serve_weights) {
+    // A group's leader plans for the group's GPUs and sends every worker its part.
     absl::StatusOr<strata::runtime::LoadOptions> planned =
-        strata::server::PlanServedModel(options.placement, options.serving, inventory);
+        group == nullptr ? strata::server::PlanServedModel(options.placement, options.serving, inventory) : [&] {
+          absl::StatusOr<strata::runtime::ServingRequest> request =
+              strata::server::ServingRequestOf(options.placement, options.serving, inventory);
+          return request.ok() ? strata::runtime::PlanForGroup(*group, *std::move(request))
+                              : absl::StatusOr<strata::runtime::LoadOptions>(request.status());
+        }();
     if (!planned.ok()) {
       std::cerr << "strata-server: " << planned.status().message() << "\n";
       return planned.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
@@ -214,7 +223,8 @@ int WaitWhileLoading(ModelLoad& load_state, strata::server::RunningServer& runni
 
 // Loads the weights by `load` and serves them; the port is already open (NOT_SERVING until then).
 EarlyExit LoadAndServe(strata::server::RunningServer& running, const strata::server::ServerOptions& options,
-                       const strata::runtime::LoadOptions& load, const sigset_t& stop_signals) {
+                       const strata::runtime::LoadOptions& load, strata::runtime::NodeGroup* group,
+                       const sigset_t& stop_signals) {
   std::cout << "strata-server: loading " << options.placement.model_dir->string() << " (NOT_SERVING on "
             << running.grpc_address().ToString() << " until loaded)" << std::endl;
   // A sticky device error: report NOT_SERVING at once, then let the main thread shut down (answering
@@ -228,7 +238,7 @@ EarlyExit LoadAndServe(strata::server::RunningServer& running, const strata::ser
   ModelLoad load_state;
   std::thread loader([&] {
     absl::StatusOr<std::unique_ptr<strata::server::ServedModel>> loaded =
-        strata::server::ServedModel::Load(options, load, on_device_lost);
+        strata::server::ServedModel::Load(options, load, on_device_lost, group);
     {
       std::lock_guard lock(load_state.mutex);
       load_state.model = std::move(loaded);
@@ -282,6 +292,106 @@ int ServeUntilStopped(strata::server::RunningServer& running, const strata::serv
   return Drain(running, options.lifecycle.drain_timeout, stop_signal, stop_signals);
 }
 
+// The group this node joins (--group-size > 1): its secret, its facts, the leader's address. Errors are printed.
+std::unique_ptr<strata::runtime::NodeGroup> JoinGroup(const strata::server::ServerOptions& options,
+                                                      const std::optional<strata::planner::MachineInventory>& inventory,
+                                                      int& exit_code) {
+  const strata::server::GroupFlags& flags = options.group;
+  absl::StatusOr<strata::runtime::ServingRequest> request =
+      strata::server::ServingRequestOf(options.placement, options.serving, inventory);
+  if (!request.ok()) {
+    std::cerr << "strata-server: " << request.status().message() << "\n";
+    exit_code = kExitBadInput;
+    return nullptr;
+  }
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> facts =
+      strata::runtime::GroupFacts(*request, flags.size);
+  if (!facts.ok()) {
+    std::cerr << "strata-server: " << facts.status().message() << "\n";
+    exit_code = kExitBadInput;
+    return nullptr;
+  }
+  strata::runtime::GroupOptions group;
+  group.rank = flags.rank;
+  group.size = flags.size;
+  group.leader_host = flags.leader_host;
+  group.leader_port = flags.port;
+  group.bind_host = flags.bind_host;
+  group.secret = flags.secret;
+  group.facts = *std::move(facts);
+  group.start_timeout = absl::FromChrono(flags.timeout);
+  group.deadline = absl::FromChrono(flags.deadline);
+  std::cout << "strata-server: node " << flags.rank << " of a group of " << flags.size << ": "
+            << (flags.rank == 0 ? absl::StrCat("waiting for ", flags.size - 1, " workers on port ", flags.port)
+                                : absl::StrCat("joining the leader at ", flags.leader_host, ":", flags.port))
+            << std::endl;
+  absl::StatusOr<std::unique_ptr<strata::runtime::NodeGroup>> joined = strata::runtime::NodeGroup::Join(group);
+  if (!joined.ok()) {
+    std::cerr << "strata-server: " << joined.status().message() << "\n";
+    exit_code = absl::IsInvalidArgument(joined.status()) ? kExitBadInput : kExitFailure;
+    return nullptr;
+  }
+  std::cout << "strata-server: the group formed (" << flags.size << " nodes)" << std::endl;
+  return *std::move(joined);
+}
+
+// A worker of a group (--rank > 0): no gRPC; it takes the leader's plan, loads its stages and runs them until the
+// group ends. SIGTERM is this node leaving: the leader ends the group at once (it is recreated). Exit 0 when the
+// leader drained and left, 1 when the group was lost (a peer gone or silent), 2 on a bad flag.
+int RunWorker(const strata::server::ServerOptions& options,
+              const std::optional<strata::planner::MachineInventory>& inventory, const sigset_t& stop_signals) {
+  int exit_code = kExitFailure;
+  std::unique_ptr<strata::runtime::NodeGroup> group = JoinGroup(options, inventory, exit_code);
+  if (group == nullptr) return exit_code;
+  absl::StatusOr<strata::runtime::ServingRequest> request =
+      strata::server::ServingRequestOf(options.placement, options.serving, inventory);
+  absl::StatusOr<strata::runtime::LoadOptions> load =
+      request.ok() ? strata::runtime::TakeGroupPlan(*group, *std::move(request))
+                   : absl::StatusOr<strata::runtime::LoadOptions>(request.status());
+  if (!load.ok()) {
+    std::cerr << "strata-server: " << load.status().message() << "\n";
+    return kExitFailure;
+  }
+  std::cout << "strata-server: node " << options.group.rank << ": loading its stages of the leader's plan" << std::endl;
+  strata::runtime::ExecutorOptions executor;
+  executor.intra_op_threads = options.serving.intra_op_threads;
+  executor.fault = options.serving.fault;
+  std::mutex mutex;
+  std::optional<absl::Status> ended;
+  std::thread stages([&] {
+    absl::Status status = strata::runtime::ServeGroupStages(*group, *load, executor);
+    {
+      std::lock_guard lock(mutex);
+      ended = std::move(status);
+    }
+    kill(getpid(), kLookAgainSignal);
+  });
+  for (;;) {
+    const int signal_number = WaitForSignal(stop_signals, std::nullopt);
+    if (signal_number < 0 || IsStopSignal(signal_number)) {
+      // Leaving: the leader hears it at once (not at its deadline); what this node ran is lost with it, so the
+      // process ends without waiting for its stages.
+      const std::string why =
+          absl::StrCat("node ", options.group.rank, " got ",
+                       signal_number < 0 ? "an error waiting for signals" : SignalName(signal_number));
+      std::cerr << "strata-server: " << why << ": leaving the group" << std::endl;
+      group->Leave(why);
+      std::cout.flush();
+      std::cerr.flush();
+      std::_Exit(0);
+    }
+    std::lock_guard lock(mutex);
+    if (ended) break;
+  }
+  stages.join();
+  if (ended->ok()) {
+    std::cout << "strata-server: the leader left the group; node " << options.group.rank << " exits" << std::endl;
+    return 0;
+  }
+  std::cerr << "strata-server: " << ended->message() << "\n";
+  return kExitFailure;
+}
+
 int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
   using strata::server::ServerCommand;
   absl::StatusOr<ServerCommand> command = strata::server::ParseServerFlags(args);
@@ -299,8 +409,20 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
   const bool serve_weights = options.placement.model_dir && strata::server::HasWeights(*options.placement.model_dir);
   std::optional<strata::planner::MachineInventory> inventory;
   if (EarlyExit exit = DiscoverMachine(options, inventory)) return *exit;
+  std::unique_ptr<strata::runtime::NodeGroup> group;
+  if (options.group.size > 1) {
+    if (!serve_weights) {
+      std::cerr << "strata-server: --group-size: a group serves weights; " << options.placement.model_dir->string()
+                << " holds no *.safetensors\n";
+      return kExitBadInput;
+    }
+    if (options.group.rank > 0) return RunWorker(options, inventory, stop_signals);
+    int exit_code = kExitFailure;
+    group = JoinGroup(options, inventory, exit_code);
+    if (group == nullptr) return exit_code;
+  }
   StartupPlan startup;
-  if (EarlyExit exit = MakeStartupPlan(options, serve_weights, inventory, startup)) return *exit;
+  if (EarlyExit exit = MakeStartupPlan(options, serve_weights, inventory, group.get(), startup)) return *exit;
   PrintPlanWarnings(options, startup);
 
   // The port opens before the weights load: health says NOT_SERVING and Generate UNAVAILABLE meanwhile.
@@ -315,9 +437,10 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
     running.ServePlan(*std::move(startup.plan));
     std::cout << "strata-server: serving GetDeviceMap on " << running.grpc_address().ToString() << ", metrics on "
               << running.metrics_address().ToString() << "/metrics" << std::endl;
-  } else if (EarlyExit exit = LoadAndServe(running, options, *startup.load, stop_signals)) {
+  } else if (EarlyExit exit = LoadAndServe(running, options, *startup.load, group.get(), stop_signals)) {
     return *exit;
   }
+  // Drained or lost, the workers end with the group (the engine's executor says goodbye as it stops).
   return ServeUntilStopped(running, options, stop_signals);
 }
 

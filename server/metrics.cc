@@ -210,6 +210,20 @@ Metrics::PipelineMetrics Metrics::RegisterPipelineMetrics(prometheus::Registry& 
                                 .Name("strata_stage_busy_seconds_total")
                                 .Help("Wall time a pipeline stage spent running micro-batches (on CUDA: issuing them)")
                                 .Register(registry),
+      .transfer_bytes = prometheus::BuildCounter()
+                            .Name("strata_stage_transfer_bytes_total")
+                            .Help("A group of nodes: bytes sent from node `from` to node `to` (activations and each "
+                                  "micro-batch's inputs on their way to the next stage, results to the leader)")
+                            .Register(registry),
+      .transfer_messages = prometheus::BuildCounter()
+                               .Name("strata_stage_transfer_messages_total")
+                               .Help("A group of nodes: messages sent from node `from` to node `to` (heartbeats not "
+                                     "counted)")
+                               .Register(registry),
+      .transfer_seconds = prometheus::BuildCounter()
+                              .Name("strata_stage_transfer_seconds_total")
+                              .Help("A group of nodes: time spent sending from node `from` to node `to`")
+                              .Register(registry),
   };
 }
 
@@ -351,6 +365,16 @@ void Metrics::RecordEngine(const runtime::EngineStats& stats) {
     // Counters only go up: add what accumulated since the last sample.
     const double delta = stats.stages[s].busy_seconds - counter.Value();
     if (delta > 0) counter.Increment(delta);
+  }
+  for (const runtime::LinkTransfer& t : stats.transfers) {
+    const prometheus::Labels labels{{"from", std::to_string(t.from)}, {"to", std::to_string(t.to)}};
+    for (auto [family, total] : {std::pair{&pipeline_.transfer_bytes, static_cast<double>(t.bytes)},
+                                 std::pair{&pipeline_.transfer_messages, static_cast<double>(t.messages)},
+                                 std::pair{&pipeline_.transfer_seconds, t.seconds}}) {
+      prometheus::Counter& counter = family->Add(labels);
+      const double delta = total - counter.Value();
+      if (delta > 0) counter.Increment(delta);
+    }
   }
   for (auto [family, counts] : {std::pair{&health_.engine_errors_total, &stats.errors},
                                 std::pair{&health_.nonfinite_logits_total, &stats.nonfinite_logits}}) {

@@ -104,6 +104,10 @@ class Metrics {
   struct PipelineMetrics {
     prometheus::Histogram& batch_size;
     prometheus::Family<prometheus::Counter>& stage_busy_seconds;
+    // A group of nodes: what each link carried, {from, to} nodes.
+    prometheus::Family<prometheus::Counter>& transfer_bytes;
+    prometheus::Family<prometheus::Counter>& transfer_messages;
+    prometheus::Family<prometheus::Counter>& transfer_seconds;
   };
   // What the plan's default budgets came from, and the plan's warnings.
   struct PlanGauges {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/file_reader.h"
 #include "planner/generation_config.h"
+#include "runtime/executor/group_load.h"
 
 namespace strata::server {
 
@@ -23,6 +24,14 @@ bool HasWeights(const std::filesystem::path& dir) {
 
 absl::StatusOr<runtime::LoadOptions> PlanServedModel(const cli::Placement& placement, const ServingOptions& serving,
                                                      const std::optional<planner::MachineInventory>& inventory) {
+  absl::StatusOr<runtime::ServingRequest> request = ServingRequestOf(placement, serving, inventory);
+  if (!request.ok()) return request.status();
+  // Errors name their flag (planner::PlanModel prefixes the spec's with --model DIR).
+  return runtime::PlanServing(*request);
+}
+
+absl::StatusOr<runtime::ServingRequest> ServingRequestOf(const cli::Placement& placement, const ServingOptions& serving,
+                                                         const std::optional<planner::MachineInventory>& inventory) {
   if (!placement.model_dir) return absl::InvalidArgumentError("--model: a checkpoint directory is needed to serve");
   runtime::ServingRequest request;
   request.model_dir = *placement.model_dir;
@@ -38,8 +47,7 @@ absl::StatusOr<runtime::LoadOptions> PlanServedModel(const cli::Placement& place
   request.runtime_reserve = placement.runtime_reserve;
   request.quantized_sizing = placement.quantized_sizing;
   request.fp8_scaled_mm = placement.fp8_scaled_mm;
-  // Errors name their flag (planner::PlanModel prefixes the spec's with --model DIR).
-  return runtime::PlanServing(request);
+  return request;
 }
 
 ServingNotes NotesOnServing(const cli::Placement& placement, const ServingOptions& serving,
@@ -59,9 +67,10 @@ ServingNotes NotesOnServing(const cli::Placement& placement, const ServingOption
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(
-    const ServerOptions& options, const runtime::LoadOptions& load,
-    std::function<void(const absl::Status&)> on_device_lost) {
+absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptions& options,
+                                                               const runtime::LoadOptions& load,
+                                                               std::function<void(const absl::Status&)> on_device_lost,
+                                                               runtime::NodeGroup* group) {
   std::unique_ptr<ServedModel> served(new ServedModel());
   absl::StatusOr<std::unique_ptr<runtime::LoadedModel>> model = runtime::LoadedModel::Load(load);
   if (!model.ok()) {
@@ -69,6 +78,9 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(
                         absl::StrCat("--model ", load.model_dir.string(), ": ", model.status().message()));
   }
   served->model_ = *std::move(model);
+  if (group != nullptr) {
+    if (absl::Status ready = runtime::AwaitGroupReady(*group); !ready.ok()) return ready;
+  }
 
   if (checkpoint::PathMayExist(*options.placement.model_dir / "tokenizer.json")) {
     absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tok =
@@ -103,6 +115,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(
   engine_options.intra_op_threads = options.serving.intra_op_threads;
   engine_options.fault = options.serving.fault;
   engine_options.on_device_lost = std::move(on_device_lost);
+  engine_options.group = group;
   absl::StatusOr<std::unique_ptr<runtime::Engine>> engine =
       runtime::Engine::Start(*served->model_, served->tokenizer_.get(), *std::move(eos), engine_options);
   if (!engine.ok()) return engine.status();

@@ -56,15 +56,20 @@ ServingNotes NotesOnServing(const cli::Placement& placement, const ServingOption
 // `inventory`: the machine as discovered at start-up (used when --max-memory is absent).
 absl::StatusOr<runtime::LoadOptions> PlanServedModel(const cli::Placement& placement, const ServingOptions& serving,
                                                      const std::optional<planner::MachineInventory>& inventory);
+// What PlanServedModel plans (a group's nodes plan through runtime/executor/group_load.h with it). Errors: no --model.
+absl::StatusOr<runtime::ServingRequest> ServingRequestOf(const cli::Placement& placement, const ServingOptions& serving,
+                                                         const std::optional<planner::MachineInventory>& inventory);
 
 class ServedModel {
  public:
   // Loads the weights by `load` (PlanServedModel), the tokenizer.json when present and the EOS ids, and
   // starts the engine. `on_device_lost` is called (on the engine thread) when a failure leaves a device
-  // unusable.
-  static absl::StatusOr<std::unique_ptr<ServedModel>> Load(
-      const ServerOptions& options, const runtime::LoadOptions& load,
-      std::function<void(const absl::Status&)> on_device_lost = {});
+  // unusable. The leader of a group passes its group: every worker must have loaded its stages (AwaitGroupReady)
+  // before the engine starts; a lost node is then a lost device.
+  static absl::StatusOr<std::unique_ptr<ServedModel>> Load(const ServerOptions& options,
+                                                           const runtime::LoadOptions& load,
+                                                           std::function<void(const absl::Status&)> on_device_lost = {},
+                                                           runtime::NodeGroup* group = nullptr);
 
   runtime::Engine& engine() { return *engine_; }
   runtime::LoadedModel& model() { return *model_; }

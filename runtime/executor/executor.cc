@@ -155,8 +155,12 @@ struct Executor::Impl {
 
 Executor::Executor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Executor::~Executor() {
-  // The group's receivers hand messages to this executor: they stop first.
-  if (impl_->group != nullptr) impl_->group->Stop();
+  // The group's receivers hand messages to this executor: they stop first. A node that stops serving while the
+  // group is whole says goodbye, so the others end at once and cleanly (the leader's drain ends its workers).
+  if (impl_->group != nullptr) {
+    if (!impl_->group->lost()) impl_->group->Leave(absl::StrCat("node ", impl_->group->rank(), " stopped serving"));
+    impl_->group->Stop();
+  }
   impl_->workers.reset();
 }
 

@@ -249,6 +249,7 @@ void NodeGroup::Lose(int node, const absl::Status& why) {
 }
 
 void NodeGroup::Leave(const std::string& reason) {
+  if (left_.exchange(true)) return;
   for (const auto& [node, peer] : peers_) {
     const absl::string_view part = reason;
     (void)Send(node, wire::kGoodbye, {part});

@@ -76,7 +76,7 @@ class NodeGroup {
   };
   // Starts the receiver threads and the heartbeat.
   void Serve(Handlers handlers);
-  // Says goodbye to every peer (they treat this node as gone at once, not at the deadline) and stops.
+  // Says goodbye to every peer (they treat this node as gone at once, not at the deadline) and stops; once.
   void Leave(const std::string& reason);
   // Stops the receivers and the heartbeat and closes every link (idempotent; never from a handler).
   void Stop();
@@ -102,6 +102,7 @@ class NodeGroup {
   Handlers handlers_;
   std::atomic<bool> lost_{false};
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> left_{false};
   std::mutex mutex_;
   std::condition_variable stop_;
   std::vector<std::thread> threads_;

@@ -162,8 +162,7 @@ TEST(Group, TwoNodesGenerateWhatOneProcessGenerates) {
   EXPECT_EQ(Generate(*leader->engine, 10), expected);
   // A second round reuses the KV blocks (prefix hits on both nodes).
   EXPECT_EQ(Generate(*leader->engine, 10), expected);
-  // As strata-server stops: the goodbye first (workers end cleanly), then the engine.
-  leader->group->Leave("the test is done");
+  // As strata-server stops: the engine's executor says goodbye (workers end cleanly).
   leader->engine.reset();
   ASSERT_EQ(worker.wait_for(std::chrono::seconds(30)), std::future_status::ready);
   EXPECT_TRUE(worker.get().ok());
@@ -180,8 +179,7 @@ TEST(Group, ThreeNodesAndABackAndForthPlan) {
   absl::StatusOr<Leader> leader = StartLeader(3, port, map, 1);
   ASSERT_TRUE(leader.ok()) << leader.status();
   EXPECT_EQ(Generate(*leader->engine, 10), expected);
-  // As strata-server stops: the goodbye first (workers end cleanly), then the engine.
-  leader->group->Leave("the test is done");
+  // As strata-server stops: the engine's executor says goodbye (workers end cleanly).
   leader->engine.reset();
   for (auto* w : {&w1, &w2}) {
     ASSERT_EQ(w->wait_for(std::chrono::seconds(30)), std::future_status::ready);

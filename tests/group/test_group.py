@@ -1,0 +1,281 @@
+"""A group of nodes serving one model (issue 24), each node a strata-server process on this machine over UCX on
+loopback: greedy ids equal transformers generate() for plans over 2 and 3 nodes and several families, with
+concurrent streams and the paged KV cache shared across nodes (preemption, prefix hits); and failure made loud:
+a killed, stopped or departed worker, a dead leader, a wrong secret, another checkpoint, another group size."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import signal
+import time
+
+import grpc
+import pytest
+
+import generate_helpers as GH
+import group_helpers as G
+import integration_helpers as IH
+import runtime_helpers as RH
+
+NEW_TOKENS = 8
+PROMPTS = [[1, 5, 9, 14], [4], [7, 7, 2, 3, 11, 40, 41, 2, 9], [90, 3], [12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22],
+           [200, 201], [33, 34, 35], [100]]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            directory = RH.make_checkpoint(tmp_path_factory.mktemp(name), name)
+            cache[name] = (directory, RH.reference_generate(directory, PROMPTS, NEW_TOKENS))
+        return cache[name]
+
+    return get
+
+
+def generate_all(stubs, channel, prompts, new_tokens=NEW_TOKENS, workers=16):
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        futures = [pool.submit(GH.generate, stubs, channel, prompt_ids=p, max_new_tokens=new_tokens) for p in prompts]
+        return [f.result() for f in futures]
+
+
+# (family, nodes of the layers' GPUs (one GPU per node: plan GPU n is node n), the head's node when it is elsewhere)
+CASES = [
+    ("llama_llama3_gqa", [0, 1], None),
+    ("mistral_sliding", [0, 1, 2], None),
+    ("qwen2_bias_tied", [0, 1], 0),  # tied: the head is the embedding's, on node 0: 0 -> 1 -> 0
+    ("qwen3_moe_mixed", [0, 1, 2], None),
+    ("gemma2_softcap", [0, 1, 2], 0),  # tied, three nodes: 0 -> 1 -> 2 -> 0
+]
+
+
+@pytest.mark.parametrize("name,nodes,head", CASES, ids=[c[0] for c in CASES])
+def test_a_group_generates_as_transformers(name, nodes, head, server_bin, stubs, secret_file, checkpoints, tmp_path):
+    directory, expected = checkpoints(name)
+    group = G.Group(server_bin, stubs, tmp_path, directory, secret_file, gpus=[1] * len(nodes),
+                    map_json=G.layer_map(4, nodes, head_node=head),
+                    common=["--max-batch", "8", "--max-context", "256", "--prefill-chunk", "4"])
+    try:
+        # Sixteen concurrent streams: every prompt twice (the second time its prefix is cached on every node).
+        results = generate_all(stubs, group.leader.channel, PROMPTS + PROMPTS)
+        for i, got in enumerate(results):
+            assert got["ids"] == expected[i % len(PROMPTS)]["ids"], f"prompt {i}\n{group.output()}"
+            assert got["finish"] == "LENGTH"
+    finally:
+        codes = group.stop()
+    # The leader drained and left; each worker, told so, exits 0.
+    assert codes == [0] * len(nodes), group.output()
+    assert "the leader left the group" in group.workers[0].output()
+
+
+def test_paged_kv_with_preemption_across_nodes(server_bin, stubs, secret_file, checkpoints, tmp_path):
+    # A KV pool of 6 blocks of 8 tokens for 8 sequences of up to 9 + 24 tokens: sequences are preempted and
+    # recomputed; their ids must not change.
+    directory, _ = checkpoints("llama_llama3_gqa")
+    long_expected = RH.reference_generate(directory, PROMPTS, 24)
+    group = G.Group(server_bin, stubs, tmp_path, directory, secret_file, gpus=[1, 1],
+                    map_json=G.layer_map(4, [0, 1]),
+                    common=["--max-batch", "8", "--max-context", "64", "--kv-cache-tokens", "48",
+                            "--kv-block-tokens", "8", "--prefill-chunk", "4"])
+    try:
+        results = generate_all(stubs, group.leader.channel, PROMPTS, new_tokens=24)
+        for i, got in enumerate(results):
+            assert got["ids"] == long_expected[i]["ids"], f"prompt {i}\n{group.output()}"
+        preemptions = GH.metric(group.leader.metrics_url, "strata_preemptions_total", default=0)
+        assert preemptions > 0, "the pool was meant to be too small for every sequence at once"
+    finally:
+        group.stop()
+
+
+def test_the_leaders_plan_names_each_stages_node(server_bin, stubs, secret_file, checkpoints, tmp_path):
+    # balanced_low_0 over the group's two GPUs (one per node, 1 GiB each): GetDeviceMap and the start-up table
+    # name each stage's node.
+    directory, _ = checkpoints("llama_llama3_gqa")
+    group = G.Group(server_bin, stubs, tmp_path, directory, secret_file, gpus=[1, 1])
+    try:
+        reply = stubs.strata_grpc.InferenceServiceStub(group.leader.channel).GetDeviceMap(
+            stubs.strata.GetDeviceMapRequest(), timeout=10)
+        # balanced_low_0 keeps the leader's GPU 0 light: this small model lies on node 1's GPU (plan GPU 1).
+        assert [(s.device, s.node) for s in reply.stages] == [("1", 1)], reply
+        assert {d.device: d.node for d in reply.devices} == {"0": 0, "1": 1, "cpu": 0}, reply
+        assert "(node 1)" in group.leader.output(), group.output()
+    finally:
+        group.stop()
+
+
+# --- Failure is loud and fast (issue 24, section 3) ------------------------------------------------------------
+
+DEADLINE_S = 2.0
+
+
+def start_long_stream(stubs, channel, results: list, new_tokens: int = 200):
+    """A generation of `new_tokens` on its own thread; its outcome (the ids so far and the status) lands in
+    `results`."""
+    import threading
+
+    def run():
+        ids = []
+        try:
+            stub = stubs.strata_grpc.InferenceServiceStub(channel)
+            for response in stub.Generate(stubs.strata.GenerateRequest(prompt_ids=[1, 2, 3],
+                                                                        max_new_tokens=new_tokens), timeout=60):
+                ids += list(response.token_ids)
+                if len(ids) == 1:
+                    results.append(("STARTED", "", [], time.monotonic()))
+            results.append(("OK", "", ids, time.monotonic()))
+        except grpc.RpcError as e:
+            results.append((e.code().name, e.details(), ids, time.monotonic()))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+@pytest.fixture
+def two_node_group(server_bin, stubs, secret_file, checkpoints, tmp_path):
+    directory, _ = checkpoints("llama_llama3_gqa")
+    group = G.Group(server_bin, stubs, tmp_path, directory, secret_file, gpus=[1, 1],
+                    map_json=G.layer_map(4, [0, 1]), deadline_s=DEADLINE_S,
+                    common=["--max-batch", "4", "--max-context", "4096", "--max-new-tokens", "4000"])
+    yield group
+    for w in group.workers:
+        if w.process.poll() is None:
+            w.process.send_signal(signal.SIGCONT)
+    with __import__("contextlib").suppress(Exception):
+        group.stop()
+
+
+def health(stubs, channel) -> str:
+    try:
+        reply = stubs.health_grpc.HealthStub(channel).Check(
+            stubs.health.HealthCheckRequest(service="strata.v1.InferenceService"), timeout=2)
+        return stubs.health.HealthCheckResponse.ServingStatus.Name(reply.status)
+    except grpc.RpcError as e:
+        return e.code().name
+
+
+def streaming_then(group, stubs, action):
+    """Starts a long stream, waits until tokens flow, runs `action` and returns (the stream's outcome, seconds
+    from the action to the stream's end)."""
+    results: list = []
+    thread = start_long_stream(stubs, group.leader.channel, results, new_tokens=4000)
+    deadline = time.monotonic() + 30
+    while not results and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # tokens flow through both nodes
+    acted = time.monotonic()
+    action()
+    thread.join(timeout=60)
+    assert len(results) == 2, "the stream never ended\n" + group.output()
+    code, details, ids, ended = results[1]
+    assert len(ids) < 4000, "the stream ended before the loss; make it longer"
+    return code, details, ids, ended - acted
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGSTOP"])
+def test_a_lost_worker_ends_every_stream_and_the_leader(how, two_node_group, stubs):
+    group = two_node_group
+    worker = group.workers[0]
+    sig = signal.SIGKILL if how == "SIGKILL" else signal.SIGSTOP
+    code, details, ids, seconds = streaming_then(group, stubs, lambda: worker.process.send_signal(sig))
+    # Each stream ends UNAVAILABLE naming node 1: a killed process at once (its connection resets), a stopped one
+    # when its link has been silent for --group-deadline.
+    assert code == "UNAVAILABLE", (code, details, group.output())
+    assert "node 1" in details, details
+    limit = 1.5 if how == "SIGKILL" else DEADLINE_S + 1.5
+    assert seconds < limit, f"{how}: the stream ended {seconds:.2f} s after the loss\n{group.output()}"
+    # The leader exits non-zero (the group is recreated), NOT_SERVING until it does.
+    leader_code, leader_seconds = G.wait_exit(group.leader.process, timeout=20)
+    assert leader_code not in (None, 0), group.output()
+    print(f"{how}: stream ended after {seconds:.3f} s, leader exited {leader_code} after {seconds + leader_seconds:.3f} s")
+
+
+def test_a_worker_that_gets_sigterm_leaves_the_group(two_node_group, stubs):
+    group = two_node_group
+    code, details, ids, seconds = streaming_then(group, stubs, lambda: group.workers[0].process.send_signal(
+        signal.SIGTERM))
+    assert code == "UNAVAILABLE" and "node 1" in details and "left the group" in details, (code, details)
+    assert seconds < 1.5, seconds
+    assert group.workers[0].wait(timeout=10) == 0
+    leader_code, _ = G.wait_exit(group.leader.process, timeout=20)
+    assert leader_code not in (None, 0), group.output()
+
+
+def test_a_worker_whose_leader_dies_exits(two_node_group, stubs):
+    group = two_node_group
+    start = time.monotonic()
+    group.leader.process.send_signal(signal.SIGKILL)
+    code, seconds = G.wait_exit(group.workers[0].process, timeout=DEADLINE_S + 10)
+    assert code not in (None, 0), group.output()
+    assert time.monotonic() - start < DEADLINE_S + 1.5
+    assert "node 0" in group.workers[0].output()
+
+
+def start_refused_pair(server_bin, tmp_path, model_dir, secret_file, worker_model=None, worker_size=2,
+                       worker_secret=None, timeout_s=4.0):
+    port = IH.free_port()
+    common = [ "--leader", f"127.0.0.1:{port}", "--group-bind",
+              "127.0.0.1", "--group-timeout", str(timeout_s), "--physical-devices", "0=cpu", "--max-memory",
+              "0=1GiB,cpu=1GiB", "--listen", f"127.0.0.1:{IH.free_port()}", "--metrics-listen",
+              f"127.0.0.1:{IH.free_port()}"]
+    leader = G.Worker(server_bin, [*common, "--model", str(model_dir), "--group-size", "2", "--rank", "0",
+                                   "--group-secret-file", str(secret_file)], tmp_path / "leader")
+    worker = G.Worker(server_bin, [*common, "--model", str(worker_model or model_dir), "--group-size",
+                                   str(worker_size), "--rank", "1", "--group-secret-file",
+                                   str(worker_secret or secret_file)], tmp_path / "worker")
+    return leader, worker
+
+
+def test_a_wrong_secret_is_refused(server_bin, secret_file, checkpoints, tmp_path):
+    directory, _ = checkpoints("llama_llama3_gqa")
+    wrong = tmp_path / "wrong-secret"
+    wrong.write_text("this is not the group's secret\n")
+    leader, worker = start_refused_pair(server_bin, tmp_path, directory, secret_file, worker_secret=wrong)
+    assert worker.wait(timeout=30) == 1, worker.output()
+    assert "secret" in worker.output(), worker.output()
+    # The leader refused it, counted it, and goes on waiting for the real node 1 until --group-timeout.
+    assert leader.wait(timeout=30) == 1, leader.output()
+    out = leader.output()
+    assert "refused" in out and "node 1" in out and "did not join" in out, out
+
+
+def test_another_checkpoint_is_refused_on_both_sides(server_bin, secret_file, checkpoints, tmp_path):
+    directory, _ = checkpoints("llama_llama3_gqa")
+    other, _ = checkpoints("mistral_sliding")
+    leader, worker = start_refused_pair(server_bin, tmp_path, directory, secret_file,
+                                        worker_model=other)
+    assert worker.wait(timeout=30) == 1, worker.output()
+    assert leader.wait(timeout=30) == 1, leader.output()
+    for side in (leader, worker):
+        out = side.output()
+        assert "model" in out and "differs" in out and "node 1" in out, out
+
+
+def test_another_group_size_is_refused_on_both_sides(server_bin, secret_file, checkpoints, tmp_path):
+    directory, _ = checkpoints("llama_llama3_gqa")
+    leader, worker = start_refused_pair(server_bin, tmp_path, directory, secret_file,
+                                        worker_size=3)
+    assert worker.wait(timeout=30) == 1, worker.output()
+    assert "group size" in worker.output(), worker.output()
+    assert leader.wait(timeout=30) == 1, leader.output()
+
+
+def test_the_leaders_metrics_show_every_link(server_bin, stubs, secret_file, checkpoints, tmp_path):
+    # Three nodes, 0 -> 1 -> 2 (the head on node 2, which sends results to the leader): the leader's /metrics
+    # show its own links and, from its workers' heartbeats, theirs.
+    directory, expected = checkpoints("mistral_sliding")
+    group = G.Group(server_bin, stubs, tmp_path, directory, secret_file, gpus=[1, 1, 1],
+                    map_json=G.layer_map(4, [0, 1, 2]), deadline_s=1.0)
+    try:
+        results = generate_all(stubs, group.leader.channel, PROMPTS[:4])
+        assert [r["ids"] for r in results] == [e["ids"] for e in expected[:4]]
+        url = group.leader.metrics_url
+        for a, b in [(0, 1), (1, 2), (2, 0)]:
+            sample = f'strata_stage_transfer_bytes_total{{from="{a}",to="{b}"}}'
+            assert GH.wait_metric(url, sample, lambda v: v > 0, timeout_s=10) > 0, sample
+            assert GH.metric(url, f'strata_stage_transfer_messages_total{{from="{a}",to="{b}"}}') > 0
+    finally:
+        group.stop()
