@@ -15,12 +15,14 @@ import integration_helpers as IH
 class Worker:
     """strata-server --rank R: joins the leader, runs its stages; stdout/stderr to files."""
 
-    def __init__(self, server_bin: pathlib.Path, flags: list[str], log_dir: pathlib.Path, env: dict | None = None):
+    def __init__(self, server_bin: pathlib.Path, flags: list[str], log_dir: pathlib.Path, env: dict | None = None,
+                 prefix: list[str] = ()):
+        """`prefix`: a command the server runs under (e.g. ip netns exec NS)."""
         log_dir.mkdir(parents=True, exist_ok=True)
         self.stdout_path = log_dir / "stdout.txt"
         self.stderr_path = log_dir / "stderr.txt"
         with open(self.stdout_path, "w") as out, open(self.stderr_path, "w") as err:
-            self.process = subprocess.Popen([str(server_bin), *flags], stdout=out, stderr=err, env=env)
+            self.process = subprocess.Popen([*prefix, str(server_bin), *flags], stdout=out, stderr=err, env=env)
 
     def output(self) -> str:
         return f"stdout:\n{self.stdout_path.read_text()}\nstderr:\n{self.stderr_path.read_text()}"

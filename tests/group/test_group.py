@@ -8,6 +8,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import signal
+import subprocess
 import time
 
 import grpc
@@ -279,3 +280,72 @@ def test_the_leaders_metrics_show_every_link(server_bin, stubs, secret_file, che
             assert GH.metric(url, f'strata_stage_transfer_messages_total{{from="{a}",to="{b}"}}') > 0
     finally:
         group.stop()
+
+
+# --- A cut link: the worker in a network namespace of its own, joined to this one by a veth pair ------------
+
+def netns_or_skip(tmp_path):
+    """(namespace, leader address, worker address) of a namespace made for this test, or a skip naming why."""
+    import os
+    import shutil as sh
+
+    if sh.which("ip") is None:
+        pytest.skip("a cut link needs iproute2's ip (not installed); the other failure cases run on loopback")
+    tag = f"{os.getpid() % 10000}{int(time.monotonic() * 1000) % 1000}"
+    ns, host_if, ns_if = f"strata{tag}", f"sa{tag}", f"sb{tag}"
+    subnet = 10 + (int(tag) % 200)
+    cmds = [["ip", "netns", "add", ns],
+            ["ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if],
+            ["ip", "link", "set", ns_if, "netns", ns],
+            ["ip", "addr", "add", f"10.77.{subnet}.1/24", "dev", host_if],
+            ["ip", "link", "set", host_if, "up"],
+            ["ip", "netns", "exec", ns, "ip", "addr", "add", f"10.77.{subnet}.2/24", "dev", ns_if],
+            ["ip", "netns", "exec", ns, "ip", "link", "set", ns_if, "up"],
+            ["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"]]
+    for cmd in cmds:
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode != 0:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            subprocess.run(["ip", "link", "del", host_if], capture_output=True)
+            pytest.skip(f"cannot make a network namespace here ({' '.join(cmd)}: {run.stderr.strip()}); the other "
+                        "failure cases run on loopback")
+    return ns, host_if, f"10.77.{subnet}.1", f"10.77.{subnet}.2"
+
+
+def test_a_cut_link_ends_every_stream_and_the_group(server_bin, stubs, secret_file, checkpoints, tmp_path):
+    ns, host_if, leader_ip, worker_ip = netns_or_skip(tmp_path)
+    directory, _ = checkpoints("llama_llama3_gqa")
+    port = IH.free_port()
+    common = ["--model", str(directory), "--group-size", "2", "--leader", f"{leader_ip}:{port}",
+              "--group-secret-file", str(secret_file), "--group-deadline", str(DEADLINE_S), "--group-timeout", "60",
+              "--physical-devices", "0=cpu", "--max-memory", "0=1GiB,cpu=1GiB", "--max-batch", "4",
+              "--max-context", "4096", "--max-new-tokens", "4000"]
+    worker = None
+    leader = None
+    try:
+        worker = G.Worker(server_bin, [*common, "--rank", "1", "--group-bind", worker_ip], tmp_path / "worker",
+                          prefix=["ip", "netns", "exec", ns])
+        leader = IH.ServerProcess(server_bin, [*common, "--rank", "0", "--group-bind", leader_ip,
+                                               "--device-map", G.layer_map(4, [0, 1])], tmp_path / "leader")
+        leader.start(stubs)
+
+        group = type("Group", (), {})()
+        group.leader, group.workers = leader, [worker]
+        group.output = lambda: f"{leader.output()}\n--- worker\n{worker.output()}"
+        code, details, ids, seconds = streaming_then(
+            group, stubs, lambda: subprocess.run(["ip", "link", "set", host_if, "down"], check=True))
+        assert code == "UNAVAILABLE" and "node 1" in details, (code, details, group.output())
+        assert seconds < DEADLINE_S + 1.5, f"the stream ended {seconds:.2f} s after the cut\n{group.output()}"
+        leader_code, _ = G.wait_exit(leader.process, timeout=20)
+        assert leader_code not in (None, 0), group.output()
+        # The worker, cut off from its leader, ends too (its own deadline).
+        worker_code, _ = G.wait_exit(worker.process, timeout=DEADLINE_S + 10)
+        assert worker_code not in (None, 0), group.output()
+        print(f"cut link: stream ended after {seconds:.3f} s (--group-deadline {DEADLINE_S} s)")
+    finally:
+        for p in (worker, leader):
+            if p is not None and p.process is not None and p.process.poll() is None:
+                p.process.kill()
+                p.process.wait()
+        subprocess.run(["ip", "link", "del", host_if], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
