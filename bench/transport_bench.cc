@@ -1,6 +1,7 @@
 // strata_transport_bench: runtime/executor/transport.h between two processes on loopback (fork; rank 1 echoes).
 // One-way latency is half a ping-pong's round trip (p50/p99); bandwidth is one-way messages back to back, then an
-// acknowledgement. Usage: strata_transport_bench [iterations per size, default 200]
+// acknowledgement. Usage: strata_transport_bench [iterations per size, default 200] [message bytes ...]
+// (default sizes: 16 KiB, 256 KiB, 4 MiB, 64 MiB; bench/group_speed.py passes a group's hop sizes)
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -84,8 +85,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("strata transport over UCX, two processes on loopback, %s\n", CpuName().c_str());
-  std::printf("%10s %14s %14s %14s\n", "size", "p50 one-way", "p99 one-way", "bandwidth");
-  const size_t sizes[] = {16 << 10, 256 << 10, 4 << 20, 64 << 20};
+  std::printf("%10s %14s %14s %14s\n", "bytes", "p50 one-way", "p99 one-way", "bandwidth");
+  std::vector<size_t> sizes = {16 << 10, 256 << 10, 4 << 20, 64 << 20};
+  if (argc > 2) sizes.clear();
+  for (int a = 2; a < argc; ++a) {
+    size_t size = 0;
+    if (!absl::SimpleAtoi(argv[a], &size) || size == 0) return 2;
+    sizes.push_back(size);
+  }
   for (size_t size : sizes) {
     const std::string bytes(size, 'x');
     const absl::string_view part = bytes;
@@ -110,7 +117,7 @@ int main(int argc, char** argv) {
     if (!ack.ok()) return 1;
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     const double gib_per_s = static_cast<double>(size) * rounds / seconds / (1 << 30);
-    std::printf("%7zu KiB %11.1f us %11.1f us %9.2f GiB/s\n", size >> 10, p50, p99, gib_per_s);
+    std::printf("%10zu %11.1f us %11.1f us %9.2f GiB/s\n", size, p50, p99, gib_per_s);
   }
   (*link)->Send(kStop, {}).IgnoreError();
   int status = 0;

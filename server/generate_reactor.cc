@@ -137,9 +137,8 @@ void GenerateReactor::WriteNextLocked() {
   // a generation cut by the drain: its call ends UNAVAILABLE (the client may retry elsewhere), not CANCELLED.
   if (!pending_.empty() && pending_.back().finish == runtime::FinishReason::kError) {
     const absl::Status& error = pending_.back().error;
-    error_end_ = grpc::Status(
-        absl::IsUnavailable(error) ? grpc::StatusCode::UNAVAILABLE : grpc::StatusCode::INTERNAL,
-        std::string(error.message()));
+    error_end_ = grpc::Status(absl::IsUnavailable(error) ? grpc::StatusCode::UNAVAILABLE : grpc::StatusCode::INTERNAL,
+                              std::string(error.message()));
     pending_.pop_back();
   } else if (!pending_.empty() && pending_.back().finish == runtime::FinishReason::kCancelled && cut_ &&
              !client_gone_) {

@@ -31,6 +31,7 @@
 #include "server/running_server.h"
 #include "server/served_model.h"
 #include "server/served_plan.h"
+#include "server/worker_health.h"
 
 namespace {
 
@@ -340,6 +341,14 @@ std::unique_ptr<strata::runtime::NodeGroup> JoinGroup(const strata::server::Serv
 // leader drained and left, 1 when the group was lost (a peer gone or silent), 2 on a bad flag.
 int RunWorker(const strata::server::ServerOptions& options,
               const std::optional<strata::planner::MachineInventory>& inventory, const sigset_t& stop_signals) {
+  // The health port (--listen) first: probes reach the pod while the group forms and the stages load.
+  absl::StatusOr<std::unique_ptr<strata::server::WorkerHealth>> health = strata::server::WorkerHealth::Start(options);
+  if (!health.ok()) {
+    std::cerr << "strata-server: " << health.status().message() << "\n";
+    return kExitFailure;
+  }
+  std::cout << "strata-server: node " << options.group.rank << ": health checks on " << (*health)->address().ToString()
+            << " (NOT_SERVING until its stages are loaded)" << std::endl;
   int exit_code = kExitFailure;
   std::unique_ptr<strata::runtime::NodeGroup> group = JoinGroup(options, inventory, exit_code);
   if (group == nullptr) return exit_code;
@@ -359,7 +368,11 @@ int RunWorker(const strata::server::ServerOptions& options,
   std::mutex mutex;
   std::optional<absl::Status> ended;
   std::thread stages([&] {
-    absl::Status status = strata::runtime::ServeGroupStages(*group, *load, executor);
+    absl::Status status = strata::runtime::ServeGroupStages(*group, *load, executor, [&] {
+      (*health)->SetServing(true);
+      std::cout << "strata-server: node " << options.group.rank << ": serving its stages" << std::endl;
+    });
+    (*health)->SetServing(false);
     {
       std::lock_guard lock(mutex);
       ended = std::move(status);

@@ -276,7 +276,8 @@ absl::Status AwaitGroupReady(NodeGroup& group) {
   return absl::OkStatus();
 }
 
-absl::Status ServeGroupStages(NodeGroup& group, const LoadOptions& load, ExecutorOptions options) {
+absl::Status ServeGroupStages(NodeGroup& group, const LoadOptions& load, ExecutorOptions options,
+                              const std::function<void()>& on_ready) {
   absl::StatusOr<std::unique_ptr<LoadedModel>> model = LoadedModel::Load(load);
   if (!model.ok()) {
     const std::string why = absl::StrCat("loading its stages: ", model.status().message());
@@ -296,6 +297,7 @@ absl::Status ServeGroupStages(NodeGroup& group, const LoadOptions& load, Executo
   };
   absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Start(**model, options);
   if (!executor.ok()) return executor.status();
+  if (on_ready) on_ready();
   // Results of the micro-batches whose last stage (or failure) was here go to the leader.
   while (true) {
     {

@@ -15,6 +15,7 @@
 // not a mix. GPUs are numbered node-major (node 0's, then node 1's, ...); "cpu" and "disk" are the leader's host
 // (planner/inventory.h, GroupInventory).
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +43,8 @@ absl::StatusOr<LoadOptions> TakeGroupPlan(NodeGroup& group, ServingRequest reque
 absl::Status AwaitGroupReady(NodeGroup& group);
 // A worker after TakeGroupPlan: loads its stages, says ready (or sends its failure to the leader), and serves them
 // until the group ends: the leader leaves (OK when it drains) or a peer is lost (UNAVAILABLE naming it).
-absl::Status ServeGroupStages(NodeGroup& group, const LoadOptions& load, ExecutorOptions options);
+// `on_ready` (may be empty) is called once its stages are loaded and the leader told.
+absl::Status ServeGroupStages(NodeGroup& group, const LoadOptions& load, ExecutorOptions options,
+                              const std::function<void()>& on_ready = {});
 
 }  // namespace strata::runtime

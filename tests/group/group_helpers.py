@@ -65,7 +65,10 @@ class Group:
             return flags
 
         for n in range(1, self.size):
-            self.workers.append(Worker(server_bin, node_flags(n), log_dir / f"node{n}"))
+            # A worker's --listen serves gRPC health checks alone (its pod's probes).
+            health = f"127.0.0.1:{IH.free_port()}"
+            self.workers.append(Worker(server_bin, [*node_flags(n), "--listen", health], log_dir / f"node{n}"))
+            self.workers[-1].health_address = health
         leader_flags = node_flags(0)
         if map_json is not None:
             leader_flags += ["--device-map", map_json]

@@ -103,6 +103,10 @@ def test_the_leaders_plan_names_each_stages_node(server_bin, stubs, secret_file,
         assert [(s.device, s.node) for s in reply.stages] == [("1", 1)], reply
         assert {d.device: d.node for d in reply.devices} == {"0": 0, "1": 1, "cpu": 0}, reply
         assert "(node 1)" in group.leader.output(), group.output()
+        # The worker's --listen answers its pod's probes: SERVING while it serves its stages.
+        channel = grpc.insecure_channel(group.workers[0].health_address)
+        assert health(stubs, channel) == "SERVING", group.output()
+        channel.close()
     finally:
         group.stop()
 
@@ -220,11 +224,12 @@ def start_refused_pair(server_bin, tmp_path, model_dir, secret_file, worker_mode
     port = IH.free_port()
     common = [ "--leader", f"127.0.0.1:{port}", "--group-bind",
               "127.0.0.1", "--group-timeout", str(timeout_s), "--physical-devices", "0=cpu", "--max-memory",
-              "0=1GiB,cpu=1GiB", "--listen", f"127.0.0.1:{IH.free_port()}", "--metrics-listen",
-              f"127.0.0.1:{IH.free_port()}"]
-    leader = G.Worker(server_bin, [*common, "--model", str(model_dir), "--group-size", "2", "--rank", "0",
+              "0=1GiB,cpu=1GiB", "--metrics-listen", f"127.0.0.1:{IH.free_port()}"]
+    leader = G.Worker(server_bin, [*common, "--listen", f"127.0.0.1:{IH.free_port()}", "--model", str(model_dir),
+                                   "--group-size", "2", "--rank", "0",
                                    "--group-secret-file", str(secret_file)], tmp_path / "leader")
-    worker = G.Worker(server_bin, [*common, "--model", str(worker_model or model_dir), "--group-size",
+    worker = G.Worker(server_bin, [*common, "--listen", f"127.0.0.1:{IH.free_port()}", "--model",
+                                   str(worker_model or model_dir), "--group-size",
                                    str(worker_size), "--rank", "1", "--group-secret-file",
                                    str(worker_secret or secret_file)], tmp_path / "worker")
     return leader, worker
@@ -323,7 +328,8 @@ def test_a_cut_link_ends_every_stream_and_the_group(server_bin, stubs, secret_fi
     worker = None
     leader = None
     try:
-        worker = G.Worker(server_bin, [*common, "--rank", "1", "--group-bind", worker_ip], tmp_path / "worker",
+        worker = G.Worker(server_bin, [*common, "--rank", "1", "--group-bind", worker_ip, "--listen",
+                                       "127.0.0.1:0"], tmp_path / "worker",
                           prefix=["ip", "netns", "exec", ns])
         leader = IH.ServerProcess(server_bin, [*common, "--rank", "0", "--group-bind", leader_ip,
                                                "--device-map", G.layer_map(4, [0, 1])], tmp_path / "leader")
