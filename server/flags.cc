@@ -449,6 +449,7 @@ absl::Status ReadGroupFlags(const cli::ParsedArgs& parsed, ServerOptions& option
   } else if (const char* lws = std::getenv("LWS_LEADER_ADDRESS"); lws != nullptr && *lws != '\0') {
     group.leader_host = lws;
     group.port = port;
+    group.worker_port = port;
   } else if (group.rank > 0) {
     return absl::InvalidArgumentError("--leader: a worker needs the leader's HOST:PORT (or LWS_LEADER_ADDRESS)");
   } else {

@@ -129,6 +129,9 @@ struct GroupFlags {
   std::string leader_host;            // --leader HOST:PORT (or LWS_LEADER_ADDRESS): where workers reach the leader
   int port = 50061;                   // the leader's data port: --leader's, else --group-port
   std::string bind_host = "0.0.0.0";  // --group-bind: the address this node's data port binds
+  // A worker's data port (its neighbours in the stage order connect to it): --group-port under LeaderWorkerSet
+  // (each pod has its own address), else any free port (nodes that share a host, as the tests run them).
+  int worker_port = 0;
   std::string secret;                 // --group-secret-file's bytes (trailing newline dropped)
   std::chrono::milliseconds timeout{120'000};  // --group-timeout: the group forming, planning and loading
   std::chrono::milliseconds deadline{10'000};  // --group-deadline: the longest a link may stay silent

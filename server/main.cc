@@ -102,7 +102,7 @@ int Drain(strata::server::RunningServer& running, std::chrono::milliseconds time
     if (signal_number <= 0) break;  // the timeout (or waiting failed): cut what runs
     if (signal_number == kDeviceLostSignal) {
       // Every generation ends INTERNAL: the drain ends by itself; the process then exits 1.
-      std::cerr << "strata-server: a device is unusable\n";
+      std::cerr << "strata-server: a device is unusable or a node of the group was lost\n";
       device_lost = true;
     } else if (IsStopSignal(signal_number)) {
       std::cerr << "strata-server: " << SignalName(signal_number) << " again: cutting what is in flight now\n";
@@ -284,7 +284,7 @@ int ServeUntilStopped(strata::server::RunningServer& running, const strata::serv
     const int signal_number = WaitForSignal(stop_signals, std::nullopt);
     if (signal_number < 0) return kExitFailure;
     if (signal_number == kDeviceLostSignal) {
-      std::cerr << "strata-server: a device is unusable, shutting down\n";
+      std::cerr << "strata-server: a device is unusable or a node of the group was lost, shutting down\n";
       running.Shutdown();
       return kExitFailure;
     }
@@ -317,6 +317,7 @@ std::unique_ptr<strata::runtime::NodeGroup> JoinGroup(const strata::server::Serv
   group.size = flags.size;
   group.leader_host = flags.leader_host;
   group.leader_port = flags.port;
+  group.port = flags.worker_port;
   group.bind_host = flags.bind_host;
   group.secret = flags.secret;
   group.facts = *std::move(facts);
