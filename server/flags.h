@@ -132,7 +132,7 @@ struct GroupFlags {
   // A worker's data port (its neighbours in the stage order connect to it): --group-port under LeaderWorkerSet
   // (each pod has its own address), else any free port (nodes that share a host, as the tests run them).
   int worker_port = 0;
-  std::string secret;                 // --group-secret-file's bytes (trailing newline dropped)
+  std::string secret;                          // --group-secret-file's bytes (trailing newline dropped)
   std::chrono::milliseconds timeout{120'000};  // --group-timeout: the group forming, planning and loading
   std::chrono::milliseconds deadline{10'000};  // --group-deadline: the longest a link may stay silent
 };

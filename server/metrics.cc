@@ -224,6 +224,12 @@ Metrics::PipelineMetrics Metrics::RegisterPipelineMetrics(prometheus::Registry& 
                               .Name("strata_stage_transfer_seconds_total")
                               .Help("A group of nodes: time spent sending from node `from` to node `to`")
                               .Register(registry),
+      .refused_connections = prometheus::BuildCounter()
+                                 .Name("strata_group_refused_connections_total")
+                                 .Help("A group of nodes: connections the leader's data port refused (no group "
+                                       "secret, garbage, silence past the handshake's 10 s)")
+                                 .Register(registry)
+                                 .Add({}),
   };
 }
 
@@ -365,6 +371,10 @@ void Metrics::RecordEngine(const runtime::EngineStats& stats) {
     // Counters only go up: add what accumulated since the last sample.
     const double delta = stats.stages[s].busy_seconds - counter.Value();
     if (delta > 0) counter.Increment(delta);
+  }
+  if (const double refused = static_cast<double>(stats.refused_connections) - pipeline_.refused_connections.Value();
+      refused > 0) {
+    pipeline_.refused_connections.Increment(refused);
   }
   for (const runtime::LinkTransfer& t : stats.transfers) {
     const prometheus::Labels labels{{"from", std::to_string(t.from)}, {"to", std::to_string(t.to)}};

@@ -108,6 +108,7 @@ class Metrics {
     prometheus::Family<prometheus::Counter>& transfer_bytes;
     prometheus::Family<prometheus::Counter>& transfer_messages;
     prometheus::Family<prometheus::Counter>& transfer_seconds;
+    prometheus::Counter& refused_connections;
   };
   // What the plan's default budgets came from, and the plan's warnings.
   struct PlanGauges {

@@ -217,6 +217,7 @@ EngineStats Engine::Stats() const {
   stats.kv_block_tokens = impl_->model.kv_block_tokens();
   stats.stages = impl_->executor->Busy();
   stats.transfers = impl_->executor->Transfers();
+  stats.refused_connections = impl_->executor->RefusedConnections();
   return stats;
 }
 

@@ -148,6 +148,7 @@ struct EngineStats {
   uint64_t micro_batches_run = 0;
   std::vector<StageBusy> stages;
   std::vector<LinkTransfer> transfers;  // a group of nodes: what each link carried
+  int64_t refused_connections = 0;      // a group: connections the leader's data port refused
   std::vector<StageErrors> errors;      // stages that failed at least once
   // Rows whose logits were not finite (NaN or inf), by the stage that computed them: each ended its
   // request with kError.

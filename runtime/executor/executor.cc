@@ -548,6 +548,8 @@ std::vector<StageBusy> Executor::Busy() const {
   return out;
 }
 
+int64_t Executor::RefusedConnections() const { return impl_->group != nullptr ? impl_->group->refused() : 0; }
+
 std::vector<LinkTransfer> Executor::Transfers() const {
   return impl_->group != nullptr ? impl_->group->Transfers() : std::vector<LinkTransfer>{};
 }

@@ -172,6 +172,7 @@ class Executor {
   std::optional<MicroBatchResult> WaitCompletedFor(std::chrono::milliseconds timeout);
   std::vector<StageBusy> Busy() const;
   std::vector<LinkTransfer> Transfers() const;  // a group's links; empty for one process
+  int64_t RefusedConnections() const;           // a group: connections its data port refused (wrong secret, ...)
 
  private:
   struct Impl;

@@ -355,3 +355,25 @@ def test_a_cut_link_ends_every_stream_and_the_group(server_bin, stubs, secret_fi
                 p.process.wait()
         subprocess.run(["ip", "link", "del", host_if], capture_output=True)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_a_stranger_at_the_data_port_is_refused_and_counted(server_bin, stubs, secret_file, checkpoints, tmp_path):
+    directory, expected = checkpoints("llama_llama3_gqa")
+    group = G.Group(server_bin, stubs, tmp_path, directory, secret_file, gpus=[1, 1], map_json=G.layer_map(4, [0, 1]))
+    try:
+        wrong = tmp_path / "wrong-secret"
+        wrong.write_text("not the group's secret at all\n")
+        stranger = G.Worker(server_bin, ["--model", str(directory), "--group-size", "2", "--rank", "1", "--leader",
+                                         f"127.0.0.1:{group.data_port}", "--group-secret-file", str(wrong),
+                                         "--group-timeout", "10", "--listen", f"127.0.0.1:{IH.free_port()}",
+                                         "--physical-devices", "0=cpu", "--max-memory", "0=1GiB,cpu=1GiB"],
+                            tmp_path / "stranger")
+        assert stranger.wait(timeout=30) == 1, stranger.output()
+        assert "secret" in stranger.output()
+        assert GH.wait_metric(group.leader.metrics_url, "strata_group_refused_connections_total",
+                              lambda v: v >= 1) >= 1
+        # The group serves on.
+        got = GH.generate(stubs, group.leader.channel, prompt_ids=PROMPTS[0], max_new_tokens=NEW_TOKENS)
+        assert got["ids"] == expected[0]["ids"]
+    finally:
+        group.stop()
