@@ -72,6 +72,23 @@ def test_a_group_generates_as_transformers(name, nodes, head, server_bin, stubs,
     assert "the leader left the group" in group.workers[0].output()
 
 
+def test_a_bfloat16_group_generates_as_transformers_under_the_margin_rule(server_bin, stubs, secret_file, tmp_path):
+    # Three nodes, bfloat16 weights served in bfloat16 (activations cross the links in bfloat16): ids equal
+    # transformers' until its own top-2 margin is below bfloat16's noise (runtime_helpers).
+    import torch
+
+    directory = RH.make_checkpoint(tmp_path / "bf16", "llama_llama3_gqa", dtype=torch.bfloat16)
+    expected = RH.reference_generate(directory, PROMPTS, NEW_TOKENS, dtype=torch.bfloat16)
+    group = G.Group(server_bin, stubs, tmp_path / "group", directory, secret_file, gpus=[1, 1, 1],
+                    map_json=G.layer_map(4, [0, 1, 2]), common=["--dtype", "bfloat16", "--max-batch", "8"])
+    try:
+        results = [GH.generate(stubs, group.leader.channel, prompt_ids=p, max_new_tokens=NEW_TOKENS)
+                   for p in PROMPTS]
+        RH.compare_bfloat16_by_margin(expected, results, NEW_TOKENS)
+    finally:
+        group.stop()
+
+
 def test_paged_kv_with_preemption_across_nodes(server_bin, stubs, secret_file, checkpoints, tmp_path):
     # A KV pool of 6 blocks of 8 tokens for 8 sequences of up to 9 + 24 tokens: sequences are preempted and
     # recomputed; their ids must not change.
