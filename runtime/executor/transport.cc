@@ -35,6 +35,13 @@ namespace strata::runtime::transport {
 namespace internal {
 namespace {
 
+// A Status another thread also holds, as a Status of its own (its own payload): absl::Status shares its payload by
+// a reference count that Debian's uninstrumented Abseil releases where ThreadSanitizer cannot see the order, so a
+// stored failure is never handed to a caller as a copy (the engine's output thread does the same).
+absl::Status Detached(const absl::Status& status) {
+  return status.ok() ? absl::OkStatus() : absl::Status(status.code(), std::string(status.message()));
+}
+
 // Active message ids. Handshake frames and the polite close are small eager messages; data may be rendezvous.
 constexpr unsigned kAmHandshake = 0x5701;
 constexpr unsigned kAmData = 0x5702;
@@ -959,7 +966,7 @@ void Core::OnHandshake(const std::shared_ptr<LinkState>& link, absl::string_view
       absl::Status status = absl::FailedPreconditionError(differences);
       {
         std::lock_guard<std::mutex> lock(accept_mu_);
-        accept_failures_[link->peer_rank] = status;
+        accept_failures_[link->peer_rank] = Detached(status);  // its own payload: the link keeps `status`
       }
       SendFrame(link, EncodeFrame(kRefuse, {"the facts differ"}));
       Fail(link, status, true, /*linger=*/true);
@@ -1113,7 +1120,7 @@ absl::Status Core::Send(const std::shared_ptr<LinkState>& link, uint32_t kind,
   {
     std::lock_guard<std::mutex> lock(link->mu);
     if (link->phase == Phase::kFailed) {
-      return link->hard_failure ? link->failure : absl::UnavailableError(link->failure.message());
+      return link->hard_failure ? Detached(link->failure) : absl::UnavailableError(link->failure.message());
     }
   }
   auto op = std::make_shared<SendOp>();
@@ -1153,7 +1160,7 @@ absl::Status Core::Send(const std::shared_ptr<LinkState>& link, uint32_t kind,
   }
   if (status == UCS_OK) return absl::OkStatus();
   std::lock_guard<std::mutex> lock(link->mu);
-  if (link->phase == Phase::kFailed && link->hard_failure) return link->failure;
+  if (link->phase == Phase::kFailed && link->hard_failure) return Detached(link->failure);
   return absl::UnavailableError(absl::StrCat(link->WhoLocked(), ": sending a message of ", total, " bytes failed (",
                                              ucs_status_string(status), ")"));
 }
@@ -1289,7 +1296,7 @@ absl::StatusOr<std::shared_ptr<LinkState>> Core::Accept(int peer, absl::Time dea
       return link;
     }
     if (auto it = accept_failures_.find(peer); it != accept_failures_.end()) {
-      absl::Status status = std::move(it->second);
+      absl::Status status = Detached(it->second);
       accept_failures_.erase(it);
       return status;
     }
@@ -1329,7 +1336,7 @@ absl::StatusOr<std::shared_ptr<LinkState>> Core::Connect(int peer, const std::st
       }
       if (link->phase == Phase::kEstablished) return link;
       const bool retryable = link->phase != Phase::kFailed || link->retryable;
-      last = link->phase == Phase::kFailed ? link->failure
+      last = link->phase == Phase::kFailed ? Detached(link->failure)
                                            : absl::DeadlineExceededError("the handshake did not complete in time");
       lock.unlock();
       if (!retryable) return last;  // the link closes itself (after the peer has read this node's facts)
@@ -1390,7 +1397,7 @@ absl::StatusOr<Message> Link::Receive(absl::Time deadline) {
   internal::LinkState& s = *state_;
   std::unique_lock<std::mutex> lock(s.mu);
   for (;;) {
-    if (s.closed_here) return s.failure;
+    if (s.closed_here) return internal::Detached(s.failure);
     auto front = s.inbox.begin();
     const bool ready = front != s.inbox.end() && front->first == s.next_deliver && front->second->ready;
     if (ready) {  // messages that arrived before the peer went away are still delivered
@@ -1400,7 +1407,8 @@ absl::StatusOr<Message> Link::Receive(absl::Time deadline) {
       return message;
     }
     // A hard failure ends the wait for messages still in flight; after a polite close they still arrive.
-    if (s.phase == internal::Phase::kFailed && (s.hard_failure || s.inbox.empty())) return s.failure;
+    if (s.phase == internal::Phase::kFailed && (s.hard_failure || s.inbox.empty()))
+      return internal::Detached(s.failure);
     const absl::Time now = absl::Now();
     if (now >= deadline) {
       return absl::DeadlineExceededError(
