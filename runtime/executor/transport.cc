@@ -17,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -515,6 +516,16 @@ absl::Status Core::InitUcx() {
   // NULL, NULL: the UCX_* environment applies (UCX_TLS, UCX_NET_DEVICES, ...); nothing is forced here.
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return absl::InternalError(absl::StrCat("transport: ucp_config_read: ", ucs_status_string(st)));
+  // A decode step's hop (a few KiB to a few hundred) goes eagerly, in one send, rather than by rendezvous (a
+  // round trip before the data): 32 KiB one-way 194 -> 70 us over TCP on loopback (bench/README.md, group_speed).
+  // UCX_RNDV_THRESH in the environment still decides.
+  if (std::getenv("UCX_RNDV_THRESH") == nullptr) {
+    st = ucp_config_modify(config, "RNDV_THRESH", "262144");
+    if (st != UCS_OK) {
+      ucp_config_release(config);
+      return absl::InternalError(absl::StrCat("transport: RNDV_THRESH: ", ucs_status_string(st)));
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
