@@ -80,6 +80,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptio
   served->model_ = *std::move(model);
   if (group != nullptr) {
     if (absl::Status ready = runtime::AwaitGroupReady(*group); !ready.ok()) return ready;
+    served->model_->SetGroup(group);
   }
 
   if (checkpoint::PathMayExist(*options.placement.model_dir / "tokenizer.json")) {

@@ -2,11 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
+#include "runtime/executor/group.h"
 #include "runtime/executor/pipeline.h"
 
 // The CUDA allocator through c10's device-generic interface: libc10_cuda is loaded at run time (cuda_loader.h).
@@ -54,10 +57,26 @@ std::vector<DeviceMemory> MeasureDeviceMemory(LoadedModel& model) {
   std::map<std::string, at::Device> physical;
   for (const Stage& stage : model.pipeline().stages()) physical.emplace(stage.label, stage.device);
   const HostMemory host = ReadHostMemory();
+  const planner::Plan& plan = model.report().plan;
+  const int here = model.pipeline().node();
+  std::map<int, std::vector<DeviceMemory>> reported;  // a group's leader: what each node's heartbeat measured
   std::vector<DeviceMemory> out;
-  for (const planner::DeviceUsage& usage : model.report().plan.devices) {
+  for (const planner::DeviceUsage& usage : plan.devices) {
     DeviceMemory m;
     m.device = usage.device.ToString();
+    // Another node's device: as that node last measured it (its heartbeat), else unknown ("node N", zeros).
+    if (const int node = planner::NodeOf(plan, usage.device); node != here) {
+      if (model.group() != nullptr && !reported.contains(node)) reported[node] = model.group()->ReportedMemory(node);
+      const std::vector<DeviceMemory>& theirs = reported[node];
+      auto it = std::find_if(theirs.begin(), theirs.end(), [&](const DeviceMemory& d) { return d.device == m.device; });
+      if (it != theirs.end()) {
+        out.push_back(*it);
+      } else {
+        m.physical_device = absl::StrCat("node ", node);
+        out.push_back(m);
+      }
+      continue;
+    }
     at::Device device = at::kCPU;
     if (usage.device.is_gpu()) {
       if (auto it = physical.find(m.device); it != physical.end()) device = it->second;

@@ -206,10 +206,11 @@ void NodeGroup::Receive(int node) {
     }
     if (message->kind == wire::kHeartbeat) {
       if (options_.rank == 0 && !message->bytes.empty()) {
-        absl::StatusOr<std::vector<LinkTransfer>> links = wire::DecodeTransfers(message->bytes);
-        if (links.ok()) {
+        absl::StatusOr<wire::HeartbeatReport> report = wire::DecodeHeartbeat(message->bytes);
+        if (report.ok()) {
           std::lock_guard lock(reported_mutex_);
-          reported_[node] = *std::move(links);
+          reported_[node] = std::move(report->transfers);
+          reported_memory_[node] = std::move(report->memory);
         }
       }
       continue;
@@ -232,7 +233,17 @@ void NodeGroup::Heartbeat() {
     if (stopping_) return;
     lock.unlock();
     // A worker's heartbeat to the leader carries what its links carried (the leader's metrics show every link).
-    const std::string report = options_.rank == 0 ? "" : wire::EncodeTransfers(Transfers());
+    std::string report;
+    if (options_.rank != 0) {
+      wire::HeartbeatReport r;
+      r.transfers = Transfers();
+      {
+        // Under the lock: SetMemoryReport({}) waits for a measurement in progress (it reads the model).
+        std::lock_guard reported(reported_mutex_);
+        if (memory_report_) r.memory = memory_report_();
+      }
+      report = wire::EncodeHeartbeat(r);
+    }
     for (const auto& [node, peer] : peers_) {
       // A failed heartbeat is the receiver's to report (the link is closed or the peer silent).
       const absl::string_view part = node == 0 ? absl::string_view(report) : absl::string_view();
@@ -240,6 +251,17 @@ void NodeGroup::Heartbeat() {
     }
     lock.lock();
   }
+}
+
+void NodeGroup::SetMemoryReport(std::function<std::vector<DeviceMemory>()> report) {
+  std::lock_guard lock(reported_mutex_);
+  memory_report_ = std::move(report);
+}
+
+std::vector<DeviceMemory> NodeGroup::ReportedMemory(int node) const {
+  std::lock_guard lock(reported_mutex_);
+  auto it = reported_memory_.find(node);
+  return it == reported_memory_.end() ? std::vector<DeviceMemory>{} : it->second;
 }
 
 void NodeGroup::Lose(int node, const absl::Status& why) {

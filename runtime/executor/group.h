@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "runtime/executor/device_memory.h"
 #include "runtime/executor/executor.h"
 #include "runtime/executor/transport.h"
 
@@ -83,6 +84,10 @@ class NodeGroup {
   bool lost() const { return lost_.load(); }
   // What each link carried: this node's outgoing links and, on the leader, those its workers last reported.
   std::vector<LinkTransfer> Transfers() const;
+  // A worker: its devices' memory, measured for each heartbeat (on the heartbeat thread).
+  void SetMemoryReport(std::function<std::vector<DeviceMemory>()> report);
+  // The leader: the devices of node `node` as its last heartbeat measured them (empty before the first).
+  std::vector<DeviceMemory> ReportedMemory(int node) const;
 
  private:
   struct Peer {
@@ -107,7 +112,9 @@ class NodeGroup {
   std::condition_variable stop_;
   std::vector<std::thread> threads_;
   mutable std::mutex reported_mutex_;
-  std::map<int, std::vector<LinkTransfer>> reported_;  // the leader: each worker's links, from its heartbeats
+  std::map<int, std::vector<LinkTransfer>> reported_;         // the leader: each worker's links, from its heartbeats
+  std::map<int, std::vector<DeviceMemory>> reported_memory_;  // the leader: each worker's devices
+  std::function<std::vector<DeviceMemory>()> memory_report_;  // a worker: under reported_mutex_
 };
 
 }  // namespace strata::runtime

@@ -16,6 +16,7 @@
 #include "checkpoint/file_reader.h"
 #include "nlohmann/json.hpp"
 #include "planner/inventory.h"
+#include "runtime/executor/device_memory.h"
 #include "runtime/executor/group_wire.h"
 
 namespace strata::runtime {
@@ -297,6 +298,16 @@ absl::Status ServeGroupStages(NodeGroup& group, const LoadOptions& load, Executo
   };
   absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Start(**model, options);
   if (!executor.ok()) return executor.status();
+  // Each heartbeat tells the leader this node's devices' memory (its /metrics and GetDeviceMap show every node's).
+  LoadedModel& loaded = **model;
+  group.SetMemoryReport([&loaded, rank = group.rank()] {
+    std::vector<DeviceMemory> mine;
+    for (DeviceMemory& m : MeasureDeviceMemory(loaded)) {
+      absl::StatusOr<planner::Device> device = planner::ParseDevice(m.device);
+      if (device.ok() && planner::NodeOf(loaded.report().plan, *device) == rank) mine.push_back(std::move(m));
+    }
+    return mine;
+  });
   if (on_ready) on_ready();
   // Results of the micro-batches whose last stage (or failure) was here go to the leader.
   while (true) {
@@ -310,6 +321,7 @@ absl::Status ServeGroupStages(NodeGroup& group, const LoadOptions& load, Executo
     const absl::string_view part = bytes;
     (void)group.Send(0, wire::kResult, {part});  // a failed send is the group's loss, reported by its receiver
   }
+  group.SetMemoryReport({});  // before the model goes
   executor->reset();
   std::lock_guard lock(mutex);
   // The leader's goodbye (it drained) ends a worker cleanly; anything else is a loss.

@@ -408,33 +408,56 @@ absl::StatusOr<GroupPlan> DecodeGroupPlan(absl::string_view message) {
   return plan;
 }
 
-std::string EncodeTransfers(const std::vector<LinkTransfer>& transfers) {
+std::string EncodeHeartbeat(const HeartbeatReport& report) {
   Writer w;
-  w.Put<uint64_t>(transfers.size());
-  for (const LinkTransfer& t : transfers) {
+  w.Put<uint64_t>(report.transfers.size());
+  for (const LinkTransfer& t : report.transfers) {
     w.Put<int32_t>(t.from);
     w.Put<int32_t>(t.to);
     w.Put<uint64_t>(t.messages);
     w.Put<uint64_t>(t.bytes);
     w.Put<double>(t.seconds);
   }
+  w.Put<uint64_t>(report.memory.size());
+  for (const DeviceMemory& m : report.memory) {
+    w.PutBytes(m.device);
+    w.PutBytes(m.physical_device);
+    w.Put<int64_t>(m.allocated_bytes);
+    w.Put<int64_t>(m.reserved_bytes);
+    w.Put<int64_t>(m.total_bytes);
+    w.Put<int64_t>(m.free_bytes);
+  }
   return w.Take();
 }
 
-absl::StatusOr<std::vector<LinkTransfer>> DecodeTransfers(absl::string_view message) {
+absl::StatusOr<HeartbeatReport> DecodeHeartbeat(absl::string_view message) {
   Reader r(message, "heartbeat");
+  HeartbeatReport report;
   uint64_t n = 0;
   STRATA_WIRE_READ(n, r.Count("links", 4 + 4 + 8 + 8 + 8));
-  std::vector<LinkTransfer> transfers(n);
-  for (LinkTransfer& t : transfers) {
+  report.transfers.resize(n);
+  for (LinkTransfer& t : report.transfers) {
     STRATA_WIRE_READ(t.from, r.Get<int32_t>("link from"));
     STRATA_WIRE_READ(t.to, r.Get<int32_t>("link to"));
     STRATA_WIRE_READ(t.messages, r.Get<uint64_t>("link messages"));
     STRATA_WIRE_READ(t.bytes, r.Get<uint64_t>("link bytes"));
     STRATA_WIRE_READ(t.seconds, r.Get<double>("link seconds"));
   }
+  STRATA_WIRE_READ(n, r.Count("devices", 8 + 8 + 4 * 8));
+  report.memory.resize(n);
+  for (DeviceMemory& m : report.memory) {
+    absl::string_view text;
+    STRATA_WIRE_READ(text, r.GetBytes("device"));
+    m.device = std::string(text);
+    STRATA_WIRE_READ(text, r.GetBytes("physical device"));
+    m.physical_device = std::string(text);
+    STRATA_WIRE_READ(m.allocated_bytes, r.Get<int64_t>("allocated bytes"));
+    STRATA_WIRE_READ(m.reserved_bytes, r.Get<int64_t>("reserved bytes"));
+    STRATA_WIRE_READ(m.total_bytes, r.Get<int64_t>("total bytes"));
+    STRATA_WIRE_READ(m.free_bytes, r.Get<int64_t>("free bytes"));
+  }
   if (absl::Status s = r.Done(); !s.ok()) return s;
-  return transfers;
+  return report;
 }
 
 }  // namespace strata::runtime::wire

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "runtime/executor/device_memory.h"
 #include "runtime/executor/executor.h"
 
 namespace strata::runtime::wire {
@@ -80,8 +81,13 @@ struct GroupPlan {
 std::string EncodeGroupPlan(const GroupPlan& plan);
 absl::StatusOr<GroupPlan> DecodeGroupPlan(absl::string_view message);
 
-// A heartbeat's payload: what the sender's links carried (the leader shows its workers' links in its metrics).
-std::string EncodeTransfers(const std::vector<LinkTransfer>& transfers);
-absl::StatusOr<std::vector<LinkTransfer>> DecodeTransfers(absl::string_view message);
+// A worker's heartbeat payload: what its links carried and its devices' memory (the leader's metrics and
+// GetDeviceMap show every node's).
+struct HeartbeatReport {
+  std::vector<LinkTransfer> transfers;
+  std::vector<DeviceMemory> memory;
+};
+std::string EncodeHeartbeat(const HeartbeatReport& report);
+absl::StatusOr<HeartbeatReport> DecodeHeartbeat(absl::string_view message);
 
 }  // namespace strata::runtime::wire

@@ -29,11 +29,14 @@ struct LoadedModel::Impl {
   LoadOptions options;
   Checkpoint checkpoint;
   std::unique_ptr<Pipeline> pipeline;
+  NodeGroup* group = nullptr;
 };
 
 LoadedModel::LoadedModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LoadedModel::~LoadedModel() = default;
 const LoadReport& LoadedModel::report() const { return impl_->report; }
+void LoadedModel::SetGroup(NodeGroup* group) { impl_->group = group; }
+NodeGroup* LoadedModel::group() const { return impl_->group; }
 int64_t LoadedModel::vocab_size() const { return impl_->pipeline->dims().vocab; }
 int64_t LoadedModel::max_batch() const { return impl_->options.max_batch; }
 int64_t LoadedModel::max_context() const { return impl_->options.max_context; }

@@ -18,7 +18,8 @@
 
 namespace strata::runtime {
 
-class Pipeline;  // internal (ATen): runtime/executor/pipeline.h
+class Pipeline;   // internal (ATen): runtime/executor/pipeline.h
+class NodeGroup;  // group.h
 
 // What to serve, parsed and validated at the edge (flags), once.
 struct ServingRequest {
@@ -110,6 +111,10 @@ class LoadedModel {
   int64_t recompute_threshold() const;
   // The stages and their KV caches, for the engine (runtime/engine/engine.h). Internal: its header has ATen.
   Pipeline& pipeline();
+  // A group's leader: the group its other nodes' stages run in, whose heartbeats report their devices' memory
+  // (MeasureDeviceMemory). Not owned; null for one process.
+  void SetGroup(NodeGroup* group);
+  NodeGroup* group() const;
 
  private:
   struct Impl;

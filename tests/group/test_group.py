@@ -120,6 +120,16 @@ def test_the_leaders_plan_names_each_stages_node(server_bin, stubs, secret_file,
         assert [(s.device, s.node) for s in reply.stages] == [("1", 1)], reply
         assert {d.device: d.node for d in reply.devices} == {"0": 0, "1": 1, "cpu": 0}, reply
         assert "(node 1)" in group.leader.output(), group.output()
+        # Node 1's device as node 1 measures it (its heartbeats), not as the leader's host would look.
+        deadline = time.monotonic() + 15
+        while True:
+            reply = stubs.strata_grpc.InferenceServiceStub(group.leader.channel).GetDeviceMap(
+                stubs.strata.GetDeviceMapRequest(), timeout=10)
+            measured = {d.device: d.measured for d in reply.devices}["1"]
+            if measured.total_bytes > 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert measured.physical_device == "cpu" and measured.total_bytes > 0 and measured.allocated_bytes > 0, reply
         # The worker's --listen answers its pod's probes: SERVING while it serves its stages.
         channel = grpc.insecure_channel(group.workers[0].health_address)
         assert health(stubs, channel) == "SERVING", group.output()

@@ -137,6 +137,23 @@ TEST(GroupWire, JoinsAndPlansDecodeToWhatWasSent) {
   EXPECT_EQ(p->addresses, plan.addresses);
 }
 
+TEST(GroupWire, AHeartbeatCarriesLinksAndDeviceMemory) {
+  HeartbeatReport report;
+  report.transfers = {LinkTransfer{1, 2, 3, 4096, 0.5}, LinkTransfer{1, 0, 7, 100, 0.25}};
+  report.memory = {DeviceMemory{"2", "cuda:0", 10, 20, 80, 60}};
+  absl::StatusOr<HeartbeatReport> back = DecodeHeartbeat(EncodeHeartbeat(report));
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->transfers.size(), 2u);
+  EXPECT_EQ(back->transfers[0].to, 2);
+  EXPECT_EQ(back->transfers[0].bytes, 4096u);
+  EXPECT_EQ(back->transfers[1].seconds, 0.25);
+  ASSERT_EQ(back->memory.size(), 1u);
+  EXPECT_EQ(back->memory[0].physical_device, "cuda:0");
+  EXPECT_EQ(back->memory[0].free_bytes, 60);
+  const std::string encoded = EncodeHeartbeat(report);
+  for (size_t n = 0; n < encoded.size(); ++n) EXPECT_FALSE(DecodeHeartbeat(encoded.substr(0, n)).ok()) << n;
+}
+
 TEST(GroupWire, EveryTruncationIsAnErrorNotAnOverrun) {
   MicroBatchResult result;
   result.id = 1;
