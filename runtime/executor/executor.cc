@@ -423,7 +423,9 @@ void Executor::Impl::OnMessage(int node, transport::Message message) {
                                                 hidden.nbytes())));
         return;
       }
-      std::memcpy(hidden.data_ptr(), hop->activation.bytes.data(), hop->activation.bytes.size());
+      if (!hop->activation.bytes.empty()) {
+        std::memcpy(hidden.data_ptr(), hop->activation.bytes.data(), hop->activation.bytes.size());
+      }
       mb->activation.hidden = std::move(hidden);
       mb->activation.produced.reset();
       mb->activation.producer = nullptr;

@@ -73,6 +73,7 @@ class Reader {
     absl::StatusOr<uint64_t> n = Count(field, sizeof(T));
     if (!n.ok()) return n.status();
     std::vector<T> values(*n);
+    if (*n == 0) return values;  // memcpy takes no null pointer, even for 0 bytes
     std::memcpy(values.data(), in_.data(), *n * sizeof(T));
     in_.remove_prefix(*n * sizeof(T));
     return values;
