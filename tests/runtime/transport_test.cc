@@ -169,6 +169,17 @@ absl::StatusOr<std::pair<std::unique_ptr<Transport>, std::shared_ptr<Link>>> Con
   return std::make_pair(*std::move(transport), *std::move(link));
 }
 
+// The real member of the group in the refusal tests: connects, says "member", waits for the parent's word.
+std::string SayHelloAndWait(Child& self) {
+  auto peer = ConnectToParent(self, Options(1, 2));
+  CHILD_EXPECT(peer.ok(), peer.status().ToString());
+  const absl::string_view hello = "member";
+  CHILD_EXPECT(peer->second->Send(1, {&hello, 1}).ok(), "send failed");
+  auto bye = peer->second->Receive(In(absl::Seconds(30)));
+  CHILD_EXPECT(bye.ok(), bye.status().ToString());
+  return "";
+}
+
 std::string Echo(Child& child) {
   auto peer = ConnectToParent(child, Options(1, 2));
   CHILD_EXPECT(peer.ok(), peer.status().ToString());
@@ -382,15 +393,7 @@ TEST(Transport, WrongSecretIsRefusedAndTheRightPeerStillConnects) {
     CHILD_EXPECT(absl::StrContains(link.status().message(), expected), link.status().ToString());
     return "";
   });
-  Child member([](Child& self) -> std::string {
-    auto peer = ConnectToParent(self, Options(1, 2));
-    CHILD_EXPECT(peer.ok(), peer.status().ToString());
-    const absl::string_view hello = "member";
-    CHILD_EXPECT(peer->second->Send(1, {&hello, 1}).ok(), "send failed");
-    auto bye = peer->second->Receive(In(absl::Seconds(30)));
-    CHILD_EXPECT(bye.ok(), bye.status().ToString());
-    return "";
-  });
+  Child member(SayHelloAndWait);
   auto t = Transport::Start(Options(0, 2));
   ASSERT_TRUE(t.ok()) << t.status();
   auto accept = std::async(std::launch::async, [&] { return (*t)->Accept(1, In(absl::Seconds(60))); });
@@ -422,15 +425,7 @@ int RawConnect(int port) {
 }
 
 TEST(Transport, GarbageAndSilentTcpClientsDoNotBlockTheListener) {
-  Child member([](Child& self) -> std::string {
-    auto peer = ConnectToParent(self, Options(1, 2));
-    CHILD_EXPECT(peer.ok(), peer.status().ToString());
-    const absl::string_view hello = "member";
-    CHILD_EXPECT(peer->second->Send(1, {&hello, 1}).ok(), "send failed");
-    auto bye = peer->second->Receive(In(absl::Seconds(30)));
-    CHILD_EXPECT(bye.ok(), bye.status().ToString());
-    return "";
-  });
+  Child member(SayHelloAndWait);
   auto t = Transport::Start(Options(0, 2));
   ASSERT_TRUE(t.ok()) << t.status();
   const int port = (*t)->port();
