@@ -182,10 +182,16 @@ absl::Status NodeGroup::LinkWorkers(const std::vector<std::pair<int, int>>& pair
   return absl::OkStatus();
 }
 
+void NodeGroup::StartHeartbeat() {
+  if (heartbeat_started_) return;
+  heartbeat_started_ = true;
+  threads_.emplace_back([this] { Heartbeat(); });
+}
+
 void NodeGroup::Serve(Handlers handlers) {
   handlers_ = std::move(handlers);
   for (const auto& [node, peer] : peers_) threads_.emplace_back([this, n = node] { Receive(n); });
-  threads_.emplace_back([this] { Heartbeat(); });
+  StartHeartbeat();
 }
 
 void NodeGroup::Receive(int node) {

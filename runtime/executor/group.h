@@ -75,7 +75,10 @@ class NodeGroup {
     std::function<void(int node, transport::Message message)> on_message;  // on that link's receiver thread
     std::function<void(int node, const absl::Status& why)> on_lost;        // once, the first loss
   };
-  // Starts the receiver threads and the heartbeat.
+  // Starts the heartbeat (idempotent): from then on every link stays alive however long this node plans or loads.
+  // Before Serve, messages are read by ReceiveDuringStart, which skips heartbeats. Call once every link is made.
+  void StartHeartbeat();
+  // Starts the receiver threads (and the heartbeat, if not yet).
   void Serve(Handlers handlers);
   // Says goodbye to every peer (they treat this node as gone at once, not at the deadline) and stops; once.
   void Leave(const std::string& reason);
@@ -108,6 +111,7 @@ class NodeGroup {
   std::atomic<bool> lost_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> left_{false};
+  bool heartbeat_started_ = false;
   std::mutex mutex_;
   std::condition_variable stop_;
   std::vector<std::thread> threads_;

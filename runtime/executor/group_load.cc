@@ -130,6 +130,9 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> GroupFacts(cons
 }
 
 absl::StatusOr<LoadOptions> PlanForGroup(NodeGroup& group, ServingRequest request) {
+  // The leader's links are all made: heartbeats keep them alive while it plans and loads (workers that load
+  // sooner wait on them with their --group-deadline).
+  group.StartHeartbeat();
   std::vector<wire::JoinRequest> joins;
   absl::StatusOr<wire::JoinRequest> own = OwnJoin(request, group.data_port());
   if (!own.ok()) return own.status();
@@ -266,6 +269,8 @@ absl::StatusOr<LoadOptions> TakeGroupPlan(NodeGroup& group, ServingRequest reque
   load->kv_block_tokens = plan->kv_block_tokens;
   std::vector<std::string> addresses(plan->addresses.begin(), plan->addresses.end());
   if (absl::Status s = group.LinkWorkers(WorkerNeighbours(load->plan, gpu_nodes), addresses); !s.ok()) return s;
+  // Every link of this node is made: heartbeats from now on, through its load and while it waits for the leader's.
+  group.StartHeartbeat();
   return load;
 }
 

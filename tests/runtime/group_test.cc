@@ -13,6 +13,7 @@
 #include <future>
 #include <thread>
 
+#include "absl/time/clock.h"
 #include "runtime/engine/engine.h"
 #include "runtime/executor/group_load.h"
 #include "runtime/executor/group_wire.h"
@@ -123,7 +124,7 @@ struct Leader {
 };
 
 absl::StatusOr<Leader> StartLeader(int size, int port, const std::string& map, int gpus,
-                                   std::function<void(const absl::Status&)> on_lost = {}) {
+                                   absl::Duration loads_for = absl::ZeroDuration()) {
   Leader leader;
   GroupOptions o = Options(0, size, port);
   ServingRequest r = Request(map, gpus, 4);
@@ -138,12 +139,12 @@ absl::StatusOr<Leader> StartLeader(int size, int port, const std::string& map, i
   absl::StatusOr<std::unique_ptr<LoadedModel>> model = LoadedModel::Load(*load);
   if (!model.ok()) return model.status();
   leader.model = *std::move(model);
+  absl::SleepFor(loads_for);  // a leader whose own stages take long to load
   if (absl::Status s = AwaitGroupReady(*leader.group); !s.ok()) return s;
   EngineOptions options;
   options.micro_batches = 3;
   options.prefill_chunk_tokens = 4;
   options.group = leader.group.get();
-  options.on_device_lost = std::move(on_lost);
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Start(*leader.model, nullptr, {}, options);
   if (!engine.ok()) return engine.status();
   leader.engine = *std::move(engine);
@@ -163,6 +164,21 @@ TEST(Group, TwoNodesGenerateWhatOneProcessGenerates) {
   // A second round reuses the KV blocks (prefix hits on both nodes).
   EXPECT_EQ(Generate(*leader->engine, 10), expected);
   // As strata-server stops: the engine's executor says goodbye (workers end cleanly).
+  leader->engine.reset();
+  ASSERT_EQ(worker.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_TRUE(worker.get().ok());
+}
+
+TEST(Group, AWorkerWaitsOutALeaderThatLoadsLongerThanTheDeadline) {
+  // The worker loads at once and serves; the leader takes more than two --group-deadlines (5 s each here) longer to
+  // load its own stages. Its heartbeats, from the moment the group formed, keep the worker from counting it lost.
+  const std::vector<std::vector<int32_t>> expected = OneProcess(kTwoStageMap, 2);
+  const int port = FreePort();
+  std::future<absl::Status> worker = StartWorker(1, 2, port, 1);
+  absl::StatusOr<Leader> leader = StartLeader(2, port, kTwoStageMap, 1, absl::Seconds(11));
+  ASSERT_TRUE(leader.ok()) << leader.status();
+  EXPECT_EQ(worker.wait_for(std::chrono::seconds(0)), std::future_status::timeout) << "the worker ended early";
+  EXPECT_EQ(Generate(*leader->engine, 10), expected);
   leader->engine.reset();
   ASSERT_EQ(worker.wait_for(std::chrono::seconds(30)), std::future_status::ready);
   EXPECT_TRUE(worker.get().ok());
