@@ -3,7 +3,7 @@
     python tests/fuzz/make_seeds.py HARNESS OUT_DIR
 
 writes valid inputs for HARNESS (safetensors_header, config, tokenizer, device_map, generate_request,
-chat_template, tool_calls) into
+chat_template, tool_calls, group_message) into
 OUT_DIR, one file per seed, named after what it is. libFuzzer mutates from there: seeds that are real
 (real model configs, tokenizers trained by the `tokenizers` library in each family's layout, requests
 serialized by protobuf) reach the deep paths at once instead of after hours of guessing JSON.
@@ -20,7 +20,7 @@ import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 HARNESSES = ["safetensors_header", "config", "tokenizer", "device_map", "generate_request", "http_request", "chat_template",
-             "tool_calls"]
+             "tool_calls", "group_message"]
 
 
 def _safetensors(tensors: dict, metadata: dict | None = None, pad_to: int = 8, data_extra: int = 0) -> bytes:
@@ -263,6 +263,37 @@ def tool_calls_seeds() -> dict[str, bytes]:
             for chunking in (0, 5):
                 seeds[f"{prefix}-{name}-{chunking}.bin"] = bytes([control | chunking << 1]) + text.encode()
     return seeds
+
+
+def group_message_seeds() -> dict[str, bytes]:
+    # KIND_BYTE MESSAGE (fuzz_group_message.cc): one valid message of each kind, laid out as
+    # runtime/executor/group_wire.cc writes them (little-endian fixed widths, uint64 lengths before elements).
+    def u8(v): return struct.pack("<B", v)
+    def i32(v): return struct.pack("<i", v)
+    def u32(v): return struct.pack("<I", v)
+    def i64(v): return struct.pack("<q", v)
+    def u64(v): return struct.pack("<Q", v)
+    def f32(v): return struct.pack("<f", v)
+    def f64(v): return struct.pack("<d", v)
+    def text(b: bytes): return u64(len(b)) + b
+    def vec(fmt, values): return u64(len(values)) + b"".join(struct.pack("<" + fmt, v) for v in values)
+
+    row = (vec("i", [3, 4]) + i64(16) + vec("i", [11, 12]) + u8(1) + f32(0.7) + i32(5) + f32(0.9) + f32(1.1) +
+           f32(0.2) + f32(0.3) + u64(1) + i32(2) + f32(-1.5) + f64(0.25) + i32(3) + u64(42) + vec("i", [1, 2]) +
+           vec("i", [2]) + u8(1) + i32(-1) + vec("i", []) + i64(18))
+    work = u64(7) + u64(1) + row + vec("Q", [5])
+    activation = struct.pack("<4f", 0.5, -1.0, 2.0, 0.0)
+    hop = u32(1) + work + i32(6) + vec("q", [1, 2, 2]) + u64(len(activation)) + activation
+    token = i32(5) + f64(-0.25) + u64(1) + i32(5) + f64(-0.25)
+    result = (u64(7) + u64(2) + u8(1) + token + u8(0) + u64(0) + i32(14) + text(b"node 1 is gone") + text(b"1") +
+              text(b"1") + u8(1) + u64(1) + i32(13) + text(b"not finite") + text(b"1") + text(b"1"))
+    join = vec("q", [100, 200]) + vec("q", [150, 250]) + vec("B", [1, 0]) + i64(4096) + u8(1) + i32(12080) + i32(41000)
+    plan = (text(b'{"model.embed_tokens": 0, "model.layers.0": 1, "lm_head": 0}') + vec("i", [0, 1]) +
+            text(b"bfloat16") + i64(64) + i64(16) + i64(8) + i64(2048) + u64(2) + text(b"") + text(b"10.0.0.2:41000"))
+    heartbeat = (u64(1) + i32(1) + i32(0) + u64(3) + u64(4096) + f64(0.5) + u64(1) + text(b"1") + text(b"cuda:0") +
+                 i64(10) + i64(20) + i64(80) + i64(60))
+    return {"hop.bin": u8(0) + hop, "result.bin": u8(1) + result, "join.bin": u8(2) + join, "plan.bin": u8(3) + plan,
+            "heartbeat.bin": u8(4) + heartbeat}
 
 
 def seeds_for(harness: str) -> dict[str, bytes]:
