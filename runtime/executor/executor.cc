@@ -362,12 +362,11 @@ void Executor::Impl::HandOff(size_t stage, std::unique_ptr<MicroBatch> mb) {
     // The activation reaches the host first (ordered after its producer's work on CUDA): the transport sends host
     // bytes. A CUDA-enabled UCX could send device memory directly (runtime/executor/README.md).
     const at::Tensor& hidden = mb->activation.hidden;
+    std::optional<c10::StreamGuard> on_producer;  // the copy is ordered after the producer's work on its stream
     if (hidden.is_cuda() && mb->activation.producer != nullptr && mb->activation.producer->stream) {
-      c10::StreamGuard guard(*mb->activation.producer->stream);
-      host = hidden.to(at::kCPU).contiguous();
-    } else {
-      host = hidden.to(at::kCPU).contiguous();
+      on_producer.emplace(*mb->activation.producer->stream);
     }
+    host = hidden.to(at::kCPU).contiguous();
     activation.dtype = static_cast<int32_t>(host.scalar_type());
     activation.sizes.assign(host.sizes().begin(), host.sizes().end());
     activation.bytes = absl::string_view(static_cast<const char*>(host.data_ptr()), host.nbytes());

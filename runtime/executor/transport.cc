@@ -378,6 +378,7 @@ class Core {
   // Progress thread.
   void OnConnRequest(ucp_conn_request_h request);
   void OnEpError(ucp_ep_h ep, ucs_status_t status);
+  void ReportErrorsOf(ucp_ep_params_t& params);  // an endpoint's peer-failure callback
   void OnHandshake(const std::shared_ptr<LinkState>& link, absl::string_view bytes);
   ucs_status_t OnData(ucp_ep_h ep, const void* header, size_t header_length, void* data, size_t length,
                       bool rendezvous);
@@ -850,11 +851,7 @@ void Core::OnConnRequest(ucp_conn_request_h request) {
   params.field_mask =
       UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   params.conn_request = request;
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  params.err_handler.cb = [](void* arg, ucp_ep_h ep, ucs_status_t status) {
-    static_cast<Core*>(arg)->OnEpError(ep, status);
-  };
-  params.err_handler.arg = this;
+  ReportErrorsOf(params);
   ucp_ep_h ep = nullptr;
   const ucs_status_t st = ucp_ep_create(worker_, &params, &ep);
   if (st != UCS_OK) {
@@ -870,6 +867,15 @@ void Core::OnConnRequest(ucp_conn_request_h request) {
   SendFrame(link, EncodeFrame(kHello, {kProtocol, link->nonce_a, RankBytes(options_.rank)}));
 }
 
+// Peer error mode: a peer that dies or resets is reported at once (OnEpError), not at a timeout.
+void Core::ReportErrorsOf(ucp_ep_params_t& params) {
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = [](void* arg, ucp_ep_h ep, ucs_status_t status) {
+    static_cast<Core*>(arg)->OnEpError(ep, status);
+  };
+  params.err_handler.arg = this;
+}
+
 bool Core::CreateConnectorEp(const std::shared_ptr<LinkState>& link, const sockaddr_storage& addr, socklen_t len) {
   if (tearing_down_) {
     Fail(link, absl::UnavailableError("transport stopped"), true, false);
@@ -881,11 +887,7 @@ bool Core::CreateConnectorEp(const std::shared_ptr<LinkState>& link, const socka
   params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
   params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
   params.sockaddr.addrlen = len;
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  params.err_handler.cb = [](void* arg, ucp_ep_h ep, ucs_status_t status) {
-    static_cast<Core*>(arg)->OnEpError(ep, status);
-  };
-  params.err_handler.arg = this;
+  ReportErrorsOf(params);
   ucp_ep_h ep = nullptr;
   const ucs_status_t st = ucp_ep_create(worker_, &params, &ep);
   if (st != UCS_OK) {
