@@ -7,8 +7,10 @@
 #endif
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kernels/bf16-inl.h"
 
@@ -94,25 +96,30 @@ constexpr int kTileWeightRows = 4;
 
 #define STRATA_UNROLL _Pragma("GCC unroll 16")
 
-// Input rows [m0, m0 + MR) against weight rows [n, n + nr) (nr <= NR; the missing ones read row n + nr - 1
-// again and are not stored), every pair's dot product over all of K at once: each vector of a weight row is
-// loaded once for MR input rows and each input vector once for NR weight rows, MR x NR independent FMA chains.
-template <class E, int MR, int NR>
-HWY_NOINLINE void Tile(const float* x, const typename E::T* w, const typename E::T* bias, typename E::T* y, int64_t k,
-                       int64_t n_total, int64_t n, int64_t nr, int64_t m0) {
+// Input rows [m0, m0 + MR) against the weight rows [n, n + nr) at `wb` (row r at wb + r * k; nr <= NR: the missing
+// ones read row nr - 1 again and are not stored), every pair's dot product over all of K at once: each vector of
+// a weight row is loaded once for MR input rows and each input vector once for NR weight rows, MR x NR
+// independent FMA chains. EW is the weights' element, E the bias's and output's. `next` (or null): the next
+// block, prefetched line by line as this one streams (its rows as far apart as these).
+template <class EW, class E, int MR, int NR>
+HWY_NOINLINE void Tile(const float* x, const typename EW::T* wb, const typename E::T* bias, typename E::T* y, int64_t k,
+                       int64_t n_total, int64_t n, int64_t nr, int64_t m0, const typename EW::T* next) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const float* xs[MR];
-  const typename E::T* ws[NR];
+  const typename EW::T* ws[NR];
   STRATA_UNROLL for (int m = 0; m < MR; ++m) xs[m] = x + (m0 + m) * k;
-  STRATA_UNROLL for (int r = 0; r < NR; ++r) ws[r] = w + (n + (r < nr ? r : nr - 1)) * k;
+  STRATA_UNROLL for (int r = 0; r < NR; ++r) ws[r] = wb + (r < nr ? r : nr - 1) * k;
   V acc[MR][NR];
   STRATA_UNROLL for (int m = 0; m < MR; ++m) { STRATA_UNROLL for (int r = 0; r < NR; ++r) acc[m][r] = hn::Zero(d); }
   int64_t j = 0;
   for (; j + lanes <= k; j += lanes) {
+    if (next != nullptr) {
+      STRATA_UNROLL for (int r = 0; r < NR; ++r) hwy::Prefetch(next + r * k + j);
+    }
     V wv[NR];
-    STRATA_UNROLL for (int r = 0; r < NR; ++r) wv[r] = E::Load(d, ws[r] + j);
+    STRATA_UNROLL for (int r = 0; r < NR; ++r) wv[r] = EW::Load(d, ws[r] + j);
     STRATA_UNROLL for (int m = 0; m < MR; ++m) {
       const V xv = hn::LoadU(d, xs[m] + j);
       STRATA_UNROLL for (int r = 0; r < NR; ++r) acc[m][r] = hn::MulAdd(wv[r], xv, acc[m][r]);
@@ -124,7 +131,7 @@ HWY_NOINLINE void Tile(const float* x, const typename E::T* w, const typename E:
   }
   for (; j < k; ++j) {
     for (int r = 0; r < NR; ++r) {
-      const float wj = E::LoadOne(ws[r] + j);
+      const float wj = EW::LoadOne(ws[r] + j);
       for (int m = 0; m < MR; ++m) sums[m][r] += wj * xs[m][j];
     }
   }
@@ -136,32 +143,68 @@ HWY_NOINLINE void Tile(const float* x, const typename E::T* w, const typename E:
   }
 }
 
+// Every group of 4 input rows against one block of weight rows at `wb`; the first group prefetches `next`.
+template <class EW, class E, int NR>
+void TilesOfBlock(const float* x, const typename EW::T* wb, const typename E::T* bias, typename E::T* y, int64_t rows,
+                  int64_t k, int64_t n_total, int64_t n, int64_t nr, const typename EW::T* next) {
+  for (int64_t m = 0; m < rows; m += 4, next = nullptr) {
+    switch (rows - m < 4 ? rows - m : 4) {
+      case 4:
+        Tile<EW, E, 4, NR>(x, wb, bias, y, k, n_total, n, nr, m, next);
+        break;
+      case 3:
+        Tile<EW, E, 3, NR>(x, wb, bias, y, k, n_total, n, nr, m, next);
+        break;
+      case 2:
+        Tile<EW, E, 2, NR>(x, wb, bias, y, k, n_total, n, nr, m, next);
+        break;
+      default:
+        Tile<EW, E, 1, NR>(x, wb, bias, y, k, n_total, n, nr, m, next);
+        break;
+    }
+  }
+}
+
 #undef STRATA_UNROLL
 
 // Three or more input rows: blocks of kTileWeightRows weight rows, each used by every group of 4 input rows
-// while it is in cache, so the matrix is read from memory once.
+// while it is in cache, so the matrix is read from memory once. Widened weights (bfloat16) with more than one
+// group of input rows are widened once per block into a float32 scratch that the tiles then read from L1, not
+// once per group; either way the next block is prefetched while this one is multiplied.
 template <class E>
 void LinearTilesT(const float* x, const typename E::T* w, const typename E::T* bias, typename E::T* y, int64_t rows,
                   int64_t k, int64_t n_total, int64_t n0, int64_t n1) {
   constexpr int NR = kTileWeightRows;
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  constexpr int64_t kLine = 64 / sizeof(typename E::T);
+  if constexpr (!std::is_same_v<E, F32>) {
+    if (rows > 4) {
+      thread_local std::vector<float> scratch;
+      if (scratch.size() < static_cast<size_t>(NR * k)) scratch.resize(static_cast<size_t>(NR * k));
+      float* wb = scratch.data();
+      for (int64_t n = n0; n < n1; n += NR) {
+        const int64_t nr = n1 - n < NR ? n1 - n : NR;
+        const typename E::T* src = w + n * k;
+        const typename E::T* next = w + (n + nr) * k;
+        const int64_t next_count = (n1 - (n + nr) < NR ? n1 - (n + nr) : NR) * k;
+        const int64_t count = nr * k;
+        int64_t i = 0;
+        for (; i + lanes <= count; i += lanes) {
+          if (i % kLine == 0 && i < next_count) hwy::Prefetch(next + i);
+          hn::StoreU(E::Load(d, src + i), d, wb + i);
+        }
+        for (; i < count; ++i) wb[i] = E::LoadOne(src + i);
+        TilesOfBlock<F32, E, NR>(x, wb, bias, y, rows, k, n_total, n, nr, nullptr);
+      }
+      return;
+    }
+  }
   for (int64_t n = n0; n < n1; n += NR) {
     const int64_t nr = n1 - n < NR ? n1 - n : NR;
-    for (int64_t m = 0; m < rows; m += 4) {
-      switch (rows - m < 4 ? rows - m : 4) {
-        case 4:
-          Tile<E, 4, NR>(x, w, bias, y, k, n_total, n, nr, m);
-          break;
-        case 3:
-          Tile<E, 3, NR>(x, w, bias, y, k, n_total, n, nr, m);
-          break;
-        case 2:
-          Tile<E, 2, NR>(x, w, bias, y, k, n_total, n, nr, m);
-          break;
-        default:
-          Tile<E, 1, NR>(x, w, bias, y, k, n_total, n, nr, m);
-          break;
-      }
-    }
+    // The next block's rows while this one is multiplied (none for a last, short one).
+    const typename E::T* next = n + nr + NR <= n1 ? w + (n + nr) * k : nullptr;
+    TilesOfBlock<E, E, NR>(x, w + n * k, bias, y, rows, k, n_total, n, nr, next);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <hwy/tests/hwy_gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -23,9 +24,9 @@ using reference::Value;
 
 HWY_BEFORE_TEST(KernelsLinear);
 
+// Output rows [n0, n1) of n.
 template <typename T>
-void Check(int64_t rows, int64_t k, bool with_bias) {
-  const int64_t n = 7;
+void Check(int64_t rows, int64_t k, bool with_bias, int64_t n = 7, int64_t n0 = 2, int64_t n1 = 6) {
   std::mt19937 gen(static_cast<uint32_t>(rows * 100000 + k * 2 + with_bias));
   std::normal_distribution<float> normal;
   std::vector<float> x(static_cast<size_t>(rows * k));
@@ -46,10 +47,21 @@ void Check(int64_t rows, int64_t k, bool with_bias) {
       bias[i] = ToBF16(normal(gen));
     }
   }
-  // Output rows 2 .. 6 only: the kernel writes [n0, n1) and leaves the rest.
-  LinearRows(x.data(), w.data(), with_bias ? bias.data() : nullptr, y.data(), rows, k, n, 2, 6);
+  // The kernel writes [n0, n1) and leaves the rest.
+  T sentinel;
+  if constexpr (std::is_same_v<T, float>) {
+    sentinel = -7.0f;
+  } else {
+    sentinel = ToBF16(-7.0f);
+  }
+  std::fill(y.begin(), y.end(), sentinel);
+  LinearRows(x.data(), w.data(), with_bias ? bias.data() : nullptr, y.data(), rows, k, n, n0, n1);
   for (int64_t m = 0; m < rows; ++m) {
-    for (int64_t j = 2; j < 6; ++j) {
+    for (int64_t j = 0; j < n; ++j) {
+      if (j < n0 || j >= n1) {
+        ASSERT_EQ(Value(y[m * n + j]), Value(sentinel)) << "rows " << rows << " k " << k << " out " << j;
+        continue;
+      }
       double expected = with_bias ? Value(bias[j]) : 0.0;
       for (int64_t i = 0; i < k; ++i) expected += double{x[m * k + i]} * Value(w[j * k + i]);
       const double tolerance = (std::is_same_v<T, float> ? 1e-5 : 1e-2 * std::abs(expected) + 1e-3) *
@@ -79,6 +91,19 @@ TEST_P(KernelsLinear, TilesOfMoreRowsMatchTheReference) {
         Check<float>(rows, k, bias);
         Check<BFloat16>(rows, k, bias);
       }
+    }
+  }
+}
+
+// Many blocks of weight rows in one call: the next block is prefetched while one is multiplied, and bfloat16
+// weights with more than 4 input rows are widened once per block into a scratch (reused across calls of
+// different K on this thread).
+TEST_P(KernelsLinear, ManyBlocksOfWeightRowsMatchTheReference) {
+  for (int64_t rows : {3, 4, 5, 16}) {
+    for (int64_t k : {9, 768, 33}) {
+      Check<float>(rows, k, true, 40, 1, 38);
+      Check<BFloat16>(rows, k, true, 40, 1, 38);
+      Check<BFloat16>(rows, k, false, 40, 0, 40);
     }
   }
 }
