@@ -190,10 +190,11 @@ void LinearTilesT(const float* x, const typename E::T* w, const typename E::T* b
         const int64_t next_count = (n1 - (n + nr) < NR ? n1 - (n + nr) : NR) * k;
         const int64_t count = nr * k;
         int64_t i = 0;
-        for (; i + lanes <= count; i += lanes) {
-          if (i % kLine == 0 && i < next_count) hwy::Prefetch(next + i);
-          hn::StoreU(E::Load(d, src + i), d, wb + i);
+        for (; i + kLine <= count; i += kLine) {  // a cache line of weights at a time, prefetching one of the next
+          if (i < next_count) hwy::Prefetch(next + i);
+          for (int64_t u = 0; u < kLine; u += lanes) hn::StoreU(E::Load(d, src + i + u), d, wb + i + u);
         }
+        for (; i + lanes <= count; i += lanes) hn::StoreU(E::Load(d, src + i), d, wb + i);
         for (; i < count; ++i) wb[i] = E::LoadOne(src + i);
         TilesOfBlock<F32, E, NR>(x, wb, bias, y, rows, k, n_total, n, nr, nullptr);
       }
