@@ -167,10 +167,12 @@ void TilesOfBlock(const float* x, const typename EW::T* wb, const typename E::T*
 
 #undef STRATA_UNROLL
 
+constexpr int64_t kWidenOnceMaxBytes = int64_t{16} << 10;
+
 // Three or more input rows: blocks of kTileWeightRows weight rows, each used by every group of 4 input rows
 // while it is in cache, so the matrix is read from memory once. Widened weights (bfloat16) with more than one
 // group of input rows are widened once per block into a float32 scratch that the tiles then read from L1, not
-// once per group; either way the next block is prefetched while this one is multiplied.
+// once per group, where that block fits L1; either way the next block is prefetched while this one is multiplied.
 template <class E>
 void LinearTilesT(const float* x, const typename E::T* w, const typename E::T* bias, typename E::T* y, int64_t rows,
                   int64_t k, int64_t n_total, int64_t n0, int64_t n1) {
@@ -179,7 +181,9 @@ void LinearTilesT(const float* x, const typename E::T* w, const typename E::T* b
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   constexpr int64_t kLine = 64 / sizeof(typename E::T);
   if constexpr (!std::is_same_v<E, F32>) {
-    if (rows > 4) {
+    // Only while the widened block fits L1 beside the input rows' stream: past 16 KiB the groups read it from L2
+    // and converting in registers is faster (strata_linear_bench, K 768: 1.2x; K 2048-4096: 0.8x).
+    if (rows > 4 && NR * k * static_cast<int64_t>(sizeof(float)) <= kWidenOnceMaxBytes) {
       thread_local std::vector<float> scratch;
       if (scratch.size() < static_cast<size_t>(NR * k)) scratch.resize(static_cast<size_t>(NR * k));
       float* wb = scratch.data();

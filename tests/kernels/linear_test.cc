@@ -97,10 +97,10 @@ TEST_P(KernelsLinear, TilesOfMoreRowsMatchTheReference) {
 
 // Many blocks of weight rows in one call: the next block is prefetched while one is multiplied, and bfloat16
 // weights with more than 4 input rows are widened once per block into a scratch (reused across calls of
-// different K on this thread).
+// different K on this thread) while a block fits L1.
 TEST_P(KernelsLinear, ManyBlocksOfWeightRowsMatchTheReference) {
   for (int64_t rows : {3, 4, 5, 16}) {
-    for (int64_t k : {9, 768, 33}) {
+    for (int64_t k : {9, 768, 33, 1500}) {  // 1500: past the widened block's 16 KiB, converted in registers
       Check<float>(rows, k, true, 40, 1, 38);
       Check<BFloat16>(rows, k, true, 40, 1, 38);
       Check<BFloat16>(rows, k, false, 40, 0, 40);
