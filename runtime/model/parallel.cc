@@ -36,14 +36,15 @@ bool SpinWhile(Busy&& busy) {
   return true;
 }
 
-// The calling thread (piece 0) and `workers` threads (pieces 1..). A job is published by bumping `epoch_`;
-// every worker acknowledges every job (running its piece if it has one) by decrementing `pending_`, so the
+// The calling thread and `workers` threads, which claim a job's pieces one at a time. A job is published by
+// bumping `epoch_`; every worker acknowledges every job (after claiming pieces until none is left) by
+// decrementing `pending_`, so the
 // job's fields stay put until all of them are done with it. 32-bit atomics: wait / notify are plain futexes.
 class Team {
  public:
   explicit Team(int workers) {
     threads_.reserve(static_cast<size_t>(workers));
-    for (int i = 1; i <= workers; ++i) threads_.emplace_back([this, i] { Work(i); });
+    for (int i = 1; i <= workers; ++i) threads_.emplace_back([this] { Work(); });
   }
   ~Team() {
     stop_.store(true, std::memory_order_seq_cst);
@@ -59,10 +60,11 @@ class Team {
     chunk_ = chunk;
     tasks_ = tasks;
     error_ = nullptr;
+    next_.store(0, std::memory_order_relaxed);
     pending_.store(static_cast<int32_t>(threads_.size()), std::memory_order_relaxed);
     epoch_.fetch_add(1, std::memory_order_seq_cst);  // publishes the fields above
     if (sleepers_.load(std::memory_order_seq_cst) > 0) epoch_.notify_all();
-    RunPiece(0);
+    RunPieces();
     if (!SpinWhile([&] { return pending_.load(std::memory_order_acquire) != 0; })) {
       caller_waiting_.store(true, std::memory_order_seq_cst);
       for (int32_t p; (p = pending_.load(std::memory_order_seq_cst)) != 0;) pending_.wait(p);
@@ -72,8 +74,13 @@ class Team {
   }
 
  private:
+  // Claims pieces until none is left: a thread that a neighbour on the same core or the hypervisor slowed
+  // takes fewer, so no thread waits at the join for a fixed half that another could not finish in time.
+  void RunPieces() {
+    for (int id; (id = next_.fetch_add(1, std::memory_order_relaxed)) < tasks_;) RunPiece(id);
+  }
+
   void RunPiece(int id) {
-    if (id >= tasks_) return;
     const int64_t begin = id * chunk_, end = std::min(n_, begin + chunk_);
     if (begin >= end) return;
     in_job = true;
@@ -86,7 +93,7 @@ class Team {
     in_job = false;
   }
 
-  void Work(int id) {
+  void Work() {
     uint32_t seen = 0;  // the epoch at creation: no job has been published before the team exists
     while (true) {
       const auto fresh = [&] { return epoch_.load(std::memory_order_acquire) != seen; };
@@ -97,7 +104,7 @@ class Team {
       }
       seen = epoch_.load(std::memory_order_acquire);
       if (stop_.load(std::memory_order_acquire)) return;
-      RunPiece(id);
+      RunPieces();
       if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 && caller_waiting_.load(std::memory_order_seq_cst)) {
         pending_.notify_one();
       }
@@ -107,6 +114,7 @@ class Team {
   std::vector<std::thread> threads_;
   std::atomic<uint32_t> epoch_{0};
   std::atomic<int32_t> pending_{0};
+  std::atomic<int32_t> next_{0};  // the next piece to claim
   std::atomic<int32_t> sleepers_{0};
   std::atomic<bool> caller_waiting_{false};
   std::atomic<bool> stop_{false};
@@ -125,13 +133,15 @@ thread_local std::unique_ptr<Team> team;
 void ParallelRows(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn) {
   if (n <= 0) return;
   const int threads = in_job ? 1 : std::max(1, at::get_num_threads());
-  const int64_t tasks = std::min<int64_t>(threads, (n + std::max<int64_t>(grain, 1) - 1) / std::max<int64_t>(grain, 1));
-  if (tasks <= 1) return fn(0, n);
+  const int64_t most = (n + std::max<int64_t>(grain, 1) - 1) / std::max<int64_t>(grain, 1);
+  if (std::min<int64_t>(threads, most) <= 1) return fn(0, n);
+  const int64_t tasks = std::min<int64_t>(int64_t{threads} * kPiecesPerThread, most);
   if (team == nullptr || team->size() != threads) {
     team.reset();
     team = std::make_unique<Team>(threads - 1);
   }
-  team->Run(static_cast<int>(tasks), n, (n + tasks - 1) / tasks, fn);
+  const int64_t chunk = (n + tasks - 1) / tasks;
+  team->Run(static_cast<int>((n + chunk - 1) / chunk), n, chunk, fn);  // no empty piece
 }
 
 }  // namespace strata::runtime

@@ -23,9 +23,13 @@
 
 namespace strata::runtime {
 
-// Runs fn(begin, end) over [0, n) in at most at::get_num_threads() contiguous pieces of at least `grain`
-// (as at::parallel_for splits: pieces of ceil(n / tasks)); fn(0, n) on the caller when one piece will do.
+// Runs fn(begin, end) over [0, n) in at most kPiecesPerThread x at::get_num_threads() contiguous pieces, as many
+// as `grain` allows (pieces of ceil(n / pieces)), which the caller and its workers claim one at a time (as ggml's
+// threads claim chunks of a product): a thread slowed by another process or the hypervisor takes fewer pieces
+// instead of holding every other thread at the join. fn(0, n) on the caller when one thread will do.
 void ParallelRows(int64_t n, int64_t grain, absl::FunctionRef<void(int64_t, int64_t)> fn);
+
+inline constexpr int kPiecesPerThread = 4;
 
 // How long a worker spins for the next job before it sleeps.
 inline constexpr int64_t kSpinMicros = 200;
