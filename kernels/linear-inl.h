@@ -101,9 +101,9 @@ constexpr int kTileWeightRows = 4;
 // a weight row is loaded once for MR input rows and each input vector once for NR weight rows, MR x NR
 // independent FMA chains. EW is the weights' element, E the bias's and output's. `next` (or null): the next
 // block, prefetched line by line as this one streams (its rows as far apart as these).
-template <class EW, class E, int MR, int NR>
+template <class EW, class E, int MR, int NR, class EP = EW>
 HWY_NOINLINE void Tile(const float* x, const typename EW::T* wb, const typename E::T* bias, typename E::T* y, int64_t k,
-                       int64_t n_total, int64_t n, int64_t nr, int64_t m0, const typename EW::T* next) {
+                       int64_t n_total, int64_t n, int64_t nr, int64_t m0, const typename EP::T* next) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
@@ -144,22 +144,22 @@ HWY_NOINLINE void Tile(const float* x, const typename EW::T* wb, const typename 
 }
 
 // Every group of 4 input rows against one block of weight rows at `wb`; the first group prefetches `next`.
-template <class EW, class E, int NR>
+template <class EW, class E, int NR, class EP = EW>
 void TilesOfBlock(const float* x, const typename EW::T* wb, const typename E::T* bias, typename E::T* y, int64_t rows,
-                  int64_t k, int64_t n_total, int64_t n, int64_t nr, const typename EW::T* next) {
+                  int64_t k, int64_t n_total, int64_t n, int64_t nr, const typename EP::T* next) {
   for (int64_t m = 0; m < rows; m += 4, next = nullptr) {
     switch (rows - m < 4 ? rows - m : 4) {
       case 4:
-        Tile<EW, E, 4, NR>(x, wb, bias, y, k, n_total, n, nr, m, next);
+        Tile<EW, E, 4, NR, EP>(x, wb, bias, y, k, n_total, n, nr, m, next);
         break;
       case 3:
-        Tile<EW, E, 3, NR>(x, wb, bias, y, k, n_total, n, nr, m, next);
+        Tile<EW, E, 3, NR, EP>(x, wb, bias, y, k, n_total, n, nr, m, next);
         break;
       case 2:
-        Tile<EW, E, 2, NR>(x, wb, bias, y, k, n_total, n, nr, m, next);
+        Tile<EW, E, 2, NR, EP>(x, wb, bias, y, k, n_total, n, nr, m, next);
         break;
       default:
-        Tile<EW, E, 1, NR>(x, wb, bias, y, k, n_total, n, nr, m, next);
+        Tile<EW, E, 1, NR, EP>(x, wb, bias, y, k, n_total, n, nr, m, next);
         break;
     }
   }
@@ -179,7 +179,6 @@ void LinearTilesT(const float* x, const typename E::T* w, const typename E::T* b
   constexpr int NR = kTileWeightRows;
   const hn::ScalableTag<float> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  constexpr int64_t kLine = 64 / sizeof(typename E::T);
   if constexpr (!std::is_same_v<E, F32>) {
     // Only while the widened block fits L1 beside the input rows' stream: past 16 KiB the groups read it from L2
     // and converting in registers is faster (strata_linear_bench, K 768: 1.2x; K 2048-4096: 0.8x).
@@ -190,17 +189,13 @@ void LinearTilesT(const float* x, const typename E::T* w, const typename E::T* b
       for (int64_t n = n0; n < n1; n += NR) {
         const int64_t nr = n1 - n < NR ? n1 - n : NR;
         const typename E::T* src = w + n * k;
-        const typename E::T* next = w + (n + nr) * k;
-        const int64_t next_count = (n1 - (n + nr) < NR ? n1 - (n + nr) : NR) * k;
         const int64_t count = nr * k;
         int64_t i = 0;
-        for (; i + kLine <= count; i += kLine) {  // a cache line of weights at a time, prefetching one of the next
-          if (i < next_count) hwy::Prefetch(next + i);
-          for (int64_t u = 0; u < kLine; u += lanes) hn::StoreU(E::Load(d, src + i + u), d, wb + i + u);
-        }
         for (; i + lanes <= count; i += lanes) hn::StoreU(E::Load(d, src + i), d, wb + i);
         for (; i < count; ++i) wb[i] = E::LoadOne(src + i);
-        TilesOfBlock<F32, E, NR>(x, wb, bias, y, rows, k, n_total, n, nr, nullptr);
+        // The first group prefetches the next block's (bfloat16) rows as it goes.
+        const typename E::T* next = n + nr + NR <= n1 ? w + (n + nr) * k : nullptr;
+        TilesOfBlock<F32, E, NR, E>(x, wb, bias, y, rows, k, n_total, n, nr, next);
       }
       return;
     }
