@@ -21,6 +21,15 @@
 #include <cstddef>
 #include <cstring>
 
+// Sanitized builds (GCC's macros, clang's features) keep libgomp's default: their runtimes start first.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define STRATA_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define STRATA_SANITIZED 1
+#endif
+#endif
+
 namespace {
 
 bool Has(char** envp, const char* name) {
@@ -39,7 +48,7 @@ bool UnderValgrind(char** envp) {
 }
 
 void PassiveOpenMpWait(int /*argc*/, char** argv, char** envp) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef STRATA_SANITIZED
   return;
 #endif
   if (argv == nullptr || envp == nullptr) return;
