@@ -38,8 +38,8 @@ bool SpinWhile(Busy&& busy) {
 
 // The calling thread and `workers` threads, which claim a job's pieces one at a time. A job is published by
 // bumping `epoch_`; every worker acknowledges every job (after claiming pieces until none is left) by
-// decrementing `pending_`, so the
-// job's fields stay put until all of them are done with it. 32-bit atomics: wait / notify are plain futexes.
+// decrementing `pending_`, so the job's fields stay put until all of them are done with it. 32-bit atomics:
+// wait / notify are plain futexes.
 class Team {
  public:
   explicit Team(int workers) {
