@@ -177,13 +177,17 @@ template <class E>
 void LinearTilesT(const float* x, const typename E::T* w, const typename E::T* bias, typename E::T* y, int64_t rows,
                   int64_t k, int64_t n_total, int64_t n0, int64_t n1) {
   constexpr int NR = kTileWeightRows;
-  const hn::ScalableTag<float> d;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  // The block after [n, n + nr), prefetched while this one is multiplied (none for a last, short one).
+  auto next_of = [&](int64_t n, int64_t nr) -> const typename E::T* {
+    return n + nr + NR <= n1 ? w + (n + nr) * k : nullptr;
+  };
   if constexpr (!std::is_same_v<E, F32>) {
     // Only while the widened block fits L1 beside the input rows' stream: past 16 KiB the groups read it from L2
     // and converting in registers is faster (16 rows on a Zen 3, widened vs converted per group: K 768 1.2x;
     // K 2048-4096 0.8x).
     if (rows > 4 && NR * k * static_cast<int64_t>(sizeof(float)) <= kWidenOnceMaxBytes) {
+      const hn::ScalableTag<float> d;
+      const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
       thread_local std::vector<float> scratch;
       if (scratch.size() < static_cast<size_t>(NR * k)) scratch.resize(static_cast<size_t>(NR * k));
       float* wb = scratch.data();
@@ -195,17 +199,14 @@ void LinearTilesT(const float* x, const typename E::T* w, const typename E::T* b
         for (; i + lanes <= count; i += lanes) hn::StoreU(E::Load(d, src + i), d, wb + i);
         for (; i < count; ++i) wb[i] = E::LoadOne(src + i);
         // The first group prefetches the next block's (bfloat16) rows as it goes.
-        const typename E::T* next = n + nr + NR <= n1 ? w + (n + nr) * k : nullptr;
-        TilesOfBlock<F32, E, NR, E>(x, wb, bias, y, rows, k, n_total, n, nr, next);
+        TilesOfBlock<F32, E, NR, E>(x, wb, bias, y, rows, k, n_total, n, nr, next_of(n, nr));
       }
       return;
     }
   }
   for (int64_t n = n0; n < n1; n += NR) {
     const int64_t nr = n1 - n < NR ? n1 - n : NR;
-    // The next block's rows while this one is multiplied (none for a last, short one).
-    const typename E::T* next = n + nr + NR <= n1 ? w + (n + nr) * k : nullptr;
-    TilesOfBlock<E, E, NR>(x, w + n * k, bias, y, rows, k, n_total, n, nr, next);
+    TilesOfBlock<E, E, NR>(x, w + n * k, bias, y, rows, k, n_total, n, nr, next_of(n, nr));
   }
 }
 

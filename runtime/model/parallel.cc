@@ -81,8 +81,7 @@ class Team {
   }
 
   void RunPiece(int id) {
-    const int64_t begin = id * chunk_, end = std::min(n_, begin + chunk_);
-    if (begin >= end) return;
+    const int64_t begin = id * chunk_, end = std::min(n_, begin + chunk_);  // never empty (ParallelRows)
     in_job = true;
     try {
       (*fn_)(begin, end);
