@@ -13,6 +13,7 @@
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kernels/bf16-inl.h"
+#include "kernels/linear.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace strata::kernels::HWY_NAMESPACE {
@@ -210,6 +211,126 @@ void LinearTilesT(const float* x, const typename E::T* w, const typename E::T* b
   }
 }
 
+// ---- Panels (linear.h's kPanelRows layout): the weights packed at load, 16 output rows side by side for each
+// input column, so that a tile broadcasts each input value and multiplies whole vectors of outputs: no
+// horizontal sums, each weight vector loaded (and widened) once for every input row of the tile, the matrix one
+// sequential stream. As llama.cpp's repacked types and BLIS's packed panels.
+
+#define STRATA_UNROLL _Pragma("GCC unroll 16")
+
+// The input rows [0, MR) (row m at x + m * xs) times `kc` columns of PP panels (panel q at w + q * ps, column j
+// of a panel at j * kPanelRows), added into the float32 accumulators at c (row m at c + m * ldc, PP x 16 wide).
+template <class E, int MR, int PP>
+HWY_NOINLINE void PanelTile(const float* x, int64_t xs, int64_t kc, const typename E::T* w, int64_t ps, float* c,
+                            int64_t ldc) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  constexpr int L = static_cast<int>(hn::MaxLanes(d));
+  constexpr int NV = static_cast<int>(kPanelRows) / L;
+  V acc[MR][PP * NV];
+  STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+    STRATA_UNROLL for (int q = 0; q < PP * NV; ++q) acc[m][q] = hn::LoadU(d, c + m * ldc + q * L);
+  }
+  for (int64_t j = 0; j < kc; ++j) {
+    V wv[PP * NV];
+    STRATA_UNROLL for (int p = 0; p < PP; ++p) {
+      STRATA_UNROLL for (int v = 0; v < NV; ++v) wv[p * NV + v] = E::Load(d, w + p * ps + j * kPanelRows + v * L);
+    }
+    STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+      const V xb = hn::Set(d, x[m * xs + j]);
+      STRATA_UNROLL for (int q = 0; q < PP * NV; ++q) acc[m][q] = hn::MulAdd(xb, wv[q], acc[m][q]);
+    }
+  }
+  STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+    STRATA_UNROLL for (int q = 0; q < PP * NV; ++q) hn::StoreU(acc[m][q], d, c + m * ldc + q * L);
+  }
+}
+
+#undef STRATA_UNROLL
+
+// Accumulator registers a tile may use: AVX2 and SSE have 16 vector registers, AVX-512 and NEON 32 (the rest
+// hold the weight vectors and the broadcast input).
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
+constexpr int kPanelAccumulators = 12;
+#else
+constexpr int kPanelAccumulators = 24;
+#endif
+// Columns per chunk of a panel when a panel serves more than one tile: 256 x 16 float32 is 16 KiB, in L1 for
+// every tile of the rows' block.
+constexpr int64_t kPanelChunk = 256;
+// Input rows per block: their columns stay in L2 (256 KiB) while every panel of the range passes.
+constexpr int64_t kPanelRowBlockBytes = int64_t{256} << 10;
+
+template <class E, int PP>
+struct PanelTiles {
+  static constexpr int L = static_cast<int>(hn::MaxLanes(hn::ScalableTag<float>()));
+  static constexpr int NV = static_cast<int>(kPanelRows) / L;
+  static constexpr int MR = kPanelAccumulators / (NV * PP) < 1 ? 1 : kPanelAccumulators / (NV * PP);
+
+  // Rows [0, rows) in tiles of MR, then of 4, 2 and 1.
+  static void Run(const float* x, int64_t xs, int64_t rows, int64_t kc, const typename E::T* w, int64_t ps, float* c,
+                  int64_t ldc) {
+    int64_t m = 0;
+    for (; m + MR <= rows; m += MR) PanelTile<E, MR, PP>(x + m * xs, xs, kc, w, ps, c + m * ldc, ldc);
+    if constexpr (MR > 4) {
+      for (; m + 4 <= rows; m += 4) PanelTile<E, 4, PP>(x + m * xs, xs, kc, w, ps, c + m * ldc, ldc);
+    }
+    if constexpr (MR > 2) {
+      for (; m + 2 <= rows; m += 2) PanelTile<E, 2, PP>(x + m * xs, xs, kc, w, ps, c + m * ldc, ldc);
+    }
+    for (; m < rows; ++m) PanelTile<E, 1, PP>(x + m * xs, xs, kc, w, ps, c + m * ldc, ldc);
+  }
+};
+
+// Full panels [p0, p1), PP at a time: rows in blocks, a panel's columns in chunks while it serves more than one
+// tile, the accumulators in a float32 scratch that starts at the bias and is stored (rounded, for bfloat16)
+// once the chunks are done.
+template <class E, int PP>
+void FullPanels(const float* x, const typename E::T* wp, const typename E::T* bias, typename E::T* y, int64_t rows,
+                int64_t k, int64_t n_total, int64_t p0, int64_t p1) {
+  const hn::ScalableTag<float> d;
+  constexpr int L = PanelTiles<E, PP>::L;
+  constexpr int MR = PanelTiles<E, PP>::MR;
+  const int64_t ps = kPanelRows * k;
+  const int64_t chunk = rows <= MR ? k : kPanelChunk;  // one tile reads each panel once: no chunks
+  int64_t block = kPanelRowBlockBytes / (static_cast<int64_t>(sizeof(float)) * k) / MR * MR;
+  block = block < MR ? MR : block;
+  block = block > rows ? rows : block;
+  constexpr int64_t ldc = PP * kPanelRows;
+  thread_local std::vector<float> scratch;
+  if (scratch.size() < static_cast<size_t>(block * ldc)) scratch.resize(static_cast<size_t>(block * ldc));
+  float* c = scratch.data();
+  for (int64_t m0 = 0; m0 < rows; m0 += block) {
+    const int64_t mb = rows - m0 < block ? rows - m0 : block;
+    for (int64_t p = p0; p < p1; p += PP) {
+      const int64_t pp = p1 - p < PP ? p1 - p : PP;
+      const int64_t n = p * kPanelRows;
+      for (int64_t m = 0; m < mb; ++m) {
+        for (int64_t i = 0; i < pp * kPanelRows; i += L) {
+          hn::StoreU(bias != nullptr ? E::Load(d, bias + n + i) : hn::Zero(d), d, c + m * ldc + i);
+        }
+      }
+      for (int64_t k0 = 0; k0 < k; k0 += chunk) {
+        const int64_t kc = k - k0 < chunk ? k - k0 : chunk;
+        const float* xb = x + m0 * k + k0;
+        const typename E::T* wb = wp + p * ps + k0 * kPanelRows;
+        if (pp == PP) {
+          PanelTiles<E, PP>::Run(xb, k, mb, kc, wb, ps, c, ldc);
+        } else {
+          for (int64_t q = 0; q < pp; ++q) {
+            PanelTiles<E, 1>::Run(xb, k, mb, kc, wb + q * ps, ps, c + q * kPanelRows, ldc);
+          }
+        }
+      }
+      for (int64_t m = 0; m < mb; ++m) {
+        for (int64_t i = 0; i < pp * kPanelRows; i += L) {
+          E::Store(d, hn::LoadU(d, c + m * ldc + i), y + (m0 + m) * n_total + n + i);
+        }
+      }
+    }
+  }
+}
+
 #endif  // !HWY_HAVE_SCALABLE
 
 template <class E>
@@ -374,6 +495,63 @@ void LinearDotBF16(const uint16_t* x, const uint16_t* w, const uint16_t* bias, u
 #undef STRATA_UNROLL
 #undef STRATA_BF16_DOT
 #endif  // HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+
+// A panel `width` rows wide (the last, narrow one; every panel where vectors are sizeless), one value at a time.
+template <class E>
+void PanelByValues(const float* x, const typename E::T* panel, const typename E::T* bias, typename E::T* y,
+                   int64_t rows, int64_t k, int64_t n_total, int64_t n, int64_t width) {
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t r = 0; r < width; ++r) {
+      float sum = 0.0f;
+      for (int64_t j = 0; j < k; ++j) sum += x[m * k + j] * E::LoadOne(panel + j * width + r);
+      E::StoreOne(sum + (bias != nullptr ? E::LoadOne(bias + n + r) : 0.0f), y + m * n_total + n + r);
+    }
+  }
+}
+
+template <class E>
+void LinearPanelsT(const float* x, const typename E::T* wp, const typename E::T* bias, typename E::T* y, int64_t rows,
+                   int64_t k, int64_t n_total, int64_t p0, int64_t p1) {
+  int64_t p = p0;
+#if !HWY_HAVE_SCALABLE
+  constexpr int64_t kLanes = static_cast<int64_t>(hn::MaxLanes(hn::ScalableTag<float>()));
+  if constexpr (kLanes >= 4) {
+    const int64_t full = n_total / kPanelRows < p1 ? n_total / kPanelRows : p1;
+    if (p < full) {
+      constexpr int NV = static_cast<int>(kPanelRows / kLanes);
+      // One row: 8 vectors of outputs at once (independent FMA chains); two: as many as the registers hold;
+      // more: one panel per tile (two where a panel is one vector).
+      constexpr int kOne = NV >= 8 ? 1 : 8 / NV;
+      constexpr int kTwoFit = kPanelAccumulators / (2 * NV);
+      constexpr int kTwo = kTwoFit < 1 ? 1 : (kTwoFit < kOne ? kTwoFit : kOne);
+      constexpr int kMany = NV == 1 ? 2 : 1;
+      if (rows == 1) {
+        FullPanels<E, kOne>(x, wp, bias, y, rows, k, n_total, p, full);
+      } else if (rows == 2) {
+        FullPanels<E, kTwo>(x, wp, bias, y, rows, k, n_total, p, full);
+      } else {
+        FullPanels<E, kMany>(x, wp, bias, y, rows, k, n_total, p, full);
+      }
+      p = full;
+    }
+  }
+#endif
+  for (; p < p1 && p * kPanelRows < n_total; ++p) {
+    const int64_t n = p * kPanelRows;
+    const int64_t width = n_total - n < kPanelRows ? n_total - n : kPanelRows;
+    PanelByValues<E>(x, wp + n * k, bias, y, rows, k, n_total, n, width);
+  }
+}
+
+void LinearPanelsF32(const float* x, const float* wp, const float* bias, float* y, int64_t rows, int64_t k,
+                     int64_t n_total, int64_t p0, int64_t p1) {
+  LinearPanelsT<F32>(x, wp, bias, y, rows, k, n_total, p0, p1);
+}
+
+void LinearPanelsBF16(const float* x, const uint16_t* wp, const uint16_t* bias, uint16_t* y, int64_t rows, int64_t k,
+                      int64_t n_total, int64_t p0, int64_t p1) {
+  LinearPanelsT<BF16>(x, wp, bias, y, rows, k, n_total, p0, p1);
+}
 
 void LinearRowsF32(const float* x, const float* w, const float* bias, float* y, int64_t rows, int64_t k,
                    int64_t n_total, int64_t n0, int64_t n1) {

@@ -25,4 +25,25 @@ void LinearRows(const float* x, const BFloat16* w, const BFloat16* bias, BFloat1
 void LinearRows(const BFloat16* x, const BFloat16* w, const BFloat16* bias, BFloat16* y, int64_t rows, int64_t k,
                 int64_t n_total, int64_t n0, int64_t n1);
 
+// ---- The panel layout: a weight [n, k] packed once (at load) for the panel kernels. Panel p holds the rows
+// [16 p, 16 p + w), w = min(16, n - 16 p), column by column: row 16 p + r, column j at 16 p k + j w + r. Same
+// size as the matrix (no padding); only the last panel is narrower.
+inline constexpr int64_t kPanelRows = 16;
+inline int64_t PanelCount(int64_t n) { return (n + kPanelRows - 1) / kPanelRows; }
+
+void PackPanels(const float* w, int64_t n, int64_t k, float* out);
+void PackPanels(const BFloat16* w, int64_t n, int64_t k, BFloat16* out);
+// The matrix [n, k] back from its panels.
+void UnpackPanels(const float* panels, int64_t n, int64_t k, float* out);
+void UnpackPanels(const BFloat16* panels, int64_t n, int64_t k, BFloat16* out);
+
+// y = x W^T (+ b) for a weight in panels, any number of float32 input rows (bfloat16 ones widened by the caller):
+// writes y[m][n] for the rows of panels [p0, p1) (row-major [rows, n_total]), summed in float32, bfloat16 outputs
+// rounded to nearest even. The input rows are read in blocks and the panels in chunks that stay in cache, so
+// it serves decode steps (each panel read once, as one stream) and prefill (an f32 GEMM) alike.
+void LinearPanels(const float* x, const float* panels, const float* bias, float* y, int64_t rows, int64_t k,
+                  int64_t n_total, int64_t p0, int64_t p1);
+void LinearPanels(const float* x, const BFloat16* panels, const BFloat16* bias, BFloat16* y, int64_t rows, int64_t k,
+                  int64_t n_total, int64_t p0, int64_t p1);
+
 }  // namespace strata::kernels

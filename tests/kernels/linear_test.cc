@@ -108,6 +108,75 @@ TEST_P(KernelsLinear, ManyBlocksOfWeightRowsMatchTheReference) {
   }
 }
 
+// The panel layout: a weight packed and run by LinearPanels over panels [p0, p1) of n outputs; every other output
+// is left as it was.
+template <typename T>
+void CheckPanels(int64_t rows, int64_t k, bool with_bias, int64_t n, int64_t p0, int64_t p1) {
+  std::mt19937 gen(static_cast<uint32_t>(rows * 1000003 + k * 7 + n * 2 + with_bias));
+  std::normal_distribution<float> normal;
+  auto draw = [&]() -> T {
+    if constexpr (std::is_same_v<T, float>) {
+      return normal(gen);
+    } else {
+      return ToBF16(normal(gen));
+    }
+  };
+  std::vector<float> x(static_cast<size_t>(rows * k));
+  for (float& v : x) v = normal(gen);
+  std::vector<T> w(static_cast<size_t>(n * k)), bias(static_cast<size_t>(n)), panels(w.size()), back(w.size());
+  for (T& v : w) v = draw();
+  for (T& v : bias) v = draw();
+  PackPanels(w.data(), n, k, panels.data());
+  UnpackPanels(panels.data(), n, k, back.data());
+  for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(Value(back[i]), Value(w[i])) << "unpacked element " << i;
+  T sentinel;
+  if constexpr (std::is_same_v<T, float>) {
+    sentinel = -7.0f;
+  } else {
+    sentinel = ToBF16(-7.0f);
+  }
+  std::vector<T> y(static_cast<size_t>(rows * n), sentinel);
+  LinearPanels(x.data(), panels.data(), with_bias ? bias.data() : nullptr, y.data(), rows, k, n, p0, p1);
+  const int64_t n0 = p0 * kPanelRows, n1 = std::min(n, p1 * kPanelRows);
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t j = 0; j < n; ++j) {
+      if (j < n0 || j >= n1) {
+        ASSERT_EQ(Value(y[m * n + j]), Value(sentinel)) << "rows " << rows << " k " << k << " out " << j;
+        continue;
+      }
+      double expected = with_bias ? Value(bias[j]) : 0.0;
+      for (int64_t i = 0; i < k; ++i) expected += double{x[m * k + i]} * Value(w[j * k + i]);
+      const double tolerance = (std::is_same_v<T, float> ? 1e-5 : 1e-2 * std::abs(expected) + 1e-3) *
+                               std::max(1.0, std::sqrt(static_cast<double>(k)));
+      ASSERT_NEAR(Value(y[m * n + j]), expected, tolerance) << "rows " << rows << " k " << k << " out " << j;
+    }
+  }
+}
+
+// Every tile shape (1 and 2 rows, full tiles and their 4-, 2- and 1-row tails), K across the panels' 256-column
+// chunks, the narrow last panel, and a range of panels that starts past 0 or stops short of the end.
+TEST_P(KernelsLinear, PanelsMatchTheReference) {
+  for (int64_t rows : {1, 2, 3, 5, 6, 7, 12, 13, 16, 33}) {
+    for (int64_t k : {1, 9, 255, 257, 768}) {
+      for (bool bias : {false, true}) {
+        CheckPanels<float>(rows, k, bias, 40, 0, 3);
+        CheckPanels<BFloat16>(rows, k, bias, 40, 0, 3);
+      }
+      CheckPanels<float>(rows, k, true, 200, 1, 12);  // 200 = 12 full panels and 8 rows: 11 of them, PP at a time
+      CheckPanels<BFloat16>(rows, k, true, 200, 3, 13);
+      CheckPanels<BFloat16>(rows, k, false, 16, 0, 1);
+    }
+  }
+}
+
+// Many rows (prefill): several blocks of rows, the chunks of a wide K.
+TEST_P(KernelsLinear, PanelsOfManyRowsMatchTheReference) {
+  for (int64_t k : {700, 1500}) {
+    CheckPanels<float>(100, k, true, 48, 0, 3);
+    CheckPanels<BFloat16>(97, k, true, 40, 0, 3);
+  }
+}
+
 // bfloat16 input rows: VDPBF16PS on the AVX-512 targets where the CPU has AVX512_BF16, widened elsewhere;
 // against the reference on the same bfloat16 values.
 void CheckBf16Rows(int64_t rows, int64_t k, bool with_bias) {
