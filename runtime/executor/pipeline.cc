@@ -248,7 +248,9 @@ absl::StatusOr<std::string> Pipeline::LoadUnitWeights(const planner::ModelSpec& 
     absl::StatusOr<Weight> weight =
         packed != nullptr
             ? loader.LoadPacked(name, *packed, residency, device)
-            : loader.Load(stored_name == spec.stored_names.end() ? name : stored_name->second, residency, device);
+            : loader.Load(
+                  stored_name == spec.stored_names.end() ? name : stored_name->second, residency, device,
+                  name.starts_with(unit.module + ".") && ReadByLinear(unit.kind, name.substr(unit.module.size() + 1)));
     if (!weight.ok()) return weight.status();
     unit.weights.push_back(*std::move(weight));
   }

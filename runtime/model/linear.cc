@@ -95,14 +95,97 @@ at::Tensor LinearOverRowBlocks(const at::Tensor& x, int64_t n,
   return y.to(x.scalar_type()).reshape(sizes);
 }
 
+bool PanelsServe(at::ScalarType dtype) {
+  return dtype == at::kFloat || (dtype == at::kBFloat16 && !kernels::Bf16DotAvailable());
+}
+
+void PackPanels(const at::Tensor& dense, const at::Tensor& out) {
+  TORCH_CHECK(dense.dim() == 2 && dense.is_cpu() && out.is_cpu() && dense.scalar_type() == out.scalar_type() &&
+                  out.is_contiguous() && out.numel() == dense.numel(),
+              "PackPanels: a CPU matrix and a flat buffer of its size and dtype");
+  const at::Tensor w = dense.contiguous();
+  if (w.scalar_type() == at::kFloat) {
+    kernels::PackPanels(w.data_ptr<float>(), w.size(0), w.size(1), out.data_ptr<float>());
+  } else {
+    TORCH_CHECK(w.scalar_type() == at::kBFloat16, "PackPanels: float32 or bfloat16, not ", w.scalar_type());
+    kernels::PackPanels(reinterpret_cast<const kernels::BFloat16*>(w.data_ptr()), w.size(0), w.size(1),
+                        reinterpret_cast<kernels::BFloat16*>(out.data_ptr()));
+  }
+}
+
+at::Tensor UnpackPanels(const PanelWeight& weight) {
+  const at::Tensor& p = weight.data;
+  at::Tensor out = at::empty({weight.out_features, weight.in_features}, p.options());
+  if (p.scalar_type() == at::kFloat) {
+    kernels::UnpackPanels(p.data_ptr<float>(), weight.out_features, weight.in_features, out.data_ptr<float>());
+  } else {
+    kernels::UnpackPanels(reinterpret_cast<const kernels::BFloat16*>(p.data_ptr()), weight.out_features,
+                          weight.in_features, reinterpret_cast<kernels::BFloat16*>(out.data_ptr()));
+  }
+  return out;
+}
+
+at::Tensor Linear(const at::Tensor& x_in, const PanelWeight& weight, const at::Tensor& bias_in) {
+  const int64_t k = weight.in_features;
+  const int64_t n = weight.out_features;
+  const at::ScalarType dtype = weight.data.scalar_type();
+  TORCH_CHECK(x_in.dim() >= 1 && x_in.size(-1) == k && x_in.is_cpu(), "Linear: input of ", k,
+              " features on the CPU for a weight in panels, got ", x_in.sizes());
+  // Activations are in the serving dtype, the weight's; anything else is converted (and converted back).
+  const at::Tensor x = x_in.scalar_type() == dtype ? x_in.contiguous() : x_in.to(dtype).contiguous();
+  const at::Tensor bias =
+      !bias_in.defined() || (bias_in.scalar_type() == dtype && bias_in.is_contiguous() && bias_in.is_cpu())
+          ? bias_in
+          : bias_in.to(at::kCPU, dtype).contiguous();
+  const int64_t rows = x.numel() / std::max<int64_t>(k, 1);
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.back() = n;
+  at::Tensor y = at::empty(sizes, x.options());
+  if (rows == 0 || n == 0) return y.to(x_in.scalar_type());
+  if (k == 0) return (bias.defined() ? y.copy_(bias.expand_as(y)) : y.zero_()).to(x_in.scalar_type());
+  // ~64 KiB of weights times rows per piece: a decode step's pieces stream their panels; a prefill's each
+  // multiply every row by theirs.
+  const int64_t panel_bytes = kernels::kPanelRows * k * static_cast<int64_t>(weight.data.element_size());
+  const int64_t grain = std::max<int64_t>(1, (int64_t{64} << 10) / (panel_bytes * rows));
+  if (dtype == at::kFloat) {
+    const float* xs = x.data_ptr<float>();
+    const float* ws = weight.data.data_ptr<float>();
+    const float* bs = bias.defined() ? bias.data_ptr<float>() : nullptr;
+    float* ys = y.data_ptr<float>();
+    ParallelRows(kernels::PanelCount(n), grain,
+                 [&](int64_t p0, int64_t p1) { kernels::LinearPanels(xs, ws, bs, ys, rows, k, n, p0, p1); });
+  } else {
+    TORCH_CHECK(dtype == at::kBFloat16, "Linear: panels of float32 or bfloat16, not ", dtype);
+    const at::Tensor x32 = x.to(at::kFloat);  // widened once here, not once per piece
+    const float* xs = x32.data_ptr<float>();
+    const auto* ws = reinterpret_cast<const kernels::BFloat16*>(weight.data.data_ptr());
+    const auto* bs = bias.defined() ? reinterpret_cast<const kernels::BFloat16*>(bias.data_ptr()) : nullptr;
+    auto* ys = reinterpret_cast<kernels::BFloat16*>(y.data_ptr());
+    ParallelRows(kernels::PanelCount(n), grain,
+                 [&](int64_t p0, int64_t p1) { kernels::LinearPanels(xs, ws, bs, ys, rows, k, n, p0, p1); });
+  }
+  return y.scalar_type() == x_in.scalar_type() ? y : y.to(x_in.scalar_type());
+}
+
 at::Tensor Linear(const at::Tensor& x, const WeightTensor& weight, const at::Tensor& bias) {
+  if (weight.panels) return Linear(x, *weight.panels, bias);
   if (weight.packed) return LinearPacked(x, *weight.packed, bias);
   return Linear(x, weight.tensor, bias);
 }
 
 WeightTensor WeightRows(const WeightTensor& weight, int64_t n0, int64_t rows) {
-  if (!weight.packed) return {weight.tensor.narrow(0, n0, rows), nullptr};
-  return {{}, std::make_shared<const PackedLinear>(PackedRows(*weight.packed, n0, rows))};
+  if (weight.panels) {
+    const PanelWeight& w = *weight.panels;
+    const int64_t k = w.in_features;
+    // Whole panels, or the last ones: a view; else the rows unpacked.
+    if (n0 % kernels::kPanelRows == 0 && (rows % kernels::kPanelRows == 0 || n0 + rows == w.out_features)) {
+      return {
+          {}, nullptr, std::make_shared<const PanelWeight>(PanelWeight{w.data.narrow(0, n0 * k, rows * k), rows, k})};
+    }
+    return {UnpackPanels(w).narrow(0, n0, rows), nullptr};
+  }
+  if (weight.packed) return {{}, std::make_shared<const PackedLinear>(PackedRows(*weight.packed, n0, rows))};
+  return {weight.tensor.narrow(0, n0, rows), nullptr};
 }
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {

@@ -26,7 +26,7 @@ inline constexpr int64_t kFewRows = 32;
 
 // x [..., K], weight [N, K], bias [N] or undefined; returns [..., N] in x's dtype.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
-// The same for a runner's weight, dense or a quantized layer's packed one (LinearPacked).
+// The same for a runner's weight: dense, a quantized layer's packed one (LinearPacked) or in panels.
 at::Tensor Linear(const at::Tensor& x, const WeightTensor& weight, const at::Tensor& bias = {});
 
 // y = x W^T (+ bias) for a weight given a block of rows at a time (`rows_of(n0, nb)`: W[n0, n0 + nb), any dtype,
@@ -36,8 +36,20 @@ at::Tensor LinearOverRowBlocks(const at::Tensor& x, int64_t n,
                                const std::function<at::Tensor(int64_t, int64_t)>& rows_of, at::ScalarType gemm_dtype,
                                const at::Tensor& bias);
 
+// Whether a CPU linear layer in `dtype` is packed into panels at load (kernels/linear.h; WeightLoader::Load): float32,
+// and bfloat16 where the CPU lacks AVX512_BF16 (where it has it, bfloat16 keeps its rows for VDPBF16PS and
+// oneDNN's bfloat16 GEMM). Their Linear is the panel kernel for any number of rows, prefill included: broadcast
+// tiles with no horizontal sums, 1.2-2x the row kernels and tiles and past MKL's sgemm on a Zen 3 (bench/README).
+bool PanelsServe(at::ScalarType dtype);
+// `dense` [N, K] (contiguous, CPU, out's dtype) into `out`'s N x K values in panel order.
+void PackPanels(const at::Tensor& dense, const at::Tensor& out);
+// The weight [N, K] back from its panels.
+at::Tensor UnpackPanels(const PanelWeight& weight);
+at::Tensor Linear(const at::Tensor& x, const PanelWeight& weight, const at::Tensor& bias = {});
+
 // Rows [n0, n0 + rows) of a weight [N, K] as a weight of its own (Phi-3's fused projections), a view: a packed
-// FP8 weight's rows must start and end on its scale blocks.
+// FP8 weight's rows must start and end on its scale blocks; panels' rows that start or end inside a panel are
+// unpacked (a copy).
 WeightTensor WeightRows(const WeightTensor& weight, int64_t n0, int64_t rows);
 
 // Whether Linear runs strata's kernel for these operands: up to kFewRows rows (tests and benchmarks say

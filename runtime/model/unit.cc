@@ -84,6 +84,11 @@ absl::StatusOr<std::vector<UnitModule>> UnitModules(const planner::ModelSpec& sp
   return units;
 }
 
+bool ReadByLinear(UnitKind kind, const std::string& local) {
+  if (kind == UnitKind::kLmHead) return local == "weight";
+  return kind == UnitKind::kDecoderLayer && local.ends_with("_proj.weight");
+}
+
 absl::StatusOr<std::vector<std::string>> UnitTensorNames(const UnitModule& unit, const ModelDims& dims,
                                                          const planner::SpecQuantization* quantized) {
   const planner::ModuleSpec& module = *unit.module;

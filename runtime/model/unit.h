@@ -77,6 +77,11 @@ struct UnitRunner {
 // The runner of `family` (unit.cc's table).
 const UnitRunner& RunnerFor(ModelFamily family);
 
+// Whether every runner reads the unit's weight `local` (relative to the unit's module) only as a whole linear
+// layer's, through Linear or WeightRows (linear.h): the LM head's, and a decoder layer's projections ("*_proj.weight":
+// attention's and the dense MLP's, Phi-3's fused ones). Those on the CPU are packed at load (WeightLoader::Load).
+bool ReadByLinear(UnitKind kind, const std::string& local);
+
 // Where a unit's module sits in the spec's module tree.
 struct UnitModule {
   UnitKind kind;

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/model/linear.h"
 
 namespace strata::runtime {
 
@@ -178,11 +179,13 @@ const WeightLoadStats& WeightLoader::stats() {
 WeightLoader::~WeightLoader() = default;
 
 bool Weight::needs_fetch() const {
+  if (panels) return false;  // resident on the CPU that runs it
   if (packed) return packed->data.device() != exec_device;
   return residency != Residency::kResident && (stored.device() != exec_device || stored.scalar_type() != dtype);
 }
 
 WeightTensor Weight::Use() const {
+  if (panels) return {{}, nullptr, panels};
   if (packed) {
     if (!needs_fetch()) return {{}, packed};
     return {
@@ -351,7 +354,8 @@ at::Tensor WeightLoader::Empty(at::IntArrayRef shape, at::Device device) {
   return at::empty(shape, at::TensorOptions().dtype(dtype_).device(device));
 }
 
-absl::StatusOr<Weight> WeightLoader::Load(const std::string& name, Residency residency, at::Device exec_device) {
+absl::StatusOr<Weight> WeightLoader::Load(const std::string& name, Residency residency, at::Device exec_device,
+                                          bool linear) {
   Weight w{name, {}, nullptr, residency, exec_device, dtype_};
   const TensorView* view = nullptr;
   absl::StatusOr<at::Tensor> mapped_or = MappedDense(checkpoint_, name, &view);
@@ -376,6 +380,21 @@ absl::StatusOr<Weight> WeightLoader::Load(const std::string& name, Residency res
     // page-cache pages cost a TLB miss per 4 KiB (bench/README, quantized_peer.py run B, AMD EPYC Zen 4 with AVX-512:
     // the bfloat16 116M Llama decodes 1.5x faster copied than mapped in place, 60% of the read roofline mapped).
     view->file->WillNeed(view->offset, view->bytes);
+    if (linear && mapped.dim() == 2 && PanelsServe(dtype_)) {
+      // Packed from the file's bytes (cast first where the dtypes differ, a temporary of one layer).
+      const at::Tensor dense = file_dtype == dtype_ ? mapped : mapped.to(dtype_);
+      auto panels = std::make_shared<PanelWeight>();
+      panels->out_features = mapped.size(0);
+      panels->in_features = mapped.size(1);
+      panels->data = arena_->Empty({mapped.numel()}, dtype_);
+      PackPanels(dense, panels->data);
+      view->file->Release(view->offset, view->bytes);
+      ++stats_.copied;
+      ++stats_.panels;
+      stats_.bytes_on_devices += static_cast<uint64_t>(panels->data.nbytes());
+      w.panels = std::move(panels);
+      return w;
+    }
     out = arena_->Empty(view->shape, dtype_);
     out.copy_(mapped);  // one pass reads the file bytes (and casts)
   } else {

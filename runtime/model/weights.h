@@ -30,11 +30,20 @@ enum class Residency {
   kDisk,      // a "disk" entry: the mapped checkpoint bytes in the file's dtype, paged in (and cast) on use
 };
 
-// A weight as a unit runner reads it: a tensor, or a quantized linear layer's packed weight. It converts to the
-// tensor, so norms and embeddings read it as a tensor; Linear (linear.h) takes either.
+// A dense float32 or bfloat16 weight [N, K] of a linear layer that executes on the CPU, packed at load into
+// kernels/linear.h's panels (linear.h): `data` holds its N x K values in panel order, flat. Only Linear reads it.
+struct PanelWeight {
+  at::Tensor data;
+  int64_t out_features = 0;  // N
+  int64_t in_features = 0;   // K
+};
+
+// A weight as a unit runner reads it: a tensor, a quantized linear layer's packed weight, or a CPU linear layer's
+// panels. It converts to the tensor, so norms and embeddings read it as a tensor; Linear (linear.h) takes any.
 struct WeightTensor {
-  at::Tensor tensor;                           // undefined when packed
+  at::Tensor tensor;                           // undefined when packed or in panels
   std::shared_ptr<const PackedLinear> packed;  // a quantized linear layer's weight
+  std::shared_ptr<const PanelWeight> panels;   // a dense linear layer's weight on the CPU
 
   operator const at::Tensor&() const { return tensor; }  // NOLINT: implicit by design
 };
@@ -45,7 +54,8 @@ struct Weight {
   std::shared_ptr<const PackedLinear> packed;  // set instead of `stored` for a quantized linear layer
   Residency residency = Residency::kResident;
   at::Device exec_device = at::kCPU;
-  at::ScalarType dtype = at::kFloat;  // serving dtype
+  at::ScalarType dtype = at::kFloat;          // serving dtype
+  std::shared_ptr<const PanelWeight> panels;  // set instead of `stored` for a CPU linear layer (WeightLoader::Load)
 
   // The weight on its executing device in the serving dtype (a packed one stays packed). Resident weights are
   // returned as they are; others are copied (non_blocking from pinned memory) on the current stream.
@@ -94,6 +104,7 @@ struct WeightLoadStats {
   int64_t on_disk = 0;            // "disk" entries left in the mapping
   uint64_t bytes_on_devices = 0;  // bytes allocated for weights outside the mapping
   int64_t packed = 0;             // quantized linear layers loaded packed
+  int64_t panels = 0;             // dense CPU linear layers packed into panels
   int64_t fp8_scaled_mm = 0;      // of them, FP8 layers a GPU runs W8A8 (--fp8-matmul scaled_mm)
   int64_t pinned_bytes = 0;       // page-locked host memory holding offloaded weights (the pinned arena's chunks)
 };
@@ -115,7 +126,10 @@ class WeightLoader {
   // after ProbeFp8ScaledMm passes on their device.
   WeightLoader(const Checkpoint& checkpoint, at::ScalarType dtype, bool fp8_scaled_mm = false);
   ~WeightLoader();
-  absl::StatusOr<Weight> Load(const std::string& name, Residency residency, at::Device exec_device);
+  // `linear`: the weight is a linear layer's [N, K], read only by Linear: a resident CPU one in a dtype the panel
+  // kernels serve (PanelsServe) is packed into panels (Weight::panels).
+  absl::StatusOr<Weight> Load(const std::string& name, Residency residency, at::Device exec_device,
+                              bool linear = false);
   // A quantized linear layer, packed (quantized_linear.h); `name` is its dense weight's name.
   absl::StatusOr<Weight> LoadPacked(const std::string& name, const planner::QuantizedLinear& q, Residency residency,
                                     at::Device exec_device);
