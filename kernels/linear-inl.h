@@ -267,66 +267,94 @@ struct PanelTiles {
   static constexpr int NV = static_cast<int>(kPanelRows) / L;
   static constexpr int MR = kPanelAccumulators / (NV * PP) < 1 ? 1 : kPanelAccumulators / (NV * PP);
 
-  // Rows [0, rows) in tiles of MR, then of 4, 2 and 1.
+  // Rows [0, rows) in as few tiles as hold them, of even sizes (16 rows are 6, 5 and 5, not 6, 6 and 4: a tile of
+  // 4 rows has 8 chains of FMA, the latency of 4 cycles times 2 units, and runs at half the speed of 6).
   static void Run(const float* x, int64_t xs, int64_t rows, int64_t kc, const typename E::T* w, int64_t ps, float* c,
                   int64_t ldc) {
-    int64_t m = 0;
-    for (; m + MR <= rows; m += MR) PanelTile<E, MR, PP>(x + m * xs, xs, kc, w, ps, c + m * ldc, ldc);
-    if constexpr (MR > 4) {
-      for (; m + 4 <= rows; m += 4) PanelTile<E, 4, PP>(x + m * xs, xs, kc, w, ps, c + m * ldc, ldc);
+    const int64_t tiles = (rows + MR - 1) / MR;
+    for (int64_t m = 0, t = 0; t < tiles; ++t) {
+      const int64_t mr = (rows - m + tiles - t - 1) / (tiles - t);
+      Tile<MR>(static_cast<int>(mr), x + m * xs, xs, kc, w, ps, c + m * ldc, ldc);
+      m += mr;
     }
-    if constexpr (MR > 2) {
-      for (; m + 2 <= rows; m += 2) PanelTile<E, 2, PP>(x + m * xs, xs, kc, w, ps, c + m * ldc, ldc);
+  }
+
+ private:
+  template <int R>
+  static void Tile(int mr, const float* x, int64_t xs, int64_t kc, const typename E::T* w, int64_t ps, float* c,
+                   int64_t ldc) {
+    if constexpr (R > 1) {
+      if (mr < R) return Tile<R - 1>(mr, x, xs, kc, w, ps, c, ldc);
     }
-    for (; m < rows; ++m) PanelTile<E, 1, PP>(x + m * xs, xs, kc, w, ps, c + m * ldc, ldc);
+    PanelTile<E, R, PP>(x, xs, kc, w, ps, c, ldc);
   }
 };
 
-// Full panels [p0, p1), PP at a time: rows in blocks, a panel's columns in chunks while it serves more than one
-// tile, the accumulators in a float32 scratch that starts at the bias and is stored (rounded, for bfloat16)
-// once the chunks are done.
+// Panels per group while many rows go by: the group's float32 accumulators for a block of rows (256 x 512
+// floats, 512 KiB) stay in L2 / L3 between the chunks of columns.
+constexpr int64_t kPanelGroup = 32;
+
+// Full panels [p0, p1), PP at a time, into the float32 accumulators c (row m at c + m * ldc) that start at the
+// bias and are stored (rounded, for bfloat16) once every chunk of columns is added.
+template <class E, int PP>
+void PanelsOfRows(const float* x, const typename E::T* wp, const typename E::T* bias, typename E::T* y, int64_t rows,
+                  int64_t k, int64_t chunk, int64_t n_total, int64_t p0, int64_t p1, float* c, int64_t ldc) {
+  const hn::ScalableTag<float> d;
+  constexpr int L = PanelTiles<E, PP>::L;
+  const int64_t ps = kPanelRows * k;
+  const int64_t n0 = p0 * kPanelRows, width = (p1 - p0) * kPanelRows;
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t i = 0; i < width; i += L) {
+      hn::StoreU(bias != nullptr ? E::Load(d, bias + n0 + i) : hn::Zero(d), d, c + m * ldc + i);
+    }
+  }
+  // The chunks outermost (each panel's chunk in L1 for every tile of the rows, the rows' chunk in L2 for
+  // every panel): the panels stream once for these rows.
+  for (int64_t k0 = 0; k0 < k; k0 += chunk) {
+    const int64_t kc = k - k0 < chunk ? k - k0 : chunk;
+    for (int64_t p = p0; p < p1; p += PP) {
+      const int64_t pp = p1 - p < PP ? p1 - p : PP;
+      const typename E::T* wb = wp + p * ps + k0 * kPanelRows;
+      float* cb = c + (p - p0) * kPanelRows;
+      if (pp == PP) {
+        PanelTiles<E, PP>::Run(x + k0, k, rows, kc, wb, ps, cb, ldc);
+      } else {
+        for (int64_t q = 0; q < pp; ++q)
+          PanelTiles<E, 1>::Run(x + k0, k, rows, kc, wb + q * ps, ps, cb + q * kPanelRows, ldc);
+      }
+    }
+  }
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t i = 0; i < width; i += L) E::Store(d, hn::LoadU(d, c + m * ldc + i), y + m * n_total + n0 + i);
+  }
+}
+
+// Full panels [p0, p1), PP at a time. Rows whose columns all fit L2 (kPanelRowBlockBytes) go panel by panel,
+// each panel streamed once, in chunks of kPanelChunk columns (in L1 for every tile of the rows) unless one tile
+// holds the rows. More rows (a prefill) go in blocks whose chunk of columns fits L2, against groups of
+// kPanelGroup panels whose accumulators wait in a scratch between the chunks (as BLIS's loops around its
+// microkernel): 512 rows stream the panels twice, however long the rows, where blocks of whole rows that fit L2
+// would stream them rows / (L2 / 4k) times (32 at K 4096).
 template <class E, int PP>
 void FullPanels(const float* x, const typename E::T* wp, const typename E::T* bias, typename E::T* y, int64_t rows,
                 int64_t k, int64_t n_total, int64_t p0, int64_t p1) {
-  const hn::ScalableTag<float> d;
-  constexpr int L = PanelTiles<E, PP>::L;
   constexpr int MR = PanelTiles<E, PP>::MR;
-  const int64_t ps = kPanelRows * k;
-  const int64_t chunk = rows <= MR ? k : kPanelChunk;  // one tile reads each panel once: no chunks
-  int64_t block = kPanelRowBlockBytes / (static_cast<int64_t>(sizeof(float)) * k) / MR * MR;
-  block = block < MR ? MR : block;
-  block = block > rows ? rows : block;
-  constexpr int64_t ldc = PP * kPanelRows;
+  constexpr int64_t kFloat = static_cast<int64_t>(sizeof(float));
+  int64_t chunk = rows <= MR ? k : kPanelChunk, block = rows, group = PP;
+  if (rows > MR && rows * k * kFloat > kPanelRowBlockBytes) {
+    const int64_t kc = chunk < k ? chunk : k;
+    const int64_t most = kPanelRowBlockBytes / (kFloat * kc);  // as few blocks as fit, of even size
+    block = (rows + (rows + most - 1) / most - 1) / ((rows + most - 1) / most);
+    group = kPanelGroup;
+  }
+  const int64_t ldc = (group < p1 - p0 ? group : p1 - p0) * kPanelRows;
   thread_local std::vector<float> scratch;
   if (scratch.size() < static_cast<size_t>(block * ldc)) scratch.resize(static_cast<size_t>(block * ldc));
-  float* c = scratch.data();
-  for (int64_t m0 = 0; m0 < rows; m0 += block) {
-    const int64_t mb = rows - m0 < block ? rows - m0 : block;
-    for (int64_t p = p0; p < p1; p += PP) {
-      const int64_t pp = p1 - p < PP ? p1 - p : PP;
-      const int64_t n = p * kPanelRows;
-      for (int64_t m = 0; m < mb; ++m) {
-        for (int64_t i = 0; i < pp * kPanelRows; i += L) {
-          hn::StoreU(bias != nullptr ? E::Load(d, bias + n + i) : hn::Zero(d), d, c + m * ldc + i);
-        }
-      }
-      for (int64_t k0 = 0; k0 < k; k0 += chunk) {
-        const int64_t kc = k - k0 < chunk ? k - k0 : chunk;
-        const float* xb = x + m0 * k + k0;
-        const typename E::T* wb = wp + p * ps + k0 * kPanelRows;
-        if (pp == PP) {
-          PanelTiles<E, PP>::Run(xb, k, mb, kc, wb, ps, c, ldc);
-        } else {
-          for (int64_t q = 0; q < pp; ++q) {
-            PanelTiles<E, 1>::Run(xb, k, mb, kc, wb + q * ps, ps, c + q * kPanelRows, ldc);
-          }
-        }
-      }
-      for (int64_t m = 0; m < mb; ++m) {
-        for (int64_t i = 0; i < pp * kPanelRows; i += L) {
-          E::Store(d, hn::LoadU(d, c + m * ldc + i), y + (m0 + m) * n_total + n + i);
-        }
-      }
+  for (int64_t g = p0; g < p1; g += group) {
+    const int64_t g1 = p1 - g < group ? p1 : g + group;
+    for (int64_t m0 = 0; m0 < rows; m0 += block) {
+      const int64_t mb = rows - m0 < block ? rows - m0 : block;
+      PanelsOfRows<E, PP>(x + m0 * k, wp, bias, y + m0 * n_total, mb, k, chunk, n_total, g, g1, scratch.data(), ldc);
     }
   }
 }

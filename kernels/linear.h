@@ -1,10 +1,13 @@
 #pragma once
-// y = x W^T (+ b) for the few input rows of decode steps and short chunks, accumulated in float32. One or two
-// rows stream each weight row once: the matrix is read as one sequential stream at memory speed. More rows
-// go by register tiles (4 input rows x 3 or 4 weight rows, as many as the target has registers for) over
-// blocks of weight rows, each block read from memory once for all the input rows. One Highway source for
-// every ISA (the AVX512_BF16 dot product a per-target specialisation); runtime/model/linear.cc splits the output
-// rows over threads.
+// y = x W^T (+ b), accumulated in float32, two ways. LinearRows takes a weight as stored ([n, k], the
+// checkpoint's layout): one or two rows stream each weight row once, more go by register tiles (4 input rows x
+// 3 or 4 weight rows) over blocks of weight rows read from memory once; it serves bfloat16 layers on AVX512_BF16
+// (VDPBF16PS) and weights that are views of others. LinearPanels takes a weight packed once at load into panels
+// of 16 output rows side by side (below): tiles broadcast each input value against whole vectors of outputs, no
+// horizontal sums, one kernel for any number of rows, decode to prefill; runtime/model packs the CPU's float32
+// layers, and its bfloat16 ones where the CPU has no AVX512_BF16, into panels (linear.h's PanelsServe). One
+// Highway source for every ISA (the AVX512_BF16 dot product a per-target specialisation); runtime/model/linear.cc
+// splits the output rows (or panels) over threads.
 
 #include <cstdint>
 
@@ -39,8 +42,9 @@ void UnpackPanels(const BFloat16* panels, int64_t n, int64_t k, BFloat16* out);
 
 // y = x W^T (+ b) for a weight in panels, any number of float32 input rows (bfloat16 ones widened by the caller):
 // writes y[m][n] for the rows of panels [p0, p1) (row-major [rows, n_total]), summed in float32, bfloat16 outputs
-// rounded to nearest even. The input rows are read in blocks and the panels in chunks that stay in cache, so
-// it serves decode steps (each panel read once, as one stream) and prefill (an f32 GEMM) alike.
+// rounded to nearest even. Rows whose columns fit L2 take the panels one by one (each streamed once: decode
+// steps, batched decode); more rows (prefill, an f32 GEMM) go in blocks of rows against groups of panels, a
+// chunk of 256 columns at a time, so the panels stream once per block of up to 256 rows.
 void LinearPanels(const float* x, const float* panels, const float* bias, float* y, int64_t rows, int64_t k,
                   int64_t n_total, int64_t p0, int64_t p1);
 void LinearPanels(const float* x, const BFloat16* panels, const BFloat16* bias, BFloat16* y, int64_t rows, int64_t k,

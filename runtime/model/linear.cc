@@ -182,10 +182,10 @@ WeightTensor WeightRows(const WeightTensor& weight, int64_t n0, int64_t rows) {
       return {
           {}, nullptr, std::make_shared<const PanelWeight>(PanelWeight{w.data.narrow(0, n0 * k, rows * k), rows, k})};
     }
-    return {UnpackPanels(w).narrow(0, n0, rows), nullptr};
+    return {UnpackPanels(w).narrow(0, n0, rows), nullptr, nullptr};
   }
-  if (weight.packed) return {{}, std::make_shared<const PackedLinear>(PackedRows(*weight.packed, n0, rows))};
-  return {weight.tensor.narrow(0, n0, rows), nullptr};
+  if (weight.packed) return {{}, std::make_shared<const PackedLinear>(PackedRows(*weight.packed, n0, rows)), nullptr};
+  return {weight.tensor.narrow(0, n0, rows), nullptr, nullptr};
 }
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {

@@ -187,15 +187,17 @@ bool Weight::needs_fetch() const {
 WeightTensor Weight::Use() const {
   if (panels) return {{}, nullptr, panels};
   if (packed) {
-    if (!needs_fetch()) return {{}, packed};
+    if (!needs_fetch()) return {{}, packed, nullptr};
     return {
         {},
-        std::make_shared<const PackedLinear>(packed->To(exec_device, /*non_blocking=*/residency == Residency::kHost))};
+        std::make_shared<const PackedLinear>(packed->To(exec_device, /*non_blocking=*/residency == Residency::kHost)),
+        nullptr};
   }
-  if (!needs_fetch()) return {stored, nullptr};
+  if (!needs_fetch()) return {stored, nullptr, nullptr};
   // Pinned host memory copies asynchronously on the current stream; mapped pages are read as they are
   // touched by the copy (and cast in the same pass).
-  return {stored.to(exec_device, dtype, /*non_blocking=*/residency == Residency::kHost, /*copy=*/false), nullptr};
+  return {stored.to(exec_device, dtype, /*non_blocking=*/residency == Residency::kHost, /*copy=*/false), nullptr,
+          nullptr};
 }
 
 namespace {
@@ -267,11 +269,11 @@ int OffloadBuffers::Fill(const std::vector<const Weight*>& weights, std::optiona
         into.copy_(t, non_blocking);
         t = into;
       }
-      slot.tensors.push_back({{}, std::make_shared<const PackedLinear>(std::move(copy))});
+      slot.tensors.push_back({{}, std::make_shared<const PackedLinear>(std::move(copy)), nullptr});
     } else {
       at::Tensor into = carve(w->stored.sizes(), w->dtype);
       into.copy_(w->stored, non_blocking);  // pinned host memory: asynchronous; mapped pages: read by the copy
-      slot.tensors.push_back({into, nullptr});
+      slot.tensors.push_back({into, nullptr, nullptr});
     }
   }
   if (copy_stream) {
@@ -356,7 +358,7 @@ at::Tensor WeightLoader::Empty(at::IntArrayRef shape, at::Device device) {
 
 absl::StatusOr<Weight> WeightLoader::Load(const std::string& name, Residency residency, at::Device exec_device,
                                           bool linear) {
-  Weight w{name, {}, nullptr, residency, exec_device, dtype_};
+  Weight w{name, {}, nullptr, residency, exec_device, dtype_, nullptr};
   const TensorView* view = nullptr;
   absl::StatusOr<at::Tensor> mapped_or = MappedDense(checkpoint_, name, &view);
   if (!mapped_or.ok()) return mapped_or.status();
@@ -411,7 +413,7 @@ absl::StatusOr<Weight> WeightLoader::Load(const std::string& name, Residency res
 
 absl::StatusOr<Weight> WeightLoader::LoadPacked(const std::string& name, const planner::QuantizedLinear& q,
                                                 Residency residency, at::Device exec_device) {
-  Weight w{name, {}, nullptr, residency, exec_device, dtype_};
+  Weight w{name, {}, nullptr, residency, exec_device, dtype_, nullptr};
   // A packed weight is small (a quarter to a half of the serving dtype's bytes): "disk" entries are read into
   // memory like "cpu" ones; a "cpu" entry of a GPU-run model waits in pinned memory and is copied on use.
   const bool host = residency != Residency::kResident && !exec_device.is_cpu();

@@ -153,7 +153,7 @@ void CheckPanels(int64_t rows, int64_t k, bool with_bias, int64_t n, int64_t p0,
   }
 }
 
-// Every tile shape (1 and 2 rows, full tiles and their 4-, 2- and 1-row tails), K across the panels' 256-column
+// Every tile shape (1 and 2 rows, and rows split into tiles of even size), K across the panels' 256-column
 // chunks, the narrow last panel, and a range of panels that starts past 0 or stops short of the end.
 TEST_P(KernelsLinear, PanelsMatchTheReference) {
   for (int64_t rows : {1, 2, 3, 5, 6, 7, 12, 13, 16, 33}) {
@@ -169,12 +169,15 @@ TEST_P(KernelsLinear, PanelsMatchTheReference) {
   }
 }
 
-// Many rows (prefill): several blocks of rows, the chunks of a wide K.
+// Many rows (prefill): rows past L2 in blocks, the chunks of a wide K, the panels in groups of 32 (the last one
+// short, with the narrow last panel after it).
 TEST_P(KernelsLinear, PanelsOfManyRowsMatchTheReference) {
   for (int64_t k : {700, 1500}) {
     CheckPanels<float>(100, k, true, 48, 0, 3);
     CheckPanels<BFloat16>(97, k, true, 40, 0, 3);
   }
+  CheckPanels<float>(300, 300, true, 16 * 70 + 5, 1, 71);
+  CheckPanels<BFloat16>(263, 520, false, 16 * 40, 2, 40);
 }
 
 // bfloat16 input rows: VDPBF16PS on the AVX-512 targets where the CPU has AVX512_BF16, widened elsewhere;

@@ -150,7 +150,9 @@ TEST(ScaledMm, ActivationsAreQuantizedPerRowAndBlockOf128) {
       const at::Tensor want = (block / scale).to(at::kFloat8_e4m3fn).to(at::kFloat);
       EXPECT_TRUE(at::equal(codes[r].narrow(0, 128 * b, 128).to(at::kFloat), want)) << r << ", " << b;
       // The block's largest magnitude maps to 448 (e4m3's largest), the rest within e4m3's 2^-4 relative step.
-      if (amax > 0) EXPECT_EQ(codes[r].narrow(0, 128 * b, 128).to(at::kFloat).abs().max().item<float>(), 448.0f);
+      if (amax > 0) {
+        EXPECT_EQ(codes[r].narrow(0, 128 * b, 128).to(at::kFloat).abs().max().item<float>(), 448.0f);
+      }
     }
   }
   EXPECT_THROW(QuantizeFp8Activations(at::randn({2, 100})), c10::Error);  // K not whole blocks
