@@ -40,15 +40,18 @@ at::Tensor SelfAttention(const at::Tensor& hidden, const AttentionWeights& w, in
                          int64_t head_dim, int64_t window, AttentionBatch& batch, KvLayer& cache,
                          const AttentionAdditions& additions) {
   const int64_t n = hidden.size(1);  // packed tokens: hidden is [1, n, hidden]
-  auto project = [&](const WeightTensor& weight, const at::Tensor& bias, int64_t heads, const at::Tensor& norm) {
-    at::Tensor out = bias.defined() ? Linear(hidden, weight, bias) : Linear(hidden, weight);
+  // q, k and v in one split over the threads where their weights are in panels.
+  const WeightTensor* weights[] = {&w.q, &w.k, &w.v};
+  const at::Tensor biases[] = {w.q_bias, w.k_bias, w.v_bias};
+  std::vector<at::Tensor> qkv = LinearEach(hidden, weights, biases);
+  auto heads_of = [&](at::Tensor out, int64_t heads, const at::Tensor& norm) {
     out = out.view({n, heads, head_dim});
     if (norm.defined()) out = RmsNorm(out, norm, additions.norm_eps);
     return out;  // [n, heads, D]
   };
-  const at::Tensor q_all = project(w.q, w.q_bias, num_heads, additions.q_norm);
-  const at::Tensor k_all = project(w.k, w.k_bias, num_kv_heads, additions.k_norm);
-  const at::Tensor v_all = project(w.v, w.v_bias, num_kv_heads, at::Tensor());
+  const at::Tensor q_all = heads_of(std::move(qkv[0]), num_heads, additions.q_norm);
+  const at::Tensor k_all = heads_of(std::move(qkv[1]), num_kv_heads, additions.k_norm);
+  const at::Tensor v_all = heads_of(std::move(qkv[2]), num_kv_heads, at::Tensor());
   std::vector<at::Tensor> outs;
   for (AttentionGroup& group : batch.groups) {
     at::Tensor q = ApplyRope(GroupHeads(q_all, group), group.rope);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "kernels/linear.h"
@@ -125,46 +126,98 @@ at::Tensor UnpackPanels(const PanelWeight& weight) {
   return out;
 }
 
-at::Tensor Linear(const at::Tensor& x_in, const PanelWeight& weight, const at::Tensor& bias_in) {
-  const int64_t k = weight.in_features;
-  const int64_t n = weight.out_features;
-  const at::ScalarType dtype = weight.data.scalar_type();
+namespace {
+
+// x times each of `weights` (panels of one dtype and one K) plus its bias, in one split over the threads: the
+// pieces are ranges of the weights' panels side by side, so the threads join once, and a bfloat16 x is widened
+// once, for all of them.
+std::vector<at::Tensor> PanelLinears(const at::Tensor& x_in, std::span<const PanelWeight* const> weights,
+                                     std::span<const at::Tensor> biases_in) {
+  const int64_t k = weights.front()->in_features;
+  const at::ScalarType dtype = weights.front()->data.scalar_type();
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, "Linear: panels of float32 or bfloat16, not ", dtype);
   TORCH_CHECK(x_in.dim() >= 1 && x_in.size(-1) == k && x_in.is_cpu(), "Linear: input of ", k,
               " features on the CPU for a weight in panels, got ", x_in.sizes());
   // Activations are in the serving dtype, the weight's; anything else is converted (and converted back).
   const at::Tensor x = x_in.scalar_type() == dtype ? x_in.contiguous() : x_in.to(dtype).contiguous();
-  const at::Tensor bias =
-      !bias_in.defined() || (bias_in.scalar_type() == dtype && bias_in.is_contiguous() && bias_in.is_cpu())
-          ? bias_in
-          : bias_in.to(at::kCPU, dtype).contiguous();
   const int64_t rows = x.numel() / std::max<int64_t>(k, 1);
-  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
-  sizes.back() = n;
-  at::Tensor y = at::empty(sizes, x.options());
-  if (rows == 0 || n == 0) return y.to(x_in.scalar_type());
-  if (k == 0) return (bias.defined() ? y.copy_(bias.expand_as(y)) : y.zero_()).to(x_in.scalar_type());
-  // ~64 KiB of weights times rows per piece: a decode step's pieces stream their panels; a prefill's each
-  // multiply every row by theirs.
-  const int64_t panel_bytes = kernels::kPanelRows * k * static_cast<int64_t>(weight.data.element_size());
-  const int64_t grain = std::max<int64_t>(1, (int64_t{64} << 10) / (panel_bytes * rows));
-  if (dtype == at::kFloat) {
-    const float* xs = x.data_ptr<float>();
-    const float* ws = weight.data.data_ptr<float>();
-    const float* bs = bias.defined() ? bias.data_ptr<float>() : nullptr;
-    float* ys = y.data_ptr<float>();
-    ParallelRows(kernels::PanelCount(n), grain,
-                 [&](int64_t p0, int64_t p1) { kernels::LinearPanels(xs, ws, bs, ys, rows, k, n, p0, p1); });
-  } else {
-    TORCH_CHECK(dtype == at::kBFloat16, "Linear: panels of float32 or bfloat16, not ", dtype);
-    const at::Tensor x32 = x.to(at::kFloat);  // widened once here, not once per piece
-    const float* xs = x32.data_ptr<float>();
-    const auto* ws = reinterpret_cast<const kernels::BFloat16*>(weight.data.data_ptr());
-    const auto* bs = bias.defined() ? reinterpret_cast<const kernels::BFloat16*>(bias.data_ptr()) : nullptr;
-    auto* ys = reinterpret_cast<kernels::BFloat16*>(y.data_ptr());
-    ParallelRows(kernels::PanelCount(n), grain,
-                 [&](int64_t p0, int64_t p1) { kernels::LinearPanels(xs, ws, bs, ys, rows, k, n, p0, p1); });
+  struct Part {
+    const PanelWeight* weight;
+    at::Tensor bias, y;
+    int64_t first;  // its first panel in the split's numbering
+  };
+  std::vector<Part> parts;
+  int64_t panels = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const PanelWeight& w = *weights[i];
+    TORCH_CHECK(w.in_features == k && w.data.scalar_type() == dtype, "Linear: weights of one input in panels of ", k,
+                " features and one dtype");
+    const at::Tensor& b = biases_in[i];
+    at::Tensor bias = !b.defined() || (b.scalar_type() == dtype && b.is_contiguous() && b.is_cpu())
+                          ? b
+                          : b.to(at::kCPU, dtype).contiguous();
+    std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+    sizes.back() = w.out_features;
+    at::Tensor y = at::empty(sizes, x.options());
+    if (k == 0) (bias.defined() ? y.copy_(bias.expand_as(y)) : y.zero_());
+    parts.push_back({&w, std::move(bias), std::move(y), panels});
+    panels += kernels::PanelCount(w.out_features);
   }
-  return y.scalar_type() == x_in.scalar_type() ? y : y.to(x_in.scalar_type());
+  if (rows > 0 && k > 0 && panels > 0) {
+    // ~64 KiB of weights times rows per piece: a decode step's pieces stream their panels; a prefill's each
+    // multiply every row by theirs.
+    const int64_t panel_bytes = kernels::kPanelRows * k * static_cast<int64_t>(c10::elementSize(dtype));
+    const int64_t grain = std::max<int64_t>(1, (int64_t{64} << 10) / (panel_bytes * rows));
+    const at::Tensor x32 = x.to(at::kFloat);  // bfloat16 widened once here, not once per piece
+    const float* xs = x32.data_ptr<float>();
+    ParallelRows(panels, grain, [&](int64_t p0, int64_t p1) {
+      for (const Part& part : parts) {
+        const int64_t n = part.weight->out_features;
+        const int64_t q0 = std::max(p0, part.first) - part.first;
+        const int64_t q1 = std::min(p1, part.first + kernels::PanelCount(n)) - part.first;
+        if (q0 >= q1) continue;
+        if (dtype == at::kFloat) {
+          kernels::LinearPanels(xs, part.weight->data.data_ptr<float>(),
+                                part.bias.defined() ? part.bias.data_ptr<float>() : nullptr, part.y.data_ptr<float>(),
+                                rows, k, n, q0, q1);
+        } else {
+          auto bf16 = [](const at::Tensor& t) { return reinterpret_cast<kernels::BFloat16*>(t.data_ptr()); };
+          kernels::LinearPanels(xs, bf16(part.weight->data), part.bias.defined() ? bf16(part.bias) : nullptr,
+                                bf16(part.y), rows, k, n, q0, q1);
+        }
+      }
+    });
+  }
+  std::vector<at::Tensor> out;
+  for (Part& part : parts) {
+    out.push_back(part.y.scalar_type() == x_in.scalar_type() ? std::move(part.y) : part.y.to(x_in.scalar_type()));
+  }
+  return out;
+}
+
+}  // namespace
+
+at::Tensor Linear(const at::Tensor& x, const PanelWeight& weight, const at::Tensor& bias) {
+  const PanelWeight* one[] = {&weight};
+  return PanelLinears(x, one, std::span(&bias, 1)).front();
+}
+
+std::vector<at::Tensor> LinearEach(const at::Tensor& x, std::span<const WeightTensor* const> weights,
+                                   std::span<const at::Tensor> biases) {
+  TORCH_CHECK(!weights.empty() && weights.size() == biases.size(), "LinearEach: ", weights.size(), " weights and ",
+              biases.size(), " biases");
+  std::vector<const PanelWeight*> panels;
+  for (const WeightTensor* w : weights) {
+    if (w->panels == nullptr || w->panels->in_features != weights.front()->panels->in_features ||
+        w->panels->data.scalar_type() != weights.front()->panels->data.scalar_type()) {
+      break;
+    }
+    panels.push_back(w->panels.get());
+  }
+  if (panels.size() == weights.size()) return PanelLinears(x, panels, biases);
+  std::vector<at::Tensor> out;
+  for (size_t i = 0; i < weights.size(); ++i) out.push_back(Linear(x, *weights[i], biases[i]));
+  return out;
 }
 
 at::Tensor Linear(const at::Tensor& x, const WeightTensor& weight, const at::Tensor& bias) {

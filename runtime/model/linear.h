@@ -17,6 +17,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
+#include <vector>
 
 #include "runtime/model/weights.h"
 
@@ -46,6 +48,11 @@ void PackPanels(const at::Tensor& dense, const at::Tensor& out);
 // The weight [N, K] back from its panels.
 at::Tensor UnpackPanels(const PanelWeight& weight);
 at::Tensor Linear(const at::Tensor& x, const PanelWeight& weight, const at::Tensor& bias = {});
+// x through each of `weights` (plus biases[i], undefined for none): a layer's q, k and v, or gate and up. Where all
+// are in panels of one K and dtype, one split over the threads serves them all (one join, x widened once);
+// otherwise one Linear each.
+std::vector<at::Tensor> LinearEach(const at::Tensor& x, std::span<const WeightTensor* const> weights,
+                                   std::span<const at::Tensor> biases);
 
 // Rows [n0, n0 + rows) of a weight [N, K] as a weight of its own (Phi-3's fused projections), a view: a packed
 // FP8 weight's rows must start and end on its scale blocks; panels' rows that start or end inside a panel are

@@ -74,8 +74,10 @@ at::Tensor RunLlamaUnit(const Unit& unit, const std::vector<WeightTensor>& w, co
   at::Tensor h = hidden + SelfAttention(normed, attention, dims.num_heads, dims.num_kv_heads, dims.head_dim,
                                         unit.window, batch, *cache, additions);
   normed = RmsNorm(h, w[kPostNorm], dims.rms_norm_eps);
-  at::Tensor mlp =
-      Linear(SiluMul(Linear(normed, w[kGate], gate_bias), Linear(normed, w[kUp], up_bias)), w[kDown], down_bias);
+  const WeightTensor* gate_up[] = {&w[kGate], &w[kUp]};  // one split over the threads where in panels
+  const at::Tensor gate_up_bias[] = {gate_bias, up_bias};
+  const std::vector<at::Tensor> g = LinearEach(normed, gate_up, gate_up_bias);
+  at::Tensor mlp = Linear(SiluMul(g[0], g[1]), w[kDown], down_bias);
   return h + mlp;
 }
 
