@@ -1,17 +1,16 @@
 #pragma once
 // Internal (ATen): y = x W^T (+ b), as at::linear. A decode step multiplies a few rows by every weight
-// matrix of the model, and on the CPU that is bound by how fast the weights stream from memory. at::linear
-// (MKL's sgemv / oneDNN for one row) streams the matrices of a small decoder layer at 5-8 GiB/s on this
-// project's AMD EPYC, where one core reads 13-20 GiB/s (build/bench/strata_linear_bench). So for up to
-// kFewRows rows of float32 or bfloat16, on any CPU, Linear runs kernels/linear.h (one Highway source: AVX2,
-// AVX-512, SSE4, NEON, ...), split over the intra-op threads by output rows: one or two rows read each weight
-// row once, as one sequential stream; 3 to kFewRows (a batch of decodes, a short chunk) run register tiles
-// over blocks of weight rows read from memory once, where MKL's generic path on AMD and oneDNN run 1.1-3x
-// slower (strata_linear_bench --rows 16,32). float32 accumulation; bfloat16 through AVX512_BF16's VDPBF16PS
-// where the CPU has it, else widened in registers.
-// bfloat16 prefill (more than kFewRows rows) on a CPU without AVX512_BF16 widens to float32 block by block and
-// runs ATen's float32 GEMM, 3-5x faster there than its bfloat16 one (as llama.cpp converts to float32).
-// Everything else (float32 and AVX512_BF16 prefill, CUDA, other dtypes) is at::linear.
+// matrix of the model, and on the CPU that is bound by how fast the weights stream from memory; at::linear
+// (MKL's sgemv / oneDNN for one row) streams a small decoder layer's matrices at 5-8 GiB/s on this project's AMD
+// EPYC, where one core reads 13-20 GiB/s (build/bench/strata_linear_bench). So on the CPU Linear runs
+// kernels/linear.h (one Highway source: AVX2, AVX-512, SSE4, NEON, ...), split over the intra-op threads:
+// - a weight in panels (a CPU linear layer in float32, or in bfloat16 without AVX512_BF16, packed at load:
+//   PanelsServe) runs kernels::LinearPanels for any number of rows, decode to prefill;
+// - a weight as stored, up to kFewRows rows of float32 or bfloat16: the row kernels (one or two rows read each
+//   weight row once, as one stream) and register tiles (3 to kFewRows), bfloat16 through AVX512_BF16's
+//   VDPBF16PS where the CPU has it; bfloat16 prefill on a CPU without AVX512_BF16 widens to float32 block by
+//   block for ATen's float32 GEMM (3-5x its bfloat16 one there, as llama.cpp converts to float32).
+// Everything else (a stored weight's float32 and AVX512_BF16 prefill, CUDA, other dtypes) is at::linear.
 
 #include <ATen/core/Tensor.h>
 
