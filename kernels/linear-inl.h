@@ -218,9 +218,16 @@ void LinearTilesT(const float* x, const typename E::T* w, const typename E::T* b
 
 #define STRATA_UNROLL _Pragma("GCC unroll 16")
 
+// Bytes ahead of a tile's weight stream that its first tile prefetches: the hardware prefetchers stop at each
+// 4 KiB page, which a panel crosses every 128 (float32) or 256 (bfloat16) columns.
+constexpr int64_t kPanelPrefetchBytes = 1024;
+
 // The input rows [0, MR) (row m at x + m * xs) times `kc` columns of PP panels (panel q at w + q * ps, column j
 // of a panel at j * kPanelRows), added into the float32 accumulators at c (row m at c + m * ldc, PP x 16 wide).
-template <class E, int MR, int PP>
+// kPrefetch: the first of several tiles over these columns, which reads them from memory for the others,
+// prefetches each panel kPanelPrefetchBytes ahead (the panels' next columns, or the next panel's first): 16 rows
+// from memory 1.1-1.4x on a Zen 3.
+template <class E, int MR, int PP, bool kPrefetch>
 HWY_NOINLINE void PanelTile(const float* x, int64_t xs, int64_t kc, const typename E::T* w, int64_t ps, float* c,
                             int64_t ldc) {
   const hn::ScalableTag<float> d;
@@ -231,7 +238,14 @@ HWY_NOINLINE void PanelTile(const float* x, int64_t xs, int64_t kc, const typena
   STRATA_UNROLL for (int m = 0; m < MR; ++m) {
     STRATA_UNROLL for (int q = 0; q < PP * NV; ++q) acc[m][q] = hn::LoadU(d, c + m * ldc + q * L);
   }
+  constexpr int64_t kLine = 64 / (kPanelRows * static_cast<int64_t>(sizeof(typename E::T)));  // columns a line
+  constexpr int64_t kAhead = kPanelPrefetchBytes / (kPanelRows * static_cast<int64_t>(sizeof(typename E::T)));
   for (int64_t j = 0; j < kc; ++j) {
+    if constexpr (kPrefetch) {
+      if (kLine <= 1 || j % kLine == 0) {
+        STRATA_UNROLL for (int p = 0; p < PP; ++p) hwy::Prefetch(w + p * ps + (j + kAhead) * kPanelRows);
+      }
+    }
     V wv[PP * NV];
     STRATA_UNROLL for (int p = 0; p < PP; ++p) {
       STRATA_UNROLL for (int v = 0; v < NV; ++v) wv[p * NV + v] = E::Load(d, w + p * ps + j * kPanelRows + v * L);
@@ -274,19 +288,23 @@ struct PanelTiles {
     const int64_t tiles = (rows + MR - 1) / MR;
     for (int64_t m = 0, t = 0; t < tiles; ++t) {
       const int64_t mr = (rows - m + tiles - t - 1) / (tiles - t);
-      Tile<MR>(static_cast<int>(mr), x + m * xs, xs, kc, w, ps, c + m * ldc, ldc);
+      if (t == 0 && tiles > 1) {  // one tile (decode) streams as fast without: the hardware prefetchers keep up
+        Tile<MR, true>(static_cast<int>(mr), x + m * xs, xs, kc, w, ps, c + m * ldc, ldc);
+      } else {
+        Tile<MR, false>(static_cast<int>(mr), x + m * xs, xs, kc, w, ps, c + m * ldc, ldc);
+      }
       m += mr;
     }
   }
 
  private:
-  template <int R>
+  template <int R, bool kPrefetch>
   static void Tile(int mr, const float* x, int64_t xs, int64_t kc, const typename E::T* w, int64_t ps, float* c,
                    int64_t ldc) {
     if constexpr (R > 1) {
-      if (mr < R) return Tile<R - 1>(mr, x, xs, kc, w, ps, c, ldc);
+      if (mr < R) return Tile<R - 1, kPrefetch>(mr, x, xs, kc, w, ps, c, ldc);
     }
-    PanelTile<E, R, PP>(x, xs, kc, w, ps, c, ldc);
+    PanelTile<E, R, PP, kPrefetch>(x, xs, kc, w, ps, c, ldc);
   }
 };
 
