@@ -308,6 +308,17 @@ struct PanelTiles {
   }
 };
 
+// The tiles of `pp` <= Q panels side by side: the last panels of a range, fewer than PP, still go together (a
+// decode row against one panel alone has 2 FMA chains, which bound it where the panel is in cache; against 3, 6).
+template <class E, int Q>
+void PanelTilesOf(int64_t pp, const float* x, int64_t xs, int64_t rows, int64_t kc, const typename E::T* w, int64_t ps,
+                  float* c, int64_t ldc) {
+  if constexpr (Q > 1) {
+    if (pp < Q) return PanelTilesOf<E, Q - 1>(pp, x, xs, rows, kc, w, ps, c, ldc);
+  }
+  PanelTiles<E, Q>::Run(x, xs, rows, kc, w, ps, c, ldc);
+}
+
 // Panels per group while many rows go by: the group's float32 accumulators for a block of rows (256 x 512
 // floats, 512 KiB) stay in L2 / L3 between the chunks of columns.
 constexpr int64_t kPanelGroup = 32;
@@ -334,12 +345,7 @@ void PanelsOfRows(const float* x, const typename E::T* wp, const typename E::T* 
       const int64_t pp = p1 - p < PP ? p1 - p : PP;
       const typename E::T* wb = wp + p * ps + k0 * kPanelRows;
       float* cb = c + (p - p0) * kPanelRows;
-      if (pp == PP) {
-        PanelTiles<E, PP>::Run(x + k0, k, rows, kc, wb, ps, cb, ldc);
-      } else {
-        for (int64_t q = 0; q < pp; ++q)
-          PanelTiles<E, 1>::Run(x + k0, k, rows, kc, wb + q * ps, ps, cb + q * kPanelRows, ldc);
-      }
+      PanelTilesOf<E, PP>(pp, x + k0, k, rows, kc, wb, ps, cb, ldc);
     }
   }
   for (int64_t m = 0; m < rows; ++m) {
