@@ -24,6 +24,26 @@ using reference::Value;
 
 HWY_BEFORE_TEST(KernelsLinear);
 
+// y [rows, n] against x W^T (+ bias) summed in double, within float32's (or bfloat16's) rounding, on outputs
+// [n0, n1); every other output still the sentinel.
+template <typename T>
+void ExpectProducts(const std::vector<float>& x, const std::vector<T>& w, const std::vector<T>& bias, bool with_bias,
+                    const std::vector<T>& y, T sentinel, int64_t rows, int64_t k, int64_t n, int64_t n0, int64_t n1) {
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t j = 0; j < n; ++j) {
+      if (j < n0 || j >= n1) {
+        ASSERT_EQ(Value(y[m * n + j]), Value(sentinel)) << "rows " << rows << " k " << k << " out " << j;
+        continue;
+      }
+      double expected = with_bias ? Value(bias[j]) : 0.0;
+      for (int64_t i = 0; i < k; ++i) expected += double{x[m * k + i]} * Value(w[j * k + i]);
+      const double tolerance = (std::is_same_v<T, float> ? 1e-5 : 1e-2 * std::abs(expected) + 1e-3) *
+                               std::max(1.0, std::sqrt(static_cast<double>(k)));
+      ASSERT_NEAR(Value(y[m * n + j]), expected, tolerance) << "rows " << rows << " k " << k << " out " << j;
+    }
+  }
+}
+
 // Output rows [n0, n1) of n.
 template <typename T>
 void Check(int64_t rows, int64_t k, bool with_bias, int64_t n = 7, int64_t n0 = 2, int64_t n1 = 6) {
@@ -56,19 +76,7 @@ void Check(int64_t rows, int64_t k, bool with_bias, int64_t n = 7, int64_t n0 = 
   }
   std::fill(y.begin(), y.end(), sentinel);
   LinearRows(x.data(), w.data(), with_bias ? bias.data() : nullptr, y.data(), rows, k, n, n0, n1);
-  for (int64_t m = 0; m < rows; ++m) {
-    for (int64_t j = 0; j < n; ++j) {
-      if (j < n0 || j >= n1) {
-        ASSERT_EQ(Value(y[m * n + j]), Value(sentinel)) << "rows " << rows << " k " << k << " out " << j;
-        continue;
-      }
-      double expected = with_bias ? Value(bias[j]) : 0.0;
-      for (int64_t i = 0; i < k; ++i) expected += double{x[m * k + i]} * Value(w[j * k + i]);
-      const double tolerance = (std::is_same_v<T, float> ? 1e-5 : 1e-2 * std::abs(expected) + 1e-3) *
-                               std::max(1.0, std::sqrt(static_cast<double>(k)));
-      ASSERT_NEAR(Value(y[m * n + j]), expected, tolerance) << "rows " << rows << " k " << k << " out " << j;
-    }
-  }
+  ExpectProducts(x, w, bias, with_bias, y, sentinel, rows, k, n, n0, n1);
 }
 
 TEST_P(KernelsLinear, OneAndTwoRowsMatchTheReference) {
@@ -138,19 +146,7 @@ void CheckPanels(int64_t rows, int64_t k, bool with_bias, int64_t n, int64_t p0,
   std::vector<T> y(static_cast<size_t>(rows * n), sentinel);
   LinearPanels(x.data(), panels.data(), with_bias ? bias.data() : nullptr, y.data(), rows, k, n, p0, p1);
   const int64_t n0 = p0 * kPanelRows, n1 = std::min(n, p1 * kPanelRows);
-  for (int64_t m = 0; m < rows; ++m) {
-    for (int64_t j = 0; j < n; ++j) {
-      if (j < n0 || j >= n1) {
-        ASSERT_EQ(Value(y[m * n + j]), Value(sentinel)) << "rows " << rows << " k " << k << " out " << j;
-        continue;
-      }
-      double expected = with_bias ? Value(bias[j]) : 0.0;
-      for (int64_t i = 0; i < k; ++i) expected += double{x[m * k + i]} * Value(w[j * k + i]);
-      const double tolerance = (std::is_same_v<T, float> ? 1e-5 : 1e-2 * std::abs(expected) + 1e-3) *
-                               std::max(1.0, std::sqrt(static_cast<double>(k)));
-      ASSERT_NEAR(Value(y[m * n + j]), expected, tolerance) << "rows " << rows << " k " << k << " out " << j;
-    }
-  }
+  ExpectProducts(x, w, bias, with_bias, y, sentinel, rows, k, n, n0, n1);
 }
 
 // Every tile shape (1 and 2 rows, and rows split into tiles of even size), K across the panels' 256-column
