@@ -367,8 +367,9 @@ void FullPanels(const float* x, const typename E::T* wp, const typename E::T* bi
   int64_t chunk = rows <= MR ? k : kPanelChunk, block = rows, group = PP;
   if (rows > MR && rows * k * kFloat > kPanelRowBlockBytes) {
     const int64_t kc = chunk < k ? chunk : k;
-    const int64_t most = kPanelRowBlockBytes / (kFloat * kc);  // as few blocks as fit, of even size
-    block = (rows + (rows + most - 1) / most - 1) / ((rows + most - 1) / most);
+    const int64_t most = kPanelRowBlockBytes / (kFloat * kc);
+    const int64_t blocks = (rows + most - 1) / most;  // as few as fit, of even size
+    block = (rows + blocks - 1) / blocks;
     group = kPanelGroup;
   }
   const int64_t ldc = (group < p1 - p0 ? group : p1 - p0) * kPanelRows;
