@@ -30,7 +30,8 @@ fi
 if [[ ! -f "$build/build.ninja" ]]; then
   mkdir -p "$build"
   launcher=()
-  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  # As the top-level CMakeLists.txt does: keys relative to the clone, so that a fresh clone hits the cache.
+  command -v ccache >/dev/null && launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_BASEDIR=$here;CCACHE_NOHASHDIR=1;ccache")
   cmake -S "$here/cmake/kernels-only" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_TOOLCHAIN_FILE="$here/cmake/aarch64-linux-gnu.cmake" "${launcher[@]}" >"$build/configure.log" 2>&1 || {
     cat "$build/configure.log" >&2
