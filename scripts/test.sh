@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: set-up, the formatting check (scripts/check_format.sh), build, every C++ test (CTest) and every Python parity/integration test
-# (pytest, two shards side by side), the sanitizer lanes (tests/sanitize: the C++ suites and a serving scenario under ASan + UBSan
+# (pytest), the sanitizer lanes (tests/sanitize: the C++ suites and a serving scenario under ASan + UBSan
 # and TSan, built into build-asan/ and build-tsan/ by scripts/sanitize.sh) included. Exits non-zero on
 # any failure; the last line sums up.
 set -uo pipefail
@@ -26,26 +26,8 @@ scripts/sanitize.sh || exit 1
 logs=$(mktemp -d)
 ctest --test-dir "$STRATA_BUILD_DIR" --output-on-failure -j 2 2>&1 | tee "$logs/ctest.log"
 ctest_rc=${PIPESTATUS[0]}
-
-# pytest in two processes side by side, each with the folders' own conftests and session summaries: most
-# cases are one Python process and one strata process taking turns, so one core idles in a single run.
-# The second shard (STRATA_PYTEST_SHARD2: folders) prints after the first; every folder it does not name
-# runs in the first, so a new folder is never left out.
-# Measured alone on 2 cores (2026-11-27): the second shard 16 min of tests plus 5 of sanitizer lanes, the
-# first about as long.
-shard2=(${STRATA_PYTEST_SHARD2:-tests/parity tests/chat_template_parity tests/tokenizer_parity tests/fuzz tests/gpu_check
-        tests/sanitize})
-ignored=()
-for d in "${shard2[@]}"; do ignored+=("--ignore=$d"); done
-"$venv/bin/python" -m pytest "${shard2[@]}" -q -p no:cacheprovider >"$logs/pytest2.log" 2>&1 &
-shard2_pid=$!
-"$venv/bin/python" -m pytest tests clients/python/tests "${ignored[@]}" -q -p no:cacheprovider 2>&1 | tee "$logs/pytest1.log"
-pytest1_rc=${PIPESTATUS[0]}
-wait "$shard2_pid"
-pytest2_rc=$?
-echo "=== pytest, second shard: ${shard2[*]}"
-cat "$logs/pytest2.log"
-pytest_rc=$((pytest1_rc != 0 || pytest2_rc != 0))
+"$venv/bin/python" -m pytest tests clients/python/tests -q -p no:cacheprovider 2>&1 | tee "$logs/pytest.log"
+pytest_rc=${PIPESTATUS[0]}
 
 # "N tests failed out of M" / "X% tests passed, N tests failed out of M"
 ctest_line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$logs/ctest.log" | tail -n 1)
@@ -55,16 +37,10 @@ ctest_skipped=$(grep -cE '\*\*\*Skipped|Not Run \(Disabled\)' "$logs/ctest.log" 
 ctest_failed=${ctest_failed:-0} ctest_total=${ctest_total:-0}
 ctest_passed=$((ctest_total - ctest_failed - ctest_skipped))
 
-# Each shard's last line: "N passed, M skipped in ..." (or "failed", "error").
-count() { sed -nE "s/.*[^0-9]([0-9]+) $1.*/\1/p; s/^([0-9]+) $1.*/\1/p" <<<"$2" | head -n 1; }
-py_passed=0 py_failed=0 py_errors=0 py_skipped=0
-for log in "$logs/pytest1.log" "$logs/pytest2.log"; do
-  py_line=$(grep -E '^[=]* ?[0-9]+ (passed|failed)|[0-9]+ passed|[0-9]+ failed' "$log" | tail -n 1)
-  n=$(count passed "$py_line") && py_passed=$((py_passed + ${n:-0}))
-  n=$(count failed "$py_line") && py_failed=$((py_failed + ${n:-0}))
-  n=$(count error "$py_line") && py_errors=$((py_errors + ${n:-0}))
-  n=$(count skipped "$py_line") && py_skipped=$((py_skipped + ${n:-0}))
-done
+py_line=$(grep -E '^[=]* ?[0-9]+ (passed|failed)|[0-9]+ passed|[0-9]+ failed' "$logs/pytest.log" | tail -n 1)
+count() { sed -nE "s/.*[^0-9]([0-9]+) $1.*/\1/p; s/^([0-9]+) $1.*/\1/p" <<<"$py_line" | head -n 1; }
+py_passed=$(count passed) py_failed=$(count failed) py_errors=$(count error) py_skipped=$(count skipped)
+py_passed=${py_passed:-0} py_failed=${py_failed:-0} py_errors=${py_errors:-0} py_skipped=${py_skipped:-0}
 
 passed=$((ctest_passed + py_passed))
 failed=$((ctest_failed + py_failed + py_errors))
