@@ -35,7 +35,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 # What the build needs (CMakeLists.txt: absl, nlohmann_json, GTest; tokenizer/: pkg-config modules
-# oniguruma and libutf8proc), with the run-time libraries their -dev packages depend on (checked with
+# oniguruma and libutf8proc; runtime/'s group transport: UCX and OpenSSL's libcrypto), with the run-time libraries their -dev packages depend on (checked with
 # `apt-cache depends`). pkg-config is Debian 12's pkgconf; it is used there only if the GPU machine has
 # no pkg-config of its own.
 packages=(
@@ -45,6 +45,8 @@ packages=(
   libutf8proc-dev libutf8proc2
   libhwy-dev libhwy1
   libre2-dev libre2-9
+  libucx-dev libucx0 libnuma1 libibverbs1 librdmacm1
+  libssl-dev libssl3
   libgtest-dev libgmock-dev googletest
   pkg-config pkgconf pkgconf-bin libpkgconf3
 )
