@@ -131,13 +131,7 @@ absl::StatusOr<std::string> RenderOne(const ct::CheckpointChatTemplate& loaded, 
 }
 
 absl::StatusOr<json> ParseJson(const std::string& text, const std::string& where) {
-  if (absl::Status depth = strata::checkpoint::CheckJsonDepth(text, strata::checkpoint::kMaxJsonDepth, where);
-      !depth.ok()) {
-    return depth;
-  }
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(where, ": not valid JSON"));
-  return j;
+  return strata::checkpoint::ParseJson(text, strata::checkpoint::kMaxJsonDepth, where);
 }
 
 // {"content": string|null, "tool_calls": [{id, type, function: {name, arguments}}]} as OpenAI's message

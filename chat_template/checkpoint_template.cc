@@ -74,12 +74,10 @@ absl::StatusOr<CheckpointChatTemplate> LoadChatTemplate(const std::filesystem::p
         checkpoint::ReadRegularFileIfPresent(config_path, checkpoint::kMaxConfigFileBytes);
     if (!text.ok()) return text.status();
     if (text->has_value()) {
-      if (absl::Status depth = checkpoint::CheckJsonDepth(**text, checkpoint::kMaxJsonDepth, config_path.string());
-          !depth.ok()) {
-        return depth;
-      }
-      config = json::parse(**text, nullptr, /*allow_exceptions=*/false);
-      if (config.is_discarded() || !config.is_object()) {
+      absl::StatusOr<json> parsed = checkpoint::ParseJson(**text, checkpoint::kMaxJsonDepth, config_path.string());
+      if (!parsed.ok()) return parsed.status();
+      config = *std::move(parsed);
+      if (!config.is_object()) {
         return absl::InvalidArgumentError(StrCat(config_path.string(), ": not a JSON object"));
       }
     }

@@ -2,8 +2,24 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
 
 namespace strata::checkpoint {
+namespace {
+
+template <typename Json>
+absl::StatusOr<Json> ParseBounded(std::string_view text, int max_depth, std::string_view what) {
+  if (absl::Status depth = CheckJsonDepth(text, max_depth, what); !depth.ok()) return depth;
+  try {
+    return Json::parse(text.begin(), text.end());
+  } catch (const typename Json::exception& e) {
+    // parse_error names the byte; out_of_range.406 a number too large for a double.
+    return absl::InvalidArgumentError(
+        absl::StrCat(absl::string_view(what.data(), what.size()), ": not valid JSON: ", e.what()));
+  }
+}
+
+}  // namespace
 
 absl::Status CheckJsonDepth(std::string_view text, int max_depth, std::string_view what) {
   int depth = 0;
@@ -28,6 +44,14 @@ absl::Status CheckJsonDepth(std::string_view text, int max_depth, std::string_vi
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<nlohmann::json> ParseJson(std::string_view text, int max_depth, std::string_view what) {
+  return ParseBounded<nlohmann::json>(text, max_depth, what);
+}
+
+absl::StatusOr<nlohmann::ordered_json> ParseOrderedJson(std::string_view text, int max_depth, std::string_view what) {
+  return ParseBounded<nlohmann::ordered_json>(text, max_depth, what);
 }
 
 }  // namespace strata::checkpoint

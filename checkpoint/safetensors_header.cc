@@ -124,17 +124,10 @@ absl::StatusOr<uint64_t> SafetensorsHeaderLength(absl::string_view file, absl::s
 
 absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view file, absl::string_view header_json,
                                                          uint64_t file_size) {
-  if (absl::Status s = CheckJsonDepth(std::string_view(header_json.data(), header_json.size()), kMaxJsonDepth,
-                                      absl::StrCat("checkpoint: ", file, ": the header"));
-      !s.ok()) {
-    return s;
-  }
-  json parsed;
-  try {
-    parsed = json::parse(header_json.begin(), header_json.end());
-  } catch (const json::exception& e) {
-    return CheckpointError(absl::StrCat(file, ": the header is not valid JSON: ", e.what()));
-  }
+  absl::StatusOr<json> parsed_or = ParseJson(std::string_view(header_json.data(), header_json.size()), kMaxJsonDepth,
+                                             absl::StrCat("checkpoint: ", file, ": the header"));
+  if (!parsed_or.ok()) return parsed_or.status();
+  const json& parsed = *parsed_or;
   if (!parsed.is_object()) return CheckpointError(absl::StrCat(file, ": the header is not a JSON object"));
 
   SafetensorsHeader header;
@@ -193,13 +186,9 @@ absl::StatusOr<std::optional<CheckpointFiles>> FindCheckpointFiles(const fs::pat
     absl::StatusOr<std::string> text = ReadRegularFile(dir / kSafetensorsIndexFile, kMaxIndexFileBytes);
     if (!text.ok()) return CheckpointError(text.status().message());
     const std::string index_path = (dir / kSafetensorsIndexFile).string();
-    if (absl::Status s = CheckJsonDepth(*text, kMaxJsonDepth, index_path); !s.ok()) return CheckpointError(s.message());
-    json index;
-    try {
-      index = json::parse(*text);
-    } catch (const json::exception& e) {
-      return CheckpointError(absl::StrCat((dir / kSafetensorsIndexFile).string(), ": invalid JSON: ", e.what()));
-    }
+    absl::StatusOr<json> index_or = ParseJson(*text, kMaxJsonDepth, index_path);
+    if (!index_or.ok()) return CheckpointError(index_or.status().message());
+    const json& index = *index_or;
     auto map_it = index.is_object() ? index.find("weight_map") : index.end();
     if (!index.is_object() || map_it == index.end() || !map_it->is_object()) {
       return CheckpointError(absl::StrCat(kSafetensorsIndexFile, ": expected an object with a \"weight_map\" object"));

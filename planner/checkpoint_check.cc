@@ -57,12 +57,7 @@ absl::Status CheckpointError(absl::string_view what) {
 absl::StatusOr<json> ReadJsonFile(const fs::path& path) {
   absl::StatusOr<std::string> text = checkpoint::ReadRegularFile(path, checkpoint::kMaxConfigFileBytes);
   if (!text.ok()) return text.status();
-  if (absl::Status s = checkpoint::CheckJsonDepth(*text, checkpoint::kMaxJsonDepth, path.string()); !s.ok()) return s;
-  try {
-    return json::parse(*text);
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": invalid JSON: ", e.what()));
-  }
+  return checkpoint::ParseJson(*text, checkpoint::kMaxJsonDepth, path.string());
 }
 
 // Reads one file's header (validated by ParseSafetensorsHeader) into `tensors`.

@@ -19,13 +19,9 @@ absl::StatusOr<std::optional<std::vector<int32_t>>> EosFrom(const std::filesyste
   if (!text.ok()) return text.status();
   if (!text->has_value()) return std::optional<std::vector<int32_t>>();
   // The message below quotes a bad eos_token_id (printing recurses): bound the depth first.
-  if (absl::Status s = checkpoint::CheckJsonDepth(**text, checkpoint::kMaxJsonDepth, file.string()); !s.ok()) return s;
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(**text);
-  } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(file.string(), ": invalid JSON: ", e.what()));
-  }
+  absl::StatusOr<nlohmann::json> parsed = checkpoint::ParseJson(**text, checkpoint::kMaxJsonDepth, file.string());
+  if (!parsed.ok()) return parsed.status();
+  const nlohmann::json& json = *parsed;
   if (!json.is_object() || !json.contains("eos_token_id")) return std::optional<std::vector<int32_t>>();
   absl::StatusOr<std::vector<int32_t>> ids = EosTokenIdsFromJson(json["eos_token_id"], file.string());
   if (!ids.ok()) return ids.status();

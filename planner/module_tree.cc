@@ -320,21 +320,11 @@ nlohmann::json ModuleTreeToJson(const ModelSpec& spec) {
 absl::StatusOr<ModelSpec> LoadModuleTree(const std::filesystem::path& file, std::optional<DType> dtype) {
   absl::StatusOr<std::string> text = checkpoint::ReadRegularFile(file, checkpoint::kMaxModuleTreeFileBytes);
   if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("module tree ", text.status().message()));
-  // parse(..., allow_exceptions=false) yields a discarded value instead of throwing; keep the parser's
-  // message by parsing with exceptions inside a catch.
   // Modules nest kMaxDepth levels, each an object in a "children" array; a tensor's shape adds three more.
-  if (absl::Status s =
-          checkpoint::CheckJsonDepth(*text, 2 * kMaxDepth + 5, absl::StrCat("module tree ", file.string()));
-      !s.ok()) {
-    return s;
-  }
-  json tree;
-  try {
-    tree = json::parse(*text);
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("module tree ", file.string(), ": invalid JSON: ", e.what()));
-  }
-  absl::StatusOr<ModelSpec> spec = ModelSpecFromModuleTree(tree, dtype);
+  absl::StatusOr<json> tree =
+      checkpoint::ParseJson(*text, 2 * kMaxDepth + 5, absl::StrCat("module tree ", file.string()));
+  if (!tree.ok()) return tree.status();
+  absl::StatusOr<ModelSpec> spec = ModelSpecFromModuleTree(*tree, dtype);
   if (!spec.ok()) return absl::InvalidArgumentError(absl::StrCat(file.string(), ": ", spec.status().message()));
   return spec;
 }

@@ -29,6 +29,11 @@ void AdmissionPool::Post(std::function<void()> job) {
   wake_.notify_one();
 }
 
+void AdmissionPool::WaitIdle() {
+  std::unique_lock lock(mutex_);
+  idle_.wait(lock, [this] { return jobs_.empty() && running_ == 0; });
+}
+
 void AdmissionPool::Run() {
   // Below the engine and the stage workers: tokenizing a large prompt is background work, and on a busy
   // host a thread it takes from an intra-op pool stalls every parallel op of the running decodes (each
@@ -43,8 +48,15 @@ void AdmissionPool::Run() {
       if (jobs_.empty()) return;  // closing, and every job ran
       job = std::move(jobs_.front());
       jobs_.pop_front();
+      ++running_;
     }
     job();
+    job = nullptr;  // what it holds is released before it counts as done
+    {
+      std::lock_guard lock(mutex_);
+      --running_;
+    }
+    idle_.notify_all();
   }
 }
 

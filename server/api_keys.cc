@@ -77,18 +77,22 @@ bool ApiKeys::Accepts(absl::string_view presented) const {
   return matched != 0;
 }
 
-absl::Status CheckAuthorization(const ApiKeys& keys, const std::vector<absl::string_view>& authorization) {
+absl::Status CheckAuthorization(const ApiKeys& keys, const std::vector<absl::string_view>& authorization,
+                                KeyCarrier carrier) {
+  const bool http = carrier == KeyCarrier::kHttpHeader;
   if (authorization.empty()) {
-    return absl::UnauthenticatedError(
-        "this server requires an API key: send the metadata \"authorization: Bearer KEY\"");
+    return absl::UnauthenticatedError(http ? "this server requires an API key: send the header \"Authorization: Bearer KEY\""
+                                           : "this server requires an API key: send the metadata \"authorization: Bearer KEY\"");
   }
   if (authorization.size() > 1) {
-    return absl::UnauthenticatedError("more than one \"authorization\" metadata entry: send exactly one");
+    return absl::UnauthenticatedError(http ? "more than one \"Authorization\" header: send exactly one"
+                                           : "more than one \"authorization\" metadata entry: send exactly one");
   }
   absl::string_view value = authorization.front();
   constexpr absl::string_view kScheme = "bearer ";
   if (value.size() < kScheme.size() || !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
-    return absl::UnauthenticatedError("the \"authorization\" metadata must be \"Bearer KEY\"");
+    return absl::UnauthenticatedError(http ? "the \"Authorization\" header must be \"Bearer KEY\""
+                                           : "the \"authorization\" metadata must be \"Bearer KEY\"");
   }
   value.remove_prefix(kScheme.size());
   if (!keys.Accepts(TrimBlanks(value))) return absl::UnauthenticatedError("the API key is not valid");

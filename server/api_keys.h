@@ -45,9 +45,14 @@ class ApiKeys {
   std::vector<std::array<unsigned char, 32>> digests_;
 };
 
-// The verdict on a call's `authorization` metadata values (gRPC keeps every header given): exactly one,
-// "Bearer KEY" (the scheme case-insensitive, as HTTP's), with a key `keys` accepts. Otherwise
-// Unauthenticated with a message that says what was wrong and never echoes what was sent.
-absl::Status CheckAuthorization(const ApiKeys& keys, const std::vector<absl::string_view>& authorization);
+// Where the API key travels, as messages name it: gRPC metadata or an HTTP header.
+enum class KeyCarrier { kGrpcMetadata, kHttpHeader };
+
+// The verdict on a call's `authorization` values (gRPC keeps every header given, as does the HTTP API):
+// exactly one, "Bearer KEY" (the scheme case-insensitive, as HTTP's), with a key `keys` accepts. Otherwise
+// Unauthenticated with a message that says what was wrong, in the carrier's words, and never echoes what
+// was sent.
+absl::Status CheckAuthorization(const ApiKeys& keys, const std::vector<absl::string_view>& authorization,
+                                KeyCarrier carrier = KeyCarrier::kGrpcMetadata);
 
 }  // namespace strata::server

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "checkpoint/json_depth.h"
 
 namespace strata::server {
 namespace json_fields {
@@ -38,17 +39,19 @@ const Json* Field(const Json& object, const char* key) {
   return &*it;
 }
 
-absl::StatusOr<std::optional<bool>> Bool(const Json& object, const char* key) {
+absl::StatusOr<std::optional<bool>> Bool(const Json& object, const char* key, absl::string_view field) {
   const Json* value = Field(object, key);
   if (value == nullptr) return std::nullopt;
-  if (!value->is_boolean()) return Invalid(key, absl::StrCat("must be a boolean, not ", TypeName(*value)));
+  const absl::string_view name = field.empty() ? absl::string_view(key) : field;
+  if (!value->is_boolean()) return Invalid(name, absl::StrCat("must be a boolean, not ", TypeName(*value)));
   return value->get<bool>();
 }
 
-absl::StatusOr<std::optional<double>> Number(const Json& object, const char* key) {
+absl::StatusOr<std::optional<double>> Number(const Json& object, const char* key, absl::string_view field) {
   const Json* value = Field(object, key);
   if (value == nullptr) return std::nullopt;
-  if (!value->is_number()) return Invalid(key, absl::StrCat("must be a number, not ", TypeName(*value)));
+  const absl::string_view name = field.empty() ? absl::string_view(key) : field;
+  if (!value->is_number()) return Invalid(name, absl::StrCat("must be a number, not ", TypeName(*value)));
   return value->get<double>();
 }
 
@@ -67,18 +70,19 @@ absl::StatusOr<int64_t> IntegerValue(const Json& value, absl::string_view field)
   return Invalid(field, absl::StrCat("must be an integer, not ", value.is_number() ? "a fraction" : TypeName(value)));
 }
 
-absl::StatusOr<std::optional<int64_t>> Integer(const Json& object, const char* key) {
+absl::StatusOr<std::optional<int64_t>> Integer(const Json& object, const char* key, absl::string_view field) {
   const Json* value = Field(object, key);
   if (value == nullptr) return std::nullopt;
-  absl::StatusOr<int64_t> integer = IntegerValue(*value, key);
+  absl::StatusOr<int64_t> integer = IntegerValue(*value, field.empty() ? absl::string_view(key) : field);
   if (!integer.ok()) return integer.status();
   return *integer;
 }
 
-absl::StatusOr<std::optional<std::string>> String(const Json& object, const char* key) {
+absl::StatusOr<std::optional<std::string>> String(const Json& object, const char* key, absl::string_view field) {
   const Json* value = Field(object, key);
   if (value == nullptr) return std::nullopt;
-  if (!value->is_string()) return Invalid(key, absl::StrCat("must be a string, not ", TypeName(*value)));
+  const absl::string_view name = field.empty() ? absl::string_view(key) : field;
+  if (!value->is_string()) return Invalid(name, absl::StrCat("must be a string, not ", TypeName(*value)));
   return value->get<std::string>();
 }
 
@@ -109,12 +113,12 @@ absl::StatusOr<Json> MessageContent(const Json& content, absl::string_view field
     const Json& part = content[j];
     const std::string part_field = absl::StrCat(field, "[", j, "]");
     if (!part.is_object()) return Invalid(part_field, "must be an object {\"type\": \"text\", \"text\": ...}");
-    STRATA_ASSIGN_OR_RETURN(type, String(part, "type"));
+    STRATA_ASSIGN_OR_RETURN(type, String(part, "type", absl::StrCat(part_field, ".type")));
     if (type != "text") {
       return Invalid(absl::StrCat(part_field, ".type"),
                      absl::StrCat("'", type.value_or("null"), "' is not supported: strata serves text (type 'text')"));
     }
-    STRATA_ASSIGN_OR_RETURN(text, String(part, "text"));
+    STRATA_ASSIGN_OR_RETURN(text, String(part, "text", absl::StrCat(part_field, ".text")));
     if (!text) return Invalid(absl::StrCat(part_field, ".text"), "missing");
     texts.push_back(*std::move(text));
   }
@@ -143,14 +147,21 @@ absl::StatusOr<Json> ReadMessages(const Json& request, int64_t max_messages) {
       *content = std::move(flat);
     }
     if (auto calls = message.find("tool_calls"); calls != message.end() && calls->is_array()) {
-      for (Json& call : *calls) {
+      for (size_t j = 0; j < calls->size(); ++j) {
+        Json& call = (*calls)[j];
         if (!call.is_object()) continue;
         auto function = call.find("function");
         if (function == call.end() || !function->is_object()) continue;
         auto arguments = function->find("arguments");
         if (arguments == function->end() || !arguments->is_string()) continue;
-        Json parsed = Json::parse(arguments->get<std::string>(), nullptr, /*allow_exceptions=*/false);
-        if (!parsed.is_discarded() && parsed.is_object()) *arguments = std::move(parsed);
+        // Text that is not JSON stays text (the template prints it); JSON too deep to copy is refused.
+        const std::string what = absl::StrCat(field, ".tool_calls[", j, "].function.arguments");
+        const std::string& text = arguments->get_ref<const std::string&>();
+        if (absl::Status depth = checkpoint::CheckJsonDepth(text, kMaxEmbeddedJsonDepth, what); !depth.ok()) {
+          return depth;
+        }
+        absl::StatusOr<Json> parsed = checkpoint::ParseOrderedJson(text, kMaxEmbeddedJsonDepth, what);
+        if (parsed.ok() && parsed->is_object()) *arguments = *std::move(parsed);
       }
     }
     out.push_back(std::move(message));

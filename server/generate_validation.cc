@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "checkpoint/json_depth.h"
 #include "server/chat_prompt.h"
 #include "tokenizer/utf8.h"
 
@@ -85,6 +86,8 @@ absl::Status ReadPrompt(const GenerateInput& in, const GenerateLimits& limits, c
     return Invalid(text_field, absl::StrCat("give ", in.names.prompt, " or ", in.names.prompt_ids, ", not both"));
   }
   if (!has_text && !has_ids) {
+    // One field for both (the HTTP API's "prompt"): say what it may hold.
+    if (std::string_view(in.names.prompt) == in.names.prompt_ids) return Invalid(text_field, "empty: give text or token ids");
     return Invalid(text_field, absl::StrCat("empty: give ", in.names.prompt, " text or ", in.names.prompt_ids));
   }
   const char* prompt_field = has_text ? in.names.prompt : in.names.prompt_ids;
@@ -247,18 +250,19 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const v1::GenerateRequest& re
     if (!m.name().empty()) message["name"] = m.name();
     if (!m.tool_call_id().empty()) message["tool_call_id"] = m.tool_call_id();
     if (!m.tool_calls_json().empty()) {
-      Json calls = Json::parse(m.tool_calls_json(), nullptr, /*allow_exceptions=*/false);
-      if (calls.is_discarded() || !calls.is_array()) {
-        return Invalid(absl::StrCat("messages[", i, "].tool_calls_json"), "not a JSON list of tool calls");
-      }
-      message["tool_calls"] = std::move(calls);
+      const std::string field = absl::StrCat("messages[", i, "].tool_calls_json");
+      absl::StatusOr<Json> calls = checkpoint::ParseOrderedJson(m.tool_calls_json(), kMaxEmbeddedJsonDepth, field);
+      if (!calls.ok()) return calls.status();
+      if (!calls->is_array()) return Invalid(field, "not a JSON list of tool calls");
+      message["tool_calls"] = *std::move(calls);
     }
     chat["messages"].push_back(std::move(message));
   }
   if (!request.tools_json().empty()) {
-    Json tools = Json::parse(request.tools_json(), nullptr, /*allow_exceptions=*/false);
-    if (tools.is_discarded() || !tools.is_array()) return Invalid("tools_json", "not a JSON list of tools");
-    chat["tools"] = std::move(tools);
+    absl::StatusOr<Json> tools = checkpoint::ParseOrderedJson(request.tools_json(), kMaxEmbeddedJsonDepth, "tools_json");
+    if (!tools.ok()) return tools.status();
+    if (!tools->is_array()) return Invalid("tools_json", "not a JSON list of tools");
+    chat["tools"] = *std::move(tools);
   }
   if (request.has_add_generation_prompt()) chat["add_generation_prompt"] = request.add_generation_prompt();
   if (tokenizer == nullptr) return Invalid("messages", "the model has no tokenizer.json");

@@ -91,7 +91,8 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
   HttpGeneration(std::shared_ptr<HttpExchange> exchange, openai::ApiRequest request,
                  const tokenizer::Tokenizer* tokenizer, Metrics* metrics, std::unique_ptr<OpenStream> open,
                  std::chrono::steady_clock::time_point start,
-                 std::optional<chat_template::ToolCallFormat> tool_call_parser, bool prefix_cache)
+                 std::optional<chat_template::ToolCallFormat> tool_call_parser, bool prefix_cache,
+                 AdmissionPool* respond_pool)
       : exchange_(std::move(exchange)),
         request_(std::move(request)),
         tokenizer_(tokenizer),
@@ -100,6 +101,7 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
         start_(start),
         id_(RandomId(request_.route == openai::Route::kChatCompletions ? "chatcmpl-" : "cmpl-")),
         created_(UnixSeconds()),
+        respond_pool_(respond_pool),
         share_prefill_(prefix_cache && request_.n > 1),
         choices_(static_cast<size_t>(request_.choices())) {
     if (request_.parse_tool_calls && tool_call_parser) {
@@ -154,6 +156,10 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
   // A chat stream whose output is parsed for tool calls: content and tool-call deltas (OpenAI's shapes).
   void StreamToolCallsLocked(size_t index, const runtime::GenerationChunk& chunk, bool ends_ok);
   void FinishLocked();
+  // The whole response of a request that is not streamed, once every choice finished.
+  Json WholeBody();
+  // The end of a request: counted, out of the in-flight set and the --max-streams count, released.
+  void Retire(absl::StatusCode code, bool cut);
   Json ChoiceLogprobs(Choice& choice, const std::vector<runtime::GeneratedToken>& tokens) const;
   // The first prompt token of `choice`'s prompt (its echo entry has no score, so no id of its own).
   int32_t first_prompt_token(const Choice& choice) const {
@@ -175,6 +181,7 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
   const int64_t created_;
   InFlightGenerations* in_flight_ = nullptr;
   runtime::Engine* engine_ = nullptr;  // set by Submit; lives while its callbacks can come
+  AdmissionPool* const respond_pool_;  // builds whole responses off the engine's output thread
   const bool share_prefill_;           // n > 1 with the prefix cache: samples after the first wait for its prefill
   std::atomic<bool> cut_{false};
   std::optional<chat_template::ToolCallFormat> tool_call_format_;  // the request's output is parsed for tools
@@ -471,6 +478,52 @@ void HttpGeneration::StreamToolCallsLocked(size_t index, const runtime::Generati
   }
 }
 
+Json HttpGeneration::WholeBody() {
+  const bool chat = request_.route == openai::Route::kChatCompletions;
+  Json choices = Json::array();
+  for (size_t index = 0; index < choices_.size(); ++index) {
+    Choice& choice = choices_[index];
+    Json c = {{"index", index}};
+    std::string text = choice.text;
+    if (!chat && request_.echo) {
+      const std::string& prompt = request_.prompt_texts[index / request_.n];
+      if (choice.prompt_logprobs.empty()) choice.text_offset = CodePoints(prompt);
+      text = prompt + text;
+    }
+    const char* finish_reason = choice.finish ? openai::FinishReasonText(*choice.finish) : "abort";
+    if (chat && tool_call_format_) {
+      chat_template::ToolCallIds ids;
+      chat_template::ParsedToolCalls parsed = chat_template::ParseToolCalls(*tool_call_format_, text, ids);
+      Json message = {{"role", "assistant"},
+                      {"content", parsed.content.empty() && !parsed.calls.empty() ? Json() : Json(parsed.content)}};
+      if (!parsed.calls.empty()) {
+        Json calls = Json::array();
+        for (const chat_template::ToolCall& call : parsed.calls) {
+          calls.push_back({{"id", call.id},
+                           {"type", "function"},
+                           {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+        }
+        message["tool_calls"] = std::move(calls);
+        finish_reason = "tool_calls";
+      }
+      c["message"] = std::move(message);
+    } else if (chat) {
+      c["message"] = {{"role", "assistant"}, {"content", text}};
+    } else {
+      c["text"] = text;
+    }
+    c["logprobs"] = request_.logprobs ? ChoiceLogprobs(choice, choice.tokens) : Json();
+    c["finish_reason"] = finish_reason;
+    choices.push_back(std::move(c));
+  }
+  return Json{{"id", id_},
+              {"object", chat ? "chat.completion" : "text_completion"},
+              {"created", created_},
+              {"model", request_.model},
+              {"choices", std::move(choices)},
+              {"usage", Usage()}};
+}
+
 void HttpGeneration::Record(absl::StatusCode code) {
   if (metrics_ != nullptr) {
     metrics_->RecordRequest(Api::kHttp, ToGrpc(code),
@@ -505,7 +558,7 @@ void HttpGeneration::FinishLocked() {
 
   if (request_.stream) {
     if (!failure.ok()) {
-      if (!gone) WriteEvent(Json::parse(openai::ErrorBody(openai::ErrorFromStatus(failure))));
+      if (!gone) WriteEvent(openai::ErrorJson(openai::ErrorFromStatus(failure)));
     } else if (request_.include_usage) {
       Json event = ChunkEnvelope();
       event["usage"] = Usage();
@@ -516,52 +569,20 @@ void HttpGeneration::FinishLocked() {
   } else if (!failure.ok()) {
     exchange_->Respond(ErrorResponse(failure));
   } else {
-    const bool chat = request_.route == openai::Route::kChatCompletions;
-    Json choices = Json::array();
-    for (size_t index = 0; index < choices_.size(); ++index) {
-      Choice& choice = choices_[index];
-      Json c = {{"index", index}};
-      std::string text = choice.text;
-      if (!chat && request_.echo) {
-        const std::string& prompt = request_.prompt_texts[index / request_.n];
-        if (choice.prompt_logprobs.empty()) choice.text_offset = CodePoints(prompt);
-        text = prompt + text;
-      }
-      const char* finish_reason = choice.finish ? openai::FinishReasonText(*choice.finish) : "abort";
-      if (chat && tool_call_format_) {
-        chat_template::ToolCallIds ids;
-        chat_template::ParsedToolCalls parsed = chat_template::ParseToolCalls(*tool_call_format_, text, ids);
-        Json message = {{"role", "assistant"},
-                        {"content", parsed.content.empty() && !parsed.calls.empty() ? Json() : Json(parsed.content)}};
-        if (!parsed.calls.empty()) {
-          Json calls = Json::array();
-          for (const chat_template::ToolCall& call : parsed.calls) {
-            calls.push_back({{"id", call.id},
-                             {"type", "function"},
-                             {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
-          }
-          message["tool_calls"] = std::move(calls);
-          finish_reason = "tool_calls";
-        }
-        c["message"] = std::move(message);
-      } else if (chat) {
-        c["message"] = {{"role", "assistant"}, {"content", text}};
-      } else {
-        c["text"] = text;
-      }
-      c["logprobs"] = request_.logprobs ? ChoiceLogprobs(choice, choice.tokens) : Json();
-      c["finish_reason"] = finish_reason;
-      choices.push_back(std::move(c));
-    }
-    Json body = {{"id", id_},
-                 {"object", chat ? "chat.completion" : "text_completion"},
-                 {"created", created_},
-                 {"model", request_.model},
-                 {"choices", std::move(choices)},
-                 {"usage", Usage()}};
-    exchange_->Respond(JsonResponse(body));
+    // Built off the engine's output thread, which feeds every other stream: n choices with logprobs and an
+    // echoed prompt make megabytes of JSON (bounded by --max-response-tokens). Nothing else touches the
+    // choices once all have finished.
+    respond_pool_->Post([self = shared_from_this(), cut] {
+      self->exchange_->Respond(JsonResponse(self->WholeBody()));
+      self->Retire(absl::StatusCode::kOk, cut);
+    });
+    return;
   }
-  Record(failure.code());
+  Retire(failure.code(), cut);
+}
+
+void HttpGeneration::Retire(absl::StatusCode code, bool cut) {
+  Record(code);
   if (in_flight_ != nullptr) in_flight_->Remove(this, cut);
   in_flight_ = nullptr;
   open_.reset();
@@ -628,7 +649,7 @@ void HttpApi::Handle(const std::shared_ptr<HttpExchange>& exchange) {
       std::vector<absl::string_view> values;
       for (std::string_view value : request.Header("authorization")) values.emplace_back(value.data(), value.size());
       return values;
-    }());
+    }(), KeyCarrier::kHttpHeader);
     if (!verdict.ok()) {
       if (Metrics* metrics = service_->metrics()) metrics->RecordUnauthenticated(Api::kHttp);
       exchange->Respond(ErrorResponse(absl::UnauthenticatedError(verdict.message())));
@@ -702,7 +723,8 @@ void HttpApi::Admit(const std::shared_ptr<HttpExchange>& exchange, openai::Route
   if (!request.ok()) return refuse(request.status());
   auto generation =
       std::make_shared<HttpGeneration>(exchange, *std::move(request), model->tokenizer(), metrics, std::move(open),
-                                       start, options_.tool_call_parser, options_.prefix_cache);
+                                       start, options_.tool_call_parser, options_.prefix_cache,
+                                       &service_->admission_pool());
   const absl::Status submitted = service_->SubmitUnlessDraining(
       model, [&] { return generation->Submit(model->engine(), &service_->in_flight()); });
   if (!submitted.ok()) refuse(submitted);

@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "checkpoint/json_depth.h"
 #include "server/chat_prompt.h"
 #include "server/generate_validation.h"
 
@@ -29,34 +31,6 @@ using json_fields::TypeName;
   if (!lhs##_or.ok()) return lhs##_or.status(); \
   auto lhs = *std::move(lhs##_or)
 
-// The deepest nesting of arrays and objects in `text`, read outside strings (before parsing, so that
-// nothing deep is ever built); stops counting past `limit`.
-int64_t NestingDepth(std::string_view text, int64_t limit) {
-  int64_t depth = 0;
-  int64_t deepest = 0;
-  bool in_string = false;
-  bool escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-      if (deepest > limit) return deepest;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
 // "stop": a string or a list of strings.
 absl::Status ReadStop(const Json& request, GenerateInput& input) {
   const Json* stop = Field(request, "stop");
@@ -75,7 +49,7 @@ absl::Status ReadStop(const Json& request, GenerateInput& input) {
 }
 
 // The sampling fields both routes share, into `input`; `n`, the stream flags.
-absl::Status ReadSampling(const Json& request, int64_t max_logit_bias, GenerateInput& input, ApiRequest& out) {
+absl::Status ReadSampling(const Json& request, const ApiLimits& api, GenerateInput& input, ApiRequest& out) {
   STRATA_ASSIGN_OR_RETURN(temperature, Number(request, "temperature"));
   // OpenAI's default is 1 (sampling); 0 is greedy.
   input.temperature = static_cast<float>(temperature.value_or(1.0));
@@ -101,8 +75,8 @@ absl::Status ReadSampling(const Json& request, int64_t max_logit_bias, GenerateI
   input.min_tokens = min_tokens.value_or(0);
   if (const Json* bias = Field(request, "logit_bias"); bias != nullptr) {
     if (!bias->is_object()) return Invalid("logit_bias", "must be an object {\"token id\": bias}");
-    if (static_cast<int64_t>(bias->size()) > max_logit_bias) {
-      return Invalid("logit_bias", absl::StrCat(bias->size(), " entries, more than the limit of ", max_logit_bias));
+    if (static_cast<int64_t>(bias->size()) > api.max_logit_bias) {
+      return Invalid("logit_bias", absl::StrCat(bias->size(), " entries, more than the limit of ", api.max_logit_bias));
     }
     for (const auto& [key, value] : bias->items()) {
       const std::string field = absl::StrCat("logit_bias[\"", key, "\"]");
@@ -115,6 +89,10 @@ absl::Status ReadSampling(const Json& request, int64_t max_logit_bias, GenerateI
   STRATA_ASSIGN_OR_RETURN(n, Integer(request, "n"));
   out.n = n.value_or(1);
   if (out.n < 1) return Invalid("n", absl::StrCat(out.n, " is less than 1"));
+  // Alone first: every product of request sizes below is then of bounded factors (no wrap-around).
+  if (out.n > api.max_choices) {
+    return Invalid("n", absl::StrCat(out.n, " choices, more than the limit of ", api.max_choices));
+  }
   STRATA_ASSIGN_OR_RETURN(best_of, Integer(request, "best_of"));
   if (best_of && *best_of != out.n) return Invalid("best_of", "is not supported (give n alone)");
   STRATA_ASSIGN_OR_RETURN(stream, Bool(request, "stream"));
@@ -123,7 +101,7 @@ absl::Status ReadSampling(const Json& request, int64_t max_logit_bias, GenerateI
     if (!out.stream) return Invalid("stream_options", "only with stream: true");
     if (!options->is_object())
       return Invalid("stream_options", absl::StrCat("must be an object, not ", TypeName(*options)));
-    STRATA_ASSIGN_OR_RETURN(include_usage, Bool(*options, "include_usage"));
+    STRATA_ASSIGN_OR_RETURN(include_usage, Bool(*options, "include_usage", "stream_options.include_usage"));
     out.include_usage = include_usage.value_or(false);
   }
   return absl::OkStatus();
@@ -187,6 +165,7 @@ absl::StatusOr<std::vector<CompletionPrompt>> ReadPrompts(const Json& request, c
     if (first.is_string() && item.is_string()) {
       prompts.push_back({item.get<std::string>(), {}});
     } else if (first.is_array() && item.is_array()) {
+      if (item.empty()) return Invalid(field, "an empty list of token ids");
       STRATA_ASSIGN_OR_RETURN(ids, TokenIds(item, field));
       prompts.push_back({std::nullopt, std::move(ids)});
     } else {
@@ -198,15 +177,227 @@ absl::StatusOr<std::vector<CompletionPrompt>> ReadPrompts(const Json& request, c
 
 std::string Count(int64_t n, absl::string_view noun) { return absl::StrCat(n, " ", noun, n == 1 ? "" : "s"); }
 
+// The fields each route reads. Any other is refused, as OpenAI refuses an unrecognized argument: a field a
+// client expects to act (vLLM's guided_json, suffix, a tool choice strata lacks) must not be dropped silently.
+constexpr std::string_view kSharedFields[] = {
+    "model",    "temperature", "top_p",  "top_k",  "repetition_penalty", "seed",           "ignore_eos",
+    "stop",     "user",        "n",      "stream", "stream_options",     "presence_penalty", "frequency_penalty",
+    "best_of",  "min_tokens",  "logit_bias"};
+constexpr std::string_view kCompletionFields[] = {"prompt", "max_tokens", "logprobs", "echo", "add_special_tokens",
+                                                  "suffix"};
+constexpr std::string_view kChatFields[] = {
+    "messages",     "max_tokens",          "max_completion_tokens",  "logprobs",             "top_logprobs",
+    "tools",        "tool_choice",         "parallel_tool_calls",    "response_format",      "documents",
+    "add_generation_prompt", "continue_final_message", "chat_template_kwargs", "chat_template_name"};
+
+absl::Status CheckFieldNames(const Json& request, Route route) {
+  const absl::Span<const std::string_view> own =
+      route == Route::kCompletions ? absl::MakeConstSpan(kCompletionFields) : absl::MakeConstSpan(kChatFields);
+  for (const auto& [key, value] : request.items()) {
+    auto known = [&key](std::string_view name) { return key == name; };
+    if (std::any_of(std::begin(kSharedFields), std::end(kSharedFields), known) ||
+        std::any_of(own.begin(), own.end(), known)) {
+      continue;
+    }
+    // A key is client text of any length: quoted in part.
+    const std::string shown = key.size() > 64 ? absl::StrCat(key.substr(0, 64), "...") : key;
+    return Invalid(shown, absl::StrCat("is not a field of ",
+                                       route == Route::kCompletions ? "/v1/completions" : "/v1/chat/completions",
+                                       " that strata reads (server/README.md lists them)"));
+  }
+  return absl::OkStatus();
+}
+
+// a x b, or INT64_MAX when it does not fit.
+int64_t SaturatingProduct(int64_t a, int64_t b) {
+  int64_t product = 0;
+  return __builtin_mul_overflow(a, b, &product) ? std::numeric_limits<int64_t>::max() : product;
+}
+
+// The tokens a response may list: per choice, its echoed prompt and max new tokens, each with its
+// alternatives when logprobs are asked for.
+int64_t ResponseTokens(const ApiRequest& request) {
+  const int64_t per_token = 1 + request.logprobs.value_or(0);
+  int64_t total = 0;
+  for (const runtime::GenerationRequest& prompt : request.prompts) {
+    const int64_t tokens =
+        (request.echo ? static_cast<int64_t>(prompt.prompt.size()) : 0) + prompt.sampling.max_new_tokens;
+    const int64_t one = SaturatingProduct(SaturatingProduct(request.n, tokens), per_token);
+    if (__builtin_add_overflow(total, one, &total)) return std::numeric_limits<int64_t>::max();
+  }
+  return total;
+}
+
+// What a request may make the server build: n x (echoed prompt + max new tokens) x (1 + logprobs), summed
+// over its prompts, within --max-response-tokens.
+absl::Status CheckResponseSize(const ApiRequest& request, const ApiLimits& api, const char* max_tokens_field) {
+  const int64_t tokens = ResponseTokens(request);
+  if (tokens <= api.max_response_tokens) return absl::OkStatus();
+  const bool chat = request.route == Route::kChatCompletions;
+  return Invalid(max_tokens_field,
+                 absl::StrCat("with n ", request.n, request.prompts.size() > 1 ? " per prompt" : "",
+                              request.echo ? ", echo" : "", request.logprobs ? ", " : "",
+                              request.logprobs ? (chat ? "top_logprobs " : "logprobs ") : "",
+                              request.logprobs ? absl::StrCat(*request.logprobs) : "", " the response would list ",
+                              tokens, " tokens (n x (", request.echo ? "prompt tokens + " : "", max_tokens_field,
+                              ") x (1 + ", chat ? "top_logprobs" : "logprobs", ")), more than the server's limit of ",
+                              api.max_response_tokens, " (--max-response-tokens)"));
+}
+
+// /v1/completions: one or more prompts, echo, logprobs as a count of alternatives.
+absl::Status ReadCompletion(const Json& request, const ApiContext& context, GenerateInput& input, ApiRequest& out) {
+  input.names.max_new_tokens = "max_tokens";
+  input.names.top_logprobs = "logprobs";
+  STRATA_ASSIGN_OR_RETURN(suffix, String(request, "suffix"));
+  if (suffix && !suffix->empty()) {
+    return Invalid("suffix", "is not supported: strata completes after the prompt only (no fill-in-the-middle)");
+  }
+  STRATA_ASSIGN_OR_RETURN(max_tokens, Integer(request, "max_tokens"));
+  input.max_new_tokens = max_tokens.value_or(16);  // OpenAI's default
+  STRATA_ASSIGN_OR_RETURN(logprobs, Integer(request, "logprobs"));
+  if (logprobs) {
+    input.top_logprobs = *logprobs;
+    out.logprobs = *logprobs;
+  }
+  STRATA_ASSIGN_OR_RETURN(echo, Bool(request, "echo"));
+  out.echo = echo.value_or(false);
+  // echo with logprobs: the prompt's tokens are scored too, computed in the prefill (lm-evaluation-harness
+  // reads log-likelihoods this way, with max_tokens 0 or 1).
+  if (out.echo && out.logprobs) input.prompt_logprobs = *out.logprobs;
+  STRATA_ASSIGN_OR_RETURN(add_special_tokens, Bool(request, "add_special_tokens"));
+  input.add_special_tokens = add_special_tokens.value_or(true);  // vLLM's default for completions
+  STRATA_ASSIGN_OR_RETURN(prompts, ReadPrompts(request, context));
+  // Both factors are bounded by max_choices (ReadPrompts, ReadSampling): the product cannot wrap.
+  if (static_cast<int64_t>(prompts.size()) * out.n > context.api.max_choices) {
+    return Invalid("n", absl::StrCat(Count(static_cast<int64_t>(prompts.size()), "prompt"), " x n ", out.n,
+                                     " choices, more than the limit of ", context.api.max_choices));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerateInput one = input;
+    const std::string field = prompts.size() == 1 ? "prompt" : absl::StrCat("prompt[", i, "]");
+    one.names.prompt = field.c_str();
+    one.names.prompt_ids = field.c_str();
+    if (prompts[i].text) {
+      one.prompt_text = *prompts[i].text;
+    } else {
+      one.prompt_ids = prompts[i].ids;
+    }
+    absl::StatusOr<runtime::GenerationRequest> valid = ValidateGenerateInput(one, context.limits, context.tokenizer);
+    if (!valid.ok()) return valid.status();
+    out.prompt_texts.push_back(prompts[i].text                ? *prompts[i].text
+                               : context.tokenizer != nullptr ? context.tokenizer->Decode(valid->prompt, false)
+                                                              : std::string());
+    out.prompts.push_back(*std::move(valid));
+  }
+  return absl::OkStatus();
+}
+
+// Chat's options besides the messages: logprobs, response_format, tools and tool_choice.
+absl::Status ReadChatOptions(const Json& request, const ApiContext& context, GenerateInput& input, ApiRequest& out) {
+  STRATA_ASSIGN_OR_RETURN(logprobs, Bool(request, "logprobs"));
+  STRATA_ASSIGN_OR_RETURN(top_logprobs, Integer(request, "top_logprobs"));
+  if (top_logprobs && !logprobs.value_or(false)) return Invalid("top_logprobs", "only with logprobs: true");
+  if (logprobs.value_or(false)) {
+    out.logprobs = top_logprobs.value_or(0);
+    input.top_logprobs = *out.logprobs;
+  }
+  if (const Json* format = Field(request, "response_format"); format != nullptr) {
+    if (!format->is_object()) {
+      return Invalid("response_format",
+                     absl::StrCat("must be an object {\"type\": \"text\"}, not ", TypeName(*format)));
+    }
+    STRATA_ASSIGN_OR_RETURN(type, String(*format, "type", "response_format.type"));
+    if (type && *type != "text") {
+      return Invalid("response_format", absl::StrCat("type '", *type, "' is not supported (only 'text')"));
+    }
+  }
+  const Json* tools = Field(request, "tools");
+  const bool has_tools = tools != nullptr && tools->is_array() && !tools->empty();
+  std::string tool_choice = has_tools ? "auto" : "none";
+  if (const Json* choice = Field(request, "tool_choice"); choice != nullptr) {
+    if (!choice->is_string()) {
+      return Invalid("tool_choice", "a named function is not supported: give \"auto\" or \"none\"");
+    }
+    tool_choice = choice->get<std::string>();
+    if (tool_choice == "required")
+      return Invalid("tool_choice", "\"required\" is not supported: give \"auto\" or \"none\"");
+    if (tool_choice != "auto" && tool_choice != "none") {
+      return Invalid("tool_choice", absl::StrCat("'", tool_choice, "' is not one of \"auto\", \"none\""));
+    }
+  }
+  if (has_tools && tool_choice == "auto") {
+    if (!context.parse_tool_calls) {
+      return Invalid("tool_choice",
+                     "\"auto\" needs strata-server started with --tool-call-parser (hermes, llama3_json); "
+                     "or give \"none\"");
+    }
+    out.parse_tool_calls = true;
+  }
+  STRATA_ASSIGN_OR_RETURN(parallel, Bool(request, "parallel_tool_calls"));
+  if (parallel && !*parallel && out.parse_tool_calls) {
+    return Invalid("parallel_tool_calls",
+                   "false is not supported: strata returns every tool call the model writes (give true or omit it)");
+  }
+  return absl::OkStatus();
+}
+
+// /v1/chat/completions: the messages rendered by the chat template, one prompt.
+absl::Status ReadChat(const Json& request, const ApiContext& context, GenerateInput& input, ApiRequest& out) {
+  const GenerateLimits& limits = context.limits;
+  input.names.prompt = "messages";
+  input.names.prompt_ids = "messages";
+  input.names.top_logprobs = "top_logprobs";
+  if (absl::Status options = ReadChatOptions(request, context, input, out); !options.ok()) return options;
+  STRATA_ASSIGN_OR_RETURN(rendered, RenderChat(request, context.chat_template, context.limits.max_messages));
+  if (static_cast<int64_t>(rendered.size()) > limits.max_prompt_bytes) {
+    return Invalid("messages", absl::StrCat(Count(static_cast<int64_t>(rendered.size()), "byte"),
+                                            " rendered by the chat template, more than the server's limit of ",
+                                            Count(limits.max_prompt_bytes, "byte")));
+  }
+  if (context.tokenizer == nullptr) return Invalid("messages", "the model has no tokenizer.json");
+  // The template wrote the special tokens: none are added (transformers' apply_chat_template, vLLM).
+  absl::StatusOr<std::vector<int32_t>> ids = context.tokenizer->Encode(rendered, /*add_special_tokens=*/false);
+  if (!ids.ok()) return Invalid("messages", ids.status().message());
+  if (ids->empty()) return Invalid("messages", "the chat template rendered no tokens");
+  input.prompt_ids = *std::move(ids);
+  STRATA_ASSIGN_OR_RETURN(max_completion_tokens, Integer(request, "max_completion_tokens"));
+  STRATA_ASSIGN_OR_RETURN(max_tokens, Integer(request, "max_tokens"));
+  if (max_completion_tokens) {
+    input.names.max_new_tokens = "max_completion_tokens";
+    input.max_new_tokens = *max_completion_tokens;
+  } else if (max_tokens) {
+    input.names.max_new_tokens = "max_tokens";
+    input.max_new_tokens = *max_tokens;
+  } else {
+    // As vLLM: what the context leaves after the prompt, within the server's limit, and within what the
+    // response may hold (--max-response-tokens) for these n and top_logprobs.
+    input.names.max_new_tokens = "max_completion_tokens";
+    int64_t room = limits.max_context - static_cast<int64_t>(input.prompt_ids.size());
+    if (limits.kv_cache_tokens > 0)
+      room = std::min(room, limits.kv_cache_tokens + 1 - static_cast<int64_t>(input.prompt_ids.size()));
+    const int64_t alternatives = std::clamp<int64_t>(out.logprobs.value_or(0), 0, limits.max_top_logprobs);
+    room = std::min(room, context.api.max_response_tokens / SaturatingProduct(out.n, 1 + alternatives));
+    input.max_new_tokens = std::clamp<int64_t>(room, 1, limits.max_new_tokens);
+  }
+  absl::StatusOr<runtime::GenerationRequest> valid = ValidateGenerateInput(input, limits, context.tokenizer);
+  if (!valid.ok()) return valid.status();
+  out.prompt_texts.push_back(std::move(rendered));
+  out.prompts.push_back(*std::move(valid));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
+Json ErrorJson(const ApiError& error) {
+  return {{"error",
+           {{"message", error.message},
+            {"type", error.type},
+            {"param", error.param.empty() ? Json() : Json(error.param)},
+            {"code", error.code.empty() ? Json() : Json(error.code)}}}};
+}
+
 std::string ErrorBody(const ApiError& error) {
-  Json body = {{"error",
-                {{"message", error.message},
-                 {"type", error.type},
-                 {"param", error.param.empty() ? Json() : Json(error.param)},
-                 {"code", error.code.empty() ? Json() : Json(error.code)}}}};
-  return body.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return ErrorJson(error).dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 ApiError ErrorFromStatus(const absl::Status& status) {
@@ -250,151 +441,27 @@ ApiError ErrorFromStatus(const absl::Status& status) {
 }
 
 absl::StatusOr<Json> ParseJsonObject(std::string_view body, int64_t max_depth, absl::string_view what) {
-  if (NestingDepth(body, max_depth) > max_depth) {
-    return Invalid(what, absl::StrCat("JSON nested deeper than ", max_depth, " levels"));
-  }
-  Json parsed;
-  try {
-    parsed = Json::parse(body);
-  } catch (const Json::parse_error& e) {
-    return Invalid(what, absl::StrCat("not valid JSON (at byte ", e.byte, ")"));
-  } catch (const Json::exception& e) {
-    // A number too large for a double (out_of_range.406), ...
-    return Invalid(what, absl::StrCat("not valid JSON: ", e.what()));
-  }
-  if (!parsed.is_object()) return Invalid(what, absl::StrCat("must be a JSON object, not ", TypeName(parsed)));
+  const int depth = static_cast<int>(std::clamp<int64_t>(max_depth, 1, checkpoint::kMaxJsonDepth));
+  absl::StatusOr<Json> parsed = checkpoint::ParseOrderedJson(body, depth, std::string_view(what.data(), what.size()));
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->is_object()) return Invalid(what, absl::StrCat("must be a JSON object, not ", TypeName(*parsed)));
   return parsed;
 }
 
 absl::StatusOr<ApiRequest> ParseApiRequest(Route route, std::string_view body, const ApiContext& context) {
   STRATA_ASSIGN_OR_RETURN(request, ParseJsonObject(body, context.api.max_json_depth));
+  if (absl::Status fields = CheckFieldNames(request, route); !fields.ok()) return fields;
   ApiRequest out;
   out.route = route;
   if (absl::Status model = CheckModel(request, context, out); !model.ok()) return model;
   GenerateInput input;
-  if (absl::Status sampling = ReadSampling(request, context.api.max_logit_bias, input, out); !sampling.ok()) {
+  if (absl::Status sampling = ReadSampling(request, context.api, input, out); !sampling.ok()) {
     return sampling;
   }
-  const GenerateLimits& limits = context.limits;
-
-  if (route == Route::kCompletions) {
-    input.names.max_new_tokens = "max_tokens";
-    input.names.top_logprobs = "logprobs";
-    STRATA_ASSIGN_OR_RETURN(max_tokens, Integer(request, "max_tokens"));
-    input.max_new_tokens = max_tokens.value_or(16);  // OpenAI's default
-    STRATA_ASSIGN_OR_RETURN(logprobs, Integer(request, "logprobs"));
-    if (logprobs) {
-      input.top_logprobs = *logprobs;
-      out.logprobs = *logprobs;
-    }
-    STRATA_ASSIGN_OR_RETURN(echo, Bool(request, "echo"));
-    out.echo = echo.value_or(false);
-    // echo with logprobs: the prompt's tokens are scored too, computed in the prefill (lm-evaluation-harness
-    // reads log-likelihoods this way, with max_tokens 0 or 1).
-    if (out.echo && out.logprobs) input.prompt_logprobs = *out.logprobs;
-    STRATA_ASSIGN_OR_RETURN(add_special_tokens, Bool(request, "add_special_tokens"));
-    input.add_special_tokens = add_special_tokens.value_or(true);  // vLLM's default for completions
-    STRATA_ASSIGN_OR_RETURN(prompts, ReadPrompts(request, context));
-    if (static_cast<int64_t>(prompts.size()) * out.n > context.api.max_choices) {
-      return Invalid("n", absl::StrCat(Count(static_cast<int64_t>(prompts.size()), "prompt"), " x n ", out.n,
-                                       " choices, more than the limit of ", context.api.max_choices));
-    }
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      GenerateInput one = input;
-      const std::string field = prompts.size() == 1 ? "prompt" : absl::StrCat("prompt[", i, "]");
-      one.names.prompt = field.c_str();
-      one.names.prompt_ids = field.c_str();
-      if (prompts[i].text) {
-        one.prompt_text = *prompts[i].text;
-      } else {
-        one.prompt_ids = prompts[i].ids;
-      }
-      absl::StatusOr<runtime::GenerationRequest> valid = ValidateGenerateInput(one, limits, context.tokenizer);
-      if (!valid.ok()) return valid.status();
-      out.prompt_texts.push_back(prompts[i].text                ? *prompts[i].text
-                                 : context.tokenizer != nullptr ? context.tokenizer->Decode(valid->prompt, false)
-                                                                : std::string());
-      out.prompts.push_back(*std::move(valid));
-    }
-    return out;
-  }
-
-  // Chat.
-  input.names.prompt = "messages";
-  input.names.prompt_ids = "messages";
-  input.names.top_logprobs = "top_logprobs";
-  STRATA_ASSIGN_OR_RETURN(logprobs, Bool(request, "logprobs"));
-  STRATA_ASSIGN_OR_RETURN(top_logprobs, Integer(request, "top_logprobs"));
-  if (top_logprobs && !logprobs.value_or(false)) return Invalid("top_logprobs", "only with logprobs: true");
-  if (logprobs.value_or(false)) {
-    out.logprobs = top_logprobs.value_or(0);
-    input.top_logprobs = *out.logprobs;
-  }
-  if (out.n > context.api.max_choices) {
-    return Invalid("n", absl::StrCat(out.n, " choices, more than the limit of ", context.api.max_choices));
-  }
-  STRATA_ASSIGN_OR_RETURN(response_format,
-                          String(Field(request, "response_format") != nullptr && request["response_format"].is_object()
-                                     ? request["response_format"]
-                                     : Json::object(),
-                                 "type"));
-  if (response_format && *response_format != "text") {
-    return Invalid("response_format", absl::StrCat("type '", *response_format, "' is not supported (only 'text')"));
-  }
-  const Json* tools = Field(request, "tools");
-  const bool has_tools = tools != nullptr && tools->is_array() && !tools->empty();
-  std::string tool_choice = has_tools ? "auto" : "none";
-  if (const Json* choice = Field(request, "tool_choice"); choice != nullptr) {
-    if (!choice->is_string()) {
-      return Invalid("tool_choice", "a named function is not supported: give \"auto\" or \"none\"");
-    }
-    tool_choice = choice->get<std::string>();
-    if (tool_choice == "required")
-      return Invalid("tool_choice", "\"required\" is not supported: give \"auto\" or \"none\"");
-    if (tool_choice != "auto" && tool_choice != "none") {
-      return Invalid("tool_choice", absl::StrCat("'", tool_choice, "' is not one of \"auto\", \"none\""));
-    }
-  }
-  if (has_tools && tool_choice == "auto") {
-    if (!context.parse_tool_calls) {
-      return Invalid("tool_choice",
-                     "\"auto\" needs strata-server started with --tool-call-parser (hermes, llama3_json); "
-                     "or give \"none\"");
-    }
-    out.parse_tool_calls = true;
-  }
-  STRATA_ASSIGN_OR_RETURN(rendered, RenderChat(request, context.chat_template, context.limits.max_messages));
-  if (static_cast<int64_t>(rendered.size()) > limits.max_prompt_bytes) {
-    return Invalid("messages", absl::StrCat(Count(static_cast<int64_t>(rendered.size()), "byte"),
-                                            " rendered by the chat template, more than the server's limit of ",
-                                            Count(limits.max_prompt_bytes, "byte")));
-  }
-  if (context.tokenizer == nullptr) return Invalid("messages", "the model has no tokenizer.json");
-  // The template wrote the special tokens: none are added (transformers' apply_chat_template, vLLM).
-  absl::StatusOr<std::vector<int32_t>> ids = context.tokenizer->Encode(rendered, /*add_special_tokens=*/false);
-  if (!ids.ok()) return Invalid("messages", ids.status().message());
-  if (ids->empty()) return Invalid("messages", "the chat template rendered no tokens");
-  input.prompt_ids = *std::move(ids);
-  STRATA_ASSIGN_OR_RETURN(max_completion_tokens, Integer(request, "max_completion_tokens"));
-  STRATA_ASSIGN_OR_RETURN(max_tokens, Integer(request, "max_tokens"));
-  if (max_completion_tokens) {
-    input.names.max_new_tokens = "max_completion_tokens";
-    input.max_new_tokens = *max_completion_tokens;
-  } else if (max_tokens) {
-    input.names.max_new_tokens = "max_tokens";
-    input.max_new_tokens = *max_tokens;
-  } else {
-    // As vLLM: what the context leaves after the prompt, within the server's limit.
-    input.names.max_new_tokens = "max_completion_tokens";
-    int64_t room = limits.max_context - static_cast<int64_t>(input.prompt_ids.size());
-    if (limits.kv_cache_tokens > 0)
-      room = std::min(room, limits.kv_cache_tokens + 1 - static_cast<int64_t>(input.prompt_ids.size()));
-    input.max_new_tokens = std::clamp<int64_t>(room, 1, limits.max_new_tokens);
-  }
-  absl::StatusOr<runtime::GenerationRequest> valid = ValidateGenerateInput(input, limits, context.tokenizer);
-  if (!valid.ok()) return valid.status();
-  out.prompt_texts.push_back(std::move(rendered));
-  out.prompts.push_back(*std::move(valid));
+  absl::Status parsed = route == Route::kCompletions ? ReadCompletion(request, context, input, out)
+                                                     : ReadChat(request, context, input, out);
+  if (!parsed.ok()) return parsed;
+  if (absl::Status size = CheckResponseSize(out, context.api, input.names.max_new_tokens); !size.ok()) return size;
   return out;
 }
 

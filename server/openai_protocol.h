@@ -32,7 +32,8 @@ struct ApiError {
   std::string param;  // empty: null
   std::string code;   // empty: null
 };
-std::string ErrorBody(const ApiError& error);
+Json ErrorJson(const ApiError& error);
+std::string ErrorBody(const ApiError& error);  // ErrorJson as text
 // A status from the request check or the engine: InvalidArgument "field: why" is a 400 whose param is
 // the field; NotFound 404; Unauthenticated 401; ResourceExhausted 429; Unavailable and
 // FailedPrecondition 503; anything else 500.
@@ -43,6 +44,10 @@ struct ApiLimits {
   int64_t max_json_depth = 64;   // arrays and objects nested in each other
   int64_t max_choices = 128;     // prompts x n
   int64_t max_logit_bias = 300;  // entries, as OpenAI's limit
+  // Tokens a response may list: n x (echoed prompt + max new tokens) x (1 + logprobs), summed over the
+  // prompts (--max-response-tokens). A request above is refused before it runs: its response would be built
+  // whole (tens of MiB) on the server's threads.
+  int64_t max_response_tokens = int64_t{1} << 19;
 };
 
 // What the API parses against: the served model's name, limits, tokenizer and chat template.

@@ -12,6 +12,7 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/json_depth.h"
 #include "cli/flags.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/absl_compat.h"
@@ -95,11 +96,12 @@ absl::StatusOr<std::vector<std::string>> ReadCorpus(const std::string& path) {
   std::vector<std::string> lines;
   std::string line;
   for (size_t n = 1; std::getline(in, line); ++n) {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_string()) {
+    absl::StatusOr<nlohmann::json> j =
+        strata::checkpoint::ParseJson(line, strata::checkpoint::kMaxJsonDepth, StrCat(path, ": line ", n));
+    if (!j.ok() || !j->is_string()) {
       return absl::InvalidArgumentError(StrCat(path, ": line ", n, ": expected a JSON string"));
     }
-    lines.push_back(j.get<std::string>());
+    lines.push_back(j->get<std::string>());
   }
   return lines;
 }
@@ -161,13 +163,12 @@ int main(int argc, char** argv) {
     if (const size_t bad = strata::tokenizer::FindInvalidUtf8(line); bad != std::string::npos) {
       return Fail(2, StrCat(where, "invalid UTF-8 at byte ", bad));
     }
-    nlohmann::json input;
-    try {
-      // nlohmann rejects escapes of lone surrogates ("\ud800"), which are not text either.
-      input = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      return Fail(2, StrCat(where, "not valid JSON: ", e.what()));
-    }
+    // nlohmann rejects escapes of lone surrogates ("\ud800"), which are not text either. Bounded: a deep
+    // element would be quoted below (printing recurses).
+    absl::StatusOr<nlohmann::json> parsed =
+        strata::checkpoint::ParseJson(line, strata::checkpoint::kMaxJsonDepth, StrCat("stdin line ", n));
+    if (!parsed.ok()) return Fail(2, std::string(parsed.status().message()));
+    const nlohmann::json& input = *parsed;
     std::string out;
     if (!flags.decode) {
       if (!input.is_string()) return Fail(2, StrCat(where, "expected a JSON string to encode"));

@@ -25,15 +25,9 @@ namespace {
 
 absl::StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view source) {
   // As deep as tokenizers itself reads (serde_json); the Sequence readers recurse once per level.
-  if (absl::Status depth = checkpoint::CheckJsonDepth(text, checkpoint::kMaxJsonDepth, source); !depth.ok()) {
-    return depth;
-  }
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(StrCat(source, ": not valid JSON: ", e.what()));
-  }
+  absl::StatusOr<nlohmann::json> parsed = checkpoint::ParseJson(text, checkpoint::kMaxJsonDepth, source);
+  if (!parsed.ok()) return parsed.status();
+  nlohmann::json json = *std::move(parsed);
   if (!json.is_object()) return absl::InvalidArgumentError(StrCat(source, ": expected a JSON object"));
   return json;
 }

@@ -424,9 +424,16 @@ absl::StatusOr<at::Tensor> FiniteScales(const TensorView& view, at::ScalarType s
   s = Mapped(view, stored).to(at::kFloat).contiguous();
   if (s.data_ptr() == view.data()) s = s.clone();  // own the bytes (the scales are small)
   const float* p = s.data_ptr<float>();
+  // A finite scale can still make the weights infinite: 448 (e4m3's largest code) times it must be a
+  // bfloat16, the widest dtype strata serves in, or every request would fail with logits not finite.
+  constexpr float kLargestScale = 3.3895314e38f / 448.0f;
   for (int64_t i = 0; i < s.numel(); ++i) {
     if (!std::isfinite(p[i])) {
       return TensorError(view.name, absl::StrCat("holds a non-finite scale (", p[i], ") at element ", i));
+    }
+    if (std::fabs(p[i]) > kLargestScale) {
+      return TensorError(view.name, absl::StrCat("holds the scale ", p[i], " at element ", i,
+                                                 ": times 448 (the largest e4m3 code) it overflows bfloat16"));
     }
     if (ue8m0 && p[i] > 0 && std::exp2(std::round(std::log2(p[i]))) != p[i]) {
       return TensorError(view.name, absl::StrCat("holds ", p[i], " at element ", i,
@@ -434,6 +441,41 @@ absl::StatusOr<at::Tensor> FiniteScales(const TensorView& view, at::ScalarType s
     }
   }
   return s;
+}
+
+// float8_e4m3fn has no infinity; its NaN is S.1111.111 (0x7f, 0xff). A weight that holds one makes every
+// logit NaN: refused at load with the count and the first, 8 bytes at a time.
+absl::Status CheckNoFp8NaN(const TensorView& view) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(view.data());
+  const size_t size = view.bytes;
+  auto is_nan = [](uint8_t b) { return (b & 0x7f) == 0x7f; };
+  constexpr uint64_t kLow7 = 0x7f7f7f7f7f7f7f7fULL;
+  constexpr uint64_t kOnes = 0x0101010101010101ULL;
+  constexpr uint64_t kHigh = 0x8080808080808080ULL;
+  size_t count = 0;
+  size_t first = size;
+  size_t i = 0;
+  for (; i + 8 <= size; i += 8) {
+    uint64_t word;
+    std::memcpy(&word, bytes + i, 8);
+    const uint64_t y = (word & kLow7) ^ kLow7;  // a byte is zero where its low seven bits are all ones
+    if (((y - kOnes) & ~y & kHigh) == 0) continue;
+    for (size_t j = i; j < i + 8; ++j) {
+      if (is_nan(bytes[j])) {
+        first = std::min(first, j);
+        ++count;
+      }
+    }
+  }
+  for (; i < size; ++i) {
+    if (is_nan(bytes[i])) {
+      first = std::min(first, i);
+      ++count;
+    }
+  }
+  if (count == 0) return absl::OkStatus();
+  return TensorError(view.name, absl::StrCat("holds ", count, " float8_e4m3fn NaN byte", count == 1 ? "" : "s",
+                                             " (0x7f or 0xff), the first at element ", first));
 }
 
 absl::StatusOr<PackedLinear> LoadFp8(const checkpoint::Checkpoint& checkpoint, const planner::QuantizedLinear& q) {
@@ -445,6 +487,7 @@ absl::StatusOr<PackedLinear> LoadFp8(const checkpoint::Checkpoint& checkpoint, c
   }
   absl::StatusOr<const TensorView*> weight = Stored(checkpoint, q.weight, {DType::kFloat8E4M3}, {n, k});
   if (!weight.ok()) return weight.status();
+  if (absl::Status nan = CheckNoFp8NaN(**weight); !nan.ok()) return nan;
   const std::vector<int64_t> grid = {(n + q.block_n - 1) / q.block_n, (k + q.block_k - 1) / q.block_k};
   // compressed-tensors' per-tensor FP8 scale is stored as [1] (or a scalar) for the grid of one block.
   const TensorView* scale_view = checkpoint.Find(q.scale);

@@ -79,8 +79,18 @@ def test_grpc_prompt_logprobs_equal_transformers(stubs, http_server, reference):
     ({"messages": [{"role": "user", "content": "x"}], "prompt": "y"}, "messages: give prompt, prompt_ids or messages"),
     ({"messages": [{"content": "x"}]}, "messages[0].role: missing"),
     ({"messages": [{"role": "user", "content": "x", "tool_calls_json": "{"}]},
+     "messages[0].tool_calls_json: not valid JSON"),
+    ({"messages": [{"role": "user", "content": "x", "tool_calls_json": "{}"}]},
      "messages[0].tool_calls_json: not a JSON list"),
-    ({"messages": [{"role": "user", "content": "x"}], "tools_json": "[1"}, "tools_json: not a JSON list"),
+    ({"messages": [{"role": "user", "content": "x"}], "tools_json": "[1"}, "tools_json: not valid JSON"),
+    ({"messages": [{"role": "user", "content": "x"}], "tools_json": "{}"}, "tools_json: not a JSON list"),
+    # JSON inside a string is parsed by the same bounded parser as a body: 100,000 levels are refused, not
+    # copied recursively (which overflowed the stack).
+    ({"messages": [{"role": "assistant", "content": "x",
+                    "tool_calls_json": '[{"a":' + "[" * 100000 + "]" * 100000 + "}]"}]},
+     "messages[0].tool_calls_json: JSON nests deeper than 64 levels"),
+    ({"messages": [{"role": "user", "content": "x"}], "tools_json": "[" * 100000 + "]" * 100000},
+     "tools_json: JSON nests deeper than 64 levels"),
     ({"prompt_ids": [5], "max_new_tokens": 0}, "max_new_tokens: must be at least 1"),
     ({"prompt_ids": [5], "prompt_logprobs": 21}, "top_logprobs: 21 is above the limit 20"),
 ])

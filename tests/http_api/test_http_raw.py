@@ -58,7 +58,7 @@ def test_sse_framing(http_server):
 @pytest.mark.parametrize("body, param, words", [
     ("{not json", None, "request body: not valid JSON"),
     ("[1, 2]", None, "request body: must be a JSON object"),
-    ("[" * 65 + "]" * 65, None, "request body: JSON nested deeper than 64"),
+    ("[" * 65 + "]" * 65, None, "request body: JSON nests deeper than 64 levels"),
     ('{"prompt": 5}', "prompt", "must be a string or a list"),
     ('{"prompt": [1, "a"]}', "prompt[1]", "must be an integer"),
     ('{"prompt": "hi", "max_tokens": "3"}', "max_tokens", "must be an integer"),

@@ -227,7 +227,7 @@ TEST_F(CheckpointCheckTest, TooShortFileIsRejected) {
 TEST_F(CheckpointCheckTest, InvalidJsonHeaderIsRejected) {
   WriteConfig(TinyConfig());
   WriteRaw("model.safetensors", "{\"a\": ", 6, 0);
-  EXPECT_THAT(LoadError(), HasSubstr("model.safetensors: the header is not valid JSON"));
+  EXPECT_THAT(LoadError(), HasSubstr("model.safetensors: the header: not valid JSON"));
 }
 
 TEST_F(CheckpointCheckTest, HeaderEntryWithoutDataOffsetsIsRejected) {
@@ -333,7 +333,7 @@ TEST_F(CheckpointCheckTest, MissingDirectoryIsNamed) {
 
 TEST_F(CheckpointCheckTest, InvalidConfigJsonNamesTheFile) {
   WriteText("config.json", "{ not json");
-  EXPECT_THAT(LoadError(), HasSubstr((dir_ / "config.json").string() + ": invalid JSON"));
+  EXPECT_THAT(LoadError(), HasSubstr((dir_ / "config.json").string() + ": not valid JSON"));
 }
 
 TEST_F(CheckpointCheckTest, ConfigFieldErrorsNameTheFile) {

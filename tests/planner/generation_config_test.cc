@@ -85,7 +85,7 @@ TEST(GenerationConfig, LoadModelSpecKeepsTheFilesErrorForWhereTheIdsAreUsed) {
   ASSERT_TRUE(spec.ok()) << spec.status();  // planning does not need the ids
   absl::StatusOr<std::vector<int32_t>> eos = EosTokenIds(*spec);
   ASSERT_FALSE(eos.ok());
-  EXPECT_THAT(std::string(eos.status().message()), HasSubstr("generation_config.json: invalid JSON"));
+  EXPECT_THAT(std::string(eos.status().message()), HasSubstr("generation_config.json: not valid JSON"));
   std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": 5})";
   spec = LoadModelSpec(dir, std::nullopt);
   ASSERT_TRUE(spec.ok()) << spec.status();

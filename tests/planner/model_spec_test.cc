@@ -684,7 +684,7 @@ TEST_F(LoadModuleTreeTest, MissingFileIsNamed) {
 TEST_F(LoadModuleTreeTest, InvalidJsonIsNamed) {
   absl::StatusOr<ModelSpec> spec = LoadModuleTree(Write("bad.json", "{\"format\": "), std::nullopt);
   ASSERT_FALSE(spec.ok());
-  EXPECT_THAT(spec.status().message(), HasSubstr("bad.json: invalid JSON"));
+  EXPECT_THAT(spec.status().message(), HasSubstr("bad.json: not valid JSON"));
 }
 
 TEST_F(LoadModuleTreeTest, ContentErrorsNameFileAndPath) {

@@ -181,9 +181,22 @@ def _nan_at(index):
     return change
 
 
+def _fp8_nan_at(index, code):
+    def change(w):
+        raw = w.view(torch.uint8).clone()
+        raw.view(-1)[index] = code
+        return raw.view(torch.float8_e4m3fn)
+    return change
+
+
 BAD_FP8 = {
     "nan_scale": (dict(edit_tensors=_set(SCALE, _nan_at(1))), [SCALE, "non-finite"]),
     "inf_scale": (dict(edit_tensors=_set(SCALE, lambda s: s * float("inf"))), [SCALE, "non-finite"]),
+    # Finite, but 448 x 3e38 overflows: loaded, it failed every request with "logits not finite".
+    "huge_scale": (dict(edit_tensors=_set(SCALE, lambda s: torch.full_like(s, 3e38))), [SCALE, "overflows bfloat16"]),
+    # e4m3fn's NaN codes (0x7f, 0xff): loaded, every logit was NaN.
+    "nan_weight": (dict(edit_tensors=_set(WEIGHT, _fp8_nan_at(5, 0x7F))), [WEIGHT, "NaN byte", "element 5"]),
+    "negative_nan_weight": (dict(edit_tensors=_set(WEIGHT, _fp8_nan_at(0, 0xFF))), [WEIGHT, "NaN byte", "element 0"]),
     "scale_grid": (dict(edit_tensors=_set(SCALE, lambda s: s[:1])), [SCALE, "shape"]),
     "weight_dtype": (dict(edit_tensors=_set(WEIGHT, lambda w: w.to(torch.bfloat16))), [WEIGHT, "dtype"]),
     "missing_scale": (dict(edit_tensors=lambda t: t.pop(SCALE)), [SCALE]),

@@ -76,6 +76,18 @@ TEST(ApiKeys, AuthorizationIsOneBearerHeaderWithAKey) {
   const std::string wrong = "Bearer " + kKeyA + "x";
   refused({wrong}, "the API key is not valid");
   refused({"Bearer "}, "the API key is not valid");
+
+  // The HTTP API's messages speak of its header, not of gRPC metadata.
+  auto refused_http = [&](std::vector<absl::string_view> values, absl::string_view message) {
+    const absl::Status status = CheckAuthorization(keys, values, KeyCarrier::kHttpHeader);
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnauthenticated);
+    EXPECT_EQ(status.message(), message);
+  };
+  EXPECT_TRUE(CheckAuthorization(keys, {bearer}, KeyCarrier::kHttpHeader).ok());
+  refused_http({}, "this server requires an API key: send the header \"Authorization: Bearer KEY\"");
+  refused_http({bearer, bearer}, "more than one \"Authorization\" header: send exactly one");
+  refused_http({kKeyA}, "the \"Authorization\" header must be \"Bearer KEY\"");
+  refused_http({wrong}, "the API key is not valid");
 }
 
 }  // namespace
