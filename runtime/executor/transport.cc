@@ -1,11 +1,12 @@
 #include "runtime/executor/transport.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/rand.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -14,6 +15,7 @@
 
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -28,9 +30,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "runtime/executor/group_handshake.h"
 
 namespace strata::runtime::transport {
 namespace internal {
@@ -43,129 +44,52 @@ absl::Status Detached(const absl::Status& status) {
   return status.ok() ? absl::OkStatus() : absl::Status(status.code(), std::string(status.message()));
 }
 
-// Active message ids. Handshake frames and the polite close are small eager messages; data may be rendezvous.
-constexpr unsigned kAmHandshake = 0x5701;
+// Active message ids. Data may be rendezvous; the polite close is a small eager message. Both carry the receiver's
+// token (handed over in the handshake), which is how a message finds its link: UCX's reply endpoint is not used.
 constexpr unsigned kAmData = 0x5702;
 constexpr unsigned kAmClose = 0x5703;
 
-constexpr absl::string_view kProtocol = "strata-group-v1";
-constexpr size_t kNonceBytes = 32;
-constexpr size_t kMacBytes = 32;
-constexpr size_t kMaxHandshakeBytes = 64 << 10;
-constexpr size_t kMaxFacts = 256;
-constexpr size_t kMaxFactNameBytes = 256;
-constexpr size_t kMaxFactValueBytes = 4096;
-constexpr size_t kDataHeaderBytes = 16;  // kind (4), reserved (4), sequence number (8); little-endian
+// kind (4), reserved (4), sequence number (8), the receiver's token (8); little-endian.
+constexpr size_t kDataHeaderBytes = 24;
+constexpr size_t kTokenBytes = 8;
 // How far ahead of the next message to deliver a sequence number may be (UCX keeps one endpoint's messages in
 // order on its default single eager lane; the numbers only guard against lanes that do not).
 constexpr uint64_t kMaxSequenceGap = uint64_t{1} << 24;
-// A connection attempt's handshake: a silent or slow peer is dropped after this, so it cannot hold a rank's slot.
-constexpr absl::Duration kHandshakeLimit = absl::Seconds(10);
-// A link that failed its handshake keeps its endpoint this long, so the peer reads the last frame (a refusal,
-// the facts) before the connection goes.
+// A connection refused with a reason keeps its socket this long (reading and discarding), so the peer reads the
+// refusal before the connection goes.
 constexpr absl::Duration kLinger = absl::Seconds(1);
 constexpr absl::Duration kConnectRetry = absl::Milliseconds(200);
-constexpr int kIdleWakeMs = 100;  // the progress thread's longest sleep: handshake timeouts are checked this often
+constexpr int kIdleWakeMs = 100;  // the progress thread's longest sleep: handshake deadlines are checked this often
+constexpr size_t kReadChunk = 4096;
+constexpr int kMaxAcceptsPerWake = 64;
 
-// The steps of the handshake. A frame: one byte naming the step, then fields, each a 4-byte big-endian length
-// and that many bytes; nothing after the last field.
-enum Step : uint8_t { kHello = 1, kAuth = 2, kAccept = 3, kRefuse = 4, kFacts = 5, kReady = 6 };
-
-std::string EncodeFrame(Step step, const std::vector<absl::string_view>& fields) {
-  std::string out(1, static_cast<char>(step));
-  for (absl::string_view field : fields) {
-    const uint32_t n = static_cast<uint32_t>(field.size());
-    const char length[4] = {static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8),
-                            static_cast<char>(n)};
-    out.append(length, 4);
-    out.append(field.data(), field.size());
-  }
-  return out;
+void PutLe(uint8_t* out, uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(value >> (8 * i));
 }
 
-struct Frame {
-  Step step;
-  std::vector<absl::string_view> fields;  // views into the received bytes
-};
-
-std::optional<Frame> DecodeFrame(absl::string_view bytes) {
-  if (bytes.empty() || bytes.size() > kMaxHandshakeBytes) return std::nullopt;
-  const uint8_t step = static_cast<uint8_t>(bytes[0]);
-  if (step < kHello || step > kReady) return std::nullopt;
-  Frame frame{static_cast<Step>(step), {}};
-  size_t at = 1;
-  while (at < bytes.size()) {
-    if (bytes.size() - at < 4 || frame.fields.size() >= 2 * kMaxFacts + 4) return std::nullopt;
-    const auto* p = reinterpret_cast<const uint8_t*>(bytes.data() + at);
-    const size_t n = (size_t{p[0]} << 24) | (size_t{p[1]} << 16) | (size_t{p[2]} << 8) | size_t{p[3]};
-    at += 4;
-    if (n > bytes.size() - at) return std::nullopt;
-    frame.fields.push_back(bytes.substr(at, n));
-    at += n;
-  }
-  return frame;
+uint64_t GetLe(const uint8_t* in, int bytes) {
+  uint64_t value = 0;
+  for (int i = 0; i < bytes; ++i) value |= uint64_t{in[i]} << (8 * i);
+  return value;
 }
 
-std::string RankBytes(int rank) {
-  const uint32_t r = static_cast<uint32_t>(rank);
-  return std::string{static_cast<char>(r >> 24), static_cast<char>(r >> 16), static_cast<char>(r >> 8),
-                     static_cast<char>(r)};
-}
-
-std::optional<int> ParseRank(absl::string_view bytes) {
-  if (bytes.size() != 4) return std::nullopt;
-  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
-  const uint32_t r = (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
-  if (r > (1u << 20)) return std::nullopt;
-  return static_cast<int>(r);
-}
-
-// HMAC-SHA256(secret, label | nonce A | nonce B | rank): fixed-length parts, so the concatenation is unambiguous.
-std::string Mac(const std::string& secret, absl::string_view label, absl::string_view a, absl::string_view b,
-                int rank) {
-  const std::string data = absl::StrCat(label, a, b, RankBytes(rank));
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int out_len = 0;
-  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &out_len);
-  return std::string(reinterpret_cast<const char*>(out), out_len);
-}
-
-bool SameMac(absl::string_view a, absl::string_view b) {
-  return a.size() == kMacBytes && b.size() == kMacBytes && CRYPTO_memcmp(a.data(), b.data(), kMacBytes) == 0;
-}
-
-std::string Nonce() {
-  std::string nonce(kNonceBytes, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(nonce.data()), static_cast<int>(nonce.size())) != 1) {
-    // OpenSSL's generator failing is not recoverable here; an all-zero nonce would weaken the handshake.
-    std::fprintf(stderr, "strata transport: RAND_bytes failed\n");
-    std::abort();
-  }
-  return nonce;
-}
-
-// What a peer sent, made printable and short enough for a status message.
-std::string Printable(absl::string_view untrusted, size_t limit = 200) {
-  std::string out = absl::CHexEscape(untrusted.substr(0, limit));
-  if (untrusted.size() > limit) out += "...";
-  return out;
+uint64_t RandomToken() {
+  const std::string bytes = HandshakeNonce();
+  uint64_t token = GetLe(reinterpret_cast<const uint8_t*>(bytes.data()), 8);
+  return token == 0 ? 1 : token;
 }
 
 std::string AddressString(const sockaddr_storage& addr) {
   char host[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
   if (addr.ss_family == AF_INET) {
     const auto& in = reinterpret_cast<const sockaddr_in&>(addr);
     inet_ntop(AF_INET, &in.sin_addr, host, sizeof host);
-    port = ntohs(in.sin_port);
-    return absl::StrCat(host, ":", port);
+    return absl::StrCat(host, ":", ntohs(in.sin_port));
   }
   if (addr.ss_family == AF_INET6) {
     const auto& in6 = reinterpret_cast<const sockaddr_in6&>(addr);
     inet_ntop(AF_INET6, &in6.sin6_addr, host, sizeof host);
-    port = ntohs(in6.sin6_port);
-    return absl::StrCat("[", host, "]:", port);
+    return absl::StrCat("[", host, "]:", ntohs(in6.sin6_port));
   }
   return "?";
 }
@@ -188,57 +112,40 @@ absl::StatusOr<std::pair<sockaddr_storage, socklen_t>> Resolve(const std::string
   return out;
 }
 
-using Facts = std::vector<std::pair<std::string, std::string>>;
-
-void AppendFacts(const Facts& facts, std::vector<absl::string_view>& fields) {
-  for (const auto& [name, value] : facts) {
-    fields.push_back(name);
-    fields.push_back(value);
+// The network interface that holds `addr` ("lo" for any loopback address); "" for a wildcard address or when no
+// interface holds it.
+std::string InterfaceOf(const sockaddr_storage& addr) {
+  bool loopback = false;
+  if (addr.ss_family == AF_INET) {
+    const in_addr a = reinterpret_cast<const sockaddr_in&>(addr).sin_addr;
+    if (a.s_addr == htonl(INADDR_ANY)) return "";
+    loopback = (ntohl(a.s_addr) >> 24) == 127;
+  } else if (addr.ss_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6&>(addr).sin6_addr;
+    if (IN6_IS_ADDR_UNSPECIFIED(&a)) return "";
+    loopback = IN6_IS_ADDR_LOOPBACK(&a);
+  } else {
+    return "";
   }
-}
-
-// Fields [first, end) as name/value pairs with bounds; nullopt when malformed.
-std::optional<Facts> ParseFacts(const std::vector<absl::string_view>& fields, size_t first) {
-  if (fields.size() < first || (fields.size() - first) % 2 != 0 || (fields.size() - first) / 2 > kMaxFacts) {
-    return std::nullopt;
-  }
-  Facts facts;
-  for (size_t i = first; i < fields.size(); i += 2) {
-    if (fields[i].empty() || fields[i].size() > kMaxFactNameBytes || fields[i + 1].size() > kMaxFactValueBytes) {
-      return std::nullopt;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string name;
+  for (ifaddrs* i = list; i != nullptr && name.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != addr.ss_family) continue;
+    if (loopback) {
+      if (i->ifa_flags & IFF_LOOPBACK) name = i->ifa_name;
+    } else if (addr.ss_family == AF_INET) {
+      if (reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr ==
+          reinterpret_cast<const sockaddr_in&>(addr).sin_addr.s_addr) {
+        name = i->ifa_name;
+      }
+    } else if (std::memcmp(&reinterpret_cast<const sockaddr_in6*>(i->ifa_addr)->sin6_addr,
+                           &reinterpret_cast<const sockaddr_in6&>(addr).sin6_addr, sizeof(in6_addr)) == 0) {
+      name = i->ifa_name;
     }
-    for (const auto& [name, value] : facts) {
-      if (name == fields[i]) return std::nullopt;  // a name twice
-    }
-    facts.emplace_back(std::string(fields[i]), std::string(fields[i + 1]));
   }
-  return facts;
-}
-
-// Every fact that differs, as seen from node `self`: empty when the two agree.
-std::string CompareFacts(const Facts& mine, const Facts& theirs, int self, int peer) {
-  auto find = [](const Facts& facts, const std::string& name) -> const std::string* {
-    for (const auto& [n, v] : facts) {
-      if (n == name) return &v;
-    }
-    return nullptr;
-  };
-  auto quoted = [](const std::string* value) {
-    return value == nullptr ? std::string("not set") : absl::StrCat("\"", Printable(*value), "\"");
-  };
-  std::vector<std::string> differences;
-  auto compare = [&](const std::string& name) {
-    const std::string* here = find(mine, name);
-    const std::string* there = find(theirs, name);
-    if (here != nullptr && there != nullptr && *here == *there) return;
-    differences.push_back(absl::StrCat("node ", self, " differs from node ", peer, ": ", Printable(name), " is ",
-                                       quoted(here), " here and ", quoted(there), " on node ", peer));
-  };
-  for (const auto& [name, value] : mine) compare(name);
-  for (const auto& [name, value] : theirs) {
-    if (find(mine, name) == nullptr) compare(name);
-  }
-  return absl::StrJoin(differences, "; ");
+  freeifaddrs(list);
+  return name;
 }
 
 std::string Seconds(absl::Duration d) {
@@ -255,6 +162,72 @@ void WaitUntil(std::condition_variable& cv, Lock& lock, absl::Time deadline) {
   }
 }
 
+int PollMs(absl::Time deadline) {
+  return static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(deadline - absl::Now()) + 1, 0, 1000));
+}
+
+// The connector's socket: connected to `addr` by `deadline`, or an error naming the peer (retryable).
+absl::StatusOr<int> ConnectSocket(const sockaddr_storage& addr, socklen_t len, const std::string& at,
+                                  absl::Time deadline) {
+  const int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat(at, " is not reachable (socket: ", strerror(errno), ")"));
+  int error = 0;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
+    error = errno;
+    while (error == EINPROGRESS && absl::Now() < deadline) {
+      pollfd p{fd, POLLOUT, 0};
+      if (poll(&p, 1, PollMs(deadline)) > 0) {
+        socklen_t size = sizeof error;
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size);
+      }
+    }
+  }
+  if (error != 0) {
+    close(fd);
+    return absl::UnavailableError(
+        absl::StrCat(at, " is not reachable (", error == EINPROGRESS ? "timed out" : strerror(error), ")"));
+  }
+  return fd;
+}
+
+// Drives the connector's side of the handshake over `fd` until it ends or `deadline` passes.
+void RunConnectorHandshake(int fd, Handshake& handshake, absl::Time deadline) {
+  char buffer[kReadChunk];
+  for (;;) {
+    const std::string out = handshake.TakeOutput();
+    for (size_t at = 0; at < out.size();) {
+      const ssize_t n = send(fd, out.data() + at, out.size() - at, MSG_NOSIGNAL);
+      if (n > 0) {
+        at += static_cast<size_t>(n);
+        continue;
+      }
+      pollfd p{fd, POLLOUT, 0};
+      if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        handshake.PeerClosed();
+        break;
+      }
+      if (absl::Now() >= deadline) {
+        handshake.Expired();
+        break;
+      }
+      poll(&p, 1, PollMs(deadline));
+    }
+    if (handshake.outcome() != Handshake::Outcome::kPending) return;
+    pollfd p{fd, POLLIN, 0};
+    if (absl::Now() >= deadline) {
+      handshake.Expired();
+      continue;
+    }
+    if (poll(&p, 1, PollMs(deadline)) <= 0) continue;
+    const ssize_t n = recv(fd, buffer, std::min(handshake.wanted(), sizeof buffer), 0);
+    if (n > 0) {
+      handshake.Feed(absl::string_view(buffer, static_cast<size_t>(n)));
+    } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+      handshake.PeerClosed();
+    }
+  }
+}
+
 }  // namespace
 
 class Core;
@@ -266,11 +239,7 @@ Core* CurrentCore() { return current_core; }
 
 enum class Role { kAcceptor, kConnector };
 enum class Phase {
-  kConnecting,   // connector: endpoint made, waiting for the acceptor's hello
-  kAwaitAuth,    // acceptor: hello sent, waiting for the connector's proof
-  kAwaitAccept,  // connector: proof sent, waiting for the acceptor's proof and facts
-  kAwaitFacts,   // acceptor: proof and facts sent, waiting for the connector's facts
-  kAwaitReady,   // connector: facts agree, waiting for the acceptor's word that it agrees too
+  kConnecting,  // connector: the handshake is running on the connecting thread; data may already arrive
   kEstablished,
   kFailed,
 };
@@ -282,51 +251,55 @@ struct Slot {
 };
 
 struct LinkState {
-  LinkState(Role role, int self_rank, int peer_rank, std::string address, absl::Time handshake_deadline)
-      : role(role),
-        self_rank(self_rank),
-        address(std::move(address)),
-        handshake_deadline(handshake_deadline),
-        peer_rank(peer_rank) {}
+  LinkState(Role role, int self_rank, int peer_rank, std::string address, uint64_t token)
+      : role(role), self_rank(self_rank), address(std::move(address)), token(token), peer_rank(peer_rank) {}
 
   const Role role;
   const int self_rank;
   const std::string address;  // the peer's "host:port" as seen from here
-  const absl::Time handshake_deadline;
+  const uint64_t token;       // on every message the peer sends here
 
   std::mutex mu;
   std::condition_variable cv;
-  int peer_rank;  // -1 until an acceptor has read the connector's claim
+  int peer_rank;
   Phase phase = Phase::kConnecting;
   absl::Status failure;       // why the link is gone; or, once the peer closed politely, why it will be
   bool hard_failure = false;  // false: the peer closed; its messages in flight still arrive
-  bool retryable = false;     // connector: failed before the acceptor spoke (not listening yet)
   bool closed_here = false;   // Close() was called: nothing more is delivered
   std::map<uint64_t, std::unique_ptr<Slot>> inbox;
   uint64_t next_deliver = 0;
 
   // The progress thread's alone.
   ucp_ep_h ep = nullptr;
+  uint64_t peer_token = 0;  // on every message sent from here
   uint64_t next_send = 0;
   int receives_in_flight = 0;
   absl::Time close_at = absl::InfiniteFuture();  // failed: when to close the endpoint
-  std::string nonce_a, nonce_b;
-  // Connector whose facts differ: the status it fails with once the acceptor has read its facts and answered
-  // (or gone), so that the acceptor's Accept reports the difference too.
-  absl::Status verdict;
 
   std::string Who() {
     std::lock_guard<std::mutex> lock(mu);
     return WhoLocked();
   }
-  std::string WhoLocked() const {
-    if (peer_rank < 0) return absl::StrCat("a connection from ", address);
-    return absl::StrCat("node ", peer_rank, " (", address, ")");
-  }
+  std::string WhoLocked() const { return absl::StrCat("node ", peer_rank, " (", address, ")"); }
 };
 
-// One UCX worker driven by one progress thread: every UCX call happens on that thread. Other threads hand it
-// tasks (a queue and an eventfd) and wait on condition variables. It sleeps in epoll on the worker's event fd.
+// A TCP connection to this node's port that has not completed the handshake (or is being closed after it).
+struct PendingConnection {
+  int fd = -1;
+  uint64_t order = 0;  // accept order: the oldest is dropped first
+  std::string address;
+  std::unique_ptr<Handshake> handshake;
+  absl::Time deadline;
+  std::string out;        // bytes to write
+  int claimed_rank = -1;  // a rank it proved it may claim, held until it ends
+  bool closing = false;   // done: write `out`, then read and discard until EOF or `linger_until`
+  absl::Time linger_until = absl::InfiniteFuture();
+  bool want_write = false;  // registered for EPOLLOUT
+};
+
+// One UCX worker driven by one progress thread: every UCX call happens on that thread, and so does the listening
+// socket's work (accepts and the acceptor's handshakes). Other threads hand it tasks (a queue and an eventfd) and
+// wait on condition variables. It sleeps in epoll on the worker's event fd and the sockets.
 class Core {
  public:
   explicit Core(const TransportOptions& options) : options_(options) {
@@ -346,6 +319,8 @@ class Core {
 
   // Runs `task` on the progress thread; false once the transport stopped.
   bool Post(std::function<void()> task);
+  // Runs `task` on the progress thread and waits for it; false once the transport stopped.
+  bool RunOnProgressThread(std::function<void()> task);
 
   absl::StatusOr<std::shared_ptr<LinkState>> Accept(int peer, absl::Time deadline);
   absl::StatusOr<std::shared_ptr<LinkState>> Connect(int peer, const std::string& host, int port, absl::Time deadline);
@@ -360,41 +335,58 @@ class Core {
     ucs_status_t status = UCS_OK;
     std::array<uint8_t, kDataHeaderBytes> header{};
     std::vector<ucp_dt_iov_t> iov;
-    std::string owned;  // a handshake frame's bytes
   };
   struct RecvOp {
     std::shared_ptr<LinkState> link;
     Slot* slot;
     size_t length;
   };
+  // One connect attempt: the connector's handshake on this thread, then its endpoint on the progress thread.
+  struct Attempt {
+    absl::StatusOr<std::shared_ptr<LinkState>> link;
+    bool retryable = false;
+  };
 
   void Run(std::promise<absl::Status> started);
   absl::Status InitUcx();
+  absl::Status SetAmHandlers();
+  absl::Status Listen();
   void TeardownUcx();
   bool RunTasks();
   void Sweep();
   void ReapClosing();
 
-  // Progress thread.
-  void OnConnRequest(ucp_conn_request_h request);
+  // Progress thread: the listening socket and the acceptor's handshakes.
+  void AcceptConnections();
+  void OnConnectionEvent(int fd, uint32_t events);
+  void Advance(PendingConnection& conn);  // after the handshake moved: refuse, establish or write
+  void OnRefused(PendingConnection& conn);
+  std::shared_ptr<LinkState> EstablishAccepted(PendingConnection& conn);
+  std::string Admit(int fd, int rank);
+  void Flush(PendingConnection& conn);
+  void StartClosing(PendingConnection& conn, absl::Duration linger);
+  void DropConnection(int fd);
+  HandshakeSide Side(uint64_t token) const;
+
+  // Progress thread: UCX.
   void OnEpError(ucp_ep_h ep, ucs_status_t status);
-  void ReportErrorsOf(ucp_ep_params_t& params);  // an endpoint's peer-failure callback
-  void OnHandshake(const std::shared_ptr<LinkState>& link, absl::string_view bytes);
-  ucs_status_t OnData(ucp_ep_h ep, const void* header, size_t header_length, void* data, size_t length,
-                      bool rendezvous);
-  void OnPeerClose(ucp_ep_h ep);
+  absl::StatusOr<ucp_ep_h> CreateEp(const std::string& worker_address);
+  ucs_status_t OnData(const void* header, size_t header_length, void* data, size_t length, bool rendezvous);
+  void OnPeerClose(const void* header, size_t header_length);
   void StartReceive(uint64_t op_id, void* desc);
   void FinishReceive(uint64_t op_id, ucs_status_t status);
   void FinishSend(SendOp* op, ucs_status_t status);
-  bool CreateConnectorEp(const std::shared_ptr<LinkState>& link, const sockaddr_storage& addr, socklen_t len);
-  void SendFrame(const std::shared_ptr<LinkState>& link, std::string frame);
   void StartSend(const std::shared_ptr<LinkState>& link, const std::shared_ptr<SendOp>& op, unsigned id,
                  const void* header, size_t header_length, const void* buffer, size_t count, bool iov);
-  // Marks the link failed (once); the endpoint closes now (`linger` false) or after kLinger.
-  void Fail(const std::shared_ptr<LinkState>& link, absl::Status status, bool hard, bool linger);
-  void Refuse(const std::shared_ptr<LinkState>& link, const std::string& reason, const std::string& claim);
+  // Marks the link failed (once); the endpoint closes now.
+  void Fail(const std::shared_ptr<LinkState>& link, absl::Status status, bool hard);
   void CloseEp(const std::shared_ptr<LinkState>& link, bool force);
+  // Fails the link for an error on this side and tells the peer so (a close message marked "abort").
+  void Abort(const std::shared_ptr<LinkState>& link, absl::Status status);
   void Established(const std::shared_ptr<LinkState>& link);
+
+  Attempt ConnectOnce(int peer, const std::string& at, const std::string& address, const sockaddr_storage& addr,
+                      socklen_t len, absl::Time deadline);
 
   static std::shared_ptr<LinkState> Find(const std::unordered_map<ucp_ep_h, std::shared_ptr<LinkState>>& eps,
                                          ucp_ep_h ep) {
@@ -404,6 +396,7 @@ class Core {
 
   TransportOptions options_;
   int port_ = 0;
+  std::string worker_address_;  // set before Start returns, then read-only
   std::atomic<int64_t> refused_{0};
   std::thread thread_;
 
@@ -424,10 +417,15 @@ class Core {
   // The progress thread's alone.
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
-  ucp_listener_h listener_ = nullptr;
+  int ucx_fd_ = -1;
+  int listen_fd_ = -1;
+  std::map<int, PendingConnection> pending_;  // by socket
+  std::map<int, int> claimed_;                // rank -> the pending connection's socket that proved it
+  uint64_t next_order_ = 0;
   std::unordered_map<ucp_ep_h, std::shared_ptr<LinkState>> eps_;
-  std::map<int, std::weak_ptr<LinkState>> ranks_;  // acceptor: the link each rank holds
-  std::vector<void*> closing_;                     // ucp_ep_close_nbx requests in flight
+  std::unordered_map<uint64_t, std::shared_ptr<LinkState>> tokens_;  // every live link by its token
+  std::map<int, std::weak_ptr<LinkState>> ranks_;                    // acceptor: the link each rank holds
+  std::vector<void*> closing_;                                       // ucp_ep_close_nbx requests in flight
   std::unordered_map<SendOp*, std::shared_ptr<SendOp>> sends_;
   std::unordered_map<uint64_t, RecvOp> receives_;
   uint64_t next_receive_id_ = 1;
@@ -441,6 +439,9 @@ absl::Status Core::Start() {
   if (options_.group_size < 1 || options_.rank < 0 || options_.rank >= options_.group_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("transport: rank ", options_.rank, " is not in a group of ", options_.group_size));
+  }
+  if (options_.max_pending_connections < 1 || options_.handshake_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("transport: max_pending_connections and handshake_timeout must be positive");
   }
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
@@ -502,6 +503,31 @@ bool Core::Post(std::function<void()> task) {
   return true;
 }
 
+bool Core::RunOnProgressThread(std::function<void()> task) {
+  auto done = std::make_shared<std::promise<bool>>();
+  std::future<bool> ran = done->get_future();
+  // A task still queued when the progress thread stops is destroyed unrun: its promise then reports false.
+  struct Guard {
+    std::shared_ptr<std::promise<bool>> done;
+    bool set = false;
+    ~Guard() {
+      if (!set) done->set_value(false);
+    }
+  };
+  auto guard = std::make_shared<Guard>();
+  guard->done = done;
+  if (!Post([task = std::move(task), guard] {
+        task();
+        guard->set = true;
+        guard->done->set_value(true);
+      })) {
+    guard->set = true;
+    return false;
+  }
+  guard.reset();
+  return ran.get();
+}
+
 bool Core::RunTasks() {
   std::deque<std::function<void()>> tasks;
   {
@@ -514,17 +540,27 @@ bool Core::RunTasks() {
 
 absl::Status Core::InitUcx() {
   ucp_config_t* config = nullptr;
-  // NULL, NULL: the UCX_* environment applies (UCX_TLS, UCX_NET_DEVICES, ...); nothing is forced here.
+  // NULL, NULL: the UCX_* environment applies (UCX_TLS, UCX_NET_DEVICES, ...).
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return absl::InternalError(absl::StrCat("transport: ucp_config_read: ", ucs_status_string(st)));
+  std::vector<std::pair<const char*, std::string>> settings;
   // A decode step's hop (a few KiB to a few hundred) goes eagerly, in one send, rather than by rendezvous (a
   // round trip before the data): 32 KiB one-way 194 -> 70 us over TCP on loopback (bench/README.md, group_speed).
   // UCX_RNDV_THRESH in the environment still decides.
-  if (std::getenv("UCX_RNDV_THRESH") == nullptr) {
-    st = ucp_config_modify(config, "RNDV_THRESH", "262144");
+  if (std::getenv("UCX_RNDV_THRESH") == nullptr) settings.emplace_back("RNDV_THRESH", "262144");
+  // UCX's TCP transport listens on every network device it may use, and that listener parses a stranger's bytes
+  // (and asserts on a crafted header in UCX 1.13.1): it may use the interface of bind_host alone. A wildcard
+  // bind_host, or UCX_NET_DEVICES / UCX_TLS in the environment, leaves UCX's own choice.
+  if (std::getenv("UCX_NET_DEVICES") == nullptr && std::getenv("UCX_TLS") == nullptr) {
+    auto bind = Resolve(options_.bind_host, 0, /*passive=*/true);
+    const std::string device = bind.ok() ? InterfaceOf(bind->first) : "";
+    if (!device.empty()) settings.emplace_back("NET_DEVICES", device);
+  }
+  for (const auto& [name, value] : settings) {
+    st = ucp_config_modify(config, name, value.c_str());
     if (st != UCS_OK) {
       ucp_config_release(config);
-      return absl::InternalError(absl::StrCat("transport: RNDV_THRESH: ", ucs_status_string(st)));
+      return absl::InternalError(absl::StrCat("transport: UCX ", name, "=", value, ": ", ucs_status_string(st)));
     }
   }
   ucp_params_t params{};
@@ -540,49 +576,46 @@ absl::Status Core::InitUcx() {
   wparams.thread_mode = UCS_THREAD_MODE_SINGLE;  // the progress thread alone calls UCX
   st = ucp_worker_create(context_, &wparams, &worker_);
   if (st != UCS_OK) return absl::InternalError(absl::StrCat("transport: ucp_worker_create: ", ucs_status_string(st)));
+  ucp_address_t* address = nullptr;
+  size_t address_length = 0;
+  st = ucp_worker_get_address(worker_, &address, &address_length);
+  if (st != UCS_OK) {
+    return absl::InternalError(absl::StrCat("transport: ucp_worker_get_address: ", ucs_status_string(st)));
+  }
+  worker_address_.assign(reinterpret_cast<const char*>(address), address_length);
+  ucp_worker_release_address(worker_, address);
+  if (worker_address_.size() > kMaxWorkerAddressBytes) {
+    return absl::InternalError(absl::StrCat("transport: UCX's worker address has ", worker_address_.size(),
+                                            " bytes, more than ", kMaxWorkerAddressBytes));
+  }
 
-  int efd = -1;
-  st = ucp_worker_get_efd(worker_, &efd);
+  st = ucp_worker_get_efd(worker_, &ucx_fd_);
   if (st != UCS_OK) return absl::InternalError(absl::StrCat("transport: ucp_worker_get_efd: ", ucs_status_string(st)));
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = efd;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, efd, &ev);
+  ev.data.fd = ucx_fd_;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, ucx_fd_, &ev);
+  if (absl::Status handlers = SetAmHandlers(); !handlers.ok()) return handlers;
+  return Listen();
+}
 
+absl::Status Core::SetAmHandlers() {
   struct Handler {
     unsigned id;
     ucp_am_recv_callback_t cb;
   };
   const Handler handlers[] = {
-      {kAmHandshake,
-       [](void* arg, const void*, size_t header_length, void* data, size_t length,
-          const ucp_am_recv_param_t* param) -> ucs_status_t {
-         auto* core = static_cast<Core*>(arg);
-         const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-         if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return rndv ? UCS_ERR_REJECTED : UCS_OK;
-         auto link = Find(core->eps_, param->reply_ep);
-         if (link == nullptr) return rndv ? UCS_ERR_REJECTED : UCS_OK;
-         if (rndv || header_length != 0 || length > kMaxHandshakeBytes) {
-           core->OnHandshake(link, "");  // malformed: refused (acceptor) or failed (connector)
-           return rndv ? UCS_ERR_REJECTED : UCS_OK;
-         }
-         core->OnHandshake(link, absl::string_view(static_cast<const char*>(data), length));
-         return UCS_OK;
-       }},
       {kAmData,
        [](void* arg, const void* header, size_t header_length, void* data, size_t length,
           const ucp_am_recv_param_t* param) -> ucs_status_t {
-         auto* core = static_cast<Core*>(arg);
          const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-         if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return rndv ? UCS_ERR_REJECTED : UCS_OK;
-         return core->OnData(param->reply_ep, header, header_length, data, length, rndv);
+         return static_cast<Core*>(arg)->OnData(header, header_length, data, length, rndv);
        }},
       {kAmClose,
-       [](void* arg, const void*, size_t, void*, size_t, const ucp_am_recv_param_t* param) -> ucs_status_t {
-         auto* core = static_cast<Core*>(arg);
-         const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-         if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) core->OnPeerClose(param->reply_ep);
-         return rndv ? UCS_ERR_REJECTED : UCS_OK;
+       [](void* arg, const void* header, size_t header_length, void*, size_t,
+          const ucp_am_recv_param_t* param) -> ucs_status_t {
+         static_cast<Core*>(arg)->OnPeerClose(header, header_length);
+         return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 ? UCS_ERR_REJECTED : UCS_OK;
        }},
   };
   for (const Handler& h : handlers) {
@@ -593,36 +626,38 @@ absl::Status Core::InitUcx() {
     hp.cb = h.cb;
     hp.arg = this;
     hp.flags = UCP_AM_FLAG_WHOLE_MSG;
-    st = ucp_worker_set_am_recv_handler(worker_, &hp);
+    const ucs_status_t st = ucp_worker_set_am_recv_handler(worker_, &hp);
     if (st != UCS_OK) {
       return absl::InternalError(absl::StrCat("transport: ucp_worker_set_am_recv_handler: ", ucs_status_string(st)));
     }
   }
+  return absl::OkStatus();
+}
 
-  auto bind = Resolve(options_.bind_host, options_.port, /*passive=*/true);
-  if (!bind.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("transport: cannot listen on ", options_.bind_host, ":",
-                                                   options_.port, ": ", bind.status().message()));
+// The port: a TCP socket of strata's own on bind_host:port, read by the handshake alone.
+absl::Status Core::Listen() {
+  const std::string where = absl::StrCat(options_.bind_host, ":", options_.port);
+  auto bind_to = Resolve(options_.bind_host, options_.port, /*passive=*/true);
+  if (!bind_to.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transport: cannot listen on ", where, ": ", bind_to.status().message()));
   }
-  ucp_listener_params_t lparams{};
-  lparams.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-  lparams.sockaddr.addr = reinterpret_cast<const sockaddr*>(&bind->first);
-  lparams.sockaddr.addrlen = bind->second;
-  lparams.conn_handler.cb = [](ucp_conn_request_h request, void* arg) {
-    static_cast<Core*>(arg)->OnConnRequest(request);
-  };
-  lparams.conn_handler.arg = this;
-  st = ucp_listener_create(worker_, &lparams, &listener_);
-  if (st != UCS_OK) {
-    return absl::UnavailableError(absl::StrCat("transport: cannot listen on ", options_.bind_host, ":", options_.port,
-                                               ": ", ucs_status_string(st)));
+  listen_fd_ = socket(bind_to->first.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  if (listen_fd_ < 0 || setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+      bind(listen_fd_, reinterpret_cast<const sockaddr*>(&bind_to->first), bind_to->second) != 0 ||
+      listen(listen_fd_, 128) != 0) {
+    return absl::UnavailableError(absl::StrCat("transport: cannot listen on ", where, ": ", strerror(errno)));
   }
-  ucp_listener_attr_t attr{};
-  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-  st = ucp_listener_query(listener_, &attr);
-  if (st != UCS_OK) return absl::InternalError(absl::StrCat("transport: ucp_listener_query: ", ucs_status_string(st)));
-  port_ = attr.sockaddr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<const sockaddr_in6&>(attr.sockaddr).sin6_port)
-                                              : ntohs(reinterpret_cast<const sockaddr_in&>(attr.sockaddr).sin_port);
+  sockaddr_storage bound{};
+  socklen_t bound_length = sizeof bound;
+  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &bound_length);
+  port_ = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<const sockaddr_in6&>(bound).sin6_port)
+                                      : ntohs(reinterpret_cast<const sockaddr_in&>(bound).sin_port);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = listen_fd_;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
   return absl::OkStatus();
 }
 
@@ -632,7 +667,7 @@ void Core::Run(std::promise<absl::Status> started) {
   const bool ok = status.ok();
   started.set_value(std::move(status));
   if (ok) {
-    epoll_event events[4];
+    epoll_event events[64];
     for (;;) {
       RunTasks();
       {
@@ -643,16 +678,23 @@ void Core::Run(std::promise<absl::Status> started) {
       }
       Sweep();
       ReapClosing();
+      bool busy;
       {
         std::lock_guard<std::mutex> lock(tasks_mu_);
-        if (!tasks_.empty() || stopping_) continue;
+        busy = !tasks_.empty() || stopping_;
       }
-      if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;
-      const int n = epoll_wait(epoll_fd_, events, 4, kIdleWakeMs);
+      // Busy: look at the sockets without sleeping, then go round again.
+      if (!busy) busy = ucp_worker_arm(worker_) == UCS_ERR_BUSY;
+      const int n = epoll_wait(epoll_fd_, events, 64, busy ? 0 : kIdleWakeMs);
       for (int i = 0; i < n; ++i) {
-        if (events[i].data.fd == wake_fd_) {
+        const int fd = events[i].data.fd;
+        if (fd == wake_fd_) {
           uint64_t count;
           [[maybe_unused]] ssize_t r = read(wake_fd_, &count, sizeof count);
+        } else if (fd == listen_fd_) {
+          AcceptConnections();
+        } else if (fd != ucx_fd_) {
+          OnConnectionEvent(fd, events[i].events);
         }
       }
     }
@@ -662,11 +704,12 @@ void Core::Run(std::promise<absl::Status> started) {
 
 void Core::TeardownUcx() {
   tearing_down_ = true;
+  if (listen_fd_ >= 0) close(listen_fd_);
+  listen_fd_ = -1;
+  while (!pending_.empty()) DropConnection(pending_.begin()->first);
   if (worker_ != nullptr) {
-    if (listener_ != nullptr) ucp_listener_destroy(listener_);
-    listener_ = nullptr;
     std::vector<std::shared_ptr<LinkState>> links;
-    for (auto& [ep, link] : eps_) links.push_back(link);
+    for (auto& [token, link] : tokens_) links.push_back(link);
     // Each peer hears that the link closed (after what was sent before), then the endpoints close with a
     // flush, for at most 2 s.
     for (auto& link : links) {
@@ -675,8 +718,12 @@ void Core::TeardownUcx() {
         std::lock_guard<std::mutex> lock(link->mu);
         established = link->phase == Phase::kEstablished;
       }
-      Fail(link, absl::UnavailableError(absl::StrCat(link->Who(), ": this node's transport stopped")), true, false);
-      if (established) StartSend(link, std::make_shared<SendOp>(), kAmClose, nullptr, 0, nullptr, 0, false);
+      Fail(link, absl::UnavailableError(absl::StrCat(link->Who(), ": this node's transport stopped")), true);
+      if (established) {
+        auto op = std::make_shared<SendOp>();
+        PutLe(op->header.data(), link->peer_token, kTokenBytes);
+        StartSend(link, op, kAmClose, op->header.data(), kTokenBytes, nullptr, 0, false);
+      }
       CloseEp(link, /*force=*/false);
     }
     const absl::Time give_up = absl::Now() + absl::Seconds(2);
@@ -703,11 +750,16 @@ void Core::TeardownUcx() {
     }
     sends_.clear();
     receives_.clear();
+    tokens_.clear();
     ucp_worker_destroy(worker_);
     worker_ = nullptr;
   } else {
     std::lock_guard<std::mutex> lock(tasks_mu_);
     accepting_tasks_ = false;
+  }
+  {
+    std::lock_guard<std::mutex> lock(tasks_mu_);
+    tasks_.clear();  // unrun: RunOnProgressThread's waiters hear false
   }
   if (context_ != nullptr) ucp_cleanup(context_);
   context_ = nullptr;
@@ -725,42 +777,263 @@ void Core::ReapClosing() {
   }
 }
 
-// Handshakes past their time, and failed links whose endpoints may now go.
+// Handshakes past their deadline, connections done lingering, and failed links whose endpoints may now go.
 void Core::Sweep() {
   const absl::Time now = absl::Now();
-  std::vector<std::shared_ptr<LinkState>> late, to_close;
+  std::vector<int> late, done;
+  for (auto& [fd, conn] : pending_) {
+    if (conn.closing && now >= conn.linger_until) done.push_back(fd);
+    if (!conn.closing && now >= conn.deadline) late.push_back(fd);
+  }
+  for (int fd : done) DropConnection(fd);
+  for (int fd : late) {
+    auto it = pending_.find(fd);
+    if (it == pending_.end()) continue;
+    it->second.handshake->Expired();
+    Advance(it->second);
+  }
+  std::vector<std::shared_ptr<LinkState>> to_close;
   for (auto& [ep, link] : eps_) {
     std::lock_guard<std::mutex> lock(link->mu);
-    if (link->phase == Phase::kFailed) {
-      if (now >= link->close_at && (link->receives_in_flight == 0 || now >= link->close_at + absl::Seconds(5))) {
-        to_close.push_back(link);
-      }
-    } else if (link->phase != Phase::kEstablished && now >= link->handshake_deadline) {
-      late.push_back(link);
-    }
-  }
-  for (auto& link : late) {
-    if (link->role == Role::kAcceptor) {
-      Refuse(link, "", "");  // silent: nothing to say to a peer that says nothing
-    } else {
-      if (!link->verdict.ok()) {
-        Fail(link, link->verdict, true, false);
-        continue;
-      }
-      Fail(link,
-           absl::DeadlineExceededError(absl::StrCat("node ", link->peer_rank, " at ", link->address,
-                                                    " did not complete the handshake in time")),
-           true, false);
-      std::lock_guard<std::mutex> lock(link->mu);
-      link->retryable = true;
+    if (link->phase == Phase::kFailed && now >= link->close_at &&
+        (link->receives_in_flight == 0 || now >= link->close_at + absl::Seconds(5))) {
+      to_close.push_back(link);
     }
   }
   for (auto& link : to_close) CloseEp(link, /*force=*/false);
 }
 
-// ---- links: failure and close ----
+// ---- the port: accepts and the acceptor's handshakes ----
 
-void Core::Fail(const std::shared_ptr<LinkState>& link, absl::Status status, bool hard, bool linger) {
+HandshakeSide Core::Side(uint64_t token) const {
+  HandshakeSide side;
+  side.rank = options_.rank;
+  side.group_size = options_.group_size;
+  side.secret = options_.secret;
+  side.facts = options_.facts;
+  side.worker_address = worker_address_;
+  side.token = token;
+  return side;
+}
+
+void Core::AcceptConnections() {
+  for (int i = 0; i < kMaxAcceptsPerWake; ++i) {
+    sockaddr_storage from{};
+    socklen_t from_length = sizeof from;
+    const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &from_length, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN: none left; EMFILE and the like: the next wake tries again
+    // At the cap, the oldest connection goes: a real peer completes its handshake in a round trip or two, so the
+    // oldest is the likeliest squatter, and a peer dropped by mistake retries (Connect).
+    while (pending_.size() >= static_cast<size_t>(options_.max_pending_connections)) {
+      auto oldest = pending_.begin();
+      for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+        if (it->second.order < oldest->second.order) oldest = it;
+      }
+      if (!oldest->second.closing) {
+        refused_.fetch_add(1);
+        std::fprintf(stderr,
+                     "strata transport: node %d refused a connection from %s: dropped for a newer one (%d "
+                     "connections in the handshake at most)\n",
+                     options_.rank, oldest->second.address.c_str(), options_.max_pending_connections);
+      }
+      DropConnection(oldest->first);
+    }
+    PendingConnection& conn = pending_[fd];
+    conn.fd = fd;
+    conn.order = next_order_++;
+    conn.address = AddressString(from);
+    conn.deadline = absl::Now() + options_.handshake_timeout;
+    conn.handshake =
+        Handshake::ForAcceptor(Side(RandomToken()), HandshakeNonce(), [this, fd](int rank) { return Admit(fd, rank); });
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    Advance(conn);  // writes the hello
+  }
+}
+
+// A rank that proved the secret: refused while it holds a live link; a newer connection claiming it replaces an
+// older one still in the handshake (the older is a connect attempt its node gave up on).
+std::string Core::Admit(int fd, int rank) {
+  if (auto it = ranks_.find(rank); it != ranks_.end()) {
+    if (auto held = it->second.lock()) {
+      std::lock_guard<std::mutex> lock(held->mu);
+      if (held->phase != Phase::kFailed) {
+        return absl::StrCat("node ", rank, " already has a link to node ", options_.rank);
+      }
+    }
+  }
+  if (auto it = claimed_.find(rank); it != claimed_.end() && it->second != fd) {
+    if (auto older = pending_.find(it->second); older != pending_.end()) {
+      older->second.claimed_rank = -1;
+      older->second.deadline = absl::InfinitePast();  // the sweep drops it
+    }
+  }
+  claimed_[rank] = fd;
+  pending_.at(fd).claimed_rank = rank;
+  return "";
+}
+
+void Core::OnConnectionEvent(int fd, uint32_t events) {
+  auto it = pending_.find(fd);
+  if (it == pending_.end()) return;
+  PendingConnection& conn = it->second;
+  if (events & EPOLLOUT) Flush(conn);
+  if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR))) return;
+  char buffer[kReadChunk];
+  // Never more than the current frame still needs: a peer cannot make this node buffer more than one frame.
+  const size_t want = conn.closing ? sizeof buffer : std::min(conn.handshake->wanted(), sizeof buffer);
+  const ssize_t n = recv(fd, buffer, want, 0);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  if (conn.closing) {
+    if (n <= 0) DropConnection(fd);  // the peer has read what it was told and gone
+    return;
+  }
+  if (n > 0) {
+    conn.handshake->Feed(absl::string_view(buffer, static_cast<size_t>(n)));
+  } else {
+    conn.handshake->PeerClosed();
+  }
+  Advance(conn);
+}
+
+void Core::Advance(PendingConnection& conn) {
+  Handshake& handshake = *conn.handshake;
+  switch (handshake.outcome()) {
+    case Handshake::Outcome::kPending:
+      conn.out += handshake.TakeOutput();
+      Flush(conn);
+      return;
+    case Handshake::Outcome::kRefused:
+      OnRefused(conn);
+      return;
+    case Handshake::Outcome::kEstablished:
+      // The link, its endpoint and its token exist before the peer reads "ready" and may send.
+      if (std::shared_ptr<LinkState> link = EstablishAccepted(conn)) {
+        conn.out += handshake.TakeOutput();
+        StartClosing(conn, kLinger);
+        Established(link);
+      } else {
+        DropConnection(conn.fd);
+      }
+      return;
+    case Handshake::Outcome::kFailed:  // a connector's outcome; not reached here
+      DropConnection(conn.fd);
+      return;
+  }
+}
+
+void Core::OnRefused(PendingConnection& conn) {
+  const Handshake& handshake = *conn.handshake;
+  refused_.fetch_add(1);
+  std::fprintf(stderr, "strata transport: node %d refused a connection from %s%s: %s\n", options_.rank,
+               conn.address.c_str(), handshake.claim().c_str(), std::string(handshake.status().message()).c_str());
+  if (handshake.status().code() == absl::StatusCode::kFailedPrecondition) {  // a member whose facts differ
+    {
+      std::lock_guard<std::mutex> lock(accept_mu_);
+      accept_failures_[handshake.peer_rank()] = Detached(handshake.status());
+    }
+    accept_cv_.notify_all();
+  }
+  if (handshake.refusal().empty()) {
+    DropConnection(conn.fd);
+    return;
+  }
+  conn.out += conn.handshake->TakeOutput();
+  StartClosing(conn, kLinger);
+}
+
+std::shared_ptr<LinkState> Core::EstablishAccepted(PendingConnection& conn) {
+  const Handshake& handshake = *conn.handshake;
+  const int rank = handshake.peer_rank();
+  // A newer connection from the same rank took the claim while this one was finishing: that one goes on.
+  absl::StatusOr<ucp_ep_h> ep = conn.claimed_rank != rank
+                                    ? absl::AbortedError("a newer connection from that rank replaced it")
+                                    : CreateEp(handshake.peer_worker_address());
+  if (!ep.ok()) {
+    refused_.fetch_add(1);
+    std::fprintf(stderr, "strata transport: node %d refused a connection from %s (rank %d): %s\n", options_.rank,
+                 conn.address.c_str(), rank, std::string(ep.status().message()).c_str());
+    return nullptr;
+  }
+  auto link = std::make_shared<LinkState>(Role::kAcceptor, options_.rank, rank, conn.address, handshake.self_token());
+  link->ep = *ep;
+  link->peer_token = handshake.peer_token();
+  eps_[*ep] = link;
+  tokens_[link->token] = link;
+  ranks_[rank] = link;
+  return link;
+}
+
+void Core::Flush(PendingConnection& conn) {
+  while (!conn.out.empty()) {
+    const ssize_t n = send(conn.fd, conn.out.data(), conn.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      conn.out.erase(0, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+    conn.out.clear();  // the peer is gone: reading will say so
+    break;
+  }
+  const bool want_write = !conn.out.empty();
+  if (want_write != conn.want_write) {
+    conn.want_write = want_write;
+    epoll_event ev{};
+    ev.events = want_write ? (EPOLLIN | EPOLLOUT) : EPOLLIN;
+    ev.data.fd = conn.fd;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, conn.fd, &ev);
+  }
+  if (conn.closing && conn.out.empty()) shutdown(conn.fd, SHUT_WR);
+}
+
+// The handshake is over: what is left to say is written, then the socket lingers (reading and discarding) until
+// the peer closes or `linger` passes, so that closing with unread bytes does not reset the connection first.
+void Core::StartClosing(PendingConnection& conn, absl::Duration linger) {
+  conn.closing = true;
+  conn.linger_until = absl::Now() + linger;
+  if (conn.claimed_rank >= 0) {
+    if (auto it = claimed_.find(conn.claimed_rank); it != claimed_.end() && it->second == conn.fd) claimed_.erase(it);
+    conn.claimed_rank = -1;
+  }
+  Flush(conn);
+}
+
+void Core::DropConnection(int fd) {
+  auto it = pending_.find(fd);
+  if (it == pending_.end()) return;
+  if (const int rank = it->second.claimed_rank; rank >= 0) {
+    if (auto c = claimed_.find(rank); c != claimed_.end() && c->second == fd) claimed_.erase(c);
+  }
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  close(fd);
+  pending_.erase(it);
+}
+
+// ---- links: endpoints, failure and close ----
+
+// Peer error mode: a peer that dies or resets is reported at once (OnEpError), not at a timeout.
+absl::StatusOr<ucp_ep_h> Core::CreateEp(const std::string& worker_address) {
+  if (tearing_down_) return absl::UnavailableError("this node's transport stopped");
+  ucp_ep_params_t params{};
+  params.field_mask =
+      UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(worker_address.data());
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = [](void* arg, ucp_ep_h ep, ucs_status_t status) {
+    static_cast<Core*>(arg)->OnEpError(ep, status);
+  };
+  params.err_handler.arg = this;
+  ucp_ep_h ep = nullptr;
+  const ucs_status_t st = ucp_ep_create(worker_, &params, &ep);
+  if (st != UCS_OK) {
+    return absl::UnavailableError(absl::StrCat("cannot reach its UCX worker (", ucs_status_string(st), ")"));
+  }
+  return ep;
+}
+
+void Core::Fail(const std::shared_ptr<LinkState>& link, absl::Status status, bool hard) {
   {
     std::lock_guard<std::mutex> lock(link->mu);
     if (link->phase != Phase::kFailed) {
@@ -770,13 +1043,14 @@ void Core::Fail(const std::shared_ptr<LinkState>& link, absl::Status status, boo
     } else if (hard && !link->hard_failure) {
       link->hard_failure = true;  // keep the first reason (the peer closed), stop waiting for its messages
     }
-    link->close_at = std::min(link->close_at, absl::Now() + (linger ? kLinger : absl::ZeroDuration()));
+    link->close_at = std::min(link->close_at, absl::Now());
     link->cv.notify_all();
   }
   if (link->role == Role::kAcceptor) accept_cv_.notify_all();
 }
 
 void Core::CloseEp(const std::shared_ptr<LinkState>& link, bool force) {
+  if (auto it = tokens_.find(link->token); it != tokens_.end() && it->second == link) tokens_.erase(it);
   if (link->ep == nullptr) return;
   ucp_ep_h ep = link->ep;
   link->ep = nullptr;
@@ -788,281 +1062,38 @@ void Core::CloseEp(const std::shared_ptr<LinkState>& link, bool force) {
   if (UCS_PTR_IS_PTR(request)) closing_.push_back(request);
 }
 
-void Core::Refuse(const std::shared_ptr<LinkState>& link, const std::string& reason, const std::string& claim) {
-  {
-    std::lock_guard<std::mutex> lock(link->mu);
-    if (link->phase == Phase::kFailed) return;
-  }
-  refused_.fetch_add(1);
-  std::fprintf(stderr, "strata transport: node %d refused a connection from %s%s: %s\n", options_.rank,
-               link->address.c_str(), claim.c_str(),
-               reason.empty() ? "the handshake did not complete in time" : reason.c_str());
-  if (!reason.empty()) SendFrame(link, EncodeFrame(kRefuse, {reason}));
-  Fail(link, absl::PermissionDeniedError(absl::StrCat("refused ", link->address, ": ", reason)), true,
-       /*linger=*/!reason.empty());
-}
-
 void Core::OnEpError(ucp_ep_h ep, ucs_status_t status) {
   auto link = Find(eps_, ep);
   if (link == nullptr) return;
-  bool before_hello, mid_handshake;
-  {
-    std::lock_guard<std::mutex> lock(link->mu);
-    before_hello = link->phase == Phase::kConnecting;
-    mid_handshake = link->phase != Phase::kEstablished && link->phase != Phase::kFailed;
-    if (before_hello) link->retryable = true;
-  }
-  std::string what;
-  if (before_hello) {
-    what = absl::StrCat("node ", link->peer_rank, " at ", link->address, " is not reachable (",
-                        ucs_status_string(status), ")");
-  } else {
-    what = absl::StrCat(link->Who(), ": connection lost (", ucs_status_string(status), ")");
-  }
-  if (link->role == Role::kAcceptor && mid_handshake) {
-    // A stranger that went away mid-handshake: refused like any other.
-    refused_.fetch_add(1);
-    std::fprintf(stderr, "strata transport: node %d refused a connection from %s: it went away mid-handshake (%s)\n",
-                 options_.rank, link->address.c_str(), ucs_status_string(status));
-  }
-  Fail(link, link->verdict.ok() ? absl::UnavailableError(what) : link->verdict, true, false);
+  Fail(link, absl::UnavailableError(absl::StrCat(link->Who(), ": connection lost (", ucs_status_string(status), ")")),
+       true);
   CloseEp(link, /*force=*/true);  // UCX requires a forced close after an endpoint error
 }
 
-void Core::OnPeerClose(ucp_ep_h ep) {
-  auto link = Find(eps_, ep);
-  if (link == nullptr) return;
-  Fail(link, absl::UnavailableError(absl::StrCat(link->Who(), " closed the link")), /*hard=*/false, false);
+void Core::OnPeerClose(const void* header, size_t header_length) {
+  if (header_length != kTokenBytes && header_length != kTokenBytes + 1) return;
+  auto it = tokens_.find(GetLe(static_cast<const uint8_t*>(header), kTokenBytes));
+  if (it == tokens_.end()) return;
+  std::shared_ptr<LinkState> link = it->second;
+  if (header_length == kTokenBytes) {
+    Fail(link, absl::UnavailableError(absl::StrCat(link->Who(), " closed the link")), /*hard=*/false);
+    return;
+  }
+  // The peer failed the link (a message it refused): what is in flight is cancelled at once, not at UCX's
+  // keepalive timeout (an endpoint made by worker address hears of the peer's close no other way).
+  Fail(link, absl::UnavailableError(absl::StrCat(link->Who(), " closed the link after an error on its side")), true);
+  CloseEp(link, /*force=*/true);
 }
 
-// ---- handshake ----
-
-void Core::OnConnRequest(ucp_conn_request_h request) {
-  if (tearing_down_) {
-    if (listener_ != nullptr) ucp_listener_reject(listener_, request);
-    return;
+void Core::Abort(const std::shared_ptr<LinkState>& link, absl::Status status) {
+  Fail(link, std::move(status), true);
+  if (link->ep != nullptr) {
+    auto op = std::make_shared<SendOp>();
+    PutLe(op->header.data(), link->peer_token, kTokenBytes);
+    op->header[kTokenBytes] = 1;
+    StartSend(link, op, kAmClose, op->header.data(), kTokenBytes + 1, nullptr, 0, false);
   }
-  ucp_conn_request_attr_t attr{};
-  attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
-  std::string address = "?";
-  if (ucp_conn_request_query(request, &attr) == UCS_OK) address = AddressString(attr.client_address);
-  auto link = std::make_shared<LinkState>(Role::kAcceptor, options_.rank, -1, address, absl::Now() + kHandshakeLimit);
-  ucp_ep_params_t params{};
-  params.field_mask =
-      UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  params.conn_request = request;
-  ReportErrorsOf(params);
-  ucp_ep_h ep = nullptr;
-  const ucs_status_t st = ucp_ep_create(worker_, &params, &ep);
-  if (st != UCS_OK) {
-    refused_.fetch_add(1);
-    std::fprintf(stderr, "strata transport: node %d refused a connection from %s: %s\n", options_.rank, address.c_str(),
-                 ucs_status_string(st));
-    return;
-  }
-  link->ep = ep;
-  link->phase = Phase::kAwaitAuth;
-  link->nonce_a = Nonce();
-  eps_[ep] = link;
-  SendFrame(link, EncodeFrame(kHello, {kProtocol, link->nonce_a, RankBytes(options_.rank)}));
-}
-
-// Peer error mode: a peer that dies or resets is reported at once (OnEpError), not at a timeout.
-void Core::ReportErrorsOf(ucp_ep_params_t& params) {
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  params.err_handler.cb = [](void* arg, ucp_ep_h ep, ucs_status_t status) {
-    static_cast<Core*>(arg)->OnEpError(ep, status);
-  };
-  params.err_handler.arg = this;
-}
-
-bool Core::CreateConnectorEp(const std::shared_ptr<LinkState>& link, const sockaddr_storage& addr, socklen_t len) {
-  if (tearing_down_) {
-    Fail(link, absl::UnavailableError("transport stopped"), true, false);
-    return false;
-  }
-  ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
-  params.sockaddr.addrlen = len;
-  ReportErrorsOf(params);
-  ucp_ep_h ep = nullptr;
-  const ucs_status_t st = ucp_ep_create(worker_, &params, &ep);
-  if (st != UCS_OK) {
-    Fail(link,
-         absl::UnavailableError(absl::StrCat("node ", link->peer_rank, " at ", link->address, " is not reachable (",
-                                             ucs_status_string(st), ")")),
-         true, false);
-    std::lock_guard<std::mutex> lock(link->mu);
-    link->retryable = true;
-    return false;
-  }
-  link->ep = ep;
-  eps_[ep] = link;
-  return true;
-}
-
-void Core::OnHandshake(const std::shared_ptr<LinkState>& link, absl::string_view bytes) {
-  std::optional<Frame> frame = DecodeFrame(bytes);
-  Phase phase;
-  {
-    std::lock_guard<std::mutex> lock(link->mu);
-    phase = link->phase;
-  }
-  if (phase == Phase::kFailed) return;
-  const int self = options_.rank;
-
-  if (link->role == Role::kAcceptor) {
-    if (!frame || (phase == Phase::kAwaitAuth && frame->step != kAuth) ||
-        (phase == Phase::kAwaitFacts && frame->step != kFacts) ||
-        (phase != Phase::kAwaitAuth && phase != Phase::kAwaitFacts)) {
-      Refuse(link, "the handshake was malformed", "");
-      return;
-    }
-    if (frame->step == kAuth) {
-      std::optional<int> rank;
-      if (frame->fields.size() != 3 || !(rank = ParseRank(frame->fields[0])) ||
-          frame->fields[1].size() != kNonceBytes || frame->fields[2].size() != kMacBytes) {
-        Refuse(link, "the handshake was malformed", "");
-        return;
-      }
-      const std::string claim = absl::StrCat(" (claims rank ", *rank, ")");
-      link->nonce_b = std::string(frame->fields[1]);
-      const std::string expected = Mac(options_.secret, "strata-group-v1 connect", link->nonce_a, link->nonce_b, *rank);
-      if (!SameMac(expected, frame->fields[2])) {
-        Refuse(link, "the group secret differs", claim);
-        return;
-      }
-      if (*rank < 1 || *rank >= options_.group_size) {
-        Refuse(link,
-               absl::StrCat("rank ", *rank, " is not in [1, ", options_.group_size, ") in a group of ",
-                            options_.group_size),
-               claim);
-        return;
-      }
-      if (*rank == self) {
-        Refuse(link, absl::StrCat("rank ", *rank, " is node ", self, "'s own"), claim);
-        return;
-      }
-      if (auto held = ranks_[*rank].lock()) {
-        std::lock_guard<std::mutex> lock(held->mu);
-        if (held->phase != Phase::kFailed) {
-          Refuse(link, absl::StrCat("node ", *rank, " already has a link to node ", self), claim);
-          return;
-        }
-      }
-      ranks_[*rank] = link;
-      {
-        std::lock_guard<std::mutex> lock(link->mu);
-        link->peer_rank = *rank;
-        link->phase = Phase::kAwaitFacts;
-      }
-      const std::string mac = Mac(options_.secret, "strata-group-v1 accept", link->nonce_a, link->nonce_b, *rank);
-      std::vector<absl::string_view> fields{mac};
-      AppendFacts(options_.facts, fields);
-      SendFrame(link, EncodeFrame(kAccept, fields));
-      return;
-    }
-    // kFacts
-    std::optional<Facts> theirs = ParseFacts(frame->fields, 0);
-    if (!theirs) {
-      Refuse(link, "the handshake was malformed", absl::StrCat(" (rank ", link->peer_rank, ")"));
-      return;
-    }
-    const std::string differences = CompareFacts(options_.facts, *theirs, self, link->peer_rank);
-    if (!differences.empty()) {
-      refused_.fetch_add(1);
-      std::fprintf(stderr, "strata transport: node %d refused a connection from %s (rank %d): %s\n", self,
-                   link->address.c_str(), link->peer_rank, differences.c_str());
-      absl::Status status = absl::FailedPreconditionError(differences);
-      {
-        std::lock_guard<std::mutex> lock(accept_mu_);
-        accept_failures_[link->peer_rank] = Detached(status);  // its own payload: the link keeps `status`
-      }
-      SendFrame(link, EncodeFrame(kRefuse, {"the facts differ"}));
-      Fail(link, status, true, /*linger=*/true);
-      return;
-    }
-    SendFrame(link, EncodeFrame(kReady, {}));
-    Established(link);
-    return;
-  }
-
-  // Connector.
-  const std::string at = absl::StrCat("node ", link->peer_rank, " at ", link->address);
-  if (!link->verdict.ok()) {  // the acceptor answered this node's facts: fail with the difference
-    Fail(link, link->verdict, true, false);
-    CloseEp(link, false);
-    return;
-  }
-  if (frame && frame->step == kRefuse && frame->fields.size() == 1 &&
-      (phase == Phase::kAwaitAccept || phase == Phase::kConnecting || phase == Phase::kAwaitReady)) {
-    Fail(link,
-         absl::PermissionDeniedError(
-             absl::StrCat(at, " refused this node (rank ", self, "): ", Printable(frame->fields[0]))),
-         true, false);
-    CloseEp(link, false);
-    return;
-  }
-  if (phase == Phase::kConnecting) {
-    if (!frame || frame->step != kHello || frame->fields.size() != 3 || frame->fields[0] != kProtocol ||
-        frame->fields[1].size() != kNonceBytes) {
-      Fail(link, absl::PermissionDeniedError(absl::StrCat(at, " does not speak ", kProtocol)), true, false);
-      CloseEp(link, false);
-      return;
-    }
-    const std::optional<int> their_rank = ParseRank(frame->fields[2]);
-    if (!their_rank || *their_rank != link->peer_rank) {
-      Fail(link,
-           absl::FailedPreconditionError(absl::StrCat(at, " is node ", their_rank ? std::to_string(*their_rank) : "?",
-                                                      ", not node ", link->peer_rank)),
-           true, false);
-      CloseEp(link, false);
-      return;
-    }
-    link->nonce_a = std::string(frame->fields[1]);
-    link->nonce_b = Nonce();
-    const std::string mac = Mac(options_.secret, "strata-group-v1 connect", link->nonce_a, link->nonce_b, self);
-    {
-      std::lock_guard<std::mutex> lock(link->mu);
-      link->phase = Phase::kAwaitAccept;
-    }
-    SendFrame(link, EncodeFrame(kAuth, {RankBytes(self), link->nonce_b, mac}));
-    return;
-  }
-  if (phase == Phase::kAwaitAccept && frame && frame->step == kAccept && !frame->fields.empty()) {
-    const std::string expected = Mac(options_.secret, "strata-group-v1 accept", link->nonce_a, link->nonce_b, self);
-    if (!SameMac(expected, frame->fields[0])) {
-      Fail(link,
-           absl::PermissionDeniedError(absl::StrCat(
-               at, " could not prove it holds the group secret (its answer to this node's challenge is wrong)")),
-           true, false);
-      CloseEp(link, false);
-      return;
-    }
-    std::optional<Facts> theirs = ParseFacts(frame->fields, 1);
-    if (!theirs) {
-      Fail(link, absl::PermissionDeniedError(absl::StrCat(at, " sent a malformed handshake")), true, false);
-      CloseEp(link, false);
-      return;
-    }
-    std::vector<absl::string_view> fields;
-    AppendFacts(options_.facts, fields);
-    SendFrame(link, EncodeFrame(kFacts, fields));  // sent either way: the acceptor reports the difference too
-    const std::string differences = CompareFacts(options_.facts, *theirs, self, link->peer_rank);
-    if (!differences.empty()) link->verdict = absl::FailedPreconditionError(differences);
-    std::lock_guard<std::mutex> lock(link->mu);
-    link->phase = Phase::kAwaitReady;
-    return;
-  }
-  if (phase == Phase::kAwaitReady && frame && frame->step == kReady && frame->fields.empty()) {
-    Established(link);
-    return;
-  }
-  Fail(link, absl::PermissionDeniedError(absl::StrCat(at, " sent a malformed handshake")), true, false);
-  CloseEp(link, false);
+  CloseEp(link, /*force=*/false);  // flushes the close message first
 }
 
 void Core::Established(const std::shared_ptr<LinkState>& link) {
@@ -1102,8 +1133,7 @@ void Core::StartSend(const std::shared_ptr<LinkState>& link, const std::shared_p
     return;
   }
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = UCP_AM_SEND_FLAG_REPLY;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = [](void* request, ucs_status_t status, void* user_data) {
     auto* op = static_cast<SendOp*>(user_data);
     CurrentCore()->FinishSend(op, status);
@@ -1120,12 +1150,6 @@ void Core::StartSend(const std::shared_ptr<LinkState>& link, const std::shared_p
   } else if (UCS_PTR_IS_ERR(request)) {
     FinishSend(op.get(), UCS_PTR_STATUS(request));
   }
-}
-
-void Core::SendFrame(const std::shared_ptr<LinkState>& link, std::string frame) {
-  auto op = std::make_shared<SendOp>();
-  op->owned = std::move(frame);
-  StartSend(link, op, kAmHandshake, nullptr, 0, op->owned.data(), op->owned.size(), false);
 }
 
 absl::Status Core::Send(const std::shared_ptr<LinkState>& link, uint32_t kind,
@@ -1153,9 +1177,9 @@ absl::Status Core::Send(const std::shared_ptr<LinkState>& link, uint32_t kind,
         return;
       }
     }
-    const uint64_t seq = link->next_send++;
-    for (int i = 0; i < 4; ++i) op->header[i] = static_cast<uint8_t>(kind >> (8 * i));
-    for (int i = 0; i < 8; ++i) op->header[8 + i] = static_cast<uint8_t>(seq >> (8 * i));
+    PutLe(op->header.data(), kind, 4);
+    PutLe(op->header.data() + 8, link->next_send++, 8);
+    PutLe(op->header.data() + 16, link->peer_token, kTokenBytes);
     if (op->iov.size() == 1) {
       StartSend(link, op, kAmData, op->header.data(), op->header.size(), op->iov[0].buffer, op->iov[0].length, false);
     } else if (op->iov.empty()) {
@@ -1180,48 +1204,31 @@ absl::Status Core::Send(const std::shared_ptr<LinkState>& link, uint32_t kind,
 
 // ---- receiving ----
 
-ucs_status_t Core::OnData(ucp_ep_h ep, const void* header, size_t header_length, void* data, size_t length,
-                          bool rendezvous) {
+ucs_status_t Core::OnData(const void* header, size_t header_length, void* data, size_t length, bool rendezvous) {
   const ucs_status_t drop = rendezvous ? UCS_ERR_REJECTED : UCS_OK;
-  auto link = Find(eps_, ep);
-  if (link == nullptr) return drop;
+  // The token finds the link; a message without a live link's token (a closed link's stragglers, or bytes from
+  // someone who never passed the handshake) is dropped unread.
+  if (header_length != kDataHeaderBytes) return drop;
+  const auto* h = static_cast<const uint8_t*>(header);
+  auto found = tokens_.find(GetLe(h + 16, kTokenBytes));
+  if (found == tokens_.end()) return drop;
+  std::shared_ptr<LinkState> link = found->second;
+  const uint32_t kind = static_cast<uint32_t>(GetLe(h, 4));
+  const uint64_t seq = GetLe(h + 8, 8);
   std::unique_lock<std::mutex> lock(link->mu);
   if (link->phase == Phase::kFailed) return drop;
-  const bool allowed = link->phase == Phase::kEstablished || (link->phase == Phase::kAwaitReady && link->verdict.ok());
-  uint64_t seq = 0;
-  uint32_t kind = 0;
-  if (header_length == kDataHeaderBytes) {
-    const auto* h = static_cast<const uint8_t*>(header);
-    for (int i = 0; i < 4; ++i) kind |= uint32_t{h[i]} << (8 * i);
-    for (int i = 0; i < 8; ++i) seq |= uint64_t{h[8 + i]} << (8 * i);
-  }
-  std::string problem;
-  if (!allowed) {
-    problem = "sent a message before the handshake completed";
-  } else if (header_length != kDataHeaderBytes || seq < link->next_deliver ||
-             seq - link->next_deliver >= kMaxSequenceGap || link->inbox.count(seq) != 0) {
-    problem = "sent a malformed message header";
-  }
-  if (!problem.empty()) {
+  if (seq < link->next_deliver || seq - link->next_deliver >= kMaxSequenceGap || link->inbox.count(seq) != 0) {
     const std::string who = link->WhoLocked();
     lock.unlock();
-    if (!allowed && link->role == Role::kAcceptor) {
-      Refuse(link, "the handshake was malformed", "");
-    } else {
-      Fail(link, absl::UnavailableError(absl::StrCat(who, " ", problem, "; the link is closed")), true, false);
-      CloseEp(link, true);
-    }
+    Abort(link, absl::UnavailableError(absl::StrCat(who, " sent a malformed message header; the link is closed")));
     return drop;
   }
   if (length > options_.max_message_bytes) {
     const std::string who = link->WhoLocked();
     lock.unlock();
-    Fail(link,
-         absl::InvalidArgumentError(absl::StrCat(who, " sent a message of ", length,
-                                                 " bytes, more than max_message_bytes (", options_.max_message_bytes,
-                                                 "); the link is closed")),
-         true, false);
-    CloseEp(link, true);
+    Abort(link, absl::InvalidArgumentError(absl::StrCat(who, " sent a message of ", length,
+                                                        " bytes, more than max_message_bytes (",
+                                                        options_.max_message_bytes, "); the link is closed")));
     return rendezvous ? UCS_ERR_EXCEEDS_LIMIT : UCS_OK;
   }
   auto slot = std::make_unique<Slot>();
@@ -1293,7 +1300,7 @@ void Core::FinishReceive(uint64_t id, ucs_status_t status) {
   Fail(op.link,
        absl::UnavailableError(absl::StrCat(op.link->Who(), ": connection lost while receiving a message of ", op.length,
                                            " bytes (", ucs_status_string(status), ")")),
-       true, false);
+       true);
   CloseEp(op.link, true);
 }
 
@@ -1330,33 +1337,16 @@ absl::StatusOr<std::shared_ptr<LinkState>> Core::Connect(int peer, const std::st
     return absl::InvalidArgumentError(
         absl::StrCat("node ", options_.rank, " cannot connect to node ", peer, " in a group of ", options_.group_size));
   }
+  const std::string at = absl::StrCat("node ", peer, " at ", address);
   const absl::Time start = absl::Now();
   absl::Status last = absl::DeadlineExceededError("no attempt was made");
   while (absl::Now() < deadline) {
     auto resolved = Resolve(host, port, /*passive=*/false);
     if (resolved.ok()) {
-      const absl::Time attempt_deadline = std::min(deadline, absl::Now() + kHandshakeLimit);
-      auto link = std::make_shared<LinkState>(Role::kConnector, options_.rank, peer, address, attempt_deadline);
-      const sockaddr_storage addr = resolved->first;
-      const socklen_t len = resolved->second;
-      if (!Post([this, link, addr, len] { CreateConnectorEp(link, addr, len); })) {
-        return absl::UnavailableError("transport stopped");
-      }
-      std::unique_lock<std::mutex> lock(link->mu);
-      while (link->phase != Phase::kEstablished && link->phase != Phase::kFailed) {
-        if (absl::Now() >= attempt_deadline + absl::Seconds(1)) break;  // the sweep fails it first, normally
-        WaitUntil(link->cv, lock, attempt_deadline + absl::Seconds(1));
-      }
-      if (link->phase == Phase::kEstablished) return link;
-      const bool retryable = link->phase != Phase::kFailed || link->retryable;
-      last = link->phase == Phase::kFailed ? Detached(link->failure)
-                                           : absl::DeadlineExceededError("the handshake did not complete in time");
-      lock.unlock();
-      if (!retryable) return last;  // the link closes itself (after the peer has read this node's facts)
-      Post([this, link] {
-        Fail(link, absl::UnavailableError("connection attempt abandoned"), true, false);
-        CloseEp(link, true);
-      });
+      const absl::Time attempt_deadline = std::min(deadline, absl::Now() + options_.handshake_timeout);
+      Attempt attempt = ConnectOnce(peer, at, address, resolved->first, resolved->second, attempt_deadline);
+      if (attempt.link.ok() || !attempt.retryable) return std::move(attempt.link);
+      last = attempt.link.status();
     } else {
       last = resolved.status();
     }
@@ -1366,6 +1356,43 @@ absl::StatusOr<std::shared_ptr<LinkState>> Core::Connect(int peer, const std::st
   return absl::DeadlineExceededError(absl::StrCat("node ", options_.rank, " could not connect to node ", peer, " at ",
                                                   address, " within ", Seconds(absl::Now() - start), ": ",
                                                   last.message()));
+}
+
+// The handshake runs on the calling thread over a socket of its own; the progress thread only registers the link's
+// token first (the acceptor may send as soon as it has said "ready") and makes the endpoint after.
+Core::Attempt Core::ConnectOnce(int peer, const std::string& at, const std::string& address,
+                                const sockaddr_storage& addr, socklen_t len, absl::Time deadline) {
+  absl::StatusOr<int> fd = ConnectSocket(addr, len, at, deadline);
+  if (!fd.ok()) return Attempt{fd.status(), true};
+  auto link = std::make_shared<LinkState>(Role::kConnector, options_.rank, peer, address, RandomToken());
+  const absl::Status stopped = absl::UnavailableError("transport stopped");
+  if (!RunOnProgressThread([this, link] { tokens_[link->token] = link; })) {
+    close(*fd);
+    return Attempt{stopped, false};
+  }
+  std::unique_ptr<Handshake> handshake = Handshake::ForConnector(Side(link->token), peer, at, HandshakeNonce());
+  RunConnectorHandshake(*fd, *handshake, deadline);
+  close(*fd);
+  absl::Status failed = handshake->status();
+  const bool established = handshake->outcome() == Handshake::Outcome::kEstablished;
+  bool ran = RunOnProgressThread([&] {
+    if (established) {
+      absl::StatusOr<ucp_ep_h> ep = CreateEp(handshake->peer_worker_address());
+      if (ep.ok()) {
+        link->ep = *ep;
+        link->peer_token = handshake->peer_token();
+        eps_[*ep] = link;
+        Established(link);
+        return;
+      }
+      failed = absl::UnavailableError(absl::StrCat(at, ": ", ep.status().message()));
+    }
+    Fail(link, failed, true);
+    CloseEp(link, true);  // forgets the token
+  });
+  if (!ran) return Attempt{stopped, false};
+  if (established && failed.ok()) return Attempt{link, false};
+  return Attempt{Detached(failed), !established && handshake->retryable()};
 }
 
 void Core::Close(const std::shared_ptr<LinkState>& link) {
@@ -1380,7 +1407,8 @@ void Core::Close(const std::shared_ptr<LinkState>& link) {
   Post([this, link] {
     if (link->ep == nullptr) return;
     auto op = std::make_shared<SendOp>();
-    StartSend(link, op, kAmClose, nullptr, 0, nullptr, 0, false);
+    PutLe(op->header.data(), link->peer_token, kTokenBytes);
+    StartSend(link, op, kAmClose, op->header.data(), kTokenBytes, nullptr, 0, false);
     CloseEp(link, /*force=*/false);
   });
 }

@@ -147,6 +147,10 @@ def test_the_group_flags_come_from_the_leaderworkerset(objects, role):
     # The data port: the flag, the container port and the group Service agree.
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert int(flag(c, "group-port")) == ports["group"]
+    # It binds the pod's IP (the downward API), not every interface: --group-bind defaults to loopback.
+    assert flag(c, "group-bind") == "$(POD_IP)"
+    env = {e["name"]: e for e in c.get("env", [])}
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
 
 
 def test_clients_reach_the_leaders_and_the_group_service_every_pod(objects):

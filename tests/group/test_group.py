@@ -6,8 +6,14 @@ a killed, stopped or departed worker, a dead leader, a wrong secret, another che
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
+import os
+import pathlib
+import random
 import signal
+import socket
+import struct
 import subprocess
 import time
 
@@ -401,6 +407,71 @@ def test_a_stranger_at_the_data_port_is_refused_and_counted(server_bin, stubs, s
         assert GH.wait_metric(group.leader.metrics_url, "strata_group_refused_connections_total",
                               lambda v: v >= 1) >= 1
         # The group serves on.
+        got = GH.generate(stubs, group.leader.channel, prompt_ids=PROMPTS[0], max_new_tokens=NEW_TOKENS)
+        assert got["ids"] == expected[0]["ids"]
+    finally:
+        group.stop()
+
+
+def listening_ports(pid: int) -> list[tuple[str, int]]:
+    """Every TCP socket process `pid` listens on, as (bound host, port): its fds' socket inodes matched to
+    /proc/net/tcp{,6}'s LISTEN rows (state 0A)."""
+    inodes = set()
+    for fd in pathlib.Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    ports = []
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        for line in pathlib.Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            columns = line.split()
+            if columns[3] != "0A" or columns[9] not in inodes:
+                continue
+            address, port = columns[1].split(":")
+            raw = bytes.fromhex(address)
+            # /proc writes each 32-bit word little-endian.
+            packed = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            ports.append((socket.inet_ntop(family, packed), int(port, 16)))
+    return ports
+
+
+def throw_bytes(host: str, port: int, payload: bytes):
+    with contextlib.suppress(OSError):
+        with socket.create_connection((host, port), timeout=5) as s:
+            s.sendall(payload)
+            time.sleep(0.2)
+
+
+def test_raw_bytes_on_every_port_of_both_nodes_are_survived(server_bin, stubs, secret_file, checkpoints, tmp_path):
+    # Issue 38: 16 bytes of 0xff on a group's data port aborted the node inside UCX (Debian's UCX 1.13.1 parsed them
+    # before the handshake), and the group with it; and UCX's TCP transport listened on the external interface
+    # despite --group-bind 127.0.0.1. Every TCP port either node listens on (the data ports, UCX's own, gRPC,
+    # /metrics) gets strangers' bytes; both nodes live on, no socket is bound to an external address, and the
+    # group still serves.
+    directory, expected = checkpoints("llama_llama3_gqa")
+    group = G.Group(server_bin, stubs, tmp_path, directory, secret_file, gpus=[1, 1], map_json=G.layer_map(4, [0, 1]))
+    try:
+        half_handshake = struct.pack(">I", 81) + b"\x02" + struct.pack(">I", 4) + b"\x00\x00\x00\x01"
+        payloads = [b"\xff" * 16, random.Random(38).randbytes(1024), half_handshake, struct.pack(">I", 1 << 30)]
+        nodes = {"leader": group.leader.process, "worker": group.workers[0].process}
+        for name, process in nodes.items():
+            ports = listening_ports(process.pid)
+            assert ports, f"{name}: no listening socket found"
+            if name == "leader":
+                assert ("127.0.0.1", group.data_port) in ports, ports
+            for host, port in ports:
+                v4 = host.removeprefix("::ffff:")  # an IPv4 address in an IPv6 socket
+                external = not (v4.startswith("127.") or host in ("::1", "0.0.0.0", "::"))
+                assert not external, f"the {name} listens on {host}:{port}: --group-bind is 127.0.0.1"
+                target = "::1" if host in ("::1", "::") else "127.0.0.1"
+                for payload in payloads:
+                    throw_bytes(target, port, payload)
+        time.sleep(1)
+        for name, process in nodes.items():
+            assert process.poll() is None, f"the {name} died of a stranger's bytes\n{group.output()}"
+        assert GH.wait_metric(group.leader.metrics_url, "strata_group_refused_connections_total",
+                              lambda v: v >= len(payloads)) >= len(payloads)
         got = GH.generate(stubs, group.leader.channel, prompt_ids=PROMPTS[0], max_new_tokens=NEW_TOKENS)
         assert got["ids"] == expected[0]["ids"]
     finally:

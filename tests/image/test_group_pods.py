@@ -39,8 +39,11 @@ def test_a_two_container_group_answers_generate(strata_image, image_stubs, tmp_p
     grpc_port = IMG.free_port()
     common = ["-v", f"{model}:/model:ro", "-v", f"{secrets}:/group:ro", "--network", network,
               "-e", "LWS_GROUP_SIZE=2", "-e", f"LWS_LEADER_ADDRESS={leader}"]
+    # --group-bind: the data port binds loopback unless told; each container has a network namespace of its own and
+    # no downward API here (the manifests pass $(POD_IP)), so it binds the container's every address.
     flags = ["--model", "/model", "--listen", "0.0.0.0:50051", "--group-secret-file", "/group/secret",
-             "--group-timeout", "120", "--physical-devices", "0=cpu", "--max-memory", "0=1GiB,cpu=2GiB"]
+             "--group-bind", "0.0.0.0", "--group-timeout", "120", "--physical-devices", "0=cpu", "--max-memory",
+             "0=1GiB,cpu=2GiB"]
     channel = None
     try:
         IMG.podman("run", "-d", "--name", worker, *common, "-e", "LWS_WORKER_INDEX=1", strata_image, *flags)

@@ -4,6 +4,7 @@
 #include "runtime/executor/transport.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include <functional>
 #include <future>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
@@ -457,6 +460,160 @@ TEST(Transport, GarbageAndSilentTcpClientsDoNotBlockTheListener) {
   EXPECT_EQ(member.Join(), "");
   close(liar);
   close(silent);
+}
+
+// True once the other end has closed `fd` (what it sent before is read and discarded), false after `timeout`.
+bool ClosedByPeer(int fd, absl::Duration timeout) {
+  const absl::Time deadline = In(timeout);
+  char buffer[4096];
+  while (absl::Now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    const ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n <= 0) return true;
+  }
+  return false;
+}
+
+// Waits (generously: the machine may be loaded) until the transport has refused at least `count` connections.
+bool RefusedAtLeast(const Transport& t, int64_t count, absl::Duration timeout = absl::Seconds(30)) {
+  const absl::Time deadline = In(timeout);
+  while (t.refused() < count && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  return t.refused() >= count;
+}
+
+void SendBytes(int fd, const std::string& bytes) {
+  EXPECT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+}
+
+std::string BigEndian32(uint32_t n) {
+  return std::string{static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8),
+                     static_cast<char>(n)};
+}
+
+// Issue 38: 16 bytes of 0xff on the port aborted the process inside UCX (Debian's UCX 1.13.1 parsed them before
+// the handshake). Every stranger's bytes now go to the handshake alone: each connection below is refused and
+// counted, and a member still joins.
+TEST(Transport, RawBytesOnThePortAreRefusedAndAMemberStillJoins) {
+  Child member(SayHelloAndWait);
+  auto t = Transport::Start(Options(0, 2));
+  ASSERT_TRUE(t.ok()) << t.status();
+  const int port = (*t)->port();
+  std::vector<std::string> attacks = {
+      std::string(16, '\xff'),                            // the reproducer
+      Pattern(1000, 7),                                   // noise
+      BigEndian32(0),                                     // an empty frame
+      BigEndian32(1 << 30),                               // a frame far past the limit
+      BigEndian32(70) + std::string(1, '\x02') + "half",  // a frame announced longer than what comes (then EOF)
+      BigEndian32(81) + std::string(1, '\x02') + BigEndian32(4) + BigEndian32(1) + BigEndian32(32) +
+          std::string(32, 'n') + BigEndian32(32) + std::string(32, 'm'),  // a well-formed proof with a wrong MAC
+  };
+  std::string tcp_magic = "\x78\x56\x34\x12\xbe\xba\xfe\xca";  // UCX's TCP transport's own magic number
+  attacks.push_back(tcp_magic + std::string(64, '\xff'));
+  for (const std::string& bytes : attacks) {
+    const int fd = RawConnect(port);
+    ASSERT_GE(fd, 0);
+    SendBytes(fd, bytes);
+    shutdown(fd, SHUT_WR);
+    EXPECT_TRUE(ClosedByPeer(fd, absl::Seconds(30))) << "a stranger's connection was kept";
+    close(fd);
+  }
+  ASSERT_TRUE(RefusedAtLeast(**t, static_cast<int64_t>(attacks.size())));
+  member.Write(std::to_string(port));
+  auto link = (*t)->Accept(1, In(absl::Seconds(30)));
+  ASSERT_TRUE(link.ok()) << link.status();
+  auto hello = (*link)->Receive(In(absl::Seconds(30)));
+  ASSERT_TRUE(hello.ok()) << hello.status();
+  EXPECT_EQ(hello->bytes, "member");
+  EXPECT_TRUE((*link)->Send(kStop, {}).ok());
+  EXPECT_EQ(member.Join(), "");
+  EXPECT_EQ((*t)->refused(), static_cast<int64_t>(attacks.size()));
+}
+
+// Issue 38: raw TCP connections that say nothing were held for good. They are dropped at the handshake deadline.
+TEST(Transport, SilentSquatterIsDroppedAtTheHandshakeDeadline) {
+  TransportOptions options = Options(0, 2);
+  options.handshake_timeout = absl::Milliseconds(300);
+  auto t = Transport::Start(options);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const int silent = RawConnect((*t)->port());
+  ASSERT_GE(silent, 0);
+  EXPECT_TRUE(ClosedByPeer(silent, absl::Seconds(30))) << "the squatter was not dropped";
+  close(silent);
+  EXPECT_TRUE(RefusedAtLeast(**t, 1));
+}
+
+// The cap on connections in the handshake: past it the oldest goes, and a member still gets in (the member's own
+// connection drops a squatter; were the member dropped, its Connect would retry).
+TEST(Transport, PendingConnectionCapDropsTheOldestAndAMemberStillJoins) {
+  constexpr int kCap = 4, kSquatters = 10;
+  Child member(SayHelloAndWait);
+  TransportOptions options = Options(0, 2);
+  options.max_pending_connections = kCap;
+  options.handshake_timeout = absl::Seconds(120);  // only the cap drops anyone here
+  auto t = Transport::Start(options);
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<int> squatters;
+  for (int i = 0; i < kSquatters; ++i) {
+    squatters.push_back(RawConnect((*t)->port()));
+    ASSERT_GE(squatters.back(), 0);
+  }
+  ASSERT_TRUE(RefusedAtLeast(**t, kSquatters - kCap));
+  for (int i = 0; i < kSquatters - kCap; ++i) {
+    EXPECT_TRUE(ClosedByPeer(squatters[i], absl::Seconds(30))) << "squatter " << i << " (among the oldest) is held";
+  }
+  member.Write(std::to_string((*t)->port()));
+  auto link = (*t)->Accept(1, In(absl::Seconds(60)));
+  ASSERT_TRUE(link.ok()) << link.status();
+  auto hello = (*link)->Receive(In(absl::Seconds(30)));
+  ASSERT_TRUE(hello.ok()) << hello.status();
+  EXPECT_EQ(hello->bytes, "member");
+  EXPECT_TRUE((*link)->Send(kStop, {}).ok());
+  EXPECT_EQ(member.Join(), "");
+  EXPECT_GE((*t)->refused(), kSquatters - kCap + 1);
+  for (int fd : squatters) close(fd);
+}
+
+// The socket inodes of this process's open file descriptors.
+std::set<std::string> OwnSocketInodes() {
+  std::set<std::string> inodes;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return inodes;
+  while (dirent* entry = readdir(dir)) {
+    char target[256];
+    const std::string path = absl::StrCat("/proc/self/fd/", entry->d_name);
+    const ssize_t n = readlink(path.c_str(), target, sizeof target - 1);
+    if (n <= 0) continue;
+    const std::string link(target, static_cast<size_t>(n));
+    if (absl::StartsWith(link, "socket:[")) inodes.insert(link.substr(8, link.size() - 9));
+  }
+  closedir(dir);
+  return inodes;
+}
+
+// Issue 38: with bind_host 127.0.0.1, UCX's TCP transport still listened on the external interface. Every TCP
+// socket this process listens on (strata's port and UCX's own) is bound to the loopback address.
+TEST(Transport, EveryListeningSocketIsBoundToTheBindHost) {
+  LinkedPair pair = LinkInProcess();
+  ASSERT_NE(pair.l0, nullptr);
+  const std::set<std::string> inodes = OwnSocketInodes();
+  int listening = 0;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::vector<std::string> columns = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (columns.size() < 10 || columns[3] != "0A" || inodes.count(columns[9]) == 0) continue;  // 0A: LISTEN
+      ++listening;
+      const std::string host = columns[1].substr(0, columns[1].find(':'));
+      // 127.0.0.1 as /proc writes it (little-endian hex), or ::1 / ::ffff:127.0.0.1 in the IPv6 table.
+      EXPECT_TRUE(host == "0100007F" || host == "00000000000000000000000001000000" ||
+                  host == "0000000000000000FFFF00000100007F")
+          << table << ": a socket listens on " << columns[1] << ", not on 127.0.0.1";
+    }
+  }
+  EXPECT_GE(listening, 2);  // both transports' ports, and whatever UCX opened
 }
 
 TEST(Transport, FactsThatDifferFailBothSides) {
