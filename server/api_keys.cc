@@ -81,8 +81,9 @@ absl::Status CheckAuthorization(const ApiKeys& keys, const std::vector<absl::str
                                 KeyCarrier carrier) {
   const bool http = carrier == KeyCarrier::kHttpHeader;
   if (authorization.empty()) {
-    return absl::UnauthenticatedError(http ? "this server requires an API key: send the header \"Authorization: Bearer KEY\""
-                                           : "this server requires an API key: send the metadata \"authorization: Bearer KEY\"");
+    return absl::UnauthenticatedError(
+        http ? "this server requires an API key: send the header \"Authorization: Bearer KEY\""
+             : "this server requires an API key: send the metadata \"authorization: Bearer KEY\"");
   }
   if (authorization.size() > 1) {
     return absl::UnauthenticatedError(http ? "more than one \"Authorization\" header: send exactly one"

@@ -87,7 +87,8 @@ absl::Status ReadPrompt(const GenerateInput& in, const GenerateLimits& limits, c
   }
   if (!has_text && !has_ids) {
     // One field for both (the HTTP API's "prompt"): say what it may hold.
-    if (std::string_view(in.names.prompt) == in.names.prompt_ids) return Invalid(text_field, "empty: give text or token ids");
+    if (std::string_view(in.names.prompt) == in.names.prompt_ids)
+      return Invalid(text_field, "empty: give text or token ids");
     return Invalid(text_field, absl::StrCat("empty: give ", in.names.prompt, " text or ", in.names.prompt_ids));
   }
   const char* prompt_field = has_text ? in.names.prompt : in.names.prompt_ids;
@@ -259,7 +260,8 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const v1::GenerateRequest& re
     chat["messages"].push_back(std::move(message));
   }
   if (!request.tools_json().empty()) {
-    absl::StatusOr<Json> tools = checkpoint::ParseOrderedJson(request.tools_json(), kMaxEmbeddedJsonDepth, "tools_json");
+    absl::StatusOr<Json> tools =
+        checkpoint::ParseOrderedJson(request.tools_json(), kMaxEmbeddedJsonDepth, "tools_json");
     if (!tools.ok()) return tools.status();
     if (!tools->is_array()) return Invalid("tools_json", "not a JSON list of tools");
     chat["tools"] = *std::move(tools);

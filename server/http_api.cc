@@ -645,11 +645,15 @@ void HttpApi::Handle(const std::shared_ptr<HttpExchange>& exchange) {
   }
   // Every other route needs a key when the server has them.
   if (options_.api_keys != nullptr) {
-    const absl::Status verdict = CheckAuthorization(*options_.api_keys, [&] {
-      std::vector<absl::string_view> values;
-      for (std::string_view value : request.Header("authorization")) values.emplace_back(value.data(), value.size());
-      return values;
-    }(), KeyCarrier::kHttpHeader);
+    const absl::Status verdict = CheckAuthorization(
+        *options_.api_keys,
+        [&] {
+          std::vector<absl::string_view> values;
+          for (std::string_view value : request.Header("authorization"))
+            values.emplace_back(value.data(), value.size());
+          return values;
+        }(),
+        KeyCarrier::kHttpHeader);
     if (!verdict.ok()) {
       if (Metrics* metrics = service_->metrics()) metrics->RecordUnauthenticated(Api::kHttp);
       exchange->Respond(ErrorResponse(absl::UnauthenticatedError(verdict.message())));
@@ -721,10 +725,9 @@ void HttpApi::Admit(const std::shared_ptr<HttpExchange>& exchange, openai::Route
   absl::StatusOr<openai::ApiRequest> request =
       openai::ParseApiRequest(route, exchange->request().body, Context(*model));
   if (!request.ok()) return refuse(request.status());
-  auto generation =
-      std::make_shared<HttpGeneration>(exchange, *std::move(request), model->tokenizer(), metrics, std::move(open),
-                                       start, options_.tool_call_parser, options_.prefix_cache,
-                                       &service_->admission_pool());
+  auto generation = std::make_shared<HttpGeneration>(exchange, *std::move(request), model->tokenizer(), metrics,
+                                                     std::move(open), start, options_.tool_call_parser,
+                                                     options_.prefix_cache, &service_->admission_pool());
   const absl::Status submitted = service_->SubmitUnlessDraining(
       model, [&] { return generation->Submit(model->engine(), &service_->in_flight()); });
   if (!submitted.ok()) refuse(submitted);

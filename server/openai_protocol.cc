@@ -179,16 +179,17 @@ std::string Count(int64_t n, absl::string_view noun) { return absl::StrCat(n, " 
 
 // The fields each route reads. Any other is refused, as OpenAI refuses an unrecognized argument: a field a
 // client expects to act (vLLM's guided_json, suffix, a tool choice strata lacks) must not be dropped silently.
+// clang-format off
 constexpr std::string_view kSharedFields[] = {
-    "model",    "temperature", "top_p",  "top_k",  "repetition_penalty", "seed",           "ignore_eos",
-    "stop",     "user",        "n",      "stream", "stream_options",     "presence_penalty", "frequency_penalty",
-    "best_of",  "min_tokens",  "logit_bias"};
-constexpr std::string_view kCompletionFields[] = {"prompt", "max_tokens", "logprobs", "echo", "add_special_tokens",
-                                                  "suffix"};
+    "model", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "ignore_eos", "stop", "user", "n",
+    "stream", "stream_options", "presence_penalty", "frequency_penalty", "best_of", "min_tokens", "logit_bias"};
+constexpr std::string_view kCompletionFields[] = {
+    "prompt", "max_tokens", "logprobs", "echo", "add_special_tokens", "suffix"};
 constexpr std::string_view kChatFields[] = {
-    "messages",     "max_tokens",          "max_completion_tokens",  "logprobs",             "top_logprobs",
-    "tools",        "tool_choice",         "parallel_tool_calls",    "response_format",      "documents",
-    "add_generation_prompt", "continue_final_message", "chat_template_kwargs", "chat_template_name"};
+    "messages", "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs", "tools", "tool_choice",
+    "parallel_tool_calls", "response_format", "documents", "add_generation_prompt", "continue_final_message",
+    "chat_template_kwargs", "chat_template_name"};
+// clang-format on
 
 absl::Status CheckFieldNames(const Json& request, Route route) {
   const absl::Span<const std::string_view> own =
@@ -234,14 +235,14 @@ absl::Status CheckResponseSize(const ApiRequest& request, const ApiLimits& api, 
   const int64_t tokens = ResponseTokens(request);
   if (tokens <= api.max_response_tokens) return absl::OkStatus();
   const bool chat = request.route == Route::kChatCompletions;
-  return Invalid(max_tokens_field,
-                 absl::StrCat("with n ", request.n, request.prompts.size() > 1 ? " per prompt" : "",
-                              request.echo ? ", echo" : "", request.logprobs ? ", " : "",
-                              request.logprobs ? (chat ? "top_logprobs " : "logprobs ") : "",
-                              request.logprobs ? absl::StrCat(*request.logprobs) : "", " the response would list ",
-                              tokens, " tokens (n x (", request.echo ? "prompt tokens + " : "", max_tokens_field,
-                              ") x (1 + ", chat ? "top_logprobs" : "logprobs", ")), more than the server's limit of ",
-                              api.max_response_tokens, " (--max-response-tokens)"));
+  return Invalid(
+      max_tokens_field,
+      absl::StrCat("with n ", request.n, request.prompts.size() > 1 ? " per prompt" : "", request.echo ? ", echo" : "",
+                   request.logprobs ? ", " : "", request.logprobs ? (chat ? "top_logprobs " : "logprobs ") : "",
+                   request.logprobs ? absl::StrCat(*request.logprobs) : "", " the response would list ", tokens,
+                   " tokens (n x (", request.echo ? "prompt tokens + " : "", max_tokens_field, ") x (1 + ",
+                   chat ? "top_logprobs" : "logprobs", ")), more than the server's limit of ", api.max_response_tokens,
+                   " (--max-response-tokens)"));
 }
 
 // /v1/completions: one or more prompts, echo, logprobs as a count of alternatives.
