@@ -5,7 +5,8 @@
 #   scripts/fuzz.sh NAME SECONDS [ARGS...]     fuzz one harness for SECONDS; ARGS go to libFuzzer
 #   scripts/fuzz.sh list                       the harness names
 #
-# NAME: safetensors_header, config, tokenizer, device_map, generate_request, chat_template, tool_calls.
+# NAME: safetensors_header, config, tokenizer, device_map, generate_request, chat_template, tool_calls,
+# group_message, group_handshake (the raw bytes on a group's port), and the rest listed by `list`.
 # The harnesses build into $STRATA_FUZZ_BUILD_DIR (default build-fuzz/, a clang build of the torch-free
 # libraries only). Each run regenerates the seed corpus (tests/fuzz/make_seeds.py) into the work dir
 # $STRATA_FUZZ_WORK (default ~/.cache/strata/fuzz, outside the checkout) and grows NAME's corpus there, so
@@ -18,8 +19,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=${STRATA_VENV:-$HOME/.cache/strata/venv}
 build=${STRATA_FUZZ_BUILD_DIR:-$here/build-fuzz}
 work=${STRATA_FUZZ_WORK:-$HOME/.cache/strata/fuzz}
-harnesses=(safetensors_header config tokenizer device_map generate_request http_request chat_template tool_calls
-           group_message)
+harnesses=(safetensors_header config tokenizer device_map generate_request http_request http_head chat_template tool_calls
+           group_message group_handshake)
 
 # Per harness: the largest input worth trying (a few times the largest seed). -len_control=0 below lets
 # mutations use it from the start: libFuzzer otherwise grows its length limit slowly from small inputs and

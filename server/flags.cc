@@ -59,6 +59,9 @@ ABSL_FLAG(int64_t, max_streams_per_connection, 100,
 ABSL_FLAG(int64_t, max_stream_buffer_bytes, 1 << 20,
           "response bytes a stream may hold for a client that does not read; beyond, the generation is cancelled "
           "and the call ends RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_response_tokens, int64_t{1} << 19,
+          "tokens one HTTP API response may list: n x (echoed prompt + max_tokens) x (1 + logprobs); a request "
+          "asking for more is refused (400)");
 ABSL_FLAG(int32_t, tokenize_threads, 0,
           "threads that validate and tokenize requests above 16 KiB, off gRPC's threads (smaller ones are "
           "checked on the thread that received them)");
@@ -68,6 +71,13 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
 ABSL_FLAG(std::string, http_listen, "",
           "serve the OpenAI-compatible HTTP API here (/v1/completions, /v1/chat/completions, /v1/models, "
           "/tokenize, /detokenize, /health); TLS and API keys as on --listen");
+ABSL_FLAG(int64_t, http_max_connections_per_peer, 256,
+          "HTTP API connections one client address may hold open; more are refused at accept (0: no cap of its "
+          "own). Behind a proxy or gateway every client shares its address: raise it to --max-streams or 0");
+ABSL_FLAG(int64_t, http_read_timeout, 30,
+          "seconds an HTTP API client has to send a whole request (line, headers and body), from the accept or "
+          "from the previous response's end; later, the connection is closed (0: no deadline). A response, a "
+          "long stream included, is not bound by it");
 ABSL_FLAG(std::string, served_model_name, "", "the model's name in HTTP requests and /v1/models");
 ABSL_FLAG(std::string, tool_call_parser, "",
           "read tool calls out of chat outputs in this format (hermes: Qwen2.5/Qwen3, Hermes; llama3_json: Llama "
@@ -89,7 +99,9 @@ ABSL_FLAG(std::string, leader, "",
           "the leader's data address, HOST:PORT (else LWS_LEADER_ADDRESS and --group-port); the leader listens on "
           "its port");
 ABSL_FLAG(int32_t, group_port, 50061, "the leader's data port when --leader is not given");
-ABSL_FLAG(std::string, group_bind, "0.0.0.0", "the address this node's data port binds");
+ABSL_FLAG(std::string, group_bind, "127.0.0.1",
+          "the address this node's data port (and UCX's own sockets) binds: loopback by default; in a cluster, the "
+          "pod's IP (deploy/ passes $(POD_IP))");
 ABSL_FLAG(std::string, group_secret_file, "",
           "the group secret (a Kubernetes Secret): every node proves it holds it; at least 16 bytes");
 ABSL_FLAG(double, group_timeout, 120, "seconds for the group to form, plan and load before start-up fails");
@@ -150,7 +162,10 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
                           Flag(FLAGS_max_streams, "N"),
                           Flag(FLAGS_max_streams_per_connection, "N"),
                           Flag(FLAGS_max_stream_buffer_bytes, "N"),
+                          Flag(FLAGS_max_response_tokens, "N"),
                           Flag(FLAGS_tokenize_threads, "N").ShowDefault("half the cores, 1 to 4"),
+                          Flag(FLAGS_http_max_connections_per_peer, "N"),
+                          Flag(FLAGS_http_read_timeout, "SECONDS"),
                           Flag(FLAGS_tls_cert, "FILE")
                               .ShowDefault("none, plaintext")
                               .Section("Security (the gRPC port; /metrics stays plaintext):"),
@@ -264,7 +279,8 @@ absl::Status ReadServingFlags(const cli::ParsedArgs& parsed, ServerOptions& opti
         std::tuple{&options.limits.max_prompt_tokens, &FLAGS_max_prompt_tokens, int64_t{0}},
         std::tuple{&options.limits.max_streams, &FLAGS_max_streams, int64_t{1}},
         std::tuple{&options.limits.max_streams_per_connection, &FLAGS_max_streams_per_connection, int64_t{1}},
-        std::tuple{&options.limits.max_stream_buffer_bytes, &FLAGS_max_stream_buffer_bytes, int64_t{1}}}) {
+        std::tuple{&options.limits.max_stream_buffer_bytes, &FLAGS_max_stream_buffer_bytes, int64_t{1}},
+        std::tuple{&options.limits.max_response_tokens, &FLAGS_max_response_tokens, int64_t{1}}}) {
     absl::StatusOr<int64_t> checked = AtLeast(*flag, least, absl::StrCat("an integer >= ", least));
     if (!checked.ok()) return checked.status();
     *value = *checked;
@@ -354,6 +370,17 @@ absl::Status ReadListenAddresses(ServerOptions& options) {
       }
     }
     options.endpoints.http_listen = *std::move(http);
+  }
+  for (auto [value, flag] :
+       {std::pair{&options.endpoints.http_max_connections_per_peer, &FLAGS_http_max_connections_per_peer},
+        std::pair{&options.endpoints.http_read_timeout_seconds, &FLAGS_http_read_timeout}}) {
+    absl::StatusOr<int64_t> checked = AtLeast(*flag, int64_t{0}, "an integer >= 0");
+    if (!checked.ok()) return checked.status();
+    if (*checked > 1'000'000) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(cli::Spelling(*flag), ": \"", *checked, "\" is more than 1000000"));
+    }
+    *value = *checked;
   }
   if (!absl::GetFlag(FLAGS_tool_call_parser).empty()) {
     absl::StatusOr<chat_template::ToolCallFormat> format =

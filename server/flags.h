@@ -81,6 +81,8 @@ struct ClientLimits {
   // Response bytes a stream may hold for a client that does not read them; beyond, its generation is
   // cancelled and the call ends RESOURCE_EXHAUSTED.
   int64_t max_stream_buffer_bytes = 1 << 20;
+  // Tokens one HTTP API response may list (openai::ApiLimits::max_response_tokens); more: 400.
+  int64_t max_response_tokens = int64_t{1} << 19;
   // Threads that validate and tokenize requests above 16 KiB (server/admission_pool.h); 0: half the
   // cores, from 1 to 4.
   int32_t tokenize_threads = 0;
@@ -95,6 +97,10 @@ struct Endpoints {
   std::optional<ListenAddress> health_listen;
   // --http-listen: the OpenAI-compatible HTTP API (server/http_api.h); off when absent.
   std::optional<ListenAddress> http_listen;
+  // Its connection limits (server/README.md, "Connection limits and deadlines"): connections one client
+  // address may hold (0: no cap of its own), and the seconds a client has to send a whole request (0: none).
+  int64_t http_max_connections_per_peer = 256;
+  int64_t http_read_timeout_seconds = 30;
 };
 
 // Transport security and API keys of the gRPC port.
@@ -124,11 +130,11 @@ struct Lifecycle {
 // flag or else from LeaderWorkerSet's environment (LWS_GROUP_SIZE, LWS_WORKER_INDEX, LWS_LEADER_ADDRESS), so a pod
 // needs no script.
 struct GroupFlags {
-  int size = 1;                       // --group-size; 1: no group
-  int rank = 0;                       // --rank
-  std::string leader_host;            // --leader HOST:PORT (or LWS_LEADER_ADDRESS): where workers reach the leader
-  int port = 50061;                   // the leader's data port: --leader's, else --group-port
-  std::string bind_host = "0.0.0.0";  // --group-bind: the address this node's data port binds
+  int size = 1;                         // --group-size; 1: no group
+  int rank = 0;                         // --rank
+  std::string leader_host;              // --leader HOST:PORT (or LWS_LEADER_ADDRESS): where workers reach the leader
+  int port = 50061;                     // the leader's data port: --leader's, else --group-port
+  std::string bind_host = "127.0.0.1";  // --group-bind: the address this node's data port binds
   // A worker's data port (its neighbours in the stage order connect to it): --group-port under LeaderWorkerSet
   // (each pod has its own address), else any free port (nodes that share a host, as the tests run them).
   int worker_port = 0;

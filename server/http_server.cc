@@ -3,7 +3,9 @@
 #include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -14,10 +16,86 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 
 namespace strata::server {
+
+namespace {
+
+// A header value quoted in an error message: at most 40 bytes, each outside printable ASCII (or a quote or
+// backslash, which the JSON body would need escaped) shown as '?'.
+std::string Quoted(std::string_view value) {
+  std::string quoted = "\"";
+  for (char c : value.substr(0, 40)) quoted += (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') ? c : '?';
+  if (value.size() > 40) quoted += "...";
+  return quoted + "\"";
+}
+
+// abseil's string_view is its own type here (Debian's build), not std::string_view.
+absl::string_view Absl(std::string_view text) { return absl::string_view(text.data(), text.size()); }
+std::string_view Trimmed(std::string_view text) {
+  const absl::string_view trimmed = absl::StripAsciiWhitespace(Absl(text));
+  return std::string_view(trimmed.data(), trimmed.size());
+}
+
+// The client's address, the key of the per-peer cap: an IPv4 address mapped into IPv6 counts as itself.
+std::string PeerKey(const sockaddr* address) {
+  if (address == nullptr) return "";
+  if (address->sa_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(address);
+    return std::string(reinterpret_cast<const char*>(&v4->sin_addr), sizeof(v4->sin_addr));
+  }
+  if (address->sa_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(address);
+    const char* bytes = reinterpret_cast<const char*>(&v6->sin6_addr);
+    if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) return std::string(bytes + 12, 4);
+    return std::string(bytes, sizeof(v6->sin6_addr));
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::Status CheckRequestFraming(const std::vector<std::string_view>& content_lengths,
+                                 const std::vector<std::string_view>& transfer_encodings) {
+  if (!transfer_encodings.empty()) {
+    if (!content_lengths.empty()) {
+      return absl::InvalidArgumentError(
+          "Transfer-Encoding: not allowed together with Content-Length (RFC 9112 section 6.3: the two could frame "
+          "the body differently)");
+    }
+    const std::string_view coding = Trimmed(transfer_encodings.front());
+    if (transfer_encodings.size() > 1 || !absl::EqualsIgnoreCase(Absl(coding), "chunked")) {
+      return absl::InvalidArgumentError(absl::StrCat("Transfer-Encoding: ", Quoted(coding),
+                                                     (transfer_encodings.size() > 1 ? " and more" : ""),
+                                                     " is not supported; send \"chunked\" alone or Content-Length"));
+    }
+  }
+  for (size_t i = 1; i < content_lengths.size(); ++i) {
+    const std::string_view first = Trimmed(content_lengths.front());
+    const std::string_view other = Trimmed(content_lengths[i]);
+    if (first != other) {
+      return absl::InvalidArgumentError(absl::StrCat("Content-Length: two different values, ", Quoted(first), " and ",
+                                                     Quoted(other), " (RFC 9112 section 6.3)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+const char* ConnectionDropName(ConnectionDrop drop) {
+  switch (drop) {
+    case ConnectionDrop::kConnectionLimit:
+      return "connection_limit";
+    case ConnectionDrop::kPeerLimit:
+      return "peer_limit";
+    case ConnectionDrop::kReadTimeout:
+      return "read_timeout";
+  }
+  return "unknown";
+}
 
 std::vector<std::string_view> HttpRequest::Header(std::string_view name) const {
   std::vector<std::string_view> values;
@@ -93,6 +171,54 @@ struct HttpServer::Callbacks {
     return response;
   }
 
+  // Every Content-Length and Transfer-Encoding value (MHD itself reads only the first of each).
+  struct FramingHeaders {
+    std::vector<std::string_view> content_lengths;
+    std::vector<std::string_view> transfer_encodings;
+  };
+  static MHD_Result CollectFraming(void* framing_ptr, MHD_ValueKind /*kind*/, const char* key, const char* value) {
+    auto& framing = *static_cast<FramingHeaders*>(framing_ptr);
+    const std::string_view v = value != nullptr ? value : "";
+    if (absl::EqualsIgnoreCase(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) framing.content_lengths.push_back(v);
+    if (absl::EqualsIgnoreCase(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) framing.transfer_encodings.push_back(v);
+    return MHD_YES;
+  }
+
+  static HttpResponse BadFraming(const absl::Status& status) {
+    HttpResponse response;
+    response.status = 400;
+    // The message quotes header values: Quoted leaves no byte but '"' that JSON would need escaped.
+    response.body =
+        absl::StrCat(R"json({"error":{"message":")json", absl::StrReplaceAll(status.message(), {{"\"", "\\\""}}),
+                     R"json(","type":"invalid_request_error","param":null,"code":"bad_request_framing"}})json");
+    return response;
+  }
+
+  // The first call of a request (its head is whole): a refusal queued now (the client's certificate, its
+  // framing, a body that says it is too large) is all the request gets; MHD closes the connection after it.
+  static MHD_Result RefuseEarly(HttpServer& server, HttpExchange& exchange, MHD_Connection* connection) {
+    const HttpServerOptions& options = server.options_;
+    std::optional<HttpResponse> refusal;
+    if (options.tls && !options.tls->client_ca.empty() && !ClientCertificateVerified(connection)) {
+      refusal = Unauthenticated();
+    }
+    FramingHeaders framing;
+    MHD_get_connection_values(connection, MHD_HEADER_KIND, &CollectFraming, &framing);
+    if (absl::Status framed = CheckRequestFraming(framing.content_lengths, framing.transfer_encodings);
+        !refusal && !framed.ok()) {
+      refusal = BadFraming(framed);
+    }
+    uint64_t bytes = 0;
+    if (!refusal && !framing.content_lengths.empty() && absl::SimpleAtoi(Absl(framing.content_lengths[0]), &bytes) &&
+        bytes > options.max_body_bytes) {
+      refusal = TooLarge(options.max_body_bytes);
+    }
+    if (!refusal) return MHD_YES;
+    exchange.refused_ = true;  // nothing of it is read or answered but this refusal
+    server.SetReading(connection, false);
+    return QueueWhole(connection, *refusal);
+  }
+
   static HttpResponse TooLarge(size_t limit) {
     HttpResponse response;
     response.status = 413;
@@ -122,7 +248,7 @@ struct HttpServer::Callbacks {
   static void FreeReader(void* exchange_ptr) { delete static_cast<std::shared_ptr<HttpExchange>*>(exchange_ptr); }
 
   static MHD_Result Access(void* server_ptr, MHD_Connection* connection, const char* url, const char* method,
-                           const char* /*version*/, const char* upload_data, size_t* upload_data_size,
+                           const char* version, const char* upload_data, size_t* upload_data_size,
                            void** request_state) {
     auto* server = static_cast<HttpServer*>(server_ptr);
     if (*request_state == nullptr) {
@@ -130,39 +256,33 @@ struct HttpServer::Callbacks {
           new HttpExchange(server, connection, server->options_.max_stream_buffer_bytes));
       exchange->request_.method = method;
       exchange->request_.path = url;
+      // A half-closed client's connection is probed with an interim response (HalfClosed): only HTTP/1.1
+      // clients must parse one, and only a plaintext socket may be written to around MHD.
+      exchange->may_probe_ = !server->options_.tls && std::strcmp(version, MHD_HTTP_VERSION_1_1) == 0;
       MHD_get_connection_values(connection, MHD_HEADER_KIND, &CollectHeader, &exchange->request_.headers);
       *request_state = new std::shared_ptr<HttpExchange>(exchange);
       {
         std::lock_guard lock(server->mutex_);
         server->open_.insert(exchange);
       }
-      if (server->options_.tls && !server->options_.tls->client_ca.empty() && !ClientCertificateVerified(connection)) {
-        exchange->body_too_large_ = true;  // nothing of it is read or answered but this refusal
-        return QueueWhole(connection, Unauthenticated());
-      }
-      // A body that says it is too large is refused before it is read.
-      const char* length = MHD_lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-      uint64_t bytes = 0;
-      if (length != nullptr && absl::SimpleAtoi(length, &bytes) && bytes > server->options_.max_body_bytes) {
-        exchange->body_too_large_ = true;
-        return QueueWhole(connection, TooLarge(server->options_.max_body_bytes));
-      }
-      return MHD_YES;
+      return RefuseEarly(*server, *exchange, connection);
     }
     HttpExchange& exchange = **static_cast<std::shared_ptr<HttpExchange>*>(*request_state);
     if (*upload_data_size > 0) {
       const size_t size = *upload_data_size;
       *upload_data_size = 0;
-      if (exchange.body_too_large_) return MHD_YES;
+      if (exchange.refused_) return MHD_YES;
       if (exchange.request_.body.size() + size > server->options_.max_body_bytes) {
-        exchange.body_too_large_ = true;
+        exchange.refused_ = true;
         exchange.request_.body.clear();
+        server->SetReading(connection, false);
         return QueueWhole(connection, TooLarge(server->options_.max_body_bytes));
       }
       exchange.request_.body.append(upload_data, size);
       return MHD_YES;
     }
-    if (exchange.body_too_large_) return MHD_YES;
+    if (exchange.refused_) return MHD_YES;
+    server->SetReading(connection, false);  // the request is whole
     std::unique_lock lock(exchange.mutex_);
     if (exchange.queued_) return MHD_YES;
     if (!exchange.dispatched_) {
@@ -197,20 +317,29 @@ struct HttpServer::Callbacks {
   // A new connection: the kernel's send buffer is capped, so that a client that stops reading holds at
   // most kSocketSendBufferBytes there (plus the stream buffer here) before its stream is cut; Linux would
   // otherwise let it grow to tcp_wmem's maximum (4 MiB) per connection.
-  static void Connection(void* /*server*/, MHD_Connection* connection, void** /*socket_state*/,
+  static void Connection(void* server_ptr, MHD_Connection* connection, void** /*socket_state*/,
                          MHD_ConnectionNotificationCode code) {
+    auto* server = static_cast<HttpServer*>(server_ptr);
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) return server->ConnectionClosed(connection);
     if (code != MHD_CONNECTION_NOTIFY_STARTED) return;
+    server->ConnectionStarted(connection);
     const MHD_ConnectionInfo* info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (info == nullptr) return;
     const int bytes = kSocketSendBufferBytes;
     setsockopt(info->connect_fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
   }
 
+  // Before MHD takes a new connection: the caps (a refusal closes the socket at once, counted).
+  static MHD_Result AcceptPolicy(void* server_ptr, const sockaddr* address, socklen_t /*length*/) {
+    return static_cast<HttpServer*>(server_ptr)->AcceptPeer(address) ? MHD_YES : MHD_NO;
+  }
+
   // The request is over: answered (OK), or its connection closed, timed out or failed first.
-  static void Completed(void* server_ptr, MHD_Connection* /*connection*/, void** request_state,
+  static void Completed(void* server_ptr, MHD_Connection* connection, void** request_state,
                         MHD_RequestTerminationCode termination) {
-    if (*request_state == nullptr) return;
     auto* server = static_cast<HttpServer*>(server_ptr);
+    server->SetReading(connection, true);  // a kept-alive connection's next request: its deadline starts now
+    if (*request_state == nullptr) return;
     auto* holder = static_cast<std::shared_ptr<HttpExchange>*>(*request_state);
     std::shared_ptr<HttpExchange> exchange = std::move(*holder);
     delete holder;
@@ -330,6 +459,126 @@ void HttpExchange::ClientGone() {
   if (on_gone) on_gone();
 }
 
+// A half-close (the client's FIN) tells nothing of whether the client still reads: shutdown(SHUT_WR) after
+// a request (as some proxies do) keeps reading, close() does not. Only bytes sent tell them apart: a socket
+// that was closed answers them with a reset, which the watcher then sees as POLLHUP/POLLERR. Before the
+// response has begun, those bytes are an interim "100 Continue", which every HTTP/1.1 client must skip
+// (RFC 9110 section 15.2); MHD is suspended and writes nothing meanwhile. A begun stream needs no probe: its
+// next event is one.
+bool HttpExchange::HalfClosed() {
+  std::lock_guard lock(mutex_);
+  if (gone_) return true;
+  if (!may_probe_ || fd_ < 0) return false;
+  if (suspended_ && !queued_ && !response_ && !streaming_) {
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    if (send(fd_, kContinue.data(), kContinue.size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+        static_cast<ssize_t>(kContinue.size())) {
+      return false;
+    }
+  }
+  half_closed_.store(true);
+  return true;
+}
+
+bool HttpServer::AcceptPeer(const sockaddr* address) {
+  std::optional<ConnectionDrop> drop;
+  {
+    std::lock_guard lock(connections_mutex_);
+    if (connections_.size() >= options_.max_connections) {
+      drop = ConnectionDrop::kConnectionLimit;
+    } else if (options_.max_connections_per_peer > 0) {
+      auto peer = per_peer_.find(PeerKey(address));
+      if (peer != per_peer_.end() && peer->second >= options_.max_connections_per_peer)
+        drop = ConnectionDrop::kPeerLimit;
+    }
+  }
+  if (!drop) return true;
+  Dropped(*drop);
+  return false;
+}
+
+void HttpServer::ConnectionStarted(MHD_Connection* connection) {
+  OpenConnection open;
+  if (const MHD_ConnectionInfo* fd = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD)) {
+    open.fd = fd->connect_fd;
+  }
+  if (const MHD_ConnectionInfo* peer = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS)) {
+    open.peer = PeerKey(peer->client_addr);
+  }
+  open.read_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options_.read_timeout_seconds);
+  std::lock_guard lock(connections_mutex_);
+  ++per_peer_[open.peer];
+  connections_.insert_or_assign(connection, std::move(open));
+}
+
+// MHD calls this before it closes the socket: under the mutex, every fd the watcher touches is still its own.
+void HttpServer::ConnectionClosed(MHD_Connection* connection) {
+  std::lock_guard lock(connections_mutex_);
+  auto open = connections_.find(connection);
+  if (open == connections_.end()) return;
+  auto peer = per_peer_.find(open->second.peer);
+  if (peer != per_peer_.end() && --peer->second == 0) per_peer_.erase(peer);
+  connections_.erase(open);
+}
+
+void HttpServer::SetReading(MHD_Connection* connection, bool reading) {
+  std::lock_guard lock(connections_mutex_);
+  auto open = connections_.find(connection);
+  if (open == connections_.end() || open->second.reading == reading) return;
+  open->second.reading = reading;
+  open->second.eof_seen = false;
+  if (reading) {
+    open->second.read_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options_.read_timeout_seconds);
+  }
+}
+
+// Connections whose request is not whole yet: past the deadline, or closed by their client, the socket is
+// shut down, which MHD sees at once and closes. The client's FIN needs this watch: MHD's epoll loop
+// (edge-triggered) takes a short read for a drained socket and never reads again the FIN that came with the
+// last bytes, so such a connection would sit in CLOSE-WAIT until the idle timeout. A FIN counts only when
+// nothing is left unread, on two watches in a row: MHD hands a whole request to Access in the same turn as
+// it reads its last bytes, so a request that is whole has stopped reading by then.
+void HttpServer::WatchReads() {
+  std::unique_lock lock(connections_mutex_);
+  while (!connections_stopping_) {
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<pollfd> fds;
+    std::vector<OpenConnection*> watched;
+    int timed_out = 0;
+    for (auto& [connection, open] : connections_) {
+      if (!open.reading || open.dropped || open.fd < 0) continue;
+      if (options_.read_timeout_seconds > 0 && now >= open.read_deadline) {
+        shutdown(open.fd, SHUT_RDWR);
+        open.dropped = true;
+        ++timed_out;
+        continue;
+      }
+      fds.push_back(pollfd{open.fd, POLLRDHUP, 0});
+      watched.push_back(&open);
+    }
+    if (!fds.empty() && poll(fds.data(), fds.size(), 0) > 0) {
+      for (size_t i = 0; i < fds.size(); ++i) {
+        OpenConnection& open = *watched[i];
+        int unread = 0;
+        const bool eof = (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0 &&
+                         ioctl(open.fd, FIONREAD, &unread) == 0 && unread == 0;
+        if (eof && open.eof_seen) {
+          shutdown(open.fd, SHUT_RDWR);
+          open.dropped = true;
+        }
+        open.eof_seen = eof;
+      }
+    }
+    if (timed_out > 0) {
+      lock.unlock();
+      for (int i = 0; i < timed_out; ++i) Dropped(ConnectionDrop::kReadTimeout);
+      lock.lock();
+    }
+    connections_changed_.wait_for(lock, std::chrono::milliseconds(kReadWatchMs),
+                                  [this] { return connections_stopping_; });
+  }
+}
+
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const ListenAddress& address, HttpServerOptions options,
                                                               HttpHandler handler) {
   absl::StatusOr<std::vector<sockaddr_storage>> addresses = ResolveListenAddress(address, options.flag);
@@ -350,8 +599,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const ListenAddres
     const bool mtls = o.tls && !o.tls->client_ca.empty();
     const char* trust = mtls ? o.tls->client_ca.c_str() : nullptr;
     server->daemon_ = MHD_start_daemon(
-        flags, static_cast<uint16_t>(address.port), nullptr, nullptr, &Callbacks::Access, server.get(),
-        MHD_OPTION_SOCK_ADDR, &a, MHD_OPTION_CONNECTION_LIMIT, o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        flags, static_cast<uint16_t>(address.port), &Callbacks::AcceptPolicy, server.get(), &Callbacks::Access,
+        server.get(),
+        // MHD's own limit is one above the policy's, which refuses (and counts) first: at its limit MHD would
+        // stop accepting, and new clients would wait in the backlog instead of being refused.
+        MHD_OPTION_SOCK_ADDR, &a, MHD_OPTION_CONNECTION_LIMIT, o.max_connections + 1, MHD_OPTION_CONNECTION_TIMEOUT,
         o.idle_timeout_seconds, MHD_OPTION_THREAD_STACK_SIZE, kThreadStackBytes, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
         MHD_OPTION_NOTIFY_COMPLETED, &Callbacks::Completed, server.get(), MHD_OPTION_NOTIFY_CONNECTION,
         &Callbacks::Connection, server.get(),
@@ -367,6 +619,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const ListenAddres
   const MHD_DaemonInfo* info = MHD_get_daemon_info(server->daemon_, MHD_DAEMON_INFO_BIND_PORT);
   server->port_ = info != nullptr ? info->port : address.port;
   server->watcher_ = std::thread([s = server.get()] { s->WatchDisconnects(); });
+  server->read_watcher_ = std::thread([s = server.get()] { s->WatchReads(); });
   return server;
 }
 
@@ -379,25 +632,33 @@ void HttpServer::WatchDisconnects() {
     }
     // Under the mutex: a suspended connection cannot be resumed (ResumeLocked takes it), so MHD cannot
     // close it and every socket polled is the connection's own.
+    // A half-closed client's socket stays readable (its FIN): it is then watched for a reset only.
     std::vector<pollfd> fds;
     std::vector<HttpExchange*> exchanges;
     for (HttpExchange* exchange : suspended_) {
       if (exchange->fd_ < 0) continue;
-      fds.push_back(pollfd{exchange->fd_, POLLRDHUP, 0});
+      fds.push_back(pollfd{exchange->fd_, static_cast<short>(exchange->half_closed_.load() ? 0 : POLLRDHUP), 0});
       exchanges.push_back(exchange);
     }
     std::vector<std::shared_ptr<HttpExchange>> gone;
+    std::vector<std::shared_ptr<HttpExchange>> half_closed;
     if (!fds.empty() && poll(fds.data(), fds.size(), 0) > 0) {
       for (size_t i = 0; i < fds.size(); ++i) {
-        if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0) {
+        if ((fds[i].revents & (POLLHUP | POLLERR | POLLNVAL)) != 0) {
           gone.push_back(exchanges[i]->shared_from_this());
+        } else if ((fds[i].revents & POLLRDHUP) != 0) {
+          half_closed.push_back(exchanges[i]->shared_from_this());
         }
       }
     }
-    if (!gone.empty()) {
+    if (!gone.empty() || !half_closed.empty()) {
       lock.unlock();
+      for (const std::shared_ptr<HttpExchange>& exchange : half_closed) {
+        if (!exchange->HalfClosed()) gone.push_back(exchange);
+      }
       for (const std::shared_ptr<HttpExchange>& exchange : gone) exchange->ClientGone();
       gone.clear();
+      half_closed.clear();
       lock.lock();
     }
     changed_.wait_for(lock, std::chrono::milliseconds(kDisconnectPollMs), [this] { return stopping_; });
@@ -411,6 +672,12 @@ HttpServer::~HttpServer() {
     changed_.notify_all();
   }
   if (watcher_.joinable()) watcher_.join();
+  {
+    std::lock_guard lock(connections_mutex_);
+    connections_stopping_ = true;
+    connections_changed_.notify_all();
+  }
+  if (read_watcher_.joinable()) read_watcher_.join();
   if (daemon_ == nullptr) return;
   // MHD must not be stopped with connections suspended: every exchange still answering is cut, and MHD
   // given a moment to close their connections (each is resumed; its handler or reader then ends it).

@@ -15,10 +15,19 @@
 // kDisconnectPollMs (MHD itself does not watch suspended connections) and the exchange's OnClientGone
 // callback cancels the generation. A stream holds at most max_stream_buffer_bytes for a client that does
 // not read; beyond, it is cut and its client counted gone.
+//
+// Connection limits (server/README.md, "Connection limits and deadlines"): at most max_connections open,
+// at most max_connections_per_peer from one client address (both refused at accept, counted by on_drop);
+// a request's head and body must arrive within read_timeout_seconds of the accept (or of the previous
+// response's end on a kept-alive connection), which a client trickling bytes cannot extend, as it does
+// MHD's idle timeout; a client that closes (or half-closes) before its request is whole is released at
+// once. A client that half-closes after its request (shutdown(SHUT_WR)) still gets its answer.
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -28,10 +37,12 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "server/flags.h"
@@ -46,6 +57,18 @@ namespace strata::server {
 // error names `flag` and the address.
 absl::StatusOr<std::vector<sockaddr_storage>> ResolveListenAddress(const ListenAddress& address,
                                                                    absl::string_view flag);
+
+// RFC 9112 §6.3: a request whose framing two parsers could read differently is refused (400) rather than
+// guessed at: Transfer-Encoding with Content-Length, Content-Length values that differ, a Transfer-Encoding
+// other than one "chunked". `content_lengths` and `transfer_encodings` are every value of those headers, in
+// arrival order. The error names the header.
+absl::Status CheckRequestFraming(const std::vector<std::string_view>& content_lengths,
+                                 const std::vector<std::string_view>& transfer_encodings);
+
+// Why a connection was refused at accept or closed before its request was whole.
+enum class ConnectionDrop { kConnectionLimit, kPeerLimit, kReadTimeout };
+// "connection_limit", "peer_limit", "read_timeout": the reason label of strata_http_connections_dropped_total.
+const char* ConnectionDropName(ConnectionDrop drop);
 
 struct HttpRequest {
   std::string method;
@@ -94,6 +117,10 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
   // The client is gone (a failed write, a closed socket, a full buffer, a server shutting down):
   // runs the callback and lets MHD close the connection.
   void ClientGone();
+  // The watcher saw the client's FIN on the suspended connection: kept (a half-close), and, where the
+  // response has not begun, probed so that a client that closed its socket is told apart (false: it cannot
+  // be, and the client is taken for gone, as before half-closes were answered).
+  bool HalfClosed();
   void SuspendLocked();
   void ResumeLocked();
 
@@ -101,7 +128,7 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
   MHD_Connection* const connection_;
   const size_t max_stream_buffer_bytes_;
   HttpRequest request_;
-  bool body_too_large_ = false;
+  bool refused_ = false;  // answered by a refusal queued before its body was read
   bool dispatched_ = false;
 
   mutable std::mutex mutex_;
@@ -117,6 +144,9 @@ class HttpExchange : public std::enable_shared_from_this<HttpExchange> {
   bool overflowed_ = false;
   std::function<void()> on_gone_;
   int fd_ = -1;  // the connection's socket, watched while suspended
+  // The client shut its side (read EOF): it sends nothing more but may still read (see HalfClosed).
+  std::atomic<bool> half_closed_{false};
+  bool may_probe_ = false;  // plain HTTP/1.1: an interim 100 (Continue) may be written to the socket
 };
 
 using HttpHandler = std::function<void(std::shared_ptr<HttpExchange>)>;
@@ -124,7 +154,13 @@ using HttpHandler = std::function<void(std::shared_ptr<HttpExchange>)>;
 struct HttpServerOptions {
   std::string flag = "--http-listen";  // named in errors
   unsigned max_connections = 4096;
-  unsigned idle_timeout_seconds = 60;  // a connection that neither sends nor takes bytes for this long is closed
+  unsigned max_connections_per_peer = 0;  // from one client address; 0: no cap of its own
+  unsigned idle_timeout_seconds = 60;     // a connection that neither sends nor takes bytes for this long is closed
+  // A request's head and body must arrive within this, from the accept or the previous response's end; 0:
+  // no deadline. A response (a long stream included) is not bound by it.
+  unsigned read_timeout_seconds = 30;
+  // A connection refused or dropped (any thread; must not block). May be empty.
+  std::function<void(ConnectionDrop)> on_drop;
   size_t max_body_bytes = 4 << 20;
   size_t max_stream_buffer_bytes = 1 << 20;
   std::optional<ServerTls> tls;  // HTTPS with this certificate and key
@@ -133,6 +169,8 @@ struct HttpServerOptions {
 class HttpServer {
  public:
   static constexpr int kDisconnectPollMs = 20;
+  // How often connections still reading a request are checked for their deadline and for a closed client.
+  static constexpr int kReadWatchMs = 20;
   static constexpr size_t kThreadStackBytes = 8 << 20;
   static constexpr int kSocketSendBufferBytes = 256 << 10;
 
@@ -153,6 +191,25 @@ class HttpServer {
       : options_(std::move(options)), handler_(std::move(handler)) {}
   void WatchDisconnects();
 
+  // A connection from accept to close, for the read deadline and the caps (connections_mutex_).
+  struct OpenConnection {
+    int fd = -1;
+    std::string peer;     // the client's address bytes
+    bool reading = true;  // its request (head or body) is not whole yet
+    std::chrono::steady_clock::time_point read_deadline;
+    bool eof_seen = false;  // one watch saw the client's FIN with nothing left unread
+    bool dropped = false;   // shut down by the watch; MHD closes it
+  };
+  bool AcceptPeer(const sockaddr* address);
+  void ConnectionStarted(MHD_Connection* connection);
+  void ConnectionClosed(MHD_Connection* connection);
+  // The connection's request is whole (false) or a new one may begin (true: its deadline starts now).
+  void SetReading(MHD_Connection* connection, bool reading);
+  void WatchReads();
+  void Dropped(ConnectionDrop drop) const {
+    if (options_.on_drop) options_.on_drop(drop);
+  }
+
   const HttpServerOptions options_;
   const HttpHandler handler_;
   MHD_Daemon* daemon_ = nullptr;
@@ -165,6 +222,14 @@ class HttpServer {
   std::unordered_set<std::shared_ptr<HttpExchange>> open_;
   bool stopping_ = false;
   std::thread watcher_;
+
+  // Every open connection, and how many each client address holds. A leaf lock: nothing is taken under it.
+  std::mutex connections_mutex_;
+  std::condition_variable connections_changed_;
+  std::unordered_map<MHD_Connection*, OpenConnection> connections_;
+  std::unordered_map<std::string, unsigned> per_peer_;
+  bool connections_stopping_ = false;
+  std::thread read_watcher_;
 };
 
 }  // namespace strata::server

@@ -282,6 +282,13 @@ Metrics::HealthMetrics Metrics::RegisterHealthMetrics(prometheus::Registry& regi
                                             "token; at --not-serving-after-errors health turns NOT_SERVING")
                                       .Register(registry)
                                       .Add({}),
+      .http_connections_dropped_total =
+          prometheus::BuildCounter()
+              .Name("strata_http_connections_dropped_total")
+              .Help("HTTP API connections refused at accept (reason connection_limit, peer_limit: "
+                    "--http-max-connections-per-peer) or closed before their request was whole (read_timeout: "
+                    "--http-read-timeout)")
+              .Register(registry),
   };
 }
 
@@ -297,6 +304,9 @@ Metrics::Metrics(ListenAddress address, std::shared_ptr<prometheus::Registry> re
       pipeline_(RegisterPipelineMetrics(*registry_)),
       plan_(RegisterPlanGauges(*registry_)),
       health_(RegisterHealthMetrics(*registry_)) {
+  for (const char* reason : {"connection_limit", "peer_limit", "read_timeout"}) {
+    health_.http_connections_dropped_total.Add({{"reason", reason}});
+  }
   for (Api api : {Api::kGrpc, Api::kHttp}) {
     for (grpc::StatusCode code : kGenerateCodes) requests_.total.Add({{"api", ApiName(api)}, {"code", CodeName(code)}});
   }
@@ -407,6 +417,13 @@ void Metrics::RecordDeviceMemory(const std::vector<runtime::DeviceMemory>& devic
 
 void Metrics::SetOpenStreams(int64_t streams) { health_.open_streams.Set(static_cast<double>(streams)); }
 
-void Metrics::SetServing(bool serving) { health_.serving.Set(serving ? 1.0 : 0.0); }
+void Metrics::SetServing(bool serving) {
+  health_.serving.Set(serving ? 1.0 : 0.0);
+  endpoint_->SetServing(serving);
+}
+
+void Metrics::RecordHttpConnectionDropped(const char* reason) {
+  health_.http_connections_dropped_total.Add({{"reason", reason}}).Increment();
+}
 
 }  // namespace strata::server

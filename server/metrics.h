@@ -54,7 +54,11 @@ class Metrics {
   // Generate calls open now (InferenceService::open_streams).
   void SetOpenStreams(int64_t streams);
   // What the gRPC health service says: 1 while SERVING, 0 while loading, draining or after a lost device.
+  // Also the answer of GET /health on the metrics port (200 or 503).
   void SetServing(bool serving);
+  // An HTTP API connection refused at accept or closed before its request was whole, by reason
+  // (server/http_server.h's ConnectionDropName).
+  void RecordHttpConnectionDropped(const char* reason);
 
   // The address /metrics is served on, with the port the system picked when asked for port 0.
   const ListenAddress& address() const { return address_; }
@@ -123,6 +127,7 @@ class Metrics {
     prometheus::Family<prometheus::Counter>& nonfinite_logits_total;
     prometheus::Gauge& open_streams;
     prometheus::Gauge& requests_failed_in_a_row;
+    prometheus::Family<prometheus::Counter>& http_connections_dropped_total;
   };
   static DeviceGauges RegisterDeviceGauges(prometheus::Registry& registry);
   static RequestMetrics RegisterRequestMetrics(prometheus::Registry& registry);

@@ -90,6 +90,11 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const Server
     HttpApiOptions http;
     http.address = *options.endpoints.http_listen;
     http.http.max_connections = static_cast<unsigned>(std::min<int64_t>(options.limits.max_streams + 256, 65536));
+    http.http.max_connections_per_peer = static_cast<unsigned>(options.endpoints.http_max_connections_per_peer);
+    http.http.read_timeout_seconds = static_cast<unsigned>(options.endpoints.http_read_timeout_seconds);
+    http.http.on_drop = [metrics = running->metrics_.get()](ConnectionDrop drop) {
+      metrics->RecordHttpConnectionDropped(ConnectionDropName(drop));
+    };
     http.http.max_body_bytes = static_cast<size_t>(options.limits.max_message_bytes);
     http.http.max_stream_buffer_bytes = static_cast<size_t>(options.limits.max_stream_buffer_bytes);
     http.http.tls = options.security.tls;
@@ -97,6 +102,7 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const Server
     http.api_keys = options.security.api_keys;
     http.tool_call_parser = options.serving.tool_call_parser;
     http.prefix_cache = options.serving.prefix_cache;
+    http.limits.max_response_tokens = options.limits.max_response_tokens;
     absl::StatusOr<std::unique_ptr<HttpApi>> api = HttpApi::Start(std::move(http), running->service_.get());
     if (!api.ok()) return api.status();
     running->http_ = *std::move(api);
@@ -247,6 +253,8 @@ void RunningServer::Shutdown() {
   if (model_ != nullptr) model_->StopEngine();
   // Its generations ended with the engine; connections still open (slow readers) are closed.
   http_.reset();
+  // Whole HTTP responses still being built (server/http_api.cc) use the metrics and the in-flight set.
+  if (service_ != nullptr) service_->admission_pool().WaitIdle();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
     server_->Wait();

@@ -97,7 +97,12 @@ TEST_F(CheckpointTemplate, ErrorsNameTheFile) {
   EXPECT_THAT(bad.status().ToString(), HasSubstr("chat_template.jinja:1:"));
   Write("tokenizer_config.json", "[1, 2");
   std::filesystem::remove(dir_ / "chat_template.jinja");
-  EXPECT_THAT(LoadChatTemplate(dir_).status().ToString(), HasSubstr("not a JSON object"));
+  EXPECT_THAT(LoadChatTemplate(dir_).status().ToString(), HasSubstr("tokenizer_config.json: not valid JSON"));
+  Write("tokenizer_config.json", "[1, 2]");
+  EXPECT_THAT(LoadChatTemplate(dir_).status().ToString(), HasSubstr("tokenizer_config.json: not a JSON object"));
+  Write("tokenizer_config.json", std::string(200, '[') + std::string(200, ']'));
+  EXPECT_THAT(LoadChatTemplate(dir_).status().ToString(),
+              HasSubstr("tokenizer_config.json: JSON nests deeper than 127 levels"));
   EXPECT_FALSE(LoadChatTemplate(dir_, "/dev/zero").ok());
 }
 

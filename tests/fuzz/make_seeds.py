@@ -12,6 +12,8 @@ serialized by protobuf) reach the deep paths at once instead of after hours of g
 from __future__ import annotations
 
 import copy
+import hashlib
+import hmac
 import json
 import pathlib
 import random
@@ -19,8 +21,9 @@ import struct
 import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-HARNESSES = ["safetensors_header", "config", "tokenizer", "device_map", "generate_request", "http_request", "chat_template",
-             "tool_calls", "group_message"]
+HARNESSES = ["safetensors_header", "config", "tokenizer", "device_map", "generate_request", "http_request", "http_head",
+             "chat_template",
+             "tool_calls", "group_message", "group_handshake"]
 
 
 def _safetensors(tensors: dict, metadata: dict | None = None, pad_to: int = 8, data_extra: int = 0) -> bytes:
@@ -202,6 +205,34 @@ def http_request_seeds() -> dict[str, bytes]:
     return seeds
 
 
+def http_head_seeds() -> dict[str, bytes]:
+    # What a client sends on the HTTP API's port (fuzz_http_head.cc): whole requests, pipelined ones, cut
+    # ones, and each framing the server must refuse.
+    body = b'{"prompt": "hello", "max_tokens": 4}'
+    length = str(len(body)).encode()
+    post = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    return {
+        "get.http": b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+        "get-1.0.http": b"GET /v1/models HTTP/1.0\r\n\r\n",
+        "head.http": b"HEAD /health?x=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        "post.http": post + b"Content-Length: " + length + b"\r\n\r\n" + body,
+        "chunked.http": post + b"Transfer-Encoding: chunked\r\n\r\n" + hex(len(body))[2:].encode() + b"\r\n" + body
+        + b"\r\n0\r\nX-Trailer: 1\r\n\r\n",
+        "expect.http": post + b"Expect: 100-continue\r\nContent-Length: " + length + b"\r\n\r\n" + body,
+        "stream.http": b"POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+        "pipelined.http": b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n" + post + b"Content-Length: " + length + b"\r\n\r\n"
+        + body + b"GET /stream/b HTTP/1.1\r\nHost: x\r\n\r\n",
+        "two-lengths.http": post + b"Content-Length: " + length + b"\r\nContent-Length: 5\r\n\r\n" + body,
+        "same-lengths.http": post + b"Content-Length: " + length + b"\r\ncontent-length:  " + length + b"\r\n\r\n" + body,
+        "te-and-length.http": post + b"Transfer-Encoding: chunked\r\nContent-Length: " + length + b"\r\n\r\n" + body,
+        "te-gzip.http": post + b"Transfer-Encoding: gzip\r\n\r\n" + body,
+        "too-large.http": post + b"Content-Length: 99999\r\n\r\n" + body,
+        "folded.http": b"GET / HTTP/1.1\r\nHost: x\r\nX-Folded: a\r\n b\r\n\r\n",
+        "cut-head.http": b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le",
+        "cut-body.http": post + b"Content-Length: " + length + b"\r\n\r\n" + body[:7],
+    }
+
+
 def chat_template_seeds() -> dict[str, bytes]:
     # TEMPLATE \0 CONTEXT_JSON (fuzz_chat_template.cc): the parity suite's real templates, each with two of
     # its conversations (tool calls and results; text parts and documents), plus small templates that
@@ -294,6 +325,38 @@ def group_message_seeds() -> dict[str, bytes]:
                  i64(10) + i64(20) + i64(80) + i64(60))
     return {"hop.bin": u8(0) + hop, "result.bin": u8(1) + result, "join.bin": u8(2) + join, "plan.bin": u8(3) + plan,
             "heartbeat.bin": u8(4) + heartbeat}
+
+
+def group_handshake_seeds() -> dict[str, bytes]:
+    # MODE CHUNK BYTES (fuzz_group_handshake.cc): honest transcripts of runtime/executor/group_handshake.cc's frames
+    # with the harness's fixed nonces and secret (MACs included, so every step is reachable), and strangers' bytes.
+    secret, a, b = b"the group secret, 16+ bytes", b"A" * 32, b"B" * 32
+    def be32(v): return struct.pack(">I", v)
+    def field(v: bytes): return be32(len(v)) + v
+    def frame(step: int, body: bytes): return be32(1 + len(body)) + bytes([step]) + body
+    def mac(label: bytes, rest: bytes): return hmac.new(secret, label + a + b + be32(1) + rest, hashlib.sha256).digest()
+    facts = field(b"strata version") + field(b"fuzz") + field(b"model") + field(b"sha256:aa")
+    other_facts = field(b"strata version") + field(b"fuzz") + field(b"model") + field(b"sha256:bb")
+    hello = frame(1, field(b"strata-group-v2") + field(a) + field(be32(0)))
+    auth = frame(2, field(be32(1)) + field(b) + field(mac(b"strata-group-v2 connect", b"")))
+    def sealed(step: int, label: bytes, side: int, fact_fields: bytes) -> bytes:
+        rest = field(bytes([ord("a") + side]) * 64) + field(struct.pack(">Q", 0x1000 + side)) + fact_fields
+        return frame(step, field(mac(label, rest)) + rest)
+    accept = sealed(3, b"strata-group-v2 accept", 0, facts)
+    facts_frame = sealed(5, b"strata-group-v2 facts", 1, facts)
+    ready, refuse = frame(6, b""), frame(4, field(b"the group secret differs"))
+    return {
+        "stranger-16-ff.bin": bytes([0, 255]) + b"\xff" * 16,
+        "stranger-ucx-tcp-magic.bin": bytes([0, 255]) + bytes.fromhex("78563412bebafeca") + b"\xff" * 64,
+        "acceptor-whole.bin": bytes([0, 255]) + auth + facts_frame,
+        "acceptor-split.bin": bytes([0, 2]) + auth + facts_frame,
+        "connector-whole.bin": bytes([1, 255]) + hello + accept + ready,
+        "connector-refused.bin": bytes([1, 255]) + hello + refuse,
+        "acceptor-facts.bin": bytes([2, 255]) + facts_frame,
+        "acceptor-other-facts.bin": bytes([2, 255]) + sealed(5, b"strata-group-v2 facts", 1, other_facts),
+        "connector-accept.bin": bytes([3, 255]) + accept + ready,
+        "connector-other-facts.bin": bytes([3, 7]) + sealed(3, b"strata-group-v2 accept", 0, other_facts) + refuse,
+    }
 
 
 def seeds_for(harness: str) -> dict[str, bytes]:

@@ -15,8 +15,9 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FUZZ = REPO / "scripts" / "fuzz.sh"
-HARNESSES = ["safetensors_header", "config", "tokenizer", "device_map", "generate_request", "http_request", "chat_template",
-             "tool_calls", "group_message"]
+HARNESSES = ["safetensors_header", "config", "tokenizer", "device_map", "generate_request", "http_request", "http_head",
+             "chat_template",
+             "tool_calls", "group_message", "group_handshake"]
 SECONDS = int(os.environ.get("STRATA_FUZZ_SECONDS", "30"))
 
 
