@@ -194,7 +194,8 @@ constexpr std::string_view kChatFields[] = {
 absl::Status CheckFieldNames(const Json& request, Route route) {
   const absl::Span<const std::string_view> own =
       route == Route::kCompletions ? absl::MakeConstSpan(kCompletionFields) : absl::MakeConstSpan(kChatFields);
-  for (const auto& [key, value] : request.items()) {
+  for (auto it = request.begin(); it != request.end(); ++it) {
+    const std::string& key = it.key();
     auto known = [&key](std::string_view name) { return key == name; };
     if (std::any_of(std::begin(kSharedFields), std::end(kSharedFields), known) ||
         std::any_of(own.begin(), own.end(), known)) {

@@ -32,6 +32,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/executor/group_handshake.h"
+#include "runtime/executor/peer_filter.h"
 
 namespace strata::runtime::transport {
 namespace internal {
@@ -288,6 +289,7 @@ struct PendingConnection {
   int fd = -1;
   uint64_t order = 0;  // accept order: the oldest is dropped first
   std::string address;
+  sockaddr_storage peer{};  // where it connected from
   std::unique_ptr<Handshake> handshake;
   absl::Time deadline;
   std::string out;        // bytes to write
@@ -419,6 +421,7 @@ class Core {
   ucp_worker_h worker_ = nullptr;
   int ucx_fd_ = -1;
   int listen_fd_ = -1;
+  PeerAddressFilter ucx_filter_;              // who may connect to UCX's own listeners (any thread)
   std::map<int, PendingConnection> pending_;  // by socket
   std::map<int, int> claimed_;                // rank -> the pending connection's socket that proved it
   uint64_t next_order_ = 0;
@@ -574,8 +577,19 @@ absl::Status Core::InitUcx() {
   ucp_worker_params_t wparams{};
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wparams.thread_mode = UCS_THREAD_MODE_SINGLE;  // the progress thread alone calls UCX
+  // The sockets UCX's TCP transport listens on are the ones the worker opens: guarded (runtime/executor/
+  // peer_filter.h) before any address can be learned, they admit members alone, each added as it passes the
+  // handshake.
+  const std::set<int> listening_before = ListeningTcpSockets();
   st = ucp_worker_create(context_, &wparams, &worker_);
   if (st != UCS_OK) return absl::InternalError(absl::StrCat("transport: ucp_worker_create: ", ucs_status_string(st)));
+  std::vector<int> ucx_listeners;
+  for (int fd : ListeningTcpSockets()) {
+    if (listening_before.count(fd) == 0) ucx_listeners.push_back(fd);
+  }
+  if (absl::Status guarded = ucx_filter_.Guard(std::move(ucx_listeners)); !guarded.ok()) {
+    return absl::InternalError(absl::StrCat("transport: cannot guard UCX's listening sockets: ", guarded.message()));
+  }
   ucp_address_t* address = nullptr;
   size_t address_length = 0;
   st = ucp_worker_get_address(worker_, &address, &address_length);
@@ -842,6 +856,7 @@ void Core::AcceptConnections() {
     conn.fd = fd;
     conn.order = next_order_++;
     conn.address = AddressString(from);
+    conn.peer = from;
     conn.deadline = absl::Now() + options_.handshake_timeout;
     conn.handshake =
         Handshake::ForAcceptor(Side(RandomToken()), HandshakeNonce(), [this, fd](int rank) { return Admit(fd, rank); });
@@ -948,7 +963,10 @@ std::shared_ptr<LinkState> Core::EstablishAccepted(PendingConnection& conn) {
   const Handshake& handshake = *conn.handshake;
   const int rank = handshake.peer_rank();
   // A newer connection from the same rank took the claim while this one was finishing: that one goes on.
-  absl::StatusOr<ucp_ep_h> ep = conn.claimed_rank != rank
+  // The member's host may reach UCX's listeners from now on (before it reads "ready" and connects there).
+  const absl::Status allowed = ucx_filter_.Allow(conn.peer);
+  absl::StatusOr<ucp_ep_h> ep = !allowed.ok() ? absl::StatusOr<ucp_ep_h>(allowed)
+                                : conn.claimed_rank != rank
                                     ? absl::AbortedError("a newer connection from that rank replaced it")
                                     : CreateEp(handshake.peer_worker_address());
   if (!ep.ok()) {
@@ -1369,6 +1387,13 @@ Core::Attempt Core::ConnectOnce(int peer, const std::string& at, const std::stri
   if (!RunOnProgressThread([this, link] { tokens_[link->token] = link; })) {
     close(*fd);
     return Attempt{stopped, false};
+  }
+  // The acceptor's UCX connects here once it has read this side's facts: its host may, from now on (the address
+  // this node chose to connect to, so no stranger's).
+  if (absl::Status allowed = ucx_filter_.Allow(addr); !allowed.ok()) {
+    close(*fd);
+    RunOnProgressThread([this, link] { tokens_.erase(link->token); });
+    return Attempt{absl::UnavailableError(absl::StrCat(at, ": ", allowed.message())), false};
   }
   std::unique_ptr<Handshake> handshake = Handshake::ForConnector(Side(link->token), peer, at, HandshakeNonce());
   RunConnectorHandshake(*fd, *handshake, deadline);

@@ -13,12 +13,12 @@
 // UCX's own listener: Debian 12's UCX 1.13.1 parses a connection's first bytes itself and asserts on 16 bytes of
 // 0xff (tcp_sockcm_ep.c), taking the process down. A connection still in the handshake is dropped after
 // handshake_timeout, and at most max_pending_connections are held (the oldest is dropped for a new one).
-// What remains: UCX's TCP transport listens on its own (ephemeral) port for worker-address connections, and that
-// listener aborts on a crafted header too; so UCX's network devices are restricted to the interface that holds
-// bind_host (UCX_NET_DEVICES, unless a UCX_* variable chooses), and an exposed bind_host still needs a
-// NetworkPolicy (runtime/executor/README.md). UCX moves every data byte (active messages; rendezvous for large
-// ones); no byte a peer sends is deserialized beyond length-prefixed fields with bounds checks. ucp.h stays in
-// transport.cc.
+// UCX's TCP transport still listens on its own (ephemeral) port for worker-address connections, and that listener
+// aborts on a crafted header too; so UCX's network devices are restricted to the interface that holds bind_host
+// (UCX_NET_DEVICES, unless a UCX_* variable chooses), and a socket filter admits the members' hosts alone there
+// (peer_filter.h). An exposed bind_host still wants a NetworkPolicy (runtime/executor/README.md). UCX moves every data
+// byte (active messages; rendezvous for large ones); no byte a peer sends is deserialized beyond length-prefixed fields
+// with bounds checks. ucp.h stays in transport.cc.
 #include <cstdint>
 #include <memory>
 #include <string>

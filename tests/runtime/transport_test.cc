@@ -13,6 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -29,6 +31,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "runtime/executor/peer_filter.h"
 
 namespace strata::runtime::transport {
 namespace {
@@ -614,6 +617,73 @@ TEST(Transport, EveryListeningSocketIsBoundToTheBindHost) {
     }
   }
   EXPECT_GE(listening, 2);  // both transports' ports, and whatever UCX opened
+}
+
+// Whether a TCP connection from `source` (a loopback address) to 127.0.0.1:`port` is established within `timeout`.
+bool ConnectsFrom(const char* source, int port, absl::Duration timeout) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  inet_pton(AF_INET, source, &from.sin_addr);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from), 0) << source;
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, kHost, &to.sin_addr);
+  bool connected = connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0;
+  if (!connected && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    int error = 0;
+    socklen_t length = sizeof error;
+    connected = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) == 1 &&
+                getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
+  }
+  close(fd);
+  return connected;
+}
+
+// The listening ports of this process other than `own`: UCX's TCP transport's.
+std::vector<int> UcxPorts(const std::vector<int>& own) {
+  std::vector<int> ports;
+  for (int fd : ListeningTcpSockets()) {
+    sockaddr_in address{};
+    socklen_t length = sizeof address;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) continue;
+    const int port = ntohs(address.sin_port);
+    if (std::find(own.begin(), own.end(), port) == own.end()) ports.push_back(port);
+  }
+  return ports;
+}
+
+// Issue 38: UCX's TCP transport listens on a port of its own and parses a stranger's first bytes (its magic
+// number and a bad length abort the process). The kernel refuses a connection there from any host but a member's,
+// each admitted when it passes strata's handshake: a stranger from 127.0.0.2 never gets a connection, before and
+// after the member (from 127.0.0.1) joined, and the member's messages flow.
+TEST(Transport, UcxListenersAdmitTheMembersHostsAlone) {
+  auto t0 = Transport::Start(Options(0, 2));
+  ASSERT_TRUE(t0.ok()) << t0.status();
+  const std::vector<int> ucx_ports = UcxPorts({(*t0)->port()});
+  ASSERT_FALSE(ucx_ports.empty()) << "UCX opened no TCP listener";
+  for (int port : ucx_ports) {
+    EXPECT_FALSE(ConnectsFrom("127.0.0.1", port, absl::Milliseconds(500))) << "port " << port << " before any member";
+    EXPECT_FALSE(ConnectsFrom("127.0.0.2", port, absl::Milliseconds(500))) << "port " << port;
+  }
+  auto t1 = Transport::Start(Options(1, 2));
+  ASSERT_TRUE(t1.ok()) << t1.status();
+  const int port0 = (*t0)->port();
+  auto connect = std::async(std::launch::async, [&] { return (*t1)->Connect(0, kHost, port0, In(absl::Seconds(20))); });
+  auto l0 = (*t0)->Accept(1, In(absl::Seconds(20)));
+  auto l1 = connect.get();
+  ASSERT_TRUE(l0.ok()) << l0.status();
+  ASSERT_TRUE(l1.ok()) << l1.status();
+  const absl::string_view hello = "over UCX";
+  ASSERT_TRUE((*l1)->Send(7, {&hello, 1}).ok());
+  auto message = (*l0)->Receive(In(absl::Seconds(20)));
+  ASSERT_TRUE(message.ok()) << message.status();
+  EXPECT_EQ(message->bytes, hello);
+  for (int port : ucx_ports) {
+    EXPECT_FALSE(ConnectsFrom("127.0.0.2", port, absl::Milliseconds(500))) << "port " << port << " after the join";
+  }
 }
 
 TEST(Transport, FactsThatDifferFailBothSides) {
