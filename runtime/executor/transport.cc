@@ -236,6 +236,14 @@ namespace {
 // The Core whose progress thread this is: UCX's completion callbacks run there and find their Core here.
 thread_local Core* current_core = nullptr;
 Core* CurrentCore() { return current_core; }
+
+// Held while this process's transports open or close a listening socket (their own, or UCX's in
+// ucp_worker_create / ucp_worker_destroy): the sockets a worker's creation adds are then UCX's alone, not another
+// transport's (several run in one process in tests), and no descriptor number is reused meanwhile.
+std::mutex& ListenerChanges() {
+  static std::mutex changes;
+  return changes;
+}
 }  // namespace
 
 enum class Role { kAcceptor, kConnector };
@@ -580,12 +588,15 @@ absl::Status Core::InitUcx() {
   // The sockets UCX's TCP transport listens on are the ones the worker opens: guarded (runtime/executor/
   // peer_filter.h) before any address can be learned, they admit members alone, each added as it passes the
   // handshake.
-  const std::set<int> listening_before = ListeningTcpSockets();
-  st = ucp_worker_create(context_, &wparams, &worker_);
-  if (st != UCS_OK) return absl::InternalError(absl::StrCat("transport: ucp_worker_create: ", ucs_status_string(st)));
   std::vector<int> ucx_listeners;
-  for (int fd : ListeningTcpSockets()) {
-    if (listening_before.count(fd) == 0) ucx_listeners.push_back(fd);
+  {
+    std::lock_guard<std::mutex> changes(ListenerChanges());
+    const std::set<int> listening_before = ListeningTcpSockets();
+    st = ucp_worker_create(context_, &wparams, &worker_);
+    if (st != UCS_OK) return absl::InternalError(absl::StrCat("transport: ucp_worker_create: ", ucs_status_string(st)));
+    for (int fd : ListeningTcpSockets()) {
+      if (listening_before.count(fd) == 0) ucx_listeners.push_back(fd);
+    }
   }
   if (absl::Status guarded = ucx_filter_.Guard(std::move(ucx_listeners)); !guarded.ok()) {
     return absl::InternalError(absl::StrCat("transport: cannot guard UCX's listening sockets: ", guarded.message()));
@@ -656,6 +667,7 @@ absl::Status Core::Listen() {
     return absl::InvalidArgumentError(
         absl::StrCat("transport: cannot listen on ", where, ": ", bind_to.status().message()));
   }
+  std::lock_guard<std::mutex> changes(ListenerChanges());
   listen_fd_ = socket(bind_to->first.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   const int one = 1;
   if (listen_fd_ < 0 || setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
@@ -718,7 +730,10 @@ void Core::Run(std::promise<absl::Status> started) {
 
 void Core::TeardownUcx() {
   tearing_down_ = true;
-  if (listen_fd_ >= 0) close(listen_fd_);
+  if (listen_fd_ >= 0) {
+    std::lock_guard<std::mutex> changes(ListenerChanges());
+    close(listen_fd_);
+  }
   listen_fd_ = -1;
   while (!pending_.empty()) DropConnection(pending_.begin()->first);
   if (worker_ != nullptr) {
@@ -765,7 +780,10 @@ void Core::TeardownUcx() {
     sends_.clear();
     receives_.clear();
     tokens_.clear();
-    ucp_worker_destroy(worker_);
+    {
+      std::lock_guard<std::mutex> changes(ListenerChanges());
+      ucp_worker_destroy(worker_);
+    }
     worker_ = nullptr;
   } else {
     std::lock_guard<std::mutex> lock(tasks_mu_);
