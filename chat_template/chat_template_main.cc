@@ -131,7 +131,7 @@ absl::StatusOr<std::string> RenderOne(const ct::CheckpointChatTemplate& loaded, 
 }
 
 absl::StatusOr<json> ParseJson(const std::string& text, const std::string& where) {
-  return strata::checkpoint::ParseJson(text, strata::checkpoint::kMaxJsonDepth, where);
+  return strata::checkpoint::ParseOrderedJson(text, strata::checkpoint::kMaxJsonDepth, where);
 }
 
 // {"content": string|null, "tool_calls": [{id, type, function: {name, arguments}}]} as OpenAI's message

@@ -74,7 +74,8 @@ absl::StatusOr<CheckpointChatTemplate> LoadChatTemplate(const std::filesystem::p
         checkpoint::ReadRegularFileIfPresent(config_path, checkpoint::kMaxConfigFileBytes);
     if (!text.ok()) return text.status();
     if (text->has_value()) {
-      absl::StatusOr<json> parsed = checkpoint::ParseJson(**text, checkpoint::kMaxJsonDepth, config_path.string());
+      absl::StatusOr<json> parsed =
+          checkpoint::ParseOrderedJson(**text, checkpoint::kMaxJsonDepth, config_path.string());
       if (!parsed.ok()) return parsed.status();
       config = *std::move(parsed);
       if (!config.is_object()) {
