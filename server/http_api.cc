@@ -203,7 +203,11 @@ absl::Status HttpGeneration::Submit(runtime::Engine& engine, InFlightGenerations
   engine_ = &engine;
   in_flight_ = in_flight;
   in_flight->Add(this);
-  exchange_->OnClientGone([this] { CancelAll(); });
+  // Weak: the exchange (its connection) may outlive this generation, and its client may leave after the last
+  // choice finished and this object is gone (a whole response still being sent when the socket closes).
+  exchange_->OnClientGone([weak = weak_from_this()] {
+    if (std::shared_ptr<HttpGeneration> self = weak.lock()) self->CancelAll();
+  });
   if (request_.stream) {
     exchange_->BeginStream("text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
   }

@@ -526,7 +526,7 @@ void HttpServer::SetReading(MHD_Connection* connection, bool reading) {
   auto open = connections_.find(connection);
   if (open == connections_.end() || open->second.reading == reading) return;
   open->second.reading = reading;
-  open->second.eof_seen = false;
+  open->second.eof_since.reset();
   if (reading) {
     open->second.read_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options_.read_timeout_seconds);
   }
@@ -536,8 +536,8 @@ void HttpServer::SetReading(MHD_Connection* connection, bool reading) {
 // shut down, which MHD sees at once and closes. The client's FIN needs this watch: MHD's epoll loop
 // (edge-triggered) takes a short read for a drained socket and never reads again the FIN that came with the
 // last bytes, so such a connection would sit in CLOSE-WAIT until the idle timeout. A FIN counts only when
-// nothing is left unread, on two watches in a row: MHD hands a whole request to Access in the same turn as
-// it reads its last bytes, so a request that is whole has stopped reading by then.
+// nothing is left unread on every watch for kEofGraceMs: MHD hands a whole request to Access in the same turn
+// as it reads its last bytes, so a request that is whole has stopped reading by then, however loaded the host.
 void HttpServer::WatchReads() {
   std::unique_lock lock(connections_mutex_);
   while (!connections_stopping_) {
@@ -562,11 +562,14 @@ void HttpServer::WatchReads() {
         int unread = 0;
         const bool eof = (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0 &&
                          ioctl(open.fd, FIONREAD, &unread) == 0 && unread == 0;
-        if (eof && open.eof_seen) {
+        if (!eof) {
+          open.eof_since.reset();
+        } else if (!open.eof_since) {
+          open.eof_since = now;
+        } else if (now - *open.eof_since >= std::chrono::milliseconds(kEofGraceMs)) {
           shutdown(open.fd, SHUT_RDWR);
           open.dropped = true;
         }
-        open.eof_seen = eof;
       }
     }
     if (timed_out > 0) {

@@ -171,6 +171,10 @@ class HttpServer {
   static constexpr int kDisconnectPollMs = 20;
   // How often connections still reading a request are checked for their deadline and for a closed client.
   static constexpr int kReadWatchMs = 20;
+  // How long a FIN with nothing unread must stand before a connection still reading is shut down: MHD hands a
+  // whole request to its handler just after reading its last bytes, but on a loaded host its thread may be
+  // descheduled between the two (a shorter grace cut half-closed clients' whole requests).
+  static constexpr int kEofGraceMs = 1000;
   static constexpr size_t kThreadStackBytes = 8 << 20;
   static constexpr int kSocketSendBufferBytes = 256 << 10;
 
@@ -197,8 +201,9 @@ class HttpServer {
     std::string peer;     // the client's address bytes
     bool reading = true;  // its request (head or body) is not whole yet
     std::chrono::steady_clock::time_point read_deadline;
-    bool eof_seen = false;  // one watch saw the client's FIN with nothing left unread
-    bool dropped = false;   // shut down by the watch; MHD closes it
+    // Since when every watch saw the client's FIN with nothing left unread (unset: the last did not).
+    std::optional<std::chrono::steady_clock::time_point> eof_since;
+    bool dropped = false;  // shut down by the watch; MHD closes it
   };
   bool AcceptPeer(const sockaddr* address);
   void ConnectionStarted(MHD_Connection* connection);
