@@ -85,7 +85,9 @@ std::set<int> ListeningTcpSockets() {
 absl::Status PeerAddressFilter::Guard(std::vector<int> fds) {
   std::lock_guard<std::mutex> lock(mu_);
   fds_.insert(fds_.end(), fds.begin(), fds.end());
-  return AttachLocked();
+  absl::Status attached = AttachLocked();
+  if (!attached.ok()) fds_.clear();  // not guarded: Allow has nothing to update
+  return attached;
 }
 
 absl::Status PeerAddressFilter::Allow(const sockaddr_storage& address) {

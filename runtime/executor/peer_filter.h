@@ -29,7 +29,8 @@ class PeerAddressFilter {
   static constexpr size_t kMaxAddresses = 64;
 
   // Guards `fds` (not owned; they must outlive this object or be closed with the process): from now on they
-  // admit no connection but from addresses given to Allow.
+  // admit no connection but from addresses given to Allow. An error (the sandbox refuses SO_ATTACH_FILTER)
+  // leaves them unguarded, and Allow then does nothing.
   absl::Status Guard(std::vector<int> fds);
   // Admits connections from `address`'s host (its port is ignored; an IPv4-mapped IPv6 address counts as the
   // IPv4 one). Safe from any thread.
