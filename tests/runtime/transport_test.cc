@@ -497,6 +497,18 @@ std::string BigEndian32(uint32_t n) {
 // Issue 38: 16 bytes of 0xff on the port aborted the process inside UCX (Debian's UCX 1.13.1 parsed them before
 // the handshake). Every stranger's bytes now go to the handshake alone: each connection below is refused and
 // counted, and a member still joins.
+// A member (SayHelloAndWait) told `t`'s port joins within `wait`, says hello, and is stopped.
+void ExpectMemberJoins(Transport& t, Child& member, absl::Duration wait) {
+  member.Write(std::to_string(t.port()));
+  auto link = t.Accept(1, In(wait));
+  ASSERT_TRUE(link.ok()) << link.status();
+  auto hello = (*link)->Receive(In(absl::Seconds(30)));
+  ASSERT_TRUE(hello.ok()) << hello.status();
+  EXPECT_EQ(hello->bytes, "member");
+  EXPECT_TRUE((*link)->Send(kStop, {}).ok());
+  EXPECT_EQ(member.Join(), "");
+}
+
 TEST(Transport, RawBytesOnThePortAreRefusedAndAMemberStillJoins) {
   Child member(SayHelloAndWait);
   auto t = Transport::Start(Options(0, 2));
@@ -522,14 +534,7 @@ TEST(Transport, RawBytesOnThePortAreRefusedAndAMemberStillJoins) {
     close(fd);
   }
   ASSERT_TRUE(RefusedAtLeast(**t, static_cast<int64_t>(attacks.size())));
-  member.Write(std::to_string(port));
-  auto link = (*t)->Accept(1, In(absl::Seconds(30)));
-  ASSERT_TRUE(link.ok()) << link.status();
-  auto hello = (*link)->Receive(In(absl::Seconds(30)));
-  ASSERT_TRUE(hello.ok()) << hello.status();
-  EXPECT_EQ(hello->bytes, "member");
-  EXPECT_TRUE((*link)->Send(kStop, {}).ok());
-  EXPECT_EQ(member.Join(), "");
+  ExpectMemberJoins(**t, member, absl::Seconds(30));
   EXPECT_EQ((*t)->refused(), static_cast<int64_t>(attacks.size()));
 }
 
@@ -565,14 +570,7 @@ TEST(Transport, PendingConnectionCapDropsTheOldestAndAMemberStillJoins) {
   for (int i = 0; i < kSquatters - kCap; ++i) {
     EXPECT_TRUE(ClosedByPeer(squatters[i], absl::Seconds(30))) << "squatter " << i << " (among the oldest) is held";
   }
-  member.Write(std::to_string((*t)->port()));
-  auto link = (*t)->Accept(1, In(absl::Seconds(60)));
-  ASSERT_TRUE(link.ok()) << link.status();
-  auto hello = (*link)->Receive(In(absl::Seconds(30)));
-  ASSERT_TRUE(hello.ok()) << hello.status();
-  EXPECT_EQ(hello->bytes, "member");
-  EXPECT_TRUE((*link)->Send(kStop, {}).ok());
-  EXPECT_EQ(member.Join(), "");
+  ExpectMemberJoins(**t, member, absl::Seconds(60));
   EXPECT_GE((*t)->refused(), kSquatters - kCap + 1);
   for (int fd : squatters) close(fd);
 }
