@@ -79,6 +79,12 @@ std::string QuantizedHint(const ModelSpec& spec) {
   return absl::StrCat(" (quantization_config: ", QuantizationConfigSummary(spec.quantization->config), ")");
 }
 
+// A tensor under one of the spec's ignored prefixes (DeepSeek-V3's MTP layer): not the model's.
+bool Ignored(const ModelSpec& spec, const std::string& name) {
+  return std::any_of(spec.ignored_prefixes.begin(), spec.ignored_prefixes.end(),
+                     [&](const std::string& prefix) { return name.starts_with(prefix); });
+}
+
 absl::Status CheckTensors(const ModelSpec& spec, const CheckpointFiles& files,
                           const std::map<std::string, HeaderTensor>& found) {
   const std::string source = files.weight_map.empty() ? std::string(kSafetensorsSingleFile)
@@ -111,6 +117,7 @@ absl::Status CheckTensors(const ModelSpec& spec, const CheckpointFiles& files,
 
   std::vector<std::string> unexpected;
   for (const auto& [name, tensor] : found) {
+    if (Ignored(spec, name)) continue;
     const std::vector<int64_t>* want = nullptr;
     if (auto it = expected.find(name); it != expected.end()) {
       want = &it->second.shape;
@@ -200,6 +207,9 @@ absl::StatusOr<ModelSpec> LoadModelSpec(const std::filesystem::path& checkpoint_
     AdoptStoredScaleDTypes(*spec, dtypes);
   }
   if (absl::Status s = CheckTensors(*spec, **files, found); !s.ok()) return s;
+  for (const auto& [name, tensor] : found) {
+    if (Ignored(*spec, name)) spec->ignored_tensors.push_back(name);
+  }
   return spec;
 }
 

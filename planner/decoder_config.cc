@@ -60,4 +60,53 @@ absl::StatusOr<RopeConfig> LlamaStyleRope(const json& params, absl::string_view 
   return rope;
 }
 
+absl::StatusOr<RopeConfig> YarnRope(const json& params, absl::string_view prefix, double theta, double max_positions) {
+  RopeConfig rope;
+  rope.type = RopeConfig::Type::kYarn;
+  absl::StatusOr<double> dict_theta = NumberOr(params, prefix, "rope_theta", theta);
+  if (!dict_theta.ok()) return dict_theta.status();
+  rope.theta = *dict_theta;
+  if (!(rope.theta > 0) || !std::isfinite(rope.theta)) {
+    return FieldError(absl::StrCat(prefix, "rope_theta"),
+                      absl::StrCat("must be a positive finite number, got ", rope.theta));
+  }
+  absl::StatusOr<double> original = NumberOr(params, prefix, "original_max_position_embeddings", max_positions);
+  if (!original.ok()) return original.status();
+  if (!(*original > 0)) {
+    return FieldError(absl::StrCat(prefix, "original_max_position_embeddings"), "is required for rope_type yarn");
+  }
+  rope.original_max_positions = *original;
+  // A null factor is max_position_embeddings / original_max_position_embeddings (DeepSeek-V3's note upstream).
+  absl::StatusOr<double> factor =
+      NumberOr(params, prefix, "factor", max_positions > 0 ? max_positions / *original : 1.0);
+  if (!factor.ok()) return factor.status();
+  if (!(*factor > 0) || !std::isfinite(*factor)) return FieldError(absl::StrCat(prefix, "factor"), "must be positive");
+  rope.factor = *factor;
+  auto mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+  absl::StatusOr<double> m = NumberOr(params, prefix, "mscale", 0);
+  if (!m.ok()) return m.status();
+  absl::StatusOr<double> m_all = NumberOr(params, prefix, "mscale_all_dim", 0);
+  if (!m_all.ok()) return m_all.status();
+  // attention_factor, else from mscale / mscale_all_dim when both are set, else from the factor alone.
+  const double fallback =
+      *m != 0 && *m_all != 0 ? mscale(rope.factor, *m) / mscale(rope.factor, *m_all) : mscale(rope.factor, 1.0);
+  absl::StatusOr<double> attention = NumberOr(params, prefix, "attention_factor", fallback);
+  if (!attention.ok()) return attention.status();
+  rope.attention_factor = *attention;
+  // beta_fast / beta_slow: `or 32` / `or 1` upstream, so 0 and null take the default too.
+  absl::StatusOr<double> fast = NumberOr(params, prefix, "beta_fast", 32);
+  if (!fast.ok()) return fast.status();
+  absl::StatusOr<double> slow = NumberOr(params, prefix, "beta_slow", 1);
+  if (!slow.ok()) return slow.status();
+  rope.beta_fast = *fast != 0 ? *fast : 32;
+  rope.beta_slow = *slow != 0 ? *slow : 1;
+  if (auto it = params.find("truncate"); it != params.end() && !it->is_null()) {
+    if (!it->is_boolean()) {
+      return FieldError(absl::StrCat(prefix, "truncate"), absl::StrCat("must be true or false, got ", it->dump()));
+    }
+    rope.truncate = it->get<bool>();
+  }
+  return rope;
+}
+
 }  // namespace strata::planner::spec_builder

@@ -1,5 +1,6 @@
 #include "planner/model_registry.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@ constexpr Architecture kArchitectures[] = {
     {"Gemma2ForCausalLM", "gemma2", ModelFamily::kGemma2, GemmaSpecFromConfig},
     {"Gemma3ForCausalLM", "gemma3_text", ModelFamily::kGemma3, GemmaSpecFromConfig},
     {"Phi3ForCausalLM", "phi3", ModelFamily::kPhi3, Phi3SpecFromConfig},
+    {"DeepseekV3ForCausalLM", "deepseek_v3", ModelFamily::kDeepseekV3, DeepseekV3SpecFromConfig},
+    // Kimi K2 (moonshotai): DeepSeek-V3's architecture and class under its own model_type (its config class
+    // is remote code; transformers' DeepseekV3Config reads the same fields).
+    {"DeepseekV3ForCausalLM", "kimi_k2", ModelFamily::kDeepseekV3, DeepseekV3SpecFromConfig},
 };
 
 }  // namespace
@@ -33,7 +38,9 @@ absl::Span<const Architecture> Architectures() { return kArchitectures; }
 absl::StatusOr<const Architecture*> ResolveArchitecture(const nlohmann::json& config) {
   using spec_builder::FieldError;
   std::vector<absl::string_view> supported;
-  for (const Architecture& a : kArchitectures) supported.push_back(a.name);
+  for (const Architecture& a : kArchitectures) {
+    if (std::find(supported.begin(), supported.end(), a.name) == supported.end()) supported.push_back(a.name);
+  }
   const std::string hint = absl::StrCat(" (supported: ", absl::StrJoin(supported, ", "),
                                         "); describe other models with a module tree: run "
                                         "tools/export_module_tree.py and pass --module-tree");
@@ -61,9 +68,10 @@ absl::StatusOr<const Architecture*> ResolveArchitecture(const nlohmann::json& co
     return FieldError("architectures", absl::StrCat("must be a non-empty array of strings, got ", arch_it->dump()));
   }
   const std::string name = (*arch_it)[0].get<std::string>();
-  const Architecture* arch = nullptr;
+  // A class under several model types (DeepseekV3ForCausalLM: deepseek_v3, kimi_k2) is the row of the config's.
+  const Architecture* arch = by_model_type != nullptr && by_model_type->name == name ? by_model_type : nullptr;
   for (const Architecture& a : kArchitectures) {
-    if (a.name == name) arch = &a;
+    if (a.name == name && arch == nullptr) arch = &a;
   }
   if (arch == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("config.json: architecture \"", name, "\" is not supported", hint));

@@ -42,6 +42,8 @@ absl::StatusOr<ModelSpec> LlamaFamilySpecFromConfig(const nlohmann::json& config
                                                     int64_t max_positions);
 absl::StatusOr<ModelSpec> GemmaSpecFromConfig(const nlohmann::json& config, const Architecture& arch, DType dtype,
                                               int64_t max_positions);
+absl::StatusOr<ModelSpec> DeepseekV3SpecFromConfig(const nlohmann::json& config, const Architecture& arch, DType dtype,
+                                                   int64_t max_positions);
 absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const nlohmann::json& config, const Architecture& arch, DType dtype,
                                              int64_t max_positions);
 

@@ -92,6 +92,11 @@ struct ModelSpec {
   int64_t num_hidden_layers = 0;
   int64_t num_key_value_heads = 0;
   int64_t head_dim = 0;
+  // MLA (DeepSeek-V3): each token keeps one latent row of head_dim (kv_lora_rank + qk_rope_head_dim) per layer,
+  // keys and values alike (num_key_value_heads is 1), rather than a key and a value per KV head.
+  bool kv_latent = false;
+  // Elements of the KV cache per token per decoder layer: 2 x num_key_value_heads x head_dim, or the latent row.
+  int64_t KvElementsPerToken() const { return (kv_latent ? 1 : 2) * num_key_value_heads * head_dim; }
   // config.json's max_position_embeddings: the positions the model was trained for (0 when the config does
   // not say, or for module trees). The server warns when --max-context goes past it.
   int64_t max_position_embeddings = 0;
@@ -110,6 +115,15 @@ struct ModelSpec {
   // stored under another name, and fused expert parameters stored one tensor per expert.
   std::map<std::string, std::string> stored_names;  // spec tensor -> checkpoint tensor
   std::vector<ExpertsStorage> per_expert_storage;
+  // Checkpoint tensors under these prefixes are not the model's (DeepSeek-V3's multi-token-prediction layer,
+  // "model.layers.61."): transformers skips them on load, so they are neither planned nor loaded. LoadModelSpec lists
+  // those the checkpoint holds in `ignored_tensors` (the later speculative decoder reads them from there).
+  // Tensors loaded in float32 whatever the serving dtype, by their last name component (transformers'
+  // _keep_in_fp32_modules_strict: DeepSeek-V3's "e_score_correction_bias"); planned in the spec's dtype, as
+  // from_config sizes them.
+  std::vector<std::string> keep_float32;
+  std::vector<std::string> ignored_prefixes;
+  std::vector<std::string> ignored_tensors;
   // A quantized checkpoint's format and its quantized linear layers (planner/quantization.h); nullopt for a
   // dense one. The module tree holds the parameters the chosen sizing counts; `linears` what the files hold.
   std::optional<SpecQuantization> quantization;

@@ -274,32 +274,27 @@ using GemmaSizes = DecoderSizes;
 
 // Reads and checks hidden, intermediate, layers, heads, vocab, kv heads, head_dim and pad_token_id.
 absl::StatusOr<GemmaSizes> ReadSizes(const json& config) {
-  absl::StatusOr<int64_t> hidden = RequiredPositiveInt(config, "hidden_size", kMaxHiddenSize);
-  if (!hidden.ok()) return hidden.status();
-  absl::StatusOr<int64_t> intermediate = RequiredPositiveInt(config, "intermediate_size", kMaxHiddenSize);
-  if (!intermediate.ok()) return intermediate.status();
-  absl::StatusOr<int64_t> layers = RequiredPositiveInt(config, "num_hidden_layers", kMaxHiddenLayers);
-  if (!layers.ok()) return layers.status();
-  absl::StatusOr<int64_t> heads = RequiredPositiveInt(config, "num_attention_heads", kMaxAttentionHeads);
-  if (!heads.ok()) return heads.status();
-  absl::StatusOr<int64_t> vocab = RequiredPositiveInt(config, "vocab_size", kMaxVocabSize);
-  if (!vocab.ok()) return vocab.status();
+  absl::StatusOr<DecoderSizes> sizes = ReadDecoderSizes(config);
+  if (!sizes.ok()) return sizes.status();
+  const int64_t hidden = sizes->hidden, heads = sizes->heads, vocab = sizes->vocab;
   // Both config classes type these `int` with defaults 4 and 256: null is refused.
   absl::StatusOr<int64_t> kv_heads = PositiveIntOr(config, "num_key_value_heads", 4, false, kMaxAttentionHeads);
   if (!kv_heads.ok()) return kv_heads.status();
   absl::StatusOr<int64_t> head_dim = PositiveIntOr(config, "head_dim", 256, false, kMaxHeadDim);
   if (!head_dim.ok()) return head_dim.status();
   // validate_architecture of both config classes.
-  if (*hidden % *heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("config.json: hidden_size (", *hidden,
-                                                   ") must be a multiple of num_attention_heads (", *heads, ")"));
+  if (hidden % heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: hidden_size (", hidden,
+                                                   ") must be a multiple of num_attention_heads (", heads, ")"));
   }
-  if (*heads % *kv_heads != 0) {
+  if (heads % *kv_heads != 0) {
     return FieldError("num_key_value_heads",
-                      absl::StrCat("(", *kv_heads, ") must divide num_attention_heads (", *heads, ")"));
+                      absl::StrCat("(", *kv_heads, ") must divide num_attention_heads (", heads, ")"));
   }
-  if (absl::Status s = CheckPadTokenId(config, *vocab, 0); !s.ok()) return s;
-  return GemmaSizes{*hidden, *intermediate, *layers, *heads, *vocab, *kv_heads, *head_dim};
+  if (absl::Status s = CheckPadTokenId(config, vocab, 0); !s.ok()) return s;
+  sizes->kv_heads = *kv_heads;
+  sizes->head_dim = *head_dim;
+  return sizes;
 }
 
 // The activation, the embedding tie and the attention bias, as config.json states them.
@@ -442,6 +437,10 @@ absl::StatusOr<ModelSpec> GemmaSpecFromConfig(const json& config, const Architec
     return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
   }
   spec.decoder = ReadForwardPass(config, v, options->activation, *layer_types);
+  if (spec.decoder.ok()) {
+    SetSizes(*sizes, *spec.decoder);
+    spec.decoder->qkv_bias = spec.decoder->o_bias = options->bias;
+  }
   return spec;
 }
 

@@ -53,15 +53,15 @@ struct Family {
   absl::string_view prefix;        // class-name prefix: "Llama" -> LlamaModel, LlamaDecoderLayer, ...
   // num_key_value_heads when config.json omits it: the config class's field default (MistralConfig: 8,
   // Qwen2Config: 32), or nullopt where the default is None and __post_init__ copies num_attention_heads.
-  std::optional<int64_t> default_kv_heads;
-  bool kv_heads_may_be_null;  // MistralConfig types the field `int`, so an explicit null is rejected
+  std::optional<int64_t> default_kv_heads = std::nullopt;
+  bool kv_heads_may_be_null = false;  // MistralConfig types the field `int`, so an explicit null is rejected
   // Qwen2Config declares no head_dim field: a head_dim in config.json is kept as an extra attribute and
   // honoured, but an explicit null reaches `head_dim ** -0.5` in Qwen2Attention and fails.
-  bool declares_head_dim;
-  bool reads_attention_bias;      // LlamaAttention: bias=config.attention_bias on q, k, v and o
-  bool reads_mlp_bias;            // LlamaMLP: bias=config.mlp_bias
-  bool qkv_bias;                  // Qwen2Attention: q, k, v always have a bias, o never
-  bool requires_divisible_heads;  // LlamaConfig.validate_architecture, even when head_dim is explicit
+  bool declares_head_dim = false;
+  bool reads_attention_bias = false;      // LlamaAttention: bias=config.attention_bias on q, k, v and o
+  bool reads_mlp_bias = false;            // LlamaMLP: bias=config.mlp_bias
+  bool qkv_bias = false;                  // Qwen2Attention: q, k, v always have a bias, o never
+  bool requires_divisible_heads = false;  // LlamaConfig.validate_architecture, even when head_dim is explicit
   // head_dim when config.json omits it (Qwen3Config: 128), else hidden_size / num_attention_heads.
   std::optional<int64_t> default_head_dim = std::nullopt;
   SlidingWindows sliding_windows = SlidingWindows::kNone;
@@ -71,16 +71,46 @@ struct Family {
 };
 
 constexpr Family kFamilies[] = {
-    {"LlamaForCausalLM", "Llama", std::nullopt, true, true, true, true, false, true},
-    {"MistralForCausalLM", "Mistral", 8, false, true, false, false, false, false, std::nullopt,
-     SlidingWindows::kMistral},
-    {"Qwen2ForCausalLM", "Qwen2", 32, true, false, false, false, true, false, std::nullopt, SlidingWindows::kQwen2},
-    {"Qwen3ForCausalLM", "Qwen3", 32, true, true, true, false, false, false, 128, SlidingWindows::kQwen2,
-     internal::ExtendQwen3Spec},
-    {"Qwen3MoeForCausalLM", "Qwen3Moe", 4, false, false, true, false, false, false, std::nullopt,
-     SlidingWindows::kQwen2EveryLayer, internal::ExtendQwen3MoeSpec},
-    {"MixtralForCausalLM", "Mixtral", 8, false, true, false, false, false, false, std::nullopt,
-     SlidingWindows::kMistral, internal::ExtendMixtralSpec},
+    {.architecture = "LlamaForCausalLM",
+     .prefix = "Llama",
+     .default_kv_heads = std::nullopt,
+     .kv_heads_may_be_null = true,
+     .declares_head_dim = true,
+     .reads_attention_bias = true,
+     .reads_mlp_bias = true,
+     .requires_divisible_heads = true},
+    {.architecture = "MistralForCausalLM",
+     .prefix = "Mistral",
+     .default_kv_heads = 8,
+     .declares_head_dim = true,
+     .sliding_windows = SlidingWindows::kMistral},
+    {.architecture = "Qwen2ForCausalLM",
+     .prefix = "Qwen2",
+     .default_kv_heads = 32,
+     .kv_heads_may_be_null = true,
+     .qkv_bias = true,
+     .sliding_windows = SlidingWindows::kQwen2},
+    {.architecture = "Qwen3ForCausalLM",
+     .prefix = "Qwen3",
+     .default_kv_heads = 32,
+     .kv_heads_may_be_null = true,
+     .declares_head_dim = true,
+     .reads_attention_bias = true,
+     .default_head_dim = 128,
+     .sliding_windows = SlidingWindows::kQwen2,
+     .extend = internal::ExtendQwen3Spec},
+    {.architecture = "Qwen3MoeForCausalLM",
+     .prefix = "Qwen3Moe",
+     .default_kv_heads = 4,
+     .reads_attention_bias = true,
+     .sliding_windows = SlidingWindows::kQwen2EveryLayer,
+     .extend = internal::ExtendQwen3MoeSpec},
+    {.architecture = "MixtralForCausalLM",
+     .prefix = "Mixtral",
+     .default_kv_heads = 8,
+     .declares_head_dim = true,
+     .sliding_windows = SlidingWindows::kMistral,
+     .extend = internal::ExtendMixtralSpec},
 };
 
 // ACT2FN's parameterless activations (transformers/activations.py): hidden_act -> module class name.
@@ -322,29 +352,15 @@ struct LlamaSizes : DecoderSizes {
 
 // Reads and checks hidden, intermediate, layers, heads, vocab, kv heads and head_dim.
 absl::StatusOr<LlamaSizes> ReadSizes(const json& config, const Family& family) {
+  absl::StatusOr<DecoderSizes> common = ReadDecoderSizes(config);
+  if (!common.ok()) return common.status();
   LlamaSizes sizes;
-  // Transformers would fall back to the config class's defaults (a 7B model's sizes) for these; a real
-  // checkpoint always states them, so a missing one is a broken config rather than a wish for defaults.
-  absl::StatusOr<int64_t> hidden = RequiredPositiveInt(config, "hidden_size", kMaxHiddenSize);
-  if (!hidden.ok()) return hidden.status();
-  absl::StatusOr<int64_t> intermediate = RequiredPositiveInt(config, "intermediate_size", kMaxHiddenSize);
-  if (!intermediate.ok()) return intermediate.status();
-  absl::StatusOr<int64_t> layers = RequiredPositiveInt(config, "num_hidden_layers", kMaxHiddenLayers);
-  if (!layers.ok()) return layers.status();
-  absl::StatusOr<int64_t> heads = RequiredPositiveInt(config, "num_attention_heads", kMaxAttentionHeads);
-  if (!heads.ok()) return heads.status();
-  absl::StatusOr<int64_t> vocab = RequiredPositiveInt(config, "vocab_size", kMaxVocabSize);
-  if (!vocab.ok()) return vocab.status();
-  sizes.hidden = *hidden;
-  sizes.intermediate = *intermediate;
-  sizes.layers = *layers;
-  sizes.heads = *heads;
-  sizes.vocab = *vocab;
-
+  static_cast<DecoderSizes&>(sizes) = *common;
+  const int64_t hidden = sizes.hidden, heads = sizes.heads;
   absl::StatusOr<std::optional<int64_t>> kv_heads_field =
       OptionalPositiveInt(config, "num_key_value_heads", family.kv_heads_may_be_null, kMaxAttentionHeads);
   if (!kv_heads_field.ok()) return kv_heads_field.status();
-  sizes.kv_heads = *heads;
+  sizes.kv_heads = heads;
   if (kv_heads_field->has_value()) {
     sizes.kv_heads = **kv_heads_field;
   } else if (!config.contains("num_key_value_heads") && family.default_kv_heads) {
@@ -354,13 +370,13 @@ absl::StatusOr<LlamaSizes> ReadSizes(const json& config, const Family& family) {
   absl::StatusOr<std::optional<int64_t>> head_dim_field =
       OptionalPositiveInt(config, "head_dim", family.declares_head_dim, kMaxHeadDim);
   if (!head_dim_field.ok()) return head_dim_field.status();
-  sizes.head_dim = head_dim_field->value_or(family.default_head_dim.value_or(*hidden / *heads));
+  sizes.head_dim = head_dim_field->value_or(family.default_head_dim.value_or(hidden / heads));
   // Whether the config object has a head_dim attribute, which is what RoPE validation looks at.
   sizes.has_head_dim_attribute = family.declares_head_dim || head_dim_field->has_value();
 
-  if (family.requires_divisible_heads && *hidden % *heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("config.json: hidden_size (", *hidden,
-                                                   ") must be a multiple of num_attention_heads (", *heads, ")"));
+  if (family.requires_divisible_heads && hidden % heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: hidden_size (", hidden,
+                                                   ") must be a multiple of num_attention_heads (", heads, ")"));
   }
   return sizes;
 }
@@ -514,7 +530,10 @@ absl::StatusOr<ModelSpec> LlamaFamilySpecFromConfig(const nlohmann::json& config
   ModelSpec spec = BuildSpec(family, *sizes, *options, dtype, *inv_freq_length);
   DecoderConfig decoder;
   decoder.architecture = spec.architecture;
-  decoder.num_layers = sizes->layers;
+  SetSizes(*sizes, decoder);
+  decoder.qkv_bias = family.qkv_bias || options->attention_bias;
+  decoder.o_bias = options->attention_bias;
+  decoder.mlp_bias = options->mlp_bias;
   if (family.extend != nullptr) {
     if (absl::Status s = family.extend(config, spec, decoder); !s.ok()) return s;
   }

@@ -185,26 +185,20 @@ absl::StatusOr<DecoderConfig> ReadForwardPass(const json& config, int64_t layers
 
 absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const json& config, const Architecture& /*arch*/, DType dtype,
                                              int64_t max_positions) {
-  absl::StatusOr<int64_t> hidden = RequiredPositiveInt(config, "hidden_size", kMaxHiddenSize);
-  if (!hidden.ok()) return hidden.status();
-  absl::StatusOr<int64_t> intermediate = RequiredPositiveInt(config, "intermediate_size", kMaxHiddenSize);
-  if (!intermediate.ok()) return intermediate.status();
-  absl::StatusOr<int64_t> layers = RequiredPositiveInt(config, "num_hidden_layers", kMaxHiddenLayers);
-  if (!layers.ok()) return layers.status();
-  absl::StatusOr<int64_t> heads = RequiredPositiveInt(config, "num_attention_heads", kMaxAttentionHeads);
-  if (!heads.ok()) return heads.status();
-  absl::StatusOr<int64_t> vocab = RequiredPositiveInt(config, "vocab_size", kMaxVocabSize);
-  if (!vocab.ok()) return vocab.status();
+  absl::StatusOr<DecoderSizes> sizes = ReadDecoderSizes(config);
+  if (!sizes.ok()) return sizes.status();
+  const int64_t hidden = sizes->hidden, intermediate = sizes->intermediate, layers = sizes->layers;
+  const int64_t heads = sizes->heads, vocab = sizes->vocab;
   // Phi3Config: num_key_value_heads None (absent or null) means num_attention_heads.
-  absl::StatusOr<int64_t> kv_heads = PositiveIntOr(config, "num_key_value_heads", *heads, true, kMaxAttentionHeads);
+  absl::StatusOr<int64_t> kv_heads = PositiveIntOr(config, "num_key_value_heads", heads, true, kMaxAttentionHeads);
   if (!kv_heads.ok()) return kv_heads.status();
-  if (*heads % *kv_heads != 0) {
+  if (heads % *kv_heads != 0) {
     return FieldError("num_key_value_heads",
-                      absl::StrCat("(", *kv_heads, ") must divide num_attention_heads (", *heads, ")"));
+                      absl::StrCat("(", *kv_heads, ") must divide num_attention_heads (", heads, ")"));
   }
-  const int64_t head_dim = *hidden / *heads;
+  const int64_t head_dim = hidden / heads;
   if (head_dim == 0) {
-    return FieldError("num_attention_heads", absl::StrCat("(", *heads, ") exceeds hidden_size (", *hidden, ")"));
+    return FieldError("num_attention_heads", absl::StrCat("(", heads, ") exceeds hidden_size (", hidden, ")"));
   }
   if (auto it = config.find("head_dim"); it != config.end() && !it->is_null()) {
     if (!it->is_number_integer() || it->get<int64_t>() != head_dim) {
@@ -212,7 +206,7 @@ absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const json& config, const Architect
                                                  ") for Phi-3, got ", it->dump()));
     }
   }
-  if (absl::Status s = CheckPadTokenId(config, *vocab, 32000); !s.ok()) return s;
+  if (absl::Status s = CheckPadTokenId(config, vocab, 32000); !s.ok()) return s;
   std::string activation = "silu";
   if (auto it = config.find("hidden_act"); it != config.end() && !it->is_null()) {
     if (!it->is_string()) return FieldError("hidden_act", absl::StrCat("must be a string, got ", it->dump()));
@@ -222,7 +216,7 @@ absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const json& config, const Architect
   if (!act_class) return FieldError("hidden_act", absl::StrCat("\"", activation, "\" is not supported"));
   absl::StatusOr<bool> tie = BoolOr(config, "tie_word_embeddings", false);
   if (!tie.ok()) return tie.status();
-  absl::StatusOr<Phi3Rope> rope = ReadPhi3Rope(config, *hidden, *heads, head_dim);
+  absl::StatusOr<Phi3Rope> rope = ReadPhi3Rope(config, hidden, heads, head_dim);
   if (!rope.ok()) return rope.status();
 
   ModelSpec spec;
@@ -230,7 +224,7 @@ absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const json& config, const Architect
   spec.dtype = dtype;
   spec.no_split_classes = {"Phi3DecoderLayer"};
   if (*tie) spec.tied_weights["lm_head.weight"] = "model.embed_tokens.weight";
-  spec.num_hidden_layers = *layers;
+  spec.num_hidden_layers = layers;
   spec.num_key_value_heads = *kv_heads;
   spec.head_dim = head_dim;
 
@@ -238,39 +232,44 @@ absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const json& config, const Architect
   root.class_name = spec.architecture;
   ModuleSpec model = Module(root, "model", "Phi3Model");
   ModuleSpec embed = Module(model, "embed_tokens", "Embedding");
-  embed.parameters.push_back(Tensor("weight", {*vocab, *hidden}, dtype));
+  embed.parameters.push_back(Tensor("weight", {vocab, hidden}, dtype));
   model.children.push_back(std::move(embed));
   ModuleSpec layer_list = Module(model, "layers", "ModuleList");
-  const int64_t qkv_rows = (*heads + 2 * *kv_heads) * head_dim;
-  for (int64_t i = 0; i < *layers; ++i) {
+  const int64_t qkv_rows = (heads + 2 * *kv_heads) * head_dim;
+  for (int64_t i = 0; i < layers; ++i) {
     ModuleSpec layer = Module(layer_list, std::to_string(i), "Phi3DecoderLayer");
     ModuleSpec attn = Module(layer, "self_attn", "Phi3Attention");
-    attn.children.push_back(Linear(attn, "o_proj", *heads * head_dim, *hidden, false, dtype));
-    attn.children.push_back(Linear(attn, "qkv_proj", *hidden, qkv_rows, false, dtype));
+    attn.children.push_back(Linear(attn, "o_proj", heads * head_dim, hidden, false, dtype));
+    attn.children.push_back(Linear(attn, "qkv_proj", hidden, qkv_rows, false, dtype));
     layer.children.push_back(std::move(attn));
     ModuleSpec mlp = Module(layer, "mlp", "Phi3MLP");
-    mlp.children.push_back(Linear(mlp, "gate_up_proj", *hidden, 2 * *intermediate, false, dtype));
-    mlp.children.push_back(Linear(mlp, "down_proj", *intermediate, *hidden, false, dtype));
+    mlp.children.push_back(Linear(mlp, "gate_up_proj", hidden, 2 * intermediate, false, dtype));
+    mlp.children.push_back(Linear(mlp, "down_proj", intermediate, hidden, false, dtype));
     mlp.children.push_back(Module(mlp, "activation_fn", *act_class));
     layer.children.push_back(std::move(mlp));
-    layer.children.push_back(Norm(layer, "input_layernorm", "Phi3RMSNorm", *hidden, dtype));
-    layer.children.push_back(Norm(layer, "post_attention_layernorm", "Phi3RMSNorm", *hidden, dtype));
+    layer.children.push_back(Norm(layer, "input_layernorm", "Phi3RMSNorm", hidden, dtype));
+    layer.children.push_back(Norm(layer, "post_attention_layernorm", "Phi3RMSNorm", hidden, dtype));
     layer.children.push_back(Module(layer, "resid_attn_dropout", "Dropout"));
     layer.children.push_back(Module(layer, "resid_mlp_dropout", "Dropout"));
     layer_list.children.push_back(std::move(layer));
   }
   model.children.push_back(std::move(layer_list));
-  model.children.push_back(Norm(model, "norm", "Phi3RMSNorm", *hidden, dtype));
+  model.children.push_back(Norm(model, "norm", "Phi3RMSNorm", hidden, dtype));
   ModuleSpec rotary = Module(model, "rotary_emb", "Phi3RotaryEmbedding");
   rotary.buffers.push_back(Tensor("inv_freq", {rope->inv_freq_length}, DType::kFloat32, false));
   rotary.buffers.push_back(Tensor("original_inv_freq", {rope->inv_freq_length}, DType::kFloat32, false));
   model.children.push_back(std::move(rotary));
   root.children.push_back(std::move(model));
-  root.children.push_back(Linear(root, "lm_head", *hidden, *vocab, /*bias=*/false, dtype));
+  root.children.push_back(Linear(root, "lm_head", hidden, vocab, /*bias=*/false, dtype));
   if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) {
     return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
   }
-  spec.decoder = ReadForwardPass(config, *layers, head_dim, activation, *rope, max_positions);
+  spec.decoder = ReadForwardPass(config, layers, head_dim, activation, *rope, max_positions);
+  if (spec.decoder.ok()) {
+    sizes->kv_heads = *kv_heads;
+    sizes->head_dim = head_dim;
+    SetSizes(*sizes, *spec.decoder);
+  }
   return spec;
 }
 

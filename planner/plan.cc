@@ -73,7 +73,7 @@ std::map<Device, int64_t> KvCacheBytes(const ModelSpec& spec, const DeviceMap& m
                                        int64_t tokens) {
   std::map<Device, int64_t> kv;
   if (tokens <= 0) return kv;
-  const int64_t per_layer = 2 * tokens * spec.num_key_value_heads * spec.head_dim * DTypeSize(spec.dtype);
+  const int64_t per_layer = tokens * spec.KvElementsPerToken() * DTypeSize(spec.dtype);
   std::optional<Device> first_gpu;
   for (const DeviceBudget& b : max_memory)
     if (b.device.is_gpu() && !first_gpu) first_gpu = b.device;
@@ -176,8 +176,8 @@ absl::Status CheckKvCacheRequest(const ModelSpec& spec, const PlanRequest& reque
     // The whole model's KV cache, with checked arithmetic: each device's share is a part of it, so
     // KvCacheBytes cannot overflow once this fits.
     int64_t total = request.kv_cache_tokens;
-    for (int64_t factor : {int64_t{2}, spec.num_key_value_heads, spec.head_dim, DTypeSize(spec.dtype),
-                           static_cast<int64_t>(DecoderLayers(spec).size())}) {
+    for (int64_t factor : {int64_t{spec.kv_latent ? 1 : 2}, spec.num_key_value_heads, spec.head_dim,
+                           DTypeSize(spec.dtype), static_cast<int64_t>(DecoderLayers(spec).size())}) {
       absl::StatusOr<int64_t> next = CheckedMul(total, factor, "kv_cache_tokens: the KV cache's bytes");
       if (!next.ok()) return next.status();
       total = *next;

@@ -117,9 +117,41 @@ struct DecoderSizes {
   int64_t layers = 0;
   int64_t heads = 0;
   int64_t vocab = 0;
-  int64_t kv_heads = 0;
-  int64_t head_dim = 0;
+  int64_t kv_heads = 0;  // the family's own read (its defaults differ)
+  int64_t head_dim = 0;  // the family's own read
 };
+
+// The five sizes every family's config states: hidden_size, intermediate_size, num_hidden_layers,
+// num_attention_heads, vocab_size, each required (transformers would fall back to the config class's
+// defaults, a 7B model's sizes; a real checkpoint always states them, so a missing one is a broken config),
+// positive and capped (model_spec.h). kv_heads and head_dim are left to the family.
+inline absl::StatusOr<DecoderSizes> ReadDecoderSizes(const json& config) {
+  DecoderSizes sizes;
+  const std::pair<absl::string_view, std::pair<int64_t*, int64_t>> fields[] = {
+      {"hidden_size", {&sizes.hidden, kMaxHiddenSize}},
+      {"intermediate_size", {&sizes.intermediate, kMaxHiddenSize}},
+      {"num_hidden_layers", {&sizes.layers, kMaxHiddenLayers}},
+      {"num_attention_heads", {&sizes.heads, kMaxAttentionHeads}},
+      {"vocab_size", {&sizes.vocab, kMaxVocabSize}},
+  };
+  for (const auto& [field, target] : fields) {
+    absl::StatusOr<int64_t> v = RequiredPositiveInt(config, field, target.second);
+    if (!v.ok()) return v.status();
+    *target.first = *v;
+  }
+  return sizes;
+}
+
+// The sizes into the model's one hyper-parameter struct.
+inline void SetSizes(const DecoderSizes& sizes, DecoderConfig& decoder) {
+  decoder.num_layers = sizes.layers;
+  decoder.hidden = sizes.hidden;
+  decoder.intermediate = sizes.intermediate;
+  decoder.num_heads = sizes.heads;
+  decoder.num_kv_heads = sizes.kv_heads;
+  decoder.head_dim = sizes.head_dim;
+  decoder.vocab = sizes.vocab;
+}
 
 // nn.Linear(in, out, bias): weight [out, in], then bias [out].
 inline ModuleSpec Linear(const ModuleSpec& parent, std::string_view local, int64_t in, int64_t out, bool bias,
@@ -150,5 +182,11 @@ absl::StatusOr<double> NumberOr(const json& object, absl::string_view prefix, ab
 // and llama3 are errors: the runtime implements no others for these families.
 absl::StatusOr<RopeConfig> LlamaStyleRope(const json& params, absl::string_view prefix, absl::string_view type,
                                           double theta, double max_positions);
+
+// YaRN's dict (rope_parameters or rope_scaling; `prefix` names it with its dot): rope_theta (else `theta`),
+// factor (else max_position_embeddings / original_max_position_embeddings), original_max_position_embeddings
+// (else `max_positions`), beta_fast, beta_slow, truncate, and the cos/sin attention_factor as
+// transformers' _compute_yarn_parameters derives it from mscale and mscale_all_dim.
+absl::StatusOr<RopeConfig> YarnRope(const json& params, absl::string_view prefix, double theta, double max_positions);
 
 }  // namespace strata::planner::spec_builder

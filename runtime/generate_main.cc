@@ -301,6 +301,7 @@ void PrintJson(const std::vector<strata::runtime::BatchOutput>& results, const s
                  {"huge_page_bytes", report.huge_page_bytes},
                  {"copied_tensors", report.copied_tensors},
                  {"disk_tensors", report.disk_tensors},
+                 {"ignored_tensors", report.spec.ignored_tensors.size()},
                  {"packed_tensors", report.packed_tensors},
                  {"pinned_bytes", report.pinned_bytes},
                  {"offload_slot_bytes", report.offload_slot_bytes},

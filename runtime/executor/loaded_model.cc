@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "checkpoint/safetensors.h"
 #include "planner/physical_devices.h"
 #include "planner/quantization.h"
@@ -37,7 +38,7 @@ LoadedModel::~LoadedModel() = default;
 const LoadReport& LoadedModel::report() const { return impl_->report; }
 void LoadedModel::SetGroup(NodeGroup* group) { impl_->group = group; }
 NodeGroup* LoadedModel::group() const { return impl_->group; }
-int64_t LoadedModel::vocab_size() const { return impl_->pipeline->dims().vocab; }
+int64_t LoadedModel::vocab_size() const { return impl_->pipeline->config().vocab; }
 int64_t LoadedModel::max_batch() const { return impl_->options.max_batch; }
 int64_t LoadedModel::max_context() const { return impl_->options.max_context; }
 int64_t LoadedModel::kv_blocks() const { return impl_->options.kv_blocks; }
@@ -210,6 +211,12 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
     }
   }
   report.stages = impl->pipeline->Describe();
+  if (!report.spec.ignored_tensors.empty()) {
+    // Not the model's (DeepSeek-V3's multi-token-prediction layer): transformers skips them on load too.
+    absl::StrAppend(&report.stages, "not loaded: ", report.spec.ignored_tensors.size(), " checkpoint tensors under ",
+                    absl::StrJoin(report.spec.ignored_prefixes, ", "),
+                    " (not part of the model: ", report.spec.ignored_tensors.front(), ", ...)\n");
+  }
   report.seconds = SecondsSince(start);
   return std::unique_ptr<LoadedModel>(new LoadedModel(std::move(impl)));
 }

@@ -50,44 +50,6 @@ c10::Stream CurrentStream(at::Device device) {
   return impl.getStream(device);
 }
 
-// The sizes and switches of the unit runners: the spec's tensor shapes with its DecoderConfig.
-absl::StatusOr<ModelDims> DimsOf(const planner::ModelSpec& spec, const planner::DecoderConfig& config) {
-  std::map<std::string, planner::ExpectedTensor> expected = planner::CheckpointTensors(spec);
-  // A quantized layer's weight is stored as other tensors (weight_packed, qweight, ...): its dense shape [N, K].
-  if (spec.quantization) {
-    for (const auto& [name, q] : spec.quantization->linears) {
-      expected[name] = {{q.out_features, q.in_features}, spec.dtype};
-    }
-  }
-  auto shape = [&](const std::string& name) -> const std::vector<int64_t>& { return expected.at(name).shape; };
-  // Phi-3 fuses q, k and v into qkv_proj (rows: heads, kv_heads, kv_heads times head_dim).
-  const bool fused_qkv = expected.contains("model.layers.0.self_attn.qkv_proj.weight");
-  if (!expected.contains("model.embed_tokens.weight") ||
-      (!fused_qkv && !expected.contains("model.layers.0.self_attn.q_proj.weight"))) {
-    return absl::InvalidArgumentError(absl::StrCat(spec.architecture, ": the spec has no Llama-family tensors"));
-  }
-  ModelDims dims;
-  dims.vocab = shape("model.embed_tokens.weight")[0];
-  dims.hidden = shape("model.embed_tokens.weight")[1];
-  dims.head_dim = spec.head_dim;
-  dims.num_kv_heads = spec.num_key_value_heads;
-  dims.num_heads = fused_qkv
-                       ? shape("model.layers.0.self_attn.qkv_proj.weight")[0] / spec.head_dim - 2 * dims.num_kv_heads
-                       : shape("model.layers.0.self_attn.q_proj.weight")[0] / spec.head_dim;
-  dims.family = config.family;
-  if (config.query_pre_attn_scalar > 0) dims.attention_scale = 1.0 / std::sqrt(config.query_pre_attn_scalar);
-  dims.attn_logit_softcapping = config.attn_logit_softcapping;
-  dims.final_logit_softcapping = config.final_logit_softcapping;
-  if (fused_qkv) dims.intermediate = shape("model.layers.0.mlp.gate_up_proj.weight")[0] / 2;
-  dims.rms_norm_eps = config.rms_norm_eps;
-  dims.qkv_bias = expected.contains("model.layers.0.self_attn.q_proj.bias");
-  dims.qk_norm = config.qk_norm;
-  dims.o_bias = expected.contains("model.layers.0.self_attn.o_proj.bias");
-  dims.mlp_bias = expected.contains("model.layers.0.mlp.gate_proj.bias");
-  dims.moe = config.moe;
-  return dims;
-}
-
 }  // namespace
 
 // Where the plan's devices execute: plan GPU i on --physical-devices' choice, else cuda:i, which must exist.
@@ -144,9 +106,7 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
   const planner::DecoderConfig& config = *spec.decoder;
   auto pipeline = std::make_unique<Pipeline>();
   pipeline->options_ = options;
-  absl::StatusOr<ModelDims> dims = DimsOf(spec, config);
-  if (!dims.ok()) return dims.status();
-  pipeline->dims_ = *std::move(dims);
+  pipeline->config_ = config;
   if (config.rope.type == planner::RopeConfig::Type::kLongRope) {
     pipeline->recompute_threshold_ = static_cast<int64_t>(config.rope.original_max_positions);
   }
@@ -183,7 +143,7 @@ absl::StatusOr<std::vector<std::string>> Pipeline::LoadUnits(const planner::Mode
     if (unit.kind == UnitKind::kDecoderLayer) unit.window = config.sliding_window.at(static_cast<size_t>(unit.layer));
     std::string label;
     absl::StatusOr<std::vector<std::string>> names =
-        UnitTensorNames(place, dims_, spec.quantization ? &*spec.quantization : nullptr);
+        UnitTensorNames(place, config_, spec.quantization ? &*spec.quantization : nullptr);
     if (!names.ok()) return names.status();
     // A group: another node's unit is a placeholder here (its stage runs there).
     absl::StatusOr<Device> first = PlannedDevice(plan.device_map, names->front());
@@ -245,12 +205,15 @@ absl::StatusOr<std::string> Pipeline::LoadUnitWeights(const planner::ModelSpec& 
     if (spec.quantization) {
       if (auto it = spec.quantization->linears.find(name); it != spec.quantization->linears.end()) packed = &it->second;
     }
+    const bool float32 = std::any_of(spec.keep_float32.begin(), spec.keep_float32.end(),
+                                     [&](const std::string& n) { return name == n || name.ends_with("." + n); });
     absl::StatusOr<Weight> weight =
         packed != nullptr
             ? loader.LoadPacked(name, *packed, residency, device)
             : loader.Load(
                   stored_name == spec.stored_names.end() ? name : stored_name->second, residency, device,
-                  name.starts_with(unit.module + ".") && ReadByLinear(unit.kind, name.substr(unit.module.size() + 1)));
+                  name.starts_with(unit.module + ".") && ReadByLinear(unit.kind, name.substr(unit.module.size() + 1)),
+                  float32 ? std::optional<at::ScalarType>(at::kFloat) : std::nullopt);
     if (!weight.ok()) return weight.status();
     unit.weights.push_back(*std::move(weight));
   }
@@ -296,7 +259,7 @@ int Pipeline::NodeOf(const planner::Device& device) const {
 // Stages: consecutive units with the same plan device (and so the same executing device), each with its
 // RoPE tables, stream and KV pool.
 void Pipeline::FormStages(const planner::DecoderConfig& config, const std::vector<std::string>& labels) {
-  const int64_t rotary_dim = config.rotary_dim > 0 ? config.rotary_dim : dims_.head_dim;
+  const int64_t rotary_dim = config.rotary_dim > 0 ? config.rotary_dim : config_.head_dim;
   for (size_t i = 0; i < units_.size(); ++i) {
     const Unit& unit = units_[i];
     if (stages_.empty() || stages_.back().label != labels[i] || stages_.back().device != unit.device ||
@@ -313,9 +276,9 @@ void Pipeline::FormStages(const planner::DecoderConfig& config, const std::vecto
       }
       stage.inv_freq = RopeInvFreq(config.rope, rotary_dim).to(unit.device);
       if (config.sliding_rope) stage.inv_freq_sliding = RopeInvFreq(*config.sliding_rope, rotary_dim).to(unit.device);
+      stage.rope = config.rope;
       if (config.rope.type == planner::RopeConfig::Type::kLongRope) {
         stage.inv_freq_long = LongRopeInvFreq(config.rope, rotary_dim, /*long_factors=*/true).to(unit.device);
-        stage.rope = config.rope;
       }
       if (unit.device.is_cuda()) {
         stage.stream = CudaStreamFromPool(unit.device);
@@ -336,8 +299,13 @@ void Pipeline::FormStages(const planner::DecoderConfig& config, const std::vecto
       // late fill could overwrite what the first request wrote.
       std::optional<c10::StreamGuard> on_stage_stream;
       if (stage.stream) on_stage_stream.emplace(*stage.stream);
-      stage.kv.AddLayer(unit.layer, unit.device, options_.dtype, options_.kv_blocks, options_.kv_block_tokens,
-                        dims_.num_kv_heads, dims_.head_dim);
+      if (config_.mla.kv_lora_rank > 0) {  // MLA: one latent row per token, keys and values alike
+        stage.kv.AddLatentLayer(unit.layer, unit.device, options_.dtype, options_.kv_blocks, options_.kv_block_tokens,
+                                config_.mla.kv_lora_rank + config_.mla.qk_rope_head_dim);
+      } else {
+        stage.kv.AddLayer(unit.layer, unit.device, options_.dtype, options_.kv_blocks, options_.kv_block_tokens,
+                          config_.num_kv_heads, config_.head_dim);
+      }
     }
     if (unit.offloaded() && unit.device.is_cuda() && !stage.copy_stream) {
       stage.copy_stream = CudaStreamFromPool(unit.device);
@@ -437,7 +405,8 @@ void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation
     g.kv.first = group.first_block;
     g.kv.stride = group.block_stride;
     g.key_length = group.key_length;
-    g.rope = RopeForPositions(stage.inv_freq, g.positions, options_.dtype);
+    g.rope = RopeForPositions(stage.inv_freq, g.positions, options_.dtype,
+                              stage.rope.type == planner::RopeConfig::Type::kYarn ? stage.rope.attention_factor : 1.0);
     if (stage.inv_freq_long.defined()) {
       // longrope picks its factors by the sequence's length, row by row, so that a row's result does not
       // depend on its batch. transformers' generate() recomputes a sequence's whole cache with the long
@@ -488,7 +457,7 @@ void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation
     }
     KvLayer* cache = unit.kind == UnitKind::kDecoderLayer ? &stage.kv.layer(unit.layer) : nullptr;
     try {
-      hidden = RunUnit(unit, weights, dims_, hidden, attention, cache, last);
+      hidden = RunUnit(unit, weights, config_, hidden, attention, cache, last);
     } catch (...) {
       // What was queued may still read the slot: the next fill must wait for it all the same.
       if (slot) stage.offload->Release(*slot, stage.stream);

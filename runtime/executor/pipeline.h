@@ -47,7 +47,7 @@ struct Stage {
   at::Tensor inv_freq;          // RoPE inverse frequencies on `device`
   at::Tensor inv_freq_sliding;  // Gemma 3: the sliding layers' (else undefined)
   at::Tensor inv_freq_long;     // longrope (Phi-3): the long factors' (inv_freq has the short)
-  planner::RopeConfig rope;     // longrope: its threshold and attention factor
+  planner::RopeConfig rope;     // longrope's threshold, longrope's and yarn's attention factor
   KvCache kv;
 };
 
@@ -127,7 +127,7 @@ class Pipeline {
   // longrope: original_max_position_embeddings (see SchedulerOptions::recompute_at); else 0.
   int64_t recompute_threshold() const { return recompute_threshold_; }
 
-  const ModelDims& dims() const { return dims_; }
+  const DecoderConfig& config() const { return config_; }
   const std::vector<Stage>& stages() const { return stages_; }
   const WeightLoadStats& load_stats() const { return load_stats_; }
   int64_t kv_cache_bytes() const;
@@ -148,7 +148,7 @@ class Pipeline {
   void FormStages(const planner::DecoderConfig& config, const std::vector<std::string>& labels);
   int NodeOf(const planner::Device& device) const;  // the group node of a plan device
 
-  ModelDims dims_;
+  DecoderConfig config_;
   PipelineOptions options_;
   std::vector<Unit> units_;
   std::vector<Stage> stages_;

@@ -30,7 +30,7 @@ at::Tensor RepeatKv(const at::Tensor& x, int64_t groups) {
   return x.unsqueeze(2).expand({b, h, groups, k, d}).reshape({b, h * groups, k, d});
 }
 
-at::Tensor GemmaAttention(const at::Tensor& hidden, const std::vector<WeightTensor>& w, const ModelDims& dims,
+at::Tensor GemmaAttention(const at::Tensor& hidden, const std::vector<WeightTensor>& w, const DecoderConfig& dims,
                           const Unit& unit, AttentionBatch& batch, KvLayer& cache) {
   const int64_t n = hidden.size(1);  // packed tokens: hidden is [1, n, hidden]
   const bool gemma3 = dims.family == ModelFamily::kGemma3;
@@ -46,7 +46,9 @@ at::Tensor GemmaAttention(const at::Tensor& hidden, const std::vector<WeightTens
     q_all = GemmaRmsNorm(q_all, w[kGemmaQNorm], dims.rms_norm_eps);
     k_all = GemmaRmsNorm(k_all, w[kGemmaKNorm], dims.rms_norm_eps);
   }
-  const double scale = dims.attention_scale > 0 ? dims.attention_scale : 1.0 / std::sqrt(double(dims.head_dim));
+  // Gemma scales scores by query_pre_attn_scalar^-1/2 rather than head_dim^-1/2.
+  const double scale =
+      1.0 / std::sqrt(dims.query_pre_attn_scalar > 0 ? dims.query_pre_attn_scalar : static_cast<double>(dims.head_dim));
   std::vector<at::Tensor> outs;
   for (AttentionGroup& group : batch.groups) {
     const RopeTables& rope = unit.window > 0 && group.rope_sliding.cos.defined() ? group.rope_sliding : group.rope;
@@ -79,7 +81,7 @@ at::Tensor GemmaRmsNorm(const at::Tensor& x, const at::Tensor& weight, double ep
   return (x32 * (1.0 + weight.to(at::kFloat))).to(x.scalar_type());
 }
 
-std::vector<std::string> GemmaUnitWeights(UnitKind kind, int64_t layer, const ModelDims& dims) {
+std::vector<std::string> GemmaUnitWeights(UnitKind kind, int64_t layer, const DecoderConfig& dims) {
   if (kind != UnitKind::kDecoderLayer) return LlamaUnitWeights(kind, layer, dims);
   std::vector<std::string> names = {"input_layernorm.weight",
                                     "self_attn.q_proj.weight",
@@ -103,7 +105,7 @@ std::vector<std::string> GemmaUnitWeights(UnitKind kind, int64_t layer, const Mo
   return names;
 }
 
-at::Tensor RunGemmaUnit(const Unit& unit, const std::vector<WeightTensor>& w, const ModelDims& dims,
+at::Tensor RunGemmaUnit(const Unit& unit, const std::vector<WeightTensor>& w, const DecoderConfig& dims,
                         const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last) {
   switch (unit.kind) {
     case UnitKind::kEmbedding: {

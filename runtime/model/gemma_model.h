@@ -33,9 +33,9 @@ enum GemmaLayerWeight : int {
 };
 
 // UnitRunner::weights and ::run (unit.h).
-std::vector<std::string> GemmaUnitWeights(UnitKind kind, int64_t layer, const ModelDims& dims);
+std::vector<std::string> GemmaUnitWeights(UnitKind kind, int64_t layer, const DecoderConfig& dims);
 
-at::Tensor RunGemmaUnit(const Unit& unit, const std::vector<WeightTensor>& weights, const ModelDims& dims,
+at::Tensor RunGemmaUnit(const Unit& unit, const std::vector<WeightTensor>& weights, const DecoderConfig& dims,
                         const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last);
 
 // Gemma2RMSNorm / Gemma3RMSNorm.

@@ -14,16 +14,19 @@ void KvCache::AddLayer(int64_t layer, at::Device device, at::ScalarType dtype, i
                            at::zeros({blocks * block_tokens, kv_heads, head_dim}, options)};
 }
 
+void KvCache::AddLatentLayer(int64_t layer, at::Device device, at::ScalarType dtype, int64_t blocks,
+                             int64_t block_tokens, int64_t width) {
+  at::TensorOptions options = at::TensorOptions().dtype(dtype).device(device);
+  layers_[layer] = KvLayer{at::zeros({blocks * block_tokens, 1, width}, options), at::Tensor()};
+}
+
 int64_t KvCache::bytes() const {
   int64_t total = 0;
-  for (const auto& [index, layer] : layers_) total += layer.k.nbytes() + layer.v.nbytes();
+  for (const auto& [index, layer] : layers_) total += layer.k.nbytes() + (layer.v.defined() ? layer.v.nbytes() : 0);
   return total;
 }
 
-namespace {
-
-// [batch, kv_heads, key_length, head_dim] of positions [0, key_length) of every row.
-at::Tensor Read(const at::Tensor& pool, const KvBlockTables& tables, int64_t key_length) {
+at::Tensor KvRead(const at::Tensor& pool, const KvBlockTables& tables, int64_t key_length) {
   const int64_t batch = tables.table.size(0);
   const int64_t heads = pool.size(1);
   const int64_t dim = pool.size(2);
@@ -42,8 +45,6 @@ at::Tensor Read(const at::Tensor& pool, const KvBlockTables& tables, int64_t key
   return rows.transpose(1, 2);
 }
 
-}  // namespace
-
 void KvWrite(KvLayer& cache, const KvBlockTables& tables, const at::Tensor& positions, const at::Tensor& k,
              const at::Tensor& v) {
   // The pool row of every (batch, token): its block's first row plus the offset in the block.
@@ -52,13 +53,13 @@ void KvWrite(KvLayer& cache, const KvBlockTables& tables, const at::Tensor& posi
   const int64_t heads = k.size(1);
   const int64_t dim = k.size(3);
   cache.k.index_copy_(0, where, k.transpose(1, 2).reshape({-1, heads, dim}));
-  cache.v.index_copy_(0, where, v.transpose(1, 2).reshape({-1, heads, dim}));
+  if (v.defined()) cache.v.index_copy_(0, where, v.transpose(1, 2).reshape({-1, heads, dim}));
 }
 
 std::pair<at::Tensor, at::Tensor> KvAppend(KvLayer& cache, const KvBlockTables& tables, const at::Tensor& positions,
                                            const at::Tensor& k, const at::Tensor& v, int64_t key_length) {
   KvWrite(cache, tables, positions, k, v);
-  return {Read(cache.k, tables, key_length), Read(cache.v, tables, key_length)};
+  return {KvRead(cache.k, tables, key_length), KvRead(cache.v, tables, key_length)};
 }
 
 }  // namespace strata::runtime

@@ -15,7 +15,7 @@ struct KvLayer {
   // [blocks * block_tokens, kv_heads, head_dim]: position p of a sequence lives at row
   // table[p / block_tokens] * block_tokens + p % block_tokens.
   at::Tensor k;
-  at::Tensor v;
+  at::Tensor v;  // undefined for a latent layer (MLA): `k` [rows, 1, width] holds keys and values alike
 };
 
 class KvCache {
@@ -23,6 +23,9 @@ class KvCache {
   // Allocates the layer's pools (zeroed) on `device`.
   void AddLayer(int64_t layer, at::Device device, at::ScalarType dtype, int64_t blocks, int64_t block_tokens,
                 int64_t kv_heads, int64_t head_dim);
+  // MLA (DeepSeek-V3): one pool [blocks * block_tokens, 1, width] of latent rows, no values pool.
+  void AddLatentLayer(int64_t layer, at::Device device, at::ScalarType dtype, int64_t blocks, int64_t block_tokens,
+                      int64_t width);
   KvLayer& layer(int64_t index) { return layers_.at(index); }
   int64_t bytes() const;
 
@@ -42,7 +45,8 @@ struct KvBlockTables {
   int64_t stride = 0;
 };
 
-// Writes `k`/`v` ([batch, kv_heads, tokens, head_dim]) at `positions` ([batch, tokens]) of each row's blocks.
+// Writes `k`/`v` ([batch, kv_heads, tokens, head_dim]) at `positions` ([batch, tokens]) of each row's blocks (`v`
+// undefined for a latent layer).
 void KvWrite(KvLayer& cache, const KvBlockTables& tables, const at::Tensor& positions, const at::Tensor& k,
              const at::Tensor& v);
 
@@ -50,5 +54,8 @@ void KvWrite(KvLayer& cache, const KvBlockTables& tables, const at::Tensor& posi
 // [batch, kv_heads, key_length, head_dim] (a view when the tables are strided, else gathered).
 std::pair<at::Tensor, at::Tensor> KvAppend(KvLayer& cache, const KvBlockTables& tables, const at::Tensor& positions,
                                            const at::Tensor& k, const at::Tensor& v, int64_t key_length);
+
+// Each row's positions [0, key_length) of `pool` (a KvLayer's k or v) as [batch, kv_heads, key_length, head_dim].
+at::Tensor KvRead(const at::Tensor& pool, const KvBlockTables& tables, int64_t key_length);
 
 }  // namespace strata::runtime

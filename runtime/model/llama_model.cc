@@ -9,7 +9,7 @@
 
 namespace strata::runtime {
 
-std::vector<std::string> LlamaUnitWeights(UnitKind kind, int64_t /*layer*/, const ModelDims& dims) {
+std::vector<std::string> LlamaUnitWeights(UnitKind kind, int64_t /*layer*/, const DecoderConfig& dims) {
   if (kind != UnitKind::kDecoderLayer) return {"weight"};
   std::vector<std::string> names = {
       "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
@@ -41,7 +41,7 @@ at::Tensor LastTokens(const at::Tensor& hidden, const at::Tensor& last) {
   return tokens.index_select(0, last).unsqueeze(1);
 }
 
-at::Tensor RunLlamaUnit(const Unit& unit, const std::vector<WeightTensor>& w, const ModelDims& dims,
+at::Tensor RunLlamaUnit(const Unit& unit, const std::vector<WeightTensor>& w, const DecoderConfig& dims,
                         const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last) {
   switch (unit.kind) {
     case UnitKind::kEmbedding:

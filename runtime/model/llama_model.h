@@ -29,8 +29,8 @@ enum LayerWeight : int {
 };
 
 // UnitRunner::weights and ::run.
-std::vector<std::string> LlamaUnitWeights(UnitKind kind, int64_t layer, const ModelDims& dims);
-at::Tensor RunLlamaUnit(const Unit& unit, const std::vector<WeightTensor>& weights, const ModelDims& dims,
+std::vector<std::string> LlamaUnitWeights(UnitKind kind, int64_t layer, const DecoderConfig& dims);
+at::Tensor RunLlamaUnit(const Unit& unit, const std::vector<WeightTensor>& weights, const DecoderConfig& dims,
                         const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last);
 
 // transformers' LlamaRMSNorm: in float32, cast back before the weight multiplies.

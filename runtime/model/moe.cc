@@ -8,16 +8,20 @@
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/histc.h>
 #include <ATen/ops/index.h>
+#include <ATen/ops/linear.h>
 #include <ATen/ops/silu.h>
 #include <ATen/ops/softmax.h>
 #include <ATen/ops/sort.h>
 #include <ATen/ops/stack.h>
 #include <ATen/ops/topk.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/core/Event.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <limits>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/model/linear.h"
@@ -25,8 +29,42 @@
 
 namespace strata::runtime {
 
+namespace {
+
+// The top-k weights and expert ids of each token [N, k], on the layer's device.
+std::pair<at::Tensor, at::Tensor> Route(const at::Tensor& flat, const at::Tensor& router, const planner::MoeConfig& moe,
+                                        const at::Tensor& correction_bias) {
+  const int64_t k = moe.top_k;
+  if (moe.router == planner::MoeConfig::Router::kSoftmax) {
+    at::Tensor logits = Linear(flat, router);                // [N, E]
+    at::Tensor probs = at::softmax(logits, -1, at::kFloat);  // softmax(dtype=float)
+    auto [top_weights, top_ids] = at::topk(probs, k, -1);    // [N, k]
+    if (moe.norm_topk_prob) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
+    if (!moe.weights_in_float32) top_weights = top_weights.to(logits.scalar_type());
+    return {top_weights, top_ids};
+  }
+  // DeepSeekMoE (transformers' DeepseekV3TopkRouter), in float32: sigmoid scores; the biased scores pick the
+  // topk_group groups (a group's score: the sum of its two best) and, among their experts, the top k; the weights
+  // are the unbiased scores of those, renormalised (norm_topk_prob) and scaled by routed_scaling_factor.
+  const int64_t tokens = flat.size(0), experts = router.size(0), groups = moe.n_group;
+  at::Tensor scores = at::linear(flat.to(at::kFloat), router.to(at::kFloat)).sigmoid();  // [N, E]
+  at::Tensor choice = scores + correction_bias.to(at::kFloat);
+  at::Tensor group_scores = std::get<0>(choice.view({tokens, groups, experts / groups}).topk(2, -1)).sum(-1);  // [N, G]
+  at::Tensor group_ids = std::get<1>(at::topk(group_scores, moe.topk_group, -1, /*largest=*/true, /*sorted=*/false));
+  at::Tensor group_mask = at::zeros_like(group_scores).scatter_(1, group_ids, 1);
+  at::Tensor expert_mask =
+      group_mask.unsqueeze(-1).expand({tokens, groups, experts / groups}).reshape({tokens, experts});
+  choice = choice.masked_fill(expert_mask.logical_not(), -std::numeric_limits<float>::infinity());
+  at::Tensor top_ids = std::get<1>(at::topk(choice, k, -1, /*largest=*/true, /*sorted=*/false));
+  at::Tensor top_weights = scores.gather(1, top_ids);
+  if (moe.norm_topk_prob) top_weights = top_weights / (top_weights.sum(-1, /*keepdim=*/true) + 1e-20);
+  return {top_weights * moe.routed_scaling_factor, top_ids};
+}
+
+}  // namespace
+
 at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const std::vector<Weight>& weights,
-                     const planner::MoeConfig& moe) {
+                     const planner::MoeConfig& moe, const at::Tensor& correction_bias) {
   // Fused dense experts are two weights; per-expert ones (packed, or "disk" views of the file) three per expert.
   const bool per_expert = weights.size() != 2;
   const int64_t h = hidden.size(-1);
@@ -36,11 +74,7 @@ at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const s
   const int64_t tokens = flat.size(0);
 
   // Routing, on the layer's device.
-  at::Tensor logits = Linear(flat, router);                // [N, E]
-  at::Tensor probs = at::softmax(logits, -1, at::kFloat);  // softmax(dtype=float)
-  auto [top_weights, top_ids] = at::topk(probs, k, -1);    // [N, k]
-  if (moe.norm_topk_prob) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
-  if (!moe.weights_in_float32) top_weights = top_weights.to(logits.scalar_type());
+  auto [top_weights, top_ids] = Route(flat, router, moe, correction_bias);
 
   // Pairs sorted by expert; each expert's rows are contiguous, its group ending at offsets[e].
   at::Tensor pair_experts = top_ids.reshape({-1});  // [N * k]

@@ -1,12 +1,12 @@
 #pragma once
-// Internal (ATen): the sparse MoE block shared by Qwen3-MoE and Mixtral, as transformers 5.23's
+// Internal (ATen): the sparse MoE block shared by Qwen3-MoE, Mixtral and DeepSeek-V3, as transformers 5.23's
 // grouped_mm experts forward computes it: router logits, softmax in float32, top-k (renormalised when
-// the config says so), the (token, expert) pairs sorted by expert, each expert's rows through its gated
-// MLP with one grouped matmul per projection (offsets from a histogram of the sorted ids), weighted,
-// put back in token order and summed over the k choices. Tensor ops only: no per-token or per-expert
-// host loop, no .item(). (LibTorch's grouped matmul has a fused CUDA kernel for bfloat16 on SM90+; for
-// other dtypes, and on the CPU, its fallback runs one matmul per expert after reading the offsets on
-// the host, as transformers' grouped_mm path does on the same tensors. On CUDA, float16 and float32 experts take
+// the config says so; DeepSeekMoE: sigmoid scores and group-limited top-k, moe.router), the (token, expert) pairs
+// sorted by expert, each expert's rows through its gated MLP with one grouped matmul per projection (offsets from a
+// histogram of the sorted ids), weighted, put back in token order and summed over the k choices. Tensor ops only: no
+// per-token or per-expert host loop, no .item(). (LibTorch's grouped matmul has a fused CUDA kernel for bfloat16 on
+// SM90+; for other dtypes, and on the CPU, its fallback runs one matmul per expert after reading the offsets on the
+// host, as transformers' grouped_mm path does on the same tensors. On CUDA, float16 and float32 experts take
 // PaddedExpertsMlp instead while its tensors fit kPaddedExpertsBytes, which reads nothing on the host.)
 //
 // The experts may live on another device than the rest of their layer (`strata-plan --experts-on`, a
@@ -39,10 +39,11 @@ at::Tensor PaddedExpertsMlp(const at::Tensor& rows, const at::Tensor& sorted_exp
 // The padded form's largest tensor may hold this many bytes; past it (long prefill chunks) the grouped form runs.
 inline constexpr int64_t kPaddedExpertsBytes = int64_t{256} << 20;
 
-// hidden [B, T, H] on the layer's device; router [E, H] there too; `experts` (LoadExperts) on the experts'
-// device. Returns [B, T, H] on hidden's device, in hidden's dtype.
+// hidden [B, T, H] on the layer's device; router [E, H] there too (with DeepSeekMoE's e_score_correction_bias [E],
+// moe.router kSigmoidGroups); `experts` (LoadExperts) on the experts' device. Returns [B, T, H] on hidden's device,
+// in hidden's dtype.
 at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const std::vector<Weight>& experts,
-                     const planner::MoeConfig& moe);
+                     const planner::MoeConfig& moe, const at::Tensor& correction_bias = at::Tensor());
 
 // Loads one experts module from its per-expert checkpoint tensors on `device`: dense experts fused into
 // {gate_up [E, 2I, H] (each expert's gate rows, then its up rows), down [E, H, I]}; experts a quantized checkpoint

@@ -8,13 +8,13 @@
 
 namespace strata::runtime {
 
-std::vector<std::string> Phi3UnitWeights(UnitKind kind, int64_t layer, const ModelDims& dims) {
+std::vector<std::string> Phi3UnitWeights(UnitKind kind, int64_t layer, const DecoderConfig& dims) {
   if (kind != UnitKind::kDecoderLayer) return LlamaUnitWeights(kind, layer, dims);
   return {"input_layernorm.weight",          "self_attn.qkv_proj.weight", "self_attn.o_proj.weight",
           "post_attention_layernorm.weight", "mlp.gate_up_proj.weight",   "mlp.down_proj.weight"};
 }
 
-at::Tensor RunPhi3Unit(const Unit& unit, const std::vector<WeightTensor>& w, const ModelDims& dims,
+at::Tensor RunPhi3Unit(const Unit& unit, const std::vector<WeightTensor>& w, const DecoderConfig& dims,
                        const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last) {
   if (unit.kind != UnitKind::kDecoderLayer) return RunLlamaUnit(unit, w, dims, hidden, batch, cache, last);
   const int64_t q_rows = dims.num_heads * dims.head_dim;

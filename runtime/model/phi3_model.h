@@ -16,9 +16,9 @@ namespace strata::runtime {
 enum Phi3LayerWeight : int { kPhi3InputNorm, kPhi3Qkv, kPhi3O, kPhi3PostNorm, kPhi3GateUp, kPhi3Down };
 
 // UnitRunner::weights and ::run (unit.h); the embedding, final norm and LM head are Llama's.
-std::vector<std::string> Phi3UnitWeights(UnitKind kind, int64_t layer, const ModelDims& dims);
+std::vector<std::string> Phi3UnitWeights(UnitKind kind, int64_t layer, const DecoderConfig& dims);
 
-at::Tensor RunPhi3Unit(const Unit& unit, const std::vector<WeightTensor>& weights, const ModelDims& dims,
+at::Tensor RunPhi3Unit(const Unit& unit, const std::vector<WeightTensor>& weights, const DecoderConfig& dims,
                        const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last);
 
 }  // namespace strata::runtime

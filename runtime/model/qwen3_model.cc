@@ -9,7 +9,7 @@
 namespace strata::runtime {
 namespace {
 
-bool Sparse(const ModelDims& dims, int64_t layer) {
+bool Sparse(const DecoderConfig& dims, int64_t layer) {
   return dims.moe.num_experts > 0 && layer >= 0 && static_cast<size_t>(layer) < dims.moe.sparse.size() &&
          dims.moe.sparse[static_cast<size_t>(layer)];
 }
@@ -18,7 +18,7 @@ enum : size_t { kNormIn, kQProj, kKProj, kVProj, kOProj, kNormPost, kMlp };
 
 }  // namespace
 
-std::vector<std::string> Qwen3UnitWeights(UnitKind kind, int64_t layer, const ModelDims& dims) {
+std::vector<std::string> Qwen3UnitWeights(UnitKind kind, int64_t layer, const DecoderConfig& dims) {
   if (kind != UnitKind::kDecoderLayer) return LlamaUnitWeights(kind, layer, dims);
   std::vector<std::string> names = {"input_layernorm.weight",  "self_attn.q_proj.weight",
                                     "self_attn.k_proj.weight", "self_attn.v_proj.weight",
@@ -40,7 +40,7 @@ std::vector<std::string> Qwen3UnitWeights(UnitKind kind, int64_t layer, const Mo
   return names;
 }
 
-at::Tensor RunQwen3Unit(const Unit& unit, const std::vector<WeightTensor>& w, const ModelDims& dims,
+at::Tensor RunQwen3Unit(const Unit& unit, const std::vector<WeightTensor>& w, const DecoderConfig& dims,
                         const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache_or_null,
                         const at::Tensor& last) {
   if (unit.kind != UnitKind::kDecoderLayer) return RunLlamaUnit(unit, w, dims, hidden, batch, cache_or_null, last);

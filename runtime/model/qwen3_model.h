@@ -19,8 +19,8 @@ namespace strata::runtime {
 
 // UnitRunner::weights and ::run (unit.h); the embedding, final norm and LM head are Llama's. Some names are
 // stored under another in the checkpoint (planner::ModelSpec::stored_names).
-std::vector<std::string> Qwen3UnitWeights(UnitKind kind, int64_t layer, const ModelDims& dims);
-at::Tensor RunQwen3Unit(const Unit& unit, const std::vector<WeightTensor>& weights, const ModelDims& dims,
+std::vector<std::string> Qwen3UnitWeights(UnitKind kind, int64_t layer, const DecoderConfig& dims);
+at::Tensor RunQwen3Unit(const Unit& unit, const std::vector<WeightTensor>& weights, const DecoderConfig& dims,
                         const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last);
 
 }  // namespace strata::runtime

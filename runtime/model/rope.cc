@@ -1,5 +1,6 @@
 #include "runtime/model/rope.h"
 
+#include <ATen/TensorIndexing.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
@@ -10,6 +11,7 @@
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/where.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -21,6 +23,7 @@ at::Tensor RopeInvFreq(const planner::RopeConfig& rope, int64_t head_dim) {
   at::Tensor inv_freq = at::reciprocal(at::pow(rope.theta, exponent));
   if (rope.type == planner::RopeConfig::Type::kLongRope) return LongRopeInvFreq(rope, head_dim, /*long_factors=*/false);
   if (rope.type == planner::RopeConfig::Type::kLinear) return inv_freq / rope.factor;
+  if (rope.type == planner::RopeConfig::Type::kYarn) return YarnInvFreq(rope, head_dim);
   if (rope.type != planner::RopeConfig::Type::kLlama3) return inv_freq;
 
   const double old_context = rope.original_max_positions;
@@ -34,10 +37,48 @@ at::Tensor RopeInvFreq(const planner::RopeConfig& rope, int64_t head_dim) {
   return at::where(medium, smoothed, scaled);
 }
 
-RopeTables RopeForPositions(const at::Tensor& inv_freq, const at::Tensor& positions, at::ScalarType dtype) {
+at::Tensor YarnInvFreq(const planner::RopeConfig& rope, int64_t dim) {
+  // transformers' _compute_yarn_parameters, in its order of float32 operations.
+  const double d = static_cast<double>(dim);
+  auto correction_dim = [&](double rotations) {
+    return (d * std::log(rope.original_max_positions / (rotations * 2 * std::numbers::pi))) /
+           (2 * std::log(rope.theta));
+  };
+  double low = correction_dim(rope.beta_fast);
+  double high = correction_dim(rope.beta_slow);
+  if (rope.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, d - 1);
+  if (low == high) high += 0.001;  // no singularity
+  at::Tensor pos_freqs = at::pow(rope.theta, at::arange(0, dim, 2, at::kLong).to(at::kFloat) / d);
+  at::Tensor extrapolation = 1.0 / pos_freqs;
+  at::Tensor interpolation = 1.0 / (rope.factor * pos_freqs);
+  at::Tensor ramp = ((at::arange(dim / 2, at::kFloat) - low) / (high - low)).clamp(0, 1);
+  at::Tensor extrapolation_factor = 1 - ramp;
+  return interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor;
+}
+
+RopeTables RopeForPositions(const at::Tensor& inv_freq, const at::Tensor& positions, at::ScalarType dtype,
+                            double attention_factor) {
   at::Tensor freqs = positions.unsqueeze(-1).to(at::kFloat) * inv_freq;  // [B, T, D/2]
   at::Tensor emb = at::cat({freqs, freqs}, -1);
+  if (attention_factor != 1.0)
+    return {(at::cos(emb) * attention_factor).to(dtype), (at::sin(emb) * attention_factor).to(dtype)};
   return {at::cos(emb).to(dtype), at::sin(emb).to(dtype)};
+}
+
+at::Tensor ApplyRopeInterleaved(const at::Tensor& x, const RopeTables& tables) {
+  // The tables are cat(freqs, freqs): the first half holds each pair's angle.
+  const int64_t half = tables.cos.size(-1) / 2;
+  at::Tensor cos = tables.cos.narrow(-1, 0, half).unsqueeze(1);
+  at::Tensor sin = tables.sin.narrow(-1, 0, half).unsqueeze(1);
+  using at::indexing::Slice;
+  at::Tensor x1 = x.index({"...", Slice(0, at::indexing::None, 2)});
+  at::Tensor x2 = x.index({"...", Slice(1, at::indexing::None, 2)});
+  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
 }
 
 at::Tensor ApplyRope(const at::Tensor& x, const RopeTables& tables) {

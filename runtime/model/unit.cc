@@ -4,6 +4,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/model/deepseek_model.h"
 #include "runtime/model/gemma_model.h"
 #include "runtime/model/llama_model.h"
 #include "runtime/model/phi3_model.h"
@@ -23,6 +24,14 @@ const planner::ModuleSpec* Child(const planner::ModuleSpec& parent, std::string_
 void CollectParameters(const planner::ModuleSpec& module, std::vector<std::string>& out) {
   for (const planner::TensorSpec& p : module.parameters) out.push_back(module.ChildName(p.name));
   for (const planner::ModuleSpec& child : module.children) CollectParameters(child, out);
+}
+
+// Persistent buffers a runner may read too (DeepSeekMoE's e_score_correction_bias).
+void CollectPersistentBuffers(const planner::ModuleSpec& module, std::vector<std::string>& out) {
+  for (const planner::TensorSpec& b : module.buffers) {
+    if (b.persistent) out.push_back(module.ChildName(b.name));
+  }
+  for (const planner::ModuleSpec& child : module.children) CollectPersistentBuffers(child, out);
 }
 
 }  // namespace
@@ -46,6 +55,7 @@ const UnitRunner& RunnerFor(ModelFamily family) {
   static constexpr UnitRunner kQwen3{Qwen3UnitWeights, RunQwen3Unit};
   static constexpr UnitRunner kGemma{GemmaUnitWeights, RunGemmaUnit};
   static constexpr UnitRunner kPhi3{Phi3UnitWeights, RunPhi3Unit};
+  static constexpr UnitRunner kDeepseekV3{DeepseekV3UnitWeights, RunDeepseekV3Unit};
   switch (family) {
     case ModelFamily::kLlama:
       return kLlama;
@@ -57,6 +67,8 @@ const UnitRunner& RunnerFor(ModelFamily family) {
       return kGemma;
     case ModelFamily::kPhi3:
       return kPhi3;
+    case ModelFamily::kDeepseekV3:
+      return kDeepseekV3;
   }
   return kLlama;
 }
@@ -86,15 +98,21 @@ absl::StatusOr<std::vector<UnitModule>> UnitModules(const planner::ModelSpec& sp
 
 bool ReadByLinear(UnitKind kind, const std::string& local) {
   if (kind == UnitKind::kLmHead) return local == "weight";
-  return kind == UnitKind::kDecoderLayer && local.ends_with("_proj.weight");
+  // MLA's kv_b_proj is also read per head (absorbed into the decode query and output: deepseek_model.h).
+  if (local.ends_with("kv_b_proj.weight")) return false;
+  return kind == UnitKind::kDecoderLayer &&
+         (local.ends_with("_proj.weight") || local.ends_with("_proj_with_mqa.weight"));
 }
 
-absl::StatusOr<std::vector<std::string>> UnitTensorNames(const UnitModule& unit, const ModelDims& dims,
+absl::StatusOr<std::vector<std::string>> UnitTensorNames(const UnitModule& unit, const DecoderConfig& dims,
                                                          const planner::SpecQuantization* quantized) {
   const planner::ModuleSpec& module = *unit.module;
   std::vector<std::string> in_tree;
   CollectParameters(module, in_tree);
-  const std::set<std::string> present(in_tree.begin(), in_tree.end());
+  std::set<std::string> present(in_tree.begin(), in_tree.end());
+  std::vector<std::string> buffers;
+  CollectPersistentBuffers(module, buffers);
+  present.insert(buffers.begin(), buffers.end());
   std::vector<std::string> names;
   std::vector<std::string> packed_modules;  // "...q_proj.": every tensor of a packed layer but its bias is read
   for (const std::string& local : RunnerFor(dims.family).weights(unit.kind, unit.layer, dims)) {
@@ -128,7 +146,7 @@ absl::StatusOr<std::vector<std::string>> UnitTensorNames(const UnitModule& unit,
   return names;
 }
 
-at::Tensor RunUnit(const Unit& unit, const std::vector<WeightTensor>& weights, const ModelDims& dims,
+at::Tensor RunUnit(const Unit& unit, const std::vector<WeightTensor>& weights, const DecoderConfig& dims,
                    const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last) {
   return RunnerFor(dims.family).run(unit, weights, dims, hidden, batch, cache, last);
 }

@@ -20,27 +20,8 @@ namespace strata::runtime {
 
 using ModelFamily = planner::ModelFamily;
 
-// The sizes and switches a unit runner reads: the spec's tensor shapes with the planner's DecoderConfig
-// (Pipeline::Build fills it).
-struct ModelDims {
-  int64_t hidden = 0;
-  int64_t num_heads = 0;
-  int64_t num_kv_heads = 0;
-  int64_t head_dim = 0;
-  int64_t vocab = 0;
-  double rms_norm_eps = 1e-6;
-  bool qkv_bias = false;
-  bool mlp_bias = false;   // Llama's mlp_bias: gate, up and down have biases
-  bool qk_norm = false;    // Qwen3 families (qwen3_model.h)
-  bool o_bias = false;     // Qwen3 families with attention_bias (with qkv_bias)
-  planner::MoeConfig moe;  // Qwen3-MoE, Mixtral (moe.h)
-  ModelFamily family = ModelFamily::kLlama;
-  // Gemma 2 / Gemma 3 / Phi-3 (zero: not used).
-  double attention_scale = 0;          // Gemma: query_pre_attn_scalar^-1/2 (0: head_dim^-1/2)
-  double attn_logit_softcapping = 0;   // Gemma 2
-  double final_logit_softcapping = 0;  // Gemma
-  int64_t intermediate = 0;            // Phi-3: the split of gate_up_proj
-};
+// The model's one hyper-parameter struct, as its family's spec builder filled it (ModelSpec::decoder).
+using DecoderConfig = planner::DecoderConfig;
 
 enum class UnitKind { kEmbedding, kDecoderLayer, kFinalNorm, kLmHead };
 
@@ -69,8 +50,8 @@ struct Unit {
 // LastTokens): each row's last token, and every token of a row that scores its prompt. LM head returns
 // float32 logits [those tokens, vocab].
 struct UnitRunner {
-  std::vector<std::string> (*weights)(UnitKind kind, int64_t layer, const ModelDims& dims);
-  at::Tensor (*run)(const Unit& unit, const std::vector<WeightTensor>& weights, const ModelDims& dims,
+  std::vector<std::string> (*weights)(UnitKind kind, int64_t layer, const DecoderConfig& dims);
+  at::Tensor (*run)(const Unit& unit, const std::vector<WeightTensor>& weights, const DecoderConfig& dims,
                     const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last);
 };
 
@@ -99,11 +80,11 @@ absl::StatusOr<std::vector<UnitModule>> UnitModules(const planner::ModelSpec& sp
 // A quantized layer's weight (`quantized`: ModelSpec::quantization's linears) is read as its dense name: the
 // runner reads "q_proj.weight", the tree holds what the checkpoint stores for it ("q_proj.weight" and
 // "q_proj.weight_scale_inv"; "q_proj.qweight", ...), all of which that one name covers.
-absl::StatusOr<std::vector<std::string>> UnitTensorNames(const UnitModule& unit, const ModelDims& dims,
+absl::StatusOr<std::vector<std::string>> UnitTensorNames(const UnitModule& unit, const DecoderConfig& dims,
                                                          const planner::SpecQuantization* quantized = nullptr);
 
 // Runs one unit with its family's runner.
-at::Tensor RunUnit(const Unit& unit, const std::vector<WeightTensor>& weights, const ModelDims& dims,
+at::Tensor RunUnit(const Unit& unit, const std::vector<WeightTensor>& weights, const DecoderConfig& dims,
                    const at::Tensor& hidden, AttentionBatch& batch, KvLayer* cache, const at::Tensor& last);
 
 }  // namespace strata::runtime

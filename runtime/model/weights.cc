@@ -357,8 +357,9 @@ at::Tensor WeightLoader::Empty(at::IntArrayRef shape, at::Device device) {
 }
 
 absl::StatusOr<Weight> WeightLoader::Load(const std::string& name, Residency residency, at::Device exec_device,
-                                          bool linear) {
-  Weight w{name, {}, nullptr, residency, exec_device, dtype_, nullptr};
+                                          bool linear, std::optional<at::ScalarType> as) {
+  const at::ScalarType dtype = as.value_or(dtype_);
+  Weight w{name, {}, nullptr, residency, exec_device, dtype, nullptr};
   const TensorView* view = nullptr;
   absl::StatusOr<at::Tensor> mapped_or = MappedDense(checkpoint_, name, &view);
   if (!mapped_or.ok()) return mapped_or.status();
@@ -375,20 +376,20 @@ absl::StatusOr<Weight> WeightLoader::Load(const std::string& name, Residency res
     // Offloaded to host while a GPU runs it: pinned so the per-use copy is asynchronous, in the pinned arena (sized
     // to what it holds).
     view->file->WillNeed(view->offset, view->bytes);
-    out = pinned_->Empty(view->shape, dtype_);
+    out = pinned_->Empty(view->shape, dtype);
     out.copy_(mapped);
   } else if (exec_device.is_cpu()) {
     // Into 2 MiB pages even in the file's dtype: a decode step streams every weight, and the mapping's 4 KiB
     // page-cache pages cost a TLB miss per 4 KiB (bench/README, quantized_peer.py run B, AMD EPYC Zen 4 with AVX-512:
     // the bfloat16 116M Llama decodes 1.5x faster copied than mapped in place, 60% of the read roofline mapped).
     view->file->WillNeed(view->offset, view->bytes);
-    if (linear && mapped.dim() == 2 && PanelsServe(dtype_)) {
+    if (linear && mapped.dim() == 2 && PanelsServe(dtype)) {
       // Packed from the file's bytes (cast first where the dtypes differ, a temporary of one layer).
-      const at::Tensor dense = file_dtype == dtype_ ? mapped : mapped.to(dtype_);
+      const at::Tensor dense = file_dtype == dtype ? mapped : mapped.to(dtype);
       auto panels = std::make_shared<PanelWeight>();
       panels->out_features = mapped.size(0);
       panels->in_features = mapped.size(1);
-      panels->data = arena_->Empty({mapped.numel()}, dtype_);
+      panels->data = arena_->Empty({mapped.numel()}, dtype);
       PackPanels(dense, panels->data);
       view->file->Release(view->offset, view->bytes);
       ++stats_.copied;
@@ -397,12 +398,12 @@ absl::StatusOr<Weight> WeightLoader::Load(const std::string& name, Residency res
       w.panels = std::move(panels);
       return w;
     }
-    out = arena_->Empty(view->shape, dtype_);
+    out = arena_->Empty(view->shape, dtype);
     out.copy_(mapped);  // one pass reads the file bytes (and casts)
   } else {
     // To the GPU in the file's dtype, then cast there: no host-side cast copy.
     out = mapped.to(exec_device, file_dtype, /*non_blocking=*/false, /*copy=*/true);
-    if (file_dtype != dtype_) out = out.to(dtype_);
+    if (file_dtype != dtype) out = out.to(dtype);
   }
   view->file->Release(view->offset, view->bytes);
   ++stats_.copied;

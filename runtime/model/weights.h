@@ -128,8 +128,9 @@ class WeightLoader {
   ~WeightLoader();
   // `linear`: the weight is a linear layer's [N, K], read only by Linear: a resident CPU one in a dtype the panel
   // kernels serve (PanelsServe) is packed into panels (Weight::panels).
-  absl::StatusOr<Weight> Load(const std::string& name, Residency residency, at::Device exec_device,
-                              bool linear = false);
+  // `as`: another dtype than the serving one (transformers' _keep_in_fp32_modules_strict: ModelSpec::keep_float32).
+  absl::StatusOr<Weight> Load(const std::string& name, Residency residency, at::Device exec_device, bool linear = false,
+                              std::optional<at::ScalarType> as = std::nullopt);
   // A quantized linear layer, packed (quantized_linear.h); `name` is its dense weight's name.
   absl::StatusOr<Weight> LoadPacked(const std::string& name, const planner::QuantizedLinear& q, Residency residency,
                                     at::Device exec_device);

@@ -1,4 +1,4 @@
-"""Qwen3, Qwen3-MoE and Mixtral: strata's module tree is the one transformers builds (names, classes,
+"""Qwen3, Qwen3-MoE, Mixtral and DeepSeek-V3: strata's module tree is the one transformers builds (names, classes,
 fused expert parameters, no-split classes), strata-plan's device map is transformers' own for every
 strategy and memory layout of the plan parity suite, and bad MoE configs exit 2 naming the field.
 
@@ -31,7 +31,28 @@ _MIXTRAL = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "h
             "rope_theta": 1000000.0, "sliding_window": None, "tie_word_embeddings": False, "bos_token_id": 1,
             "eos_token_id": 2, "router_aux_loss_coef": 0.02, "torch_dtype": "bfloat16"}
 
+# DeepSeek-V3's public config.json (its quantization_config left out: dense sizing); Kimi K2's shape (384 experts,
+# 64 heads, one group) under deepseek_v3, the model type transformers knows for it.
+_DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_act": "silu",
+                "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+                "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128,
+                "n_shared_experts": 1, "n_routed_experts": 256, "routed_scaling_factor": 2.5, "kv_lora_rank": 512,
+                "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128,
+                "topk_method": "noaux_tc", "n_group": 8, "topk_group": 4, "num_experts_per_tok": 8,
+                "moe_layer_freq": 1, "first_k_dense_replace": 3, "norm_topk_prob": True, "scoring_func": "sigmoid",
+                "max_position_embeddings": 163840, "rms_norm_eps": 1e-6, "rope_theta": 10000,
+                "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                                 "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096, "type": "yarn"},
+                "tie_word_embeddings": False, "vocab_size": 129280, "bos_token_id": 0, "eos_token_id": 1,
+                "torch_dtype": "bfloat16"}
+
 CONFIGS = {
+    "DeepSeek-V3": _DEEPSEEK_V3,
+    "Kimi-K2-shaped": dict(_DEEPSEEK_V3, num_attention_heads=64, num_key_value_heads=64, n_routed_experts=384,
+                           n_group=1, topk_group=1, first_k_dense_replace=1, vocab_size=163840,
+                           routed_scaling_factor=2.827, rope_scaling={
+                               "beta_fast": 1.0, "beta_slow": 1.0, "factor": 32.0, "mscale": 1.0,
+                               "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096, "type": "yarn"}),
     "Qwen3-0.6B": dict(_QWEN3, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
                        num_key_value_heads=8, max_window_layers=28, tie_word_embeddings=True),
     "Qwen3-8B": dict(_QWEN3, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
@@ -69,6 +90,14 @@ TINY = {
                                                      moe_intermediate_size=32, num_hidden_layers=2,
                                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
                                                      num_local_experts=5, num_experts_per_tok=2).items()},
+    # DeepSeek-V3 with the full-rank query (q_lora_rank null), attention biases, two shared experts,
+    # a tied head and two dense layers.
+    "deepseek-v3-tiny-plain": dict(_DEEPSEEK_V3, hidden_size=64, intermediate_size=96, moe_intermediate_size=16,
+                                   num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
+                                   n_routed_experts=8, n_group=2, topk_group=1, num_experts_per_tok=2,
+                                   first_k_dense_replace=2, n_shared_experts=2, kv_lora_rank=24, q_lora_rank=None,
+                                   qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=12, attention_bias=True,
+                                   tie_word_embeddings=True, vocab_size=128, rope_scaling=None),
     "mixtral-alias-num-experts": {k: v for k, v in dict(_MIXTRAL, hidden_size=64, intermediate_size=96,
                                                          num_hidden_layers=2, num_attention_heads=4, vocab_size=128,
                                                          num_experts=3, num_experts_per_tok=3).items()
@@ -114,6 +143,18 @@ def test_moe_family_device_map_matches_transformers(strata_plan, model_dir, conf
     assert out["device_map"] == expected, (
         f"{config} {layout} {strategy}: max_memory={H.max_memory_arg(max_memory)}\n"
         f"strata differs from transformers:\n{H.map_diff(expected, out['device_map'])}")
+
+
+@pytest.mark.parametrize("config", ["DeepSeek-V3", "Kimi-K2-shaped"])
+@pytest.mark.parametrize("strategy", H.STRATEGIES)
+def test_full_deepseek_over_eight_80gb_gpus_and_cpu_matches_transformers(strata_plan, model_dir, config, strategy):
+    """The whole 671B model (1.3 TB in bfloat16) over 8 x 80 GB and a 1 TiB host: transformers' own map."""
+    model = meta_model(config)
+    max_memory = {**{i: 80 * 2**30 for i in range(8)}, "cpu": 2**40}
+    expected = H.reference_device_map(model, strategy, max_memory)
+    out = H.strata_plan_json(strata_plan, "--model", model_dir(config), "--device-map", strategy,
+                             "--max-memory", H.max_memory_arg(max_memory), "--dtype", DTYPE)
+    assert out["device_map"] == expected, f"{config} {strategy}:\n{H.map_diff(expected, out['device_map'])}"
 
 
 @pytest.mark.parametrize("config", list(ALL))
@@ -214,7 +255,7 @@ def _experts_on_reference(config: str, strategy: str, max_memory: dict, device: 
 
 
 EXPERTS_ON_CASES = [pytest.param(c, l, s, id=f"{c}-{l}-{s}")
-                    for c in ["Qwen3-30B-A3B", "Mixtral-8x7B-v0.1"]
+                    for c in ["Qwen3-30B-A3B", "Mixtral-8x7B-v0.1", "DeepSeek-V3"]
                     for l in ["cpu_offload", "fits_2gpu", "cpu_only"]
                     for s in H.STRATEGIES]
 

@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <iterator>
 #include <map>
 #include <string>
 
@@ -19,21 +21,7 @@ namespace {
 using json = nlohmann::json;
 using ::testing::HasSubstr;
 
-// Dims as Pipeline::Build sets the switches that decide which tensors a runner reads.
-ModelDims DimsOf(const planner::ModelSpec& spec) {
-  const std::string layer0 = "model.layers.0.";
-  const std::map<std::string, planner::ExpectedTensor> expected = planner::CheckpointTensors(spec);
-  auto has = [&](const std::string& local) { return expected.contains(layer0 + local); };
-  ModelDims dims;
-  dims.family = spec.decoder->family;
-  dims.qkv_bias = has("self_attn.q_proj.bias");
-  dims.o_bias = has("self_attn.o_proj.bias");
-  dims.mlp_bias = has("mlp.gate_proj.bias");
-  dims.qk_norm = spec.decoder->qk_norm;
-  dims.moe = spec.decoder->moe;
-  return dims;
-}
-
+// Every unit of the config-built spec meets its runner, with the switches the spec builder set.
 absl::Status MapUnits(const json& config) {
   absl::StatusOr<planner::ModelSpec> spec = planner::ModelSpecFromConfig(config, planner::DType::kBFloat16);
   if (!spec.ok()) return spec.status();
@@ -41,7 +29,7 @@ absl::Status MapUnits(const json& config) {
   absl::StatusOr<std::vector<UnitModule>> units = UnitModules(*spec);
   if (!units.ok()) return units.status();
   if (units->size() != static_cast<size_t>(spec->num_hidden_layers + 3)) return absl::InternalError("unit count");
-  const ModelDims dims = DimsOf(*spec);
+  const DecoderConfig& dims = *spec->decoder;
   for (const UnitModule& unit : *units) {
     absl::StatusOr<std::vector<std::string>> names = UnitTensorNames(unit, dims);
     if (!names.ok()) return names.status();
@@ -96,7 +84,7 @@ TEST(UnitRunners, AParameterNoRunnerReadsIsRefusedNamingIt) {
   absl::StatusOr<std::vector<UnitModule>> units = UnitModules(*spec);
   ASSERT_TRUE(units.ok()) << units.status();
   // A tree that holds a tensor the dims do not announce (as a bias the runner would skip).
-  ModelDims dims = DimsOf(*spec);
+  DecoderConfig dims = *spec->decoder;
   planner::ModuleSpec layer = *(*units)[1].module;
   layer.children[0].children[3].parameters.push_back({"bias", {64}, planner::DType::kBFloat16});  // o_proj
   UnitModule unit{UnitKind::kDecoderLayer, 0, &layer};
@@ -109,6 +97,24 @@ TEST(UnitRunners, AParameterNoRunnerReadsIsRefusedNamingIt) {
   names = UnitTensorNames((*units)[1], dims);
   ASSERT_FALSE(names.ok());
   EXPECT_THAT(names.status().message(), HasSubstr("has no parameter model.layers.0.self_attn.q_proj.bias"));
+}
+
+TEST(UnitRunners, EveryFamilyHasARegistryRowAndARunner) {
+  // (Each registry row's parity config: tests/runtime_parity/test_generate_parity.py's
+  // test_every_architecture_has_a_parity_row.)
+  for (planner::ModelFamily family : planner::kModelFamilies) {
+    bool registered = false;
+    for (const planner::Architecture& a : planner::Architectures()) registered = registered || a.family == family;
+    EXPECT_TRUE(registered) << "ModelFamily " << static_cast<int>(family) << " has no row in model_registry.cc";
+    const UnitRunner& runner = RunnerFor(family);
+    EXPECT_NE(runner.weights, nullptr);
+    EXPECT_NE(runner.run, nullptr);
+  }
+  for (const planner::Architecture& a : planner::Architectures()) {
+    const bool listed = std::find(std::begin(planner::kModelFamilies), std::end(planner::kModelFamilies), a.family) !=
+                        std::end(planner::kModelFamilies);
+    EXPECT_TRUE(listed) << a.name << "'s family is missing from kModelFamilies";
+  }
 }
 
 }  // namespace

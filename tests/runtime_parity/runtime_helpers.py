@@ -64,6 +64,22 @@ CONFIGS = {
                                                                        "rope_theta": 1000000.0},
                                                     "sliding_attention": {"rope_type": "default",
                                                                           "rope_theta": 10000.0}})),
+    # DeepSeek-V3 (tests/runtime_parity/test_deepseek_parity.py): MLA with a low-rank query and YaRN (an mscale
+    # that scales cos/sin and an mscale_all_dim that scales the softmax), interleaved RoPE; DeepSeekMoE with 4 groups
+    # of 2 experts, 2 groups kept, random correction biases (make_checkpoint), a dense first layer, shared experts.
+    "deepseek_v3_yarn": ("DeepseekV3Config", dict(
+        _COMMON, num_key_value_heads=4, moe_intermediate_size=32, n_routed_experts=8, n_group=4, topk_group=2,
+        num_experts_per_tok=2, first_k_dense_replace=1, n_shared_experts=1, routed_scaling_factor=2.5,
+        kv_lora_rank=32, q_lora_rank=48, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                         "original_max_position_embeddings": 64, "mscale": 1.0, "mscale_all_dim": 0.8,
+                         "beta_fast": 32, "beta_slow": 1})),
+    # The full-rank query (q_lora_rank null), halves RoPE, attention biases, unnormalised top-k, a tied head.
+    "deepseek_v3_plain": ("DeepseekV3Config", dict(
+        _COMMON, num_key_value_heads=4, moe_intermediate_size=32, n_routed_experts=8, n_group=2, topk_group=1,
+        num_experts_per_tok=3, first_k_dense_replace=2, n_shared_experts=2, routed_scaling_factor=1.5,
+        kv_lora_rank=24, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=12,
+        rope_interleave=False, attention_bias=True, norm_topk_prob=False, tie_word_embeddings=True)),
     # Phi-3: fused projections, half the head rotated, longrope (short factors below 64 tokens, the
     # attention factor of max_position_embeddings / 64), a sliding window on every layer.
     "phi3_longrope": ("Phi3Config", dict(_COMMON, sliding_window=9, partial_rotary_factor=0.5,
@@ -111,6 +127,9 @@ def make_checkpoint(directory: pathlib.Path, name: str, dtype=torch.float32, see
                 p.mul_(8.0)
             elif name.startswith("gemma"):
                 p.uniform_(-0.5, 0.5)  # Gemma norms scale by (1 + weight), initialised to zeros
+        for buffer_name, b in model.named_buffers():
+            if buffer_name.endswith("e_score_correction_bias"):
+                b.uniform_(-0.3, 0.3)  # DeepSeekMoE's routing biases (zeros at init): group choices depend on them
     model = model.to(dtype)
     shard = "40KB" if name == "llama_sharded" else "10GB"
     model.save_pretrained(directory, safe_serialization=True, max_shard_size=shard)

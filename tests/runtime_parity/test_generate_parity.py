@@ -89,6 +89,28 @@ def test_greedy_matches_transformers(strata_generate, checkpoint, references, na
             assert max(abs(a[1] - b[1]) for a, b in zip(top, ref["top"][step])) <= LOGPROB_TOLERANCE
 
 
+def test_every_architecture_has_a_parity_row(tmp_path):
+    """Every architecture strata-plan supports (its own error lists them) is the class of a CONFIGS row, so the
+    parity above covers each family (tests/runtime/unit_test.cc checks each family has a registry row)."""
+    import subprocess
+
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    (tmp_path / "config.json").write_text('{"architectures": ["NoSuchForCausalLM"]}')
+    proc = subprocess.run([str(H.build_dir() / "planner" / "strata-plan"), "--model", str(tmp_path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    supported = proc.stderr.split("(supported: ")[1].split(")")[0].split(", ")
+    covered = set()
+    for config_class, kwargs in H.CONFIGS.values():
+        config = getattr(transformers, config_class)(**kwargs)
+        covered.add(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type])
+    assert len(supported) >= 10, supported
+    missing = [a for a in supported if a not in covered]
+    assert not missing, f"architectures without a runtime_helpers.CONFIGS row: {missing}"
+
+
 def test_planner_strategy_spreads_over_logical_devices(strata_generate, checkpoint, references):
     name = "llama_llama3_gqa"
     got = H.run_generate(checkpoint(name), PROMPTS, NEW_TOKENS, *plan_args(name, "balanced"))
