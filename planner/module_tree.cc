@@ -293,6 +293,10 @@ absl::StatusOr<ModelSpec> ModelSpecFromModuleTree(const nlohmann::json& tree, st
       if (*v > max) return PathError(Member("kv_cache", key), absl::StrCat("must be at most ", max));
       *field = *v;
     }
+    if (auto latent = it->find("latent"); latent != it->end()) {
+      if (!latent->is_boolean()) return PathError(Member("kv_cache", "latent"), "expected true or false");
+      spec.kv_latent = latent->get<bool>();
+    }
   }
   if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) return PathError("", total.status().message());
   return spec;
@@ -312,6 +316,7 @@ nlohmann::json ModuleTreeToJson(const ModelSpec& spec) {
     out["kv_cache"] = {{"num_hidden_layers", spec.num_hidden_layers},
                        {"num_key_value_heads", spec.num_key_value_heads},
                        {"head_dim", spec.head_dim}};
+    if (spec.kv_latent) out["kv_cache"]["latent"] = true;
   }
   out["root"] = ModuleToJson(spec.root, std::nullopt);
   return out;

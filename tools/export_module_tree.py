@@ -13,7 +13,8 @@ architectures strata builds natively; see planner/README.md.
 Format:
   {"format": "strata.module_tree.v1", "architecture": str, "dtype": str,
    "no_split_modules": [str, ...] (sorted), "tied_weights": {param: param},
-   "kv_cache": {"num_hidden_layers", "num_key_value_heads", "head_dim"}   (when the config has them),
+   "kv_cache": {"num_hidden_layers", "num_key_value_heads", "head_dim"[, "latent": true]}   (when the config has
+               them; MLA's latent cache: one row of kv_lora_rank + qk_rope_head_dim per token, keys and values alike),
    "root": NODE}
   NODE = {"class": str,
           "parameters": [{"name", "shape", "dtype"}],             (direct parameters, in order)
@@ -61,6 +62,9 @@ def kv_cache_info(config) -> dict | None:
     kv_heads = getattr(config, "num_key_value_heads", None)
     if kv_heads is None:
         kv_heads = heads
+    if getattr(config, "kv_lora_rank", None):  # multi-head latent attention (DeepSeek-V3)
+        return {"num_hidden_layers": int(layers), "num_key_value_heads": 1,
+                "head_dim": int(config.kv_lora_rank + config.qk_rope_head_dim), "latent": True}
     head_dim = getattr(config, "head_dim", None)
     if head_dim is None:
         head_dim = config.hidden_size // heads
