@@ -56,6 +56,7 @@ CASES = [
     ("qwen2_bias_tied", [0, 1], 0),  # tied: the head is the embedding's, on node 0: 0 -> 1 -> 0
     ("qwen3_moe_mixed", [0, 1, 2], None),
     ("gemma2_softcap", [0, 1, 2], 0),  # tied, three nodes: 0 -> 1 -> 2 -> 0
+    ("deepseek_v3_yarn", [0, 1], None),  # MLA's latent KV pools on each node, DeepSeekMoE
 ]
 
 
@@ -95,10 +96,11 @@ def test_a_bfloat16_group_generates_as_transformers_under_the_margin_rule(server
         group.stop()
 
 
-def test_paged_kv_with_preemption_across_nodes(server_bin, stubs, secret_file, checkpoints, tmp_path):
+@pytest.mark.parametrize("name", ["llama_llama3_gqa", "deepseek_v3_yarn"])
+def test_paged_kv_with_preemption_across_nodes(name, server_bin, stubs, secret_file, checkpoints, tmp_path):
     # A KV pool of 6 blocks of 8 tokens for 8 sequences of up to 9 + 24 tokens: sequences are preempted and
-    # recomputed; their ids must not change.
-    directory, _ = checkpoints("llama_llama3_gqa")
+    # recomputed; their ids must not change (DeepSeek-V3: the latent pools).
+    directory, _ = checkpoints(name)
     long_expected = RH.reference_generate(directory, PROMPTS, 24)
     group = G.Group(server_bin, stubs, tmp_path, directory, secret_file, gpus=[1, 1],
                     map_json=G.layer_map(4, [0, 1]),
