@@ -19,6 +19,7 @@
 #include "planner/inventory.h"
 #include "runtime/executor/torch_info.h"
 #include "runtime/model/moe.h"
+#include "runtime/model/quantized_linear.h"
 
 namespace strata::runtime {
 namespace {
@@ -207,14 +208,21 @@ absl::StatusOr<std::string> Pipeline::LoadUnitWeights(const planner::ModelSpec& 
     }
     const bool float32 = std::any_of(spec.keep_float32.begin(), spec.keep_float32.end(),
                                      [&](const std::string& n) { return name == n || name.ends_with("." + n); });
+    const bool by_linear =
+        name.starts_with(unit.module + ".") && ReadByLinear(unit.kind, name.substr(unit.module.size() + 1));
     absl::StatusOr<Weight> weight =
         packed != nullptr
             ? loader.LoadPacked(name, *packed, residency, device)
-            : loader.Load(
-                  stored_name == spec.stored_names.end() ? name : stored_name->second, residency, device,
-                  name.starts_with(unit.module + ".") && ReadByLinear(unit.kind, name.substr(unit.module.size() + 1)),
-                  float32 ? std::optional<at::ScalarType>(at::kFloat) : std::nullopt);
+            : loader.Load(stored_name == spec.stored_names.end() ? name : stored_name->second, residency, device,
+                          by_linear, float32 ? std::optional<at::ScalarType>(at::kFloat) : std::nullopt);
     if (!weight.ok()) return weight.status();
+    if (weight->packed != nullptr && !by_linear) {
+      // A quantized weight its runner reads as a tensor (MLA's kv_b_proj, absorbed per head in decode): dense from
+      // the start, dequantized once as transformers dequantizes it.
+      const PackedLinear& p = *weight->packed;
+      weight->stored = p.data.is_cpu() ? Dequantize(p, options_.dtype) : DequantizeWithAten(p, options_.dtype);
+      weight->packed.reset();
+    }
     unit.weights.push_back(*std::move(weight));
   }
   unit.device = *exec;

@@ -30,6 +30,15 @@ CONFIGS = {
     "phi3": ("Phi3Config", dict(_BLOCKS, num_key_value_heads=4)),
     # Not whole 128 x 128 blocks: gate/up [320, 256] (ragged rows), down [256, 320] (ragged columns).
     "llama_ragged": ("LlamaConfig", dict(_BLOCKS, intermediate_size=320)),
+    # DeepSeek-V3 as its layers are shaped: kv_a_proj_with_mqa 96 rows (64 latent + 32 RoPE) and q_a_proj 96 rows of
+    # 128-row blocks, kv_b_proj 64 columns: partial last blocks, as V3's 576-row kv_a_proj_with_mqa; experts and
+    # shared experts of 128.
+    "deepseek_v3": ("DeepseekV3Config", dict(
+        {k: v for k, v in _BLOCKS.items() if k != "head_dim"}, num_key_value_heads=4, moe_intermediate_size=128, n_routed_experts=8, n_group=4, topk_group=2,
+        num_experts_per_tok=2, first_k_dense_replace=1, kv_lora_rank=64, q_lora_rank=96, qk_rope_head_dim=32,
+        qk_nope_head_dim=32, v_head_dim=64,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                         "original_max_position_embeddings": 64, "mscale": 1.0, "mscale_all_dim": 1.0})),
     "gemma3": ("Gemma3TextConfig", dict(_BLOCKS, sliding_window=5, sliding_window_pattern=2, query_pre_attn_scalar=64,
                                         final_logit_softcapping=6.0, tie_word_embeddings=True)),
 }
@@ -72,9 +81,10 @@ def fp8_quantizer(block=(128, 128), scale_fmt=None):
     return Fp8Quantize(_Quantizer())
 
 
-def quantize_fp8_ragged(weight: torch.Tensor, block=(128, 128)):
+def quantize_fp8_ragged(weight: torch.Tensor, block=(128, 128), ue8m0: bool = False):
     """The FP8 quantizer's math (per-block amax over the block's elements, scale = 448 / amax, clamp, cast) for
-    shapes that are not whole blocks, which Fp8Quantize leaves unquantized: the last blocks are partial."""
+    shapes that are not whole blocks, which Fp8Quantize leaves unquantized: the last blocks are partial. `ue8m0`:
+    the inverse scales rounded up to powers of two first, as Fp8Quantize does for scale_fmt ue8m0."""
     rows, cols = weight.shape
     bm, bn = block
     gr, gc = -(-rows // bm), -(-cols // bn)
@@ -85,6 +95,10 @@ def quantize_fp8_ragged(weight: torch.Tensor, block=(128, 128)):
     fp8_max = torch.finfo(torch.float8_e4m3fn).max
     scales = torch.where(amax > 0, fp8_max / torch.where(amax > 0, amax, torch.ones_like(amax)), torch.ones_like(amax))
     inv = (1.0 / scales).float()
+    if ue8m0:
+        inv = torch.pow(2.0, torch.ceil(torch.log2(inv.clamp(min=torch.finfo(torch.float32).tiny))))
+        scales = 1.0 / inv
+        inv = inv.to(torch.float8_e8m0fnu)
     q = torch.clamp(tiles * scales[:, None, :, None], -fp8_max, fp8_max).reshape(gr * bm, gc * bn)
     return q[:rows, :cols].to(torch.float8_e4m3fn).contiguous(), inv
 
@@ -121,7 +135,7 @@ def quantize_fp8(directory: pathlib.Path, model, scale_dtype=torch.float32, skip
             scale_key = key.removesuffix(".weight") + ".weight_scale_inv"
             out = op._quantize_one(key, value)
             if len(out) != 2:  # not whole blocks: the same math over partial last blocks
-                out = dict(zip((key, scale_key), quantize_fp8_ragged(value)))
+                out = dict(zip((key, scale_key), quantize_fp8_ragged(value, ue8m0=scale_fmt == "ue8m0")))
             if scale_fmt != "ue8m0":
                 out[scale_key] = out[scale_key].to(scale_dtype)
             tensors.update(out)
@@ -145,13 +159,26 @@ def fp8_dense_reference(checkpoint: pathlib.Path, name: str, directory: pathlib.
 
     stored = load_file(checkpoint / "model.safetensors")
     model = dense_model(name)
+
+    def dense(key):
+        scale = key.removesuffix(".weight") + ".weight_scale_inv"
+        if scale in stored:
+            return _dequantize_fp8_weight(stored[key], stored[scale], [128, 128], torch.float32)
+        return stored[key]
+
     with torch.no_grad():
         for key, value in model.state_dict().items():
-            scale = key.removesuffix(".weight") + ".weight_scale_inv"
-            if scale in stored:
-                value.copy_(_dequantize_fp8_weight(stored[key], stored[scale], [128, 128], torch.float32))
+            if key.endswith(".experts.gate_up_proj") or key.endswith(".experts.down_proj"):
+                # Fused experts [E, ...], stored one tensor per expert and projection.
+                prefix = key.rsplit(".", 1)[0]
+                for e in range(value.shape[0]):
+                    if key.endswith("gate_up_proj"):
+                        value[e].copy_(torch.cat([dense(f"{prefix}.{e}.gate_proj.weight"),
+                                                  dense(f"{prefix}.{e}.up_proj.weight")]))
+                    else:
+                        value[e].copy_(dense(f"{prefix}.{e}.down_proj.weight"))
             elif key in stored:
-                value.copy_(stored[key])
+                value.copy_(dense(key))
     model.save_pretrained(directory, safe_serialization=True)
     return directory
 

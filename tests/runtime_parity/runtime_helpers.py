@@ -103,6 +103,9 @@ def random_model(config, seed: int = 1, vectors: bool = True):
                 p.mul_(8.0)
             elif vectors:
                 p.uniform_(-0.5, 0.5)
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.uniform_(-0.3, 0.3)  # DeepSeekMoE's routing biases (zeros at init): group choices depend on them
     return model
 
 
