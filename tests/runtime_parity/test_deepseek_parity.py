@@ -223,3 +223,29 @@ def test_fp8_block_weights_with_partial_blocks(strata_generate, tmp_path, scales
         got = H.run_generate(checkpoint, PROMPTS, NEW_TOKENS, *plan_args("deepseek_v3", stages))
         assert got["load"]["packed_tensors"] > 0, got["load"]
         Q.assert_same_greedy(reference, got["results"], LOGPROB_TOLERANCE, f"{stages} stages, ")
+
+
+@pytest.mark.parametrize("experts_only", [True, False], ids=["experts-only", "every-linear"])
+def test_int4_compressed_tensors_experts(strata_generate, tmp_path, experts_only):
+    """Kimi K2-Thinking's format: W4A16 group 32 symmetric compressed-tensors, pack-quantized, on the routed experts
+    alone (attention, shared experts and dense MLPs ignored, as its config lists them), and on every linear layer
+    (kv_b_proj dequantized at load): the same ids as the dense model of the library's own decompression."""
+    import quantized_checkpoints as Q
+    from test_quantized_parity import LOGPROB_TOLERANCE, plan_args
+
+    ignore = ["lm_head"]
+    if experts_only:
+        ignore += [r"re:.*self_attn.*", r"re:.*shared_experts.*", r"re:.*\.mlp\.(gate|up|down)_proj$",
+                   r"re:.*mlp\.gate$"]
+    config = Q.ct_config({"group_size": 32}, "pack-quantized", ignore=ignore)
+    checkpoint = Q.make_ct_checkpoint(tmp_path / "w4a16", "deepseek_v3", config)
+    reference = H.reference_generate(Q.ct_dense_reference(checkpoint), PROMPTS, NEW_TOKENS)
+    for stages in (1, 2):
+        got = H.run_generate(checkpoint, PROMPTS, NEW_TOKENS, *plan_args("deepseek_v3", stages))
+        kw = Q.CONFIGS["deepseek_v3"][1]
+        experts = 3 * kw["n_routed_experts"] * (kw["num_hidden_layers"] - kw["first_k_dense_replace"])
+        if experts_only:
+            assert got["load"]["packed_tensors"] == experts, got["load"]
+        else:
+            assert got["load"]["packed_tensors"] > experts, got["load"]
+        Q.assert_same_greedy(reference, got["results"], LOGPROB_TOLERANCE, f"{stages} stages, ")
