@@ -123,6 +123,74 @@ void DecodeAttentionHeadT(const typename E::T* q, const typename E::T* keys, con
   }
 }
 
+template <class E>
+void LatentAttentionHeadsT(const float* q, const typename E::T* rows, const int64_t* offsets, int64_t length,
+                           int64_t heads, int64_t key_dim, int64_t value_dim, float scale, float* out, float* scratch) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  float* scores = scratch;                    // [heads, length]
+  float* inverse = scratch + heads * length;  // [heads]: 1 / each head's softmax denominator
+  // Scores: each row (a key_dim-value latent) read once, against every head's query.
+  for (int64_t t = 0; t < length; ++t) {
+    const typename E::T* row = rows + offsets[t];
+    for (int64_t g = 0; g < heads; ++g) {
+      scores[g * length + t] = scale * Dot<E>(d, q + g * key_dim, row, key_dim, lanes);
+    }
+  }
+  for (int64_t g = 0; g < heads; ++g) inverse[g] = 1.0f / SoftmaxNumerators(d, scores + g * length, length, lanes);
+  // The weighted sums, a tile of keys at a time (its values stay in L2 while every head reads them), four vectors of
+  // columns per pass with the accumulators in registers, carried in `out` from tile to tile.
+  constexpr int64_t kTile = 64;
+  for (int64_t t0 = 0; t0 < length; t0 += kTile) {
+    const int64_t t1 = std::min(length, t0 + kTile);
+    for (int64_t g = 0; g < heads; ++g) {
+      const float* w = scores + g * length;
+      float* dst = out + g * value_dim;
+      int64_t c = 0;
+      for (; c + 4 * lanes <= value_dim; c += 4 * lanes) {
+        auto a0 = t0 == 0 ? hn::Zero(d) : hn::LoadU(d, dst + c);
+        auto a1 = t0 == 0 ? hn::Zero(d) : hn::LoadU(d, dst + c + lanes);
+        auto a2 = t0 == 0 ? hn::Zero(d) : hn::LoadU(d, dst + c + 2 * lanes);
+        auto a3 = t0 == 0 ? hn::Zero(d) : hn::LoadU(d, dst + c + 3 * lanes);
+        for (int64_t t = t0; t < t1; ++t) {
+          const typename E::T* value = rows + offsets[t] + c;
+          const auto wt = hn::Set(d, w[t]);
+          a0 = hn::MulAdd(wt, E::Load(d, value), a0);
+          a1 = hn::MulAdd(wt, E::Load(d, value + lanes), a1);
+          a2 = hn::MulAdd(wt, E::Load(d, value + 2 * lanes), a2);
+          a3 = hn::MulAdd(wt, E::Load(d, value + 3 * lanes), a3);
+        }
+        hn::StoreU(a0, d, dst + c);
+        hn::StoreU(a1, d, dst + c + lanes);
+        hn::StoreU(a2, d, dst + c + 2 * lanes);
+        hn::StoreU(a3, d, dst + c + 3 * lanes);
+      }
+      for (; c < value_dim; ++c) {
+        float a = t0 == 0 ? 0.0f : dst[c];
+        for (int64_t t = t0; t < t1; ++t) a += w[t] * E::LoadOne(rows + offsets[t] + c);
+        dst[c] = a;
+      }
+    }
+  }
+  for (int64_t g = 0; g < heads; ++g) {
+    const auto vinverse = hn::Set(d, inverse[g]);
+    float* dst = out + g * value_dim;
+    int64_t c = 0;
+    for (; c + lanes <= value_dim; c += lanes) hn::StoreU(hn::Mul(hn::LoadU(d, dst + c), vinverse), d, dst + c);
+    for (; c < value_dim; ++c) dst[c] *= inverse[g];
+  }
+}
+
+void LatentAttentionHeadsF32(const float* q, const float* rows, const int64_t* offsets, int64_t length, int64_t heads,
+                             int64_t key_dim, int64_t value_dim, float scale, float* out, float* scratch) {
+  LatentAttentionHeadsT<F32>(q, rows, offsets, length, heads, key_dim, value_dim, scale, out, scratch);
+}
+void LatentAttentionHeadsBF16(const float* q, const uint16_t* rows, const int64_t* offsets, int64_t length,
+                              int64_t heads, int64_t key_dim, int64_t value_dim, float scale, float* out,
+                              float* scratch) {
+  LatentAttentionHeadsT<BF16>(q, rows, offsets, length, heads, key_dim, value_dim, scale, out, scratch);
+}
+
 void DecodeAttentionHeadF32(const float* q, const float* keys, const float* values, const int64_t* offsets,
                             int64_t length, int64_t group, int64_t dim, float scale, float* out, float* scratch) {
   DecodeAttentionHeadT<F32>(q, keys, values, offsets, length, group, dim, scale, out, scratch);

@@ -13,6 +13,19 @@ namespace strata::kernels {
 
 HWY_EXPORT(DecodeAttentionHeadF32);
 HWY_EXPORT(DecodeAttentionHeadBF16);
+HWY_EXPORT(LatentAttentionHeadsF32);
+HWY_EXPORT(LatentAttentionHeadsBF16);
+
+void LatentAttentionHeads(const float* q, const float* rows, const int64_t* offsets, int64_t length, int64_t heads,
+                          int64_t key_dim, int64_t value_dim, float scale, float* out, float* scratch) {
+  HWY_DYNAMIC_DISPATCH(LatentAttentionHeadsF32)
+  (q, rows, offsets, length, heads, key_dim, value_dim, scale, out, scratch);
+}
+void LatentAttentionHeads(const float* q, const BFloat16* rows, const int64_t* offsets, int64_t length, int64_t heads,
+                          int64_t key_dim, int64_t value_dim, float scale, float* out, float* scratch) {
+  HWY_DYNAMIC_DISPATCH(LatentAttentionHeadsBF16)
+  (q, &rows->bits, offsets, length, heads, key_dim, value_dim, scale, out, scratch);
+}
 
 void DecodeAttentionHead(const float* q, const float* keys, const float* values, const int64_t* offsets, int64_t length,
                          int64_t group, int64_t dim, float scale, float* out, float* scratch) {

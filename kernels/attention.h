@@ -18,4 +18,14 @@ void DecodeAttentionHead(const float* q, const float* keys, const float* values,
 void DecodeAttentionHead(const BFloat16* q, const BFloat16* keys, const BFloat16* values, const int64_t* offsets,
                          int64_t length, int64_t group, int64_t dim, float scale, BFloat16* out, float* scratch);
 
+// Multi-head latent attention's decode (DeepSeek-V3, weight absorption): `heads` query heads over one shared latent
+// KV head. q [heads, key_dim] float32 (absorbed queries, not yet scaled); key t is rows + offsets[t] (key_dim values),
+// its value the same row's first value_dim. out[g] [value_dim] float32 = sum_t softmax_t(scale * q[g] . row_t) row_t.
+// Scores and sums in float32; the rows are read once per tile of keys for every head (the heads share them).
+// `scratch` holds heads * (length + 1) floats.
+void LatentAttentionHeads(const float* q, const float* rows, const int64_t* offsets, int64_t length, int64_t heads,
+                          int64_t key_dim, int64_t value_dim, float scale, float* out, float* scratch);
+void LatentAttentionHeads(const float* q, const BFloat16* rows, const int64_t* offsets, int64_t length, int64_t heads,
+                          int64_t key_dim, int64_t value_dim, float scale, float* out, float* scratch);
+
 }  // namespace strata::kernels

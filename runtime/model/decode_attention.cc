@@ -1,5 +1,6 @@
 #include "runtime/model/decode_attention.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
@@ -81,7 +82,82 @@ void Run(const at::Tensor& q, const KvLayer& cache, const at::Tensor& table, con
   });
 }
 
+// Row b's latent attention for query heads [h0, h1).
+template <typename T>
+void LatentRow(const float* q, const T* pool, const int64_t* table, int64_t position, float* out, const Shape& s,
+               int64_t b, int64_t h0, int64_t h1, int64_t value_dim, std::vector<float>& scratch,
+               std::vector<int64_t>& offsets) {
+  const int64_t length = position + 1;
+  offsets.resize(static_cast<size_t>(length));
+  for (int64_t t = 0; t < length; ++t) {
+    const int64_t block = table[t / s.block_tokens];
+    const int64_t row = block * s.block_tokens + t % s.block_tokens;
+    TORCH_CHECK(block >= 0 && row < s.pool_rows, "LatentDecodeAttention: block ", block, " of row ", b,
+                " is outside the KV pool (", s.pool_rows, " positions)");
+    offsets[static_cast<size_t>(t)] = row * s.dim;
+  }
+  const int64_t heads = h1 - h0;
+  scratch.resize(static_cast<size_t>(heads * (length + 1)));
+  kernels::LatentAttentionHeads(q + (b * s.heads + h0) * s.dim, K(pool), offsets.data(), length, heads, s.dim,
+                                value_dim, s.scale, out + (b * s.heads + h0) * value_dim, scratch.data());
+}
+
 }  // namespace
+
+bool LatentDecodeApplies(const at::Tensor& q, const KvLayer& cache, int64_t count) {
+  if (count != 1 || !q.device().is_cpu() || !cache.k.device().is_cpu() || cache.v.defined()) return false;
+  if (cache.k.scalar_type() != at::kFloat && cache.k.scalar_type() != at::kBFloat16) return false;
+  return cache.k.dim() == 3 && cache.k.size(1) == 1;
+}
+
+at::Tensor LatentDecodeAttention(const at::Tensor& q, const KvLayer& cache, const KvBlockTables& tables,
+                                 const at::Tensor& positions, int64_t value_dim, double scale) {
+  const at::Tensor qc = q.to(at::kFloat).contiguous();
+  const at::Tensor table = tables.table.contiguous();
+  const at::Tensor where = positions.reshape({-1}).contiguous();
+  TORCH_CHECK(cache.k.is_contiguous(), "LatentDecodeAttention: the latent pool is not contiguous");
+  TORCH_CHECK(q.dim() == 4 && q.size(2) == 1 && q.size(3) == cache.k.size(2) && value_dim <= q.size(3),
+              "LatentDecodeAttention: queries ", q.sizes(), " against a pool of rows of ", cache.k.size(2));
+  TORCH_CHECK(table.size(0) == q.size(0) && where.size(0) == q.size(0), "LatentDecodeAttention: ", q.size(0),
+              " query rows, ", table.size(0), " block tables, ", where.size(0), " positions");
+  const int64_t rows = q.size(0), heads = q.size(1);
+  const Shape s{
+      heads, 1, heads, q.size(3), tables.block_tokens, table.size(1), cache.k.size(0), 0, static_cast<float>(scale)};
+  const int64_t* tables_data = table.data_ptr<int64_t>();
+  const int64_t* at_position = where.data_ptr<int64_t>();
+  for (int64_t b = 0; b < rows; ++b) {
+    TORCH_CHECK(at_position[b] >= 0 && at_position[b] < s.table_blocks * s.block_tokens,
+                "LatentDecodeAttention: position ", at_position[b], " of row ", b, " is outside its block table (",
+                s.table_blocks * s.block_tokens, " positions)");
+  }
+  at::Tensor out = at::empty({rows, heads, 1, value_dim}, qc.options());
+  // Tasks of (row, a slice of its heads): the heads share the row's latent keys, so a task takes as many heads as
+  // leaves every thread a few tasks (a lone decode row still splits over the threads).
+  const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+  const int64_t slices = std::min(heads, std::max<int64_t>(1, (2 * threads + rows - 1) / rows));
+  const int64_t per_slice = (heads + slices - 1) / slices;
+  const float* qs = qc.data_ptr<float>();
+  float* outs = out.data_ptr<float>();
+  auto run = [&](auto* pool) {
+    ParallelRows(rows * slices, 1, [&](int64_t begin, int64_t end) {
+      thread_local std::vector<float> scratch;
+      thread_local std::vector<int64_t> offsets;
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t b = task / slices, h0 = (task % slices) * per_slice, h1 = std::min(heads, h0 + per_slice);
+        if (h0 < h1) {
+          LatentRow(qs, pool, tables_data + b * s.table_blocks, at_position[b], outs, s, b, h0, h1, value_dim, scratch,
+                    offsets);
+        }
+      }
+    });
+  };
+  if (cache.k.scalar_type() == at::kFloat) {
+    run(cache.k.data_ptr<float>());
+  } else {
+    run(cache.k.data_ptr<c10::BFloat16>());
+  }
+  return out;
+}
 
 bool DecodeAttentionApplies(const at::Tensor& q, const KvLayer& cache, int64_t count) {
   if (count != 1 || !q.device().is_cpu() || !cache.k.device().is_cpu()) return false;

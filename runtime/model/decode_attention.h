@@ -26,4 +26,12 @@ bool DecodeAttentionApplies(const at::Tensor& q, const KvLayer& cache, int64_t c
 at::Tensor DecodeAttention(const at::Tensor& q, const KvLayer& cache, const KvBlockTables& tables,
                            const at::Tensor& positions, int64_t window, double scale);
 
+// Multi-head latent attention's decode rows (DeepSeek-V3, absorbed) on the CPU: q [rows, heads, 1, key_dim] float32
+// (the absorbed queries with their RoPE part), every head over the latent pool `cache.k` [slots, 1, key_dim] (float32
+// or bfloat16; row b reads positions [0, positions[b]] through its block table); the values are each row's first
+// value_dim. Returns [rows, heads, 1, value_dim] float32 (kernels/attention.h's LatentAttentionHeads).
+bool LatentDecodeApplies(const at::Tensor& q, const KvLayer& cache, int64_t count);
+at::Tensor LatentDecodeAttention(const at::Tensor& q, const KvLayer& cache, const KvBlockTables& tables,
+                                 const at::Tensor& positions, int64_t value_dim, double scale);
+
 }  // namespace strata::runtime

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "runtime/model/decode_attention.h"
 #include "runtime/model/linear.h"
 #include "runtime/model/llama_model.h"
 #include "runtime/model/moe.h"
@@ -116,24 +117,28 @@ at::Tensor LatentAttention(const at::Tensor& hidden, const std::vector<WeightTen
     const at::Tensor kr = Rope(GroupHeads(k_rot, group), group.rope, c.mla.rope_interleave);  // [rows, 1, T, rope]
     const at::Tensor row = at::cat({GroupHeads(latent, group), kr}, -1);  // [rows, 1, T, rank + rope]
     KvWrite(cache, group.kv, group.positions, row, at::Tensor());
-    const at::Tensor cached = KvRead(cache.k, group.kv, group.key_length);  // [rows, 1, L, rank + rope]
     const at::Tensor& mask = group.masks.at(0);
     const at::Tensor qn = GroupHeads(q_nope, group);  // [rows, H, T, nope]
     if (group.count == 1 && AbsorbDecode()) {
-      // Absorbed: the query into latent space, one KV head of rank + rope over every query head, values the latent.
-      // In float32: the absorbed products round where the expanded ones (transformers') do not, and in bfloat16
-      // that moved greedy choices above the bf16 noise margin (tests/runtime_parity/test_deepseek_parity.py).
+      // Absorbed: the query into latent space, one KV head of rank + rope over every query head, values the latent,
+      // W_UV on the way out. Scores and sums in float32 (in bfloat16 they moved greedy choices above the bf16
+      // noise margin: tests/runtime_parity/test_deepseek_parity.py).
       const at::ScalarType dtype = qn.scalar_type();
-      const at::Tensor kv_b32 = kv_b.to(at::kFloat);
-      const at::Tensor q_latent = at::matmul(qn.to(at::kFloat), kv_b32.narrow(1, 0, s.nope));  // [rows, H, 1, rank]
-      const at::Tensor cached32 = cached.to(at::kFloat);
-      const at::Tensor out_latent = at::scaled_dot_product_attention(
-          at::cat({q_latent, qr.to(at::kFloat)}, -1), cached32, cached32.narrow(-1, 0, s.rank), mask, /*dropout_p=*/0.0,
-          /*is_causal=*/false, c.mla.softmax_scale, /*enable_gqa=*/true);  // [rows, H, 1, rank]
-      outs.push_back(
-          at::matmul(out_latent, kv_b32.narrow(1, s.nope, s.v).transpose(1, 2)).to(dtype));  // [rows, H, 1, v]
+      const at::Tensor q_full =
+          at::cat({at::matmul(qn, kv_b.narrow(1, 0, s.nope)), qr}, -1);  // [rows, H, 1, rank + rope]
+      at::Tensor out_latent;                                             // [rows, H, 1, rank], float32
+      if (LatentDecodeApplies(q_full, cache, group.count)) {
+        out_latent = LatentDecodeAttention(q_full, cache, group.kv, group.positions, s.rank, c.mla.softmax_scale);
+      } else {
+        const at::Tensor cached = KvRead(cache.k, group.kv, group.key_length).to(at::kFloat);
+        out_latent = at::scaled_dot_product_attention(q_full.to(at::kFloat), cached, cached.narrow(-1, 0, s.rank), mask,
+                                                      /*dropout_p=*/0.0, /*is_causal=*/false, c.mla.softmax_scale,
+                                                      /*enable_gqa=*/true);
+      }
+      outs.push_back(at::matmul(out_latent.to(dtype), kv_b.narrow(1, s.nope, s.v).transpose(1, 2)));  // [rows, H, 1, v]
       continue;
     }
+    const at::Tensor cached = KvRead(cache.k, group.kv, group.key_length);  // [rows, 1, L, rank + rope]
     // Expanded: per-head keys and values from the latent (transformers' expand_kv).
     const int64_t rows = cached.size(0), keys = cached.size(2);
     const at::Tensor kv = Linear(cached.narrow(-1, 0, s.rank), w[l.kv_b])

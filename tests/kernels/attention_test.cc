@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "tests/kernels/bf16_util.h"
@@ -81,6 +82,61 @@ TEST_P(KernelsAttention, BFloat16MatchesTheSoftmaxInDouble) {
   for (int64_t group : {1, 4}) {
     for (int64_t dim : {24, 128}) {
       for (int64_t length : {1, 33}) Check<BFloat16>(group, dim, length, 2e-2);
+    }
+  }
+}
+
+// LatentAttentionHeads: every head over one shared latent KV head whose values are the first value_dim of each row.
+template <typename T>
+void CheckLatent(int64_t heads, int64_t key_dim, int64_t value_dim, int64_t length, double tolerance) {
+  std::mt19937 gen(static_cast<uint32_t>(heads * 7919 + key_dim * 31 + value_dim * 7 + length));
+  std::normal_distribution<float> normal;
+  std::vector<float> q(static_cast<size_t>(heads * key_dim));
+  for (float& x : q) x = normal(gen);
+  const int64_t slots = 2 * length + 3;  // row t at slot 2 t + 1, as paged blocks scatter them
+  std::vector<T> rows(static_cast<size_t>(slots * key_dim));
+  for (T& x : rows) {
+    if constexpr (std::is_same_v<T, float>) {
+      x = normal(gen);
+    } else {
+      x = ToBF16(normal(gen));
+    }
+  }
+  std::vector<int64_t> offsets;
+  for (int64_t t = 0; t < length; ++t) offsets.push_back((2 * t + 1) * key_dim);
+  std::vector<float> out(static_cast<size_t>(heads * value_dim), NAN);
+  std::vector<float> scratch(static_cast<size_t>(heads * (length + 1)));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(key_dim));
+  LatentAttentionHeads(q.data(), rows.data(), offsets.data(), length, heads, key_dim, value_dim, scale, out.data(),
+                       scratch.data());
+  for (int64_t g = 0; g < heads; ++g) {
+    std::vector<double> s(static_cast<size_t>(length));
+    double peak = -INFINITY, total = 0;
+    for (int64_t t = 0; t < length; ++t) {
+      double dot = 0;
+      for (int64_t c = 0; c < key_dim; ++c) dot += double{q[g * key_dim + c]} * Value(rows[offsets[t] + c]);
+      s[t] = dot * scale;
+      peak = std::max(peak, s[t]);
+    }
+    for (double& x : s) total += (x = std::exp(x - peak));
+    for (int64_t c = 0; c < value_dim; ++c) {
+      double expected = 0;
+      for (int64_t t = 0; t < length; ++t) expected += s[t] / total * Value(rows[offsets[t] + c]);
+      ASSERT_NEAR(out[g * value_dim + c], expected, tolerance)
+          << "heads " << heads << " key_dim " << key_dim << " value_dim " << value_dim << " length " << length
+          << " head " << g << " column " << c;
+    }
+  }
+}
+
+TEST_P(KernelsAttention, LatentHeadsMatchTheSoftmaxInDouble) {
+  // DeepSeek-V3's 576 / 512 and tiny models' odd widths; lengths across the 64-key tiles.
+  for (auto [key_dim, value_dim] : {std::pair<int64_t, int64_t>{576, 512}, {40, 32}, {27, 19}}) {
+    for (int64_t heads : {1, 4, 16}) {
+      for (int64_t length : {1, 5, 64, 65, 200}) {
+        CheckLatent<float>(heads, key_dim, value_dim, length, 2e-5);
+        CheckLatent<BFloat16>(heads, key_dim, value_dim, length, 2e-5);  // float32 sums of bf16 rows: as exact
+      }
     }
   }
 }
