@@ -17,7 +17,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "checkpoint/file_reader.h"
 #include "cli/flags.h"
 #include "cli/placement_flags.h"
 #include "nlohmann/json.hpp"
@@ -30,7 +29,8 @@ ABSL_FLAG(std::string, prompt, "",
           "a text prompt, encoded with the checkpoint's tokenizer.json; repeat for more prompts (may be mixed with "
           "--prompt-ids, order is kept)");
 ABSL_FLAG(std::string, prompt_ids, "", "comma-separated token ids; repeat for more prompts");
-ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json or a directory holding one (default: --model DIR)");
+ABSL_FLAG(std::string, tokenizer, "",
+          "tokenizer.json, tiktoken.model or a directory holding one (default: --model DIR)");
 ABSL_FLAG(bool, no_special_tokens, false, "encode --prompt text without the tokenizer's special tokens (BOS...)");
 ABSL_FLAG(int64_t, max_new_tokens, 16, "tokens to generate per prompt");
 ABSL_FLAG(int64_t, top_logprobs, 0, "also report the K most likely tokens at each step");
@@ -138,12 +138,13 @@ absl::StatusOr<std::unique_ptr<strata::tokenizer::Tokenizer>> FindTokenizer(cons
                                                                             bool needed) {
   const bool explicit_path = parsed.Given(FLAGS_tokenizer);
   const std::string path = explicit_path ? absl::GetFlag(FLAGS_tokenizer) : model_dir.string();
-  if (explicit_path || strata::checkpoint::PathMayExist(std::filesystem::path(path) / "tokenizer.json")) {
+  if (explicit_path || strata::tokenizer::Tokenizer::DirectoryHasTokenizer(path)) {
     return strata::tokenizer::Tokenizer::FromPath(path);
   }
   if (needed) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--prompt needs a tokenizer: ", path, " has no tokenizer.json (pass --tokenizer PATH, or use --prompt-ids)"));
+    return absl::InvalidArgumentError(absl::StrCat("--prompt needs a tokenizer: ", path,
+                                                   " has no tokenizer.json or tiktoken.model (pass --tokenizer PATH, "
+                                                   "or use --prompt-ids)"));
   }
   return nullptr;
 }

@@ -11,7 +11,7 @@
 #                    netavark, aardvark-dns, iptables, debootstrap. (The aarch64 lane installs its own:
 #                    scripts/cross-aarch64.sh.)
 #   PyPI (a virtualenv): torch (its LibTorch is the project's LibTorch) and the test oracles
-#                    (transformers, accelerate, tokenizers, safetensors, grpcio, pytest), and
+#                    (transformers, accelerate, tokenizers, tiktoken, safetensors, grpcio, pytest), and
 #                    kubernetes-validate for the manifests.
 #
 # The virtualenv lives outside the checkout (STRATA_VENV, default ~/.cache/strata/venv) so that

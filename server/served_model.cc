@@ -5,7 +5,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "checkpoint/file_reader.h"
 #include "planner/generation_config.h"
 #include "runtime/executor/group_load.h"
 
@@ -83,7 +82,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptio
     served->model_->SetGroup(group);
   }
 
-  if (checkpoint::PathMayExist(*options.placement.model_dir / "tokenizer.json")) {
+  if (tokenizer::Tokenizer::DirectoryHasTokenizer(options.placement.model_dir->string())) {
     absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tok =
         tokenizer::Tokenizer::FromPath(options.placement.model_dir->string());
     if (!tok.ok()) return tok.status();

@@ -62,10 +62,10 @@ absl::StatusOr<runtime::ServingRequest> ServingRequestOf(const cli::Placement& p
 
 class ServedModel {
  public:
-  // Loads the weights by `load` (PlanServedModel), the tokenizer.json when present and the EOS ids, and
-  // starts the engine. `on_device_lost` is called (on the engine thread) when a failure leaves a device
-  // unusable. The leader of a group passes its group: every worker must have loaded its stages (AwaitGroupReady)
-  // before the engine starts; a lost node is then a lost device.
+  // Loads the weights by `load` (PlanServedModel), the tokenizer (tokenizer.json or tiktoken.model) when
+  // present and the EOS ids, and starts the engine. `on_device_lost` is called (on the engine thread) when
+  // a failure leaves a device unusable. The leader of a group passes its group: every worker must have
+  // loaded its stages (AwaitGroupReady) before the engine starts; a lost node is then a lost device.
   static absl::StatusOr<std::unique_ptr<ServedModel>> Load(const ServerOptions& options,
                                                            const runtime::LoadOptions& load,
                                                            std::function<void(const absl::Status&)> on_device_lost = {},

@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "tokenizer/json_path.h"
+#include "tokenizer/model.h"
 
 namespace strata::tokenizer {
 
@@ -23,18 +24,18 @@ namespace strata::tokenizer {
 // enough that the id -> token table stays within a few hundred MB.
 inline constexpr int64_t kMaxTokenId = (int64_t{1} << 22) - 1;
 
-class BpeModel {
+class BpeModel : public Model {
  public:
   // Parses the "model" object at `json`; rejects models other than BPE, merges naming unknown tokens,
   // and dropout (a sampling feature, not reproducible token for token).
   static absl::StatusOr<std::unique_ptr<BpeModel>> Parse(const JsonAt& json);
 
   // Appends the ids of one pre-tokenized piece. Thread-safe.
-  void Tokenize(std::string_view word, std::vector<int32_t>& ids) const;
+  void Tokenize(std::string_view word, std::vector<int32_t>& ids) const override;
 
-  std::optional<int32_t> TokenToId(std::string_view token) const;
+  std::optional<int32_t> TokenToId(std::string_view token) const override;
   // The vocab entry for `id`, or null when the vocab has none.
-  const std::string* IdToToken(int32_t id) const;
+  const std::string* IdToToken(int32_t id) const override;
   int32_t MaxId() const { return static_cast<int32_t>(id_to_token_.size()) - 1; }
 
  private:

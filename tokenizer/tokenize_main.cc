@@ -1,5 +1,6 @@
 // strata-tokenize: encode or decode JSON Lines with a Hugging Face tokenizer.json, token for token as
-// the `tokenizers` library does. Exit codes: 0 ok, 2 bad input (message on stderr), 1 anything else.
+// the `tokenizers` library does (or with a tiktoken.model, as the `tiktoken` package does).
+// Exit codes: 0 ok, 2 bad input (message on stderr), 1 anything else.
 
 #include <algorithm>
 #include <chrono>
@@ -21,7 +22,7 @@
 #include "tokenizer/utf8.h"
 
 ABSL_FLAG(std::string, tokenizer, "",
-          "tokenizer.json, or a checkpoint directory holding tokenizer.json (and tokenizer_config.json)");
+          "tokenizer.json or tiktoken.model, or a checkpoint directory holding either (and tokenizer_config.json)");
 ABSL_FLAG(bool, add_special_tokens, false, "encode: add the post-processor's special tokens (BOS, ...)");
 ABSL_FLAG(bool, decode, false, "decode ids instead of encoding text");
 ABSL_FLAG(bool, skip_special_tokens, false, "decode: leave special tokens out");

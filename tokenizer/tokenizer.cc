@@ -17,6 +17,7 @@
 #include "tokenizer/pieces.h"
 #include "tokenizer/post_processors.h"
 #include "tokenizer/pre_tokenizers.h"
+#include "tokenizer/tiktoken.h"
 #include "tokenizer/utf8.h"
 
 namespace strata::tokenizer {
@@ -40,6 +41,14 @@ absl::StatusOr<std::string> ConfigTokenContent(const JsonAt& config, std::string
   return f.Error("expected a token string or an object with \"content\"");
 }
 
+// Encode's input limit: offsets inside a piece stay well within 32 bits.
+constexpr size_t kMaxTextBytes = size_t{1} << 30;
+
+// A file FromPath reads as a tiktoken rank file rather than as tokenizer.json.
+bool IsTiktokenFileName(const std::filesystem::path& p) {
+  return p.filename() == "tiktoken.model" || p.extension() == ".tiktoken";
+}
+
 }  // namespace
 
 Tokenizer::Tokenizer() = default;
@@ -49,6 +58,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromPath(const std::string
   std::error_code ec;
   const std::filesystem::path p(path);
   if (std::filesystem::is_directory(p, ec)) {
+    if (!checkpoint::PathMayExist(p / "tokenizer.json") && checkpoint::PathMayExist(p / "tiktoken.model")) {
+      // Kimi K2 and its kin ship a tiktoken vocabulary instead of tokenizer.json.
+      auto ranks = checkpoint::ReadRegularFile(p / "tiktoken.model", checkpoint::kMaxTokenizerFileBytes);
+      if (!ranks.ok()) return ranks.status();
+      auto config = checkpoint::ReadRegularFileIfPresent(p / "tokenizer_config.json", checkpoint::kMaxConfigFileBytes);
+      if (!config.ok()) return config.status();
+      return FromTiktoken(*ranks, config->value_or(""), (p / "tiktoken.model").string());
+    }
     auto json = checkpoint::ReadRegularFile(p / "tokenizer.json", checkpoint::kMaxTokenizerFileBytes);
     if (!json.ok()) return json.status();
     auto config = checkpoint::ReadRegularFileIfPresent(p / "tokenizer_config.json", checkpoint::kMaxConfigFileBytes);
@@ -57,7 +74,50 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromPath(const std::string
   }
   auto json = checkpoint::ReadRegularFile(p, checkpoint::kMaxTokenizerFileBytes);
   if (!json.ok()) return json.status();
+  if (IsTiktokenFileName(p)) return FromTiktoken(*json, {}, path);
   return FromJson(*json, {}, path);
+}
+
+bool Tokenizer::DirectoryHasTokenizer(const std::string& dir) {
+  const std::filesystem::path p(dir);
+  return checkpoint::PathMayExist(p / "tokenizer.json") || checkpoint::PathMayExist(p / "tiktoken.model");
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromTiktoken(std::string_view ranks, std::string_view config_json,
+                                                                   std::string_view source) {
+  std::unique_ptr<Tokenizer> tok(new Tokenizer());
+  auto model = TiktokenModel::Parse(ranks, source);
+  if (!model.ok()) return model.status();
+  const int32_t num_ranks = (*model)->size();
+  tok->model_ = *std::move(model);
+
+  nlohmann::json config;  // null when there is no tokenizer_config.json
+  if (!config_json.empty()) {
+    auto parsed = ParseJson(config_json, "tokenizer_config.json");
+    if (!parsed.ok()) return parsed.status();
+    config = *std::move(parsed);
+  }
+  auto specials = TiktokenSpecialTokens(JsonAt{config, "", "tokenizer_config.json"}, num_ranks);
+  if (!specials.ok()) return specials.status();
+  auto added = AddedVocabulary::Parse(JsonAt{*specials, "added_tokens", source}, nullptr);
+  if (!added.ok()) return added.status();
+  tok->added_ = std::make_unique<AddedVocabulary>(*std::move(added));
+  tok->tiktoken_ = true;
+
+  // The pipeline tiktoken runs, in tokenizer.json's terms: the regex isolates pieces, the model merges each
+  // piece's bytes, and the ByteLevel decoder turns the byte-level spelling back into text.
+  const nlohmann::json split = {{"type", "Split"},
+                                {"pattern", {{"Regex", std::string(kKimiPattern)}}},
+                                {"behavior", "Isolated"},
+                                {"invert", false}};
+  auto pre_tokenizer = ParsePreTokenizer(JsonAt{split, "pre_tokenizer", source});
+  if (!pre_tokenizer.ok()) return pre_tokenizer.status();
+  tok->pre_tokenizer_ = *std::move(pre_tokenizer);
+  const nlohmann::json byte_level = {{"type", "ByteLevel"}};
+  auto decoder = ParseDecoder(JsonAt{byte_level, "decoder", source});
+  if (!decoder.ok()) return decoder.status();
+  tok->decoder_ = *std::move(decoder);
+  return tok;
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokenizer_json,
@@ -136,6 +196,7 @@ std::optional<std::string> Tokenizer::IdToToken(int32_t id) const {
 
 bool Tokenizer::IsSpecial(int32_t id) const {
   const AddedToken* t = added_->ById(id);
+  if (tiktoken_) return t != nullptr && t->special;
   if (t != nullptr) return added_->IsSpecialContent(t->content);
   const std::string* m = model_->IdToToken(id);
   return m != nullptr && added_->IsSpecialContent(*m);
@@ -144,6 +205,10 @@ bool Tokenizer::IsSpecial(int32_t id) const {
 bool Tokenizer::HasByteFallbackDecoder() const { return decoder_ != nullptr && decoder_->HasByteFallback(); }
 
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool add_special_tokens) const {
+  if (text.size() > kMaxTextBytes) {
+    return absl::InvalidArgumentError(
+        StrCat("text: ", text.size(), " bytes, more than the tokenizer's limit of ", kMaxTextBytes));
+  }
   if (const size_t bad = FindInvalidUtf8(text); bad != std::string_view::npos) {
     return absl::InvalidArgumentError(StrCat("text: invalid UTF-8 at byte ", bad));
   }
@@ -208,15 +273,24 @@ void Tokenizer::EncodeText(std::string_view text, std::vector<int32_t>& ids) con
 std::string Tokenizer::Decode(absl::Span<const int32_t> ids, bool skip_special_tokens) const {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
+  const auto& alphabet = ByteLevelAlphabet();
   for (int32_t id : ids) {
     const std::string* token = nullptr;
-    if (const AddedToken* t = added_->ById(id)) {
-      token = &t->content;
+    const AddedToken* added = added_->ById(id);
+    if (added != nullptr) {
+      token = &added->content;
     } else {
       token = model_->IdToToken(id);
     }
     if (token == nullptr) continue;
-    if (skip_special_tokens && added_->IsSpecialContent(*token)) continue;
+    if (skip_special_tokens && (tiktoken_ ? added != nullptr && added->special : added_->IsSpecialContent(*token))) {
+      continue;
+    }
+    if (added != nullptr && tiktoken_) {
+      std::string& spelled = tokens.emplace_back();
+      for (char c : *token) spelled.append(alphabet[static_cast<unsigned char>(c)]);
+      continue;
+    }
     tokens.push_back(*token);
   }
   if (decoder_ == nullptr) return absl::StrJoin(tokens, " ");
