@@ -81,13 +81,31 @@ struct MlaShape {
 
 at::Tensor Optional(const std::vector<WeightTensor>& w, int index) { return index < 0 ? at::Tensor() : w[index]; }
 
-// STRATA_MLA_DECODE=expanded runs decode rows as prefill chunks run (bench/: absorbed against expanded).
-bool AbsorbDecode() {
-  static const bool absorb = [] {
-    const char* mode = std::getenv("STRATA_MLA_DECODE");
-    return mode == nullptr || std::string_view(mode) != "expanded";
+// STRATA_MLA_ATTENTION=absorbed|expanded runs every group one way (bench/deepseek_peer.py measures both); unset, each
+// group takes the cheaper (Absorbs).
+enum class MlaForm { kAuto, kAbsorbed, kExpanded };
+MlaForm FormFromEnvironment() {
+  static const MlaForm form = [] {
+    const char* mode = std::getenv("STRATA_MLA_ATTENTION");
+    if (mode == nullptr) return MlaForm::kAuto;
+    const std::string_view m(mode);
+    return m == "expanded" ? MlaForm::kExpanded : m == "absorbed" ? MlaForm::kAbsorbed : MlaForm::kAuto;
   }();
-  return absorb;
+  return form;
+}
+
+// Whether a group of `count` queries per row over `keys` keys runs absorbed: its multiply-adds per head,
+// count x keys x (2 rank + rope) absorbed against keys x (nope + v) x rank (kv_b_proj over the keys) plus
+// count x keys x (nope + rope + v) expanded. Decode rows always; prefill chunks while they are short (V3: up to
+// ~170 queries per row).
+bool Absorbs(const MlaShape& s, int64_t count, int64_t keys) {
+  const MlaForm form = FormFromEnvironment();
+  if (form != MlaForm::kAuto) return form == MlaForm::kAbsorbed;
+  if (count == 1) return true;
+  const double absorbed = static_cast<double>(count) * keys * (2 * s.rank + s.rope);
+  const double expanded =
+      static_cast<double>(keys) * (s.nope + s.v) * s.rank + static_cast<double>(count) * keys * (s.nope + s.rope + s.v);
+  return absorbed < expanded;
 }
 
 at::Tensor Rope(const at::Tensor& x, const RopeTables& tables, bool interleave) {
@@ -119,8 +137,8 @@ at::Tensor LatentAttention(const at::Tensor& hidden, const std::vector<WeightTen
     KvWrite(cache, group.kv, group.positions, row, at::Tensor());
     const at::Tensor& mask = group.masks.at(0);
     const at::Tensor qn = GroupHeads(q_nope, group);  // [rows, H, T, nope]
-    if (group.count == 1 && AbsorbDecode()) {
-      // Absorbed: the query into latent space, one KV head of rank + rope over every query head, values the latent,
+    if (Absorbs(s, group.count, group.key_length)) {
+      // Absorbed: the queries into latent space, one KV head of rank + rope over every query head, values the latent,
       // W_UV on the way out. Scores and sums in float32 (in bfloat16 they moved greedy choices above the bf16
       // noise margin: tests/runtime_parity/test_deepseek_parity.py).
       const at::ScalarType dtype = qn.scalar_type();
@@ -135,7 +153,7 @@ at::Tensor LatentAttention(const at::Tensor& hidden, const std::vector<WeightTen
                                                       /*dropout_p=*/0.0, /*is_causal=*/false, c.mla.softmax_scale,
                                                       /*enable_gqa=*/true);
       }
-      outs.push_back(at::matmul(out_latent.to(dtype), kv_b.narrow(1, s.nope, s.v).transpose(1, 2)));  // [rows, H, 1, v]
+      outs.push_back(at::matmul(out_latent.to(dtype), kv_b.narrow(1, s.nope, s.v).transpose(1, 2)));  // [rows, H, T, v]
       continue;
     }
     const at::Tensor cached = KvRead(cache.k, group.kv, group.key_length);  // [rows, 1, L, rank + rope]

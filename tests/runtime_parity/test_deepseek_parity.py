@@ -65,6 +65,16 @@ def test_three_stage_plan(strata_generate, checkpoint, references, name):
     assert_matches(references(name), got)
 
 
+@pytest.mark.parametrize("form", ["absorbed", "expanded"])
+@pytest.mark.parametrize("name", FAMILIES)
+def test_both_attention_forms_match_transformers(strata_generate, checkpoint, references, name, form, monkeypatch):
+    """Every group absorbed (prefill chunks too) and every group expanded (decode too): both at float32 parity. The
+    default picks per group (test_generate_parity.py runs it)."""
+    monkeypatch.setenv("STRATA_MLA_ATTENTION", form)
+    got = H.run_generate(checkpoint(name), PROMPTS, NEW_TOKENS, "--device-map", '{"": "cpu"}', "--prefill-chunk", "3")
+    assert_matches(references(name), got)
+
+
 @pytest.mark.parametrize("experts", ["cpu", 1, "disk"], ids=["experts-on-cpu", "experts-on-gpu1", "experts-on-disk"])
 def test_experts_apart_from_their_layer(strata_generate, checkpoint, references, experts):
     name = "deepseek_v3_yarn"
@@ -139,11 +149,11 @@ def test_bfloat16_agrees_where_the_margin_exceeds_bf16_noise(strata_generate, ch
     logprob distance)."""
     ckpt = checkpoint(name, torch.bfloat16)
     reference = H.reference_generate(ckpt, PROMPTS, NEW_TOKENS, dtype=torch.bfloat16)
-    monkeypatch.setenv("STRATA_MLA_DECODE", "expanded")
+    monkeypatch.setenv("STRATA_MLA_ATTENTION", "expanded")
     got = H.run_generate(ckpt, PROMPTS, NEW_TOKENS, "--device-map", '{"": "cpu"}', "--dtype", "bfloat16")
     assert got["load"]["dtype"] == "bfloat16"
     compared = H.compare_bfloat16_by_margin(reference, got["results"], NEW_TOKENS)
-    monkeypatch.delenv("STRATA_MLA_DECODE")
+    monkeypatch.delenv("STRATA_MLA_ATTENTION")
     absorbed = H.run_generate(ckpt, PROMPTS, NEW_TOKENS, "--device-map", '{"": "cpu"}', "--dtype", "bfloat16")
     truth = H.reference_generate(ckpt, PROMPTS, NEW_TOKENS, dtype=torch.float32)
     ours_steps, ours_distance = _agreement(truth, absorbed["results"])
