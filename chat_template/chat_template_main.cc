@@ -4,13 +4,16 @@
 #include <cstdio>
 #include <iostream>
 #include <iterator>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "chat_template/chat_template.h"
 #include "chat_template/checkpoint_template.h"
+#include "chat_template/reasoning.h"
 #include "chat_template/tool_calls.h"
 #include "checkpoint/file_reader.h"
 #include "checkpoint/json_depth.h"
@@ -32,12 +35,18 @@ ABSL_FLAG(bool, batch, false,
           "read JSON Lines of such objects on stdin; write one JSON line each: {\"text\": ...} or {\"error\": ...}");
 ABSL_FLAG(std::string, parse_tool_calls, "",
           "instead of rendering: read a model's output on stdin and print its tool calls as JSON, parsed as vLLM's "
-          "--tool-call-parser FORMAT (hermes, llama3_json); with --batch, one JSON string a line in, one result a "
-          "line out");
+          "--tool-call-parser FORMAT (hermes, llama3_json, deepseek_v3, kimi_k2); with --batch, one JSON string a "
+          "line in, one result a line out");
+ABSL_FLAG(std::string, parse_reasoning, "",
+          "instead of rendering: read a model's output on stdin and print its reasoning_content and content, "
+          "split as vLLM's --reasoning-parser FORMAT (deepseek_r1, qwen3); with --parse-tool-calls, the calls "
+          "are parsed from the content");
+ABSL_FLAG(bool, enable_thinking, true,
+          "with --parse-reasoning qwen3: the request's chat_template_kwargs.enable_thinking (false: all content)");
 ABSL_FLAG(int64_t, tool_call_seed, -1, "with --parse-tool-calls: seed of the tool-call ids (default: random)");
 ABSL_FLAG(int64_t, stream_chunk, 0,
-          "with --parse-tool-calls: feed the output to the stream parser in chunks of N bytes and print what the "
-          "deltas add up to");
+          "with --parse-tool-calls or --parse-reasoning: feed the output to the stream parsers in chunks of N bytes "
+          "and print what the deltas add up to (an empty reasoning_content or content then prints as null)");
 ABSL_FLAG(int64_t, max_steps, strata::chat_template::RenderLimits{}.max_steps, "render step budget");
 
 namespace {
@@ -51,16 +60,24 @@ const strata::cli::CommandLine& Command() {
     command.usage = R"(usage: strata-chat-template (--checkpoint DIR | --template-file FILE) --messages FILE [options]
        strata-chat-template (--checkpoint DIR | --template-file FILE) --batch < contexts.jsonl
        strata-chat-template --parse-tool-calls FORMAT [--batch] [--tool-call-seed N] [--stream-chunk N] < output
+       strata-chat-template --parse-reasoning FORMAT [--enable-thinking=false] [--parse-tool-calls FORMAT] ... < output
 
 Renders a chat template as transformers' apply_chat_template(tokenize=False) and prints the text.
 )";
-    command.flags = {
-        strata::cli::Flag(FLAGS_checkpoint, "DIR"),      strata::cli::Flag(FLAGS_template_file, "FILE"),
-        strata::cli::Flag(FLAGS_chat_template, "FILE"),  strata::cli::Flag(FLAGS_template_name, "NAME"),
-        strata::cli::Flag(FLAGS_messages, "FILE"),       strata::cli::Flag(FLAGS_add_generation_prompt),
-        strata::cli::Flag(FLAGS_continue_final_message), strata::cli::Flag(FLAGS_batch),
-        strata::cli::Flag(FLAGS_max_steps, "N"),         strata::cli::Flag(FLAGS_parse_tool_calls, "FORMAT"),
-        strata::cli::Flag(FLAGS_tool_call_seed, "N"),    strata::cli::Flag(FLAGS_stream_chunk, "N")};
+    command.flags = {strata::cli::Flag(FLAGS_checkpoint, "DIR"),
+                     strata::cli::Flag(FLAGS_template_file, "FILE"),
+                     strata::cli::Flag(FLAGS_chat_template, "FILE"),
+                     strata::cli::Flag(FLAGS_template_name, "NAME"),
+                     strata::cli::Flag(FLAGS_messages, "FILE"),
+                     strata::cli::Flag(FLAGS_add_generation_prompt),
+                     strata::cli::Flag(FLAGS_continue_final_message),
+                     strata::cli::Flag(FLAGS_batch),
+                     strata::cli::Flag(FLAGS_max_steps, "N"),
+                     strata::cli::Flag(FLAGS_parse_tool_calls, "FORMAT"),
+                     strata::cli::Flag(FLAGS_tool_call_seed, "N"),
+                     strata::cli::Flag(FLAGS_stream_chunk, "N"),
+                     strata::cli::Flag(FLAGS_parse_reasoning, "FORMAT"),
+                     strata::cli::Flag(FLAGS_enable_thinking)};
     return command;
   }();
   return command;
@@ -134,11 +151,21 @@ absl::StatusOr<json> ParseJson(const std::string& text, const std::string& where
   return strata::checkpoint::ParseOrderedJson(text, strata::checkpoint::kMaxJsonDepth, where);
 }
 
-// {"content": string|null, "tool_calls": [{id, type, function: {name, arguments}}]} as OpenAI's message
-// has them (content null when there are calls and no text before them).
-json ToolCallsJson(const ct::ParsedToolCalls& parsed) {
+// An assistant message as the HTTP API builds it: {"reasoning_content": string|null (with a reasoning
+// parser), "content": string|null, "tool_calls": [{id, type, function: {name, arguments}}] (with a tool-call
+// parser)}. Content is null when the tool-call parser cut the output (calls, or a section marker) and left
+// no text before the cut, or when the reasoning parser found none.
+struct ParsedOutput {
+  std::optional<std::string> reasoning;
+  std::optional<std::string> content;
+  std::vector<ct::ToolCall> calls;
+};
+
+json OutputJson(const ParsedOutput& parsed, bool reasoning, bool tool_calls) {
   json out = json::object();
-  out["content"] = parsed.content.empty() && !parsed.calls.empty() ? json(nullptr) : json(parsed.content);
+  if (reasoning) out["reasoning_content"] = parsed.reasoning ? json(*parsed.reasoning) : json(nullptr);
+  out["content"] = parsed.content ? json(*parsed.content) : json(nullptr);
+  if (!tool_calls) return out;
   out["tool_calls"] = json::array();
   for (const ct::ToolCall& call : parsed.calls) {
     out["tool_calls"].push_back(
@@ -147,15 +174,46 @@ json ToolCallsJson(const ct::ParsedToolCalls& parsed) {
   return out;
 }
 
-// The stream parser fed `chunk` bytes at a time, its deltas added up.
-ct::ParsedToolCalls StreamToolCalls(ct::ToolCallFormat format, std::string_view text, size_t chunk,
-                                    ct::ToolCallIds ids) {
-  ct::ToolCallStreamParser parser(format, ids);
-  ct::ParsedToolCalls parsed;
-  auto add = [&parsed](const std::vector<ct::ToolCallDelta>& deltas) {
+struct OutputFormats {
+  std::optional<ct::ReasoningFormat> reasoning;
+  bool thinking_enabled = true;
+  std::optional<ct::ToolCallFormat> tool_calls;
+};
+
+ParsedOutput ParseOutput(const OutputFormats& formats, std::string_view text, ct::ToolCallIds& ids) {
+  ParsedOutput parsed;
+  parsed.content = std::string(text);
+  if (formats.reasoning) {
+    ct::ParsedReasoning split = ct::ParseReasoning(*formats.reasoning, text, formats.thinking_enabled);
+    parsed.reasoning = std::move(split.reasoning);
+    parsed.content = std::move(split.content);
+  }
+  if (formats.tool_calls && parsed.content) {
+    ct::ParsedToolCalls found = ct::ParseToolCalls(*formats.tool_calls, *parsed.content, ids);
+    parsed.calls = std::move(found.calls);
+    // Empty after a cut (calls, or a section marker with none) is vLLM's None.
+    if (found.content.empty() && !parsed.content->empty()) {
+      parsed.content.reset();
+    } else {
+      parsed.content = std::move(found.content);
+    }
+  }
+  return parsed;
+}
+
+// The stream parsers fed `chunk` bytes at a time (reasoning first, its content through the tool-call
+// parser), their deltas added up; with a reasoning parser, empty texts come back null.
+ParsedOutput StreamOutput(const OutputFormats& formats, std::string_view text, size_t chunk, ct::ToolCallIds ids) {
+  std::optional<ct::ReasoningStreamParser> reasoning;
+  if (formats.reasoning) reasoning.emplace(*formats.reasoning, formats.thinking_enabled);
+  std::optional<ct::ToolCallStreamParser> tool_calls;
+  if (formats.tool_calls) tool_calls.emplace(*formats.tool_calls, ids);
+  std::string reasoning_text, content;
+  ParsedOutput parsed;
+  auto add_tool_deltas = [&](const std::vector<ct::ToolCallDelta>& deltas) {
     for (const ct::ToolCallDelta& delta : deltas) {
       if (delta.tool_index < 0) {
-        parsed.content += delta.content;
+        content += delta.content;
         continue;
       }
       if (static_cast<size_t>(delta.tool_index) >= parsed.calls.size()) parsed.calls.resize(delta.tool_index + 1);
@@ -165,25 +223,63 @@ ct::ParsedToolCalls StreamToolCalls(ct::ToolCallFormat format, std::string_view 
       call.arguments += delta.arguments;
     }
   };
-  for (size_t i = 0; i < text.size(); i += chunk) add(parser.Feed(text.substr(i, chunk)));
-  add(parser.Finish());
+  auto add_content = [&](std::string_view piece) {
+    if (tool_calls) {
+      add_tool_deltas(tool_calls->Feed(piece));
+    } else {
+      content += piece;
+    }
+  };
+  auto add_reasoning_deltas = [&](const std::vector<ct::ReasoningDelta>& deltas) {
+    for (const ct::ReasoningDelta& delta : deltas) {
+      if (delta.reasoning) {
+        reasoning_text += delta.text;
+      } else {
+        add_content(delta.text);
+      }
+    }
+  };
+  for (size_t i = 0; i < text.size(); i += chunk) {
+    if (reasoning) {
+      add_reasoning_deltas(reasoning->Feed(text.substr(i, chunk)));
+    } else {
+      add_content(text.substr(i, chunk));
+    }
+  }
+  if (reasoning) add_reasoning_deltas(reasoning->Finish());
+  if (tool_calls) add_tool_deltas(tool_calls->Finish());
+  if (!reasoning_text.empty()) parsed.reasoning = std::move(reasoning_text);
+  // As ParseOutput, but that a reasoning parser's null content cannot be told from an empty one.
+  if (!content.empty() || (!reasoning && text.empty())) parsed.content = std::move(content);
   return parsed;
 }
 
-int ParseToolCallsMain(const std::string& flag, bool batch) {
-  absl::StatusOr<ct::ToolCallFormat> format = ct::ParseToolCallFormat(flag);
-  if (!format.ok()) return Fail(2, absl::StrCat("--parse-tool-calls: ", format.status().message()));
+int ParseOutputMain(const std::string& tool_call_flag, const std::string& reasoning_flag, bool batch) {
+  OutputFormats formats;
+  if (!tool_call_flag.empty()) {
+    absl::StatusOr<ct::ToolCallFormat> format = ct::ParseToolCallFormat(tool_call_flag);
+    if (!format.ok()) return Fail(2, absl::StrCat("--parse-tool-calls: ", format.status().message()));
+    formats.tool_calls = *format;
+  }
+  if (!reasoning_flag.empty()) {
+    absl::StatusOr<ct::ReasoningFormat> format = ct::ParseReasoningFormat(reasoning_flag);
+    if (!format.ok()) return Fail(2, absl::StrCat("--parse-reasoning: ", format.status().message()));
+    formats.reasoning = *format;
+  }
+  formats.thinking_enabled = absl::GetFlag(FLAGS_enable_thinking);
   const int64_t seed = absl::GetFlag(FLAGS_tool_call_seed);
   const int64_t chunk = absl::GetFlag(FLAGS_stream_chunk);
   if (chunk < 0) return Fail(2, "--stream-chunk: expected a positive integer (or 0: not streamed)");
   ct::ToolCallIds ids = seed >= 0 ? ct::ToolCallIds(static_cast<uint64_t>(seed)) : ct::ToolCallIds();
   auto parse = [&](std::string_view text) {
+    ParsedOutput parsed;
     if (chunk > 0) {
-      ct::ParsedToolCalls parsed = StreamToolCalls(*format, text, static_cast<size_t>(chunk), ids);
+      parsed = StreamOutput(formats, text, static_cast<size_t>(chunk), ids);
       for (size_t i = 0; i < parsed.calls.size(); ++i) ids.Next();  // the next output gets fresh ids
-      return parsed;
+    } else {
+      parsed = ParseOutput(formats, text, ids);
     }
-    return ct::ParseToolCalls(*format, text, ids);
+    return OutputJson(parsed, formats.reasoning.has_value(), formats.tool_calls.has_value());
   };
   auto print = [](const json& out) {
     std::string dumped = out.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -193,7 +289,7 @@ int ParseToolCallsMain(const std::string& flag, bool batch) {
   if (!batch) {
     std::string text(std::istreambuf_iterator<char>(std::cin), {});
     if (std::cin.bad()) return Fail(1, "error reading stdin");
-    print(ToolCallsJson(parse(text)));
+    print(parse(text));
     return 0;
   }
   std::string line;
@@ -201,7 +297,7 @@ int ParseToolCallsMain(const std::string& flag, bool batch) {
     absl::StatusOr<json> input = ParseJson(line, absl::StrCat("stdin line ", n));
     if (!input.ok()) return FailStatus(input.status());
     if (!input->is_string()) return Fail(2, absl::StrCat("stdin line ", n, ": expected a JSON string"));
-    print(ToolCallsJson(parse(input->get<std::string>())));
+    print(parse(input->get<std::string>()));
     std::fflush(stdout);
   }
   if (std::cin.bad()) return Fail(1, "error reading stdin");
@@ -222,11 +318,15 @@ int main(int argc, char** argv) {
   const std::string chat_template = absl::GetFlag(FLAGS_chat_template);
   const std::string messages = absl::GetFlag(FLAGS_messages);
   const bool batch = absl::GetFlag(FLAGS_batch);
-  if (const std::string tool_calls = absl::GetFlag(FLAGS_parse_tool_calls); !tool_calls.empty()) {
+  const std::string tool_calls = absl::GetFlag(FLAGS_parse_tool_calls);
+  const std::string reasoning = absl::GetFlag(FLAGS_parse_reasoning);
+  if (!tool_calls.empty() || !reasoning.empty()) {
     if (!checkpoint.empty() || !template_file.empty() || !messages.empty()) {
-      return Fail(2, "--parse-tool-calls reads stdin: give no --checkpoint, --template-file or --messages");
+      return Fail(2,
+                  "--parse-tool-calls and --parse-reasoning read stdin: give no --checkpoint, --template-file or "
+                  "--messages");
     }
-    return ParseToolCallsMain(tool_calls, batch);
+    return ParseOutputMain(tool_calls, reasoning, batch);
   }
   if (checkpoint.empty() == template_file.empty())
     return Fail(2, "give one of --checkpoint DIR and --template-file FILE");

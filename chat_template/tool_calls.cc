@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "chat_template/stream_text.h"
 #include "chat_template/value.h"
 
 namespace strata::chat_template {
@@ -25,42 +26,6 @@ constexpr size_t kMaxIntDigits = 4300;
 
 // ---------------------------------------------------------------------------------------------------------
 // UTF-8
-
-// The length of a sequence that its lead byte announces, or 0 for a byte that cannot lead one.
-int SequenceLength(unsigned char c) {
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) return 2;
-  if (c >= 0xE0 && c <= 0xEF) return 3;
-  if (c >= 0xF0 && c <= 0xF4) return 4;
-  return 0;
-}
-
-// The length of a valid UTF-8 sequence at text[i] (surrogates excluded), or 0.
-int ValidSequenceAt(std::string_view text, size_t i) {
-  const auto c = static_cast<unsigned char>(text[i]);
-  const int n = SequenceLength(c);
-  if (n <= 1 || i + n > text.size()) return n == 1 ? 1 : 0;
-  const auto c1 = static_cast<unsigned char>(text[i + 1]);
-  if ((c1 & 0xC0) != 0x80) return 0;
-  if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 > 0x9F) || (c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 > 0x8F)) {
-    return 0;
-  }
-  for (int k = 2; k < n; ++k) {
-    if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) return 0;
-  }
-  return n;
-}
-
-// How many bytes at the end of `text` begin a UTF-8 sequence that the next bytes may complete.
-size_t IncompleteUtf8Tail(std::string_view text) {
-  for (size_t back = 1; back <= 3 && back <= text.size(); ++back) {
-    const auto c = static_cast<unsigned char>(text[text.size() - back]);
-    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
-    const int n = SequenceLength(c);
-    return n > static_cast<int>(back) ? back : 0;
-  }
-  return 0;
-}
 
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
 
@@ -543,12 +508,173 @@ bool ParseLlama3Json(std::string_view text, std::vector<ToolCall>& calls, size_t
   return true;
 }
 
-// The longest k <= max_k such that `text` ends with marker[:k] (vLLM's partial_tag_overlap).
-size_t MarkerOverlap(std::string_view text, std::string_view marker, size_t max_k) {
-  for (size_t k = std::min(max_k, text.size()); k > 0; --k) {
-    if (text.ends_with(marker.substr(0, k))) return k;
+// ---------------------------------------------------------------------------------------------------------
+// deepseek_v3 and kimi_k2: a section marker, then calls matched by vLLM's regex, anywhere in the output.
+
+constexpr std::string_view kDeepSeekCallsBegin = "<｜tool▁calls▁begin｜>";
+constexpr std::string_view kDeepSeekCallBegin = "<｜tool▁call▁begin｜>";
+constexpr std::string_view kDeepSeekSep = "<｜tool▁sep｜>";
+constexpr std::string_view kDeepSeekJsonOpen = "\n```json\n";
+constexpr std::string_view kDeepSeekJsonClose = "\n```<｜tool▁call▁end｜>";
+constexpr std::string_view kKimiSectionBegin = "<|tool_calls_section_begin|>";
+constexpr std::string_view kKimiCallBegin = "<|tool_call_begin|>";
+constexpr std::string_view kKimiArgumentBegin = "<|tool_call_argument_begin|>";
+constexpr std::string_view kKimiCallEnd = "<|tool_call_end|>";
+
+bool Sectioned(ToolCallFormat format) {
+  return format == ToolCallFormat::kDeepSeekV3 || format == ToolCallFormat::kKimiK2;
+}
+std::string_view SectionBegin(ToolCallFormat format) {
+  return format == ToolCallFormat::kDeepSeekV3 ? kDeepSeekCallsBegin : kKimiSectionBegin;
+}
+std::string_view CallBegin(ToolCallFormat format) {
+  return format == ToolCallFormat::kDeepSeekV3 ? kDeepSeekCallBegin : kKimiCallBegin;
+}
+
+// vLLM's DeepSeekV3ToolParser.extract_tool_calls: no `<｜tool▁calls▁begin｜>`, no calls; else the calls are
+// every match of (findall, left to right, over the whole output)
+//   <｜tool▁call▁begin｜>(?P<type>.*)<｜tool▁sep｜>(?P<function_name>.*)\n```json\n(?P<function_arguments>.*)\n```<｜tool▁call▁end｜>
+// where `.` is any character but `\n`: the type runs to the line's last separator, the name to the line's
+// end, the arguments are the next line whole (so JSON written over several lines is no call). The
+// arguments are taken as written. A type other than "function" fails pydantic's ToolCall (Literal
+// "function"): vLLM's except makes the whole output content. Content: the text before the section
+// marker, even when no call matched.
+bool ParseDeepSeekV3(std::string_view text, std::vector<ToolCall>& calls, size_t& content_end) {
+  content_end = text.find(kDeepSeekCallsBegin);
+  if (content_end == std::string_view::npos) return false;
+  constexpr size_t npos = std::string_view::npos;
+  // Per line, computed once: its end, its last separator (from the first call marker on it) and where
+  // the arguments line after its ```json line ends, so that many markers on one line stay linear.
+  size_t line_end = npos, line_sep = npos, line_args_end = npos, line_from = npos;
+  for (size_t pos = 0;;) {
+    const size_t begin = text.find(kDeepSeekCallBegin, pos);
+    if (begin == npos) break;
+    pos = begin + 1;
+    const size_t head = begin + kDeepSeekCallBegin.size();
+    if (line_from == npos || head > line_end) {
+      line_from = head;
+      line_end = text.find('\n', head);
+      if (line_end == npos) break;  // no line end: neither this marker nor a later one can match
+      line_sep = text.substr(head, line_end - head).rfind(kDeepSeekSep);
+      if (line_sep != npos) line_sep += head;
+      line_args_end = npos;
+      if (text.substr(line_end, kDeepSeekJsonOpen.size()) == kDeepSeekJsonOpen) {
+        line_args_end = text.find('\n', line_end + kDeepSeekJsonOpen.size());
+      }
+    }
+    if (line_sep == npos || line_sep < head || line_args_end == npos) continue;
+    if (text.substr(line_args_end, kDeepSeekJsonClose.size()) != kDeepSeekJsonClose) continue;
+    const std::string_view type = text.substr(head, line_sep - head);
+    if (type != "function") return false;
+    const size_t name = line_sep + kDeepSeekSep.size();
+    const size_t arguments = line_end + kDeepSeekJsonOpen.size();
+    ToolCall call;
+    call.name = ValidUtf8(text.substr(name, line_end - name));
+    call.arguments = ValidUtf8(text.substr(arguments, line_args_end - arguments));
+    calls.push_back(std::move(call));
+    pos = line_args_end + kDeepSeekJsonClose.size();
   }
-  return 0;
+  return true;
+}
+
+// The code point that ends right before text[end] and its first byte, or false (none, or not valid UTF-8).
+bool CodePointBefore(std::string_view text, size_t end, size_t& start, char32_t& c) {
+  for (size_t back = 1; back <= 4 && back <= end; ++back) {
+    const auto byte = static_cast<unsigned char>(text[end - back]);
+    if ((byte & 0xC0) == 0x80) continue;
+    if (ValidSequenceAt(text, end - back) != static_cast<int>(back)) return false;
+    start = end - back;
+    c = CodePointAt(text, start, static_cast<int>(back));
+    return true;
+  }
+  return false;
+}
+
+// The code point at text[i] (its length in `n`), or false for a byte that is not valid UTF-8 (n = 1).
+bool CodePointFrom(std::string_view text, size_t i, char32_t& c, int& n) {
+  n = ValidSequenceAt(text, i);
+  if (n == 0) {
+    n = 1;
+    return false;
+  }
+  c = CodePointAt(text, i, n);
+  return true;
+}
+
+// `text[from, to)` less its leading (`front`) or trailing regex `\s` characters: the new bound.
+size_t SkipRegexSpace(std::string_view text, size_t from, size_t to, bool front) {
+  char32_t c;
+  if (front) {
+    int n;
+    while (from < to && CodePointFrom(text, from, c, n) && IsRegexSpace(c)) from += n;
+    return from;
+  }
+  size_t start;
+  while (to > from && CodePointBefore(text, to, start, c) && start >= from && IsRegexSpace(c)) to = start;
+  return to;
+}
+
+// The call id `\s*(?P<tool_call_id>[^<]+:\d+)\s*` of vLLM's Kimi K2 regex in `w` (the text from after
+// `<|tool_call_begin|>` to the next `<`), or false. The suffix must be `:`, digits, spaces; the greedy
+// `\s*` in front gives back one space when the id would otherwise be empty before its `:`.
+bool KimiCallId(std::string_view w, std::string_view& id) {
+  const size_t end = SkipRegexSpace(w, 0, w.size(), false);
+  size_t digits = end, start;
+  char32_t c;
+  while (CodePointBefore(w, digits, start, c) && IsDecimalDigit(c)) digits = start;
+  if (digits == end || digits == 0 || w[digits - 1] != ':') return false;
+  const size_t colon = digits - 1;
+  size_t from = SkipRegexSpace(w, 0, colon, true);
+  if (from == colon) {
+    if (colon == 0 || !CodePointBefore(w, colon, start, c)) return false;
+    from = start;  // the last leading space is the id's one `[^<]` character
+  }
+  id = w.substr(from, end - from);
+  return true;
+}
+
+// vLLM's KimiK2ToolParser.extract_tool_calls: no `<|tool_calls_section_begin|>`, no calls; else every
+// match (findall over the whole output) of
+//   <\|tool_call_begin\|>\s*(?P<tool_call_id>[^<]+:\d+)\s*<\|tool_call_argument_begin\|>\s*
+//   (?P<function_arguments>(?:(?!<\|tool_call_begin\|>).)*?)\s*<\|tool_call_end\|>     (DOTALL)
+// is a call: its id as the model wrote it, its name the id's text before the first `:`, after the last
+// `.` (`functions.get_weather:0` is get_weather), its arguments as written up to the first
+// `<|tool_call_end|>` (less spaces around), unless a `<|tool_call_begin|>` comes first. Content: the
+// text before the section marker, even when no call matched. Nothing in it can fail vLLM's try.
+bool ParseKimiK2(std::string_view text, std::vector<ToolCall>& calls, size_t& content_end) {
+  content_end = text.find(kKimiSectionBegin);
+  if (content_end == std::string_view::npos) return false;
+  constexpr size_t npos = std::string_view::npos;
+  size_t end_from = npos, end_at = npos;  // the first `<|tool_call_end|>` at or after end_from
+  for (size_t pos = 0;;) {
+    const size_t begin = text.find(kKimiCallBegin, pos);
+    if (begin == npos) break;
+    pos = begin + 1;
+    const size_t head = begin + kKimiCallBegin.size();
+    const size_t angle = text.find('<', head);
+    if (angle == npos) break;
+    if (text.substr(angle, kKimiArgumentBegin.size()) != kKimiArgumentBegin) continue;
+    std::string_view id;
+    if (!KimiCallId(text.substr(head, angle - head), id)) continue;
+    const size_t arguments = SkipRegexSpace(text, angle + kKimiArgumentBegin.size(), text.size(), true);
+    if (end_from == npos || arguments < end_from || (end_at != npos && end_at < arguments)) {
+      end_from = arguments;
+      end_at = text.find(kKimiCallEnd, arguments);
+    }
+    if (end_at == npos) break;  // no end after this call: none after a later one either
+    const size_t next_begin = text.find(kKimiCallBegin, arguments);
+    if (next_begin < end_at) continue;
+    const size_t arguments_end = SkipRegexSpace(text, arguments, end_at, false);
+    ToolCall call;
+    call.id = ValidUtf8(id);
+    const std::string_view before_colon = id.substr(0, id.find(':'));
+    const size_t dot = before_colon.rfind('.');
+    call.name = ValidUtf8(dot == npos ? before_colon : before_colon.substr(dot + 1));
+    call.arguments = ValidUtf8(text.substr(arguments, arguments_end - arguments));
+    calls.push_back(std::move(call));
+    pos = end_at + kKimiCallEnd.size();
+  }
+  return true;
 }
 
 }  // namespace
@@ -556,12 +682,24 @@ size_t MarkerOverlap(std::string_view text, std::string_view marker, size_t max_
 absl::StatusOr<ToolCallFormat> ParseToolCallFormat(std::string_view flag) {
   if (flag == "hermes") return ToolCallFormat::kHermes;
   if (flag == "llama3_json") return ToolCallFormat::kLlama3Json;
+  if (flag == "deepseek_v3") return ToolCallFormat::kDeepSeekV3;
+  if (flag == "kimi_k2") return ToolCallFormat::kKimiK2;
   return absl::InvalidArgumentError("tool call parser: unknown \"" + std::string(flag) +
-                                    "\" (valid: hermes, llama3_json)");
+                                    "\" (valid: hermes, llama3_json, deepseek_v3, kimi_k2)");
 }
 
 std::string_view ToolCallFormatName(ToolCallFormat format) {
-  return format == ToolCallFormat::kHermes ? "hermes" : "llama3_json";
+  switch (format) {
+    case ToolCallFormat::kHermes:
+      return "hermes";
+    case ToolCallFormat::kLlama3Json:
+      return "llama3_json";
+    case ToolCallFormat::kDeepSeekV3:
+      return "deepseek_v3";
+    case ToolCallFormat::kKimiK2:
+      return "kimi_k2";
+  }
+  return "";
 }
 
 ToolCallIds::ToolCallIds() : state_((uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()) {}
@@ -583,15 +721,30 @@ std::string ToolCallIds::Next() {
 ParsedToolCalls ParseToolCalls(ToolCallFormat format, std::string_view text, ToolCallIds& ids) {
   ParsedToolCalls parsed;
   size_t content_end = 0;
-  const bool ok = format == ToolCallFormat::kHermes ? ParseHermes(text, parsed.calls, content_end)
-                                                    : ParseLlama3Json(text, parsed.calls, content_end);
+  bool ok = false;
+  switch (format) {
+    case ToolCallFormat::kHermes:
+      ok = ParseHermes(text, parsed.calls, content_end);
+      break;
+    case ToolCallFormat::kLlama3Json:
+      ok = ParseLlama3Json(text, parsed.calls, content_end);
+      break;
+    case ToolCallFormat::kDeepSeekV3:
+      ok = ParseDeepSeekV3(text, parsed.calls, content_end);
+      break;
+    case ToolCallFormat::kKimiK2:
+      ok = ParseKimiK2(text, parsed.calls, content_end);
+      break;
+  }
   if (!ok) {
     parsed.calls.clear();
     parsed.content = std::string(text);
     return parsed;
   }
   parsed.content = std::string(text.substr(0, content_end));
-  for (ToolCall& call : parsed.calls) call.id = ids.Next();
+  if (format != ToolCallFormat::kKimiK2) {
+    for (ToolCall& call : parsed.calls) call.id = ids.Next();
+  }
   return parsed;
 }
 
@@ -615,6 +768,19 @@ void ToolCallStreamParser::FeedContent(std::string_view text, std::vector<ToolCa
   std::string s = std::move(pending_);
   s.append(text);
   pending_.clear();
+  if (mode_ == Mode::kContent && Sectioned(format_)) {
+    // Content up to the section marker; from it on, kept_ holds what Finish() parses.
+    const std::string_view section = SectionBegin(format_);
+    if (const size_t marker = s.find(section); marker != std::string::npos) {
+      EmitContent(std::string_view(s).substr(0, marker), out);
+      mode_ = Mode::kHeld;
+      return;
+    }
+    const size_t hold = std::max(IncompleteUtf8Tail(s), MarkerOverlap(s, section, section.size() - 1));
+    EmitContent(std::string_view(s).substr(0, s.size() - hold), out);
+    pending_ = s.substr(s.size() - hold);
+    return;
+  }
   if (mode_ == Mode::kContent) {
     const bool hermes = format_ == ToolCallFormat::kHermes;
     const size_t marker = hermes ? s.find(kHermesStart) : s.find('{');
@@ -641,8 +807,30 @@ void ToolCallStreamParser::FeedContent(std::string_view text, std::vector<ToolCa
   pending_ = s.substr(s.size() - hold);
 }
 
+void ToolCallStreamParser::Keep(std::string_view new_text) {
+  kept_.append(new_text);
+  if (kept_anchored_) return;
+  const std::string_view section = SectionBegin(format_), call = CallBegin(format_);
+  const size_t first = std::min(kept_.find(section), kept_.find(call));
+  if (first != std::string::npos) {
+    kept_.erase(0, first);
+    kept_anchored_ = true;
+    return;
+  }
+  // Not yet a marker: only a tail that may begin one (the section marker is the longer).
+  const size_t tail = section.size() - 1;
+  if (kept_.size() > tail) kept_.erase(0, kept_.size() - tail);
+}
+
 std::vector<ToolCallDelta> ToolCallStreamParser::Feed(std::string_view new_text) {
   std::vector<ToolCallDelta> out;
+  if (Sectioned(format_)) {
+    // Nothing is decided before the end: a call may fail vLLM's try (deepseek_v3) or be cut.
+    if (mode_ == Mode::kFinished) return out;
+    Keep(new_text);
+    if (mode_ == Mode::kContent) FeedContent(new_text, out);
+    return out;
+  }
   switch (mode_) {
     case Mode::kFinished:
       return out;
@@ -682,6 +870,25 @@ std::vector<ToolCallDelta> ToolCallStreamParser::Finish() {
   if (mode_ == Mode::kFinished) return out;
   if (mode_ != Mode::kHeld) {
     EmitContent(pending_, out);
+  } else if (Sectioned(format_)) {
+    // kept_ starts at the first call or section marker: its calls are the whole output's. A failure
+    // makes the whole output content, of which everything before the section marker was sent.
+    std::vector<ToolCall> calls;
+    size_t section = 0;
+    const bool ok = format_ == ToolCallFormat::kDeepSeekV3 ? ParseDeepSeekV3(kept_, calls, section)
+                                                           : ParseKimiK2(kept_, calls, section);
+    if (!ok) EmitContent(std::string_view(kept_).substr(kept_.find(SectionBegin(format_))), out);
+    for (size_t i = 0; ok && i < calls.size(); ++i) {
+      ToolCallDelta first;
+      first.tool_index = static_cast<int>(i);
+      first.id = format_ == ToolCallFormat::kKimiK2 ? std::move(calls[i].id) : ids_.Next();
+      first.name = std::move(calls[i].name);
+      out.push_back(std::move(first));
+      ToolCallDelta arguments;
+      arguments.tool_index = static_cast<int>(i);
+      arguments.arguments = std::move(calls[i].arguments);
+      out.push_back(std::move(arguments));
+    }
   } else {
     // held_ starts at the first marker: its calls are the whole output's, and its content is empty
     // with calls, or all of it (with the held <|python_tag|>) without.
@@ -705,6 +912,7 @@ std::vector<ToolCallDelta> ToolCallStreamParser::Finish() {
   pending_.clear();
   held_.clear();
   held_tag_.clear();
+  kept_.clear();
   mode_ = Mode::kFinished;
   return out;
 }

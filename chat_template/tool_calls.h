@@ -1,17 +1,24 @@
 #pragma once
 // Tool calls in a model's generated text, as vLLM's `--tool-call-parser` extracts them into OpenAI
-// `tool_calls`: `hermes` (Qwen2.5/Qwen3, Hermes: `<tool_call>{json}</tool_call>` blocks) and
-// `llama3_json` (Llama 3.1/3.2: optional `<|python_tag|>`, then `{"name", "parameters"|"arguments"}`
-// objects, several separated by `; `). Text in, plain structs out; the HTTP layer makes the JSON.
+// `tool_calls`: `hermes` (Qwen2.5/Qwen3, Hermes: `<tool_call>{json}</tool_call>` blocks), `llama3_json`
+// (Llama 3.1/3.2: optional `<|python_tag|>`, then `{"name", "parameters"|"arguments"}` objects, several
+// separated by `; `), `deepseek_v3` (DeepSeek-V3/R1: `<｜tool▁calls▁begin｜>` then per call
+// `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>`) and `kimi_k2`
+// (`<|tool_calls_section_begin|>` then per call
+// `<|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>ARGS<|tool_call_end|>`). Text in, plain
+// structs out; the HTTP layer makes the JSON.
 //
-// One rule for both modes: the streamed deltas of ToolCallStreamParser, concatenated, are exactly
+// One rule for every format: the streamed deltas of ToolCallStreamParser, concatenated, are exactly
 // ParseToolCalls' result (content, and each call's id, name and arguments), for any text cut anywhere.
 // Because vLLM turns the whole output into plain content when any tool-call block is malformed (a later
 // block truncated by max_tokens included), no call is certain before the output ends: the stream parser
 // sends content as it comes, holds everything from the first tool-call marker on, and sends the calls
 // from Finish() (a model ends its turn right after its last call, so this costs little latency). Text
 // after such a marker that can no longer be a call (`<tool_call>` not followed by `{`, `{` not followed
-// by `"`) is decided early and streamed as content from then on.
+// by `"`) is decided early and streamed as content from then on. deepseek_v3 and kimi_k2 mark a section:
+// the text before it is content whatever follows, the text after it never is (bar deepseek_v3's failure,
+// which makes the whole output content), so content streams up to the marker and the rest waits for the
+// end.
 
 #include <cstdint>
 #include <string>
@@ -22,9 +29,9 @@
 
 namespace strata::chat_template {
 
-enum class ToolCallFormat { kHermes, kLlama3Json };
+enum class ToolCallFormat { kHermes, kLlama3Json, kDeepSeekV3, kKimiK2 };
 
-// "hermes" or "llama3_json" (vLLM's names); an error names the valid ones.
+// "hermes", "llama3_json", "deepseek_v3" or "kimi_k2" (vLLM's names); an error names the valid ones.
 absl::StatusOr<ToolCallFormat> ParseToolCallFormat(std::string_view flag);
 std::string_view ToolCallFormatName(ToolCallFormat format);
 
@@ -41,14 +48,16 @@ class ToolCallIds {
 };
 
 struct ToolCall {
-  std::string id;
+  std::string id;         // from ToolCallIds; kimi_k2: the model's own (`functions.NAME:IDX`), as vLLM keeps it
   std::string name;       // as the model wrote it (invalid UTF-8 replaced by U+FFFD)
-  std::string arguments;  // JSON text: Python's json.dumps(value, ensure_ascii=False), as vLLM sends it
+  std::string arguments;  // JSON text: Python's json.dumps(value, ensure_ascii=False), as vLLM sends it;
+                          // deepseek_v3 and kimi_k2: the model's text as is (vLLM neither checks nor re-dumps it)
 };
 
 struct ParsedToolCalls {
   // With calls: the text before the first call (vLLM: null for llama3_json; the HTTP layer sends an
-  // empty content as null). Without calls: the whole output, unchanged.
+  // empty content as null). Without calls: the whole output, unchanged; but deepseek_v3 and kimi_k2 cut
+  // at their section's begin marker whenever it is there, calls or not (vLLM's tools_called).
   std::string content;
   std::vector<ToolCall> calls;
 };
@@ -81,6 +90,10 @@ class ToolCallStreamParser {
   // Streams `text` as content, holding back a tail that may begin a marker or a UTF-8 sequence.
   void FeedContent(std::string_view text, std::vector<ToolCallDelta>& out);
 
+  // deepseek_v3, kimi_k2: keeps kept_ from the first call or section marker on (a call may start before
+  // the section, where vLLM's findall finds it too).
+  void Keep(std::string_view new_text);
+
   enum class Mode { kContent, kHeld, kDecidedContent, kFinished };
   ToolCallFormat format_;
   ToolCallIds ids_;
@@ -90,6 +103,8 @@ class ToolCallStreamParser {
   std::string held_;              // kHeld: the text from the first marker on
   bool decided_checked_ = false;  // the character after the first marker was looked at
   size_t decide_from_ = 0;        // held_ is whitespace after the marker up to here
+  std::string kept_;              // deepseek_v3, kimi_k2: the text from the first marker on, or a tail
+  bool kept_anchored_ = false;    // kept_ starts at a marker
 };
 
 }  // namespace strata::chat_template

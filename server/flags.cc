@@ -81,7 +81,11 @@ ABSL_FLAG(int64_t, http_read_timeout, 30,
 ABSL_FLAG(std::string, served_model_name, "", "the model's name in HTTP requests and /v1/models");
 ABSL_FLAG(std::string, tool_call_parser, "",
           "read tool calls out of chat outputs in this format (hermes: Qwen2.5/Qwen3, Hermes; llama3_json: Llama "
-          "3.x), as vLLM's --tool-call-parser; needed for tool_choice \"auto\"");
+          "3.x; deepseek_v3: DeepSeek-V3/R1; kimi_k2: Kimi K2), as vLLM's --tool-call-parser; needed for "
+          "tool_choice \"auto\"");
+ABSL_FLAG(std::string, reasoning_parser, "",
+          "return the reasoning of chat outputs as reasoning_content (deepseek_r1: DeepSeek-R1, V3.1; qwen3: Qwen3, "
+          "Qwen3.5), whole and streamed, as vLLM's --reasoning-parser; tool calls are then read from the rest");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of the gRPC port: serve TLS (needs --tls-key)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert (unencrypted)");
 ABSL_FLAG(std::string, tls_client_ca, "",
@@ -156,6 +160,7 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
                           Flag(FLAGS_http_listen, "HOST:PORT").ShowDefault("none, no HTTP API"),
                           Flag(FLAGS_served_model_name, "NAME").ShowDefault("--model as given"),
                           Flag(FLAGS_tool_call_parser, "FORMAT").ShowDefault("none, tool calls not parsed"),
+                          Flag(FLAGS_reasoning_parser, "FORMAT").ShowDefault("none, reasoning left in content"),
                           Flag(FLAGS_max_message_bytes, "N").Section("Limits (server/README.md, \"Limits\"):"),
                           Flag(FLAGS_max_prompt_bytes, "N"),
                           Flag(FLAGS_max_prompt_tokens, "N").ShowDefault("--max-context"),
@@ -387,6 +392,12 @@ absl::Status ReadListenAddresses(ServerOptions& options) {
         chat_template::ParseToolCallFormat(absl::GetFlag(FLAGS_tool_call_parser));
     if (!format.ok()) return FlagError(FLAGS_tool_call_parser, format.status());
     options.serving.tool_call_parser = *format;
+  }
+  if (!absl::GetFlag(FLAGS_reasoning_parser).empty()) {
+    absl::StatusOr<chat_template::ReasoningFormat> format =
+        chat_template::ParseReasoningFormat(absl::GetFlag(FLAGS_reasoning_parser));
+    if (!format.ok()) return FlagError(FLAGS_reasoning_parser, format.status());
+    options.serving.reasoning_parser = *format;
   }
   options.serving.served_model_name = absl::GetFlag(FLAGS_served_model_name);
   if (options.serving.served_model_name.empty()) {

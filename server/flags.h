@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "chat_template/reasoning.h"
 #include "chat_template/tool_calls.h"
 #include "cli/placement_flags.h"
 #include "planner/device.h"
@@ -66,6 +67,8 @@ struct ServingOptions {
   std::string served_model_name;
   // --tool-call-parser: how the HTTP API reads tool calls out of chat outputs (chat_template/tool_calls.h).
   std::optional<chat_template::ToolCallFormat> tool_call_parser;
+  // --reasoning-parser: how the HTTP API splits reasoning_content out of chat outputs (chat_template/reasoning.h).
+  std::optional<chat_template::ReasoningFormat> reasoning_parser;
   std::optional<runtime::FaultInjection> fault;  // --inject-fault: the engine's test seam
 };
 

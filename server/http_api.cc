@@ -91,7 +91,8 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
   HttpGeneration(std::shared_ptr<HttpExchange> exchange, openai::ApiRequest request,
                  const tokenizer::Tokenizer* tokenizer, Metrics* metrics, std::unique_ptr<OpenStream> open,
                  std::chrono::steady_clock::time_point start,
-                 std::optional<chat_template::ToolCallFormat> tool_call_parser, bool prefix_cache,
+                 std::optional<chat_template::ToolCallFormat> tool_call_parser,
+                 std::optional<chat_template::ReasoningFormat> reasoning_parser, bool prefix_cache,
                  AdmissionPool* respond_pool)
       : exchange_(std::move(exchange)),
         request_(std::move(request)),
@@ -107,6 +108,10 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
     if (request_.parse_tool_calls && tool_call_parser) {
       tool_call_format_ = tool_call_parser;
       for (Choice& choice : choices_) choice.tool_calls.emplace(*tool_call_parser);
+    }
+    if (request_.route == openai::Route::kChatCompletions && reasoning_parser) {
+      reasoning_format_ = reasoning_parser;
+      for (Choice& choice : choices_) choice.reasoning.emplace(*reasoning_parser, request_.thinking_enabled);
     }
   }
 
@@ -134,6 +139,8 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
     bool finished = false;           // its last chunk came (or it never started)
     bool followers_started = false;  // a prompt's first sample: its other samples were submitted
     std::optional<chat_template::ToolCallStreamParser> tool_calls;  // stream: tools parsed as text arrives
+    // stream: reasoning split off as text arrives; its content then goes through tool_calls.
+    std::optional<chat_template::ReasoningStreamParser> reasoning;
     // echo with logprobs: the prompt's tokens scored (entry 0, the first token, has no score).
     std::vector<std::optional<runtime::GeneratedToken>> prompt_logprobs;
     int tool_calls_sent = 0;
@@ -153,8 +160,9 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
   }
   void OnChunk(size_t index, runtime::GenerationChunk chunk);
   void StreamLocked(size_t index, const runtime::GenerationChunk& chunk);
-  // A chat stream whose output is parsed for tool calls: content and tool-call deltas (OpenAI's shapes).
-  void StreamToolCallsLocked(size_t index, const runtime::GenerationChunk& chunk, bool ends_ok);
+  // A chat stream whose output is parsed for reasoning or tool calls: reasoning_content, content and tool-call
+  // deltas (OpenAI's and vLLM's shapes).
+  void StreamParsedLocked(size_t index, const runtime::GenerationChunk& chunk, bool ends_ok);
   void FinishLocked();
   // The whole response of a request that is not streamed, once every choice finished.
   Json WholeBody();
@@ -184,7 +192,8 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
   AdmissionPool* const respond_pool_;  // builds whole responses off the engine's output thread
   const bool share_prefill_;           // n > 1 with the prefix cache: samples after the first wait for its prefill
   std::atomic<bool> cut_{false};
-  std::optional<chat_template::ToolCallFormat> tool_call_format_;  // the request's output is parsed for tools
+  std::optional<chat_template::ToolCallFormat> tool_call_format_;   // the request's output is parsed for tools
+  std::optional<chat_template::ReasoningFormat> reasoning_format_;  // ... and first split into reasoning, content
 
   std::mutex handles_mutex_;  // taken after mutex_, never before it
   std::vector<std::shared_ptr<runtime::RequestHandle>> handles_;
@@ -426,8 +435,8 @@ void HttpGeneration::StreamLocked(size_t index, const runtime::GenerationChunk& 
   // Tokens whose text is held back (an incomplete character, a possible stop string) make no event
   // unless their log-probabilities were asked for.
   if (chunk.text.empty() && (chunk.tokens.empty() || !request_.logprobs) && !ends_ok) return;
-  if (chat && choice.tool_calls) {
-    StreamToolCallsLocked(index, chunk, ends_ok);
+  if (chat && (choice.tool_calls || choice.reasoning)) {
+    StreamParsedLocked(index, chunk, ends_ok);
     return;
   }
   Json event = ChunkEnvelope();
@@ -443,13 +452,52 @@ void HttpGeneration::StreamLocked(size_t index, const runtime::GenerationChunk& 
   WriteEvent(event);
 }
 
-void HttpGeneration::StreamToolCallsLocked(size_t index, const runtime::GenerationChunk& chunk, bool ends_ok) {
+void HttpGeneration::StreamParsedLocked(size_t index, const runtime::GenerationChunk& chunk, bool ends_ok) {
   Choice& choice = choices_[index];
-  std::vector<chat_template::ToolCallDelta> deltas = choice.tool_calls->Feed(chunk.text);
-  if (chunk.finish) {
-    std::vector<chat_template::ToolCallDelta> rest = choice.tool_calls->Finish();
-    deltas.insert(deltas.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+  // The chunk's events' deltas, in order: the reasoning parser's first, its content through the tool-call
+  // parser (tool calls come from the content alone, as vLLM parses them).
+  std::vector<Json> deltas;
+  auto add_tool_deltas = [&](std::vector<chat_template::ToolCallDelta> parts) {
+    for (chat_template::ToolCallDelta& delta : parts) {
+      if (delta.tool_index < 0) {
+        if (!delta.content.empty()) deltas.push_back(Json{{"content", std::move(delta.content)}});
+        continue;
+      }
+      Json call = {{"index", delta.tool_index}};
+      if (!delta.id.empty()) {
+        call["id"] = delta.id;
+        call["type"] = "function";
+        call["function"] = {{"name", delta.name}, {"arguments", delta.arguments}};
+        choice.tool_calls_sent = std::max(choice.tool_calls_sent, delta.tool_index + 1);
+      } else {
+        call["function"] = {{"arguments", delta.arguments}};
+      }
+      deltas.push_back(Json{{"tool_calls", Json::array({call})}});
+    }
+  };
+  auto add_content = [&](const std::string& text) {
+    if (choice.tool_calls) {
+      add_tool_deltas(choice.tool_calls->Feed(text));
+    } else if (!text.empty()) {
+      deltas.push_back(Json{{"content", text}});
+    }
+  };
+  auto add_reasoning_deltas = [&](const std::vector<chat_template::ReasoningDelta>& parts) {
+    for (const chat_template::ReasoningDelta& part : parts) {
+      if (part.reasoning) {
+        deltas.push_back(Json{{"reasoning_content", part.text}});
+      } else {
+        add_content(part.text);
+      }
+    }
+  };
+  if (choice.reasoning) {
+    add_reasoning_deltas(choice.reasoning->Feed(chunk.text));
+    if (chunk.finish) add_reasoning_deltas(choice.reasoning->Finish());
+  } else {
+    add_content(chunk.text);
   }
+  if (chunk.finish && choice.tool_calls) add_tool_deltas(choice.tool_calls->Finish());
   // Log-probabilities ride on the first event of the chunk (or one of their own).
   Json logprobs = request_.logprobs && !chunk.tokens.empty() ? ChoiceLogprobs(choice, chunk.tokens) : Json();
   auto write = [&](Json delta, Json finish_reason) {
@@ -459,22 +507,7 @@ void HttpGeneration::StreamToolCallsLocked(size_t index, const runtime::Generati
     logprobs = Json();
     WriteEvent(event);
   };
-  for (chat_template::ToolCallDelta& delta : deltas) {
-    if (delta.tool_index < 0) {
-      if (!delta.content.empty()) write(Json{{"content", delta.content}}, Json());
-      continue;
-    }
-    Json call = {{"index", delta.tool_index}};
-    if (!delta.id.empty()) {
-      call["id"] = delta.id;
-      call["type"] = "function";
-      call["function"] = {{"name", delta.name}, {"arguments", delta.arguments}};
-      choice.tool_calls_sent = std::max(choice.tool_calls_sent, delta.tool_index + 1);
-    } else {
-      call["function"] = {{"arguments", delta.arguments}};
-    }
-    write(Json{{"tool_calls", Json::array({call})}}, Json());
-  }
+  for (Json& delta : deltas) write(std::move(delta), Json());
   if (ends_ok) {
     write(Json::object(), choice.tool_calls_sent > 0 ? "tool_calls" : openai::FinishReasonText(*chunk.finish));
   } else if (!logprobs.is_null()) {
@@ -495,19 +528,39 @@ Json HttpGeneration::WholeBody() {
       text = prompt + text;
     }
     const char* finish_reason = choice.finish ? openai::FinishReasonText(*choice.finish) : "abort";
-    if (chat && tool_call_format_) {
-      chat_template::ToolCallIds ids;
-      chat_template::ParsedToolCalls parsed = chat_template::ParseToolCalls(*tool_call_format_, text, ids);
-      Json message = {{"role", "assistant"},
-                      {"content", parsed.content.empty() && !parsed.calls.empty() ? Json() : Json(parsed.content)}};
-      if (!parsed.calls.empty()) {
-        Json calls = Json::array();
-        for (const chat_template::ToolCall& call : parsed.calls) {
-          calls.push_back({{"id", call.id},
-                           {"type", "function"},
-                           {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+    if (chat && (tool_call_format_ || reasoning_format_)) {
+      // As vLLM: the reasoning split off first (null where its parser says None), then the tool calls of the
+      // content alone.
+      std::optional<std::string> reasoning;
+      std::optional<std::string> content = text;
+      if (reasoning_format_) {
+        chat_template::ParsedReasoning split =
+            chat_template::ParseReasoning(*reasoning_format_, text, request_.thinking_enabled);
+        reasoning = std::move(split.reasoning);
+        content = std::move(split.content);
+      }
+      std::vector<chat_template::ToolCall> calls;
+      if (tool_call_format_ && content) {
+        chat_template::ToolCallIds ids;
+        chat_template::ParsedToolCalls parsed = chat_template::ParseToolCalls(*tool_call_format_, *content, ids);
+        calls = std::move(parsed.calls);
+        // Empty after a cut (calls, or a section marker with none) is vLLM's None.
+        if (parsed.content.empty() && !content->empty()) {
+          content.reset();
+        } else {
+          content = std::move(parsed.content);
         }
-        message["tool_calls"] = std::move(calls);
+      }
+      Json message = {{"role", "assistant"}, {"content", content ? Json(*content) : Json()}};
+      if (reasoning_format_) message["reasoning_content"] = reasoning ? Json(*reasoning) : Json();
+      if (!calls.empty()) {
+        Json tool_calls = Json::array();
+        for (const chat_template::ToolCall& call : calls) {
+          tool_calls.push_back({{"id", call.id},
+                                {"type", "function"},
+                                {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+        }
+        message["tool_calls"] = std::move(tool_calls);
         finish_reason = "tool_calls";
       }
       c["message"] = std::move(message);
@@ -729,9 +782,9 @@ void HttpApi::Admit(const std::shared_ptr<HttpExchange>& exchange, openai::Route
   absl::StatusOr<openai::ApiRequest> request =
       openai::ParseApiRequest(route, exchange->request().body, Context(*model));
   if (!request.ok()) return refuse(request.status());
-  auto generation = std::make_shared<HttpGeneration>(exchange, *std::move(request), model->tokenizer(), metrics,
-                                                     std::move(open), start, options_.tool_call_parser,
-                                                     options_.prefix_cache, &service_->admission_pool());
+  auto generation = std::make_shared<HttpGeneration>(
+      exchange, *std::move(request), model->tokenizer(), metrics, std::move(open), start, options_.tool_call_parser,
+      options_.reasoning_parser, options_.prefix_cache, &service_->admission_pool());
   const absl::Status submitted = service_->SubmitUnlessDraining(
       model, [&] { return generation->Submit(model->engine(), &service_->in_flight()); });
   if (!submitted.ok()) refuse(submitted);

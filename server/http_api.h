@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "chat_template/reasoning.h"
 #include "chat_template/tool_calls.h"
 #include "server/api_keys.h"
 #include "server/http_server.h"
@@ -30,7 +31,8 @@ struct HttpApiOptions {
   // Bearer keys every route but /health needs (null: none).
   std::shared_ptr<const ApiKeys> api_keys;
   openai::ApiLimits limits;
-  std::optional<chat_template::ToolCallFormat> tool_call_parser;  // --tool-call-parser
+  std::optional<chat_template::ToolCallFormat> tool_call_parser;   // --tool-call-parser
+  std::optional<chat_template::ReasoningFormat> reasoning_parser;  // --reasoning-parser
   // The engine reuses prompt prefixes (--prefix-cache): n samples of a prompt then prefill it once.
   bool prefix_cache = true;
 };

@@ -294,7 +294,17 @@ absl::Status ReadCompletion(const Json& request, const ApiContext& context, Gene
   return absl::OkStatus();
 }
 
-// Chat's options besides the messages: logprobs, response_format, tools and tool_choice.
+// bool(value) in Python of the value json.loads gives.
+bool PythonTruthy(const Json& v) {
+  if (v.is_null()) return false;
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number_integer()) return v.get<int64_t>() != 0;
+  if (v.is_number_float()) return v.get<double>() != 0.0;
+  if (v.is_string()) return !v.get_ref<const std::string&>().empty();
+  return !v.empty();  // lists and objects
+}
+
+// Chat's options besides the messages: logprobs, response_format, tools, tool_choice and enable_thinking.
 absl::Status ReadChatOptions(const Json& request, const ApiContext& context, GenerateInput& input, ApiRequest& out) {
   STRATA_ASSIGN_OR_RETURN(logprobs, Bool(request, "logprobs"));
   STRATA_ASSIGN_OR_RETURN(top_logprobs, Integer(request, "top_logprobs"));
@@ -330,10 +340,16 @@ absl::Status ReadChatOptions(const Json& request, const ApiContext& context, Gen
   if (has_tools && tool_choice == "auto") {
     if (!context.parse_tool_calls) {
       return Invalid("tool_choice",
-                     "\"auto\" needs strata-server started with --tool-call-parser (hermes, llama3_json); "
-                     "or give \"none\"");
+                     "\"auto\" needs strata-server started with --tool-call-parser (hermes, llama3_json, "
+                     "deepseek_v3, kimi_k2); or give \"none\"");
     }
     out.parse_tool_calls = true;
+  }
+  // vLLM's Qwen3ReasoningParser: `chat_template_kwargs.get("enable_thinking", True)`, tested as Python does.
+  if (const Json* kwargs = Field(request, "chat_template_kwargs"); kwargs != nullptr && kwargs->is_object()) {
+    if (auto thinking = kwargs->find("enable_thinking"); thinking != kwargs->end()) {
+      out.thinking_enabled = PythonTruthy(*thinking);
+    }
   }
   STRATA_ASSIGN_OR_RETURN(parallel, Bool(request, "parallel_tool_calls"));
   if (parallel && !*parallel && out.parse_tool_calls) {

@@ -75,6 +75,9 @@ struct ApiRequest {
   // completions: logprobs (the number of top alternatives, 0-20); chat: logprobs true (top_logprobs).
   std::optional<int64_t> logprobs;
   bool parse_tool_calls = false;  // chat with tools, tool_choice not "none", and a tool-call parser
+  // chat: chat_template_kwargs.enable_thinking as Python tests it (absent: true), which --reasoning-parser
+  // qwen3 reads as vLLM's does (off: no reasoning, all content).
+  bool thinking_enabled = true;
   int64_t choices() const { return static_cast<int64_t>(prompts.size()) * n; }
 };
 

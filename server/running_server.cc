@@ -101,6 +101,7 @@ absl::StatusOr<std::unique_ptr<RunningServer>> RunningServer::Start(const Server
     http.model_name = options.serving.served_model_name;
     http.api_keys = options.security.api_keys;
     http.tool_call_parser = options.serving.tool_call_parser;
+    http.reasoning_parser = options.serving.reasoning_parser;
     http.prefix_cache = options.serving.prefix_cache;
     http.limits.max_response_tokens = options.limits.max_response_tokens;
     absl::StatusOr<std::unique_ptr<HttpApi>> api = HttpApi::Start(std::move(http), running->service_.get());

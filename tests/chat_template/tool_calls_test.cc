@@ -1,5 +1,6 @@
-// chat_template/tool_calls: vLLM's hermes and llama3_json tool-call parsers on outputs shaped as Qwen2.5
-// and Llama 3.1 write them, and the stream parser whose deltas add up to the non-streamed result.
+// chat_template/tool_calls: vLLM's hermes, llama3_json, deepseek_v3 and kimi_k2 tool-call parsers on outputs
+// shaped as Qwen2.5, Llama 3.1, DeepSeek-V3 and Kimi K2 write them, and the stream parser whose deltas add up
+// to the non-streamed result.
 
 #include "chat_template/tool_calls.h"
 
@@ -129,12 +130,17 @@ void ExpectStreamsLikeParse(ToolCallFormat format, std::string_view text) {
 TEST(ToolCallFormat, NamesAreVllms) {
   EXPECT_EQ(*ParseToolCallFormat("hermes"), ToolCallFormat::kHermes);
   EXPECT_EQ(*ParseToolCallFormat("llama3_json"), ToolCallFormat::kLlama3Json);
+  EXPECT_EQ(*ParseToolCallFormat("deepseek_v3"), ToolCallFormat::kDeepSeekV3);
+  EXPECT_EQ(*ParseToolCallFormat("kimi_k2"), ToolCallFormat::kKimiK2);
   absl::StatusOr<ToolCallFormat> bad = ParseToolCallFormat("mistral");
   ASSERT_FALSE(bad.ok());
   EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
   EXPECT_THAT(bad.status().message(), HasSubstr("\"mistral\""));
-  EXPECT_THAT(bad.status().message(), HasSubstr("hermes, llama3_json"));
-  EXPECT_EQ(ToolCallFormatName(ToolCallFormat::kLlama3Json), "llama3_json");
+  EXPECT_THAT(bad.status().message(), HasSubstr("hermes, llama3_json, deepseek_v3, kimi_k2"));
+  for (ToolCallFormat format :
+       {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kDeepSeekV3, ToolCallFormat::kKimiK2}) {
+    EXPECT_EQ(*ParseToolCallFormat(ToolCallFormatName(format)), format);
+  }
 }
 
 TEST(ToolCallIds, AreOpenAiShapedAndSeeded) {
@@ -347,6 +353,199 @@ TEST(Llama3JsonToolCalls, NoBraceIsContentWithThePythonTag) {
   }
 }
 
+// --- deepseek_v3 (DeepSeek-V3, V3.1, R1) ------------------------------------------------------------------
+
+// One call as DeepSeek-V3's chat template writes it back (and the model writes it).
+std::string DeepSeekCall(std::string_view name, std::string_view arguments, std::string_view type = "function") {
+  return "<｜tool▁call▁begin｜>" + std::string(type) + "<｜tool▁sep｜>" + std::string(name) + "\n```json\n" +
+         std::string(arguments) + "\n```<｜tool▁call▁end｜>";
+}
+std::string DeepSeekCalls(const std::vector<std::string>& calls) {
+  std::string text = "<｜tool▁calls▁begin｜>";
+  for (const std::string& call : calls) text += call;
+  return text + "<｜tool▁calls▁end｜>";
+}
+
+TEST(DeepSeekV3ToolCalls, SingleCall) {
+  const ParsedToolCalls parsed =
+      Parse(ToolCallFormat::kDeepSeekV3, DeepSeekCalls({DeepSeekCall("get_weather", R"({"location": "Tokyo"})")}));
+  EXPECT_EQ(parsed.content, "");
+  ASSERT_EQ(parsed.calls.size(), 1u);
+  EXPECT_EQ(parsed.calls[0].name, "get_weather");
+  EXPECT_EQ(parsed.calls[0].arguments, R"({"location": "Tokyo"})");
+  EXPECT_THAT(parsed.calls[0].id, MatchesRegex("call_[A-Za-z0-9]{24}"));
+}
+
+TEST(DeepSeekV3ToolCalls, SeveralCallsAfterContent) {
+  const std::string text =
+      "Let me look both up.\n\n" +
+      DeepSeekCalls({DeepSeekCall("get_weather", R"({"city": "東京"})"), DeepSeekCall("get_time", "{}")});
+  const ParsedToolCalls parsed = Parse(ToolCallFormat::kDeepSeekV3, text);
+  EXPECT_EQ(parsed.content, "Let me look both up.\n\n");
+  ASSERT_EQ(parsed.calls.size(), 2u);
+  EXPECT_EQ(parsed.calls[0].arguments, R"({"city": "東京"})");
+  EXPECT_EQ(parsed.calls[1].name, "get_time");
+  EXPECT_NE(parsed.calls[0].id, parsed.calls[1].id);
+  ExpectStreamsLikeParse(ToolCallFormat::kDeepSeekV3, text);
+}
+
+TEST(DeepSeekV3ToolCalls, ArgumentsAreTheModelsTextUnchecked) {
+  // vLLM neither loads nor re-dumps them: odd spacing, broken JSON and any text pass through.
+  for (const std::string arguments : {R"({"a":1,  "b" : [1.50]})", R"({"a": )", "not json", ""}) {
+    const ParsedToolCalls parsed = Parse(ToolCallFormat::kDeepSeekV3, DeepSeekCalls({DeepSeekCall("f", arguments)}));
+    ASSERT_EQ(parsed.calls.size(), 1u) << arguments;
+    EXPECT_EQ(parsed.calls[0].arguments, arguments);
+  }
+}
+
+TEST(DeepSeekV3ToolCalls, ArgumentsOverSeveralLinesAreNoCall) {
+  // `.` stops at a line end: pretty-printed JSON matches nothing. The section marker still cuts the
+  // content (vLLM: tools_called with no calls), and the text after it is dropped.
+  const std::string text =
+      "Here:" + DeepSeekCalls({DeepSeekCall("f", "{\n  \"a\": 1\n}"), DeepSeekCall("g", R"({"b": 2})")});
+  const ParsedToolCalls parsed = Parse(ToolCallFormat::kDeepSeekV3, text);
+  EXPECT_EQ(parsed.content, "Here:");
+  ASSERT_EQ(parsed.calls.size(), 1u);
+  EXPECT_EQ(parsed.calls[0].name, "g");
+  const ParsedToolCalls none = Parse(ToolCallFormat::kDeepSeekV3, "Here:<｜tool▁calls▁begin｜>garbage");
+  EXPECT_EQ(none.content, "Here:");
+  EXPECT_TRUE(none.calls.empty());
+  ExpectStreamsLikeParse(ToolCallFormat::kDeepSeekV3, text);
+}
+
+TEST(DeepSeekV3ToolCalls, ATypeOtherThanFunctionMakesTheWholeOutputContent) {
+  // pydantic refuses ToolCall(type="tool"): vLLM's except returns the output as it is.
+  const std::string text = "Hi" + DeepSeekCalls({DeepSeekCall("f", "{}"), DeepSeekCall("g", "{}", /*type=*/"tool")});
+  const ParsedToolCalls parsed = Parse(ToolCallFormat::kDeepSeekV3, text);
+  EXPECT_EQ(parsed.content, text);
+  EXPECT_TRUE(parsed.calls.empty());
+  ExpectStreamsLikeParse(ToolCallFormat::kDeepSeekV3, text);
+}
+
+TEST(DeepSeekV3ToolCalls, TheTypeRunsToTheLinesLastSeparator) {
+  // Greedy `(?P<type>.*)<｜tool▁sep｜>`: a second separator on the line makes the type "function<｜tool▁sep｜>a".
+  const std::string text = DeepSeekCalls({DeepSeekCall("a<｜tool▁sep｜>b", "{}")});
+  EXPECT_TRUE(Parse(ToolCallFormat::kDeepSeekV3, text).calls.empty());
+  EXPECT_EQ(Parse(ToolCallFormat::kDeepSeekV3, text).content, text);
+  // The name is the rest of the line, whatever it holds.
+  EXPECT_EQ(Parse(ToolCallFormat::kDeepSeekV3, DeepSeekCalls({DeepSeekCall(" my tool ", "{}")})).calls.at(0).name,
+            " my tool ");
+}
+
+TEST(DeepSeekV3ToolCalls, ACallCutByMaxTokensIsDroppedTheOthersKept) {
+  // Each call is a regex match of its own: unlike hermes, a broken one does not spoil the rest.
+  const std::string whole = DeepSeekCalls({DeepSeekCall("f", R"({"a": 1})"), DeepSeekCall("g", R"({"b": 2})")});
+  const std::string cut = whole.substr(0, whole.find("\"b\""));
+  const ParsedToolCalls parsed = Parse(ToolCallFormat::kDeepSeekV3, cut);
+  EXPECT_EQ(parsed.content, "");
+  ASSERT_EQ(parsed.calls.size(), 1u);
+  EXPECT_EQ(parsed.calls[0].name, "f");
+  ExpectStreamsLikeParse(ToolCallFormat::kDeepSeekV3, cut);
+}
+
+TEST(DeepSeekV3ToolCalls, WithoutTheSectionMarkerNothingIsACall) {
+  const std::string text = "Sure " + DeepSeekCall("f", "{}");
+  const ParsedToolCalls parsed = Parse(ToolCallFormat::kDeepSeekV3, text);
+  EXPECT_EQ(parsed.content, text);
+  EXPECT_TRUE(parsed.calls.empty());
+  // ... but with it, a call written before it counts too (vLLM's findall runs over the whole output).
+  const std::string before = "A " + DeepSeekCall("f", "{}") + " then <｜tool▁calls▁begin｜>";
+  const ParsedToolCalls found = Parse(ToolCallFormat::kDeepSeekV3, before);
+  EXPECT_EQ(found.content, "A " + DeepSeekCall("f", "{}") + " then ");
+  ASSERT_EQ(found.calls.size(), 1u);
+  ExpectStreamsLikeParse(ToolCallFormat::kDeepSeekV3, before);
+}
+
+// --- kimi_k2 (Kimi K2) -----------------------------------------------------------------------------------------
+
+std::string KimiCall(std::string_view id, std::string_view arguments) {
+  return "<|tool_call_begin|>" + std::string(id) + "<|tool_call_argument_begin|>" + std::string(arguments) +
+         "<|tool_call_end|>";
+}
+std::string KimiCalls(const std::vector<std::string>& calls) {
+  std::string text = "<|tool_calls_section_begin|>";
+  for (const std::string& call : calls) text += call;
+  return text + "<|tool_calls_section_end|>";
+}
+
+TEST(KimiK2ToolCalls, TheIdIsTheModelsAndTheNameComesFromIt) {
+  const std::string text = "I'll check." + KimiCalls({KimiCall("functions.get_weather:0", R"({"city": "Beijing"})"),
+                                                      KimiCall("functions.get_time:1", "{}")});
+  const ParsedToolCalls parsed = Parse(ToolCallFormat::kKimiK2, text);
+  EXPECT_EQ(parsed.content, "I'll check.");
+  ASSERT_EQ(parsed.calls.size(), 2u);
+  EXPECT_EQ(parsed.calls[0].id, "functions.get_weather:0");
+  EXPECT_EQ(parsed.calls[0].name, "get_weather");
+  EXPECT_EQ(parsed.calls[0].arguments, R"({"city": "Beijing"})");
+  EXPECT_EQ(parsed.calls[1].id, "functions.get_time:1");
+  ExpectStreamsLikeParse(ToolCallFormat::kKimiK2, text);
+}
+
+TEST(KimiK2ToolCalls, NamesAsVllmSplitsTheId) {
+  // function_id.split(":")[0].split(".")[-1]
+  for (const auto& [id, name] : std::vector<std::pair<std::string, std::string>>{
+           {"get_weather:0", "get_weather"}, {"functions.a.b:12", "b"}, {"functions.x:y:2", "x"}, {"f.:3", ""}}) {
+    const ParsedToolCalls parsed = Parse(ToolCallFormat::kKimiK2, KimiCalls({KimiCall(id, "{}")}));
+    ASSERT_EQ(parsed.calls.size(), 1u) << id;
+    EXPECT_EQ(parsed.calls[0].id, id);
+    EXPECT_EQ(parsed.calls[0].name, name) << id;
+  }
+}
+
+TEST(KimiK2ToolCalls, SpacesAroundTheIdAndArgumentsAreDropped) {
+  const ParsedToolCalls parsed =
+      Parse(ToolCallFormat::kKimiK2, KimiCalls({KimiCall("\n functions.f:0 \n", "\n  {\"a\": 1}\n ")}));
+  ASSERT_EQ(parsed.calls.size(), 1u);
+  EXPECT_EQ(parsed.calls[0].id, "functions.f:0");
+  EXPECT_EQ(parsed.calls[0].arguments, R"({"a": 1})");
+  // Unicode spaces and digits are the regex module's \s and \d; U+001C is not \s there (it is in `re`).
+  const ParsedToolCalls unicode =
+      Parse(ToolCallFormat::kKimiK2, KimiCalls({KimiCall("\u3000functions.f:\u0663", "\u00a0{}\u2028")}));
+  ASSERT_EQ(unicode.calls.size(), 1u);
+  EXPECT_EQ(unicode.calls[0].id, "functions.f:\u0663");
+  EXPECT_EQ(unicode.calls[0].arguments, "{}");
+  EXPECT_EQ(Parse(ToolCallFormat::kKimiK2, KimiCalls({KimiCall("f:0", "{}\x1c")})).calls.at(0).arguments, "{}\x1c");
+  // An id of spaces before its `:` keeps one of them: `\s*` gives one back to `[^<]+`.
+  EXPECT_EQ(Parse(ToolCallFormat::kKimiK2, KimiCalls({KimiCall("  :1", "{}")})).calls.at(0).id, " :1");
+}
+
+TEST(KimiK2ToolCalls, MalformedCallsAreSkippedTheOthersKept) {
+  const std::string text = KimiCalls({KimiCall("functions.no_index", "{}"),  // no `:IDX`
+                                      KimiCall("functions.f:x", "{}"),       // not digits
+                                      "<|tool_call_begin|>functions.cut:0<|tool_call_argument_begin|>{\"a\"",
+                                      KimiCall("functions.ok:3", R"({"b": 2})")});
+  const ParsedToolCalls parsed = Parse(ToolCallFormat::kKimiK2, text);
+  EXPECT_EQ(parsed.content, "");
+  ASSERT_EQ(parsed.calls.size(), 1u);  // the cut call's arguments may not run into the next call
+  EXPECT_EQ(parsed.calls[0].id, "functions.ok:3");
+  ExpectStreamsLikeParse(ToolCallFormat::kKimiK2, text);
+
+  const ParsedToolCalls none = Parse(ToolCallFormat::kKimiK2, "x<|tool_calls_section_begin|>nothing here");
+  EXPECT_EQ(none.content, "x");
+  EXPECT_TRUE(none.calls.empty());
+}
+
+TEST(KimiK2ToolCalls, TruncatedAtMaxTokens) {
+  const std::string whole =
+      "Ok." + KimiCalls({KimiCall("functions.f:0", R"({"a": 1})"), KimiCall("functions.g:1", R"({"b": 2})")});
+  for (size_t cut = 0; cut <= whole.size(); ++cut) {
+    const std::string text = whole.substr(0, cut);
+    const ParsedToolCalls parsed = Parse(ToolCallFormat::kKimiK2, text);
+    const bool section = text.find("<|tool_calls_section_begin|>") != std::string::npos;
+    EXPECT_EQ(parsed.content, section ? "Ok." : text) << cut;
+    EXPECT_LE(parsed.calls.size(), 2u);
+  }
+  ExpectStreamsLikeParse(ToolCallFormat::kKimiK2, whole.substr(0, whole.size() - 40));
+}
+
+TEST(KimiK2ToolCalls, OnlyThePluralSectionMarkerCounts) {
+  // vLLM's extract_tool_calls tests `<|tool_calls_section_begin|>` alone (the singular variant is known only
+  // to its streaming path).
+  const std::string text = "<|tool_call_section_begin|>" + KimiCall("functions.f:0", "{}");
+  EXPECT_TRUE(Parse(ToolCallFormat::kKimiK2, text).calls.empty());
+  EXPECT_EQ(Parse(ToolCallFormat::kKimiK2, text).content, text);
+}
+
 // --- streaming ------------------------------------------------------------------------------------------------
 
 TEST(ToolCallStreamParser, ContentStreamsUntilTheMarkerAndCallsComeFromFinish) {
@@ -385,6 +584,50 @@ TEST(ToolCallStreamParser, ContentNeverEndsInsideAUtf8Sequence) {
   EXPECT_EQ(parser.Feed(euro.substr(2)).at(0).content, euro);
   EXPECT_TRUE(parser.Feed("\xF0\x9F").empty());
   EXPECT_EQ(parser.Finish().at(0).content, "\xF0\x9F");  // an unfinished sequence at the end is sent as is
+}
+
+TEST(ToolCallStreamParser, SectionedFormatsHoldFromTheSectionMarkerToTheEnd) {
+  ToolCallStreamParser parser(ToolCallFormat::kKimiK2, ToolCallIds(kSeed));
+  std::vector<ToolCallDelta> d = parser.Feed("Checking.<|tool_calls");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].content, "Checking.");
+  EXPECT_TRUE(parser.Feed("_section_begin|>" + KimiCall("functions.f:0", "{}")).empty());
+  EXPECT_TRUE(parser.Feed("<|tool_calls_section_end|>trailing").empty());  // after the section: dropped
+  d = parser.Finish();
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].id, "functions.f:0");
+  EXPECT_EQ(d[0].name, "f");
+  EXPECT_EQ(d[1].arguments, "{}");
+
+  // deepseek_v3: a failed call (a type not "function") sends the held text as content at the end.
+  ToolCallStreamParser deepseek(ToolCallFormat::kDeepSeekV3, ToolCallIds(kSeed));
+  EXPECT_EQ(deepseek.Feed("A<｜tool▁calls▁begin｜>").at(0).content, "A");
+  EXPECT_TRUE(deepseek.Feed(DeepSeekCall("f", "{}", "tool")).empty());
+  EXPECT_EQ(deepseek.Finish().at(0).content, "<｜tool▁calls▁begin｜>" + DeepSeekCall("f", "{}", "tool"));
+}
+
+TEST(ToolCallStreamParser, GeneratedSectionedOutputsStreamLikeParse) {
+  std::mt19937 rng(4321);
+  auto pick = [&rng](const std::vector<std::string>& options) { return options[rng() % options.size()]; };
+  const std::vector<std::string> contents = {"",       "Sure! ", "naïve 日本 😀 ", "<｜tool▁call", "<|tool_call",
+                                             "a < b ", "\n"};
+  const std::vector<std::string> args = {"{}",   R"({"a": 1})", R"({"s": "<|tool_call_end|>"})",
+                                         "{\n}", "x",           R"({"u": "😀"})"};
+  for (int i = 0; i < 60; ++i) {
+    const bool deepseek = i % 2 == 0;
+    std::vector<std::string> calls;
+    const int n = static_cast<int>(rng() % 3);
+    for (int c = 0; c < n; ++c) {
+      const std::string name = pick({"f", "get_weather", "天気"});
+      calls.push_back(deepseek ? DeepSeekCall(name, pick(args), rng() % 8 ? "function" : "tool")
+                               : KimiCall(pick({"functions.", "", " "}) + name + ":" + std::to_string(c), pick(args)));
+    }
+    std::string text = pick(contents);
+    if (rng() % 5) text += deepseek ? DeepSeekCalls(calls) : KimiCalls(calls);
+    if (rng() % 3 == 0) text += pick(contents);
+    if (rng() % 4 == 0) text = text.substr(0, rng() % (text.size() + 1));  // truncated
+    ExpectStreamsLikeParse(deepseek ? ToolCallFormat::kDeepSeekV3 : ToolCallFormat::kKimiK2, text);
+  }
 }
 
 TEST(ToolCallStreamParser, GeneratedOutputsStreamLikeParse) {
@@ -457,10 +700,38 @@ TEST(ToolCallBounds, MegabyteOutputs) {
   std::string nested = "{\"name\": \"f\", \"parameters\": ";
   for (int i = 0; i < 100000; ++i) nested += "{\"a\": [";
   ExpectLinear(ToolCallFormat::kLlama3Json, nested);
+
+  std::string deepseek_calls = "<｜tool▁calls▁begin｜>";
+  while (deepseek_calls.size() < mb) deepseek_calls += DeepSeekCall("f", R"({"a": [1, 2.5, "x"]})");
+  ExpectLinear(ToolCallFormat::kDeepSeekV3, deepseek_calls);
+  EXPECT_GT(Parse(ToolCallFormat::kDeepSeekV3, deepseek_calls).calls.size(), 5000u);
+  std::string kimi_calls = "<|tool_calls_section_begin|>";
+  while (kimi_calls.size() < mb) kimi_calls += KimiCall("functions.f:0", R"({"a": [1, 2.5, "x"]})");
+  ExpectLinear(ToolCallFormat::kKimiK2, kimi_calls);
+  EXPECT_GT(Parse(ToolCallFormat::kKimiK2, kimi_calls).calls.size(), 10000u);
+  // Markers on one long line, markers with no end, arguments that never end.
+  std::string one_line = "<｜tool▁calls▁begin｜>";
+  while (one_line.size() < mb) one_line += "<｜tool▁call▁begin｜>function";
+  ExpectLinear(ToolCallFormat::kDeepSeekV3, one_line + "<｜tool▁sep｜>f\n```json\n{}\n```");
+  std::string lines = "<｜tool▁calls▁begin｜>";
+  while (lines.size() < mb) lines += "<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n";
+  ExpectLinear(ToolCallFormat::kDeepSeekV3, lines);
+  std::string kimi_open = "<|tool_calls_section_begin|>";
+  while (kimi_open.size() < mb) kimi_open += "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{} ";
+  ExpectLinear(ToolCallFormat::kKimiK2, kimi_open);
+  ExpectLinear(ToolCallFormat::kKimiK2, kimi_open + "<|tool_call_end|>");
+  ExpectLinear(ToolCallFormat::kKimiK2, "<|tool_calls_section_begin|><|tool_call_begin|>" + std::string(mb, ' ') + "x");
+  ExpectLinear(ToolCallFormat::kKimiK2, std::string(mb, 'a'));
+  ExpectLinear(ToolCallFormat::kDeepSeekV3, std::string(mb, '\n'));
+
   std::string partial_tags;
   while (partial_tags.size() < mb) partial_tags += "<|python_tag|<tool_call";
   ExpectLinear(ToolCallFormat::kLlama3Json, partial_tags);
   ExpectLinear(ToolCallFormat::kHermes, partial_tags);
+  std::string partial_sections;
+  while (partial_sections.size() < mb) partial_sections += "<|tool_calls_section_begi<｜tool▁calls▁begi";
+  ExpectLinear(ToolCallFormat::kKimiK2, partial_sections);
+  ExpectLinear(ToolCallFormat::kDeepSeekV3, partial_sections);
 }
 
 TEST(ToolCallBounds, IntegersOfMoreThan4300DigitsAreMalformedAsInPython) {

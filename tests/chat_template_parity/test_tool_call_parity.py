@@ -1,10 +1,12 @@
-"""Tool-call parsing (chat_template/tool_calls.h) against vLLM's `--tool-call-parser hermes` and `llama3_json`.
+"""Tool-call parsing (chat_template/tool_calls.h) against vLLM's `--tool-call-parser hermes`, `llama3_json`,
+`deepseek_v3` and `kimi_k2`.
 
-vLLM cannot be installed here, so the extraction rules of its Hermes2ProToolParser.extract_tool_calls and
-Llama3JsonToolParser.extract_tool_calls (vllm/tool_parsers/, 0.33) are restated below in a few lines, with
-the same regex and the same json calls. A corpus of outputs generated here (random names, nested
-arguments, unicode, floats, strings holding "</tool_call>", leading text, truncation, broken JSON) goes
-through `strata-chat-template --parse-tool-calls FORMAT --batch`, whole and streamed in chunks.
+vLLM cannot be installed here, so the extraction rules of its Hermes2ProToolParser, Llama3JsonToolParser,
+DeepSeekV3ToolParser and KimiK2ToolParser extract_tool_calls (vllm/tool_parsers/) are restated below in a
+few lines, with the same regexes (DeepSeek-V3's and Kimi K2's compiled with the `regex` module, as vLLM
+does) and the same json calls. A corpus of outputs generated here (random names, nested arguments, unicode,
+floats, strings holding the markers, leading text, truncation, broken JSON, malformed blocks) goes through
+`strata-chat-template --parse-tool-calls FORMAT --batch`, whole and streamed in chunks.
 
 One difference is by design: with llama3_json calls, vLLM's content is null and strata's is the text
 before the first `{` (less a `<|python_tag|>` right before it), as hermes keeps it; the stream parser can
@@ -19,6 +21,7 @@ import re
 import subprocess
 
 import pytest
+import regex
 
 
 # --- vLLM's rules --------------------------------------------------------------------------------------------
@@ -64,9 +67,49 @@ def vllm_llama3_json(output: str) -> tuple[str | None, list[tuple[str, str]]]:
     return (None, calls) if calls else (output, [])
 
 
-def expected(fmt: str, output: str) -> tuple[str | None, list[tuple[str, str]]]:
+DEEPSEEK_REGEX = regex.compile(
+    r"<｜tool▁call▁begin｜>(?P<type>.*)<｜tool▁sep｜>(?P<function_name>.*)\n```json\n(?P<function_arguments>.*)\n```"
+    r"<｜tool▁call▁end｜>")
+KIMI_REGEX = regex.compile(
+    r"<\|tool_call_begin\|>\s*(?P<tool_call_id>[^<]+:\d+)\s*<\|tool_call_argument_begin\|>\s*"
+    r"(?P<function_arguments>(?:(?!<\|tool_call_begin\|>).)*?)\s*<\|tool_call_end\|>", regex.DOTALL)
+DEEPSEEK_SECTION = "<｜tool▁calls▁begin｜>"
+KIMI_SECTION = "<|tool_calls_section_begin|>"
+
+
+def vllm_deepseek_v3(output: str) -> tuple[str | None, list[tuple[str, str]]]:
+    if DEEPSEEK_SECTION not in output:
+        return output, []
+    try:
+        calls = []
+        for tool_type, name, arguments in DEEPSEEK_REGEX.findall(output):
+            if tool_type != "function":  # pydantic's ToolCall(type: Literal["function"]) refuses it
+                raise ValueError(tool_type)
+            calls.append((name, arguments))
+        content = output[: output.find(DEEPSEEK_SECTION)]
+        return (content if content else None), calls
+    except Exception:
+        return output, []
+
+
+def vllm_kimi_k2(output: str) -> tuple[str | None, list[tuple[str, str, str]]]:
+    """(content, [(id, name, arguments)]): Kimi K2's ids are the model's."""
+    if KIMI_SECTION not in output:
+        return output, []
+    calls = []
+    for function_id, arguments in KIMI_REGEX.findall(output):
+        calls.append((function_id, function_id.split(":")[0].split(".")[-1], arguments))
+    content = output[: output.find(KIMI_SECTION)]
+    return (content if content else None), calls
+
+
+def expected(fmt: str, output: str) -> tuple[str | None, list[tuple[str, ...]]]:
     if fmt == "hermes":
         return vllm_hermes(output)
+    if fmt == "deepseek_v3":
+        return vllm_deepseek_v3(output)
+    if fmt == "kimi_k2":
+        return vllm_kimi_k2(output)
     content, calls = vllm_llama3_json(output)
     if calls:  # strata keeps the text before the first call (see the module's docstring)
         prefix = output[: output.find("{")].removesuffix("<|python_tag|>")
@@ -155,12 +198,56 @@ def llama_output(rng: random.Random) -> str:
     return break_text(rng, text) if rng.randrange(3) == 0 else text
 
 
+def deepseek_output(rng: random.Random) -> str:
+    """DeepSeek-V3's section as its template writes calls back: single-line JSON, sometimes pretty-printed
+    (which vLLM's regex does not match), another type, a name with spaces or separators, text around."""
+    def call() -> str:
+        arguments = {rng.choice(WORDS): random_value(rng) for _ in range(rng.randrange(4))}
+        style = rng.randrange(12)
+        text = (json.dumps(arguments, indent=2) if style == 0 else "not json" if style == 1 else
+                json.dumps(arguments, ensure_ascii=bool(style % 2)))
+        kind = "function" if rng.randrange(15) else rng.choice(["tool", "", "function "])
+        name = rng.choice(WORDS + [" spaced ", "a<｜tool▁sep｜>b", ""])
+        return f"<｜tool▁call▁begin｜>{kind}<｜tool▁sep｜>{name}\n```json\n{text}\n```<｜tool▁call▁end｜>"
+    text = rng.choice(TEXT + ["<｜tool▁call", "```json\n"])
+    if rng.randrange(12) == 0:
+        text += call()  # a call before the section: vLLM's findall finds it too
+    if rng.randrange(6):
+        text += DEEPSEEK_SECTION + "".join(call() for _ in range(rng.randrange(4)))
+        text += rng.choice(["<｜tool▁calls▁end｜>", "<｜tool▁calls▁end｜>", "", "\nafter"])
+    return break_text(rng, text) if rng.randrange(3) == 0 else text
+
+
+def kimi_output(rng: random.Random) -> str:
+    """Kimi K2's section: `functions.NAME:IDX` ids (sometimes without the prefix or the index, with spaces
+    around, unicode digits), arguments that may hold a marker, text around."""
+    def call(index: int) -> str:
+        name = rng.choice(WORDS + ["a.b", "x:y"])
+        call_id = rng.choice([f"functions.{name}:{index}", f"{name}:{index}", f"functions.{name}",
+                              f" functions.{name}:{index}\n", f"functions.{name}:\u0663", f"{name}:x", "  :1"])
+        arguments = json.dumps({rng.choice(WORDS): random_value(rng) for _ in range(rng.randrange(3))},
+                               ensure_ascii=rng.randrange(2) == 0)
+        if rng.randrange(10) == 0:
+            arguments = rng.choice(["<|tool_call_begin|>", "{\"s\": \"<|tool_call_end|>\"}", " \n ", "\u3000{}\x1c"])
+        before, after = rng.choice(["", " ", "\n"]), rng.choice(["", " ", "\n"])
+        return f"<|tool_call_begin|>{call_id}<|tool_call_argument_begin|>{before}{arguments}{after}<|tool_call_end|>"
+    text = rng.choice(TEXT + ["<|tool_call", "<|tool_call_section_begin|>"])
+    if rng.randrange(12) == 0:
+        text += call(9)
+    if rng.randrange(6):
+        text += KIMI_SECTION + "".join(call(i) for i in range(rng.randrange(4)))
+        text += rng.choice(["<|tool_calls_section_end|>", "", "<|tool_calls_section_end|> after"])
+    return break_text(rng, text) if rng.randrange(3) == 0 else text
+
+
 CORPUS_SIZE = 1500
+MAKERS = {"hermes": (21, hermes_output), "llama3_json": (22, llama_output), "deepseek_v3": (23, deepseek_output),
+          "kimi_k2": (24, kimi_output)}
 
 
 def corpus(fmt: str) -> list[str]:
-    rng = random.Random(21 if fmt == "hermes" else 22)
-    make = hermes_output if fmt == "hermes" else llama_output
+    seed, make = MAKERS[fmt]
+    rng = random.Random(seed)
     return [make(rng) for _ in range(CORPUS_SIZE)]
 
 
@@ -175,7 +262,7 @@ def run_parser(binary, fmt: str, outputs: list[str], chunk: int) -> list[dict]:
 
 
 @pytest.mark.parametrize("chunk", [0, 1, 7])
-@pytest.mark.parametrize("fmt", ["hermes", "llama3_json"])
+@pytest.mark.parametrize("fmt", list(MAKERS))
 def test_tool_calls_match_vllms_extraction(strata_chat_template, record, fmt, chunk):
     outputs = corpus(fmt)
     got = run_parser(strata_chat_template, fmt, outputs, chunk)
@@ -185,10 +272,13 @@ def test_tool_calls_match_vllms_extraction(strata_chat_template, record, fmt, ch
         content, calls = expected(fmt, output)
         with_calls += bool(calls)
         ours = [(c["function"]["name"], c["function"]["arguments"]) for c in result["tool_calls"]]
+        if fmt == "kimi_k2":
+            ours = [(c["id"], *call) for c, call in zip(result["tool_calls"], ours)]
         if (result["content"], ours) != (content, calls):
             mismatches.append((output, (content, calls), (result["content"], ours)))
         for call in result["tool_calls"]:
-            assert re.fullmatch(r"call_[A-Za-z0-9]{24}", call["id"]) and call["type"] == "function"
+            assert fmt == "kimi_k2" or re.fullmatch(r"call_[A-Za-z0-9]{24}", call["id"])
+            assert call["type"] == "function"
     how = "whole" if chunk == 0 else f"streamed in {chunk}-byte chunks"
     record(f"{fmt} outputs ({how}) identical to vLLM's extraction", len(outputs) - len(mismatches), len(outputs))
     assert not mismatches, "\n\n".join(f"output {o!r}\nvLLM   {w!r}\nstrata {g!r}" for o, w, g in mismatches[:5])
@@ -206,4 +296,4 @@ def test_unknown_format_exits_2_naming_the_valid_ones(strata_chat_template):
     proc = subprocess.run([str(strata_chat_template), "--parse-tool-calls", "mistral"], input=b"",
                           capture_output=True, timeout=60)
     assert proc.returncode == 2
-    assert "hermes, llama3_json" in proc.stderr.decode()
+    assert "hermes, llama3_json, deepseek_v3, kimi_k2" in proc.stderr.decode()

@@ -1,19 +1,25 @@
-// libFuzzer harness: tool-call parsers (chat_template/tool_calls.h). The input is
+// libFuzzer harness: the parsers of a model's output (chat_template/tool_calls.h, chat_template/reasoning.h).
+// The input is
 //   CONTROL_BYTE MODEL_OUTPUT
-// where the control byte's low bit picks the format (0 hermes, 1 llama3_json) and its other bits seed the
-// chunk sizes (1 to 64 bytes) that the output is fed to ToolCallStreamParser in. Checked promises: the
-// deltas add up to ParseToolCalls (content, and each call's id, name and arguments); calls are announced
-// in order, each with its id and name first; every name and arguments text is valid UTF-8 and the
-// arguments are never empty; with valid UTF-8 in, every content delta is valid UTF-8.
+// where the control byte's bits 0-1 pick the tool-call format (hermes, llama3_json, deepseek_v3, kimi_k2),
+// bits 2-3 the reasoning parser before it (none, deepseek_r1, qwen3, qwen3 with thinking off) and bits 4-7
+// seed the chunk sizes (1 to 64 bytes) that the output is fed to the stream parsers in: reasoning first, its
+// content deltas through ToolCallStreamParser, as the HTTP API chains them. Checked promises: the reasoning
+// deltas add up to ParseReasoning, the tool-call deltas to ParseToolCalls of its content (content, and each
+// call's id, name and arguments); calls are announced in order, each with its id and name first; every name,
+// id and arguments text is valid UTF-8, and hermes/llama3_json arguments are never empty; with valid UTF-8
+// in, every content and reasoning delta is valid UTF-8.
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "chat_template/reasoning.h"
 #include "chat_template/tool_calls.h"
 
 namespace {
@@ -45,18 +51,42 @@ void Check(bool ok) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const auto format = (data[0] & 1) ? ct::ToolCallFormat::kLlama3Json : ct::ToolCallFormat::kHermes;
+  static constexpr ct::ToolCallFormat kFormats[] = {ct::ToolCallFormat::kHermes, ct::ToolCallFormat::kLlama3Json,
+                                                    ct::ToolCallFormat::kDeepSeekV3, ct::ToolCallFormat::kKimiK2};
+  const ct::ToolCallFormat format = kFormats[data[0] & 3];
+  const int reasoning_mode = (data[0] >> 2) & 3;
+  std::optional<ct::ReasoningFormat> reasoning;
+  if (reasoning_mode > 0)
+    reasoning = reasoning_mode == 1 ? ct::ReasoningFormat::kDeepSeekR1 : ct::ReasoningFormat::kQwen3;
+  const bool thinking_enabled = reasoning_mode != 3;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
   const bool utf8_in = IsValidUtf8(text);
+  const bool sectioned = format == ct::ToolCallFormat::kDeepSeekV3 || format == ct::ToolCallFormat::kKimiK2;
 
-  ct::ToolCallIds ids(99);
-  const ct::ParsedToolCalls whole = ct::ParseToolCalls(format, text, ids);
-  for (const ct::ToolCall& call : whole.calls) {
-    Check(IsValidUtf8(call.name) && IsValidUtf8(call.arguments) && !call.arguments.empty());
+  // The whole output: reasoning split off, then the calls of the content.
+  std::string whole_reasoning;
+  std::string content(text);
+  if (reasoning) {
+    ct::ParsedReasoning split = ct::ParseReasoning(*reasoning, text, thinking_enabled);
+    Check(split.reasoning || split.content);
+    whole_reasoning = split.reasoning.value_or("");
+    content = split.content.value_or("");
+    Check(whole_reasoning.size() + content.size() <= text.size());
   }
-  if (whole.calls.empty()) Check(whole.content == text);
+  ct::ToolCallIds ids(99);
+  const ct::ParsedToolCalls whole = ct::ParseToolCalls(format, content, ids);
+  for (const ct::ToolCall& call : whole.calls) {
+    Check(IsValidUtf8(call.name) && IsValidUtf8(call.arguments) && IsValidUtf8(call.id) && !call.id.empty());
+    if (!sectioned) Check(!call.arguments.empty());
+  }
+  if (whole.calls.empty() && !sectioned) Check(whole.content == content);
+  Check(std::string_view(content).starts_with(whole.content));
 
+  // Streamed.
+  std::optional<ct::ReasoningStreamParser> reasoning_stream;
+  if (reasoning) reasoning_stream.emplace(*reasoning, thinking_enabled);
   ct::ToolCallStreamParser parser(format, ct::ToolCallIds(99));
+  std::string streamed_reasoning;
   ct::ParsedToolCalls streamed;
   auto add = [&](const std::vector<ct::ToolCallDelta>& deltas) {
     for (const ct::ToolCallDelta& delta : deltas) {
@@ -78,14 +108,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       streamed.calls[index].arguments += delta.arguments;
     }
   };
-  std::minstd_rand chunks(data[0] >> 1);
+  auto add_reasoning = [&](const std::vector<ct::ReasoningDelta>& deltas) {
+    for (const ct::ReasoningDelta& delta : deltas) {
+      Check(!delta.text.empty() && (!utf8_in || IsValidUtf8(delta.text)));
+      if (delta.reasoning) {
+        streamed_reasoning += delta.text;
+      } else {
+        add(parser.Feed(delta.text));
+      }
+    }
+  };
+  std::minstd_rand chunks(data[0] >> 4);
   for (size_t i = 0; i < text.size();) {
     const size_t n = 1 + chunks() % 64;
-    add(parser.Feed(text.substr(i, n)));
+    if (reasoning_stream) {
+      add_reasoning(reasoning_stream->Feed(text.substr(i, n)));
+    } else {
+      add(parser.Feed(text.substr(i, n)));
+    }
     i += n;
   }
+  if (reasoning_stream) add_reasoning(reasoning_stream->Finish());
   add(parser.Finish());
 
+  Check(streamed_reasoning == whole_reasoning);
   Check(streamed.content == whole.content);
   Check(streamed.calls.size() == whole.calls.size());
   for (size_t i = 0; i < whole.calls.size(); ++i) {

@@ -265,8 +265,10 @@ def chat_template_seeds() -> dict[str, bytes]:
 
 
 def tool_calls_seeds() -> dict[str, bytes]:
-    # CONTROL_BYTE MODEL_OUTPUT (fuzz_tool_calls.cc): the low bit picks hermes (0) or llama3_json (1), the
-    # rest seeds the chunking. Outputs shaped as Qwen2.5/Qwen3 and Llama 3.1 write them, whole and cut.
+    # CONTROL_BYTE MODEL_OUTPUT (fuzz_tool_calls.cc): bits 0-1 pick hermes, llama3_json, deepseek_v3 or kimi_k2,
+    # bits 2-3 the reasoning parser before it (none, deepseek_r1, qwen3, qwen3 with thinking off), the rest
+    # seeds the chunking. Outputs shaped as Qwen2.5/Qwen3, Llama 3.1, DeepSeek-V3/R1 and Kimi K2 write them,
+    # whole and cut.
     weather = {"name": "get_weather", "arguments": {"city": "東京", "unit": "celsius", "days": [1, 2.5, -0.0],
                                                     "opts": {"s": "a\"b</tool_call>\n", "n": None, "t": True}}}
     call = json.dumps(weather, ensure_ascii=False)
@@ -278,6 +280,8 @@ def tool_calls_seeds() -> dict[str, bytes]:
         "truncated": f"<tool_call>\n{call}\n</tool_call>\n<tool_call>\n{call[:40]}",
         "unclosed": f"<tool_call>\n{call}",
         "prose": "Use the <tool_call> tag. <tool_",
+        "qwen35": "I need the weather.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+                  "</parameter>\n</function>\n</tool_call>",
     }
     params = json.dumps({"name": "search", "parameters": {"q": "llama 😀", "k": 1e-7}}, ensure_ascii=True)
     llama = {
@@ -288,11 +292,40 @@ def tool_calls_seeds() -> dict[str, bytes]:
         "truncated": f"{params}; {params[:30]}",
         "adjacent": f"{params}{params}",
     }
+    args = json.dumps(weather["arguments"], ensure_ascii=False)
+
+    def deepseek_call(name: str, arguments: str, kind: str = "function") -> str:
+        return f"<｜tool▁call▁begin｜>{kind}<｜tool▁sep｜>{name}\n```json\n{arguments}\n```<｜tool▁call▁end｜>"
+
+    deepseek_section = ("<｜tool▁calls▁begin｜>" + deepseek_call("get_weather", args) + deepseek_call("now", "{}") +
+                        "<｜tool▁calls▁end｜>")
+    deepseek = {
+        "r1": "Okay, the weather.\n</think>\n\nLet me check." + deepseek_section,
+        "single": "<｜tool▁calls▁begin｜>" + deepseek_call("get_weather", args) + "<｜tool▁calls▁end｜>",
+        "truncated": deepseek_section[:120],
+        "type": "<｜tool▁calls▁begin｜>" + deepseek_call("f", "{}", "tool"),
+        "multiline": "<｜tool▁calls▁begin｜>" + deepseek_call("f", '{\n  "a": 1\n}'),
+    }
+
+    def kimi_call(call_id: str, arguments: str) -> str:
+        return f"<|tool_call_begin|>{call_id}<|tool_call_argument_begin|>{arguments}<|tool_call_end|>"
+
+    kimi_section = ("<|tool_calls_section_begin|>" + kimi_call("functions.get_weather:0", args) +
+                    kimi_call(" functions.now:1 ", " {} ") + "<|tool_calls_section_end|>")
+    kimi = {
+        "several": "I'll check." + kimi_section,
+        "thinking": "<think>\nhmm\n</think>\n" + kimi_section,
+        "truncated": kimi_section[:90],
+        "bad-id": "<|tool_calls_section_begin|>" + kimi_call("functions.f", "{}") + kimi_call("g:1", "{}"),
+    }
     seeds = {}
-    for control, (prefix, outputs) in enumerate([("hermes", hermes), ("llama", llama)]):
+    for control, (prefix, outputs) in enumerate([("hermes", hermes), ("llama", llama), ("deepseek", deepseek),
+                                                 ("kimi", kimi)]):
         for name, text in outputs.items():
-            for chunking in (0, 5):
-                seeds[f"{prefix}-{name}-{chunking}.bin"] = bytes([control | chunking << 1]) + text.encode()
+            for reasoning in (0, 1, 2, 3):
+                for chunking in (0, 5):
+                    control_byte = control | reasoning << 2 | chunking << 4
+                    seeds[f"{prefix}-{name}-r{reasoning}-{chunking}.bin"] = bytes([control_byte]) + text.encode()
     return seeds
 
 

@@ -23,11 +23,7 @@ def deepseek_model(tmp_path_factory):
     config_class, kwargs = RH.CONFIGS["deepseek_v3_yarn"]
     config = getattr(transformers, config_class)(**dict(kwargs, vocab_size=320))
     directory = tmp_path_factory.mktemp("deepseek_http")
-    model = RH.random_model(config, seed=3, vectors=False)
-    with torch.no_grad():
-        for name, b in model.named_buffers():
-            if name.endswith("e_score_correction_bias"):
-                b.uniform_(-0.3, 0.3)
+    model = RH.random_model(config, seed=3, vectors=False)  # with random routing biases
     model.save_pretrained(directory, safe_serialization=True)
     RH.train_tokenizer(vocab_size=300).save(str(directory / "tokenizer.json"))
     return directory

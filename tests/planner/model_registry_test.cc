@@ -51,7 +51,9 @@ TEST(ModelRegistry, EveryRowResolvesAndBuilds) {
       absl::StatusOr<const Architecture*> resolved = ResolveArchitecture(config);
       ASSERT_TRUE(resolved.ok()) << a.name << " form " << form << ": " << resolved.status();
       // architectures alone picks the class's first row (the model type transformers' config of it has).
-      if (form != 1) EXPECT_EQ(*resolved, &a);
+      if (form != 1) {
+        EXPECT_EQ(*resolved, &a);
+      }
       EXPECT_EQ((*resolved)->name, a.name);
       absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(config, DType::kBFloat16);
       ASSERT_TRUE(spec.ok()) << a.name << ": " << spec.status();

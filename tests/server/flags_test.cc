@@ -108,6 +108,8 @@ TEST(ServerFlags, UsageListsEveryFlagWithItsDefault) {
                            "--metrics-listen HOST:PORT",
                            "--not-serving-after-errors N",
                            "--ready-probe-interval SECONDS",
+                           "--tool-call-parser FORMAT",
+                           "--reasoning-parser FORMAT",
                            "--help"}) {
     EXPECT_NE(usage.find(flag), std::string::npos) << flag;
   }
@@ -145,6 +147,21 @@ TEST(ServerFlags, PagedKvCacheFlags) {
 }
 
 // --max-queue 0 refused every Generate while health said SERVING (the binary before accepted it).
+TEST(ServerFlags, OutputParsersAreVllmsNames) {
+  absl::StatusOr<ServerCommand> command = Parse({"--model", "m"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_FALSE(command->options.serving.tool_call_parser.has_value());
+  EXPECT_FALSE(command->options.serving.reasoning_parser.has_value());
+  command = Parse({"--model", "m", "--tool-call-parser", "kimi_k2", "--reasoning-parser=deepseek_r1"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->options.serving.tool_call_parser, chat_template::ToolCallFormat::kKimiK2);
+  EXPECT_EQ(command->options.serving.reasoning_parser, chat_template::ReasoningFormat::kDeepSeekR1);
+  command = Parse({"--model", "m", "--tool-call-parser", "deepseek_v3", "--reasoning-parser", "qwen3"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->options.serving.tool_call_parser, chat_template::ToolCallFormat::kDeepSeekV3);
+  EXPECT_EQ(command->options.serving.reasoning_parser, chat_template::ReasoningFormat::kQwen3);
+}
+
 TEST(ServerFlags, MaxQueueZeroIsRefused) {
   absl::StatusOr<ServerCommand> command = Parse({"--model", "m", "--max-queue", "0"});
   ASSERT_FALSE(command.ok());
@@ -261,7 +278,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlags{{"--model", "a", "--max-streams-per-connection", "3000000000"}, "--max-streams-per-connection"},
         BadFlags{{"--model", "a", "--max-stream-buffer-bytes", "none"}, "--max-stream-buffer-bytes"},
         BadFlags{{"--model", "a", "--tokenize-threads", "-1"}, "--tokenize-threads"},
-        BadFlags{{"--model", "a", "--tokenize-threads", "1000"}, "--tokenize-threads: 1000 is more than 256"}));
+        BadFlags{{"--model", "a", "--tokenize-threads", "1000"}, "--tokenize-threads: 1000 is more than 256"},
+        BadFlags{{"--model", "a", "--tool-call-parser", "mistral"},
+                 "\"mistral\" (valid: hermes, llama3_json, deepseek_v3, kimi_k2)"},
+        BadFlags{{"--model", "a", "--reasoning-parser", "deepseek_v3"},
+                 "\"deepseek_v3\" (valid: deepseek_r1, qwen3)"}));
 
 }  // namespace
 }  // namespace strata::server

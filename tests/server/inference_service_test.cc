@@ -18,7 +18,8 @@ ServedPlan TwoGpuPlan() {
                      {"model.layers.0", Device::Gpu(1)},
                      {"model.norm", Device::Gpu(1)},
                      {"lm_head", Device::Cpu()}};
-  plan.devices = {{Device::Gpu(0), 1000.5, 400, 0}, {Device::Gpu(1), 2000, 1500, 64}, {Device::Cpu(), 9000, 400, 0}};
+  plan.devices = {
+      {Device::Gpu(0), 1000.5, 400, 0, {}}, {Device::Gpu(1), 2000, 1500, 64, {}}, {Device::Cpu(), 9000, 400, 0, {}}};
   plan.stages = {{Device::Gpu(0), {"model.embed_tokens"}},
                  {Device::Gpu(1), {"model.layers.0", "model.norm"}},
                  {Device::Cpu(), {"lm_head"}}};
