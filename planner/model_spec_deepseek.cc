@@ -225,30 +225,18 @@ absl::Status ReadRope(const json& config, int64_t max_positions, const DeepseekF
   if (!theta.ok()) return theta.status();
   const double qk_head_dim = static_cast<double>(f.qk_nope_head_dim + f.qk_rope_head_dim);
   decoder.mla.softmax_scale = 1.0 / std::sqrt(qk_head_dim);
-  if (type != "yarn") {
-    absl::StatusOr<RopeConfig> rope = LlamaStyleRope(p, params != nullptr ? prefix : "", type, *theta,
-                                                     max_positions > 0 ? static_cast<double>(max_positions) : 8192.0);
-    if (!rope.ok()) return rope.status();
-    decoder.rope = *rope;
-    if (type != "default") {
-      // yarn_apply_mscale scales for any type but default where mscale_all_dim is set.
-      absl::StatusOr<double> all_dim = NumberOr(p, prefix, "mscale_all_dim", 0);
-      if (!all_dim.ok()) return all_dim.status();
-      if (*all_dim != 0 && decoder.rope.factor > 1) {
-        const double m = 0.1 * *all_dim * std::log(decoder.rope.factor) + 1.0;
-        decoder.mla.softmax_scale *= m * m;
-      }
-    }
-    return absl::OkStatus();
-  }
-  absl::StatusOr<RopeConfig> yarn =
-      YarnRope(p, prefix, *theta, max_positions > 0 ? static_cast<double>(max_positions) : 0);
-  if (!yarn.ok()) return yarn.status();
-  decoder.rope = *yarn;
+  const double positions = static_cast<double>(max_positions);
+  absl::StatusOr<RopeConfig> rope = type == "yarn" ? YarnRope(p, prefix, *theta, max_positions > 0 ? positions : 0)
+                                                   : LlamaStyleRope(p, params != nullptr ? prefix : "", type, *theta,
+                                                                    max_positions > 0 ? positions : 8192.0);
+  if (!rope.ok()) return rope.status();
+  decoder.rope = *rope;
+  if (type == "default") return absl::OkStatus();
+  // yarn_apply_mscale: any type but default, where mscale_all_dim is set.
   absl::StatusOr<double> all_dim = NumberOr(p, prefix, "mscale_all_dim", 0);
   if (!all_dim.ok()) return all_dim.status();
-  if (*all_dim != 0 && yarn->factor > 1) {
-    const double m = 0.1 * *all_dim * std::log(yarn->factor) + 1.0;
+  if (*all_dim != 0 && rope->factor > 1) {
+    const double m = 0.1 * *all_dim * std::log(rope->factor) + 1.0;
     decoder.mla.softmax_scale *= m * m;
   }
   return absl::OkStatus();
