@@ -10,12 +10,12 @@
 #include <ctime>
 
 #include "absl/strings/str_cat.h"
+#include "base/absl_compat.h"  // StrCat over std::string_view (Debian's Abseil)
 #include "chat_template/interpreter.h"
-#include "tokenizer/absl_compat.h"  // StrCat over std::string_view (Debian's Abseil)
 
 namespace strata::chat_template {
 
-using tokenizer::StrCat;
+using base::StrCat;
 namespace {
 
 bool IsIntLike(const Value& v) { return v.kind == Kind::kInt || v.kind == Kind::kBool; }

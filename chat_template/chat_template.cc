@@ -1,13 +1,13 @@
 #include "chat_template/chat_template.h"
 
 #include "absl/strings/str_cat.h"
+#include "base/absl_compat.h"  // StrCat over std::string_view (Debian's Abseil)
 #include "chat_template/interpreter.h"
 #include "chat_template/parser.h"
-#include "tokenizer/absl_compat.h"  // StrCat over std::string_view (Debian's Abseil)
 
 namespace strata::chat_template {
 
-using tokenizer::StrCat;
+using base::StrCat;
 namespace {
 
 absl::string_view AV(std::string_view s) { return absl::string_view(s.data(), s.size()); }

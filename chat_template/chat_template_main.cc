@@ -11,12 +11,12 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/file_reader.h"
+#include "base/json.h"
 #include "chat_template/chat_template.h"
 #include "chat_template/checkpoint_template.h"
 #include "chat_template/reasoning.h"
 #include "chat_template/tool_calls.h"
-#include "checkpoint/file_reader.h"
-#include "checkpoint/json_depth.h"
 #include "cli/flags.h"
 #include "nlohmann/json.hpp"
 
@@ -148,7 +148,7 @@ absl::StatusOr<std::string> RenderOne(const ct::CheckpointChatTemplate& loaded, 
 }
 
 absl::StatusOr<json> ParseJson(const std::string& text, const std::string& where) {
-  return strata::checkpoint::ParseOrderedJson(text, strata::checkpoint::kMaxJsonDepth, where);
+  return strata::base::ParseOrderedJson(text, strata::base::kMaxJsonDepth, where);
 }
 
 // An assistant message as the HTTP API builds it: {"reasoning_content": string|null (with a reasoning
@@ -341,8 +341,7 @@ int main(int argc, char** argv) {
   if (!loaded.ok()) return FailStatus(loaded.status());
 
   if (!batch) {
-    absl::StatusOr<std::string> text =
-        strata::checkpoint::ReadRegularFile(messages, strata::checkpoint::kMaxConfigFileBytes);
+    absl::StatusOr<std::string> text = strata::base::ReadRegularFile(messages, strata::base::kMaxConfigFileBytes);
     if (!text.ok()) return FailStatus(text.status());
     absl::StatusOr<json> input = ParseJson(*text, messages);
     if (!input.ok()) return FailStatus(input.status());

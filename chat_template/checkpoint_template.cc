@@ -3,19 +3,19 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
-#include "checkpoint/file_reader.h"
-#include "checkpoint/json_depth.h"
-#include "tokenizer/absl_compat.h"  // StrCat over std::string_view (Debian's Abseil)
+#include "base/absl_compat.h"  // StrCat over std::string_view (Debian's Abseil)
+#include "base/file_reader.h"
+#include "base/json.h"
 
 namespace strata::chat_template {
 
-using tokenizer::StrCat;
+using base::StrCat;
 namespace {
 
 using json = nlohmann::ordered_json;
 
 // A chat template is text a person wrote; 16 MiB is far beyond any real one.
-constexpr uint64_t kMaxTemplateFileBytes = checkpoint::kMaxConfigFileBytes;
+constexpr uint64_t kMaxTemplateFileBytes = base::kMaxConfigFileBytes;
 
 absl::Status AddTemplate(CheckpointChatTemplate& out, const std::string& name, std::string_view source,
                          const std::string& where) {
@@ -26,7 +26,7 @@ absl::Status AddTemplate(CheckpointChatTemplate& out, const std::string& name, s
 }
 
 absl::Status AddTemplateFile(CheckpointChatTemplate& out, const std::string& name, const std::filesystem::path& path) {
-  absl::StatusOr<std::string> text = checkpoint::ReadRegularFile(path, kMaxTemplateFileBytes);
+  absl::StatusOr<std::string> text = base::ReadRegularFile(path, kMaxTemplateFileBytes);
   if (!text.ok()) return text.status();
   return AddTemplate(out, name, *text, path.string());
 }
@@ -71,11 +71,10 @@ absl::StatusOr<CheckpointChatTemplate> LoadChatTemplate(const std::filesystem::p
   const std::filesystem::path config_path = checkpoint_dir / "tokenizer_config.json";
   if (!checkpoint_dir.empty()) {
     absl::StatusOr<std::optional<std::string>> text =
-        checkpoint::ReadRegularFileIfPresent(config_path, checkpoint::kMaxConfigFileBytes);
+        base::ReadRegularFileIfPresent(config_path, base::kMaxConfigFileBytes);
     if (!text.ok()) return text.status();
     if (text->has_value()) {
-      absl::StatusOr<json> parsed =
-          checkpoint::ParseOrderedJson(**text, checkpoint::kMaxJsonDepth, config_path.string());
+      absl::StatusOr<json> parsed = base::ParseOrderedJson(**text, base::kMaxJsonDepth, config_path.string());
       if (!parsed.ok()) return parsed.status();
       config = *std::move(parsed);
       if (!config.is_object()) {
@@ -112,7 +111,7 @@ absl::StatusOr<CheckpointChatTemplate> LoadChatTemplate(const std::filesystem::p
 
   // Template files take priority over tokenizer_config.json, as in transformers.
   const std::filesystem::path jinja = checkpoint_dir / "chat_template.jinja";
-  if (checkpoint::PathMayExist(jinja)) {
+  if (base::PathMayExist(jinja)) {
     if (absl::Status s = AddTemplateFile(out, "default", jinja); !s.ok()) return s;
   }
   std::error_code ec;

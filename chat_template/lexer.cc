@@ -3,12 +3,12 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/absl_compat.h"  // StrCat over std::string_view (Debian's Abseil)
 #include "chat_template/value.h"
-#include "tokenizer/absl_compat.h"  // StrCat over std::string_view (Debian's Abseil)
 
 namespace strata::chat_template {
 
-using tokenizer::StrCat;
+using base::StrCat;
 
 std::string SyntaxErrorText(std::string_view name, int line, int column, std::string_view message) {
   return StrCat(absl::string_view(name.data(), name.size()), ":", line, ":", column, ": ",

@@ -7,12 +7,12 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/absl_compat.h"  // StrCat over std::string_view (Debian's Abseil)
 #include "chat_template/lexer.h"
-#include "tokenizer/absl_compat.h"  // StrCat over std::string_view (Debian's Abseil)
 
 namespace strata::chat_template {
 
-using tokenizer::StrCat;
+using base::StrCat;
 namespace {
 
 // jinja2 resolves filter and test names when it compiles a template: a name it does not know is an

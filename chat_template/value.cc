@@ -8,11 +8,11 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
-#include "tokenizer/absl_compat.h"  // StrCat over std::string_view (Debian's Abseil)
+#include "base/absl_compat.h"  // StrCat over std::string_view (Debian's Abseil)
 
 namespace strata::chat_template {
 
-using tokenizer::StrCat;
+using base::StrCat;
 
 Value Value::Undefined(std::string hint, bool unsafe) {
   Value v;

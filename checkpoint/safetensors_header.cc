@@ -14,8 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "checkpoint/file_reader.h"
-#include "checkpoint/json_depth.h"
+#include "base/file_reader.h"
+#include "base/json.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::checkpoint {
@@ -124,8 +124,9 @@ absl::StatusOr<uint64_t> SafetensorsHeaderLength(absl::string_view file, absl::s
 
 absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view file, absl::string_view header_json,
                                                          uint64_t file_size) {
-  absl::StatusOr<json> parsed_or = ParseJson(std::string_view(header_json.data(), header_json.size()), kMaxJsonDepth,
-                                             absl::StrCat("checkpoint: ", file, ": the header"));
+  absl::StatusOr<json> parsed_or =
+      base::ParseJson(std::string_view(header_json.data(), header_json.size()), base::kMaxJsonDepth,
+                      absl::StrCat("checkpoint: ", file, ": the header"));
   if (!parsed_or.ok()) return parsed_or.status();
   const json& parsed = *parsed_or;
   if (!parsed.is_object()) return CheckpointError(absl::StrCat(file, ": the header is not a JSON object"));
@@ -182,11 +183,11 @@ absl::StatusOr<SafetensorsHeader> ReadSafetensorsHeader(const fs::path& dir, con
 absl::StatusOr<std::optional<CheckpointFiles>> FindCheckpointFiles(const fs::path& dir) {
   CheckpointFiles found;
   std::error_code ec;
-  if (PathMayExist(dir / kSafetensorsIndexFile)) {
-    absl::StatusOr<std::string> text = ReadRegularFile(dir / kSafetensorsIndexFile, kMaxIndexFileBytes);
+  if (base::PathMayExist(dir / kSafetensorsIndexFile)) {
+    absl::StatusOr<std::string> text = base::ReadRegularFile(dir / kSafetensorsIndexFile, base::kMaxIndexFileBytes);
     if (!text.ok()) return CheckpointError(text.status().message());
     const std::string index_path = (dir / kSafetensorsIndexFile).string();
-    absl::StatusOr<json> index_or = ParseJson(*text, kMaxJsonDepth, index_path);
+    absl::StatusOr<json> index_or = base::ParseJson(*text, base::kMaxJsonDepth, index_path);
     if (!index_or.ok()) return CheckpointError(index_or.status().message());
     const json& index = *index_or;
     auto map_it = index.is_object() ? index.find("weight_map") : index.end();

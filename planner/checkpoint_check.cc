@@ -18,8 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
-#include "checkpoint/file_reader.h"
-#include "checkpoint/json_depth.h"
+#include "base/file_reader.h"
+#include "base/json.h"
 #include "checkpoint/safetensors_header.h"
 #include "nlohmann/json.hpp"
 #include "planner/generation_config.h"
@@ -55,9 +55,9 @@ absl::Status CheckpointError(absl::string_view what) {
 }
 
 absl::StatusOr<json> ReadJsonFile(const fs::path& path) {
-  absl::StatusOr<std::string> text = checkpoint::ReadRegularFile(path, checkpoint::kMaxConfigFileBytes);
+  absl::StatusOr<std::string> text = base::ReadRegularFile(path, base::kMaxConfigFileBytes);
   if (!text.ok()) return text.status();
-  return checkpoint::ParseJson(*text, checkpoint::kMaxJsonDepth, path.string());
+  return base::ParseJson(*text, base::kMaxJsonDepth, path.string());
 }
 
 // Reads one file's header (validated by ParseSafetensorsHeader) into `tensors`.
@@ -166,7 +166,7 @@ absl::StatusOr<ModelSpec> LoadModelSpec(const std::filesystem::path& checkpoint_
     return absl::InvalidArgumentError(absl::StrCat("checkpoint ", checkpoint_dir.string(), ": not a directory"));
   }
   const fs::path config_path = checkpoint_dir / "config.json";
-  if (!checkpoint::PathMayExist(config_path)) {
+  if (!base::PathMayExist(config_path)) {
     return absl::InvalidArgumentError(absl::StrCat(config_path.string(), ": not found"));
   }
   absl::StatusOr<json> config = ReadJsonFile(config_path);

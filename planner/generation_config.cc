@@ -5,8 +5,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "checkpoint/file_reader.h"
-#include "checkpoint/json_depth.h"
+#include "base/file_reader.h"
+#include "base/json.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::planner {
@@ -14,12 +14,11 @@ namespace {
 
 // generation_config.json's eos_token_id, or nothing when the file is absent or does not set it.
 absl::StatusOr<std::optional<std::vector<int32_t>>> EosFrom(const std::filesystem::path& file) {
-  absl::StatusOr<std::optional<std::string>> text =
-      checkpoint::ReadRegularFileIfPresent(file, checkpoint::kMaxConfigFileBytes);
+  absl::StatusOr<std::optional<std::string>> text = base::ReadRegularFileIfPresent(file, base::kMaxConfigFileBytes);
   if (!text.ok()) return text.status();
   if (!text->has_value()) return std::optional<std::vector<int32_t>>();
   // The message below quotes a bad eos_token_id (printing recurses): bound the depth first.
-  absl::StatusOr<nlohmann::json> parsed = checkpoint::ParseJson(**text, checkpoint::kMaxJsonDepth, file.string());
+  absl::StatusOr<nlohmann::json> parsed = base::ParseJson(**text, base::kMaxJsonDepth, file.string());
   if (!parsed.ok()) return parsed.status();
   const nlohmann::json& json = *parsed;
   if (!json.is_object() || !json.contains("eos_token_id")) return std::optional<std::vector<int32_t>>();

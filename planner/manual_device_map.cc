@@ -15,16 +15,16 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "checkpoint/file_reader.h"
-#include "checkpoint/json_depth.h"
+#include "base/file_reader.h"
+#include "base/json.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::planner {
 
 absl::StatusOr<DeviceMap> ParseDeviceMap(absl::string_view json_text) {
   // Messages quote a value that is no device (printing recurses): bound its depth first.
-  if (absl::Status s = checkpoint::CheckJsonDepth(std::string_view(json_text.data(), json_text.size()),
-                                                  checkpoint::kMaxJsonDepth, "device_map");
+  if (absl::Status s =
+          base::CheckJsonDepth(std::string_view(json_text.data(), json_text.size()), base::kMaxJsonDepth, "device_map");
       !s.ok()) {
     return s;
   }
@@ -89,7 +89,7 @@ absl::StatusOr<DeviceMapChoice> ParseDeviceMapChoice(absl::string_view text) {
   std::string json_text;
   if (absl::StartsWith(t, "@")) {
     std::string path(t.substr(1));
-    absl::StatusOr<std::string> text = checkpoint::ReadRegularFile(path, checkpoint::kMaxDeviceMapFileBytes);
+    absl::StatusOr<std::string> text = base::ReadRegularFile(path, base::kMaxDeviceMapFileBytes);
     if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("device_map: ", text.status().message()));
     json_text = *std::move(text);
   } else if (absl::StartsWith(t, "{")) {

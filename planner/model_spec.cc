@@ -100,7 +100,7 @@ absl::StatusOr<DType> ConfigDType(const nlohmann::json& config) {
 absl::StatusOr<std::vector<int32_t>> EosTokenIdsFromJson(const nlohmann::json& value, absl::string_view file) {
   std::vector<int32_t> ids;
   auto add = [&](const nlohmann::json& id) -> absl::Status {
-    // The value is quoted: callers bound the JSON's depth first (checkpoint/json_depth.h).
+    // The value is quoted: callers bound the JSON's depth first (base/json.h).
     if (!id.is_number_integer() || (id.is_number_unsigned() && id.get<uint64_t>() > INT32_MAX) ||
         (!id.is_number_unsigned() && (id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX))) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -12,8 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "checkpoint/file_reader.h"
-#include "checkpoint/json_depth.h"
+#include "base/file_reader.h"
+#include "base/json.h"
 #include "nlohmann/json.hpp"
 #include "planner/model_spec.h"
 
@@ -323,11 +323,10 @@ nlohmann::json ModuleTreeToJson(const ModelSpec& spec) {
 }
 
 absl::StatusOr<ModelSpec> LoadModuleTree(const std::filesystem::path& file, std::optional<DType> dtype) {
-  absl::StatusOr<std::string> text = checkpoint::ReadRegularFile(file, checkpoint::kMaxModuleTreeFileBytes);
+  absl::StatusOr<std::string> text = base::ReadRegularFile(file, base::kMaxModuleTreeFileBytes);
   if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("module tree ", text.status().message()));
   // Modules nest kMaxDepth levels, each an object in a "children" array; a tensor's shape adds three more.
-  absl::StatusOr<json> tree =
-      checkpoint::ParseJson(*text, 2 * kMaxDepth + 5, absl::StrCat("module tree ", file.string()));
+  absl::StatusOr<json> tree = base::ParseJson(*text, 2 * kMaxDepth + 5, absl::StrCat("module tree ", file.string()));
   if (!tree.ok()) return tree.status();
   absl::StatusOr<ModelSpec> spec = ModelSpecFromModuleTree(*tree, dtype);
   if (!spec.ok()) return absl::InvalidArgumentError(absl::StrCat(file.string(), ": ", spec.status().message()));

@@ -16,7 +16,7 @@ jobs=${STRATA_SANITIZE_JOBS:-$(nproc)}
 # strata-server for ASan + UBSan; for TSan the suites whose code runs on several threads (the engine, its output
 # thread, the stage workers; the tokenizer the admission threads share) and strata-server, which the serving
 # scenario drives from many threads.
-asan_targets=(strata_checkpoint_tests strata_cli_tests strata_planner_tests strata_tokenizer_tests
+asan_targets=(strata_base_tests strata_checkpoint_tests strata_cli_tests strata_planner_tests strata_tokenizer_tests
               strata_chat_template_tests strata_kernels_tests strata_runtime_tests strata_transport_tests strata_server_tests
               strata-server)
 tsan_targets=(strata_runtime_tests strata_transport_tests strata_tokenizer_tests strata-server)

@@ -9,7 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "checkpoint/file_reader.h"
+#include "base/file_reader.h"
 
 namespace strata::server {
 namespace {
@@ -57,7 +57,7 @@ absl::StatusOr<std::vector<std::string>> ParseApiKeys(absl::string_view text, ab
 }
 
 absl::StatusOr<std::vector<std::string>> ReadApiKeyFile(const std::filesystem::path& path) {
-  absl::StatusOr<std::string> text = checkpoint::ReadRegularFile(path, kMaxApiKeyFileBytes);
+  absl::StatusOr<std::string> text = base::ReadRegularFile(path, kMaxApiKeyFileBytes);
   if (!text.ok()) return text.status();
   return ParseApiKeys(*text, path.string());
 }

@@ -27,7 +27,7 @@ inline constexpr size_t kMaxApiKeyLength = 4096;
 // InvalidArgument "FILE:LINE: ..." (the key itself is never shown); no key at all is an error naming `file`.
 absl::StatusOr<std::vector<std::string>> ParseApiKeys(absl::string_view text, absl::string_view file);
 
-// ParseApiKeys on the file at `path`, read with checkpoint::ReadRegularFile (regular files only, at most
+// ParseApiKeys on the file at `path`, read with base::ReadRegularFile (regular files only, at most
 // kMaxApiKeyFileBytes): every error names the path.
 absl::StatusOr<std::vector<std::string>> ReadApiKeyFile(const std::filesystem::path& path);
 

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "checkpoint/json_depth.h"
+#include "base/json.h"
 
 namespace strata::server {
 namespace json_fields {
@@ -157,10 +157,10 @@ absl::StatusOr<Json> ReadMessages(const Json& request, int64_t max_messages) {
         // Text that is not JSON stays text (the template prints it); JSON too deep to copy is refused.
         const std::string what = absl::StrCat(field, ".tool_calls[", j, "].function.arguments");
         const std::string& text = arguments->get_ref<const std::string&>();
-        if (absl::Status depth = checkpoint::CheckJsonDepth(text, kMaxEmbeddedJsonDepth, what); !depth.ok()) {
+        if (absl::Status depth = base::CheckJsonDepth(text, kMaxEmbeddedJsonDepth, what); !depth.ok()) {
           return depth;
         }
-        absl::StatusOr<Json> parsed = checkpoint::ParseOrderedJson(text, kMaxEmbeddedJsonDepth, what);
+        absl::StatusOr<Json> parsed = base::ParseOrderedJson(text, kMaxEmbeddedJsonDepth, what);
         if (parsed.ok() && parsed->is_object()) *arguments = *std::move(parsed);
       }
     }

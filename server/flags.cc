@@ -14,7 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "checkpoint/file_reader.h"
+#include "base/file_reader.h"
 #include "cli/flags.h"
 #include "cli/placement_flags.h"
 #include "server/pem_files.h"
@@ -502,8 +502,7 @@ absl::Status ReadGroupFlags(const cli::ParsedArgs& parsed, ServerOptions& option
         "--group-secret-file: a group needs a secret every node holds (a Kubernetes Secret); its links are refused "
         "to anyone else");
   }
-  absl::StatusOr<std::string> secret =
-      checkpoint::ReadRegularFile(absl::GetFlag(FLAGS_group_secret_file), uint64_t{1} << 16);
+  absl::StatusOr<std::string> secret = base::ReadRegularFile(absl::GetFlag(FLAGS_group_secret_file), uint64_t{1} << 16);
   if (!secret.ok()) return FlagError(FLAGS_group_secret_file, secret.status());
   while (!secret->empty() && (secret->back() == '\n' || secret->back() == '\r')) secret->pop_back();
   if (secret->size() < 16) {

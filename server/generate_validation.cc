@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "checkpoint/json_depth.h"
+#include "base/json.h"
 #include "server/chat_prompt.h"
 #include "tokenizer/utf8.h"
 
@@ -252,7 +252,7 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const v1::GenerateRequest& re
     if (!m.tool_call_id().empty()) message["tool_call_id"] = m.tool_call_id();
     if (!m.tool_calls_json().empty()) {
       const std::string field = absl::StrCat("messages[", i, "].tool_calls_json");
-      absl::StatusOr<Json> calls = checkpoint::ParseOrderedJson(m.tool_calls_json(), kMaxEmbeddedJsonDepth, field);
+      absl::StatusOr<Json> calls = base::ParseOrderedJson(m.tool_calls_json(), kMaxEmbeddedJsonDepth, field);
       if (!calls.ok()) return calls.status();
       if (!calls->is_array()) return Invalid(field, "not a JSON list of tool calls");
       message["tool_calls"] = *std::move(calls);
@@ -260,8 +260,7 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const v1::GenerateRequest& re
     chat["messages"].push_back(std::move(message));
   }
   if (!request.tools_json().empty()) {
-    absl::StatusOr<Json> tools =
-        checkpoint::ParseOrderedJson(request.tools_json(), kMaxEmbeddedJsonDepth, "tools_json");
+    absl::StatusOr<Json> tools = base::ParseOrderedJson(request.tools_json(), kMaxEmbeddedJsonDepth, "tools_json");
     if (!tools.ok()) return tools.status();
     if (!tools->is_array()) return Invalid("tools_json", "not a JSON list of tools");
     chat["tools"] = *std::move(tools);

@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "checkpoint/json_depth.h"
+#include "base/json.h"
 #include "server/chat_prompt.h"
 #include "server/generate_validation.h"
 
@@ -459,8 +459,8 @@ ApiError ErrorFromStatus(const absl::Status& status) {
 }
 
 absl::StatusOr<Json> ParseJsonObject(std::string_view body, int64_t max_depth, absl::string_view what) {
-  const int depth = static_cast<int>(std::clamp<int64_t>(max_depth, 1, checkpoint::kMaxJsonDepth));
-  absl::StatusOr<Json> parsed = checkpoint::ParseOrderedJson(body, depth, std::string_view(what.data(), what.size()));
+  const int depth = static_cast<int>(std::clamp<int64_t>(max_depth, 1, base::kMaxJsonDepth));
+  absl::StatusOr<Json> parsed = base::ParseOrderedJson(body, depth, std::string_view(what.data(), what.size()));
   if (!parsed.ok()) return parsed.status();
   if (!parsed->is_object()) return Invalid(what, absl::StrCat("must be a JSON object, not ", TypeName(*parsed)));
   return parsed;

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "checkpoint/file_reader.h"
+#include "base/file_reader.h"
 
 namespace strata::server {
 namespace {
@@ -49,7 +49,7 @@ PrivateKey ParsePrivateKey(const std::string& pem) {
 }  // namespace
 
 absl::StatusOr<std::string> ReadPemCertificates(const std::filesystem::path& path) {
-  absl::StatusOr<std::string> text = checkpoint::ReadRegularFile(path, kMaxPemFileBytes);
+  absl::StatusOr<std::string> text = base::ReadRegularFile(path, kMaxPemFileBytes);
   if (!text.ok()) return text.status();
   if (FirstCertificate(*text) == nullptr) {
     return absl::InvalidArgumentError(
@@ -59,7 +59,7 @@ absl::StatusOr<std::string> ReadPemCertificates(const std::filesystem::path& pat
 }
 
 absl::StatusOr<std::string> ReadPemPrivateKey(const std::filesystem::path& path) {
-  absl::StatusOr<std::string> text = checkpoint::ReadRegularFile(path, kMaxPemFileBytes);
+  absl::StatusOr<std::string> text = base::ReadRegularFile(path, kMaxPemFileBytes);
   if (!text.ok()) return text.status();
   if (ParsePrivateKey(*text) == nullptr) {
     return absl::InvalidArgumentError(

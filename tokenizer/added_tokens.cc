@@ -136,7 +136,7 @@ const AddedToken* AddedVocabulary::ById(int32_t id) const {
 }
 
 std::optional<int32_t> AddedVocabulary::IdOf(std::string_view content) const {
-  auto it = by_content_.find(AbslView(content));
+  auto it = by_content_.find(base::AbslView(content));
   if (it == by_content_.end()) return std::nullopt;
   return it->second;
 }

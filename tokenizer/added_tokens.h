@@ -15,7 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
-#include "tokenizer/absl_compat.h"
+#include "base/absl_compat.h"
 #include "tokenizer/json_path.h"
 #include "tokenizer/normalizers.h"
 
@@ -69,7 +69,7 @@ class AddedVocabulary {
   const AddedToken* ById(int32_t id) const;
   std::optional<int32_t> IdOf(std::string_view content) const;
   // Whether `content` is the content of a special token (what skip_special_tokens drops on decode).
-  bool IsSpecialContent(std::string_view content) const { return special_contents_.contains(AbslView(content)); }
+  bool IsSpecialContent(std::string_view content) const { return special_contents_.contains(base::AbslView(content)); }
   const std::vector<AddedToken>& tokens() const { return tokens_; }
 
  private:

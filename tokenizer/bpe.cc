@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "tokenizer/absl_compat.h"
+#include "base/absl_compat.h"
 #include "tokenizer/utf8.h"
 
 namespace strata::tokenizer {
@@ -36,12 +36,12 @@ struct Candidate {
 
 absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Parse(const JsonAt& json) {
   if (json.value.is_null()) return json.Error("missing (tokenizer.json needs a model)");
-  if (!json.value.is_object()) return json.Error(StrCat("expected an object, got ", json.value.type_name()));
+  if (!json.value.is_object()) return json.Error(base::StrCat("expected an object, got ", json.value.type_name()));
   // Files from before typed models carry no "type"; upstream then recognises BPE by its merges.
   if (json.Has("type") || !json.Has("merges")) {
     auto type = json.String("type");
     if (!type.ok()) return type.status();
-    if (*type != "BPE") return json.FieldError("type", StrCat("unsupported model \"", *type, "\""));
+    if (*type != "BPE") return json.FieldError("type", base::StrCat("unsupported model \"", *type, "\""));
   }
   auto model = std::make_unique<BpeModel>();
 
@@ -69,7 +69,7 @@ absl::Status BpeModel::ParseVocab(const JsonAt& vocab) {
     // INT32_MAX, overflow max_id + 1).
     if (id.get<int64_t>() > kMaxTokenId) {
       return vocab.Field(token).Error(
-          StrCat("id ", id.get<int64_t>(), " is above the largest supported id (", kMaxTokenId, ")"));
+          base::StrCat("id ", id.get<int64_t>(), " is above the largest supported id (", kMaxTokenId, ")"));
     }
     const auto i = static_cast<int32_t>(id.get<int64_t>());
     vocab_.emplace(token, i);
@@ -107,7 +107,7 @@ absl::Status BpeModel::ParseOptions(const JsonAt& json) {
     if (!unk.ok()) return unk.status();
     auto it = vocab_.find(*unk);
     if (it == vocab_.end()) {
-      return json.FieldError("unk_token", StrCat("\"", *unk, "\" is not in model.vocab"));
+      return json.FieldError("unk_token", base::StrCat("\"", *unk, "\" is not in model.vocab"));
     }
     unk_id_ = it->second;
   }
@@ -130,7 +130,7 @@ absl::Status BpeModel::ParseMerges(const JsonAt& merges) {
     if (m.value.is_string()) {
       const std::string& s = m.value.get_ref<const std::string&>();
       const size_t space = s.find(' ');
-      if (space == std::string::npos) return m.Error(StrCat("expected \"left right\", got \"", s, "\""));
+      if (space == std::string::npos) return m.Error(base::StrCat("expected \"left right\", got \"", s, "\""));
       a = s.substr(0, space);
       b = s.substr(space + 1);
     } else if (m.value.is_array() && m.value.size() == 2 && m.value[0].is_string() && m.value[1].is_string()) {
@@ -140,13 +140,13 @@ absl::Status BpeModel::ParseMerges(const JsonAt& merges) {
       return m.Error("expected a \"left right\" string or a [left, right] pair");
     }
     auto ia = vocab_.find(a);
-    if (ia == vocab_.end()) return m.Error(StrCat("token \"", a, "\" is not in model.vocab"));
+    if (ia == vocab_.end()) return m.Error(base::StrCat("token \"", a, "\" is not in model.vocab"));
     auto ib = vocab_.find(b);
-    if (ib == vocab_.end()) return m.Error(StrCat("token \"", b, "\" is not in model.vocab"));
+    if (ib == vocab_.end()) return m.Error(base::StrCat("token \"", b, "\" is not in model.vocab"));
     const std::string merged = a + b.substr(std::min(prefix_len, b.size()));
     auto im = vocab_.find(merged);
     if (im == vocab_.end()) {
-      return m.Error(StrCat("merged token \"", merged, "\" is not in model.vocab"));
+      return m.Error(base::StrCat("merged token \"", merged, "\" is not in model.vocab"));
     }
     merges_.insert_or_assign(PairKey(ia->second, ib->second), MergeRule{static_cast<int32_t>(i), im->second});
   }
@@ -154,7 +154,7 @@ absl::Status BpeModel::ParseMerges(const JsonAt& merges) {
 }
 
 std::optional<int32_t> BpeModel::TokenToId(std::string_view token) const {
-  auto it = vocab_.find(AbslView(token));
+  auto it = vocab_.find(base::AbslView(token));
   if (it == vocab_.end()) return std::nullopt;
   return it->second;
 }
@@ -168,7 +168,7 @@ void BpeModel::Tokenize(std::string_view word, std::vector<int32_t>& ids) const 
   if (word.empty()) return;
   if (ignore_merges_) {
     // Llama-3: a piece that is itself a token is that token, whatever the merges would make of it.
-    auto it = vocab_.find(AbslView(word));
+    auto it = vocab_.find(base::AbslView(word));
     if (it != vocab_.end()) {
       ids.push_back(it->second);
       return;
@@ -177,7 +177,7 @@ void BpeModel::Tokenize(std::string_view word, std::vector<int32_t>& ids) const 
   const bool cacheable = word.size() < kCacheMaxWordBytes;
   if (cacheable) {
     std::shared_lock lock(cache_mu_);
-    auto it = cache_.find(AbslView(word));
+    auto it = cache_.find(base::AbslView(word));
     if (it != cache_.end()) {
       const auto [offset, len] = it->second;
       ids.insert(ids.end(), cache_ids_.begin() + offset, cache_ids_.begin() + offset + len);
@@ -188,7 +188,7 @@ void BpeModel::Tokenize(std::string_view word, std::vector<int32_t>& ids) const 
   MergeWord(word, ids);
   if (cacheable) {
     std::unique_lock lock(cache_mu_);
-    if (cache_.size() < kCacheCapacity && !cache_.contains(AbslView(word))) {
+    if (cache_.size() < kCacheCapacity && !cache_.contains(base::AbslView(word))) {
       const auto offset = static_cast<uint32_t>(cache_ids_.size());
       cache_ids_.insert(cache_ids_.end(), ids.begin() + first, ids.end());
       cache_.emplace(word, std::make_pair(offset, static_cast<uint32_t>(ids.size() - first)));
@@ -223,7 +223,7 @@ void BpeModel::MergeWord(std::string_view word, std::vector<int32_t>& ids) const
       if (pos == word.size()) with_affixes.append(end_of_word_suffix_);
       ch = with_affixes;
     }
-    auto it = vocab_.find(AbslView(ch));
+    auto it = vocab_.find(base::AbslView(ch));
     if (it != vocab_.end()) {
       if (pending_unk) add(*unk_id_);
       pending_unk = false;

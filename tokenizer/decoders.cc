@@ -1,7 +1,7 @@
 #include "tokenizer/decoders.h"
 
 #include "absl/strings/str_cat.h"
-#include "tokenizer/absl_compat.h"
+#include "base/absl_compat.h"
 #include "tokenizer/pattern.h"
 #include "tokenizer/pre_tokenizers.h"
 #include "tokenizer/utf8.h"
@@ -257,7 +257,7 @@ absl::StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const JsonAt& json) {
       auto s = json.String("prepend_scheme");
       if (!s.ok()) return s.status();
       if (*s != "first" && *s != "always" && *s != "never") {
-        return json.FieldError("prepend_scheme", StrCat("unsupported prepend scheme \"", *s, "\""));
+        return json.FieldError("prepend_scheme", base::StrCat("unsupported prepend scheme \"", *s, "\""));
       }
       prepended = *s != "never";
     } else {
@@ -269,7 +269,7 @@ absl::StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const JsonAt& json) {
     AppendUtf8(*replacement, utf8);
     return std::make_unique<MetaspaceDecoder>(std::move(utf8), prepended);
   }
-  return json.FieldError("type", StrCat("unsupported decoder \"", *type, "\""));
+  return json.FieldError("type", base::StrCat("unsupported decoder \"", *type, "\""));
 }
 
 }  // namespace strata::tokenizer

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tokenizer/absl_compat.h"
+#include "base/absl_compat.h"
 #include "tokenizer/pattern.h"
 #include "tokenizer/utf8.h"
 
@@ -178,7 +178,7 @@ absl::StatusOr<std::unique_ptr<Normalizer>> ParseNormalizer(const JsonAt& json) 
     if (!content.ok()) return content.status();
     return std::make_unique<ReplaceNormalizer>(*std::move(pattern), *std::move(content));
   }
-  return json.FieldError("type", StrCat("unsupported normalizer \"", *type, "\""));
+  return json.FieldError("type", base::StrCat("unsupported normalizer \"", *type, "\""));
 }
 
 }  // namespace strata::tokenizer

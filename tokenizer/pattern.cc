@@ -1,7 +1,7 @@
 #include "tokenizer/pattern.h"
 
 #include "absl/strings/str_cat.h"
-#include "tokenizer/absl_compat.h"
+#include "base/absl_compat.h"
 
 namespace strata::tokenizer {
 
@@ -71,7 +71,7 @@ absl::StatusOr<SplitBehavior> ParseSplitBehavior(const JsonAt& json) {
   if (b == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
   if (b == "MergedWithNext") return SplitBehavior::kMergedWithNext;
   if (b == "Contiguous") return SplitBehavior::kContiguous;
-  return json.Error(StrCat("unsupported split behaviour \"", b, "\""));
+  return json.Error(base::StrCat("unsupported split behaviour \"", b, "\""));
 }
 
 void SplitPiece(const Piece& piece, const std::vector<Match>& matches, SplitBehavior behavior, bool invert,

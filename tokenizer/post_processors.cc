@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "tokenizer/absl_compat.h"
+#include "base/absl_compat.h"
 
 namespace strata::tokenizer {
 
@@ -44,7 +44,7 @@ absl::StatusOr<std::vector<int32_t>> SpecialTokenIds(const JsonAt& special_token
                                                      const JsonAt& where) {
   JsonAt entry = special_tokens.Field(name);
   if (!entry.value.is_object()) {
-    return where.Error(StrCat("special token \"", name, "\" is not in special_tokens"));
+    return where.Error(base::StrCat("special token \"", name, "\" is not in special_tokens"));
   }
   JsonAt ids = entry.Field("ids");
   if (!ids.value.is_array()) return ids.Error("expected an array of ids");
@@ -72,7 +72,7 @@ absl::StatusOr<std::unique_ptr<PostProcessor>> ParseTemplate(const JsonAt& json)
     return absl::OkStatus();
   };
   auto add_sequence = [&](std::string_view id, const JsonAt& where) -> absl::Status {
-    if (id != "A") return where.Error(StrCat("the single template can only name sequence A, not ", id));
+    if (id != "A") return where.Error(base::StrCat("the single template can only name sequence A, not ", id));
     if (seen_sequence) return where.Error("the single template names sequence A twice");
     seen_sequence = true;
     return absl::OkStatus();
@@ -149,7 +149,7 @@ absl::StatusOr<std::unique_ptr<PostProcessor>> ParsePostProcessor(const JsonAt& 
   if (*type == "ByteLevel") return std::make_unique<NoIdChange>();  // it only trims offsets
   if (*type == "TemplateProcessing") return ParseTemplate(json);
   if (*type == "RobertaProcessing" || *type == "BertProcessing") return ParseClsSep(json);
-  return json.FieldError("type", StrCat("unsupported post-processor \"", *type, "\""));
+  return json.FieldError("type", base::StrCat("unsupported post-processor \"", *type, "\""));
 }
 
 }  // namespace strata::tokenizer

@@ -1,7 +1,7 @@
 #include "tokenizer/pre_tokenizers.h"
 
 #include "absl/strings/str_cat.h"
-#include "tokenizer/absl_compat.h"
+#include "base/absl_compat.h"
 #include "tokenizer/pattern.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/utf8.h"
@@ -266,7 +266,7 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(const JsonAt& js
       } else if (*s == "never") {
         scheme = PrependScheme::kNever;
       } else {
-        return json.FieldError("prepend_scheme", StrCat("unsupported prepend scheme \"", *s, "\""));
+        return json.FieldError("prepend_scheme", base::StrCat("unsupported prepend scheme \"", *s, "\""));
       }
     } else {
       // Files written before prepend_scheme existed carry add_prefix_space instead.
@@ -278,7 +278,7 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(const JsonAt& js
     if (!split.ok()) return split.status();
     return std::make_unique<MetaspacePreTokenizer>(*replacement, scheme, *split);
   }
-  return json.FieldError("type", StrCat("unsupported pre-tokenizer \"", *type, "\""));
+  return json.FieldError("type", base::StrCat("unsupported pre-tokenizer \"", *type, "\""));
 }
 
 }  // namespace strata::tokenizer

@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "tokenizer/absl_compat.h"
+#include "base/absl_compat.h"
 
 namespace strata::tokenizer {
 
@@ -44,7 +44,7 @@ absl::StatusOr<std::unique_ptr<Regex>> Regex::Compile(std::string_view pattern) 
     OnigUChar message[ONIG_MAX_ERROR_MESSAGE_LEN];
     onig_error_code_to_str(message, r, &info);
     return absl::InvalidArgumentError(
-        StrCat("invalid regex \"", pattern, "\": ", reinterpret_cast<const char*>(message)));
+        base::StrCat("invalid regex \"", pattern, "\": ", reinterpret_cast<const char*>(message)));
   }
   return std::unique_ptr<Regex>(new Regex(reg));
 }

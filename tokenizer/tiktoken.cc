@@ -5,7 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "tokenizer/absl_compat.h"
+#include "base/absl_compat.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/pre_tokenizers.h"
 #include "tokenizer/utf8.h"
@@ -28,7 +28,7 @@ int Base64Value(char c) {
 // uses, skips characters outside the alphabet; strata refuses them, since no writer produces them.)
 absl::StatusOr<std::string> DecodeBase64(std::string_view text) {
   if (text.size() % 4 != 0) {
-    return absl::InvalidArgumentError(StrCat("bad base64 \"", text, "\": its length is not a multiple of 4"));
+    return absl::InvalidArgumentError(base::StrCat("bad base64 \"", text, "\": its length is not a multiple of 4"));
   }
   size_t padding = 0;
   while (padding < 2 && padding < text.size() && text[text.size() - 1 - padding] == '=') ++padding;
@@ -40,7 +40,7 @@ absl::StatusOr<std::string> DecodeBase64(std::string_view text) {
     const int v = Base64Value(text[i]);
     if (v < 0) {
       return absl::InvalidArgumentError(
-          StrCat("bad base64 \"", text, "\": character ", i + 1, " is not in the base64 alphabet"));
+          base::StrCat("bad base64 \"", text, "\": character ", i + 1, " is not in the base64 alphabet"));
     }
     bits = (bits << 6) | static_cast<uint32_t>(v);
     nbits += 6;
@@ -94,10 +94,10 @@ absl::StatusOr<std::unique_ptr<TiktokenModel>> TiktokenModel::Parse(std::string_
     std::string_view line = text.substr(line_start, line_end - line_start);
     line_start = line_end + 1;
     auto error = [&](std::string_view message) {
-      return absl::InvalidArgumentError(StrCat(source, ": line ", line_number, ": ", message));
+      return absl::InvalidArgumentError(base::StrCat(source, ": line ", line_number, ": ", message));
     };
     if (line.size() > kMaxTiktokenLineBytes) {
-      return error(StrCat("longer than ", kMaxTiktokenLineBytes, " bytes (a token line is \"<base64> <rank>\")"));
+      return error(base::StrCat("longer than ", kMaxTiktokenLineBytes, " bytes (a token line is \"<base64> <rank>\")"));
     }
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty()) continue;  // tiktoken skips empty lines
@@ -120,38 +120,38 @@ absl::StatusOr<std::unique_ptr<TiktokenModel>> TiktokenModel::Parse(std::string_
     const std::string_view rank_text = line.substr(rank_start, rank_end - rank_start);
     const std::optional<int32_t> rank = ParseRank(rank_text);
     if (!rank.has_value()) {
-      return error(StrCat("rank \"", rank_text, "\" is not a decimal integer from 0 to ", kMaxTokenId));
+      return error(base::StrCat("rank \"", rank_text, "\" is not a decimal integer from 0 to ", kMaxTokenId));
     }
     if (static_cast<size_t>(*rank) >= line_of_rank.size()) {
       const size_t grown = std::max<size_t>(static_cast<size_t>(*rank) + 1, line_of_rank.size() * 2);
       line_of_rank.resize(std::min<size_t>(grown, static_cast<size_t>(kMaxTokenId) + 1), 0);
     }
     if (line_of_rank[*rank] != 0) {
-      return error(StrCat("rank ", *rank, " is already the rank of line ", line_of_rank[*rank]));
+      return error(base::StrCat("rank ", *rank, " is already the rank of line ", line_of_rank[*rank]));
     }
     auto [it, inserted] = model->ranks_.emplace(*std::move(token), *rank);
     if (!inserted) {
-      return error(StrCat("the token is already on line ", line_of_rank[it->second], " (rank ", it->second, ")"));
+      return error(base::StrCat("the token is already on line ", line_of_rank[it->second], " (rank ", it->second, ")"));
     }
     line_of_rank[*rank] = line_number;
     ++count;
   }
-  if (count == 0) return absl::InvalidArgumentError(StrCat(source, ": no tokens"));
+  if (count == 0) return absl::InvalidArgumentError(base::StrCat(source, ": no tokens"));
 
   // N distinct ranks fill 0..N-1 exactly when none is N or above; the first such line shows the gap.
   for (size_t r = static_cast<size_t>(count); r < line_of_rank.size(); ++r) {
     if (line_of_rank[r] == 0) continue;
     const auto missing =
         static_cast<size_t>(std::find(line_of_rank.begin(), line_of_rank.end(), 0) - line_of_rank.begin());
-    return absl::InvalidArgumentError(StrCat(source, ": line ", line_of_rank[r], ": rank ", r,
-                                             " leaves a gap: the file has ", count, " tokens, so the ranks must be 0..",
-                                             count - 1, " (rank ", missing, " is missing)"));
+    return absl::InvalidArgumentError(
+        base::StrCat(source, ": line ", line_of_rank[r], ": rank ", r, " leaves a gap: the file has ", count,
+                     " tokens, so the ranks must be 0..", count - 1, " (rank ", missing, " is missing)"));
   }
   for (int b = 0; b < 256; ++b) {
     if (CanOccurInUtf8(b) && !model->ranks_.contains(std::string(1, static_cast<char>(b)))) {
       return absl::InvalidArgumentError(
-          StrCat(source, ": no token for the byte ", absl::StrFormat("0x%02X", b),
-                 " (byte-level BPE needs a token for every byte that UTF-8 text can hold)"));
+          base::StrCat(source, ": no token for the byte ", absl::StrFormat("0x%02X", b),
+                       " (byte-level BPE needs a token for every byte that UTF-8 text can hold)"));
     }
   }
 
@@ -165,7 +165,7 @@ absl::StatusOr<std::unique_ptr<TiktokenModel>> TiktokenModel::Parse(std::string_
 }
 
 std::optional<int32_t> TiktokenModel::RankOf(std::string_view bytes) const {
-  auto it = ranks_.find(AbslView(bytes));
+  auto it = ranks_.find(base::AbslView(bytes));
   if (it == ranks_.end()) return std::nullopt;
   return it->second;
 }
@@ -254,9 +254,9 @@ const std::string* TiktokenModel::IdToToken(int32_t id) const {
 
 absl::StatusOr<nlohmann::json> TiktokenSpecialTokens(const JsonAt& config, int32_t num_ranks) {
   if (num_ranks > kMaxTokenId + 1 - kKimiReservedSpecialTokens) {
-    return absl::InvalidArgumentError(StrCat("tiktoken.model: ", num_ranks, " ranks leave no room for the ",
-                                             kKimiReservedSpecialTokens, " special tokens below the largest id (",
-                                             kMaxTokenId, ")"));
+    return absl::InvalidArgumentError(base::StrCat("tiktoken.model: ", num_ranks, " ranks leave no room for the ",
+                                                   kKimiReservedSpecialTokens, " special tokens below the largest id (",
+                                                   kMaxTokenId, ")"));
   }
   const int32_t first = num_ranks;
   const int32_t last = num_ranks + kKimiReservedSpecialTokens - 1;
@@ -284,13 +284,14 @@ absl::StatusOr<nlohmann::json> TiktokenSpecialTokens(const JsonAt& config, int32
   absl::flat_hash_map<std::string, int32_t> seen;
   for (int32_t i = 0; i < kKimiReservedSpecialTokens; ++i) {
     const int32_t id = first + i;
-    std::string content = named[i].has_value() ? named[i]->first : StrCat("<|reserved_token_", id, "|>");
+    std::string content = named[i].has_value() ? named[i]->first : base::StrCat("<|reserved_token_", id, "|>");
     auto [it, inserted] = seen.emplace(content, id);
     if (!inserted) {
       // Kimi's dict of special tokens would keep only one of the two ids, and the other could not be decoded.
       const int32_t other = it->second;
       const std::string key = named[i].has_value() ? key_of[i] : key_of[other - first];
-      return decoder.Field(key).Error(StrCat("\"", content, "\" is the token of both id ", other, " and id ", id));
+      return decoder.Field(key).Error(
+          base::StrCat("\"", content, "\" is the token of both id ", other, " and id ", id));
     }
     tokens.push_back({{"id", id},
                       {"content", std::move(content)},

@@ -13,10 +13,10 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "checkpoint/json_depth.h"
+#include "base/absl_compat.h"
+#include "base/json.h"
 #include "cli/flags.h"
 #include "nlohmann/json.hpp"
-#include "tokenizer/absl_compat.h"
 #include "tokenizer/streaming_decoder.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -36,7 +36,7 @@ ABSL_FLAG(int32_t, runs, 5, "--bench repetitions (one untimed warm-up run comes 
 
 namespace {
 
-using strata::tokenizer::StrCat;
+using strata::base::StrCat;
 
 const strata::cli::CommandLine& Command() {
   static const strata::cli::CommandLine command = [] {
@@ -98,7 +98,7 @@ absl::StatusOr<std::vector<std::string>> ReadCorpus(const std::string& path) {
   std::string line;
   for (size_t n = 1; std::getline(in, line); ++n) {
     absl::StatusOr<nlohmann::json> j =
-        strata::checkpoint::ParseJson(line, strata::checkpoint::kMaxJsonDepth, StrCat(path, ": line ", n));
+        strata::base::ParseJson(line, strata::base::kMaxJsonDepth, StrCat(path, ": line ", n));
     if (!j.ok() || !j->is_string()) {
       return absl::InvalidArgumentError(StrCat(path, ": line ", n, ": expected a JSON string"));
     }
@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
     // nlohmann rejects escapes of lone surrogates ("\ud800"), which are not text either. Bounded: a deep
     // element would be quoted below (printing recurses).
     absl::StatusOr<nlohmann::json> parsed =
-        strata::checkpoint::ParseJson(line, strata::checkpoint::kMaxJsonDepth, StrCat("stdin line ", n));
+        strata::base::ParseJson(line, strata::base::kMaxJsonDepth, StrCat("stdin line ", n));
     if (!parsed.ok()) return Fail(2, std::string(parsed.status().message()));
     const nlohmann::json& input = *parsed;
     std::string out;

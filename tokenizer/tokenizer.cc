@@ -5,10 +5,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "checkpoint/file_reader.h"
-#include "checkpoint/json_depth.h"
+#include "base/absl_compat.h"
+#include "base/file_reader.h"
+#include "base/json.h"
 #include "nlohmann/json.hpp"
-#include "tokenizer/absl_compat.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/decoders.h"
@@ -26,10 +26,10 @@ namespace {
 
 absl::StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view source) {
   // As deep as tokenizers itself reads (serde_json); the Sequence readers recurse once per level.
-  absl::StatusOr<nlohmann::json> parsed = checkpoint::ParseJson(text, checkpoint::kMaxJsonDepth, source);
+  absl::StatusOr<nlohmann::json> parsed = base::ParseJson(text, base::kMaxJsonDepth, source);
   if (!parsed.ok()) return parsed.status();
   nlohmann::json json = *std::move(parsed);
-  if (!json.is_object()) return absl::InvalidArgumentError(StrCat(source, ": expected a JSON object"));
+  if (!json.is_object()) return absl::InvalidArgumentError(base::StrCat(source, ": expected a JSON object"));
   return json;
 }
 
@@ -58,21 +58,21 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromPath(const std::string
   std::error_code ec;
   const std::filesystem::path p(path);
   if (std::filesystem::is_directory(p, ec)) {
-    if (!checkpoint::PathMayExist(p / "tokenizer.json") && checkpoint::PathMayExist(p / "tiktoken.model")) {
+    if (!base::PathMayExist(p / "tokenizer.json") && base::PathMayExist(p / "tiktoken.model")) {
       // Kimi K2 and its kin ship a tiktoken vocabulary instead of tokenizer.json.
-      auto ranks = checkpoint::ReadRegularFile(p / "tiktoken.model", checkpoint::kMaxTokenizerFileBytes);
+      auto ranks = base::ReadRegularFile(p / "tiktoken.model", base::kMaxTokenizerFileBytes);
       if (!ranks.ok()) return ranks.status();
-      auto config = checkpoint::ReadRegularFileIfPresent(p / "tokenizer_config.json", checkpoint::kMaxConfigFileBytes);
+      auto config = base::ReadRegularFileIfPresent(p / "tokenizer_config.json", base::kMaxConfigFileBytes);
       if (!config.ok()) return config.status();
       return FromTiktoken(*ranks, config->value_or(""), (p / "tiktoken.model").string());
     }
-    auto json = checkpoint::ReadRegularFile(p / "tokenizer.json", checkpoint::kMaxTokenizerFileBytes);
+    auto json = base::ReadRegularFile(p / "tokenizer.json", base::kMaxTokenizerFileBytes);
     if (!json.ok()) return json.status();
-    auto config = checkpoint::ReadRegularFileIfPresent(p / "tokenizer_config.json", checkpoint::kMaxConfigFileBytes);
+    auto config = base::ReadRegularFileIfPresent(p / "tokenizer_config.json", base::kMaxConfigFileBytes);
     if (!config.ok()) return config.status();
     return FromJson(*json, config->value_or(""), (p / "tokenizer.json").string());
   }
-  auto json = checkpoint::ReadRegularFile(p, checkpoint::kMaxTokenizerFileBytes);
+  auto json = base::ReadRegularFile(p, base::kMaxTokenizerFileBytes);
   if (!json.ok()) return json.status();
   if (IsTiktokenFileName(p)) return FromTiktoken(*json, {}, path);
   return FromJson(*json, {}, path);
@@ -80,7 +80,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromPath(const std::string
 
 bool Tokenizer::DirectoryHasTokenizer(const std::string& dir) {
   const std::filesystem::path p(dir);
-  return checkpoint::PathMayExist(p / "tokenizer.json") || checkpoint::PathMayExist(p / "tiktoken.model");
+  return base::PathMayExist(p / "tokenizer.json") || base::PathMayExist(p / "tiktoken.model");
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromTiktoken(std::string_view ranks, std::string_view config_json,
@@ -174,7 +174,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
       if (!content.ok()) return content.status();
       auto id = tok->TokenToId(*content);
       if (!id.has_value()) {
-        return c.FieldError(token_key, StrCat("\"", *content, "\" is not a token of ", source));
+        return c.FieldError(token_key, base::StrCat("\"", *content, "\" is not a token of ", source));
       }
       to->push_back(*id);
     }
@@ -207,10 +207,10 @@ bool Tokenizer::HasByteFallbackDecoder() const { return decoder_ != nullptr && d
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool add_special_tokens) const {
   if (text.size() > kMaxTextBytes) {
     return absl::InvalidArgumentError(
-        StrCat("text: ", text.size(), " bytes, more than the tokenizer's limit of ", kMaxTextBytes));
+        base::StrCat("text: ", text.size(), " bytes, more than the tokenizer's limit of ", kMaxTextBytes));
   }
   if (const size_t bad = FindInvalidUtf8(text); bad != std::string_view::npos) {
-    return absl::InvalidArgumentError(StrCat("text: invalid UTF-8 at byte ", bad));
+    return absl::InvalidArgumentError(base::StrCat("text: invalid UTF-8 at byte ", bad));
   }
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);

@@ -13,7 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "checkpoint/file_reader.h"
+#include "base/file_reader.h"
 #include "nlohmann/json.hpp"
 #include "planner/inventory.h"
 #include "runtime/executor/device_memory.h"
@@ -107,7 +107,7 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> GroupFacts(cons
     const std::filesystem::path path = request.model_dir / name;
     std::error_code error;
     if (!std::filesystem::exists(path, error)) continue;
-    absl::StatusOr<std::string> bytes = checkpoint::ReadRegularFile(path, uint64_t{64} << 20);
+    absl::StatusOr<std::string> bytes = base::ReadRegularFile(path, uint64_t{64} << 20);
     if (!bytes.ok()) return bytes.status();
     absl::StrAppend(&model, name, "\n", *bytes, "\n");
   }

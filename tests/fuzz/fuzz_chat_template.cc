@@ -13,8 +13,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/json.h"
 #include "chat_template/chat_template.h"
-#include "checkpoint/json_depth.h"
 #include "nlohmann/json.hpp"
 
 namespace {
@@ -54,7 +54,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!absl::IsInvalidArgument(tmpl.status())) std::abort();
     return 0;
   }
-  if (!strata::checkpoint::CheckJsonDepth(context_text, strata::checkpoint::kMaxJsonDepth, "context").ok()) return 0;
+  if (!strata::base::CheckJsonDepth(context_text, strata::base::kMaxJsonDepth, "context").ok()) return 0;
   nlohmann::ordered_json context = nlohmann::ordered_json::parse(context_text, nullptr, /*allow_exceptions=*/false);
   if (context.is_discarded() || !context.is_object()) context = nlohmann::ordered_json::object();
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "checkpoint/json_depth.h"
+#include "base/json.h"
 #include "nlohmann/json.hpp"
 #include "planner/device.h"
 #include "planner/model_spec.h"
@@ -41,7 +41,7 @@ void PlanSpec(const ModelSpec& spec, Strategy strategy, int64_t kv_cache_tokens,
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // As LoadModelSpec reads the file (planner/checkpoint_check.cc's ReadJsonFile): depth first, then parse.
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  if (!strata::checkpoint::CheckJsonDepth(text, strata::checkpoint::kMaxJsonDepth, "config.json").ok()) return 0;
+  if (!strata::base::CheckJsonDepth(text, strata::base::kMaxJsonDepth, "config.json").ok()) return 0;
   json config;
   try {
     config = json::parse(text);

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace strata::checkpoint {
+namespace strata::base {
 
 // Caps per kind of file. Real files are far smaller: a 256k-token tokenizer.json is ~20 MB, a config.json
 // a few KB, a 1000-layer module tree a few MB.
@@ -38,4 +38,4 @@ absl::StatusOr<std::optional<std::string>> ReadRegularFileIfPresent(const std::f
 // showing. False only when the path certainly names nothing. Never throws.
 bool PathMayExist(const std::filesystem::path& path);
 
-}  // namespace strata::checkpoint
+}  // namespace strata::base

@@ -1,8 +1,8 @@
 // Debian's Abseil is built with its own absl::string_view (not an alias of std::string_view), and
 // its string-keyed hash maps and StrCat accept only that. strata's tokenizer speaks std::string_view
 // and converts at those calls.
-#ifndef STRATA_RUNTIME_TOKENIZER_ABSL_COMPAT_H_
-#define STRATA_RUNTIME_TOKENIZER_ABSL_COMPAT_H_
+#ifndef STRATA_BASE_ABSL_COMPAT_H_
+#define STRATA_BASE_ABSL_COMPAT_H_
 
 #include <string>
 #include <string_view>
@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
-namespace strata::tokenizer {
+namespace strata::base {
 
 inline absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
@@ -32,6 +32,6 @@ std::string StrCat(const Args&... args) {
   return absl::StrCat(compat_internal::Arg(args)...);
 }
 
-}  // namespace strata::tokenizer
+}  // namespace strata::base
 
-#endif  // STRATA_RUNTIME_TOKENIZER_ABSL_COMPAT_H_
+#endif  // STRATA_BASE_ABSL_COMPAT_H_

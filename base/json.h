@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json_fwd.hpp"
 
-namespace strata::checkpoint {
+namespace strata::base {
 
 // serde_json's limit ("recursion limit exceeded" at 128 levels), which the safetensors and tokenizers
 // libraries read their files with. Real config.json, index and device-map files nest a few levels.
@@ -29,4 +29,4 @@ absl::StatusOr<nlohmann::json> ParseJson(std::string_view text, int max_depth, s
 // The same, keeping the objects' key order (request bodies, chat messages: templates iterate in order).
 absl::StatusOr<nlohmann::ordered_json> ParseOrderedJson(std::string_view text, int max_depth, std::string_view what);
 
-}  // namespace strata::checkpoint
+}  // namespace strata::base

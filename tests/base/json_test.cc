@@ -1,6 +1,6 @@
-// The one bounded JSON parser (checkpoint/json_depth.h): depth checked before anything is built, brackets in
+// The one bounded JSON parser (base/json.h): depth checked before anything is built, brackets in
 // strings are text, every refusal an InvalidArgument naming the source.
-#include "checkpoint/json_depth.h"
+#include "base/json.h"
 
 #include <string>
 
@@ -8,7 +8,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
-namespace strata::checkpoint {
+namespace strata::base {
 namespace {
 
 using ::testing::HasSubstr;
@@ -53,4 +53,4 @@ TEST(ParseJson, RefusesTextThatIsNotJsonNamingTheSource) {
 }
 
 }  // namespace
-}  // namespace strata::checkpoint
+}  // namespace strata::base

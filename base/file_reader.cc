@@ -1,4 +1,4 @@
-#include "checkpoint/file_reader.h"
+#include "base/file_reader.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace strata::checkpoint {
+namespace strata::base {
 namespace {
 
 std::string FileKind(mode_t mode) {
@@ -108,4 +108,4 @@ bool PathMayExist(const std::filesystem::path& path) {
   return ec != std::errc::no_such_file_or_directory;
 }
 
-}  // namespace strata::checkpoint
+}  // namespace strata::base

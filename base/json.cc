@@ -1,10 +1,10 @@
-#include "checkpoint/json_depth.h"
+#include "base/json.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 
-namespace strata::checkpoint {
+namespace strata::base {
 namespace {
 
 template <typename Json>
@@ -54,4 +54,4 @@ absl::StatusOr<nlohmann::ordered_json> ParseOrderedJson(std::string_view text, i
   return ParseBounded<nlohmann::ordered_json>(text, max_depth, what);
 }
 
-}  // namespace strata::checkpoint
+}  // namespace strata::base
