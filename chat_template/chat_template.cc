@@ -1,9 +1,14 @@
 #include "chat_template/chat_template.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "base/absl_compat.h"  // StrCat over std::string_view (Debian's Abseil)
+#include "chat_template/builtins.h"
 #include "chat_template/interpreter.h"
 #include "chat_template/parser.h"
+#include "chat_template/py_str.h"
 
 namespace strata::chat_template {
 
@@ -20,23 +25,6 @@ bool DeeperThan(const nlohmann::ordered_json& j, int limit) {
     if (DeeperThan(item, limit - 1)) return true;
   }
   return false;
-}
-
-// Python's str.strip() (for the continue_final_message check).
-std::string PyStrip(std::string_view s) {
-  std::u32string cps = Decode(s);
-  size_t b = 0;
-  size_t e = cps.size();
-  while (b < e && IsPySpace(cps[b])) ++b;
-  while (e > b && IsPySpace(cps[e - 1])) --e;
-  return Encode(std::u32string_view(cps).substr(b, e - b));
-}
-
-std::string PyRStrip(std::string_view s) {
-  std::u32string cps = Decode(s);
-  size_t e = cps.size();
-  while (e > 0 && IsPySpace(cps[e - 1])) --e;
-  return Encode(std::u32string_view(cps).substr(0, e));
 }
 
 }  // namespace
@@ -75,24 +63,21 @@ absl::StatusOr<std::string> Template::Render(const nlohmann::ordered_json& conte
   }
 }
 
-absl::StatusOr<std::string> ApplyChatTemplate(const Template& tmpl, const ChatRequest& request,
-                                              const nlohmann::ordered_json& special_tokens,
-                                              const RenderLimits& limits) {
-  using json = nlohmann::ordered_json;
-  if (!request.messages.is_array()) return absl::InvalidArgumentError("messages: expected a list");
-  if (request.messages.empty()) {
-    return absl::InvalidArgumentError(
-        "messages: Cannot apply chat template to an empty conversation. Provide at least one message.");
-  }
-  const std::string& field = request.continue_final_message;
-  if (!field.empty() && request.add_generation_prompt) {
-    return absl::InvalidArgumentError("continue_final_message and add_generation_prompt are not compatible");
-  }
-  // apply_chat_template drops the keys whose value is None, then aliases the reasoning fields.
-  static constexpr std::string_view kReasoning[] = {"reasoning_content", "thinking", "reasoning"};
-  json messages = json::array();
-  for (size_t i = 0; i < request.messages.size(); ++i) {
-    const json& m = request.messages[i];
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// The fields apply_chat_template aliases to one another, in the order it looks for them.
+constexpr std::string_view kReasoning[] = {"reasoning_content", "thinking", "reasoning"};
+// What apply_chat_template appends to the continued text, to find where the final message ends.
+constexpr std::string_view kContinueTag = "CONTINUE_FINAL_MESSAGE_TAG ";
+
+// apply_chat_template drops the keys whose value is None, then aliases the reasoning fields: the first
+// present becomes `thinking` (first) and `reasoning_content` (last) too.
+absl::StatusOr<json> NormalizeMessages(const json& messages) {
+  json out = json::array();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const json& m = messages[i];
     if (!m.is_object()) {
       return absl::InvalidArgumentError(StrCat("messages[", i, "]: Chat messages should be dicts"));
     }
@@ -116,55 +101,57 @@ absl::StatusOr<std::string> ApplyChatTemplate(const Template& tmpl, const ChatRe
       aliased["reasoning_content"] = r;
       message = std::move(aliased);
     }
-    messages.push_back(std::move(message));
+    out.push_back(std::move(message));
   }
-  const std::string kTag = "CONTINUE_FINAL_MESSAGE_TAG ";
-  std::string final_text;
-  if (!field.empty()) {
-    json& last = messages.back();
-    auto it = last.find(field);
-    if (it == last.end() || it->is_null()) {
-      return absl::InvalidArgumentError(
-          StrCat("continue_final_message is set but the final message has no \"", field, "\" to continue!"));
-    }
-    const json final_message = *it;
-    std::vector<std::string> fields = {field};
-    if (std::find(std::begin(kReasoning), std::end(kReasoning), field) != std::end(kReasoning)) {
-      fields.clear();
-      for (std::string_view key : kReasoning) {
-        auto f = last.find(std::string(key));
-        if (f != last.end() && *f == final_message) fields.emplace_back(key);
-      }
-    }
-    bool mentioned = false;
-    for (const auto& f : fields) mentioned = mentioned || tmpl.source().find(f) != std::string::npos;
-    if (!mentioned) {
-      return absl::InvalidArgumentError(StrCat("continue_final_message is set to \"", field,
-                                               "\" but this is not an accepted field in the chat_template"));
-    }
-    if (final_message.is_array()) {
-      bool found = false;
-      for (auto block = it->rbegin(); block != it->rend(); ++block) {
-        if (!block->is_object() || !block->contains("text")) continue;
-        json& text = (*block)["text"];
-        if (!text.is_string()) return absl::InvalidArgumentError("continue_final_message: the text is not a string");
-        final_text = text.get<std::string>();
-        text = final_text + kTag;
-        found = true;
-        break;
-      }
-      if (!found) {
-        return absl::InvalidArgumentError(
-            "continue_final_message is set but we could not find any text to continue in the final message!");
-      }
-    } else {
-      if (!final_message.is_string()) {
-        return absl::InvalidArgumentError("continue_final_message: the final message's content is not a string");
-      }
-      final_text = final_message.get<std::string>();
-      for (const auto& f : fields) last[f] = last[f].get<std::string>() + kTag;
+  return out;
+}
+
+// continue_final_message: appends the tag to the final message's `field` (its last text block, for a
+// list of blocks; every aliased reasoning field holding the same text) and returns the text it continues.
+absl::StatusOr<std::string> TagFinalMessage(const Template& tmpl, const std::string& field, json& messages) {
+  json& last = messages.back();
+  auto it = last.find(field);
+  if (it == last.end() || it->is_null()) {
+    return absl::InvalidArgumentError(
+        StrCat("continue_final_message is set but the final message has no \"", field, "\" to continue!"));
+  }
+  const json final_message = *it;
+  std::vector<std::string> fields = {field};
+  if (std::find(std::begin(kReasoning), std::end(kReasoning), field) != std::end(kReasoning)) {
+    fields.clear();
+    for (std::string_view key : kReasoning) {
+      auto f = last.find(std::string(key));
+      if (f != last.end() && *f == final_message) fields.emplace_back(key);
     }
   }
+  bool mentioned = false;
+  for (const auto& f : fields) mentioned = mentioned || tmpl.source().find(f) != std::string::npos;
+  if (!mentioned) {
+    return absl::InvalidArgumentError(StrCat("continue_final_message is set to \"", field,
+                                             "\" but this is not an accepted field in the chat_template"));
+  }
+  if (!final_message.is_array()) {
+    if (!final_message.is_string()) {
+      return absl::InvalidArgumentError("continue_final_message: the final message's content is not a string");
+    }
+    for (const auto& f : fields) last[f] = StrCat(last[f].get<std::string>(), kContinueTag);
+    return final_message.get<std::string>();
+  }
+  for (auto block = it->rbegin(); block != it->rend(); ++block) {
+    if (!block->is_object() || !block->contains("text")) continue;
+    json& text = (*block)["text"];
+    if (!text.is_string()) return absl::InvalidArgumentError("continue_final_message: the text is not a string");
+    std::string final_text = text.get<std::string>();
+    text = StrCat(final_text, kContinueTag);
+    return final_text;
+  }
+  return absl::InvalidArgumentError(
+      "continue_final_message is set but we could not find any text to continue in the final message!");
+}
+
+// render()'s keyword arguments: messages, tools, documents, add_generation_prompt, the special tokens,
+// then the request's other variables (which may override special tokens, not the first four).
+absl::StatusOr<json> RenderContext(const ChatRequest& request, json messages, const json& special_tokens) {
   json context = json::object();
   context["messages"] = std::move(messages);
   context["tools"] = request.tools;
@@ -179,17 +166,50 @@ absl::StatusOr<std::string> ApplyChatTemplate(const Template& tmpl, const ChatRe
     }
     context[key] = value;
   }
-  absl::StatusOr<std::string> rendered = tmpl.Render(context, limits);
-  if (!rendered.ok() || field.empty()) return rendered;
-  const std::string tag = PyStrip(kTag);
-  if (rendered->find(PyStrip(final_text)) == std::string::npos || rendered->find(tag) == std::string::npos) {
+  return context;
+}
+
+// continue_final_message: the rendering up to the tag (less trailing whitespace where the template
+// stripped the tag's own), which must follow the final text.
+absl::StatusOr<std::string> CutAtTag(const std::string& rendered, const std::string& final_text) {
+  const std::string tag = PyStrip(kContinueTag);
+  if (rendered.find(PyStrip(final_text)) == std::string::npos || rendered.find(tag) == std::string::npos) {
     return absl::InvalidArgumentError(
         "continue_final_message is set but the final message does not appear in the chat after applying the chat "
         "template");
   }
-  const size_t loc = rendered->rfind(tag);
-  if (rendered->compare(loc, kTag.size(), kTag) == 0) return rendered->substr(0, loc);
-  return PyRStrip(std::string_view(*rendered).substr(0, loc));
+  const size_t loc = rendered.rfind(tag);
+  if (rendered.compare(loc, kContinueTag.size(), kContinueTag) == 0) return rendered.substr(0, loc);
+  return PyStrip(std::string_view(rendered).substr(0, loc), std::nullopt, StripSide::kRight);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ApplyChatTemplate(const Template& tmpl, const ChatRequest& request,
+                                              const nlohmann::ordered_json& special_tokens,
+                                              const RenderLimits& limits) {
+  if (!request.messages.is_array()) return absl::InvalidArgumentError("messages: expected a list");
+  if (request.messages.empty()) {
+    return absl::InvalidArgumentError(
+        "messages: Cannot apply chat template to an empty conversation. Provide at least one message.");
+  }
+  const std::string& field = request.continue_final_message;
+  if (!field.empty() && request.add_generation_prompt) {
+    return absl::InvalidArgumentError("continue_final_message and add_generation_prompt are not compatible");
+  }
+  absl::StatusOr<json> messages = NormalizeMessages(request.messages);
+  if (!messages.ok()) return messages.status();
+  std::string final_text;
+  if (!field.empty()) {
+    absl::StatusOr<std::string> tagged = TagFinalMessage(tmpl, field, *messages);
+    if (!tagged.ok()) return tagged.status();
+    final_text = *std::move(tagged);
+  }
+  absl::StatusOr<json> context = RenderContext(request, *std::move(messages), special_tokens);
+  if (!context.ok()) return context.status();
+  absl::StatusOr<std::string> rendered = tmpl.Render(*context, limits);
+  if (!rendered.ok() || field.empty()) return rendered;
+  return CutAtTag(*rendered, final_text);
 }
 
 }  // namespace strata::chat_template

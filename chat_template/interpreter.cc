@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/absl_compat.h"  // StrCat over std::string_view (Debian's Abseil)
+#include "chat_template/builtins.h"
 
 namespace strata::chat_template {
 
@@ -11,10 +12,6 @@ using base::StrCat;
 namespace {
 
 absl::string_view AV(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-
-bool IsIntLike(const Value& v) { return v.kind == Kind::kInt || v.kind == Kind::kBool; }
-int64_t AsInt(const Value& v) { return v.kind == Kind::kBool ? static_cast<int64_t>(v.boolean) : v.integer; }
-double AsDouble(const Value& v) { return v.kind == Kind::kFloat ? v.number : static_cast<double>(AsInt(v)); }
 
 }  // namespace
 
@@ -411,18 +408,8 @@ Value Interpreter::Eval(const Expr& e, const FramePtr& frame) {
       for (const ExprPtr& item : e.items) items.push_back(Eval(*item, frame));
       return MakeList(std::move(items), e.kind == ExprKind::kTuple);
     }
-    case ExprKind::kDict: {
-      auto dict = std::make_shared<DictData>();
-      for (size_t i = 0; i + 1 < e.items.size(); i += 2) {
-        Value key = Eval(*e.items[i], frame);
-        Value value = Eval(*e.items[i + 1], frame);
-        line_ = e.line;
-        if (KeyOf(key).empty()) Fail("TypeError", StrCat("unhashable type: '", TypeName(key), "'"));
-        dict->Set(std::move(key), std::move(value));
-      }
-      if (dict->depth > limits_.max_value_depth) Fail("LimitError", "lists and dicts nested too deep");
-      return Value::Dict(std::move(dict));
-    }
+    case ExprKind::kDict:
+      return EvalDict(e, frame);
     case ExprKind::kGetAttr: {
       const Value obj = Eval(*e.items[0], frame);
       line_ = e.line;
@@ -458,19 +445,8 @@ Value Interpreter::Eval(const Expr& e, const FramePtr& frame) {
     case ExprKind::kNot:
       return Value::Bool(!Truthy(Eval(*e.items[0], frame)));
     case ExprKind::kNeg:
-    case ExprKind::kPos: {
-      const Value v = Eval(*e.items[0], frame);
-      line_ = e.line;
-      if (v.is_undefined()) FailUndefined(v);
-      if (e.kind == ExprKind::kPos && v.is_number()) return v.kind == Kind::kBool ? Value::Int(v.boolean) : v;
-      if (v.kind == Kind::kFloat) return Value::Float(-v.number);
-      if (IsIntLike(v)) {
-        if (AsInt(v) == INT64_MIN) Fail("OverflowError", "integer overflow (strata's integers are 64-bit)");
-        return Value::Int(-AsInt(v));
-      }
-      Fail("TypeError",
-           StrCat("bad operand type for unary ", e.kind == ExprKind::kNeg ? "-" : "+", ": '", TypeName(v), "'"));
-    }
+    case ExprKind::kPos:
+      return EvalSign(e, frame);
     case ExprKind::kBinary: {
       const Value a = Eval(*e.items[0], frame);
       const Value b = Eval(*e.items[1], frame);
@@ -485,16 +461,8 @@ Value Interpreter::Eval(const Expr& e, const FramePtr& frame) {
       Value a = Eval(*e.items[0], frame);
       return Truthy(a) ? a : Eval(*e.items[1], frame);
     }
-    case ExprKind::kCompare: {
-      Value left = Eval(*e.items[0], frame);
-      for (size_t i = 0; i < e.ops.size(); ++i) {
-        Value right = Eval(*e.items[i + 1], frame);
-        line_ = e.line;
-        if (!Compare(e.ops[i], left, right)) return Value::Bool(false);
-        left = std::move(right);
-      }
-      return Value::Bool(true);
-    }
+    case ExprKind::kCompare:
+      return EvalCompare(e, frame);
     case ExprKind::kCond:
       if (Truthy(Eval(*e.items[0], frame))) return Eval(*e.items[1], frame);
       if (e.items[2]) return Eval(*e.items[2], frame);
@@ -502,6 +470,47 @@ Value Interpreter::Eval(const Expr& e, const FramePtr& frame) {
           StrCat("the inline if-expression on line ", e.line, " evaluated to false and no else section was defined."));
   }
   return Value::Undefined();
+}
+
+// `{k: v, ...}`: keys must be hashable.
+Value Interpreter::EvalDict(const Expr& e, const FramePtr& frame) {
+  auto dict = std::make_shared<DictData>();
+  for (size_t i = 0; i + 1 < e.items.size(); i += 2) {
+    Value key = Eval(*e.items[i], frame);
+    Value value = Eval(*e.items[i + 1], frame);
+    line_ = e.line;
+    if (KeyOf(key).empty()) Fail("TypeError", StrCat("unhashable type: '", TypeName(key), "'"));
+    dict->Set(std::move(key), std::move(value));
+  }
+  if (dict->depth > limits_.max_value_depth) Fail("LimitError", "lists and dicts nested too deep");
+  return Value::Dict(std::move(dict));
+}
+
+// Unary `-x` and `+x` (`+True` is 1).
+Value Interpreter::EvalSign(const Expr& e, const FramePtr& frame) {
+  const Value v = Eval(*e.items[0], frame);
+  line_ = e.line;
+  if (v.is_undefined()) FailUndefined(v);
+  if (e.kind == ExprKind::kPos && v.is_number()) return v.kind == Kind::kBool ? Value::Int(v.boolean) : v;
+  if (v.kind == Kind::kFloat) return Value::Float(-v.number);
+  if (IsIntLike(v)) {
+    if (AsInt(v) == INT64_MIN) FailOverflow();
+    return Value::Int(-AsInt(v));
+  }
+  Fail("TypeError",
+       StrCat("bad operand type for unary ", e.kind == ExprKind::kNeg ? "-" : "+", ": '", TypeName(v), "'"));
+}
+
+// Chained comparisons as Python's: `a < b < c` is `a < b and b < c`, each operand evaluated once.
+Value Interpreter::EvalCompare(const Expr& e, const FramePtr& frame) {
+  Value left = Eval(*e.items[0], frame);
+  for (size_t i = 0; i < e.ops.size(); ++i) {
+    Value right = Eval(*e.items[i + 1], frame);
+    line_ = e.line;
+    if (!Compare(e.ops[i], left, right)) return Value::Bool(false);
+    left = std::move(right);
+  }
+  return Value::Bool(true);
 }
 
 Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b) {
@@ -515,131 +524,142 @@ Value Interpreter::Binary(const std::string& op, const Value& a, const Value& b)
   if (op == "%" && a.is_string()) return Format(a, b);
   if (a.is_undefined()) FailUndefined(a);
   if (b.is_undefined()) FailUndefined(b);
-  auto unsupported = [&]() { FailOperands(op, a, b); };
-  auto overflow = [&]() { Fail("OverflowError", "integer overflow (strata's integers are 64-bit)"); };
-  if (a.is_number() && b.is_number()) {
-    const bool ints = IsIntLike(a) && IsIntLike(b);
-    const int64_t x = ints ? AsInt(a) : 0;
-    const int64_t y = ints ? AsInt(b) : 0;
-    const double fx = AsDouble(a);
-    const double fy = AsDouble(b);
-    int64_t r = 0;
-    if (op == "+") {
-      if (!ints) return Value::Float(fx + fy);
-      if (__builtin_add_overflow(x, y, &r)) overflow();
-      return Value::Int(r);
-    }
-    if (op == "-") {
-      if (!ints) return Value::Float(fx - fy);
-      if (__builtin_sub_overflow(x, y, &r)) overflow();
-      return Value::Int(r);
-    }
-    if (op == "*") {
-      if (!ints) return Value::Float(fx * fy);
-      if (__builtin_mul_overflow(x, y, &r)) overflow();
-      return Value::Int(r);
-    }
-    if (op == "/") {
-      if (fy == 0) Fail("ZeroDivisionError", "division by zero");
-      return Value::Float(fx / fy);
-    }
-    if (op == "//" || op == "%") {
-      if (ints) {
-        if (y == 0) Fail("ZeroDivisionError", "integer division or modulo by zero");
-        if (x == INT64_MIN && y == -1) overflow();
-        int64_t q = x / y;
-        int64_t m = x % y;
-        if (m != 0 && ((m < 0) != (y < 0))) {
-          --q;
-          m += y;
-        }
-        return Value::Int(op == "//" ? q : m);
-      }
-      if (fy == 0) Fail("ZeroDivisionError", "float division by zero");
-      // CPython's float_divmod, signs of zero included.
-      double mod = std::fmod(fx, fy);
-      double div = (fx - mod) / fy;
-      if (mod != 0) {
-        if ((fy < 0) != (mod < 0)) {
-          mod += fy;
-          div -= 1.0;
-        }
-      } else {
-        mod = std::copysign(0.0, fy);
-      }
-      double floordiv = 0;
-      if (div != 0) {
-        floordiv = std::floor(div);
-        if (div - floordiv > 0.5) floordiv += 1.0;
-      } else {
-        floordiv = std::copysign(0.0, fx / fy);
-      }
-      return Value::Float(op == "//" ? floordiv : mod);
-    }
-    if (op == "**") {
-      if (ints && y >= 0) {
-        int64_t result = 1;
-        int64_t base = x;
-        int64_t e = y;
-        while (e > 0) {
-          Step();
-          if (e & 1) {
-            if (__builtin_mul_overflow(result, base, &result)) overflow();
-          }
-          e >>= 1;
-          if (e > 0 && __builtin_mul_overflow(base, base, &base)) overflow();
-        }
-        return Value::Int(result);
-      }
-      if (fx == 0 && fy < 0) Fail("ZeroDivisionError", "0.0 cannot be raised to a negative power");
-      return Value::Float(std::pow(fx, fy));
-    }
-    unsupported();
-  }
-  if (op == "+") {
-    if (a.is_string() && b.is_string() && (a.markup || b.markup)) {
-      // markupsafe: Markup + str escapes the str (and str + Markup).
-      Value v = MakeString((a.markup ? a.str() : HtmlEscape(a.str())) + (b.markup ? b.str() : HtmlEscape(b.str())));
-      v.markup = true;
-      return v;
-    }
-    if (a.is_string() && b.is_string()) {
-      if (a.str().size() + b.str().size() > limits_.max_output_bytes) MakeString(std::string(a.str().size() + 1, ' '));
-      return MakeString(a.str() + b.str());
-    }
-    if (a.is_list() && b.is_list() && a.list->is_tuple == b.list->is_tuple && a.list->python_type.empty() &&
-        b.list->python_type.empty()) {
-      std::vector<Value> items = a.list->items;
-      items.insert(items.end(), b.list->items.begin(), b.list->items.end());
-      return MakeList(std::move(items), a.list->is_tuple);
-    }
-    unsupported();
-  }
-  if (op == "*") {
-    const Value* seq = IsIntLike(b) ? &a : &b;
-    const Value* count = IsIntLike(b) ? &b : &a;
-    if (!IsIntLike(*count) || !(seq->is_string() || (seq->is_list() && seq->list->python_type.empty()))) {
-      unsupported();
-    }
-    const int64_t n = std::max<int64_t>(0, AsInt(*count));
-    const size_t unit = seq->is_string() ? seq->str().size() : seq->list->items.size();
-    if (unit != 0 && static_cast<uint64_t>(n) > limits_.max_output_bytes / unit) {
-      Fail("LimitError", StrCat("repeating a ", TypeName(*seq), " ", n, " times exceeds the output cap"));
-    }
-    if (seq->is_string()) {
-      std::string s;
-      s.reserve(unit * static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) s += seq->str();
-      Value v = MakeString(std::move(s));
-      v.markup = seq->markup;
-      return v;
-    }
-    std::vector<Value> items;
-    items.reserve(unit * static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) items.insert(items.end(), seq->list->items.begin(), seq->list->items.end());
-    return MakeList(std::move(items), seq->list->is_tuple);
-  }
+  if (a.is_number() && b.is_number()) return Arithmetic(op, a, b);
+  if (op == "+") return Concatenate(a, b);
+  if (op == "*") return Repeat(a, b);
   FailOperands(op, a, b);
+}
+
+void Interpreter::FailOverflow() const { Fail("OverflowError", "integer overflow (strata's integers are 64-bit)"); }
+
+// Python's arithmetic on int (bool included) and float: `/` is always true division, `**` with a negative
+// int exponent is a float, the rest stay ints when both operands are.
+Value Interpreter::Arithmetic(const std::string& op, const Value& a, const Value& b) {
+  const bool ints = IsIntLike(a) && IsIntLike(b);
+  const double fx = AsDouble(a);
+  const double fy = AsDouble(b);
+  if (op == "/") {
+    if (fy == 0) Fail("ZeroDivisionError", "division by zero");
+    return Value::Float(fx / fy);
+  }
+  if (op == "**" && !(ints && AsInt(b) >= 0)) {
+    if (fx == 0 && fy < 0) Fail("ZeroDivisionError", "0.0 cannot be raised to a negative power");
+    return Value::Float(std::pow(fx, fy));
+  }
+  return ints ? IntArithmetic(op, a, b) : FloatArithmetic(op, a, b);
+}
+
+Value Interpreter::IntArithmetic(const std::string& op, const Value& a, const Value& b) {
+  const int64_t x = AsInt(a);
+  const int64_t y = AsInt(b);
+  int64_t r = 0;
+  if (op == "+") {
+    if (__builtin_add_overflow(x, y, &r)) FailOverflow();
+  } else if (op == "-") {
+    if (__builtin_sub_overflow(x, y, &r)) FailOverflow();
+  } else if (op == "*") {
+    if (__builtin_mul_overflow(x, y, &r)) FailOverflow();
+  } else if (op == "//" || op == "%") {
+    if (y == 0) Fail("ZeroDivisionError", "integer division or modulo by zero");
+    if (x == INT64_MIN && y == -1) FailOverflow();
+    // Python floors the quotient: the remainder takes the divisor's sign.
+    int64_t q = x / y;
+    int64_t m = x % y;
+    if (m != 0 && ((m < 0) != (y < 0))) {
+      --q;
+      m += y;
+    }
+    r = op == "//" ? q : m;
+  } else if (op == "**") {
+    r = 1;  // y >= 0: squaring, one step per bit of the exponent
+    int64_t base = x;
+    for (int64_t e = y; e > 0;) {
+      Step();
+      if ((e & 1) && __builtin_mul_overflow(r, base, &r)) FailOverflow();
+      e >>= 1;
+      if (e > 0 && __builtin_mul_overflow(base, base, &base)) FailOverflow();
+    }
+  } else {
+    FailOperands(op, a, b);
+  }
+  return Value::Int(r);
+}
+
+Value Interpreter::FloatArithmetic(const std::string& op, const Value& a, const Value& b) {
+  const double fx = AsDouble(a);
+  const double fy = AsDouble(b);
+  if (op == "+") return Value::Float(fx + fy);
+  if (op == "-") return Value::Float(fx - fy);
+  if (op == "*") return Value::Float(fx * fy);
+  if (op != "//" && op != "%") FailOperands(op, a, b);
+  if (fy == 0) Fail("ZeroDivisionError", "float division by zero");
+  // CPython's float_divmod, signs of zero included.
+  double mod = std::fmod(fx, fy);
+  double div = (fx - mod) / fy;
+  if (mod != 0) {
+    if ((fy < 0) != (mod < 0)) {
+      mod += fy;
+      div -= 1.0;
+    }
+  } else {
+    mod = std::copysign(0.0, fy);
+  }
+  double floordiv = 0;
+  if (div != 0) {
+    floordiv = std::floor(div);
+    if (div - floordiv > 0.5) floordiv += 1.0;
+  } else {
+    floordiv = std::copysign(0.0, fx / fy);
+  }
+  return Value::Float(op == "//" ? floordiv : mod);
+}
+
+// `+` on str (markupsafe's Markup escapes the other side), list and tuple.
+Value Interpreter::Concatenate(const Value& a, const Value& b) {
+  if (a.is_string() && b.is_string() && (a.markup || b.markup)) {
+    // markupsafe: Markup + str escapes the str (and str + Markup).
+    Value v = MakeString((a.markup ? a.str() : HtmlEscape(a.str())) + (b.markup ? b.str() : HtmlEscape(b.str())));
+    v.markup = true;
+    return v;
+  }
+  if (a.is_string() && b.is_string()) {
+    if (a.str().size() + b.str().size() > limits_.max_output_bytes) MakeString(std::string(a.str().size() + 1, ' '));
+    return MakeString(a.str() + b.str());
+  }
+  if (a.is_list() && b.is_list() && a.list->is_tuple == b.list->is_tuple && a.list->python_type.empty() &&
+      b.list->python_type.empty()) {
+    std::vector<Value> items = a.list->items;
+    items.insert(items.end(), b.list->items.begin(), b.list->items.end());
+    return MakeList(std::move(items), a.list->is_tuple);
+  }
+  FailOperands("+", a, b);
+}
+
+// `*` of a str, list or tuple and an int, either way round; refused before it is built when the result
+// would pass the output cap.
+Value Interpreter::Repeat(const Value& a, const Value& b) {
+  const Value* seq = IsIntLike(b) ? &a : &b;
+  const Value* count = IsIntLike(b) ? &b : &a;
+  if (!IsIntLike(*count) || !(seq->is_string() || (seq->is_list() && seq->list->python_type.empty()))) {
+    FailOperands("*", a, b);
+  }
+  const int64_t n = std::max<int64_t>(0, AsInt(*count));
+  const size_t unit = seq->is_string() ? seq->str().size() : seq->list->items.size();
+  if (unit != 0 && static_cast<uint64_t>(n) > limits_.max_output_bytes / unit) {
+    Fail("LimitError", StrCat("repeating a ", TypeName(*seq), " ", n, " times exceeds the output cap"));
+  }
+  if (seq->is_string()) {
+    std::string s;
+    s.reserve(unit * static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) s += seq->str();
+    Value v = MakeString(std::move(s));
+    v.markup = seq->markup;
+    return v;
+  }
+  std::vector<Value> items;
+  items.reserve(unit * static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) items.insert(items.end(), seq->list->items.begin(), seq->list->items.end());
+  return MakeList(std::move(items), seq->list->is_tuple);
 }
 
 // Python's printf-style `str % args`: %s, %r, %d, %i and %% with one value, a tuple, or a dict (for a

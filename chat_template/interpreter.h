@@ -50,7 +50,7 @@ class Interpreter {
   // Renders with `globals` (jinja2's environment globals) under `context` (the render() arguments).
   std::string Render(FramePtr context);
 
-  // --- for the builtins (filters, tests, methods, globals)
+  // --- for the builtins (builtins.h: filters, tests, methods, globals)
   // Raises "NAME:LINE: kind: message" at the node being evaluated.
   [[noreturn]] void Fail(std::string_view kind, std::string_view message) const;
   [[noreturn]] void FailUndefined(const Value& v) const;
@@ -75,12 +75,22 @@ class Interpreter {
  private:
   friend class MacroCall;
   Value Eval(const Expr& e, const FramePtr& frame);
+  Value EvalDict(const Expr& e, const FramePtr& frame);
+  Value EvalSign(const Expr& e, const FramePtr& frame);
+  Value EvalCompare(const Expr& e, const FramePtr& frame);
   Flow Exec(const Body& body, const FramePtr& frame, std::string& out);
   Flow ExecStmt(const Stmt& s, const FramePtr& frame, std::string& out);
   void ExecFor(const Stmt& s, const FramePtr& frame, std::string& out);
   Value ApplyFilters(const Expr& chain, const FramePtr& frame, std::optional<Value> input);
+  // A binary operator, dispatched to Python's number arithmetic, `+` on sequences or `*` repetition.
   Value Binary(const std::string& op, const Value& a, const Value& b);
+  Value Arithmetic(const std::string& op, const Value& a, const Value& b);
+  Value IntArithmetic(const std::string& op, const Value& a, const Value& b);
+  Value FloatArithmetic(const std::string& op, const Value& a, const Value& b);
+  Value Concatenate(const Value& a, const Value& b);
+  Value Repeat(const Value& a, const Value& b);
   [[noreturn]] void FailOperands(const std::string& op, const Value& a, const Value& b) const;
+  [[noreturn]] void FailOverflow() const;
   bool Reaches(const Value& v, const DictData* target);
   Value Format(const Value& format, const Value& args);
   bool Compare(const std::string& op, const Value& a, const Value& b);
@@ -107,25 +117,5 @@ class Interpreter {
   std::vector<std::weak_ptr<Frame>> captured_frames_;
   std::vector<std::weak_ptr<std::optional<Value>>> changed_states_;
 };
-
-// Builtins (builtins.cc).
-// markupsafe's escape: & < > " ' as entities.
-std::string HtmlEscape(std::string_view s);
-Value CallFilter(Interpreter& in, const std::string& name, const Value& input, CallArgs& args);
-bool CallTest(Interpreter& in, const std::string& name, const Value& input, CallArgs& args);
-// A bound method of a str, list or dict (`"a".strip`, `d.items`): nullopt when the type has no such
-// attribute; an unsafe Undefined when the sandbox refuses it (list.append, dict.update, dunders).
-std::optional<Value> GetMethod(Interpreter& in, const Value& obj, const std::string& name);
-// jinja2's and transformers' globals: range, namespace, dict, cycler, joiner, raise_exception,
-// strftime_now.
-void AddGlobals(Frame& frame);
-// transformers' tojson: json.dumps(x, ensure_ascii, indent, separators, sort_keys).
-std::string JsonDumps(Interpreter& in, const Value& v, bool ensure_ascii, const Value& indent,
-                      const std::string& item_sep, const std::string& key_sep, bool sort_keys);
-
-// Binds call arguments to parameter names as Python does; unknown or surplus arguments are a TypeError
-// naming `what`. Missing ones are nullopt.
-std::vector<std::optional<Value>> BindArgs(Interpreter& in, std::string_view what, CallArgs& args,
-                                           const std::vector<std::string_view>& names);
 
 }  // namespace strata::chat_template

@@ -17,7 +17,7 @@ namespace {
 
 // jinja2 resolves filter and test names when it compiles a template: a name it does not know is an
 // error even in a branch that never runs. These are jinja2 3.1's own (tojson replaced by transformers');
-// the renderer refuses, when they run, the few strata does not implement (builtins.cc).
+// the renderer refuses, when they run, the few strata does not implement (filters.cc, jinja_tests.cc).
 bool KnownFilter(std::string_view name) {
   static const absl::flat_hash_set<std::string> kFilters = {
       "abs",       "attr",       "batch",       "capitalize", "center",  "count",

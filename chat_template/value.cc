@@ -322,16 +322,6 @@ std::string Repr(const Value& v) {
   return "";
 }
 
-namespace {
-
-double AsDouble(const Value& v) {
-  if (v.kind == Kind::kBool) return v.boolean ? 1 : 0;
-  if (v.kind == Kind::kInt) return static_cast<double>(v.integer);
-  return v.number;
-}
-
-}  // namespace
-
 bool Equals(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) {
     if (a.kind != Kind::kFloat && b.kind != Kind::kFloat) {

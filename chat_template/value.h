@@ -103,6 +103,10 @@ struct Value {
 std::string TypeName(const Value& v);
 // Python truthiness (Undefined is falsy).
 bool Truthy(const Value& v);
+// Python's numbers: bool is an int (True == 1); AsInt and AsDouble take a number.
+inline bool IsIntLike(const Value& v) { return v.kind == Kind::kInt || v.kind == Kind::kBool; }
+inline int64_t AsInt(const Value& v) { return v.kind == Kind::kBool ? static_cast<int64_t>(v.boolean) : v.integer; }
+inline double AsDouble(const Value& v) { return v.kind == Kind::kFloat ? v.number : static_cast<double>(AsInt(v)); }
 // str(v) and repr(v). Undefined prints as "".
 std::string ToStr(const Value& v);
 std::string Repr(const Value& v);
