@@ -184,8 +184,7 @@ void LinearTilesT(const float* x, const typename E::T* w, const typename E::T* b
   };
   if constexpr (!std::is_same_v<E, F32>) {
     // Only while the widened block fits L1 beside the input rows' stream: past 16 KiB the groups read it from L2
-    // and converting in registers is faster (16 rows on a Zen 3, widened vs converted per group: K 768 1.2x;
-    // K 2048-4096 0.8x).
+    // and converting in registers is faster (bench/linear_speed.cc, widened against converted per group).
     if (rows > 4 && NR * k * static_cast<int64_t>(sizeof(float)) <= kWidenOnceMaxBytes) {
       const hn::ScalableTag<float> d;
       const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
@@ -225,8 +224,8 @@ constexpr int64_t kPanelPrefetchBytes = 1024;
 // The input rows [0, MR) (row m at x + m * xs) times `kc` columns of PP panels (panel q at w + q * ps, column j
 // of a panel at j * kPanelRows), added into the float32 accumulators at c (row m at c + m * ldc, PP x 16 wide).
 // kPrefetch: the first of several tiles over these columns, which reads them from memory for the others,
-// prefetches each panel kPanelPrefetchBytes ahead (the panels' next columns, or the next panel's first): 16 rows
-// from memory 1.1-1.4x on a Zen 3.
+// prefetches each panel kPanelPrefetchBytes ahead (the panels' next columns, or the next panel's first), which
+// rows streamed from memory gain from (bench/linear_speed.cc).
 template <class E, int MR, int PP, bool kPrefetch>
 HWY_NOINLINE void PanelTile(const float* x, int64_t xs, int64_t kc, const typename E::T* w, int64_t ps, float* c,
                             int64_t ldc) {
