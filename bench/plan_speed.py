@@ -3,7 +3,7 @@
 
 For each strategy, times transformers' computation of the device map in-process
 (`transformers.integrations.accelerate._get_device_map` on an already-built meta model: only the
-placement, not the model construction) and strata's `MakePlan` (`strata-plan ... --bench N`, which
+placement, not the model construction) and strata's `PlaceSpec` (`strata-plan ... --bench N`, which
 loads the model spec once, plans N times and prints {"bench_runs", "median_us", "min_us"}), checks
 that both maps are equal, and prints a table. See bench/README.md.
 """

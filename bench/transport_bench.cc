@@ -1,4 +1,4 @@
-// strata_transport_bench: runtime/executor/transport.h between two processes on loopback (fork; rank 1 echoes).
+// strata_transport_bench: transport/transport.h between two processes on loopback (fork; rank 1 echoes).
 // One-way latency is half a ping-pong's round trip (p50/p99); bandwidth is one-way messages back to back, then an
 // acknowledgement. Usage: strata_transport_bench [iterations per size, default 200] [message bytes ...]
 // (default sizes: 16 KiB, 256 KiB, 4 MiB, 64 MiB; bench/group_speed.py passes a group's hop sizes)
@@ -13,9 +13,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
-#include "runtime/executor/transport.h"
+#include "transport/transport.h"
 
-namespace t = strata::runtime::transport;
+namespace t = strata::transport;
 
 namespace {
 

@@ -7,8 +7,7 @@
 // default when a team is no larger than the CPUs) while the next kernel wants those cores for strata's team:
 // at 16 batched decodes of a 768-wide model on 2 vCPUs, 38% of the server's samples were libgomp spinning
 // after the small ATen regions of each layer (a bfloat16 input widened, the logits cast), and the server
-// served 110.7 tok/s where OMP_WAIT_POLICY=PASSIVE served 230.2 (2-vCPU Zen 3; bench/README.md, "A real AVX2
-// server").
+// served about half the tokens it served with OMP_WAIT_POLICY=PASSIVE (bench/README.md, "A real AVX2 server").
 //
 // libgomp reads its environment once, in its constructor; and a setenv() this early is lost (libc's own
 // constructor resets `environ` to the process's original block after it). So where neither

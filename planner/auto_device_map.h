@@ -2,7 +2,7 @@
 // transformers' automatic placement, step for step: get_balanced_memory (the max_memory rebalancing
 // behind "auto", "balanced" and "balanced_low_0") and infer_auto_device_map (the greedy fill with
 // splitting, tied parameters and the largest-layer reserve), then clean_device_map.
-// Internal to planner/: callers use MakePlan (plan.h).
+// Internal to planner/: callers use PlaceSpec (plan.h).
 
 #include <cstdint>
 #include <string>

@@ -70,14 +70,14 @@ absl::StatusOr<int64_t> ParseMemorySize(absl::string_view text) {
     bool decimal;
   };
   // TiB and TB go beyond accelerate (which rejects them) so that disk budgets read naturally.
-  static constexpr Unit kUnits[] = {{"TIB", 1099511627776.0, false},
-                                    {"GIB", 1073741824.0, false},
-                                    {"MIB", 1048576.0, false},
-                                    {"KIB", 1024.0, false},
-                                    {"TB", 1e12, true},
-                                    {"GB", 1e9, true},
-                                    {"MB", 1e6, true},
-                                    {"KB", 1e3, true}};
+  static constexpr Unit kUnits[] = {{.suffix = "TIB", .factor = 1099511627776.0, .decimal = false},
+                                    {.suffix = "GIB", .factor = 1073741824.0, .decimal = false},
+                                    {.suffix = "MIB", .factor = 1048576.0, .decimal = false},
+                                    {.suffix = "KIB", .factor = 1024.0, .decimal = false},
+                                    {.suffix = "TB", .factor = 1e12, .decimal = true},
+                                    {.suffix = "GB", .factor = 1e9, .decimal = true},
+                                    {.suffix = "MB", .factor = 1e6, .decimal = true},
+                                    {.suffix = "KB", .factor = 1e3, .decimal = true}};
   for (const Unit& unit : kUnits) {
     if (!absl::EndsWith(upper, unit.suffix)) continue;
     double number = 0;

@@ -73,8 +73,8 @@ bool AllOnGpus(const DeviceMap& map) {
 
 }  // namespace
 
-absl::StatusOr<ExpertsOnPlan> MakePlanWithExpertsOn(const ModelSpec& spec, const PlanRequest& request,
-                                                    const Device& experts_device) {
+absl::StatusOr<ExpertsOnPlan> PlaceSpecWithExpertsOn(const ModelSpec& spec, const PlanRequest& request,
+                                                     const Device& experts_device) {
   if (request.device_map.strategy == Strategy::kManual) {
     return absl::InvalidArgumentError(
         "--experts-on: needs a strategy (auto, balanced, balanced_low_0, sequential), not a manual device map; "
@@ -86,7 +86,7 @@ absl::StatusOr<ExpertsOnPlan> MakePlanWithExpertsOn(const ModelSpec& spec, const
     return absl::InvalidArgumentError(
         absl::StrCat("--experts-on: ", spec.architecture, " has no experts modules (model.layers.N.mlp.experts)"));
   }
-  absl::StatusOr<Plan> first = MakePlan(spec, request);
+  absl::StatusOr<Plan> first = PlaceSpec(spec, request);
   if (!first.ok()) return first.status();
   ExpertsOnPlan out;
   const bool has_gpus = std::any_of(first->devices.begin(), first->devices.end(),
@@ -105,7 +105,7 @@ absl::StatusOr<ExpertsOnPlan> MakePlanWithExpertsOn(const ModelSpec& spec, const
     moved.insert(experts[experts.size() - k]);
     ModelSpec lighter = spec;
     ZeroExperts(lighter.root, moved);
-    placed = MakePlan(lighter, request);
+    placed = PlaceSpec(lighter, request);
     if (!placed.ok()) return placed.status();
     if (AllOnGpus(placed->device_map)) break;
   }
@@ -123,7 +123,7 @@ absl::StatusOr<ExpertsOnPlan> MakePlanWithExpertsOn(const ModelSpec& spec, const
     }
     Expand(*module, device, moved, experts_device, manual.device_map.manual);
   }
-  absl::StatusOr<Plan> final_plan = MakePlan(spec, manual);
+  absl::StatusOr<Plan> final_plan = PlaceSpec(spec, manual);
   if (!final_plan.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--experts-on ", experts_device.ToString(), ": the experts of ",
                                                    moved.size(),

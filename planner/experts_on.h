@@ -29,7 +29,7 @@ struct ExpertsOnPlan {
 
 // Errors: a manual map in the request (there is nothing to re-plan), a model without experts modules,
 // DEVICE over its max_memory.
-absl::StatusOr<ExpertsOnPlan> MakePlanWithExpertsOn(const ModelSpec& spec, const PlanRequest& request,
-                                                    const Device& experts_device);
+absl::StatusOr<ExpertsOnPlan> PlaceSpecWithExpertsOn(const ModelSpec& spec, const PlanRequest& request,
+                                                     const Device& experts_device);
 
 }  // namespace strata::planner

@@ -153,9 +153,9 @@ ModuleSpec RmsNorm(const ModuleSpec& parent, const char* local, int64_t dim, DTy
 ModuleSpec Mlp(const ModuleSpec& parent, const char* local, int64_t hidden, int64_t intermediate,
                const DeepseekFields& f, DType dtype) {
   ModuleSpec mlp = Module(parent, local, "DeepseekV3MLP");
-  mlp.children.push_back(Linear(mlp, "gate_proj", hidden, intermediate, false, dtype));
-  mlp.children.push_back(Linear(mlp, "up_proj", hidden, intermediate, false, dtype));
-  mlp.children.push_back(Linear(mlp, "down_proj", intermediate, hidden, false, dtype));
+  mlp.children.push_back(LinearModule(mlp, "gate_proj", hidden, intermediate, false, dtype));
+  mlp.children.push_back(LinearModule(mlp, "up_proj", hidden, intermediate, false, dtype));
+  mlp.children.push_back(LinearModule(mlp, "down_proj", intermediate, hidden, false, dtype));
   mlp.children.push_back(Module(mlp, "act_fn", f.act_class));
   return mlp;
 }
@@ -165,18 +165,18 @@ ModuleSpec Attention(const ModuleSpec& layer, const DecoderSizes& sizes, const D
   const int64_t qk_head_dim = f.qk_nope_head_dim + f.qk_rope_head_dim;
   ModuleSpec attn = Module(layer, "self_attn", "DeepseekV3Attention");
   if (!f.q_lora_rank) {
-    attn.children.push_back(Linear(attn, "q_proj", hidden, heads * qk_head_dim, false, dtype));
+    attn.children.push_back(LinearModule(attn, "q_proj", hidden, heads * qk_head_dim, false, dtype));
   } else {
-    attn.children.push_back(Linear(attn, "q_a_proj", hidden, *f.q_lora_rank, f.attention_bias, dtype));
+    attn.children.push_back(LinearModule(attn, "q_a_proj", hidden, *f.q_lora_rank, f.attention_bias, dtype));
     attn.children.push_back(RmsNorm(attn, "q_a_layernorm", *f.q_lora_rank, dtype));
-    attn.children.push_back(Linear(attn, "q_b_proj", *f.q_lora_rank, heads * qk_head_dim, false, dtype));
+    attn.children.push_back(LinearModule(attn, "q_b_proj", *f.q_lora_rank, heads * qk_head_dim, false, dtype));
   }
   attn.children.push_back(
-      Linear(attn, "kv_a_proj_with_mqa", hidden, f.kv_lora_rank + f.qk_rope_head_dim, f.attention_bias, dtype));
+      LinearModule(attn, "kv_a_proj_with_mqa", hidden, f.kv_lora_rank + f.qk_rope_head_dim, f.attention_bias, dtype));
   attn.children.push_back(RmsNorm(attn, "kv_a_layernorm", f.kv_lora_rank, dtype));
   attn.children.push_back(
-      Linear(attn, "kv_b_proj", f.kv_lora_rank, heads * (f.qk_nope_head_dim + f.v_head_dim), false, dtype));
-  attn.children.push_back(Linear(attn, "o_proj", heads * f.v_head_dim, hidden, f.attention_bias, dtype));
+      LinearModule(attn, "kv_b_proj", f.kv_lora_rank, heads * (f.qk_nope_head_dim + f.v_head_dim), false, dtype));
+  attn.children.push_back(LinearModule(attn, "o_proj", heads * f.v_head_dim, hidden, f.attention_bias, dtype));
   return attn;
 }
 
@@ -242,6 +242,60 @@ absl::Status ReadRope(const json& config, int64_t max_positions, const DeepseekF
   return absl::OkStatus();
 }
 
+// The module tree under spec.root (DeepseekV3ForCausalLM): embeddings, the decoder layers (the first
+// first_k_dense_replace dense, the rest MoE, whose experts' per-expert storage it records), norm, rotary
+// embedding, LM head.
+void AddModules(const DecoderSizes& sizes, const DeepseekFields& f, DType dtype, ModelSpec& spec) {
+  const int64_t hidden = sizes.hidden;
+  ModuleSpec& root = spec.root;
+  root.class_name = spec.architecture;
+  ModuleSpec model = Module(root, "model", "DeepseekV3Model");
+  ModuleSpec embed = Module(model, "embed_tokens", "Embedding");
+  embed.parameters.push_back(Tensor("weight", {sizes.vocab, hidden}, dtype));
+  model.children.push_back(std::move(embed));
+  ModuleSpec layer_list = Module(model, "layers", "ModuleList");
+  for (int64_t i = 0; i < sizes.layers; ++i) {
+    ModuleSpec layer = Module(layer_list, std::to_string(i), "DeepseekV3DecoderLayer");
+    layer.children.push_back(Attention(layer, sizes, f, dtype));
+    if (i >= f.first_k_dense_replace) {
+      layer.children.push_back(MoeBlock(layer, hidden, f, dtype));
+      const std::string experts = layer.ChildName("mlp.experts");
+      spec.per_expert_storage.push_back(ExpertsStorage{experts, experts, "gate_proj.weight", "up_proj.weight",
+                                                       "down_proj.weight", f.n_routed_experts, hidden,
+                                                       f.moe_intermediate, dtype});
+    } else {
+      layer.children.push_back(Mlp(layer, "mlp", hidden, sizes.intermediate, f, dtype));
+    }
+    layer.children.push_back(RmsNorm(layer, "input_layernorm", hidden, dtype));
+    layer.children.push_back(RmsNorm(layer, "post_attention_layernorm", hidden, dtype));
+    layer_list.children.push_back(std::move(layer));
+  }
+  model.children.push_back(std::move(layer_list));
+  model.children.push_back(RmsNorm(model, "norm", hidden, dtype));
+  ModuleSpec rotary = Module(model, "rotary_emb", "DeepseekV3RotaryEmbedding");
+  const int64_t inv_freq = (f.qk_rope_head_dim + 1) / 2;  // head_dim is qk_rope_head_dim
+  rotary.buffers.push_back(Tensor("inv_freq", {inv_freq}, DType::kFloat32, /*persistent=*/false));
+  rotary.buffers.push_back(Tensor("original_inv_freq", {inv_freq}, DType::kFloat32, /*persistent=*/false));
+  model.children.push_back(std::move(rotary));
+  root.children.push_back(std::move(model));
+  root.children.push_back(LinearModule(root, "lm_head", hidden, sizes.vocab, /*bias=*/false, dtype));
+}
+
+// The MoE block's routing (DeepseekV3TopkRouter: sigmoid scores, group-limited top-k) and which layers are sparse.
+void SetMoe(const DeepseekFields& f, int64_t layers, MoeConfig& moe) {
+  moe.router = MoeConfig::Router::kSigmoidGroups;
+  moe.num_experts = f.n_routed_experts;
+  moe.top_k = f.top_k;
+  moe.norm_topk_prob = f.norm_topk_prob;
+  moe.weights_in_float32 = true;
+  moe.n_group = f.n_group;
+  moe.topk_group = f.topk_group;
+  moe.routed_scaling_factor = f.routed_scaling_factor;
+  moe.shared_intermediate = f.moe_intermediate * f.n_shared_experts;
+  moe.sparse.assign(static_cast<size_t>(layers), false);
+  for (int64_t i = f.first_k_dense_replace; i < layers; ++i) moe.sparse[static_cast<size_t>(i)] = true;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelSpec> DeepseekV3SpecFromConfig(const json& config, const Architecture& arch, DType dtype,
@@ -255,7 +309,6 @@ absl::StatusOr<ModelSpec> DeepseekV3SpecFromConfig(const json& config, const Arc
   absl::StatusOr<DeepseekFields> f = ReadFields(config, sizes->layers);
   if (!f.ok()) return f.status();
   if (absl::Status s = CheckPadTokenId(config, sizes->vocab, 0); !s.ok()) return s;
-  const int64_t hidden = sizes->hidden;
 
   ModelSpec spec;
   spec.architecture = std::string(arch.name);
@@ -271,38 +324,7 @@ absl::StatusOr<ModelSpec> DeepseekV3SpecFromConfig(const json& config, const Arc
   spec.ignored_prefixes = {absl::StrCat("model.layers.", sizes->layers, ".")};
   spec.keep_float32 = {"e_score_correction_bias"};
 
-  ModuleSpec& root = spec.root;
-  root.class_name = spec.architecture;
-  ModuleSpec model = Module(root, "model", "DeepseekV3Model");
-  ModuleSpec embed = Module(model, "embed_tokens", "Embedding");
-  embed.parameters.push_back(Tensor("weight", {sizes->vocab, hidden}, dtype));
-  model.children.push_back(std::move(embed));
-  ModuleSpec layer_list = Module(model, "layers", "ModuleList");
-  for (int64_t i = 0; i < sizes->layers; ++i) {
-    ModuleSpec layer = Module(layer_list, std::to_string(i), "DeepseekV3DecoderLayer");
-    layer.children.push_back(Attention(layer, *sizes, *f, dtype));
-    if (i >= f->first_k_dense_replace) {
-      layer.children.push_back(MoeBlock(layer, hidden, *f, dtype));
-      const std::string experts = layer.ChildName("mlp.experts");
-      spec.per_expert_storage.push_back(ExpertsStorage{experts, experts, "gate_proj.weight", "up_proj.weight",
-                                                       "down_proj.weight", f->n_routed_experts, hidden,
-                                                       f->moe_intermediate, dtype});
-    } else {
-      layer.children.push_back(Mlp(layer, "mlp", hidden, sizes->intermediate, *f, dtype));
-    }
-    layer.children.push_back(RmsNorm(layer, "input_layernorm", hidden, dtype));
-    layer.children.push_back(RmsNorm(layer, "post_attention_layernorm", hidden, dtype));
-    layer_list.children.push_back(std::move(layer));
-  }
-  model.children.push_back(std::move(layer_list));
-  model.children.push_back(RmsNorm(model, "norm", hidden, dtype));
-  ModuleSpec rotary = Module(model, "rotary_emb", "DeepseekV3RotaryEmbedding");
-  const int64_t inv_freq = (f->qk_rope_head_dim + 1) / 2;  // head_dim is qk_rope_head_dim
-  rotary.buffers.push_back(Tensor("inv_freq", {inv_freq}, DType::kFloat32, /*persistent=*/false));
-  rotary.buffers.push_back(Tensor("original_inv_freq", {inv_freq}, DType::kFloat32, /*persistent=*/false));
-  model.children.push_back(std::move(rotary));
-  root.children.push_back(std::move(model));
-  root.children.push_back(Linear(root, "lm_head", hidden, sizes->vocab, /*bias=*/false, dtype));
+  AddModules(*sizes, *f, dtype, spec);
   if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) {
     return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
   }
@@ -321,17 +343,7 @@ absl::StatusOr<ModelSpec> DeepseekV3SpecFromConfig(const json& config, const Arc
                           .v_head_dim = f->v_head_dim,
                           .rope_interleave = f->rope_interleave,
                           .attention_bias = f->attention_bias};
-  decoder.moe.router = MoeConfig::Router::kSigmoidGroups;
-  decoder.moe.num_experts = f->n_routed_experts;
-  decoder.moe.top_k = f->top_k;
-  decoder.moe.norm_topk_prob = f->norm_topk_prob;
-  decoder.moe.weights_in_float32 = true;
-  decoder.moe.n_group = f->n_group;
-  decoder.moe.topk_group = f->topk_group;
-  decoder.moe.routed_scaling_factor = f->routed_scaling_factor;
-  decoder.moe.shared_intermediate = f->moe_intermediate * f->n_shared_experts;
-  decoder.moe.sparse.assign(static_cast<size_t>(sizes->layers), false);
-  for (int64_t i = f->first_k_dense_replace; i < sizes->layers; ++i) decoder.moe.sparse[static_cast<size_t>(i)] = true;
+  SetMoe(*f, sizes->layers, decoder.moe);
   decoder.sliding_window.assign(static_cast<size_t>(sizes->layers), 0);
   absl::StatusOr<double> eps = NumberOr(config, "", "rms_norm_eps", 1e-6);
   if (!eps.ok()) return eps.status();

@@ -49,8 +49,16 @@ struct GemmaVariant {
   int64_t sliding_window_pattern;  // default layer_types: every pattern-th layer is full attention
 };
 
-constexpr GemmaVariant kGemma2{"Gemma2ForCausalLM", "Gemma2", "Gemma2Model", false, 2};
-constexpr GemmaVariant kGemma3{"Gemma3ForCausalLM", "Gemma3", "Gemma3TextModel", true, 6};
+constexpr GemmaVariant kGemma2{.architecture = "Gemma2ForCausalLM",
+                               .prefix = "Gemma2",
+                               .model_class = "Gemma2Model",
+                               .qk_norm = false,
+                               .sliding_window_pattern = 2};
+constexpr GemmaVariant kGemma3{.architecture = "Gemma3ForCausalLM",
+                               .prefix = "Gemma3",
+                               .model_class = "Gemma3TextModel",
+                               .qk_norm = true,
+                               .sliding_window_pattern = 6};
 
 const GemmaVariant& VariantOf(const Architecture& arch) {
   return arch.name == kGemma3.architecture ? kGemma3 : kGemma2;
@@ -338,19 +346,19 @@ ModuleSpec DecoderLayer(const ModuleSpec& layer_list, int64_t i, const GemmaVari
   const bool bias = options.bias;
   ModuleSpec layer = Module(layer_list, std::to_string(i), p + "DecoderLayer");
   ModuleSpec attn = Module(layer, "self_attn", p + "Attention");
-  attn.children.push_back(Linear(attn, "q_proj", hidden, heads * head_dim, bias, dtype));
-  attn.children.push_back(Linear(attn, "k_proj", hidden, kv_heads * head_dim, bias, dtype));
-  attn.children.push_back(Linear(attn, "v_proj", hidden, kv_heads * head_dim, bias, dtype));
-  attn.children.push_back(Linear(attn, "o_proj", heads * head_dim, hidden, bias, dtype));
+  attn.children.push_back(LinearModule(attn, "q_proj", hidden, heads * head_dim, bias, dtype));
+  attn.children.push_back(LinearModule(attn, "k_proj", hidden, kv_heads * head_dim, bias, dtype));
+  attn.children.push_back(LinearModule(attn, "v_proj", hidden, kv_heads * head_dim, bias, dtype));
+  attn.children.push_back(LinearModule(attn, "o_proj", heads * head_dim, hidden, bias, dtype));
   if (v.qk_norm) {
     attn.children.push_back(Norm(attn, "q_norm", norm_class, head_dim, dtype));
     attn.children.push_back(Norm(attn, "k_norm", norm_class, head_dim, dtype));
   }
   layer.children.push_back(std::move(attn));
   ModuleSpec mlp = Module(layer, "mlp", p + "MLP");
-  mlp.children.push_back(Linear(mlp, "gate_proj", hidden, intermediate, false, dtype));
-  mlp.children.push_back(Linear(mlp, "up_proj", hidden, intermediate, false, dtype));
-  mlp.children.push_back(Linear(mlp, "down_proj", intermediate, hidden, false, dtype));
+  mlp.children.push_back(LinearModule(mlp, "gate_proj", hidden, intermediate, false, dtype));
+  mlp.children.push_back(LinearModule(mlp, "up_proj", hidden, intermediate, false, dtype));
+  mlp.children.push_back(LinearModule(mlp, "down_proj", intermediate, hidden, false, dtype));
   mlp.children.push_back(Module(mlp, "act_fn", options.act_class));
   layer.children.push_back(std::move(mlp));
   for (const char* norm :
@@ -414,7 +422,7 @@ ModelSpec BuildSpec(const GemmaVariant& v, const GemmaSizes& sizes, const GemmaO
 
   model.children.push_back(RotaryEmbedding(model, v, sizes.head_dim, layer_types));
   root.children.push_back(std::move(model));
-  root.children.push_back(Linear(root, "lm_head", sizes.hidden, sizes.vocab, /*bias=*/false, dtype));
+  root.children.push_back(LinearModule(root, "lm_head", sizes.hidden, sizes.vocab, /*bias=*/false, dtype));
   return spec;
 }
 

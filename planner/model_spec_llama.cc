@@ -4,7 +4,7 @@
 // (models/{llama,mistral,qwen2}/modeling_*.py and configuration_*.py): the same module names, class names,
 // registration order, parameters, buffers and tied weights. The three families share one layout and differ
 // in class-name prefix, config defaults, validation and which projections carry a bias. Qwen3, Qwen3-MoE
-// and Mixtral reuse this layout and edit it through Family::extend (model_spec_moe.h).
+// and Mixtral reuse this layout and edit it through Family::extend (model_spec_qwen3.h, model_spec_moe.h).
 //
 // The forward pass's settings (ModelSpec::decoder) are read with the tree: rms_norm_eps, RoPE (default,
 // linear, llama3), sliding windows per layer (Mistral: `sliding_window` on every layer; Qwen2 and Qwen3:
@@ -30,6 +30,7 @@
 #include "planner/model_registry.h"
 #include "planner/model_spec.h"
 #include "planner/model_spec_moe.h"
+#include "planner/model_spec_qwen3.h"
 #include "planner/spec_builder.h"
 
 namespace strata::planner {
@@ -66,7 +67,7 @@ struct Family {
   std::optional<int64_t> default_head_dim = std::nullopt;
   SlidingWindows sliding_windows = SlidingWindows::kNone;
   // The family's changes to the Llama layout (q/k norms, sparse MoE blocks) and to the forward pass's
-  // settings that go with them, model_spec_moe.h.
+  // settings that go with them, model_spec_qwen3.h and model_spec_moe.h.
   absl::Status (*extend)(const json& config, ModelSpec& spec, DecoderConfig& decoder) = nullptr;
 };
 
@@ -453,16 +454,16 @@ ModuleSpec DecoderLayer(const ModuleSpec& layer_list, int64_t i, const Family& f
   ModuleSpec layer = Module(layer_list, std::to_string(i), absl::StrCat(p, "DecoderLayer"));
 
   ModuleSpec attn = Module(layer, "self_attn", absl::StrCat(p, "Attention"));
-  attn.children.push_back(Linear(attn, "q_proj", hidden, heads * head_dim, qkv_bias, dtype));
-  attn.children.push_back(Linear(attn, "k_proj", hidden, kv_heads * head_dim, qkv_bias, dtype));
-  attn.children.push_back(Linear(attn, "v_proj", hidden, kv_heads * head_dim, qkv_bias, dtype));
-  attn.children.push_back(Linear(attn, "o_proj", heads * head_dim, hidden, attention_bias, dtype));
+  attn.children.push_back(LinearModule(attn, "q_proj", hidden, heads * head_dim, qkv_bias, dtype));
+  attn.children.push_back(LinearModule(attn, "k_proj", hidden, kv_heads * head_dim, qkv_bias, dtype));
+  attn.children.push_back(LinearModule(attn, "v_proj", hidden, kv_heads * head_dim, qkv_bias, dtype));
+  attn.children.push_back(LinearModule(attn, "o_proj", heads * head_dim, hidden, attention_bias, dtype));
   layer.children.push_back(std::move(attn));
 
   ModuleSpec mlp = Module(layer, "mlp", absl::StrCat(p, "MLP"));
-  mlp.children.push_back(Linear(mlp, "gate_proj", hidden, intermediate, mlp_bias, dtype));
-  mlp.children.push_back(Linear(mlp, "up_proj", hidden, intermediate, mlp_bias, dtype));
-  mlp.children.push_back(Linear(mlp, "down_proj", intermediate, hidden, mlp_bias, dtype));
+  mlp.children.push_back(LinearModule(mlp, "gate_proj", hidden, intermediate, mlp_bias, dtype));
+  mlp.children.push_back(LinearModule(mlp, "up_proj", hidden, intermediate, mlp_bias, dtype));
+  mlp.children.push_back(LinearModule(mlp, "down_proj", intermediate, hidden, mlp_bias, dtype));
   mlp.children.push_back(Module(mlp, "act_fn", options.act_class));
   layer.children.push_back(std::move(mlp));
 
@@ -509,7 +510,7 @@ ModelSpec BuildSpec(const Family& family, const LlamaSizes& sizes, const LlamaOp
   root.children.push_back(std::move(model));
   // With tie_word_embeddings, lm_head.weight is the embedding's Parameter object: it still appears under
   // lm_head (as named_parameters(recurse=False) shows) and tied_weights records the sharing.
-  root.children.push_back(Linear(root, "lm_head", sizes.hidden, sizes.vocab, /*bias=*/false, dtype));
+  root.children.push_back(LinearModule(root, "lm_head", sizes.hidden, sizes.vocab, /*bias=*/false, dtype));
   return spec;
 }
 

@@ -1,8 +1,9 @@
 #pragma once
-// Internal to ModelSpecFromConfig: what Qwen3, Qwen3-MoE and Mixtral change in the Llama-family layout
-// that model_spec_llama.cc builds (q/k RMSNorms per head; sparse MoE blocks with fused experts), and the
-// MoE config fields they read. Each Extend* edits the finished Llama-layout spec in place and sets the
-// forward pass's settings that go with its changes (DecoderConfig::qk_norm, DecoderConfig::moe).
+// Internal to ModelSpecFromConfig: the MoE pieces that Qwen3-MoE (model_spec_qwen3.h) and Mixtral change in the
+// Llama-family layout that model_spec_llama.cc builds (sparse MoE blocks with fused experts), the MoE config fields
+// they read, and the tree edits they share with dense Qwen3 (q/k RMSNorms per head). ExtendMixtralSpec edits the
+// finished Llama-layout spec in place and sets the forward pass's settings that go with its changes
+// (DecoderConfig::moe).
 
 #include <cstdint>
 #include <string>
@@ -49,11 +50,10 @@ absl::StatusOr<MoeFields> ReadMixtralFields(const nlohmann::json& config);
 // Whether Qwen3-MoE's layer `layer` holds a sparse MoE block (Qwen3MoeDecoderLayer.__init__).
 bool Qwen3MoeLayerIsSparse(const MoeFields& moe, int64_t layer);
 
-absl::Status ExtendQwen3Spec(const nlohmann::json& config, ModelSpec& spec, DecoderConfig& decoder);
-absl::Status ExtendQwen3MoeSpec(const nlohmann::json& config, ModelSpec& spec, DecoderConfig& decoder);
+// Mixtral (model_spec_mixtral.cc); Qwen3 and Qwen3-MoE are model_spec_qwen3.h's.
 absl::Status ExtendMixtralSpec(const nlohmann::json& config, ModelSpec& spec, DecoderConfig& decoder);
 
-// Shared by the Extend* functions (model_spec_moe.cc).
+// Shared by the Extend* functions (model_spec_moe.cc; Qwen3's and Mixtral's).
 // Adds `prefix`RMSNorm q_norm and k_norm over head_dim to every layer's self_attn (Qwen3Attention).
 void AddQkNorms(ModelSpec& spec, const std::string& prefix);
 // The sparse block `prefix`SparseMoeBlock for layer `layer`'s `mlp`, children in registration order

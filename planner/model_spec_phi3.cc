@@ -239,12 +239,12 @@ absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const json& config, const Architect
   for (int64_t i = 0; i < layers; ++i) {
     ModuleSpec layer = Module(layer_list, std::to_string(i), "Phi3DecoderLayer");
     ModuleSpec attn = Module(layer, "self_attn", "Phi3Attention");
-    attn.children.push_back(Linear(attn, "o_proj", heads * head_dim, hidden, false, dtype));
-    attn.children.push_back(Linear(attn, "qkv_proj", hidden, qkv_rows, false, dtype));
+    attn.children.push_back(LinearModule(attn, "o_proj", heads * head_dim, hidden, false, dtype));
+    attn.children.push_back(LinearModule(attn, "qkv_proj", hidden, qkv_rows, false, dtype));
     layer.children.push_back(std::move(attn));
     ModuleSpec mlp = Module(layer, "mlp", "Phi3MLP");
-    mlp.children.push_back(Linear(mlp, "gate_up_proj", hidden, 2 * intermediate, false, dtype));
-    mlp.children.push_back(Linear(mlp, "down_proj", intermediate, hidden, false, dtype));
+    mlp.children.push_back(LinearModule(mlp, "gate_up_proj", hidden, 2 * intermediate, false, dtype));
+    mlp.children.push_back(LinearModule(mlp, "down_proj", intermediate, hidden, false, dtype));
     mlp.children.push_back(Module(mlp, "activation_fn", *act_class));
     layer.children.push_back(std::move(mlp));
     layer.children.push_back(Norm(layer, "input_layernorm", "Phi3RMSNorm", hidden, dtype));
@@ -260,7 +260,7 @@ absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const json& config, const Architect
   rotary.buffers.push_back(Tensor("original_inv_freq", {rope->inv_freq_length}, DType::kFloat32, false));
   model.children.push_back(std::move(rotary));
   root.children.push_back(std::move(model));
-  root.children.push_back(Linear(root, "lm_head", hidden, vocab, /*bias=*/false, dtype));
+  root.children.push_back(LinearModule(root, "lm_head", hidden, vocab, /*bias=*/false, dtype));
   if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) {
     return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
   }

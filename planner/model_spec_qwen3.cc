@@ -6,6 +6,8 @@
 // and k; Qwen3-MoE routes each token to num_experts_per_tok experts, renormalising their probabilities
 // when norm_topk_prob, and casts the routing weights back to the activations' dtype.
 
+#include "planner/model_spec_qwen3.h"
+
 #include <string>
 
 #include "absl/strings/str_cat.h"

@@ -1,7 +1,7 @@
 #pragma once
 // Logical devices: a plan made for N GPUs runs on the devices that exist (GUIDE.md, Logical devices).
 // `--physical-devices 0=cpu,1=cpu` or `0=cuda:0,1=cuda:0`; by default GPU i is cuda:i. Plain C++: the
-// planner's binaries and the runtime read it alike (cli/placement_flags.h parses the flag).
+// planner's binaries and the runtime read it alike (planner/placement_flags.h parses the flag).
 
 #include <map>
 #include <string>

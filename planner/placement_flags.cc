@@ -1,4 +1,4 @@
-#include "cli/placement_flags.h"
+#include "planner/placement_flags.h"
 
 #include <string>
 
@@ -35,31 +35,31 @@ ABSL_FLAG(std::string, runtime_reserve, "",
           "such as 2GiB");
 ABSL_FLAG(std::string, physical_devices, "", "run plan GPUs on these devices: 0=cpu,1=cpu or 0=cuda:0,1=cuda:0");
 
-namespace strata::cli {
+namespace strata::planner {
 
-std::vector<FlagSpec> PlacementFlagSpecs(const PlacementFlagSet& set) {
-  std::vector<FlagSpec> flags;
-  flags.push_back(Flag(FLAGS_model, "DIR"));
-  if (set.module_tree) flags.push_back(Flag(FLAGS_module_tree, "FILE"));
-  flags.push_back(Flag(FLAGS_device_map, "S"));
-  flags.push_back(Flag(FLAGS_max_memory, "SPEC")
+std::vector<cli::FlagSpec> PlacementFlagSpecs(const PlacementFlagSet& set) {
+  std::vector<cli::FlagSpec> flags;
+  flags.push_back(cli::Flag(FLAGS_model, "DIR"));
+  if (set.module_tree) flags.push_back(cli::Flag(FLAGS_module_tree, "FILE"));
+  flags.push_back(cli::Flag(FLAGS_device_map, "S"));
+  flags.push_back(cli::Flag(FLAGS_max_memory, "SPEC")
                       .ShowDefault("what transformers takes from the machine (each GPU's free memory, 90% of the "
                                    "available host memory; 90% of the GPU when one GPU has memory, unless "
                                    "sequential)"));
-  flags.push_back(Flag(FLAGS_dtype, "D")
+  flags.push_back(cli::Flag(FLAGS_dtype, "D")
                       .ShowDefault("the checkpoint's; float32 when a server or strata-generate runs "
                                    "every stage on the CPU"));
-  flags.push_back(Flag(FLAGS_quantized_sizing, "S"));
-  if (set.kv_cache_tokens) flags.push_back(Flag(FLAGS_kv_cache_tokens, "N"));
+  flags.push_back(cli::Flag(FLAGS_quantized_sizing, "S"));
+  if (set.kv_cache_tokens) flags.push_back(cli::Flag(FLAGS_kv_cache_tokens, "N"));
   flags.push_back(
-      Flag(FLAGS_runtime_reserve, "R")
+      cli::Flag(FLAGS_runtime_reserve, "R")
           .ShowDefault(set.runtime_reserve_auto ? "auto" : "none (a size keeps one on every GPU that runs a stage)"));
-  if (set.physical_devices) flags.push_back(Flag(FLAGS_physical_devices, "MAP").ShowDefault("GPU i is cuda:i"));
-  if (set.fp8_matmul) flags.push_back(Flag(FLAGS_fp8_matmul, "M"));
+  if (set.physical_devices) flags.push_back(cli::Flag(FLAGS_physical_devices, "MAP").ShowDefault("GPU i is cuda:i"));
+  if (set.fp8_matmul) flags.push_back(cli::Flag(FLAGS_fp8_matmul, "M"));
   return flags;
 }
 
-absl::StatusOr<Placement> ParsePlacement(const ParsedArgs& parsed, const PlacementFlagSet& set) {
+absl::StatusOr<Placement> ParsePlacement(const cli::ParsedArgs& parsed, const PlacementFlagSet& set) {
   Placement out;
   const bool model = parsed.Given(FLAGS_model);
   const bool module_tree = set.module_tree && parsed.Given(FLAGS_module_tree);
@@ -74,39 +74,39 @@ absl::StatusOr<Placement> ParsePlacement(const ParsedArgs& parsed, const Placeme
     if (absl::GetFlag(FLAGS_module_tree).empty()) return absl::InvalidArgumentError("--module-tree: empty path");
     out.module_tree = absl::GetFlag(FLAGS_module_tree);
   }
-  absl::StatusOr<planner::DeviceMapChoice> choice = planner::ParseDeviceMapChoice(absl::GetFlag(FLAGS_device_map));
-  if (!choice.ok()) return FlagError(FLAGS_device_map, choice.status());
+  absl::StatusOr<DeviceMapChoice> choice = ParseDeviceMapChoice(absl::GetFlag(FLAGS_device_map));
+  if (!choice.ok()) return cli::FlagError(FLAGS_device_map, choice.status());
   out.device_map = *std::move(choice);
   if (parsed.Given(FLAGS_max_memory)) {
-    absl::StatusOr<planner::MaxMemory> max_memory = planner::ParseMaxMemory(absl::GetFlag(FLAGS_max_memory));
-    if (!max_memory.ok()) return FlagError(FLAGS_max_memory, max_memory.status());
+    absl::StatusOr<MaxMemory> max_memory = ParseMaxMemory(absl::GetFlag(FLAGS_max_memory));
+    if (!max_memory.ok()) return cli::FlagError(FLAGS_max_memory, max_memory.status());
     out.max_memory = *std::move(max_memory);
   }
   if (parsed.Given(FLAGS_dtype)) {
-    absl::StatusOr<planner::DType> dtype = planner::ParseDType(absl::GetFlag(FLAGS_dtype));
-    if (!dtype.ok()) return FlagError(FLAGS_dtype, dtype.status());
+    absl::StatusOr<DType> dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
+    if (!dtype.ok()) return cli::FlagError(FLAGS_dtype, dtype.status());
     out.dtype = *dtype;
   }
-  absl::StatusOr<planner::QuantizedSizing> sizing =
-      planner::ParseQuantizedSizing(absl::GetFlag(FLAGS_quantized_sizing));
-  if (!sizing.ok()) return FlagError(FLAGS_quantized_sizing, sizing.status());
+  absl::StatusOr<QuantizedSizing> sizing =
+      ParseQuantizedSizing(absl::GetFlag(FLAGS_quantized_sizing));
+  if (!sizing.ok()) return cli::FlagError(FLAGS_quantized_sizing, sizing.status());
   out.quantized_sizing = *sizing;
   if (set.kv_cache_tokens) {
     out.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
     if (out.kv_cache_tokens < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(Spelling(FLAGS_kv_cache_tokens), ": \"", out.kv_cache_tokens, "\" is not an integer >= 0"));
+          absl::StrCat(cli::Spelling(FLAGS_kv_cache_tokens), ": \"", out.kv_cache_tokens, "\" is not an integer >= 0"));
     }
   }
   out.runtime_reserve.kind =
-      set.runtime_reserve_auto ? planner::RuntimeReserve::Kind::kAuto : planner::RuntimeReserve::Kind::kNone;
+      set.runtime_reserve_auto ? RuntimeReserve::Kind::kAuto : RuntimeReserve::Kind::kNone;
   if (parsed.Given(FLAGS_runtime_reserve)) {
-    absl::StatusOr<planner::RuntimeReserve> reserve =
-        planner::ParseRuntimeReserve(absl::GetFlag(FLAGS_runtime_reserve));
-    if (!reserve.ok()) return FlagError(FLAGS_runtime_reserve, reserve.status());
-    if (reserve->kind == planner::RuntimeReserve::Kind::kAuto && !set.runtime_reserve_auto) {
+    absl::StatusOr<RuntimeReserve> reserve =
+        ParseRuntimeReserve(absl::GetFlag(FLAGS_runtime_reserve));
+    if (!reserve.ok()) return cli::FlagError(FLAGS_runtime_reserve, reserve.status());
+    if (reserve->kind == RuntimeReserve::Kind::kAuto && !set.runtime_reserve_auto) {
       return absl::InvalidArgumentError(
-          absl::StrCat(Spelling(FLAGS_runtime_reserve),
+          absl::StrCat(cli::Spelling(FLAGS_runtime_reserve),
                        ": auto is sized from serving limits this command does not take (strata-server's and "
                        "strata-generate's --max-batch, --max-context, --max-batch-tokens): give a size or none"));
     }
@@ -114,8 +114,8 @@ absl::StatusOr<Placement> ParsePlacement(const ParsedArgs& parsed, const Placeme
   }
   if (set.physical_devices && parsed.Given(FLAGS_physical_devices)) {
     // ParsePhysicalDevices' messages already start with the flag.
-    absl::StatusOr<planner::PhysicalDeviceMap> physical =
-        planner::ParsePhysicalDevices(absl::GetFlag(FLAGS_physical_devices));
+    absl::StatusOr<PhysicalDeviceMap> physical =
+        ParsePhysicalDevices(absl::GetFlag(FLAGS_physical_devices));
     if (!physical.ok()) return physical.status();
     out.physical_devices = *std::move(physical);
   }
@@ -123,11 +123,11 @@ absl::StatusOr<Placement> ParsePlacement(const ParsedArgs& parsed, const Placeme
     const std::string matmul = absl::GetFlag(FLAGS_fp8_matmul);
     if (matmul != "dequantize" && matmul != "scaled_mm") {
       return absl::InvalidArgumentError(
-          absl::StrCat(Spelling(FLAGS_fp8_matmul), ": \"", matmul, "\" is not dequantize or scaled_mm"));
+          absl::StrCat(cli::Spelling(FLAGS_fp8_matmul), ": \"", matmul, "\" is not dequantize or scaled_mm"));
     }
     out.fp8_scaled_mm = matmul == "scaled_mm";
   }
   return out;
 }
 
-}  // namespace strata::cli
+}  // namespace strata::planner

@@ -19,7 +19,7 @@
 #include "planner/physical_devices.h"
 #include "planner/plan.h"
 
-namespace strata::cli {
+namespace strata::planner {
 
 // Which of the optional placement flags a binary takes (--model, --device-map, --max-memory and --dtype
 // always).
@@ -38,24 +38,24 @@ struct Placement {
   // With PlacementFlagSet::module_tree exactly one of the two; otherwise model_dir.
   std::optional<std::filesystem::path> model_dir;
   std::optional<std::filesystem::path> module_tree;
-  planner::DeviceMapChoice device_map;           // default: balanced_low_0, as transformers' examples use
-  std::optional<planner::MaxMemory> max_memory;  // absent: the planner's default (the machine's memory)
-  std::optional<planner::DType> dtype;           // absent: what the checkpoint declares
+  DeviceMapChoice device_map;           // default: balanced_low_0, as transformers' examples use
+  std::optional<MaxMemory> max_memory;  // absent: the planner's default (the machine's memory)
+  std::optional<DType> dtype;           // absent: what the checkpoint declares
   // How a quantized checkpoint's linear layers are sized (planner/quantized_spec.h): the packed bytes strata
   // keeps (default) or what transformers' quantizer registers on this machine.
-  planner::QuantizedSizing quantized_sizing = planner::QuantizedSizing::kPacked;
+  QuantizedSizing quantized_sizing = QuantizedSizing::kPacked;
   int64_t kv_cache_tokens = 0;
-  planner::PhysicalDeviceMap physical_devices;  // empty: GPU i is cuda:i
+  PhysicalDeviceMap physical_devices;  // empty: GPU i is cuda:i
   bool fp8_scaled_mm = false;                   // --fp8-matmul scaled_mm: W8A8 FP8 layers on GPUs
   // --runtime-reserve (planner/runtime_reserve.h); for auto the binary sets `limits` from its serving flags.
-  planner::RuntimeReserve runtime_reserve;
+  RuntimeReserve runtime_reserve;
 };
 
 // The flags of `set`, in the order --help lists them; `section` heads the first (may be empty).
-std::vector<FlagSpec> PlacementFlagSpecs(const PlacementFlagSet& set);
+std::vector<cli::FlagSpec> PlacementFlagSpecs(const PlacementFlagSet& set);
 
 // Reads the placement flags of `set` after Parse. Errors are InvalidArgument naming the flag
 // ("--max-memory: ...", "give exactly one of --model DIR or --module-tree FILE").
-absl::StatusOr<Placement> ParsePlacement(const ParsedArgs& parsed, const PlacementFlagSet& set);
+absl::StatusOr<Placement> ParsePlacement(const cli::ParsedArgs& parsed, const PlacementFlagSet& set);
 
-}  // namespace strata::cli
+}  // namespace strata::planner

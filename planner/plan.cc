@@ -360,8 +360,8 @@ absl::Status ApplyQuantizedSizing(ModelSpec& spec, const PlanRequest& request) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<PlannedModel> PlanModel(const ModelSource& source, std::optional<DType> dtype,
-                                       const PlanRequest& request) {
+absl::StatusOr<PlannedModel> LoadAndPlace(const ModelSource& source, std::optional<DType> dtype,
+                                          const PlanRequest& request) {
   PlannedModel out;
   if (source.model_dir.has_value()) {
     absl::StatusOr<ModelSpec> spec = LoadModelSpec(*source.model_dir, dtype);
@@ -381,7 +381,7 @@ absl::StatusOr<PlannedModel> PlanModel(const ModelSource& source, std::optional<
     return absl::InvalidArgumentError("give --model DIR or --module-tree FILE");
   }
   if (absl::Status s = ApplyQuantizedSizing(out.spec, request); !s.ok()) return s;
-  absl::StatusOr<Plan> plan = MakePlan(out.spec, request);
+  absl::StatusOr<Plan> plan = PlaceSpec(out.spec, request);
   if (!plan.ok()) {
     // The planner names the module or device; say which flag the plan came from.
     return absl::Status(plan.status().code(), absl::StrCat("cannot place the model with --device-map ",
@@ -392,7 +392,7 @@ absl::StatusOr<PlannedModel> PlanModel(const ModelSource& source, std::optional<
   return out;
 }
 
-absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request) {
+absl::StatusOr<Plan> PlaceSpec(const ModelSpec& spec, const PlanRequest& request) {
   if (absl::Status kv = CheckKvCacheRequest(spec, request); !kv.ok()) return kv;
   if (!HasTensors(spec.root)) {
     return absl::InvalidArgumentError("model: the module tree holds no parameters or buffers: nothing to place");

@@ -43,7 +43,7 @@ struct PlanRequest {
   // transformers computes from the machine when it is given no max_memory.
   std::optional<MaxMemory> max_memory;
   // The machine, discovered once by the caller (DiscoverInventory) or given by hand. Read only when
-  // max_memory is absent; when both are absent MakePlan discovers the machine itself (callers that
+  // max_memory is absent; when both are absent PlaceSpec discovers the machine itself (callers that
   // plan more than once should discover once and pass it here).
   std::optional<MachineInventory> inventory;
   // Beyond transformers: reserve on each GPU the KV cache its decoder layers need for this many
@@ -54,8 +54,8 @@ struct PlanRequest {
   RuntimeReserve runtime_reserve;
   // Fill Plan::explanation (costs string building on every placement decision).
   bool explain = false;
-  // A quantized checkpoint's sizing (--quantized-sizing), applied by PlanModel / ApplyQuantizedSizing before
-  // placing; MakePlan places the tree it is given.
+  // A quantized checkpoint's sizing (--quantized-sizing), applied by LoadAndPlace / ApplyQuantizedSizing before
+  // placing; PlaceSpec places the tree it is given.
   QuantizedSizing quantized_sizing = QuantizedSizing::kPacked;
 };
 
@@ -102,10 +102,10 @@ struct Plan {
   std::vector<std::string> warnings;
 };
 
-// Places the model. Strategies reproduce transformers' from_pretrained(device_map=...) exactly;
-// manual maps are validated (coverage, unknown modules/devices, tied weights, budgets). Errors are
-// InvalidArgument naming the module or device.
-absl::StatusOr<Plan> MakePlan(const ModelSpec& spec, const PlanRequest& request);
+// Places a spec already loaded (LoadAndPlace loads one, then calls this). Strategies reproduce transformers'
+// from_pretrained(device_map=...) exactly; manual maps are validated (coverage, unknown modules/devices, tied weights,
+// budgets). Errors are InvalidArgument naming the module or device.
+absl::StatusOr<Plan> PlaceSpec(const ModelSpec& spec, const PlanRequest& request);
 
 // Sizes a quantized spec's tree as request.quantized_sizing says (nothing for a dense spec). `transformers`
 // sizing of an FP8 checkpoint depends on the machine (quantized_spec.h's TransformersKeepsFp8): the request's
@@ -124,12 +124,12 @@ struct PlannedModel {
   Plan plan;
 };
 
-// The one planning step of strata-server (plan-only and serving) and the runtime's PlanServing: the spec of
+// The one planning step of strata-server (plan-only and serving) and the runtime's PlanLoad: the spec of
 // `source` in `dtype` (LoadModelSpec, every checkpoint header checked; or LoadModuleTree), placed by
-// `request` (MakePlan). Errors keep their code and message, prefixed with the flag that led to them:
+// `request` (PlaceSpec). Errors keep their code and message, prefixed with the flag that led to them:
 // "--model DIR: ...", "--module-tree FILE: ...", "cannot place the model with --device-map S: ...".
-absl::StatusOr<PlannedModel> PlanModel(const ModelSource& source, std::optional<DType> dtype,
-                                       const PlanRequest& request);
+absl::StatusOr<PlannedModel> LoadAndPlace(const ModelSource& source, std::optional<DType> dtype,
+                                          const PlanRequest& request);
 
 // {"strategy", "device_map": {...}, "devices": [...], "stages": [...], "inventory" (when the plan has one),
 // "warnings": [...]} (see planner/README.md), map keys in plan order.

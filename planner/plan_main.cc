@@ -12,10 +12,10 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "cli/flags.h"
-#include "cli/placement_flags.h"
 #include "nlohmann/json.hpp"
 #include "planner/experts_on.h"
 #include "planner/model_spec.h"
+#include "planner/placement_flags.h"
 #include "planner/plan.h"
 #include "planner/quantized_spec.h"
 
@@ -37,7 +37,7 @@ namespace {
 
 using strata::cli::Flag;
 
-constexpr strata::cli::PlacementFlagSet kPlacementFlags{.module_tree = true, .kv_cache_tokens = true};
+constexpr strata::planner::PlacementFlagSet kPlacementFlags{.module_tree = true, .kv_cache_tokens = true};
 
 const strata::cli::CommandLine& Command() {
   static const strata::cli::CommandLine command = [] {
@@ -47,7 +47,7 @@ const strata::cli::CommandLine& Command() {
 Plans where each module of a model lives (GPUs, cpu, disk) exactly as transformers'
 from_pretrained(device_map=..., max_memory=...) would, and beyond it.
 )";
-    command.flags = strata::cli::PlacementFlagSpecs(kPlacementFlags);
+    command.flags = strata::planner::PlacementFlagSpecs(kPlacementFlags);
     command.flags.insert(command.flags.end(),
                          {Flag(FLAGS_inventory, "SPEC").Repeatable(),
                           Flag(FLAGS_experts_on, "DEVICE").ShowDefault("none"), Flag(FLAGS_json), Flag(FLAGS_explain),
@@ -68,6 +68,41 @@ int BadFlag(const absl::Flag<T>& flag, const absl::Status& status) {
   return BadInput(strata::cli::FlagError(flag, status).message());
 }
 
+// --bench N: N plannings timed, {"bench_runs", "median_us", "min_us"} printed.
+int Bench(const strata::planner::ModelSpec& spec, const strata::planner::PlanRequest& request, int runs) {
+  std::vector<double> micros;
+  for (int i = 0; i < runs; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<strata::planner::Plan> plan = strata::planner::PlaceSpec(spec, request);
+    auto stop = std::chrono::steady_clock::now();
+    if (!plan.ok()) return BadInput(plan.status().message());
+    micros.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
+  }
+  std::sort(micros.begin(), micros.end());
+  nlohmann::ordered_json out = {{"bench_runs", runs}, {"median_us", micros[micros.size() / 2]}, {"min_us", micros[0]}};
+  std::cout << out.dump() << "\n";
+  return 0;
+}
+
+// The plan on stdout: JSON with --json, else the machine, the quantization and the table (and --explain's why).
+void PrintPlan(const strata::planner::ModelSpec& spec, const strata::planner::Plan& plan, bool explain) {
+  using namespace strata::planner;
+  if (absl::GetFlag(FLAGS_json)) {
+    nlohmann::ordered_json json = PlanToJson(plan);
+    if (spec.quantization) json["quantization"] = QuantizationToJson(spec);
+    if (explain) json["explanation"] = plan.explanation;
+    std::cout << json.dump(1) << "\n";
+    return;
+  }
+  if (plan.inventory) std::cout << "machine: " << InventoryToString(*plan.inventory) << "\n";
+  if (spec.quantization) std::cout << "quantization: " << QuantizationSummary(spec) << "\n";
+  std::cout << PlanToTable(spec, plan);
+  if (explain) {
+    std::cout << "\nwhy:\n";
+    for (const std::string& line : plan.explanation) std::cout << "  " << line << "\n";
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -78,7 +113,7 @@ int main(int argc, char** argv) {
     std::cout << strata::cli::Help(Command());
     return 0;
   }
-  absl::StatusOr<strata::cli::Placement> placement = strata::cli::ParsePlacement(*parsed, kPlacementFlags);
+  absl::StatusOr<strata::planner::Placement> placement = strata::planner::ParsePlacement(*parsed, kPlacementFlags);
   if (!placement.ok()) return BadInput(placement.status().message());
   const bool explain = absl::GetFlag(FLAGS_explain);
   absl::StatusOr<ModelSpec> spec = placement->model_dir ? LoadModelSpec(*placement->model_dir, placement->dtype)
@@ -102,7 +137,7 @@ int main(int argc, char** argv) {
     if (!group.ok()) return BadFlag(FLAGS_inventory, group.status());
     request.inventory = *std::move(group);
   } else if (!request.max_memory) {
-    // Discovered once, here, rather than by MakePlan on every --bench run.
+    // Discovered once, here, rather than by PlaceSpec on every --bench run.
     absl::StatusOr<MachineInventory> inventory = DiscoverInventory();
     if (!inventory.ok()) {
       std::cerr << "strata-plan: cannot find this machine's memory: " << inventory.status().message() << "\n";
@@ -126,26 +161,14 @@ int main(int argc, char** argv) {
   if (parsed->Given(FLAGS_bench)) {
     const int runs = absl::GetFlag(FLAGS_bench);
     if (runs <= 0) return BadInput(absl::StrCat("--bench: expected a positive number of runs, got \"", runs, "\""));
-    std::vector<double> micros;
-    for (int i = 0; i < runs; ++i) {
-      auto start = std::chrono::steady_clock::now();
-      absl::StatusOr<Plan> plan = MakePlan(*spec, request);
-      auto stop = std::chrono::steady_clock::now();
-      if (!plan.ok()) return BadInput(plan.status().message());
-      micros.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
-    }
-    std::sort(micros.begin(), micros.end());
-    nlohmann::ordered_json out = {
-        {"bench_runs", runs}, {"median_us", micros[micros.size() / 2]}, {"min_us", micros[0]}};
-    std::cout << out.dump() << "\n";
-    return 0;
+    return Bench(*spec, request, runs);
   }
 
   absl::StatusOr<Plan> plan;
   if (const std::string text = absl::GetFlag(FLAGS_experts_on); !text.empty()) {
     absl::StatusOr<Device> device = ParseDevice(text);
     if (!device.ok()) return BadFlag(FLAGS_experts_on, device.status());
-    absl::StatusOr<ExpertsOnPlan> apart = MakePlanWithExpertsOn(*spec, request, *device);
+    absl::StatusOr<ExpertsOnPlan> apart = PlaceSpecWithExpertsOn(*spec, request, *device);
     if (!apart.ok()) return BadInput(apart.status().message());
     if (!apart->moved.empty()) {
       std::cerr << "strata-plan: experts of " << apart->moved.size() << " layers on " << device->ToString() << " ("
@@ -153,23 +176,10 @@ int main(int argc, char** argv) {
     }
     plan = std::move(apart->plan);
   } else {
-    plan = MakePlan(*spec, request);
+    plan = PlaceSpec(*spec, request);
   }
   if (!plan.ok()) return BadInput(plan.status().message());
   for (const std::string& warning : plan->warnings) std::cerr << "strata-plan: warning: " << warning << "\n";
-  if (absl::GetFlag(FLAGS_json)) {
-    nlohmann::ordered_json json = PlanToJson(*plan);
-    if (spec->quantization) json["quantization"] = QuantizationToJson(*spec);
-    if (explain) json["explanation"] = plan->explanation;
-    std::cout << json.dump(1) << "\n";
-    return 0;
-  }
-  if (plan->inventory) std::cout << "machine: " << InventoryToString(*plan->inventory) << "\n";
-  if (spec->quantization) std::cout << "quantization: " << QuantizationSummary(*spec) << "\n";
-  std::cout << PlanToTable(*spec, *plan);
-  if (explain) {
-    std::cout << "\nwhy:\n";
-    for (const std::string& line : plan->explanation) std::cout << "  " << line << "\n";
-  }
+  PrintPlan(*spec, *plan, explain);
   return 0;
 }

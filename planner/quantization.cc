@@ -202,6 +202,118 @@ absl::Status CheckInputActivations(const json& scheme, absl::string_view prefix,
   return absl::OkStatus();
 }
 
+// The weights' strategy (int: group or channel; float: channel, tensor or block) and the group size or block
+// structure it needs.
+absl::Status ParseCompressedStrategy(const json& weights, const std::string& w, QuantizationConfig& out) {
+  absl::StatusOr<std::optional<std::string>> strategy = OptionalString(weights, w, "strategy");
+  if (!strategy.ok()) return strategy.status();
+  if (!*strategy) return QuantError(absl::StrCat(w, "strategy"), "is missing");
+  out.strategy = **strategy;
+  const std::vector<std::string> strategies = out.float_weights ? std::vector<std::string>{"channel", "tensor", "block"}
+                                                                : std::vector<std::string>{"group", "channel"};
+  if (absl::Status s = CheckOneOf(absl::StrCat(w, "strategy"), out.strategy, strategies); !s.ok()) return s;
+  if (out.strategy == "group") {
+    absl::StatusOr<int64_t> group = IntOr(weights, w, "group_size", 0, 1, kMaxBlock);
+    if (!group.ok()) return group.status();
+    if (*group == 0) return QuantError(absl::StrCat(w, "group_size"), "is missing (strategy \"group\" needs one)");
+    out.group_size = *group;
+  }
+  if (out.strategy == "block") {
+    auto block = weights.find("block_structure");
+    if (block == weights.end() || !block->is_array() || block->size() != 2 || !(*block)[0].is_number_integer() ||
+        !(*block)[1].is_number_integer() || (*block)[0].get<int64_t>() <= 0 || (*block)[1].get<int64_t>() <= 0 ||
+        (*block)[0].get<int64_t>() > kMaxBlock || (*block)[1].get<int64_t>() > kMaxBlock) {
+      return QuantError(absl::StrCat(w, "block_structure"),
+                        absl::StrCat("must be [block_n, block_k] (positive integers) for strategy \"block\", got ",
+                                     block == weights.end() ? "nothing" : block->dump()));
+    }
+    out.block_n = (*block)[0].get<int64_t>();
+    out.block_k = (*block)[1].get<int64_t>();
+  }
+  return absl::OkStatus();
+}
+
+// compressed-tensors' weights args (QuantizationArgs) of the one scheme: type, bits, symmetry, strategy and its
+// group or block; weights stored quantized, in an activation order strata reads, scales in the model's dtype.
+absl::Status ParseCompressedWeights(const json& weights, const std::string& w, QuantizationConfig& out) {
+  absl::StatusOr<std::optional<std::string>> type = OptionalString(weights, w, "type");
+  if (!type.ok()) return type.status();
+  const std::string weight_type = type->value_or("int");
+  if (absl::Status s = CheckOneOf(absl::StrCat(w, "type"), weight_type, {"int", "float"}); !s.ok()) return s;
+  out.float_weights = weight_type == "float";
+  absl::StatusOr<int64_t> bits = IntOr(weights, w, "num_bits", 8, 1, 64);
+  if (!bits.ok()) return bits.status();
+  const std::vector<std::string> supported_bits =
+      out.float_weights ? std::vector<std::string>{"8"} : std::vector<std::string>{"4", "8"};
+  if (absl::Status s = CheckOneOf(absl::StrCat(w, "num_bits"), std::to_string(*bits), supported_bits); !s.ok())
+    return s;
+  out.bits = static_cast<int>(*bits);
+  absl::StatusOr<bool> symmetric = BoolOr(weights, w, "symmetric", true);
+  if (!symmetric.ok()) return symmetric.status();
+  out.symmetric = *symmetric;
+  if (out.float_weights && !out.symmetric) {
+    return QuantError(absl::StrCat(w, "symmetric"), "false is not supported for float (FP8) weights");
+  }
+  if (absl::Status s = ParseCompressedStrategy(weights, w, out); !s.ok()) return s;
+  auto dynamic = weights.find("dynamic");
+  if (dynamic != weights.end() && !dynamic->is_null() && *dynamic != false) {
+    return QuantError(absl::StrCat(w, "dynamic"),
+                      absl::StrCat("weights must be stored quantized (false), got ", dynamic->dump()));
+  }
+  auto actorder = weights.find("actorder");
+  if (actorder != weights.end() && !actorder->is_null() && *actorder != false && *actorder != "static" &&
+      *actorder != "weight") {
+    return QuantError(absl::StrCat(w, "actorder"),
+                      absl::StrCat(actorder->dump(),
+                                   " is not supported (supported: null, \"static\", \"weight\": group activation "
+                                   "order stores a weight_g_idx strata does not read)"));
+  }
+  for (const char* key : {"scale_dtype", "zp_dtype"}) {
+    if (absl::Status s = MustBeNull(weights, w, key, "is not supported: scales in the model's dtype only"); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The storage format (the scheme's own, else the config's) and the config's top-level fields strata refuses
+// when set: a quantization status other than compressed, a quantized KV cache, sparsity, transforms, transformers'
+// FP8-kernel module layout.
+absl::Status ParseCompressedFormat(const json& q, const json& scheme, const std::string& prefix,
+                                   QuantizationConfig& out) {
+  const std::string weight_type = out.float_weights ? "float" : "int";
+  // The scheme's own format overrides the config's.
+  absl::StatusOr<std::optional<std::string>> format = OptionalString(scheme, prefix, "format");
+  if (!format.ok()) return format.status();
+  std::string format_field = absl::StrCat(prefix, "format");
+  if (!*format) {
+    format = OptionalString(q, "", "format");
+    if (!format.ok()) return format.status();
+    format_field = "format";
+  }
+  out.format = format->value_or("dense");
+  const std::string wanted = out.float_weights ? "float-quantized" : "pack-quantized";
+  if (absl::Status s = CheckOneOf(format_field, out.format, {"pack-quantized", "float-quantized"}); !s.ok()) return s;
+  if (out.format != wanted) {
+    return QuantError(format_field, absl::StrCat("\"", out.format, "\" does not store ", weight_type,
+                                                 " weights (expected \"", wanted, "\")"));
+  }
+  absl::StatusOr<std::optional<std::string>> status = OptionalString(q, "", "quantization_status");
+  if (!status.ok()) return status.status();
+  if (*status) {
+    if (absl::Status s = CheckOneOf("quantization_status", **status, {"compressed"}); !s.ok()) return s;
+  }
+  if (absl::Status s = MustBeNull(q, "", "kv_cache_scheme", "a quantized KV cache is not supported"); !s.ok()) return s;
+  if (absl::Status s = MustBeNull(q, "", "sparsity_config", "sparse checkpoints are not supported"); !s.ok()) return s;
+  if (absl::Status s = MustBeNull(q, "", "transform_config", "transforms are not supported"); !s.ok()) return s;
+  absl::StatusOr<bool> optimized = BoolOr(q, "", "use_optimized_inference", false);
+  if (!optimized.ok()) return optimized.status();
+  if (*optimized) {
+    return QuantError("use_optimized_inference", "true is not supported (transformers' FP8-kernel module layout)");
+  }
+  return absl::OkStatus();
+}
+
 // quant_method "compressed-tensors": one config group (compressed-tensors' QuantizationScheme) of weights
 // args (QuantizationArgs), the format, the ignore list.
 absl::Status ParseCompressedTensors(const json& q, QuantizationConfig& out) {
@@ -235,103 +347,14 @@ absl::Status ParseCompressedTensors(const json& q, QuantizationConfig& out) {
   if (!weights->is_object()) {
     return QuantError(absl::StrCat(prefix, "weights"), absl::StrCat("must be an object, got ", weights->dump()));
   }
-  const std::string w = absl::StrCat(prefix, "weights.");
-  absl::StatusOr<std::optional<std::string>> type = OptionalString(*weights, w, "type");
-  if (!type.ok()) return type.status();
-  const std::string weight_type = type->value_or("int");
-  if (absl::Status s = CheckOneOf(absl::StrCat(w, "type"), weight_type, {"int", "float"}); !s.ok()) return s;
-  out.float_weights = weight_type == "float";
-  absl::StatusOr<int64_t> bits = IntOr(*weights, w, "num_bits", 8, 1, 64);
-  if (!bits.ok()) return bits.status();
-  const std::vector<std::string> supported_bits =
-      out.float_weights ? std::vector<std::string>{"8"} : std::vector<std::string>{"4", "8"};
-  if (absl::Status s = CheckOneOf(absl::StrCat(w, "num_bits"), std::to_string(*bits), supported_bits); !s.ok())
-    return s;
-  out.bits = static_cast<int>(*bits);
-  absl::StatusOr<bool> symmetric = BoolOr(*weights, w, "symmetric", true);
-  if (!symmetric.ok()) return symmetric.status();
-  out.symmetric = *symmetric;
-  if (out.float_weights && !out.symmetric) {
-    return QuantError(absl::StrCat(w, "symmetric"), "false is not supported for float (FP8) weights");
-  }
-  absl::StatusOr<std::optional<std::string>> strategy = OptionalString(*weights, w, "strategy");
-  if (!strategy.ok()) return strategy.status();
-  if (!*strategy) return QuantError(absl::StrCat(w, "strategy"), "is missing");
-  out.strategy = **strategy;
-  const std::vector<std::string> strategies = out.float_weights ? std::vector<std::string>{"channel", "tensor", "block"}
-                                                                : std::vector<std::string>{"group", "channel"};
-  if (absl::Status s = CheckOneOf(absl::StrCat(w, "strategy"), out.strategy, strategies); !s.ok()) return s;
-  if (out.strategy == "group") {
-    absl::StatusOr<int64_t> group = IntOr(*weights, w, "group_size", 0, 1, kMaxBlock);
-    if (!group.ok()) return group.status();
-    if (*group == 0) return QuantError(absl::StrCat(w, "group_size"), "is missing (strategy \"group\" needs one)");
-    out.group_size = *group;
-  }
-  if (out.strategy == "block") {
-    auto block = weights->find("block_structure");
-    if (block == weights->end() || !block->is_array() || block->size() != 2 || !(*block)[0].is_number_integer() ||
-        !(*block)[1].is_number_integer() || (*block)[0].get<int64_t>() <= 0 || (*block)[1].get<int64_t>() <= 0 ||
-        (*block)[0].get<int64_t>() > kMaxBlock || (*block)[1].get<int64_t>() > kMaxBlock) {
-      return QuantError(absl::StrCat(w, "block_structure"),
-                        absl::StrCat("must be [block_n, block_k] (positive integers) for strategy \"block\", got ",
-                                     block == weights->end() ? "nothing" : block->dump()));
-    }
-    out.block_n = (*block)[0].get<int64_t>();
-    out.block_k = (*block)[1].get<int64_t>();
-  }
-  auto dynamic = weights->find("dynamic");
-  if (dynamic != weights->end() && !dynamic->is_null() && *dynamic != false) {
-    return QuantError(absl::StrCat(w, "dynamic"),
-                      absl::StrCat("weights must be stored quantized (false), got ", dynamic->dump()));
-  }
-  auto actorder = weights->find("actorder");
-  if (actorder != weights->end() && !actorder->is_null() && *actorder != false && *actorder != "static" &&
-      *actorder != "weight") {
-    return QuantError(absl::StrCat(w, "actorder"),
-                      absl::StrCat(actorder->dump(),
-                                   " is not supported (supported: null, \"static\", \"weight\": group activation "
-                                   "order stores a weight_g_idx strata does not read)"));
-  }
-  for (const char* key : {"scale_dtype", "zp_dtype"}) {
-    if (absl::Status s = MustBeNull(*weights, w, key, "is not supported: scales in the model's dtype only"); !s.ok()) {
-      return s;
-    }
-  }
+  if (absl::Status s = ParseCompressedWeights(*weights, absl::StrCat(prefix, "weights."), out); !s.ok()) return s;
   if (absl::Status s = CheckInputActivations(scheme, prefix, out.float_weights); !s.ok()) return s;
   if (absl::Status s = MustBeNull(scheme, prefix, "output_activations", "quantized outputs are not supported");
       !s.ok()) {
     return s;
   }
 
-  // The scheme's own format overrides the config's.
-  absl::StatusOr<std::optional<std::string>> format = OptionalString(scheme, prefix, "format");
-  if (!format.ok()) return format.status();
-  std::string format_field = absl::StrCat(prefix, "format");
-  if (!*format) {
-    format = OptionalString(q, "", "format");
-    if (!format.ok()) return format.status();
-    format_field = "format";
-  }
-  out.format = format->value_or("dense");
-  const std::string wanted = out.float_weights ? "float-quantized" : "pack-quantized";
-  if (absl::Status s = CheckOneOf(format_field, out.format, {"pack-quantized", "float-quantized"}); !s.ok()) return s;
-  if (out.format != wanted) {
-    return QuantError(format_field, absl::StrCat("\"", out.format, "\" does not store ", weight_type,
-                                                 " weights (expected \"", wanted, "\")"));
-  }
-  absl::StatusOr<std::optional<std::string>> status = OptionalString(q, "", "quantization_status");
-  if (!status.ok()) return status.status();
-  if (*status) {
-    if (absl::Status s = CheckOneOf("quantization_status", **status, {"compressed"}); !s.ok()) return s;
-  }
-  if (absl::Status s = MustBeNull(q, "", "kv_cache_scheme", "a quantized KV cache is not supported"); !s.ok()) return s;
-  if (absl::Status s = MustBeNull(q, "", "sparsity_config", "sparse checkpoints are not supported"); !s.ok()) return s;
-  if (absl::Status s = MustBeNull(q, "", "transform_config", "transforms are not supported"); !s.ok()) return s;
-  absl::StatusOr<bool> optimized = BoolOr(q, "", "use_optimized_inference", false);
-  if (!optimized.ok()) return optimized.status();
-  if (*optimized) {
-    return QuantError("use_optimized_inference", "true is not supported (transformers' FP8-kernel module layout)");
-  }
+  if (absl::Status s = ParseCompressedFormat(q, scheme, prefix, out); !s.ok()) return s;
 
   absl::StatusOr<std::optional<std::vector<std::string>>> ignore = StringList(q, "", "ignore");
   if (!ignore.ok()) return ignore.status();

@@ -154,8 +154,8 @@ inline void SetSizes(const DecoderSizes& sizes, DecoderConfig& decoder) {
 }
 
 // nn.Linear(in, out, bias): weight [out, in], then bias [out].
-inline ModuleSpec Linear(const ModuleSpec& parent, std::string_view local, int64_t in, int64_t out, bool bias,
-                         DType dtype) {
+inline ModuleSpec LinearModule(const ModuleSpec& parent, std::string_view local, int64_t in, int64_t out, bool bias,
+                               DType dtype) {
   ModuleSpec m = Module(parent, local, "Linear");
   m.parameters.push_back(Tensor("weight", {out, in}, dtype));
   if (bias) m.parameters.push_back(Tensor("bias", {out}, dtype));

@@ -18,8 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cli/flags.h"
-#include "cli/placement_flags.h"
 #include "nlohmann/json.hpp"
+#include "planner/placement_flags.h"
 #include "runtime/engine/batch_generate.h"
 #include "runtime/engine/engine.h"
 #include "runtime/executor/loaded_model.h"
@@ -59,7 +59,7 @@ namespace {
 
 using strata::cli::Flag;
 
-constexpr strata::cli::PlacementFlagSet kPlacementFlags{
+constexpr strata::planner::PlacementFlagSet kPlacementFlags{
     .physical_devices = true, .fp8_matmul = true, .runtime_reserve_auto = true};
 
 const strata::cli::CommandLine& Command() {
@@ -69,7 +69,7 @@ const strata::cli::CommandLine& Command() {
 
 Greedy decoding of prompts, run together through the serving engine, on the devices a plan gives the model.
 )";
-    command.flags = strata::cli::PlacementFlagSpecs(kPlacementFlags);
+    command.flags = strata::planner::PlacementFlagSpecs(kPlacementFlags);
     command.flags.insert(
         command.flags.end(),
         {Flag(FLAGS_prompt, "TEXT").Repeatable(), Flag(FLAGS_prompt_ids, "IDS").Repeatable(),
@@ -339,7 +339,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::vector<PromptArg> prompt_args = Prompts(*parsed);
-  absl::StatusOr<strata::cli::Placement> placement = strata::cli::ParsePlacement(*parsed, kPlacementFlags);
+  absl::StatusOr<strata::planner::Placement> placement = strata::planner::ParsePlacement(*parsed, kPlacementFlags);
   if (!placement.ok()) return Fail(2, placement.status().message());
   if (prompt_args.empty()) return Fail(2, "give at least one --prompt TEXT or --prompt-ids IDS");
   const bool any_text =
@@ -358,26 +358,26 @@ int main(int argc, char** argv) {
   const int64_t prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   if (prefill_chunk < 0) return Fail(2, "--prefill-chunk: must not be negative");
 
-  ServingRequest serving;
-  serving.model_dir = *placement->model_dir;
-  serving.device_map = placement->device_map;
-  serving.max_memory = placement->max_memory;
-  serving.physical = placement->physical_devices;
-  serving.dtype = placement->dtype;
-  serving.quantized_sizing = placement->quantized_sizing;
-  serving.fp8_scaled_mm = placement->fp8_scaled_mm;
+  ServingRequest request;
+  request.model_dir = *placement->model_dir;
+  request.device_map = placement->device_map;
+  request.max_memory = placement->max_memory;
+  request.physical = placement->physical_devices;
+  request.dtype = placement->dtype;
+  request.quantized_sizing = placement->quantized_sizing;
+  request.serving.fp8_scaled_mm = placement->fp8_scaled_mm;
   size_t longest = 0;
   for (const auto& prompt : *prompts) longest = std::max(longest, prompt.size());
-  serving.max_batch = counts->max_batch.value_or(static_cast<int64_t>(prompts->size()));
-  serving.max_context = counts->max_context.value_or(static_cast<int64_t>(longest) + counts->max_new_tokens);
-  serving.runtime_reserve = placement->runtime_reserve;
+  request.serving.max_batch = counts->max_batch.value_or(static_cast<int64_t>(prompts->size()));
+  request.serving.max_context = counts->max_context.value_or(static_cast<int64_t>(longest) + counts->max_new_tokens);
+  request.runtime_reserve = placement->runtime_reserve;
   // One micro-batch in flight (below), of the engine's default token budget.
-  serving.runtime_reserve.limits = {.max_batch = serving.max_batch,
-                                    .max_context = serving.max_context,
+  request.runtime_reserve.limits = {.max_batch = request.serving.max_batch,
+                                    .max_context = request.serving.max_context,
                                     .max_batch_tokens = EngineOptions{}.micro_batch_tokens,
                                     .micro_batches = 1,
                                     .prompt_logprobs = true};
-  absl::StatusOr<LoadOptions> options = PlanServing(serving);
+  absl::StatusOr<LoadOptions> options = PlanLoad(request);
   if (!options.ok()) return FailWith(options.status());
   absl::StatusOr<std::unique_ptr<LoadedModel>> model = LoadedModel::Load(*options);
   if (!model.ok()) return FailWith(model.status());

@@ -8,7 +8,7 @@
 set -eu
 build=$1 venv=$2 out=$3
 mkdir -p "$out/bin" "$out/lib"
-for b in server/strata-server server/strata-client planner/strata-plan; do
+for b in server/strata-server clients/cpp/strata-client planner/strata-plan; do
   cp "$build/$b" "$out/bin/"
   strip --strip-unneeded "$out/bin/$(basename "$b")"
 done

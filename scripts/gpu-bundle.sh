@@ -35,7 +35,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 # What the build needs (CMakeLists.txt: absl, nlohmann_json, GTest; tokenizer/: pkg-config modules
-# oniguruma and libutf8proc; runtime/'s group transport: UCX and OpenSSL's libcrypto), with the run-time libraries their -dev packages depend on (checked with
+# oniguruma and libutf8proc; transport/: UCX and OpenSSL's libcrypto), with the run-time libraries their -dev packages depend on (checked with
 # `apt-cache depends`). pkg-config is Debian 12's pkgconf; it is used there only if the GPU machine has
 # no pkg-config of its own.
 packages=(

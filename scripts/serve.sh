@@ -36,8 +36,8 @@ if (($# == 0)); then
     set -- "$@" --device-map "$map" --physical-devices 0=cpu,1=cpu --max-memory 0=1GiB,1=1GiB,cpu=1GiB
   fi
   echo "strata: serving the demo model (random weights: expect gibberish). Once it says serving, try:" >&2
-  echo "  $build/server/strata-client --server $listen generate --prompt 'The server streams' --max-new-tokens 32" >&2
-  echo "  $build/server/strata-client --server $listen device-map" >&2
+  echo "  $build/clients/cpp/strata-client --server $listen generate --prompt 'The server streams' --max-new-tokens 32" >&2
+  echo "  $build/clients/cpp/strata-client --server $listen device-map" >&2
   echo "  curl -s 127.0.0.1:8000/v1/chat/completions -d '{\"model\": \"demo\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 16}'" >&2
   echo "  $venv/bin/python -c 'import openai; print(openai.OpenAI(base_url=\"http://127.0.0.1:8000/v1\", api_key=\"-\").completions.create(model=\"demo\", prompt=\"The server\", max_tokens=16).choices[0].text)'" >&2
 else
@@ -47,6 +47,6 @@ else
       listen=${!j}
     fi
   done
-  echo "strata: once it says serving, try: $build/server/strata-client --server ${listen/0.0.0.0/127.0.0.1} generate --prompt 'Hello' --max-new-tokens 32" >&2
+  echo "strata: once it says serving, try: $build/clients/cpp/strata-client --server ${listen/0.0.0.0/127.0.0.1} generate --prompt 'Hello' --max-new-tokens 32" >&2
 fi
 exec "$build/server/strata-server" "$@"

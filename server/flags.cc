@@ -16,7 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "base/file_reader.h"
 #include "cli/flags.h"
-#include "cli/placement_flags.h"
+#include "planner/placement_flags.h"
 #include "server/pem_files.h"
 
 // Declared at global scope, as ABSL_FLAG asks; only ParseServerFlags reads them.
@@ -121,11 +121,11 @@ namespace {
 using cli::Flag;
 using cli::FlagError;
 
-constexpr cli::PlacementFlagSet kPlacementFlags{.module_tree = true,
-                                                .kv_cache_tokens = true,
-                                                .physical_devices = true,
-                                                .fp8_matmul = true,
-                                                .runtime_reserve_auto = true};
+constexpr planner::PlacementFlagSet kPlacementFlags{.module_tree = true,
+                                                    .kv_cache_tokens = true,
+                                                    .physical_devices = true,
+                                                    .fp8_matmul = true,
+                                                    .runtime_reserve_auto = true};
 
 const cli::CommandLine& Command() {
   static const cli::CommandLine command = [] {
@@ -137,8 +137,8 @@ over gRPC (strata.v1.InferenceService/GetDeviceMap, health checking, reflection)
 When --model DIR holds safetensors weights, the server also loads them onto the planned devices and
 serves Generate (health is NOT_SERVING until the weights are loaded); otherwise it only plans.
 )";
-    // The shared placement flags (cli/placement_flags.h), then the serving ones.
-    command.flags = cli::PlacementFlagSpecs(kPlacementFlags);
+    // The shared placement flags (planner/placement_flags.h), then the serving ones.
+    command.flags = planner::PlacementFlagSpecs(kPlacementFlags);
     command.flags.insert(command.flags.end(),
                          {Flag(FLAGS_max_batch, "N").Section("Serving (weights present):"),
                           Flag(FLAGS_max_context, "N"),
@@ -270,9 +270,9 @@ absl::StatusOr<std::optional<ServerTls>> ReadServerTls(const cli::ParsedArgs& pa
 absl::Status ReadServingFlags(const cli::ParsedArgs& parsed, ServerOptions& options) {
   // Integer flags: destination, flag, smallest allowed value.
   for (auto [value, flag, least] :
-       {std::tuple{&options.serving.max_batch, &FLAGS_max_batch, int64_t{1}},
-        std::tuple{&options.serving.max_context, &FLAGS_max_context, int64_t{1}},
-        std::tuple{&options.serving.kv_block_tokens, &FLAGS_kv_block_tokens, int64_t{1}},
+       {std::tuple{&options.serving.runtime.max_batch, &FLAGS_max_batch, int64_t{1}},
+        std::tuple{&options.serving.runtime.max_context, &FLAGS_max_context, int64_t{1}},
+        std::tuple{&options.serving.runtime.kv_block_tokens, &FLAGS_kv_block_tokens, int64_t{1}},
         // 0 would refuse every request while health says SERVING.
         std::tuple{&options.serving.max_queue, &FLAGS_max_queue, int64_t{1}},
         std::tuple{&options.lifecycle.not_serving_after_errors, &FLAGS_not_serving_after_errors, int64_t{0}},
@@ -296,9 +296,9 @@ absl::Status ReadServingFlags(const cli::ParsedArgs& parsed, ServerOptions& opti
     if (!checked.ok()) return checked.status();
     options.limits.max_new_tokens = *checked;
   }
-  if (options.serving.kv_block_tokens > 4096) {
+  if (options.serving.runtime.kv_block_tokens > 4096) {
     return absl::InvalidArgumentError(absl::StrCat(cli::Spelling(FLAGS_kv_block_tokens), ": ",
-                                                   options.serving.kv_block_tokens, " is more than 4096"));
+                                                   options.serving.runtime.kv_block_tokens, " is more than 4096"));
   }
   options.serving.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   if (parsed.Given(FLAGS_chat_template)) {
@@ -333,9 +333,10 @@ absl::Status ReadServingFlags(const cli::ParsedArgs& parsed, ServerOptions& opti
 
 // The limits against --max-context and against what gRPC can take.
 absl::Status CheckLimits(const ServerOptions& options) {
-  if (options.limits.max_new_tokens > options.serving.max_context) {
+  if (options.limits.max_new_tokens > options.serving.runtime.max_context) {
     return absl::InvalidArgumentError(absl::StrCat("--max-new-tokens: ", options.limits.max_new_tokens,
-                                                   " is more than --max-context ", options.serving.max_context));
+                                                   " is more than --max-context ",
+                                                   options.serving.runtime.max_context));
   }
   // gRPC takes its message limit and stream count as int; the transport's own ceiling is twice the
   // message limit (server/README.md, "Limits").
@@ -350,9 +351,10 @@ absl::Status CheckLimits(const ServerOptions& options) {
                                                    options.limits.max_streams_per_connection, " is more than ",
                                                    INT32_MAX));
   }
-  if (options.limits.max_prompt_tokens > options.serving.max_context) {
+  if (options.limits.max_prompt_tokens > options.serving.runtime.max_context) {
     return absl::InvalidArgumentError(absl::StrCat("--max-prompt-tokens: ", options.limits.max_prompt_tokens,
-                                                   " is more than --max-context ", options.serving.max_context));
+                                                   " is more than --max-context ",
+                                                   options.serving.runtime.max_context));
   }
   return absl::OkStatus();
 }
@@ -483,15 +485,15 @@ absl::Status ReadGroupFlags(const cli::ParsedArgs& parsed, ServerOptions& option
     if (!leader.ok()) return FlagError(FLAGS_leader, leader.status());
     if (leader->port == 0) return absl::InvalidArgumentError("--leader: the port must not be 0");
     group.leader_host = leader->host;
-    group.port = leader->port;
+    group.leader_port = leader->port;
   } else if (const char* lws = std::getenv("LWS_LEADER_ADDRESS"); lws != nullptr && *lws != '\0') {
     group.leader_host = lws;
-    group.port = port;
+    group.leader_port = port;
     group.worker_port = port;
   } else if (group.rank > 0) {
     return absl::InvalidArgumentError("--leader: a worker needs the leader's HOST:PORT (or LWS_LEADER_ADDRESS)");
   } else {
-    group.port = port;
+    group.leader_port = port;
   }
   if (group.leader_host.size() > 2 && group.leader_host.front() == '[') {
     group.leader_host = group.leader_host.substr(1, group.leader_host.size() - 2);
@@ -556,12 +558,13 @@ absl::StatusOr<ServerCommand> ParseServerFlags(std::span<const std::string> args
   }
   ServerOptions& options = command.options;
 
-  absl::StatusOr<cli::Placement> placement = cli::ParsePlacement(*parsed, kPlacementFlags);
+  absl::StatusOr<planner::Placement> placement = planner::ParsePlacement(*parsed, kPlacementFlags);
   if (!placement.ok()) return placement.status();
   options.placement = *std::move(placement);
   if (absl::Status status = ReadServingFlags(*parsed, options); !status.ok()) return status;
-  options.placement.runtime_reserve.limits = {.max_batch = options.serving.max_batch,
-                                              .max_context = options.serving.max_context,
+  options.serving.runtime.fp8_scaled_mm = options.placement.fp8_scaled_mm;
+  options.placement.runtime_reserve.limits = {.max_batch = options.serving.runtime.max_batch,
+                                              .max_context = options.serving.runtime.max_context,
                                               .max_batch_tokens = options.serving.max_batch_tokens,
                                               .micro_batches = options.serving.micro_batches,
                                               .prompt_logprobs = true};

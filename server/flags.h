@@ -15,11 +15,12 @@
 #include "absl/strings/string_view.h"
 #include "chat_template/reasoning.h"
 #include "chat_template/tool_calls.h"
-#include "cli/placement_flags.h"
 #include "planner/device.h"
 #include "planner/model_spec.h"
+#include "planner/placement_flags.h"
 #include "planner/plan.h"
 #include "runtime/executor/executor.h"
+#include "runtime/executor/serving_options.h"
 #include "server/api_keys.h"
 
 namespace strata::server {
@@ -48,13 +49,12 @@ inline constexpr char kGenerateMethod[] = "/strata.v1.InferenceService/Generate"
 inline constexpr char kGetDeviceMapMethod[] = "/strata.v1.InferenceService/GetDeviceMap";
 
 // How the engine runs (when --model DIR holds safetensors weights; see ServerUsage).
-struct ServingOptions {
-  int64_t max_batch = 16;      // sequences running at once
-  int64_t max_context = 2048;  // prompt tokens + max_new_tokens of one request, at most
-  // The paged KV cache: Placement::kv_cache_tokens (0: max_batch x max_context) in blocks of
-  // kv_block_tokens; prefix_cache reuses the blocks of prompt prefixes seen before.
-  int64_t kv_block_tokens = 16;
-  bool prefix_cache = true;
+struct ServingFlags {
+  // What the runtime reads as it is: --max-batch, --max-context (prompt tokens + max_new_tokens of one request, at
+  // most), --kv-block-tokens (the paged KV cache holds Placement::kv_cache_tokens, 0: max_batch x max_context, in
+  // blocks of it) and --fp8-matmul (Placement::fp8_scaled_mm, copied here once).
+  runtime::ServingOptions runtime{.max_batch = 16};
+  bool prefix_cache = true;        // reuses the KV blocks of prompt prefixes seen before
   int64_t max_queue = 256;         // requests waiting to run before RESOURCE_EXHAUSTED
   int64_t micro_batches = 0;       // micro-batches in flight across the stages (1: unpipelined; 0: one per stage)
   int64_t prefill_chunk = 256;     // prompt tokens per prefill chunk
@@ -75,7 +75,7 @@ struct ServingOptions {
 // Limits on what clients may ask and hold (server/README.md, "Limits"). Every refusal is counted under its
 // code.
 struct ClientLimits {
-  int64_t max_new_tokens = 0;                // per request; 0: ServingOptions::max_context
+  int64_t max_new_tokens = 0;                // per request; 0: --max-context
   int64_t max_message_bytes = 4 << 20;       // a GenerateRequest on the wire; larger: RESOURCE_EXHAUSTED
   int64_t max_prompt_bytes = 1 << 20;        // prompt text, checked before it is tokenized: INVALID_ARGUMENT
   int64_t max_prompt_tokens = 0;             // prompt tokens (text or ids); 0: max_context
@@ -136,7 +136,7 @@ struct GroupFlags {
   int size = 1;                         // --group-size; 1: no group
   int rank = 0;                         // --rank
   std::string leader_host;              // --leader HOST:PORT (or LWS_LEADER_ADDRESS): where workers reach the leader
-  int port = 50061;                     // the leader's data port: --leader's, else --group-port
+  int leader_port = 50061;              // the leader's data port: --leader's, else --group-port
   std::string bind_host = "127.0.0.1";  // --group-bind: the address this node's data port binds
   // A worker's data port (its neighbours in the stage order connect to it): --group-port under LeaderWorkerSet
   // (each pod has its own address), else any free port (nodes that share a host, as the tests run them).
@@ -150,8 +150,8 @@ struct GroupFlags {
 struct ServerOptions {
   // The model and where it goes: --model | --module-tree, --device-map, --max-memory, --dtype,
   // --kv-cache-tokens, --physical-devices (the flags strata-plan and strata-generate share).
-  cli::Placement placement;
-  ServingOptions serving;
+  planner::Placement placement;
+  ServingFlags serving;
   ClientLimits limits;
   Endpoints endpoints;
   Security security;

@@ -12,14 +12,10 @@
 #include "server/generate_reactor.h"
 #include "server/generate_validation.h"
 #include "server/grpc_handoff.h"
+#include "server/grpc_status.h"
 
 namespace strata::server {
 namespace {
-
-grpc::StatusCode ToGrpc(absl::StatusCode code) {
-  // absl and gRPC share the canonical code numbers.
-  return static_cast<grpc::StatusCode>(static_cast<int>(code));
-}
 
 std::string BufferToString(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
@@ -194,7 +190,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(grpc::Cal
     if (serving.ok()) {
       model = *serving;
     } else {
-      refusal = grpc::Status(ToGrpc(serving.status().code()), std::string(serving.status().message()));
+      refusal = ToGrpcStatus(serving.status());
     }
   }
   auto* reactor = new GenerateReactor(context, metrics, &open_streams_, limits_.max_stream_buffer_bytes);
@@ -235,12 +231,12 @@ void InferenceService::Admit(GenerateReactor* reactor, ServedModel* model, std::
   absl::StatusOr<runtime::GenerationRequest> valid =
       ValidateGenerateRequest(wire, model->limits(), model->tokenizer(), model->chat_template());
   if (!valid.ok()) {
-    reactor->Refuse(grpc::Status(ToGrpc(valid.status().code()), std::string(valid.status().message())));
+    reactor->Refuse(ToGrpcStatus(valid.status()));
     return;
   }
   const absl::Status submitted =
       SubmitUnlessDraining(model, [&] { return reactor->Submit(model->engine(), *std::move(valid), &in_flight_); });
-  if (!submitted.ok()) reactor->Refuse(grpc::Status(ToGrpc(submitted.code()), std::string(submitted.message())));
+  if (!submitted.ok()) reactor->Refuse(ToGrpcStatus(submitted));
 }
 
 }  // namespace strata::server

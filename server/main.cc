@@ -162,20 +162,21 @@ EarlyExit MakeStartupPlan(const strata::server::ServerOptions& options, bool ser
                           strata::runtime::NodeGroup* group, StartupPlan& startup) {
   if (serve_weights) {
     // A group's leader plans for the group's GPUs and sends every worker its part.
+    absl::StatusOr<strata::runtime::ServingRequest> request =
+        strata::server::ServingRequestOf(options.placement, options.serving, inventory);
+    // Errors name their flag (planner::LoadAndPlace prefixes the spec's with --model DIR).
     absl::StatusOr<strata::runtime::LoadOptions> planned =
-        group == nullptr ? strata::server::PlanServedModel(options.placement, options.serving, inventory) : [&] {
-          absl::StatusOr<strata::runtime::ServingRequest> request =
-              strata::server::ServingRequestOf(options.placement, options.serving, inventory);
-          return request.ok() ? strata::runtime::PlanForGroup(*group, *std::move(request))
-                              : absl::StatusOr<strata::runtime::LoadOptions>(request.status());
-        }();
+        !request.ok()      ? absl::StatusOr<strata::runtime::LoadOptions>(request.status())
+        : group == nullptr ? strata::runtime::PlanLoad(*request)
+                           : strata::runtime::PlanForGroup(*group, *std::move(request));
     if (!planned.ok()) {
       std::cerr << "strata-server: " << planned.status().message() << "\n";
       return planned.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
     }
     startup.load = *std::move(planned);
   } else {
-    absl::StatusOr<strata::server::ServedPlan> served = strata::server::MakeServedPlan(options.placement, inventory);
+    absl::StatusOr<strata::server::ServedPlan> served =
+        strata::server::PlanWithoutWeights(options.placement, inventory);
     if (!served.ok()) {
       std::cerr << "strata-server: " << served.status().message() << "\n";
       return kExitBadInput;
@@ -316,16 +317,16 @@ std::unique_ptr<strata::runtime::NodeGroup> JoinGroup(const strata::server::Serv
   group.rank = flags.rank;
   group.size = flags.size;
   group.leader_host = flags.leader_host;
-  group.leader_port = flags.port;
-  group.port = flags.worker_port;
+  group.leader_port = flags.leader_port;
+  group.worker_port = flags.worker_port;
   group.bind_host = flags.bind_host;
   group.secret = flags.secret;
   group.facts = *std::move(facts);
   group.start_timeout = absl::FromChrono(flags.timeout);
   group.deadline = absl::FromChrono(flags.deadline);
   std::cout << "strata-server: node " << flags.rank << " of a group of " << flags.size << ": "
-            << (flags.rank == 0 ? absl::StrCat("waiting for ", flags.size - 1, " workers on port ", flags.port)
-                                : absl::StrCat("joining the leader at ", flags.leader_host, ":", flags.port))
+            << (flags.rank == 0 ? absl::StrCat("waiting for ", flags.size - 1, " workers on port ", flags.leader_port)
+                                : absl::StrCat("joining the leader at ", flags.leader_host, ":", flags.leader_port))
             << std::endl;
   absl::StatusOr<std::unique_ptr<strata::runtime::NodeGroup>> joined = strata::runtime::NodeGroup::Join(group);
   if (!joined.ok()) {

@@ -21,15 +21,8 @@ bool HasWeights(const std::filesystem::path& dir) {
   return false;
 }
 
-absl::StatusOr<runtime::LoadOptions> PlanServedModel(const cli::Placement& placement, const ServingOptions& serving,
-                                                     const std::optional<planner::MachineInventory>& inventory) {
-  absl::StatusOr<runtime::ServingRequest> request = ServingRequestOf(placement, serving, inventory);
-  if (!request.ok()) return request.status();
-  // Errors name their flag (planner::PlanModel prefixes the spec's with --model DIR).
-  return runtime::PlanServing(*request);
-}
-
-absl::StatusOr<runtime::ServingRequest> ServingRequestOf(const cli::Placement& placement, const ServingOptions& serving,
+absl::StatusOr<runtime::ServingRequest> ServingRequestOf(const planner::Placement& placement,
+                                                         const ServingFlags& serving,
                                                          const std::optional<planner::MachineInventory>& inventory) {
   if (!placement.model_dir) return absl::InvalidArgumentError("--model: a checkpoint directory is needed to serve");
   runtime::ServingRequest request;
@@ -39,29 +32,26 @@ absl::StatusOr<runtime::ServingRequest> ServingRequestOf(const cli::Placement& p
   request.inventory = inventory;
   request.physical = placement.physical_devices;
   request.dtype = placement.dtype;
-  request.max_batch = serving.max_batch;
-  request.max_context = serving.max_context;
+  request.serving = serving.runtime;
   request.kv_cache_tokens = placement.kv_cache_tokens;
-  request.kv_block_tokens = serving.kv_block_tokens;
   request.runtime_reserve = placement.runtime_reserve;
   request.quantized_sizing = placement.quantized_sizing;
-  request.fp8_scaled_mm = placement.fp8_scaled_mm;
   return request;
 }
 
-ServingNotes NotesOnServing(const cli::Placement& placement, const ServingOptions& serving,
+ServingNotes NotesOnServing(const planner::Placement& placement, const ServingFlags& serving,
                             const runtime::LoadOptions& load) {
   ServingNotes out;
   const int64_t trained = load.spec.max_position_embeddings;
-  if (trained > 0 && serving.max_context > trained) {
-    out.warnings.push_back(absl::StrCat("--max-context ", serving.max_context, " is more than the ", trained,
+  if (trained > 0 && serving.runtime.max_context > trained) {
+    out.warnings.push_back(absl::StrCat("--max-context ", serving.runtime.max_context, " is more than the ", trained,
                                         " positions the model was trained for (config.json max_position_embeddings): "
                                         "past them its output is unreliable"));
   }
-  const int64_t pool_tokens = load.kv_blocks * load.kv_block_tokens;
+  const int64_t pool_tokens = load.kv_blocks * load.serving.kv_block_tokens;
   if (placement.kv_cache_tokens > 0 && pool_tokens != placement.kv_cache_tokens) {
     out.notes.push_back(absl::StrCat("--kv-cache-tokens ", placement.kv_cache_tokens, " rounded up to ", pool_tokens,
-                                     ": whole blocks of --kv-block-tokens ", load.kv_block_tokens));
+                                     ": whole blocks of --kv-block-tokens ", load.serving.kv_block_tokens));
   }
   return out;
 }
@@ -122,13 +112,13 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptio
   served->engine_ = *std::move(engine);
 
   served->limits_.vocab_size = served->model_->vocab_size();
-  served->limits_.max_context = options.serving.max_context;
+  served->limits_.max_context = options.serving.runtime.max_context;
   served->limits_.kv_cache_tokens = served->engine_->kv_cache_tokens();
   served->limits_.max_new_tokens =
-      options.limits.max_new_tokens > 0 ? options.limits.max_new_tokens : options.serving.max_context;
+      options.limits.max_new_tokens > 0 ? options.limits.max_new_tokens : options.serving.runtime.max_context;
   served->limits_.max_prompt_bytes = options.limits.max_prompt_bytes;
   served->limits_.max_prompt_tokens =
-      options.limits.max_prompt_tokens > 0 ? options.limits.max_prompt_tokens : options.serving.max_context;
+      options.limits.max_prompt_tokens > 0 ? options.limits.max_prompt_tokens : options.serving.runtime.max_context;
   served->plan_.spec = served->model_->report().spec;
   served->plan_.plan = served->model_->report().plan;
   served->plan_.kv_cache_tokens = served->engine_->kv_cache_tokens();

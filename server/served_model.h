@@ -47,22 +47,20 @@ struct ServingNotes {
   std::vector<std::string> warnings;
   std::vector<std::string> notes;
 };
-ServingNotes NotesOnServing(const cli::Placement& placement, const ServingOptions& serving,
+ServingNotes NotesOnServing(const planner::Placement& placement, const ServingFlags& serving,
                             const runtime::LoadOptions& load);
 
-// The one plan a serving process uses (GetDeviceMap shows it, the weights are placed by it): the spec in
-// the serving dtype and its placement with a KV reserve of --max-batch x --max-context tokens. Errors
-// name the flag or file.
-// `inventory`: the machine as discovered at start-up (used when --max-memory is absent).
-absl::StatusOr<runtime::LoadOptions> PlanServedModel(const cli::Placement& placement, const ServingOptions& serving,
-                                                     const std::optional<planner::MachineInventory>& inventory);
-// What PlanServedModel plans (a group's nodes plan through runtime/executor/group_load.h with it). Errors: no --model.
-absl::StatusOr<runtime::ServingRequest> ServingRequestOf(const cli::Placement& placement, const ServingOptions& serving,
+// What a serving process plans, from its flags: runtime::PlanLoad makes the one plan it uses (GetDeviceMap shows it,
+// the weights are placed by it: the spec in the serving dtype, a KV reserve of --max-batch x --max-context tokens;
+// errors name the flag or file); a group's nodes plan through runtime/executor/group_load.h with it.
+// `inventory`: the machine as discovered at start-up (used when --max-memory is absent). Errors: no --model.
+absl::StatusOr<runtime::ServingRequest> ServingRequestOf(const planner::Placement& placement,
+                                                         const ServingFlags& serving,
                                                          const std::optional<planner::MachineInventory>& inventory);
 
 class ServedModel {
  public:
-  // Loads the weights by `load` (PlanServedModel), the tokenizer (tokenizer.json or tiktoken.model) when
+  // Loads the weights by `load` (runtime::PlanLoad), the tokenizer (tokenizer.json or tiktoken.model) when
   // present and the EOS ids, and starts the engine. `on_device_lost` is called (on the engine thread) when
   // a failure leaves a device unusable. The leader of a group passes its group: every worker must have
   // loaded its stages (AwaitGroupReady) before the engine starts; a lost node is then a lost device.

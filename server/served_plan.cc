@@ -5,8 +5,8 @@
 
 namespace strata::server {
 
-absl::StatusOr<ServedPlan> MakeServedPlan(const cli::Placement& placement,
-                                          const std::optional<planner::MachineInventory>& inventory) {
+absl::StatusOr<ServedPlan> PlanWithoutWeights(const planner::Placement& placement,
+                                              const std::optional<planner::MachineInventory>& inventory) {
   planner::PlanRequest request;
   request.device_map = placement.device_map;
   request.max_memory = placement.max_memory;
@@ -20,7 +20,7 @@ absl::StatusOr<ServedPlan> MakeServedPlan(const cli::Placement& placement,
   }
   request.quantized_sizing = placement.quantized_sizing;
   absl::StatusOr<planner::PlannedModel> planned =
-      planner::PlanModel(planner::ModelSource{placement.model_dir, placement.module_tree}, placement.dtype, request);
+      planner::LoadAndPlace(planner::ModelSource{placement.model_dir, placement.module_tree}, placement.dtype, request);
   if (!planned.ok()) return planned.status();
   ServedPlan served;
   served.spec = std::move(planned->spec);

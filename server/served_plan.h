@@ -24,10 +24,11 @@ struct ServedPlan {
   std::vector<std::string> kv_devices;
 };
 
-// Loads the model's spec (--model or --module-tree) and places it. Errors keep the planner's code and
-// message, prefixed with the flag that led to them (planner::PlanModel, which PlanServing uses too).
+// The plan of a server without weights to load (it only plans): the model's spec (--model or --module-tree) placed
+// with no runtime reserve unless one was given by size. Errors keep the planner's code and message, prefixed with the
+// flag that led to them (planner::LoadAndPlace, which runtime::PlanLoad uses too).
 // `inventory`: the machine as discovered at start-up (used when --max-memory is absent).
-absl::StatusOr<ServedPlan> MakeServedPlan(const cli::Placement& placement,
-                                          const std::optional<planner::MachineInventory>& inventory);
+absl::StatusOr<ServedPlan> PlanWithoutWeights(const planner::Placement& placement,
+                                              const std::optional<planner::MachineInventory>& inventory);
 
 }  // namespace strata::server

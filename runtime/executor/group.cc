@@ -12,7 +12,7 @@
 namespace strata::runtime {
 namespace {
 
-// The host of "host:port" (an IPv6 host is bracketed, as transport.h writes it).
+// The host of "host:port" (an IPv6 host is bracketed, as transport/transport.h writes it).
 std::string HostOf(const std::string& address) {
   const size_t colon = address.rfind(':');
   std::string host = colon == std::string::npos ? address : address.substr(0, colon);
@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<NodeGroup>> NodeGroup::Join(const GroupOptions& o
   t.secret = options.secret;
   t.facts = options.facts;
   t.bind_host = options.bind_host;
-  t.port = options.rank == 0 ? options.leader_port : options.port;
+  t.port = options.rank == 0 ? options.leader_port : options.worker_port;
   absl::StatusOr<std::unique_ptr<transport::Transport>> transport = transport::Transport::Start(t);
   if (!transport.ok()) {
     return absl::Status(transport.status().code(), absl::StrCat("node ", options.rank, ": the data port ", t.bind_host,

@@ -4,9 +4,9 @@
 // its links: who is in it, how to reach each peer, and how a peer's loss becomes loud.
 //
 //   Start-up: the leader listens on its data port; each worker connects, and both sides authenticate with the
-//   group secret and compare their facts (transport.h). The leader then takes each worker's join (its memory),
-//   plans, and sends every worker the plan (group_wire.h); workers that neighbour each other in the stage order
-//   link directly. A peer that never comes fails start-up after --group-timeout, naming it.
+//   group secret and compare their facts (transport/transport.h). The leader then takes each worker's join (its
+//   memory), plans, and sends every worker the plan (group_wire.h); workers that neighbour each other in the stage
+//   order link directly. A peer that never comes fails start-up after --group-timeout, naming it.
 //   Serving: a receiver thread per link hands each message to the executor. Every link carries a heartbeat every
 //   deadline / 4; a link silent for the whole --group-deadline (a stopped process, a cut cable) or closed (a
 //   killed process, a reset) is a lost peer: `on_lost` is called once, naming the node.
@@ -28,17 +28,17 @@
 #include "absl/types/span.h"
 #include "runtime/executor/device_memory.h"
 #include "runtime/executor/executor.h"
-#include "runtime/executor/transport.h"
+#include "transport/transport.h"
 
 namespace strata::runtime {
 
 struct GroupOptions {
   int rank = 0;
   int size = 1;
-  std::string leader_host;  // where workers reach the leader's data port
-  int leader_port = 0;
+  std::string leader_host;            // where workers reach the leader's data port
+  int leader_port = 0;                // the leader's data port: the leader listens on it, workers connect to it
   std::string bind_host = "0.0.0.0";  // the data port binds this address
-  int port = 0;                       // the leader's: leader_port; a worker's: 0 (any)
+  int worker_port = 0;                // a worker's own data port (its neighbours connect to it); 0: any
   std::string secret;
   // What every node must agree on (the handshake compares them): version, model digest, group size, dtype.
   std::vector<std::pair<std::string, std::string>> facts;

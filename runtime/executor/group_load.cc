@@ -181,7 +181,7 @@ absl::StatusOr<LoadOptions> PlanForGroup(NodeGroup& group, ServingRequest reques
   request.gpu_nodes = gpu_nodes;
   request.gpus_on_cpu = gpus_on_cpu;
   request.node = 0;
-  absl::StatusOr<LoadOptions> load = PlanServing(request);
+  absl::StatusOr<LoadOptions> load = PlanLoad(request);
   auto fail_workers = [&](const absl::Status& status) {
     const std::string why = absl::StrCat("the leader could not plan the group: ", status.message());
     for (int r = 1; r < group.size(); ++r) {
@@ -197,9 +197,9 @@ absl::StatusOr<LoadOptions> PlanForGroup(NodeGroup& group, ServingRequest reques
   plan.gpu_nodes.assign(gpu_nodes.begin(), gpu_nodes.end());
   plan.dtype = std::string(planner::DTypeName(load->spec.dtype));
   plan.kv_blocks = load->kv_blocks;
-  plan.kv_block_tokens = load->kv_block_tokens;
-  plan.max_batch = load->max_batch;
-  plan.max_context = load->max_context;
+  plan.kv_block_tokens = load->serving.kv_block_tokens;
+  plan.max_batch = load->serving.max_batch;
+  plan.max_context = load->serving.max_context;
   plan.addresses.push_back("");
   for (int r = 1; r < group.size(); ++r) {
     const std::string host = group.AddressOf(r);
@@ -256,17 +256,17 @@ absl::StatusOr<LoadOptions> TakeGroupPlan(NodeGroup& group, ServingRequest reque
   request.inventory = machine;
   request.physical = physical;
   request.dtype = *dtype;
-  request.max_batch = plan->max_batch;
-  request.max_context = plan->max_context;
+  request.serving.max_batch = plan->max_batch;
+  request.serving.max_context = plan->max_context;
   request.kv_cache_tokens = plan->kv_blocks * plan->kv_block_tokens;
-  request.kv_block_tokens = plan->kv_block_tokens;
+  request.serving.kv_block_tokens = plan->kv_block_tokens;
   request.gpu_nodes = gpu_nodes;
   request.node = group.rank();
   request.runtime_reserve = {};
-  absl::StatusOr<LoadOptions> load = PlanServing(request);
+  absl::StatusOr<LoadOptions> load = PlanLoad(request);
   if (!load.ok()) return load.status();
   load->kv_blocks = plan->kv_blocks;
-  load->kv_block_tokens = plan->kv_block_tokens;
+  load->serving.kv_block_tokens = plan->kv_block_tokens;
   std::vector<std::string> addresses(plan->addresses.begin(), plan->addresses.end());
   if (absl::Status s = group.LinkWorkers(WorkerNeighbours(load->plan, gpu_nodes), addresses); !s.ok()) return s;
   // Every link of this node is made: heartbeats from now on, through its load and while it waits for the leader's.

@@ -1,11 +1,12 @@
 #pragma once
 // What the processes of a group send each other (no torch): each message's bytes, laid out field after field
-// in little-endian fixed widths, lengths before their elements. Decoding checks every length against the bytes
-// left before it allocates, so a message can neither overrun nor make the receiver allocate more than it sent;
-// an error names the field. Nothing is deserialized into code or types chosen by the sender (no pickle).
+// in little-endian fixed widths, lengths before their elements. Each message lists its fields once (group_wire.cc),
+// and the codec (transport/wire_codec.h) encodes and decodes that list. Decoding checks every length against the
+// bytes left before it allocates, so a message can neither overrun nor make the receiver allocate more than it
+// sent; an error names the field. Nothing is deserialized into code or types chosen by the sender (no pickle).
 //
-// The transport (transport.h) moves these bytes between authenticated peers; the group (group.h) decides what
-// to send when.
+// The transport (transport/transport.h) moves these bytes between authenticated peers; the group (group.h)
+// decides what to send when.
 
 #include <cstdint>
 #include <string>

@@ -39,10 +39,10 @@ const LoadReport& LoadedModel::report() const { return impl_->report; }
 void LoadedModel::SetGroup(NodeGroup* group) { impl_->group = group; }
 NodeGroup* LoadedModel::group() const { return impl_->group; }
 int64_t LoadedModel::vocab_size() const { return impl_->pipeline->config().vocab; }
-int64_t LoadedModel::max_batch() const { return impl_->options.max_batch; }
-int64_t LoadedModel::max_context() const { return impl_->options.max_context; }
+int64_t LoadedModel::max_batch() const { return impl_->options.serving.max_batch; }
+int64_t LoadedModel::max_context() const { return impl_->options.serving.max_context; }
 int64_t LoadedModel::kv_blocks() const { return impl_->options.kv_blocks; }
-int64_t LoadedModel::kv_block_tokens() const { return impl_->options.kv_block_tokens; }
+int64_t LoadedModel::kv_block_tokens() const { return impl_->options.serving.kv_block_tokens; }
 
 absl::StatusOr<std::pair<int64_t, int64_t>> KvPoolBlocks(int64_t max_batch, int64_t max_context,
                                                          int64_t kv_cache_tokens, int64_t kv_block_tokens) {
@@ -67,9 +67,9 @@ absl::StatusOr<std::pair<int64_t, int64_t>> KvPoolBlocks(int64_t max_batch, int6
 int64_t LoadedModel::recompute_threshold() const { return impl_->pipeline->recompute_threshold(); }
 Pipeline& LoadedModel::pipeline() { return *impl_->pipeline; }
 
-absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
-  if (request.max_batch < 1) return absl::InvalidArgumentError("--max-batch: must be at least 1");
-  if (request.max_context < 1) return absl::InvalidArgumentError("--max-context: must be at least 1");
+absl::StatusOr<LoadOptions> PlanLoad(const ServingRequest& request) {
+  if (request.serving.max_batch < 1) return absl::InvalidArgumentError("--max-batch: must be at least 1");
+  if (request.serving.max_context < 1) return absl::InvalidArgumentError("--max-context: must be at least 1");
   const TorchInfo torch = QueryTorch();
   if (torch.cuda_load_failed) return absl::FailedPreconditionError(absl::StrCat("CUDA: ", torch.cuda_load));
   // Serving dtype: as asked; else the checkpoint's when a GPU will run it, float32 on the CPU.
@@ -87,13 +87,11 @@ absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
   LoadOptions options;
   options.model_dir = request.model_dir;
   options.physical = request.physical;
-  options.max_batch = request.max_batch;
-  options.max_context = request.max_context;
-  options.fp8_scaled_mm = request.fp8_scaled_mm;
-  absl::StatusOr<std::pair<int64_t, int64_t>> pool =
-      KvPoolBlocks(request.max_batch, request.max_context, request.kv_cache_tokens, request.kv_block_tokens);
+  options.serving = request.serving;
+  absl::StatusOr<std::pair<int64_t, int64_t>> pool = KvPoolBlocks(
+      request.serving.max_batch, request.serving.max_context, request.kv_cache_tokens, request.serving.kv_block_tokens);
   if (!pool.ok()) return pool.status();
-  std::tie(options.kv_blocks, options.kv_block_tokens) = *pool;
+  std::tie(options.kv_blocks, options.serving.kv_block_tokens) = *pool;
   planner::PlanRequest plan_request;
   plan_request.device_map = request.device_map;
   plan_request.max_memory = request.max_memory;
@@ -105,7 +103,7 @@ absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
     if (!inventory.ok()) return inventory.status();
     plan_request.inventory = *std::move(inventory);
   }
-  plan_request.kv_cache_tokens = options.kv_blocks * options.kv_block_tokens;
+  plan_request.kv_cache_tokens = options.kv_blocks * options.serving.kv_block_tokens;
   plan_request.runtime_reserve = request.runtime_reserve;
   if (request.gpu_nodes.empty()) {
     for (const auto& [gpu, device] : request.physical) {
@@ -120,7 +118,7 @@ absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
   // The spec checks every checkpoint header against the expected tensors (missing, unexpected,
   // mis-shaped): the one list of what the model needs. The server plans with the same function.
   absl::StatusOr<planner::PlannedModel> planned =
-      planner::PlanModel(planner::ModelSource{request.model_dir, std::nullopt}, dtype, plan_request);
+      planner::LoadAndPlace(planner::ModelSource{request.model_dir, std::nullopt}, dtype, plan_request);
   if (!planned.ok()) return planned.status();
   const planner::DType serving = planned->spec.dtype;
   if (serving != planner::DType::kFloat32 && serving != planner::DType::kFloat16 &&
@@ -130,7 +128,7 @@ absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
                      ": dtype ", std::string(planner::DTypeName(serving)),
                      " is not a serving dtype (float32, float16, bfloat16); pass --dtype"));
   }
-  if (request.fp8_scaled_mm) {
+  if (request.serving.fp8_scaled_mm) {
     bool blocks = false;
     if (planned->spec.quantization) {
       for (const auto& [name, q] : planned->spec.quantization->linears) {
@@ -151,9 +149,9 @@ absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request) {
 
 absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  if (options.max_batch < 1) return absl::InvalidArgumentError("--max-batch: must be at least 1");
-  if (options.max_context < 1) return absl::InvalidArgumentError("--max-context: must be at least 1");
-  if (options.kv_blocks < 1 || options.kv_block_tokens < 1) {
+  if (options.serving.max_batch < 1) return absl::InvalidArgumentError("--max-batch: must be at least 1");
+  if (options.serving.max_context < 1) return absl::InvalidArgumentError("--max-context: must be at least 1");
+  if (options.kv_blocks < 1 || options.serving.kv_block_tokens < 1) {
     return absl::InvalidArgumentError("--kv-cache-tokens: the KV pool needs at least one block");
   }
   // The forward pass's settings, as the planner read them from config.json: an error when config.json asks
@@ -173,9 +171,8 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
   PipelineOptions pipeline_options;
   pipeline_options.dtype = ToScalarType(options.spec.dtype);
   pipeline_options.kv_blocks = options.kv_blocks;
-  pipeline_options.kv_block_tokens = options.kv_block_tokens;
+  pipeline_options.serving = options.serving;
   pipeline_options.physical = options.physical;
-  pipeline_options.fp8_scaled_mm = options.fp8_scaled_mm;
   pipeline_options.node = options.node;
   pipeline_options.gpu_nodes = options.gpu_nodes;
   try {
@@ -197,7 +194,7 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
     if (stage.offload) report.offload_slot_bytes += stage.offload->bytes();
   }
   report.fp8_scaled_mm_tensors = stats.fp8_scaled_mm;
-  if (options.fp8_scaled_mm && stats.fp8_scaled_mm == 0) {
+  if (options.serving.fp8_scaled_mm && stats.fp8_scaled_mm == 0) {
     return absl::InvalidArgumentError(
         "--fp8-matmul scaled_mm: no layer runs W8A8: it needs block-wise FP8 weights (quant_method \"fp8\", 128 x 128 "
         "blocks, dimensions whole blocks) placed on a GPU");

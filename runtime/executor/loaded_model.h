@@ -15,6 +15,7 @@
 #include "planner/model_spec.h"
 #include "planner/physical_devices.h"
 #include "planner/plan.h"
+#include "runtime/executor/serving_options.h"
 
 namespace strata::runtime {
 
@@ -26,23 +27,19 @@ struct ServingRequest {
   std::filesystem::path model_dir;
   planner::DeviceMapChoice device_map;           // default: balanced_low_0
   std::optional<planner::MaxMemory> max_memory;  // absent: DefaultMaxMemory(inventory), as transformers
-  // The machine, discovered once by the caller; absent (and no max_memory): PlanServing discovers it.
+  // The machine, discovered once by the caller; absent (and no max_memory): PlanLoad discovers it.
   std::optional<planner::MachineInventory> inventory;
   planner::PhysicalDeviceMap physical;  // plan GPU -> device; missing entries are cuda:i
   std::optional<planner::DType> dtype;  // absent: the checkpoint's when a GPU runs it, float32 on the CPU
   // A quantized checkpoint's sizing in the plan (--quantized-sizing; planner/quantized_spec.h).
   planner::QuantizedSizing quantized_sizing = planner::QuantizedSizing::kPacked;
-  int64_t max_batch = 1;       // sequences running at once
-  int64_t max_context = 2048;  // positions a sequence may reach
-  // The paged KV cache: tokens each stage's pool holds (0: max_batch sequences of max_context, each
-  // rounded up to whole blocks, the memory the dense cache had) in blocks of kv_block_tokens.
+  ServingOptions serving;
+  // The paged KV cache: tokens each stage's pool holds (0: serving.max_batch sequences of serving.max_context,
+  // each rounded up to whole blocks, the memory the dense cache had) in blocks of serving.kv_block_tokens.
   int64_t kv_cache_tokens = 0;
-  int64_t kv_block_tokens = 16;
   // --runtime-reserve: GPU memory kept for what serving allocates besides weights and KV cache
   // (planner/runtime_reserve.h; auto: sized from `limits`, which the caller fills from its serving flags).
   planner::RuntimeReserve runtime_reserve;
-  // --fp8-matmul scaled_mm: block-wise FP8 layers on GPUs run W8A8 through _scaled_mm (quantized_linear.h).
-  bool fp8_scaled_mm = false;
   // A group of nodes (group_load.h): each plan GPU's node, this process's node, and the plan GPUs that run on a
   // CPU on any node (no runtime reserve; `physical` then names this node's GPUs only). Empty: one process.
   std::vector<int> gpu_nodes;
@@ -55,26 +52,23 @@ absl::StatusOr<std::pair<int64_t, int64_t>> KvPoolBlocks(int64_t max_batch, int6
                                                          int64_t kv_cache_tokens, int64_t kv_block_tokens);
 
 // A model ready to load: its spec in the serving dtype (every checkpoint header checked) and the one
-// plan the process serves, with a KV reserve of kv_blocks x kv_block_tokens tokens. GetDeviceMap shows
+// plan the process serves, with a KV reserve of kv_blocks x serving.kv_block_tokens tokens. GetDeviceMap shows
 // this plan; LoadedModel::Load places the weights by it.
 struct LoadOptions {
   std::filesystem::path model_dir;
   planner::ModelSpec spec;
   planner::Plan plan;
   planner::PhysicalDeviceMap physical;
-  int64_t max_batch = 1;
-  int64_t max_context = 2048;
+  ServingOptions serving;  // ServingRequest::serving
   int64_t kv_blocks = 128;
-  int64_t kv_block_tokens = 16;
-  bool fp8_scaled_mm = false;  // ServingRequest::fp8_scaled_mm
   // A group of nodes: this process loads the stages of `node` only (ServingRequest::gpu_nodes).
   std::vector<int> gpu_nodes;
   int node = 0;
 };
 
-// Resolves the serving dtype, builds the spec (LoadModelSpec) and places it (MakePlan). Bad input is
-// InvalidArgument naming the flag, file, module or device.
-absl::StatusOr<LoadOptions> PlanServing(const ServingRequest& request);
+// Plans what LoadedModel::Load loads: resolves the serving dtype and the KV pool, then loads the checkpoint's spec
+// and places it (planner::LoadAndPlace). Bad input is InvalidArgument naming the flag, file, module or device.
+absl::StatusOr<LoadOptions> PlanLoad(const ServingRequest& request);
 
 struct LoadReport {
   planner::ModelSpec spec;

@@ -117,7 +117,7 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
     return options.node == 0 && (gpu < 0 || static_cast<size_t>(gpu) >= gpu_nodes.size() || gpu_nodes[gpu] == 0);
   };
   if (absl::Status s = devices.FindMain(plan.device_map, on_node_0); !s.ok()) return s;
-  WeightLoader loader(checkpoint, options.dtype, options.fp8_scaled_mm);
+  WeightLoader loader(checkpoint, options.dtype, options.serving.fp8_scaled_mm);
   absl::StatusOr<std::vector<std::string>> labels = pipeline->LoadUnits(spec, plan, devices, loader);
   if (!labels.ok()) return labels.status();
   pipeline->load_stats_ = loader.stats();
@@ -308,10 +308,11 @@ void Pipeline::FormStages(const planner::DecoderConfig& config, const std::vecto
       std::optional<c10::StreamGuard> on_stage_stream;
       if (stage.stream) on_stage_stream.emplace(*stage.stream);
       if (config_.mla.kv_lora_rank > 0) {  // MLA: one latent row per token, keys and values alike
-        stage.kv.AddLatentLayer(unit.layer, unit.device, options_.dtype, options_.kv_blocks, options_.kv_block_tokens,
+        stage.kv.AddLatentLayer(unit.layer, unit.device, options_.dtype, options_.kv_blocks,
+                                options_.serving.kv_block_tokens,
                                 config_.mla.kv_lora_rank + config_.mla.qk_rope_head_dim);
       } else {
-        stage.kv.AddLayer(unit.layer, unit.device, options_.dtype, options_.kv_blocks, options_.kv_block_tokens,
+        stage.kv.AddLayer(unit.layer, unit.device, options_.dtype, options_.kv_blocks, options_.serving.kv_block_tokens,
                           config_.num_kv_heads, config_.head_dim);
       }
     }
@@ -361,89 +362,111 @@ void Pipeline::DescribeBlocks(ForwardGroup& group) {
   }
 }
 
+namespace {
+
+// Every input copy is non_blocking: host inputs are pinned when a stage is CUDA (asynchronous on this stage's
+// stream), and a copy onto the CPU of a CPU tensor is a no-op.
+at::Tensor OnDevice(const at::Tensor& t, at::Device device) { return t.to(device, /*non_blocking=*/true); }
+
+// The previous stage's output (or the batch's ids) on `stage`'s device, ordered after its producer; runs under
+// the stage's stream guard.
+at::Tensor ReceiveHidden(const Stage& stage, const StageActivation& activation) {
+  const Stage* previous = activation.producer;
+  const at::Tensor source = activation.hidden;
+  if (source.is_cuda() && !stage.stream) {
+    // A CPU stage after a CUDA one: copy on the producer's stream (ordered after its work) into pinned
+    // host memory, then wait for that copy's event alone; the CPU cannot start before the data is there.
+    c10::StreamGuard producer(*previous->stream);
+    at::Tensor hidden = source.to(stage.device, /*non_blocking=*/true);
+    c10::Event copied(c10::DeviceType::CUDA);
+    copied.record(*previous->stream);
+    copied.synchronize();
+    return hidden;
+  }
+  // Transfer between CUDA stages: this stream waits for the producer's event, then copies; the
+  // producer's buffer is marked as used by this stream (record_stream), so the caching allocator
+  // hands it out again only after this stream's work on it is done.
+  if (stage.stream && activation.produced) activation.produced->block(*stage.stream);
+  // A CPU stage's output reaches a CUDA stage from pinned memory (a host copy, then an asynchronous one): from
+  // pageable memory the copy would hold this thread until CUDA had staged it.
+  at::Tensor hidden = stage.stream && source.is_cpu() && !source.is_pinned()
+                          ? OnDevice(source.pin_memory(), stage.device)
+                          : OnDevice(source, stage.device);
+  if (source.is_cuda() && stage.stream && previous != nullptr && previous->stream) {
+    at::Tensor(source).record_stream(*stage.stream);
+  }
+  return hidden;
+}
+
+// longrope picks its factors by the sequence's length, row by row, so that a row's result does not depend on its
+// batch. transformers' generate() recomputes a sequence's whole cache with the long factors when it grows past
+// original_max_position_embeddings: the scheduler does (recompute_at). A decode row that crosses without it is an
+// error, never a silent approximation.
+void CheckLongRopeRows(const ForwardGroup& group, int64_t threshold) {
+  // starts and last are host tensors (ForwardGroup): reading them does not wait for a device.
+  const int64_t rows = group.lengths.defined() ? 0 : group.rows;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t start = group.starts.data_ptr<int64_t>()[r];
+    const int64_t end = start + group.last.data_ptr<int64_t>()[r] + 1;
+    if (start > 0 && start <= threshold && end > threshold) {
+      throw std::invalid_argument(absl::StrCat(
+          "longrope: a sequence grows past original_max_position_embeddings (", threshold, ") at position ", start,
+          " after its first tokens were computed with the short factors; it must be recomputed from position 0 "
+          "with the long factors (as transformers' generate() does), not decoded on"));
+    }
+  }
+}
+
+// One group's attention inputs on `stage`'s device: positions, block table, RoPE tables and masks.
+AttentionGroup GroupAttention(const Stage& stage, const ForwardGroup& group, int64_t offset,
+                              const PipelineOptions& options) {
+  auto on_device = [&](const at::Tensor& t) { return OnDevice(t, stage.device); };
+  AttentionGroup g;
+  g.offset = offset;
+  g.rows = group.rows;
+  g.count = group.count;
+  g.positions = on_device(group.starts).unsqueeze(1) +
+                at::arange(group.count, at::TensorOptions().dtype(at::kLong).device(stage.device));
+  g.kv.table = on_device(group.blocks);
+  g.kv.block_tokens = options.serving.kv_block_tokens;
+  g.kv.strided = group.blocks_strided;
+  g.kv.first = group.first_block;
+  g.kv.stride = group.block_stride;
+  g.key_length = group.key_length;
+  g.rope = RopeForPositions(stage.inv_freq, g.positions, options.dtype,
+                            stage.rope.type == planner::RopeConfig::Type::kYarn ? stage.rope.attention_factor : 1.0);
+  if (stage.inv_freq_long.defined()) {
+    CheckLongRopeRows(group, static_cast<int64_t>(stage.rope.original_max_positions));
+    at::Tensor seq_len =
+        group.lengths.defined() ? on_device(group.lengths) : on_device(group.starts) + on_device(group.last) + 1;
+    g.rope = LongRopeForPositions(stage.inv_freq, stage.inv_freq_long, stage.rope, g.positions, seq_len, options.dtype);
+  }
+  if (stage.inv_freq_sliding.defined()) {
+    g.rope_sliding = RopeForPositions(stage.inv_freq_sliding, g.positions, options.dtype);
+  }
+  for (int64_t window : stage.windows) g.masks[window] = AttentionMask(g.positions, group.key_length, window);
+  return g;
+}
+
+}  // namespace
+
 void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation& activation) {
   Stage& stage = stages_.at(index);
   if (!stage.local) {
     throw std::logic_error(
         absl::StrCat("stage ", index, " runs on node ", stage.node, ", not here (node ", options_.node, ")"));
   }
-  const Stage* previous = activation.producer;
   std::optional<c10::StreamGuard> guard;
   if (stage.stream) guard.emplace(*stage.stream);
-  // Every input copy is non_blocking: host inputs are pinned when a stage is CUDA (asynchronous on this
-  // stage's stream), and a copy onto the CPU of a CPU tensor is a no-op.
-  auto on_device = [&](const at::Tensor& t) { return t.to(stage.device, /*non_blocking=*/true); };
-  const at::Tensor source = activation.hidden;
-  at::Tensor hidden;
-  if (source.is_cuda() && !stage.stream) {
-    // A CPU stage after a CUDA one: copy on the producer's stream (ordered after its work) into pinned
-    // host memory, then wait for that copy's event alone; the CPU cannot start before the data is there.
-    c10::StreamGuard producer(*previous->stream);
-    hidden = source.to(stage.device, /*non_blocking=*/true);
-    c10::Event copied(c10::DeviceType::CUDA);
-    copied.record(*previous->stream);
-    copied.synchronize();
-  } else {
-    // Transfer between CUDA stages: this stream waits for the producer's event, then copies; the
-    // producer's buffer is marked as used by this stream (record_stream), so the caching allocator
-    // hands it out again only after this stream's work on it is done.
-    if (stage.stream && activation.produced) activation.produced->block(*stage.stream);
-    // A CPU stage's output reaches a CUDA stage from pinned memory (a host copy, then an asynchronous one): from
-    // pageable memory the copy would hold this thread until CUDA had staged it.
-    hidden =
-        stage.stream && source.is_cpu() && !source.is_pinned() ? on_device(source.pin_memory()) : on_device(source);
-    if (source.is_cuda() && stage.stream && previous != nullptr && previous->stream) {
-      at::Tensor(source).record_stream(*stage.stream);
-    }
-  }
+  at::Tensor hidden = ReceiveHidden(stage, activation);
 
   AttentionBatch attention;
   int64_t offset = 0;
   for (const ForwardGroup& group : batch.groups) {
-    AttentionGroup& g = attention.groups.emplace_back();
-    g.offset = offset;
-    g.rows = group.rows;
-    g.count = group.count;
+    attention.groups.push_back(GroupAttention(stage, group, offset, options_));
     offset += group.rows * group.count;
-    g.positions = on_device(group.starts).unsqueeze(1) +
-                  at::arange(group.count, at::TensorOptions().dtype(at::kLong).device(stage.device));
-    g.kv.table = on_device(group.blocks);
-    g.kv.block_tokens = options_.kv_block_tokens;
-    g.kv.strided = group.blocks_strided;
-    g.kv.first = group.first_block;
-    g.kv.stride = group.block_stride;
-    g.key_length = group.key_length;
-    g.rope = RopeForPositions(stage.inv_freq, g.positions, options_.dtype,
-                              stage.rope.type == planner::RopeConfig::Type::kYarn ? stage.rope.attention_factor : 1.0);
-    if (stage.inv_freq_long.defined()) {
-      // longrope picks its factors by the sequence's length, row by row, so that a row's result does not
-      // depend on its batch. transformers' generate() recomputes a sequence's whole cache with the long
-      // factors when it grows past original_max_position_embeddings: the scheduler does (recompute_at).
-      // A decode row that crosses without it is an error, never a silent approximation.
-      const int64_t threshold = static_cast<int64_t>(stage.rope.original_max_positions);
-      // starts and last are host tensors (ForwardGroup): reading them does not wait for a device.
-      const int64_t rows = group.lengths.defined() ? 0 : group.rows;
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t start = group.starts.data_ptr<int64_t>()[r];
-        const int64_t end = start + group.last.data_ptr<int64_t>()[r] + 1;
-        if (start > 0 && start <= threshold && end > threshold) {
-          throw std::invalid_argument(absl::StrCat(
-              "longrope: a sequence grows past original_max_position_embeddings (", threshold, ") at position ", start,
-              " after its first tokens were computed with the short factors; it must be recomputed from position 0 "
-              "with the long factors (as transformers' generate() does), not decoded on"));
-        }
-      }
-      at::Tensor seq_len =
-          group.lengths.defined() ? on_device(group.lengths) : on_device(group.starts) + on_device(group.last) + 1;
-      g.rope =
-          LongRopeForPositions(stage.inv_freq, stage.inv_freq_long, stage.rope, g.positions, seq_len, options_.dtype);
-    }
-    if (stage.inv_freq_sliding.defined()) {
-      g.rope_sliding = RopeForPositions(stage.inv_freq_sliding, g.positions, options_.dtype);
-    }
-    for (int64_t window : stage.windows) g.masks[window] = AttentionMask(g.positions, group.key_length, window);
   }
-  const at::Tensor last = on_device(batch.last);
+  const at::Tensor last = OnDevice(batch.last, stage.device);
 
   std::optional<int> ahead;  // the slot the next unit's weights are being copied into
   for (size_t k = 0; k < stage.units.size(); ++k) {

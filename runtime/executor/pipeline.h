@@ -24,6 +24,7 @@
 #include "planner/model_spec.h"
 #include "planner/physical_devices.h"
 #include "planner/plan.h"
+#include "runtime/executor/serving_options.h"
 #include "runtime/model/kv_cache.h"
 #include "runtime/model/unit.h"
 #include "runtime/model/weights.h"
@@ -54,9 +55,8 @@ struct Stage {
 struct PipelineOptions {
   at::ScalarType dtype = at::kFloat;
   int64_t kv_blocks = 1;                // blocks in each stage's KV pool
-  int64_t kv_block_tokens = 16;         // positions per block
+  ServingOptions serving;               // its kv_block_tokens (positions per block) and fp8_scaled_mm are read here
   planner::PhysicalDeviceMap physical;  // plan GPU -> device; missing entries default to cuda:i
-  bool fp8_scaled_mm = false;           // WeightLoader's: W8A8 FP8 layers on GPUs
   // A group of nodes (issue 24): this process's node and each plan GPU's node ("cpu" and "disk" entries are the
   // leader's, node 0). Only this node's units are loaded; empty: one process runs every stage.
   int node = 0;
@@ -122,7 +122,7 @@ class Pipeline {
   // Fills a group's host-side facts about its block tables.
   static void DescribeBlocks(ForwardGroup& group);
   int64_t kv_blocks() const { return options_.kv_blocks; }
-  int64_t kv_block_tokens() const { return options_.kv_block_tokens; }
+  int64_t kv_block_tokens() const { return options_.serving.kv_block_tokens; }
   bool uses_cuda() const { return uses_cuda_; }
   // longrope: original_max_position_embeddings (see SchedulerOptions::recompute_at); else 0.
   int64_t recompute_threshold() const { return recompute_threshold_; }

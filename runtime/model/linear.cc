@@ -23,7 +23,7 @@ bool LinearUsesOwnKernel(const at::Tensor& x, const at::Tensor& weight) {
   const int64_t k = weight.size(1);
   if (k <= 0 || x.numel() == 0) return false;
   // Past kFewRows (prefill) the blocked, packed GEMMs of MKL/oneDNN reuse each weight more often than the
-  // tiles do (bench/linear_speed.cc: at 32 rows the tiles are still 1.1-3.9x ahead, at 64 even in bfloat16).
+  // tiles do (bench/linear_speed.cc measures where they cross).
   return x.numel() / k <= kFewRows;
 }
 

@@ -1,8 +1,8 @@
 #pragma once
 // Internal (ATen): y = x W^T (+ b), as at::linear. A decode step multiplies a few rows by every weight
 // matrix of the model, and on the CPU that is bound by how fast the weights stream from memory; at::linear
-// (MKL's sgemv / oneDNN for one row) streams a small decoder layer's matrices at 5-8 GiB/s on this project's AMD
-// EPYC, where one core reads 13-20 GiB/s (build/bench/strata_linear_bench). So on the CPU Linear runs
+// (MKL's sgemv / oneDNN for one row) streams a small decoder layer's matrices well below what one core can read
+// (build/bench/strata_linear_bench; bench/README.md). So on the CPU Linear runs
 // kernels/linear.h (one Highway source: AVX2, AVX-512, SSE4, NEON, ...), split over the intra-op threads:
 // - a weight in panels (a CPU linear layer in float32, or in bfloat16 without AVX512_BF16, packed at load:
 //   PanelsServe) runs kernels::LinearPanels for any number of rows, decode to prefill;
@@ -40,7 +40,7 @@ at::Tensor LinearOverRowBlocks(const at::Tensor& x, int64_t n,
 // Whether a CPU linear layer in `dtype` is packed into panels at load (kernels/linear.h; WeightLoader::Load): float32,
 // and bfloat16 where the CPU lacks AVX512_BF16 (where it has it, bfloat16 keeps its rows for VDPBF16PS and
 // oneDNN's bfloat16 GEMM). Their Linear is the panel kernel for any number of rows, prefill included: broadcast
-// tiles with no horizontal sums, 1.2-2x the row kernels and tiles and past MKL's sgemm on a Zen 3 (bench/README).
+// tiles with no horizontal sums, ahead of the row kernels, the tiles and MKL's sgemm (bench/README.md).
 bool PanelsServe(at::ScalarType dtype);
 // `dense` [N, K] (contiguous, CPU, out's dtype) into `out`'s N x K values in panel order.
 void PackPanels(const at::Tensor& dense, const at::Tensor& out);

@@ -11,7 +11,7 @@
 // model slower than one). These workers spin up to kSpinMicros after each job, as llama.cpp's do, then
 // block on a futex; a job finding every worker awake costs two atomic stores and a cache line per worker.
 // The other way round, libgomp's workers must not spin on these teams' cores between ATen's regions: the
-// programs that run steps make libgomp wait passively (openmp_wait.cc).
+// programs that run steps make libgomp wait passively (cli/openmp_wait.cc).
 //
 // Each calling thread has its own team (a pipeline stage's worker, the engine thread), sized to its
 // at::get_num_threads() at the call and made on first use; a call from inside a job runs inline.

@@ -544,6 +544,192 @@ at::Tensor ZeroPoints(int64_t n, int64_t groups, Code code) {
   return zero;
 }
 
+// What an integer layout unpacks into: codes one a byte [N, K], zero points [N, groups] (undefined where the
+// layout stores none), scales [N, groups] in their stored dtype, and GPTQ's act-order permutation of the columns
+// (undefined where the columns are in order).
+struct UnpackedInt {
+  at::Tensor codes;
+  at::Tensor zero;
+  at::Tensor scale;
+  at::Tensor perm;
+};
+
+// A layer's sizes as every integer layout reads them (LoadInt has checked them): N, K, the group and the groups
+// per row, and the codes per 32-bit word with the mask of one.
+struct IntGeometry {
+  int64_t n = 0;
+  int64_t k = 0;
+  int64_t group = 0;
+  int64_t groups = 0;
+  int bits = 0;
+  int per_word = 0;
+  uint32_t mask = 0;
+};
+
+// The stored scales `name` of `shape` in a float dtype, checked finite (IntScales).
+absl::StatusOr<at::Tensor> StoredIntScales(const checkpoint::Checkpoint& checkpoint, const std::string& name,
+                                           std::vector<int64_t> shape, bool transposed) {
+  absl::StatusOr<const TensorView*> v =
+      Stored(checkpoint, name, {DType::kFloat32, DType::kBFloat16, DType::kFloat16}, shape);
+  if (!v.ok()) return v.status();
+  return IntScales(**v, transposed);
+}
+
+// compressed-tensors' weight_shape [2], where stored: it must name the layer's [N, K].
+absl::Status CheckWeightShape(const checkpoint::Checkpoint& checkpoint, const planner::QuantizedLinear& q, int64_t n,
+                              int64_t k) {
+  absl::StatusOr<const TensorView*> shape = Stored(checkpoint, q.shape, {DType::kInt64, DType::kInt32}, {2});
+  if (!shape.ok()) return shape.status();
+  const bool wide = (*shape)->dtype == DType::kInt64;
+  const int64_t s0 = wide ? reinterpret_cast<const int64_t*>((*shape)->data())[0]
+                          : reinterpret_cast<const int32_t*>((*shape)->data())[0];
+  const int64_t s1 = wide ? reinterpret_cast<const int64_t*>((*shape)->data())[1]
+                          : reinterpret_cast<const int32_t*>((*shape)->data())[1];
+  if (s0 != n || s1 != k) {
+    return TensorError(q.shape, absl::StrCat("says [", s0, ", ", s1, "], the layer is [", n, ", ", k, "]"));
+  }
+  return absl::OkStatus();
+}
+
+// compressed-tensors' pack-quantized layout.
+absl::StatusOr<UnpackedInt> UnpackCompressed(const checkpoint::Checkpoint& checkpoint,
+                                             const planner::QuantizedLinear& q, const IntGeometry& geo) {
+  const int64_t n = geo.n, k = geo.k, groups = geo.groups;
+  const int bits = geo.bits, per_word = geo.per_word;
+  const uint32_t mask = geo.mask;
+  UnpackedInt out;
+  out.codes = MappedEmpty({n, k}, at::kByte);
+  uint8_t* c = out.codes.data_ptr<uint8_t>();
+  // weight_packed [N, ceil(K * bits / 32)]: code j of a row at bit j * bits of the row's words (the stored
+  // values carry compressed-tensors' +2^(bits-1) offset, so they are the unsigned codes).
+  const int64_t words = (k * bits + 31) / 32;
+  absl::StatusOr<const TensorView*> w = Stored(checkpoint, q.weight, {DType::kInt32}, {n, words});
+  if (!w.ok()) return w.status();
+  const uint32_t* p = Words(**w);
+  at::parallel_for(0, n, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t j = 0; j < k; ++j) c[r * k + j] = (p[r * words + j / per_word] >> (bits * (j % per_word))) & mask;
+    }
+  });
+  absl::StatusOr<at::Tensor> scale = StoredIntScales(checkpoint, q.scale, {n, groups}, false);
+  if (!scale.ok()) return scale.status();
+  out.scale = *std::move(scale);
+  if (!q.shape.empty()) {
+    if (absl::Status s = CheckWeightShape(checkpoint, q, n, k); !s.ok()) return s;
+  }
+  if (!q.symmetric) {
+    // weight_zero_point [ceil(N * bits / 32), groups], packed along the output rows, offset like the codes.
+    const int64_t zwords = (n * bits + 31) / 32;
+    absl::StatusOr<const TensorView*> z = Stored(checkpoint, q.zero_point, {DType::kInt32}, {zwords, groups});
+    if (!z.ok()) return z.status();
+    const uint32_t* zp = Words(**z);
+    out.zero = ZeroPoints(n, groups, [&](int64_t r, int64_t g) -> uint8_t {
+      return (zp[(r / per_word) * groups + g] >> (bits * (r % per_word))) & mask;
+    });
+  }
+  return out;
+}
+
+// AutoAWQ's GEMM layout.
+absl::StatusOr<UnpackedInt> UnpackAwq(const checkpoint::Checkpoint& checkpoint, const planner::QuantizedLinear& q,
+                                      const IntGeometry& geo) {
+  const int64_t n = geo.n, k = geo.k, groups = geo.groups;
+  UnpackedInt out;
+  out.codes = MappedEmpty({n, k}, at::kByte);
+  uint8_t* c = out.codes.data_ptr<uint8_t>();
+  // qweight [K, N / 8]: nibble i of word (k, c) holds column 8c + AWQ's order[i] (0, 2, 4, 6, 1, 3, 5, 7);
+  // qzeros [groups, N / 8] the same; scales [groups, N]. No offsets: W = (q - z) * s.
+  constexpr int kNibbleOf[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // column c % 8 -> its nibble
+  absl::StatusOr<const TensorView*> w = Stored(checkpoint, q.weight, {DType::kInt32}, {k, n / 8});
+  if (!w.ok()) return w.status();
+  const uint32_t* p = Words(**w);
+  at::parallel_for(0, n, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int shift = 4 * kNibbleOf[r % 8];
+      for (int64_t j = 0; j < k; ++j) c[r * k + j] = (p[j * (n / 8) + r / 8] >> shift) & 15;
+    }
+  });
+  absl::StatusOr<const TensorView*> z = Stored(checkpoint, q.zero_point, {DType::kInt32}, {groups, n / 8});
+  if (!z.ok()) return z.status();
+  const uint32_t* zp = Words(**z);
+  out.zero = ZeroPoints(n, groups, [&](int64_t r, int64_t g) -> uint8_t {
+    return (zp[g * (n / 8) + r / 8] >> (4 * kNibbleOf[r % 8])) & 15;
+  });
+  absl::StatusOr<at::Tensor> scale = StoredIntScales(checkpoint, q.scale, {groups, n}, true);
+  if (!scale.ok()) return scale.status();
+  out.scale = *std::move(scale);
+  return out;
+}
+
+// GPTQ's g_idx [K], the group of each column: checked, and where the columns are not in group order
+// (act-order), the codes' columns sorted by group (stable), so that each group is contiguous; x follows them
+// through `perm`.
+absl::Status ApplyActOrder(const checkpoint::Checkpoint& checkpoint, const planner::QuantizedLinear& q,
+                           const IntGeometry& geo, UnpackedInt& out) {
+  const int64_t n = geo.n, k = geo.k, group = geo.group, groups = geo.groups;
+  absl::StatusOr<const TensorView*> gi = Stored(checkpoint, q.g_idx, {DType::kInt32}, {k});
+  if (!gi.ok()) return gi.status();
+  const int32_t* g = reinterpret_cast<const int32_t*>((*gi)->data());
+  bool in_order = true;
+  std::vector<int64_t> count(groups, 0);
+  for (int64_t j = 0; j < k; ++j) {
+    if (g[j] < 0 || g[j] >= groups) {
+      return TensorError(q.g_idx, absl::StrCat("names group ", g[j], " for column ", j, " of ", groups));
+    }
+    in_order = in_order && g[j] == j / group;
+    ++count[g[j]];
+  }
+  if (in_order) return absl::OkStatus();
+  for (int64_t i = 0; i < groups; ++i) {
+    if (count[i] != group) {
+      return TensorError(q.g_idx, absl::StrCat("gives group ", i, " ", count[i], " columns, not ", group));
+    }
+  }
+  std::vector<int64_t> order(k);
+  for (int64_t j = 0; j < k; ++j) order[j] = j;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return g[a] < g[b]; });
+  out.perm = at::empty({k}, at::TensorOptions().dtype(at::kLong));
+  std::copy(order.begin(), order.end(), out.perm.data_ptr<int64_t>());
+  at::Tensor sorted = MappedEmpty({n, k}, at::kByte);
+  at::index_select_out(sorted, out.codes, 1, out.perm);
+  out.codes = sorted;
+  return absl::OkStatus();
+}
+
+// AutoGPTQ's v1 layout.
+absl::StatusOr<UnpackedInt> UnpackGptq(const checkpoint::Checkpoint& checkpoint, const planner::QuantizedLinear& q,
+                                       const IntGeometry& geo) {
+  const int64_t n = geo.n, k = geo.k, groups = geo.groups;
+  const int bits = geo.bits, per_word = geo.per_word;
+  const uint32_t mask = geo.mask;
+  UnpackedInt out;
+  out.codes = MappedEmpty({n, k}, at::kByte);
+  uint8_t* c = out.codes.data_ptr<uint8_t>();
+  // qweight [K * bits / 32, N] packed along K: code of (k, n) at bit bits * (k % per_word) of word (k / per_word,
+  // n); qzeros [groups, N * bits / 32] packed along N, stored minus one (v1); scales [groups, N]; g_idx [K].
+  absl::StatusOr<const TensorView*> w = Stored(checkpoint, q.weight, {DType::kInt32}, {k / per_word, n});
+  if (!w.ok()) return w.status();
+  const uint32_t* p = Words(**w);
+  at::parallel_for(0, n, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t j = 0; j < k; ++j) c[r * k + j] = (p[(j / per_word) * n + r] >> (bits * (j % per_word))) & mask;
+    }
+  });
+  absl::StatusOr<const TensorView*> z = Stored(checkpoint, q.zero_point, {DType::kInt32}, {groups, n / per_word});
+  if (!z.ok()) return z.status();
+  const uint32_t* zp = Words(**z);
+  out.zero = ZeroPoints(n, groups, [&](int64_t r, int64_t g) -> uint8_t {
+    return ((zp[g * (n / per_word) + r / per_word] >> (bits * (r % per_word))) & mask) + 1;
+  });
+  absl::StatusOr<at::Tensor> scale = StoredIntScales(checkpoint, q.scale, {groups, n}, true);
+  if (!scale.ok()) return scale.status();
+  out.scale = *std::move(scale);
+  if (!q.g_idx.empty()) {
+    if (absl::Status s = ApplyActOrder(checkpoint, q, geo, out); !s.ok()) return s;
+  }
+  return out;
+}
+
 absl::StatusOr<PackedLinear> LoadInt(const checkpoint::Checkpoint& checkpoint, const planner::QuantizedLinear& q) {
   const int64_t n = q.out_features;
   const int64_t k = q.in_features;
@@ -557,154 +743,44 @@ absl::StatusOr<PackedLinear> LoadInt(const checkpoint::Checkpoint& checkpoint, c
   if (k % (32 / bits) != 0 || (q.layout != QuantLayout::kCompressedPacked && n % (32 / bits) != 0)) {
     return layer_error(absl::StrCat("[", n, ", ", k, "] does not pack whole 32-bit words of ", bits, "-bit codes"));
   }
-  const int64_t groups = k / group;
-  const int per_word = 32 / bits;
-  const uint32_t mask = (1u << bits) - 1;
-  at::Tensor codes = MappedEmpty({n, k}, at::kByte);
-  uint8_t* c = codes.data_ptr<uint8_t>();
-  at::Tensor zero;
-  at::Tensor scale;
-  at::Tensor perm;
-  const std::vector<DType> float_types = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
-  auto scales_of = [&](const std::string& name, std::vector<int64_t> shape, bool transposed) -> absl::Status {
-    absl::StatusOr<const TensorView*> v =
-        Stored(checkpoint, name, {DType::kFloat32, DType::kBFloat16, DType::kFloat16}, shape);
-    if (!v.ok()) return v.status();
-    absl::StatusOr<at::Tensor> s = IntScales(**v, transposed);
-    if (!s.ok()) return s.status();
-    scale = *std::move(s);
-    return absl::OkStatus();
-  };
+  const IntGeometry geo{.n = n,
+                        .k = k,
+                        .group = group,
+                        .groups = k / group,
+                        .bits = bits,
+                        .per_word = 32 / bits,
+                        .mask = (1u << bits) - 1};
+  absl::StatusOr<UnpackedInt> unpacked;
   switch (q.layout) {
-    case QuantLayout::kCompressedPacked: {
-      // weight_packed [N, ceil(K * bits / 32)]: code j of a row at bit j * bits of the row's words (the stored
-      // values carry compressed-tensors' +2^(bits-1) offset, so they are the unsigned codes).
-      const int64_t words = (k * bits + 31) / 32;
-      absl::StatusOr<const TensorView*> w = Stored(checkpoint, q.weight, {DType::kInt32}, {n, words});
-      if (!w.ok()) return w.status();
-      const uint32_t* p = Words(**w);
-      at::parallel_for(0, n, 64, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          for (int64_t j = 0; j < k; ++j)
-            c[r * k + j] = (p[r * words + j / per_word] >> (bits * (j % per_word))) & mask;
-        }
-      });
-      if (absl::Status s = scales_of(q.scale, {n, groups}, false); !s.ok()) return s;
-      if (!q.shape.empty()) {
-        absl::StatusOr<const TensorView*> shape = Stored(checkpoint, q.shape, {DType::kInt64, DType::kInt32}, {2});
-        if (!shape.ok()) return shape.status();
-        const bool wide = (*shape)->dtype == DType::kInt64;
-        const int64_t s0 = wide ? reinterpret_cast<const int64_t*>((*shape)->data())[0]
-                                : reinterpret_cast<const int32_t*>((*shape)->data())[0];
-        const int64_t s1 = wide ? reinterpret_cast<const int64_t*>((*shape)->data())[1]
-                                : reinterpret_cast<const int32_t*>((*shape)->data())[1];
-        if (s0 != n || s1 != k) {
-          return TensorError(q.shape, absl::StrCat("says [", s0, ", ", s1, "], the layer is [", n, ", ", k, "]"));
-        }
-      }
-      if (!q.symmetric) {
-        // weight_zero_point [ceil(N * bits / 32), groups], packed along the output rows, offset like the codes.
-        const int64_t zwords = (n * bits + 31) / 32;
-        absl::StatusOr<const TensorView*> z = Stored(checkpoint, q.zero_point, {DType::kInt32}, {zwords, groups});
-        if (!z.ok()) return z.status();
-        const uint32_t* zp = Words(**z);
-        zero = ZeroPoints(n, groups, [&](int64_t r, int64_t g) -> uint8_t {
-          return (zp[(r / per_word) * groups + g] >> (bits * (r % per_word))) & mask;
-        });
-      }
+    case QuantLayout::kCompressedPacked:
+      unpacked = UnpackCompressed(checkpoint, q, geo);
       break;
-    }
-    case QuantLayout::kAwqGemm: {
-      // qweight [K, N / 8]: nibble i of word (k, c) holds column 8c + AWQ's order[i] (0, 2, 4, 6, 1, 3, 5, 7);
-      // qzeros [groups, N / 8] the same; scales [groups, N]. No offsets: W = (q - z) * s.
-      constexpr int kNibbleOf[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // column c % 8 -> its nibble
-      absl::StatusOr<const TensorView*> w = Stored(checkpoint, q.weight, {DType::kInt32}, {k, n / 8});
-      if (!w.ok()) return w.status();
-      const uint32_t* p = Words(**w);
-      at::parallel_for(0, n, 64, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          const int shift = 4 * kNibbleOf[r % 8];
-          for (int64_t j = 0; j < k; ++j) c[r * k + j] = (p[j * (n / 8) + r / 8] >> shift) & 15;
-        }
-      });
-      absl::StatusOr<const TensorView*> z = Stored(checkpoint, q.zero_point, {DType::kInt32}, {groups, n / 8});
-      if (!z.ok()) return z.status();
-      const uint32_t* zp = Words(**z);
-      zero = ZeroPoints(n, groups, [&](int64_t r, int64_t g) -> uint8_t {
-        return (zp[g * (n / 8) + r / 8] >> (4 * kNibbleOf[r % 8])) & 15;
-      });
-      if (absl::Status s = scales_of(q.scale, {groups, n}, true); !s.ok()) return s;
+    case QuantLayout::kAwqGemm:
+      unpacked = UnpackAwq(checkpoint, q, geo);
       break;
-    }
-    case QuantLayout::kGptqV1: {
-      // qweight [K * bits / 32, N] packed along K: code of (k, n) at bit bits * (k % per_word) of word (k / per_word,
-      // n); qzeros [groups, N * bits / 32] packed along N, stored minus one (v1); scales [groups, N]; g_idx [K].
-      absl::StatusOr<const TensorView*> w = Stored(checkpoint, q.weight, {DType::kInt32}, {k / per_word, n});
-      if (!w.ok()) return w.status();
-      const uint32_t* p = Words(**w);
-      at::parallel_for(0, n, 64, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          for (int64_t j = 0; j < k; ++j) c[r * k + j] = (p[(j / per_word) * n + r] >> (bits * (j % per_word))) & mask;
-        }
-      });
-      absl::StatusOr<const TensorView*> z = Stored(checkpoint, q.zero_point, {DType::kInt32}, {groups, n / per_word});
-      if (!z.ok()) return z.status();
-      const uint32_t* zp = Words(**z);
-      zero = ZeroPoints(n, groups, [&](int64_t r, int64_t g) -> uint8_t {
-        return ((zp[g * (n / per_word) + r / per_word] >> (bits * (r % per_word))) & mask) + 1;
-      });
-      if (absl::Status s = scales_of(q.scale, {groups, n}, true); !s.ok()) return s;
-      if (!q.g_idx.empty()) {
-        absl::StatusOr<const TensorView*> gi = Stored(checkpoint, q.g_idx, {DType::kInt32}, {k});
-        if (!gi.ok()) return gi.status();
-        const int32_t* g = reinterpret_cast<const int32_t*>((*gi)->data());
-        bool in_order = true;
-        std::vector<int64_t> count(groups, 0);
-        for (int64_t j = 0; j < k; ++j) {
-          if (g[j] < 0 || g[j] >= groups) {
-            return TensorError(q.g_idx, absl::StrCat("names group ", g[j], " for column ", j, " of ", groups));
-          }
-          in_order = in_order && g[j] == j / group;
-          ++count[g[j]];
-        }
-        if (!in_order) {
-          // Act-order: the columns sorted by group (stable), so that each group is contiguous; x follows them.
-          for (int64_t i = 0; i < groups; ++i) {
-            if (count[i] != group) {
-              return TensorError(q.g_idx, absl::StrCat("gives group ", i, " ", count[i], " columns, not ", group));
-            }
-          }
-          std::vector<int64_t> order(k);
-          for (int64_t j = 0; j < k; ++j) order[j] = j;
-          std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return g[a] < g[b]; });
-          perm = at::empty({k}, at::TensorOptions().dtype(at::kLong));
-          std::copy(order.begin(), order.end(), perm.data_ptr<int64_t>());
-          at::Tensor sorted = MappedEmpty({n, k}, at::kByte);
-          at::index_select_out(sorted, codes, 1, perm);
-          codes = sorted;
-          c = codes.data_ptr<uint8_t>();
-        }
-      }
+    case QuantLayout::kGptqV1:
+      unpacked = UnpackGptq(checkpoint, q, geo);
       break;
-    }
     case QuantLayout::kFp8Block:
       return layer_error("not an integer layout");
   }
+  if (!unpacked.ok()) return unpacked.status();
+  const at::Tensor& zero = unpacked->zero;
   PackedLinear out;
   out.kind = bits == 4 ? PackedLinear::Kind::kInt4 : PackedLinear::Kind::kInt8;
   out.out_features = n;
   out.in_features = k;
   out.group = group;
-  out.scale = scale;
+  out.scale = unpacked->scale;
   // Symmetric layouts that store their zero points anyway (GPTQ's, sym=True: 7 + 1) take the kernels' fast path.
   const bool all_mid = zero.defined() && zero.eq(1 << (bits - 1)).all().item<bool>();
   out.zero = all_mid ? at::Tensor() : zero;
-  out.perm = perm;
+  out.perm = unpacked->perm;
   if (bits == 8) {
-    out.data = codes;
+    out.data = unpacked->codes;
   } else {
     out.data = MappedEmpty({n, k / 2}, at::kByte);
-    kernels::PackInt4(c, n, k, out.data.data_ptr<uint8_t>());
+    kernels::PackInt4(unpacked->codes.data_ptr<uint8_t>(), n, k, out.data.data_ptr<uint8_t>());
   }
   return out;
 }

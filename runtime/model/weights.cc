@@ -380,8 +380,7 @@ absl::StatusOr<Weight> WeightLoader::Load(const std::string& name, Residency res
     out.copy_(mapped);
   } else if (exec_device.is_cpu()) {
     // Into 2 MiB pages even in the file's dtype: a decode step streams every weight, and the mapping's 4 KiB
-    // page-cache pages cost a TLB miss per 4 KiB (bench/README, quantized_peer.py run B, AMD EPYC Zen 4 with AVX-512:
-    // the bfloat16 116M Llama decodes 1.5x faster copied than mapped in place, 60% of the read roofline mapped).
+    // page-cache pages cost a TLB miss per 4 KiB (bench/README.md, quantized_peer.py: copied against mapped in place).
     view->file->WillNeed(view->offset, view->bytes);
     if (linear && mapped.dim() == 2 && PanelsServe(dtype)) {
       // Packed from the file's bytes (cast first where the dtypes differ, a temporary of one layer).

@@ -26,7 +26,7 @@ def server_bin() -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def client_bin() -> pathlib.Path:
-    return IH.require_binary(IH.BUILD_DIR / "server" / "strata-client")
+    return IH.require_binary(IH.BUILD_DIR / "clients" / "cpp" / "strata-client")
 
 
 @pytest.fixture(scope="session")

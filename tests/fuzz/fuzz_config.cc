@@ -1,5 +1,5 @@
 // libFuzzer harness: config.json -> ModelSpec -> Plan, the path strata-plan and strata-server take from a
-// checkpoint directory (planner/checkpoint_check.cc's LoadModelSpec without the file read, then MakePlan
+// checkpoint directory (planner/checkpoint_check.cc's LoadModelSpec without the file read, then PlaceSpec
 // as strata-plan runs it). The input is the text of config.json. A spec that is accepted also goes through
 // everything that consumes a spec: its byte total, the checkpoint tensors it expects, its module-tree JSON
 // (which must read back as the same tree) and a plan with a KV reserve on a two-GPU machine.
@@ -25,12 +25,12 @@ using json = nlohmann::json;
 void PlanSpec(const ModelSpec& spec, Strategy strategy, int64_t kv_cache_tokens, bool explain) {
   PlanRequest request;
   request.device_map.strategy = strategy;
-  // Budgets by hand, as --max-memory gives them: MakePlan must never look at this machine's GPUs.
+  // Budgets by hand, as --max-memory gives them: PlaceSpec must never look at this machine's GPUs.
   request.max_memory =
       MaxMemory{{Device::Gpu(0), 2e9}, {Device::Gpu(1), 2e9}, {Device::Cpu(), 8e9}, {Device::Disk(), 1e12}};
   request.kv_cache_tokens = kv_cache_tokens;
   request.explain = explain;
-  absl::StatusOr<Plan> plan = MakePlan(spec, request);
+  absl::StatusOr<Plan> plan = PlaceSpec(spec, request);
   if (!plan.ok()) return;
   (void)PlanToJson(*plan).dump();
   (void)PlanToTable(spec, *plan);

@@ -3,7 +3,7 @@
 // values make for a small Llama. The input is four lines:
 //   MAX_MEMORY \n INVENTORY \n PHYSICAL_DEVICES \n DEVICE_MAP...
 // (the device map is the rest: JSON may span lines). "@FILE" device maps are skipped: they read a file.
-// When neither budgets nor an inventory parse, a fixed two-GPU inventory stands in, so that MakePlan never
+// When neither budgets nor an inventory parse, a fixed two-GPU inventory stands in, so that PlaceSpec never
 // looks at this machine.
 
 #include <cstddef>
@@ -83,7 +83,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   request.kv_cache_tokens = 256;
   request.explain = true;
-  absl::StatusOr<Plan> plan = MakePlan(SmallLlama(), request);
+  absl::StatusOr<Plan> plan = PlaceSpec(SmallLlama(), request);
   if (plan.ok()) {
     (void)PlanToJson(*plan).dump();
     (void)PlanToTable(SmallLlama(), *plan);

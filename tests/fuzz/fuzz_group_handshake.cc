@@ -1,4 +1,4 @@
-// libFuzzer harness: the raw bytes on a group's port (runtime/executor/group_handshake.h), as the handshake reads
+// libFuzzer harness: the raw bytes on a group's port (transport/group_handshake.h), as the handshake reads
 // them before anyone is authenticated. The first byte picks who listens and how far an honest peer has gone:
 //   0: the acceptor reads the bytes from the start (a stranger on the port);
 //   1: the connector reads them as the acceptor's answer (a stranger listening where a member connects);
@@ -15,13 +15,13 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "runtime/executor/group_handshake.h"
+#include "transport/group_handshake.h"
 
 namespace {
 
-using strata::runtime::transport::Handshake;
-using strata::runtime::transport::HandshakeSide;
-using strata::runtime::transport::kMaxHandshakeFrameBytes;
+using strata::transport::Handshake;
+using strata::transport::HandshakeSide;
+using strata::transport::kMaxHandshakeFrameBytes;
 
 void Check(bool ok) {
   if (!ok) std::abort();
@@ -77,7 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FeedInReads(*reader, bytes, chunk);
   if (reader->outcome() == Handshake::Outcome::kEstablished) {
     Check(!reader->peer_worker_address().empty());
-    Check(reader->peer_worker_address().size() <= strata::runtime::transport::kMaxWorkerAddressBytes);
+    Check(reader->peer_worker_address().size() <= strata::transport::kMaxWorkerAddressBytes);
   }
   return 0;
 }

@@ -361,7 +361,7 @@ def group_message_seeds() -> dict[str, bytes]:
 
 
 def group_handshake_seeds() -> dict[str, bytes]:
-    # MODE CHUNK BYTES (fuzz_group_handshake.cc): honest transcripts of runtime/executor/group_handshake.cc's frames
+    # MODE CHUNK BYTES (fuzz_group_handshake.cc): honest transcripts of transport/group_handshake.cc's frames
     # with the harness's fixed nonces and secret (MACs included, so every step is reachable), and strangers' bytes.
     secret, a, b = b"the group secret, 16+ bytes", b"A" * 32, b"B" * 32
     def be32(v): return struct.pack(">I", v)

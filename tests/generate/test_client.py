@@ -8,7 +8,7 @@ import subprocess
 import generate_helpers as GH
 import integration_helpers as IH
 
-CLIENT_BIN = IH.BUILD_DIR / "server" / "strata-client"
+CLIENT_BIN = IH.BUILD_DIR / "clients" / "cpp" / "strata-client"
 
 
 def _client(server, *args):

@@ -489,7 +489,7 @@ TEST_P(KernelsQuantized, IntBf16RowsMatchTheReference) {
 
 // bfloat16 rows whose blocks span many binades (values from 2^-24 to 2^6 of one another, and zeros), and rows
 // holding an infinity or a NaN: where the CPU has no VDPBF16PS the int codes meet x as int16 with a power-of-two
-// scale per block (quantized-inl.h), which must keep to the reference within the same tolerance, and hand
+// scale per block (quantized_int16-inl.h), which must keep to the reference within the same tolerance, and hand
 // non-finite rows to the float32 kernels (inf and NaN come out as the reference's).
 TEST_P(KernelsQuantized, IntBf16RowsOfWideRangeAndNonFiniteValues) {
   std::mt19937 gen(11);

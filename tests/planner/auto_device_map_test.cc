@@ -35,7 +35,7 @@ Plan MustPlan(const ModelSpec& spec, const std::string& strategy, const std::str
   request.max_memory = *ParseMaxMemory(max_memory);
   request.kv_cache_tokens = kv_tokens;
   request.explain = true;
-  absl::StatusOr<Plan> plan = MakePlan(spec, request);
+  absl::StatusOr<Plan> plan = PlaceSpec(spec, request);
   EXPECT_TRUE(plan.ok()) << plan.status();
   return *plan;
 }

@@ -19,7 +19,7 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(Hardening, ModuleTreeWithoutTensorsIsAnErrorNotACrash) {
-  // Before: MakePlan called front() on the empty device map the placement produced.
+  // Before: PlaceSpec called front() on the empty device map the placement produced.
   nlohmann::json tree = {{"format", "strata.module_tree.v1"},
                          {"root", {{"class", "Empty"}, {"children", {{{"name", "inner"}, {"class", "Inner"}}}}}}};
   absl::StatusOr<ModelSpec> spec = ModelSpecFromModuleTree(tree, std::nullopt);
@@ -28,7 +28,7 @@ TEST(Hardening, ModuleTreeWithoutTensorsIsAnErrorNotACrash) {
     PlanRequest request;
     request.device_map = *ParseDeviceMapChoice(strategy);
     request.max_memory = *ParseMaxMemory("0=1GiB,cpu=1GiB");
-    absl::StatusOr<Plan> plan = MakePlan(*spec, request);
+    absl::StatusOr<Plan> plan = PlaceSpec(*spec, request);
     ASSERT_FALSE(plan.ok()) << strategy;
     EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(plan.status().message()), HasSubstr("no parameters or buffers"));
@@ -101,7 +101,7 @@ TEST(Hardening, KvCacheBytesThatOverflowAreAnErrorNamingTheField) {
   request.device_map = *ParseDeviceMapChoice("auto");
   request.max_memory = *ParseMaxMemory("0=1GiB,cpu=1GiB");
   request.kv_cache_tokens = int64_t{1} << 60;
-  absl::StatusOr<Plan> plan = MakePlan(*spec, request);
+  absl::StatusOr<Plan> plan = PlaceSpec(*spec, request);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(plan.status().message()), HasSubstr("kv_cache_tokens"));

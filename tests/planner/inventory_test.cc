@@ -135,7 +135,7 @@ absl::StatusOr<Plan> PlanOn(const MachineInventory& machine, const std::string& 
   request.device_map = *ParseDeviceMapChoice(strategy);
   request.inventory = machine;
   request.kv_cache_tokens = kv_tokens;
-  return MakePlan(SmallLlama(), request);
+  return PlaceSpec(SmallLlama(), request);
 }
 
 TEST(PlanWithInventory, BudgetsComeFromTheMachineAndThePlanRecordsIt) {
@@ -158,7 +158,7 @@ TEST(PlanWithInventory, MaxMemoryWinsOverTheInventory) {
   request.device_map = *ParseDeviceMapChoice("sequential");
   request.inventory = Machine({kGiB}, kGiB);
   request.max_memory = *ParseMaxMemory("cpu=1GiB");
-  absl::StatusOr<Plan> plan = MakePlan(SmallLlama(), request);
+  absl::StatusOr<Plan> plan = PlaceSpec(SmallLlama(), request);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_FALSE(plan->inventory.has_value());
   EXPECT_EQ(plan->device_map[0].second, Device::Cpu());
@@ -231,8 +231,8 @@ TEST(GroupInventory, AGroupPlansAsTheUnionOfItsGpus) {
     group_request.device_map = union_request.device_map = *ParseDeviceMapChoice(strategy);
     group_request.inventory = *GroupInventory({node, node});
     union_request.inventory = *ParseInventory("0=200KB,1=200KB,2=200KB,3=200KB,cpu=10MB");
-    absl::StatusOr<Plan> group = MakePlan(spec, group_request);
-    absl::StatusOr<Plan> whole = MakePlan(spec, union_request);
+    absl::StatusOr<Plan> group = PlaceSpec(spec, group_request);
+    absl::StatusOr<Plan> whole = PlaceSpec(spec, union_request);
     ASSERT_TRUE(group.ok() && whole.ok()) << strategy;
     EXPECT_EQ(group->device_map, whole->device_map) << strategy;
     const nlohmann::ordered_json json = PlanToJson(*group);

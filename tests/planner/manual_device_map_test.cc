@@ -26,7 +26,7 @@ absl::StatusOr<Plan> PlanManual(const ModelSpec& spec, const std::string& map, c
   if (!choice.ok()) return choice.status();
   request.device_map = *choice;
   if (!max_memory.empty()) request.max_memory = *ParseMaxMemory(max_memory);
-  return MakePlan(spec, request);
+  return PlaceSpec(spec, request);
 }
 
 void ExpectError(const absl::StatusOr<Plan>& plan, const std::string& mentions) {

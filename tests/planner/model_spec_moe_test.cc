@@ -92,7 +92,7 @@ TEST(ExpertsOnTest, MovesTheLastLayersExpertsUntilTheRestFits) {
   request.device_map.strategy = Strategy::kSequential;
   // A GPU 0 of 90% of the model cannot hold it all; without the last layer's experts it can.
   request.max_memory = ParseMaxMemory(absl::StrCat("0=", *total * 9 / 10, ",cpu=1GiB")).value();
-  absl::StatusOr<ExpertsOnPlan> apart = MakePlanWithExpertsOn(*spec, request, Device::Cpu());
+  absl::StatusOr<ExpertsOnPlan> apart = PlaceSpecWithExpertsOn(*spec, request, Device::Cpu());
   ASSERT_TRUE(apart.ok()) << apart.status();
   ASSERT_FALSE(apart->moved.empty());
   EXPECT_EQ(apart->moved.back(), "model.layers.3.mlp.experts");
@@ -112,13 +112,13 @@ TEST(ExpertsOnTest, RefusesManualMapsAndDenseModels) {
   PlanRequest manual;
   manual.device_map.strategy = Strategy::kManual;
   manual.device_map.manual = {{"", Device::Cpu()}};
-  EXPECT_THAT(MakePlanWithExpertsOn(*spec, manual, Device::Cpu()).status().message(), HasSubstr("needs a strategy"));
+  EXPECT_THAT(PlaceSpecWithExpertsOn(*spec, manual, Device::Cpu()).status().message(), HasSubstr("needs a strategy"));
   json dense = TinyMoe("Qwen3ForCausalLM", "qwen3");
   absl::StatusOr<ModelSpec> qwen3 = ModelSpecFromConfig(dense, DType::kFloat32);
   ASSERT_TRUE(qwen3.ok()) << qwen3.status();
   PlanRequest request;
   request.max_memory = ParseMaxMemory("0=1GiB,cpu=1GiB").value();
-  EXPECT_THAT(MakePlanWithExpertsOn(*qwen3, request, Device::Cpu()).status().message(),
+  EXPECT_THAT(PlaceSpecWithExpertsOn(*qwen3, request, Device::Cpu()).status().message(),
               HasSubstr("has no experts modules"));
 }
 

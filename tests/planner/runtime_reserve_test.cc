@@ -184,8 +184,8 @@ TEST(RuntimeReservePlan, TheReserveComesOffTheBudgetsAndIsShown) {
   const int64_t budget1 = two.at(Device::Gpu(1)).total() + (70 << 20);
   const std::string budgets = absl::StrCat("0=", budget0, ",1=", budget1, ",cpu=4GiB");
   for (const char* strategy : {"balanced_low_0", "balanced", "sequential"}) {
-    absl::StatusOr<Plan> plain = MakePlan(spec, Request(strategy, budgets, {}));
-    absl::StatusOr<Plan> kept = MakePlan(spec, Request(strategy, budgets, Auto(limits)));
+    absl::StatusOr<Plan> plain = PlaceSpec(spec, Request(strategy, budgets, {}));
+    absl::StatusOr<Plan> kept = PlaceSpec(spec, Request(strategy, budgets, Auto(limits)));
     ASSERT_TRUE(plain.ok() && kept.ok()) << plain.status() << kept.status();
     int64_t gpu_planned_plain = 0, gpu_planned_kept = 0;
     for (const DeviceUsage& d : plain->devices) {
@@ -222,17 +222,17 @@ TEST(RuntimeReservePlan, AManualMapIsCheckedAgainstTheBudgetLessTheReserve) {
   PlanRequest request = Request("balanced", "0=200MiB,cpu=4GiB", Auto(kLimits));
   request.device_map = *ParseDeviceMapChoice(R"({"": 0})");
   // The whole model (about 86 MiB) fits 200 MiB, but not with the reserve kept.
-  absl::StatusOr<Plan> plan = MakePlan(spec, request);
+  absl::StatusOr<Plan> plan = PlaceSpec(spec, request);
   ASSERT_FALSE(plan.ok());
   EXPECT_THAT(std::string(plan.status().message()), HasSubstr("0"));
   request.runtime_reserve = {};
-  EXPECT_TRUE(MakePlan(spec, request).ok());
+  EXPECT_TRUE(PlaceSpec(spec, request).ok());
 }
 
 TEST(RuntimeReservePlan, AReserveThatLeavesNoLayerOnAGpuIsNamedInTheWarning) {
   const ModelSpec spec = Llama(DType::kFloat32);
   absl::StatusOr<RuntimeReserve> fixed = ParseRuntimeReserve("299MiB");
-  absl::StatusOr<Plan> plan = MakePlan(spec, Request("sequential", "0=300MiB,cpu=4GiB", *fixed));
+  absl::StatusOr<Plan> plan = PlaceSpec(spec, Request("sequential", "0=300MiB,cpu=4GiB", *fixed));
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_FALSE(plan->warnings.empty());
   EXPECT_THAT(plan->warnings.front(), HasSubstr("runtime reserve"));

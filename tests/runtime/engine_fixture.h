@@ -132,9 +132,9 @@ inline std::unique_ptr<LoadedModel> LoadPlan(const std::filesystem::path& dir, c
   r.physical = physical;
   r.dtype = planner::DType::kFloat32;
   r.max_memory = *planner::ParseMaxMemory("0=1GiB,1=1GiB,cpu=1GiB,disk=1GiB");
-  r.max_batch = max_batch;
-  r.max_context = max_context;
-  auto options = PlanServing(r);
+  r.serving.max_batch = max_batch;
+  r.serving.max_context = max_context;
+  auto options = PlanLoad(r);
   EXPECT_TRUE(options.ok()) << options.status();
   if (!options.ok()) return nullptr;
   auto model = LoadedModel::Load(*options);

@@ -61,8 +61,8 @@ ServingRequest Request(const std::string& map, int gpus, int64_t max_batch) {
     r.physical[g] = {false, 0};
   }
   r.max_memory = *planner::ParseMaxMemory(memory + "cpu=1GiB");
-  r.max_batch = max_batch;
-  r.max_context = 64;
+  r.serving.max_batch = max_batch;
+  r.serving.max_context = 64;
   return r;
 }
 
@@ -89,7 +89,7 @@ std::vector<std::vector<int32_t>> Generate(Engine& engine, int32_t new_tokens) {
 // One process, every stage: the reference.
 std::vector<std::vector<int32_t>> OneProcess(const std::string& map, int gpus) {
   ServingRequest r = Request(map, gpus, 4);
-  auto load = PlanServing(r);
+  auto load = PlanLoad(r);
   EXPECT_TRUE(load.ok()) << load.status();
   auto model = LoadedModel::Load(*load);
   EXPECT_TRUE(model.ok()) << model.status();

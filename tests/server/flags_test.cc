@@ -68,7 +68,7 @@ TEST(ServerFlags, EachParseStartsFromTheDefaults) {
   ASSERT_TRUE(Parse({"--model", "m", "--max-batch", "4", "--listen", "127.0.0.1:1", "--max-memory", "cpu=1GiB"}).ok());
   absl::StatusOr<ServerCommand> command = Parse({"--model", "m"});
   ASSERT_TRUE(command.ok()) << command.status();
-  EXPECT_EQ(command->options.serving.max_batch, 16);
+  EXPECT_EQ(command->options.serving.runtime.max_batch, 16);
   EXPECT_EQ(command->options.endpoints.listen.ToString(), "127.0.0.1:50051");
   EXPECT_FALSE(command->options.placement.max_memory.has_value());
 }
@@ -122,14 +122,14 @@ TEST(ServerFlags, PagedKvCacheFlags) {
   absl::StatusOr<ServerCommand> command = Parse({"--model", "m"});
   ASSERT_TRUE(command.ok()) << command.status();
   EXPECT_EQ(command->options.placement.kv_cache_tokens, 0);  // --max-batch x --max-context
-  EXPECT_EQ(command->options.serving.kv_block_tokens, 16);
+  EXPECT_EQ(command->options.serving.runtime.kv_block_tokens, 16);
   EXPECT_TRUE(command->options.serving.prefix_cache);
   EXPECT_EQ(command->options.serving.max_batch_tokens, 512);
   command = Parse({"--model", "m", "--kv-cache-tokens", "4096", "--kv-block-tokens=32", "--prefix-cache=false",
                    "--max-batch-tokens", "64"});
   ASSERT_TRUE(command.ok()) << command.status();
   EXPECT_EQ(command->options.placement.kv_cache_tokens, 4096);
-  EXPECT_EQ(command->options.serving.kv_block_tokens, 32);
+  EXPECT_EQ(command->options.serving.runtime.kv_block_tokens, 32);
   EXPECT_FALSE(command->options.serving.prefix_cache);
   EXPECT_EQ(command->options.serving.max_batch_tokens, 64);
   for (const auto& [args, error] : std::vector<std::pair<std::vector<std::string>, std::string>>{
