@@ -13,6 +13,33 @@
 
 namespace strata::planner::spec_builder {
 
+absl::StatusOr<RopeDict> FindRopeDict(const json& config) {
+  RopeDict dict;
+  for (const char* name : {"rope_scaling", "rope_parameters"}) {
+    auto it = config.find(name);
+    if (it == config.end() || it->is_null()) continue;
+    if (!it->is_object()) return FieldError(name, absl::StrCat("must be an object, got ", it->dump()));
+    if (it->empty()) continue;
+    dict.params = &*it;
+    dict.field = name;
+    break;
+  }
+  return dict;
+}
+
+absl::StatusOr<std::string> RopeTypeOf(const RopeDict& dict, std::string fallback) {
+  if (dict.params == nullptr) return fallback;
+  for (const char* key : {"rope_type", "type"}) {
+    auto it = dict.params->find(key);
+    if (it == dict.params->end()) continue;
+    if (!it->is_string()) {
+      return FieldError(absl::StrCat(dict.field, ".", key), absl::StrCat("must be a string, got ", it->dump()));
+    }
+    return it->get<std::string>();
+  }
+  return fallback;
+}
+
 absl::StatusOr<double> NumberOr(const json& object, absl::string_view prefix, absl::string_view key, double fallback) {
   auto it = object.find(key);
   if (it == object.end() || it->is_null()) return fallback;

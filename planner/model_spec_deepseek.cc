@@ -199,36 +199,23 @@ ModuleSpec MoeBlock(const ModuleSpec& layer, int64_t hidden, const DeepseekField
 // RoPE: default or YaRN (rope_parameters, or the legacy rope_scaling DeepSeek's configs use, with a top-level
 // rope_theta), and the softmax scale with YaRN's mscale_all_dim (modeling_deepseek_v3.py's yarn_apply_mscale).
 absl::Status ReadRope(const json& config, int64_t max_positions, const DeepseekFields& f, DecoderConfig& decoder) {
-  const json* params = nullptr;
-  std::string field = "rope_parameters";
-  for (const char* name : {"rope_scaling", "rope_parameters"}) {
-    auto it = config.find(name);
-    if (it == config.end() || it->is_null()) continue;
-    if (!it->is_object()) return FieldError(name, absl::StrCat("must be an object, got ", it->dump()));
-    if (it->empty()) continue;
-    params = &*it;
-    field = name;
-    break;
-  }
+  absl::StatusOr<RopeDict> dict = FindRopeDict(config);
+  if (!dict.ok()) return dict.status();
+  absl::StatusOr<std::string> rope_type = RopeTypeOf(*dict);
+  if (!rope_type.ok()) return rope_type.status();
+  const std::string& type = *rope_type;
   const json empty = json::object();
-  const json& p = params != nullptr ? *params : empty;
+  const json& p = dict->params != nullptr ? *dict->params : empty;
+  const std::string& field = dict->field;
   const std::string prefix = field + ".";
-  std::string type = "default";
-  for (const char* key : {"rope_type", "type"}) {
-    if (auto it = p.find(key); it != p.end()) {
-      if (!it->is_string()) return FieldError(prefix + key, absl::StrCat("must be a string, got ", it->dump()));
-      type = it->get<std::string>();
-      break;
-    }
-  }
   absl::StatusOr<double> theta = NumberOr(config, "", "rope_theta", 10000.0);
   if (!theta.ok()) return theta.status();
   const double qk_head_dim = static_cast<double>(f.qk_nope_head_dim + f.qk_rope_head_dim);
   decoder.mla.softmax_scale = 1.0 / std::sqrt(qk_head_dim);
   const double positions = static_cast<double>(max_positions);
   absl::StatusOr<RopeConfig> rope = type == "yarn" ? YarnRope(p, prefix, *theta, max_positions > 0 ? positions : 0)
-                                                   : LlamaStyleRope(p, params != nullptr ? prefix : "", type, *theta,
-                                                                    max_positions > 0 ? positions : 8192.0);
+                                                   : LlamaStyleRope(p, dict->params != nullptr ? prefix : "", type,
+                                                                    *theta, max_positions > 0 ? positions : 8192.0);
   if (!rope.ok()) return rope.status();
   decoder.rope = *rope;
   if (type == "default") return absl::OkStatus();

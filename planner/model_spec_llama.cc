@@ -171,17 +171,11 @@ absl::StatusOr<RopeShape> ParseRope(const json& config) {
   RopeShape rope;
   // PreTrainedConfig.convert_rope_params_to_dict: a truthy legacy `rope_scaling` wins over
   // `rope_parameters`; a top-level partial_rotary_factor is a default for the dict's own.
-  const json* params = nullptr;
-  for (absl::string_view field : {"rope_scaling", "rope_parameters"}) {
-    auto it = config.find(field);
-    if (it == config.end() || it->is_null()) continue;
-    if (!it->is_object()) return FieldError(field, absl::StrCat("must be an object, got ", it->dump()));
-    if (it->empty()) continue;
-    params = &*it;
-    rope.field = std::string(field);
-    rope.params = params;
-    break;
-  }
+  absl::StatusOr<RopeDict> dict = FindRopeDict(config);
+  if (!dict.ok()) return dict.status();
+  const json* params = dict->params;
+  rope.field = dict->field;
+  rope.params = params;
   if (auto it = config.find("partial_rotary_factor"); it != config.end() && !it->is_null()) {
     if (!it->is_number() || it->get<double>() <= 0) {
       return FieldError("partial_rotary_factor", absl::StrCat("must be a positive number, got ", it->dump()));
@@ -196,14 +190,9 @@ absl::StatusOr<RopeShape> ParseRope(const json& config) {
     // fails on them.
     return FieldError(rope.field, "holds per-layer-type RoPE parameters, which this architecture does not support");
   }
-  for (absl::string_view key : {"rope_type", "type"}) {
-    auto it = params->find(key);
-    if (it == params->end()) continue;
-    if (!it->is_string())
-      return FieldError(absl::StrCat(prefix, key), absl::StrCat("must be a string, got ", it->dump()));
-    rope.type = it->get<std::string>();
-    break;
-  }
+  absl::StatusOr<std::string> type = RopeTypeOf(*dict);
+  if (!type.ok()) return type.status();
+  rope.type = *type;
   constexpr absl::string_view kRopeTypes[] = {"default",  "linear", "dynamic",     "yarn",
                                               "longrope", "llama3", "proportional"};
   bool known = false;

@@ -59,31 +59,20 @@ absl::StatusOr<Phi3Rope> ReadPhi3Rope(const json& config, int64_t hidden, int64_
   Phi3Rope rope;
   absl::StatusOr<double> partial = PartialRotaryFactor(config, "", 1.0);
   if (!partial.ok()) return partial.status();
-  const json*& params = rope.params;
-  std::string& field = rope.field;
-  // A truthy legacy rope_scaling replaces rope_parameters.
-  for (const char* name : {"rope_scaling", "rope_parameters"}) {
-    auto it = config.find(name);
-    if (it == config.end() || it->is_null()) continue;
-    if (!it->is_object()) return FieldError(name, absl::StrCat("must be an object, got ", it->dump()));
-    if (it->empty()) continue;
-    params = &*it;
-    field = name;
-    break;
-  }
-  std::string& type = rope.type;
+  absl::StatusOr<RopeDict> dict = FindRopeDict(config);
+  if (!dict.ok()) return dict.status();
+  rope.params = dict->params;
+  rope.field = dict->params != nullptr ? dict->field : "";
+  const json* params = rope.params;
+  const std::string& field = rope.field;
   if (params != nullptr) {
     partial = PartialRotaryFactor(*params, field + ".", *partial);
     if (!partial.ok()) return partial.status();
-    for (const char* key : {"rope_type", "type"}) {
-      auto it = params->find(key);
-      if (it == params->end()) continue;
-      if (!it->is_string())
-        return FieldError(absl::StrCat(field, ".", key), absl::StrCat("must be a string, got ", it->dump()));
-      type = it->get<std::string>();
-      break;
-    }
   }
+  absl::StatusOr<std::string> rope_type = RopeTypeOf(*dict);
+  if (!rope_type.ok()) return rope_type.status();
+  rope.type = *rope_type;
+  const std::string& type = rope.type;
   const int64_t dim = static_cast<int64_t>(static_cast<double>(head_dim) * *partial);
   if (dim < 2) return FieldError("partial_rotary_factor", "leaves fewer than two rotary dimensions");
   const int64_t length = (dim + 1) / 2;

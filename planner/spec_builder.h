@@ -175,6 +175,18 @@ inline ModuleSpec Norm(const ModuleSpec& parent, std::string_view local, const s
 // A number (not a boolean), `fallback` when absent or null; else an error naming `prefix` + `key`.
 absl::StatusOr<double> NumberOr(const json& object, absl::string_view prefix, absl::string_view key, double fallback);
 
+// The config's RoPE dict as PreTrainedConfig.convert_rope_params_to_dict picks it: a truthy legacy `rope_scaling`
+// wins over `rope_parameters` (null and {} count as absent; anything else but an object is an error naming the
+// field). `params` is null when the config has neither; `field` names the one found, else "rope_parameters".
+struct RopeDict {
+  const json* params = nullptr;
+  std::string field = "rope_parameters";
+};
+absl::StatusOr<RopeDict> FindRopeDict(const json& config);
+
+// The dict's "rope_type" (else the legacy "type"), `fallback` when it has neither or there is no dict.
+absl::StatusOr<std::string> RopeTypeOf(const RopeDict& dict, std::string fallback = "default");
+
 // The RoPE of one Llama-style dict (rope_parameters or the legacy rope_scaling; `prefix` names it with its
 // dot, and is "" with an empty `params` when the config has neither) whose `type` the builder resolved:
 // its rope_theta (else `theta`, the top-level field's), linear's and llama3's factor, llama3's frequency
