@@ -297,12 +297,7 @@ absl::StatusOr<ModelSpec> DeepseekV3SpecFromConfig(const json& config, const Arc
   if (!f.ok()) return f.status();
   if (absl::Status s = CheckPadTokenId(config, sizes->vocab, 0); !s.ok()) return s;
 
-  ModelSpec spec;
-  spec.architecture = std::string(arch.name);
-  spec.dtype = dtype;
-  spec.no_split_classes = {"DeepseekV3DecoderLayer"};
-  if (f->tie) spec.tied_weights["lm_head.weight"] = "model.embed_tokens.weight";
-  spec.num_hidden_layers = sizes->layers;
+  ModelSpec spec = DecoderSpecFrame(std::string(arch.name), dtype, "DeepseekV3", f->tie, *sizes);
   // The latent cache: one row of kv_lora_rank + qk_rope_head_dim per token and layer (ModelSpec::kv_latent).
   spec.num_key_value_heads = 1;
   spec.head_dim = f->kv_lora_rank + f->qk_rope_head_dim;

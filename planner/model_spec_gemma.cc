@@ -394,17 +394,8 @@ ModelSpec BuildSpec(const GemmaVariant& v, const GemmaSizes& sizes, const GemmaO
                     const std::vector<std::string>& layer_types, DType dtype) {
   const std::string p(v.prefix);
   const std::string norm_class = p + "RMSNorm";
-  ModelSpec spec;
-  spec.architecture = std::string(v.architecture);
-  spec.dtype = dtype;
-  spec.no_split_classes = {p + "DecoderLayer"};
-  if (options.tie) spec.tied_weights["lm_head.weight"] = "model.embed_tokens.weight";
-  spec.num_hidden_layers = sizes.layers;
-  spec.num_key_value_heads = sizes.kv_heads;
-  spec.head_dim = sizes.head_dim;
-
+  ModelSpec spec = DecoderSpecFrame(std::string(v.architecture), dtype, p, options.tie, sizes);
   ModuleSpec& root = spec.root;
-  root.class_name = spec.architecture;
   ModuleSpec model = Module(root, "model", std::string(v.model_class));
   // torch.tensor(hidden_size ** 0.5) built under from_config's default dtype: a 0-d buffer in the
   // serving dtype, not saved in checkpoints.
@@ -413,11 +404,9 @@ ModelSpec BuildSpec(const GemmaVariant& v, const GemmaSizes& sizes, const GemmaO
   embed.buffers.push_back(Tensor("embed_scale", {}, dtype, /*persistent=*/false));
   model.children.push_back(std::move(embed));
 
-  ModuleSpec layer_list = Module(model, "layers", "ModuleList");
-  for (int64_t i = 0; i < sizes.layers; ++i) {
-    layer_list.children.push_back(DecoderLayer(layer_list, i, v, sizes, options, dtype));
-  }
-  model.children.push_back(std::move(layer_list));
+  model.children.push_back(DecoderLayers(model, sizes.layers, [&](const ModuleSpec& list, int64_t i) {
+    return DecoderLayer(list, i, v, sizes, options, dtype);
+  }));
   model.children.push_back(Norm(model, "norm", norm_class, sizes.hidden, dtype));
 
   model.children.push_back(RotaryEmbedding(model, v, sizes.head_dim, layer_types));

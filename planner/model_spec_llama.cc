@@ -465,28 +465,17 @@ ModuleSpec DecoderLayer(const ModuleSpec& layer_list, int64_t i, const Family& f
 ModelSpec BuildSpec(const Family& family, const LlamaSizes& sizes, const LlamaOptions& options, DType dtype,
                     int64_t inv_freq_length) {
   const std::string p(family.prefix);
-  ModelSpec spec;
-  spec.architecture = std::string(family.architecture);
-  spec.dtype = dtype;
-  spec.no_split_classes = {absl::StrCat(p, "DecoderLayer")};
-  if (options.tie) spec.tied_weights["lm_head.weight"] = "model.embed_tokens.weight";
-  spec.num_hidden_layers = sizes.layers;
-  spec.num_key_value_heads = sizes.kv_heads;
-  spec.head_dim = sizes.head_dim;
-
+  ModelSpec spec = DecoderSpecFrame(std::string(family.architecture), dtype, p, options.tie, sizes);
   ModuleSpec& root = spec.root;
-  root.class_name = spec.architecture;
 
   ModuleSpec model = Module(root, "model", absl::StrCat(p, "Model"));
   ModuleSpec embed = Module(model, "embed_tokens", "Embedding");
   embed.parameters.push_back(Tensor("weight", {sizes.vocab, sizes.hidden}, dtype));
   model.children.push_back(std::move(embed));
 
-  ModuleSpec layer_list = Module(model, "layers", "ModuleList");
-  for (int64_t i = 0; i < sizes.layers; ++i) {
-    layer_list.children.push_back(DecoderLayer(layer_list, i, family, sizes, options, dtype));
-  }
-  model.children.push_back(std::move(layer_list));
+  model.children.push_back(DecoderLayers(model, sizes.layers, [&](const ModuleSpec& list, int64_t i) {
+    return DecoderLayer(list, i, family, sizes, options, dtype);
+  }));
   model.children.push_back(RMSNorm(model, "norm", family, sizes.hidden, dtype));
 
   // The rotary tables are computed in float32 (arange(..., dtype=int64).float()) and registered as

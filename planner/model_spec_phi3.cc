@@ -208,17 +208,9 @@ absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const json& config, const Architect
   absl::StatusOr<Phi3Rope> rope = ReadPhi3Rope(config, hidden, heads, head_dim);
   if (!rope.ok()) return rope.status();
 
-  ModelSpec spec;
-  spec.architecture = "Phi3ForCausalLM";
-  spec.dtype = dtype;
-  spec.no_split_classes = {"Phi3DecoderLayer"};
-  if (*tie) spec.tied_weights["lm_head.weight"] = "model.embed_tokens.weight";
-  spec.num_hidden_layers = layers;
-  spec.num_key_value_heads = *kv_heads;
-  spec.head_dim = head_dim;
-
+  ModelSpec spec = DecoderSpecFrame("Phi3ForCausalLM", dtype, "Phi3", *tie,
+                                    DecoderSizes{.layers = layers, .kv_heads = *kv_heads, .head_dim = head_dim});
   ModuleSpec& root = spec.root;
-  root.class_name = spec.architecture;
   ModuleSpec model = Module(root, "model", "Phi3Model");
   ModuleSpec embed = Module(model, "embed_tokens", "Embedding");
   embed.parameters.push_back(Tensor("weight", {vocab, hidden}, dtype));

@@ -87,8 +87,7 @@ absl::StatusOr<Placement> ParsePlacement(const cli::ParsedArgs& parsed, const Pl
     if (!dtype.ok()) return cli::FlagError(FLAGS_dtype, dtype.status());
     out.dtype = *dtype;
   }
-  absl::StatusOr<QuantizedSizing> sizing =
-      ParseQuantizedSizing(absl::GetFlag(FLAGS_quantized_sizing));
+  absl::StatusOr<QuantizedSizing> sizing = ParseQuantizedSizing(absl::GetFlag(FLAGS_quantized_sizing));
   if (!sizing.ok()) return cli::FlagError(FLAGS_quantized_sizing, sizing.status());
   out.quantized_sizing = *sizing;
   if (set.kv_cache_tokens) {
@@ -98,11 +97,9 @@ absl::StatusOr<Placement> ParsePlacement(const cli::ParsedArgs& parsed, const Pl
           absl::StrCat(cli::Spelling(FLAGS_kv_cache_tokens), ": \"", out.kv_cache_tokens, "\" is not an integer >= 0"));
     }
   }
-  out.runtime_reserve.kind =
-      set.runtime_reserve_auto ? RuntimeReserve::Kind::kAuto : RuntimeReserve::Kind::kNone;
+  out.runtime_reserve.kind = set.runtime_reserve_auto ? RuntimeReserve::Kind::kAuto : RuntimeReserve::Kind::kNone;
   if (parsed.Given(FLAGS_runtime_reserve)) {
-    absl::StatusOr<RuntimeReserve> reserve =
-        ParseRuntimeReserve(absl::GetFlag(FLAGS_runtime_reserve));
+    absl::StatusOr<RuntimeReserve> reserve = ParseRuntimeReserve(absl::GetFlag(FLAGS_runtime_reserve));
     if (!reserve.ok()) return cli::FlagError(FLAGS_runtime_reserve, reserve.status());
     if (reserve->kind == RuntimeReserve::Kind::kAuto && !set.runtime_reserve_auto) {
       return absl::InvalidArgumentError(
@@ -114,8 +111,7 @@ absl::StatusOr<Placement> ParsePlacement(const cli::ParsedArgs& parsed, const Pl
   }
   if (set.physical_devices && parsed.Given(FLAGS_physical_devices)) {
     // ParsePhysicalDevices' messages already start with the flag.
-    absl::StatusOr<PhysicalDeviceMap> physical =
-        ParsePhysicalDevices(absl::GetFlag(FLAGS_physical_devices));
+    absl::StatusOr<PhysicalDeviceMap> physical = ParsePhysicalDevices(absl::GetFlag(FLAGS_physical_devices));
     if (!physical.ok()) return physical.status();
     out.physical_devices = *std::move(physical);
   }

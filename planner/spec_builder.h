@@ -162,6 +162,31 @@ inline ModuleSpec LinearModule(const ModuleSpec& parent, std::string_view local,
   return m;
 }
 
+// A decoder-only spec's frame: its architecture (also the root's class), dtype, `<prefix>DecoderLayer` as the
+// no-split class, lm_head tied to the embedding when `tie`, and the sizes GetDeviceMap and the KV reserve read.
+inline ModelSpec DecoderSpecFrame(std::string architecture, DType dtype, const std::string& prefix, bool tie,
+                                  const DecoderSizes& sizes) {
+  ModelSpec spec;
+  spec.architecture = std::move(architecture);
+  spec.dtype = dtype;
+  spec.no_split_classes = {prefix + "DecoderLayer"};
+  if (tie) spec.tied_weights["lm_head.weight"] = "model.embed_tokens.weight";
+  spec.num_hidden_layers = sizes.layers;
+  spec.num_key_value_heads = sizes.kv_heads;
+  spec.head_dim = sizes.head_dim;
+  spec.root.class_name = spec.architecture;
+  return spec;
+}
+
+// nn.ModuleList of `count` decoder layers under `parent`: "layers.0", "layers.1", ... each built by
+// `layer(list, i)`, a family's own decoder layer.
+template <typename LayerBuilder>
+ModuleSpec DecoderLayers(const ModuleSpec& parent, int64_t count, LayerBuilder&& layer) {
+  ModuleSpec list = Module(parent, "layers", "ModuleList");
+  for (int64_t i = 0; i < count; ++i) list.children.push_back(layer(list, i));
+  return list;
+}
+
 inline ModuleSpec Norm(const ModuleSpec& parent, std::string_view local, const std::string& class_name, int64_t dim,
                        DType dtype) {
   ModuleSpec m = Module(parent, local, class_name);
