@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/absl_compat.h"  // StrCat over std::string_view (Debian's Abseil)
+#include "chat_template/escapes.h"
 #include "chat_template/value.h"
 
 namespace strata::chat_template {
@@ -337,6 +338,10 @@ class Lexer {
       if (p + 1 >= src_.size()) return Error(pos, "unexpected end of string");
       const char e = src_[p + 1];
       p += 2;
+      if (const char c = ShortEscape(e); c != 0) {
+        out.push_back(c);
+        continue;
+      }
       switch (e) {
         case '\n':
           break;
@@ -347,21 +352,6 @@ class Lexer {
           break;
         case 'a':
           out.push_back('\a');
-          break;
-        case 'b':
-          out.push_back('\b');
-          break;
-        case 'f':
-          out.push_back('\f');
-          break;
-        case 'n':
-          out.push_back('\n');
-          break;
-        case 'r':
-          out.push_back('\r');
-          break;
-        case 't':
-          out.push_back('\t');
           break;
         case 'v':
           out.push_back('\v');

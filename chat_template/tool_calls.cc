@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "chat_template/escapes.h"
 #include "chat_template/stream_text.h"
 #include "chat_template/value.h"
 
@@ -262,26 +263,15 @@ class PyJsonParser {
       if (c != '\\') return false;  // a control character
       if (pos_ >= s_.size()) return false;
       const char e = s_[pos_++];
+      if (const char short_escape = ShortEscape(e); short_escape != 0) {
+        out.push_back(short_escape);
+        continue;
+      }
       switch (e) {
         case '"':
         case '\\':
         case '/':
           out.push_back(e);
-          break;
-        case 'b':
-          out.push_back('\b');
-          break;
-        case 'f':
-          out.push_back('\f');
-          break;
-        case 'n':
-          out.push_back('\n');
-          break;
-        case 'r':
-          out.push_back('\r');
-          break;
-        case 't':
-          out.push_back('\t');
           break;
         case 'u': {
           uint32_t cp;
