@@ -34,11 +34,15 @@ RUN apt-get update -q && apt-get install -y -q --no-install-recommends \
 # requirements.txt are not needed to build.
 ARG TORCH_SPEC=
 ARG TORCH_INDEX_URL=
+# Where the wheel goes. The image test (tests/image) names the host's own virtualenv path, as it names the host
+# build's type (STRATA_BUILD_TYPE below): the compile commands are then the host build's, torch's header paths
+# included, and the host's compiler cache answers them (the build step below).
+ARG STRATA_VENV=/opt/venv
 COPY scripts/requirements.txt /tmp/requirements.txt
 RUN --mount=type=cache,target=/root/.cache/pip \
-    python3 -m venv /opt/venv \
+    python3 -m venv "$STRATA_VENV" \
     && spec=${TORCH_SPEC:-$(grep -E '^torch==' /tmp/requirements.txt)} \
-    && /opt/venv/bin/pip install -q --disable-pip-version-check --cache-dir /root/.cache/pip --no-compile ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$spec"
+    && "$STRATA_VENV"/bin/pip install -q --disable-pip-version-check --cache-dir /root/.cache/pip --no-compile ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$spec"
 
 # The wheel's CMake config (Caffe2's cuda.cmake) wants a CUDA toolkit even though strata compiles no CUDA:
 # nvcc (enable_language(CUDA)), headers, and link names for cudart, cuBLAS, cuRAND, ... NVIDIA's PyPI
@@ -47,9 +51,9 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 # (strata does not link the driver; the NVIDIA container runtime mounts the real one). A CPU wheel
 # (TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu) needs none of this.
 RUN --mount=type=cache,target=/root/.cache/pip \
-    v=$(/opt/venv/bin/pip show nvidia-cuda-runtime 2>/dev/null | sed -n 's/^Version: //p'); [ -n "$v" ] || exit 0 \
-    && cuda=$(echo /opt/venv/lib/python3*/site-packages/nvidia/cu[0-9]*) \
-    && /opt/venv/bin/pip install -q --disable-pip-version-check --cache-dir /root/.cache/pip --no-compile "nvidia-cuda-nvcc==$v" "nvidia-cuda-crt==$v" \
+    v=$("$STRATA_VENV"/bin/pip show nvidia-cuda-runtime 2>/dev/null | sed -n 's/^Version: //p'); [ -n "$v" ] || exit 0 \
+    && cuda=$(echo "$STRATA_VENV"/lib/python3*/site-packages/nvidia/cu[0-9]*) \
+    && "$STRATA_VENV"/bin/pip install -q --disable-pip-version-check --cache-dir /root/.cache/pip --no-compile "nvidia-cuda-nvcc==$v" "nvidia-cuda-crt==$v" \
          "nvidia-nvvm==$v" "nvidia-curand~=10.4" \
     && for lib in "$cuda"/lib/lib*.so.*; do \
          base=${lib%%.so.*}.so; [ -e "$base" ] || ln -s "$(basename "$lib")" "$base"; done \
@@ -66,31 +70,52 @@ RUN apt-get update -q && apt-get install -y -q --no-install-recommends libhwy-de
 WORKDIR /src
 COPY CMakeLists.txt ./
 COPY cmake cmake
+COPY base base
 COPY cli cli
 COPY checkpoint checkpoint
 COPY planner planner
 COPY tokenizer tokenizer
 COPY chat_template chat_template
 COPY kernels kernels
+COPY transport transport
 COPY runtime runtime
 COPY proto proto
 COPY server server
-# -O2 without debug information: the optimisation the tests run (RelWithDebInfo), a smaller binary.
+COPY clients/cpp clients/cpp
+# -O2 without debug information (Release): the optimisation the tests run (RelWithDebInfo), a smaller binary
+# (collect_runtime.sh strips the binaries either way).
 # TORCH_CUDA_ARCH_LIST only answers the wheel's CMake config (strata compiles no CUDA code).
 ARG TORCH_CUDA_ARCH_LIST=9.0
+ARG STRATA_BUILD_TYPE=Release
+# Locale variables ccache puts in its keys ("LANG=C.UTF-8 ..."): the image test passes the host's.
+ARG STRATA_LOCALE=
+# The compiler cache: a cache mount of its own, or the host's when the build mounts it at /host-ccache
+# (`podman build --volume ~/.cache/ccache:/host-ccache`: the image test does, after the host build filled it).
+# The build folder is /src/build as the host's is <clone>/build, so that under CCACHE_BASEDIR (the root
+# CMakeLists.txt sets it to the source folder, with CCACHE_NOHASHDIR) the relative paths are the host's; the host's
+# cache keeps its own settings (compiler_check mtime: Debian's compiler has the same mtime in both).
 ENV CCACHE_DIR=/root/.cache/ccache CCACHE_BASEDIR=/src CCACHE_COMPILERCHECK=content CCACHE_MAXSIZE=2G
 RUN --mount=type=cache,target=/root/.cache/ccache \
-    cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" \
-      -DCMAKE_C_FLAGS_RELEASE="-O2 -DNDEBUG" -DSTRATA_BUILD_TESTS=OFF -DSTRATA_BUILD_BENCH=OFF \
-      -DCMAKE_PREFIX_PATH="$(/opt/venv/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')" \
-      -DPython3_EXECUTABLE=/opt/venv/bin/python >/tmp/configure.log 2>&1 || { cat /tmp/configure.log; exit 1; } \
-    && cmake --build /build --target strata-server strata-client strata-plan \
-    && ccache --show-stats | grep -iE 'hit|miss' || true
+    if [ -d /host-ccache ]; then export CCACHE_DIR=/host-ccache; unset CCACHE_COMPILERCHECK CCACHE_MAXSIZE; fi \
+    && { [ -z "$STRATA_LOCALE" ] || export $STRATA_LOCALE; } \
+    && cmake -S /src -B /src/build -G Ninja -DCMAKE_BUILD_TYPE="$STRATA_BUILD_TYPE" \
+      -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" -DCMAKE_C_FLAGS_RELEASE="-O2 -DNDEBUG" \
+      -DSTRATA_BUILD_TESTS=OFF -DSTRATA_BUILD_BENCH=OFF \
+      -DCMAKE_PREFIX_PATH="$("$STRATA_VENV"/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')" \
+      -DPython3_EXECUTABLE="$STRATA_VENV"/bin/python >/tmp/configure.log 2>&1 || { cat /tmp/configure.log; exit 1; } \
+    && stats() { ccache --print-stats | awk '$1 ~ /^(direct_cache_hit|preprocessed_cache_hit|cache_miss)$/ { n += $2 } \
+         $1 == "cache_miss" { m = $2 } END { print n - m, m }'; } && before=$(stats) \
+    && cmake --build /src/build --target strata-server strata-client strata-plan \
+    && set -- $before $(stats) && echo "ccache ($CCACHE_DIR): $(($3 - $1)) hits, $(($4 - $2)) misses" \
+    && find /src/build \( -name '*.o' -o -name '*.a' \) -delete
+
+# (The objects and archives are deleted: the binaries are linked, and the compiler cache, not the layer, is what
+# makes the next build quick; a RelWithDebInfo build's objects and archives are 0.85 GB.)
 
 # What the runtime stage needs: the binaries (stripped), the wheel's libraries they load, and the
 # distribution packages that own every other library ldd names.
 COPY scripts/collect_runtime.sh /tmp/collect_runtime.sh
-RUN sh /tmp/collect_runtime.sh /build /opt/venv /opt/strata
+RUN sh /tmp/collect_runtime.sh /src/build "$STRATA_VENV" /opt/strata
 
 FROM ${RUNTIME_IMAGE}
 ARG DEBIAN_FRONTEND=noninteractive

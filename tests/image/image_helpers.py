@@ -2,7 +2,7 @@
 needs the image (e.g. `podman kube play` of deploy/k8s). Use it as
 
     import image_helpers as IMG
-    tag = IMG.strata_image()          # builds once per session (layer cache + ccache/pip cache mounts);
+    tag = IMG.strata_image()          # builds once per session (layer cache, the host's ccache, pip cache mount);
                                       # pytest.skip()s, visibly, where podman cannot run at all
 
 Every podman call goes through `podman()`, which sets CONTAINERS_CONF to deploy/podman/containers.conf
@@ -81,6 +81,34 @@ def image_size_bytes(tag: str) -> int:
     return int(json.loads(podman("image", "inspect", tag).stdout)[0]["Size"])
 
 
+def host_ccache_dir() -> Path | None:
+    """The host's compiler cache (ccache's cache_dir: $CCACHE_DIR or ~/.cache/ccache), where it exists."""
+    if shutil.which("ccache") is None:
+        return None
+    done = subprocess.run(["ccache", "-k", "cache_dir"], capture_output=True, text=True)
+    directory = Path(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip() else None
+    return directory if directory is not None and directory.is_dir() else None
+
+
+def build_args() -> list[str]:
+    """`podman build`'s arguments besides the target and tag. The image's build stage compiles what the host build
+    (scripts/build.sh: RelWithDebInfo against the virtualenv's torch) compiled just before: it builds the same way,
+    with the wheel at the host virtualenv's path, and reads and fills the host's compiler cache (mounted at
+    /host-ccache for the build only), so the host's objects are reused instead of compiled a second time (issue
+    40: the image's build stage was a full second compile on a fresh machine). The same arguments every time:
+    the layer cache stays valid between runs."""
+    venv = Path(os.environ.get("STRATA_VENV", str(Path.home() / ".cache" / "strata" / "venv")))
+    # ccache hashes these variables' values (they change the compiler's messages): the host build's, here too.
+    locale = " ".join(f"{k}={os.environ[k]}" for k in ("LANG", "LC_ALL", "LC_CTYPE", "LC_MESSAGES") if os.environ.get(k))
+    args = ["--layers", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "--build-arg", f"RUNTIME_IMAGE={BASE_IMAGE}",
+            "--build-arg", "STRATA_BUILD_TYPE=RelWithDebInfo", "--build-arg", f"STRATA_VENV={venv}",
+            "--build-arg", f"STRATA_LOCALE={locale}"]
+    ccache = host_ccache_dir()
+    if ccache is not None:
+        args += ["--volume", f"{ccache}:/host-ccache"]
+    return args
+
+
 def build_image(tag: str = IMAGE_TAG) -> dict:
     """Builds the Dockerfile at the repository root on the local base; returns tag, seconds, size."""
     ensure_base_image()
@@ -88,8 +116,7 @@ def build_image(tag: str = IMAGE_TAG) -> dict:
     started = time.monotonic()
     with open(log_path, "w") as log:
         done = subprocess.run(
-            ["podman", "build", "--layers", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
-             "--build-arg", f"RUNTIME_IMAGE={BASE_IMAGE}", "-t", tag, "-f", str(REPO / "Dockerfile"), str(REPO)],
+            ["podman", "build", *build_args(), "-t", tag, "-f", str(REPO / "Dockerfile"), str(REPO)],
             stdout=log, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT_S, env=podman_env())
     seconds = time.monotonic() - started
     if done.returncode != 0:
@@ -106,8 +133,7 @@ def keep_only_current_layers(tag: str) -> None:
     ~10 GB): tags the builder stage of this build (`--target builder`, all cache hits) so its layers stay
     the cache of the next build, then removes the images nothing tags any more. Keeps the disk from
     filling up over repeated CI runs."""
-    podman("build", "--layers", "--target", "builder", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
-           "--build-arg", f"RUNTIME_IMAGE={BASE_IMAGE}", "-t", builder_tag(tag), "-f", str(REPO / "Dockerfile"),
+    podman("build", *build_args(), "--target", "builder", "-t", builder_tag(tag), "-f", str(REPO / "Dockerfile"),
            str(REPO), timeout=600)
     podman("image", "prune", "-f", timeout=600, check=False)
 
