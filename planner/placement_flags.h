@@ -46,7 +46,7 @@ struct Placement {
   QuantizedSizing quantized_sizing = QuantizedSizing::kPacked;
   int64_t kv_cache_tokens = 0;
   PhysicalDeviceMap physical_devices;  // empty: GPU i is cuda:i
-  bool fp8_scaled_mm = false;                   // --fp8-matmul scaled_mm: W8A8 FP8 layers on GPUs
+  bool fp8_scaled_mm = false;          // --fp8-matmul scaled_mm: W8A8 FP8 layers on GPUs
   // --runtime-reserve (planner/runtime_reserve.h); for auto the binary sets `limits` from its serving flags.
   RuntimeReserve runtime_reserve;
 };
