@@ -386,6 +386,15 @@ TEST(Transport, ThreeProcessGroupWithAWorkerToWorkerLink) {
   EXPECT_EQ((*t)->refused(), 0);
 }
 
+// The peer process `child` says `said` over `link`, is told to stop, and ends cleanly.
+void ExpectHelloThenStop(Link& link, Child& child, std::string_view said) {
+  auto hello = link.Receive(In(absl::Seconds(30)));
+  ASSERT_TRUE(hello.ok()) << hello.status();
+  EXPECT_EQ(hello->bytes, said);
+  EXPECT_TRUE(link.Send(kStop, {}).ok());
+  EXPECT_EQ(child.Join(), "");
+}
+
 TEST(Transport, WrongSecretIsRefusedAndTheRightPeerStillConnects) {
   Child impostor([](Child& self) -> std::string {
     const int port = self.ReadInt();
@@ -409,11 +418,7 @@ TEST(Transport, WrongSecretIsRefusedAndTheRightPeerStillConnects) {
   member.Write(std::to_string((*t)->port()));
   auto link = accept.get();
   ASSERT_TRUE(link.ok()) << link.status();
-  auto hello = (*link)->Receive(In(absl::Seconds(30)));
-  ASSERT_TRUE(hello.ok()) << hello.status();
-  EXPECT_EQ(hello->bytes, "member");
-  EXPECT_TRUE((*link)->Send(kStop, {}).ok());
-  EXPECT_EQ(member.Join(), "");
+  ExpectHelloThenStop(**link, member, "member");
   EXPECT_EQ((*t)->refused(), 1);
 }
 
@@ -473,11 +478,7 @@ TEST(Transport, GarbageAndSilentTcpClientsDoNotBlockTheListener) {
   EXPECT_TRUE(StillOpen(silent)) << "the silent squatter was dropped before the member joined";
   std::printf("the member joined %s after it was told the port, with the squatters held\n",
               absl::FormatDuration(took).c_str());
-  auto hello = (*link)->Receive(In(absl::Seconds(30)));
-  ASSERT_TRUE(hello.ok()) << hello.status();
-  EXPECT_EQ(hello->bytes, "member");
-  EXPECT_TRUE((*link)->Send(kStop, {}).ok());
-  EXPECT_EQ(member.Join(), "");
+  ExpectHelloThenStop(**link, member, "member");
   close(liar);
   close(silent);
 }
@@ -519,11 +520,7 @@ void ExpectMemberJoins(Transport& t, Child& member, absl::Duration wait) {
   member.Write(std::to_string(t.port()));
   auto link = t.Accept(1, In(wait));
   ASSERT_TRUE(link.ok()) << link.status();
-  auto hello = (*link)->Receive(In(absl::Seconds(30)));
-  ASSERT_TRUE(hello.ok()) << hello.status();
-  EXPECT_EQ(hello->bytes, "member");
-  EXPECT_TRUE((*link)->Send(kStop, {}).ok());
-  EXPECT_EQ(member.Join(), "");
+  ExpectHelloThenStop(**link, member, "member");
 }
 
 TEST(Transport, RawBytesOnThePortAreRefusedAndAMemberStillJoins) {
@@ -936,11 +933,7 @@ TEST(Transport, ConnectRetriesUntilThePeerListens) {
   EXPECT_EQ((*t)->port(), options.port);
   auto link = (*t)->Accept(1, In(absl::Seconds(30)));
   ASSERT_TRUE(link.ok()) << link.status();
-  auto hello = (*link)->Receive(In(absl::Seconds(30)));
-  ASSERT_TRUE(hello.ok()) << hello.status();
-  EXPECT_EQ(hello->bytes, "made it");
-  EXPECT_TRUE((*link)->Send(kStop, {}).ok());
-  EXPECT_EQ(late.Join(), "");
+  ExpectHelloThenStop(**link, late, "made it");
 }
 
 TEST(Transport, ConnectToNobodyTimesOutNamingTheAddress) {
