@@ -30,78 +30,27 @@ constexpr int kQuantTileWeightRows = 4;
 
 #define STRATA_UNROLL _Pragma("GCC unroll 16")
 
+// How a tile scales what it sums (QuantTile).
+enum class TileScaling {
+  // Each weight vector is decoded once for MR input rows and scaled (code * mul - zero * mul) before the FMAs:
+  // tiles of three or more input rows, which share the scaling.
+  kWeights,
+  // One or two input rows: here the conversion of the codes is not shared by many input rows, so nothing more is
+  // done per code than convert and FMA. Per segment (FP8 block, int group) the products of codes and x accumulate
+  // unscaled, then that sum times the segment's multiplier joins the total; the zeros are subtracted at the end as
+  // sum over segments of zero * mul * sum(x over the segment) (`sumx`, [rows][segments], computed once per call
+  // and shared by every weight row).
+  kSums,
+};
+
 // Input rows [m0, m0 + MR) against weight rows [n, n + nr) (nr <= NR; the missing ones read row n + nr - 1
-// again and are not stored). Each weight vector is decoded once for MR input rows and scaled (code * mul -
-// zero * mul: `mul` and `sub` hold both per weight row and segment, [NR][segments]) before the FMAs.
-template <class Format, class E, int MR, int NR>
-HWY_NOINLINE void QuantTile(const Format& f, const float* mul, const float* sub, const float* x,
+// again and are not stored), scaled as `kScaling` says: `mul` and `sub` hold the multiplier and zero * multiplier
+// per weight row and segment, [NR][segments]; `sumx` is read by kSums only.
+template <class Format, class E, int MR, int NR, TileScaling kScaling>
+HWY_NOINLINE void QuantTile(const Format& f, const float* mul, const float* sub, const float* sumx, const float* x,
                             const typename E::T* bias, typename E::T* y, int64_t k, int64_t n_total, int64_t n,
                             int64_t nr, int64_t m0) {
-  const DQ d;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t segments = f.Segments();
-  const float* xs[MR];
-  const uint8_t* ws[NR];
-  STRATA_UNROLL for (int m = 0; m < MR; ++m) xs[m] = x + (m0 + m) * k;
-  STRATA_UNROLL for (int r = 0; r < NR; ++r) ws[r] = f.Row(n + (r < nr ? r : nr - 1));
-  // The same rows of the next block of weight rows, prefetched into L2 as these stream: the rows of a block are
-  // short streams side by side, which the hardware prefetchers follow poorly (strata_quantized_bench: 1.5-2x at
-  // one row; into L2 rather than L1, 1.5x more at int4). Only prefetched, never read: past the matrix's end is
-  // harmless.
-  const uint8_t* next[NR];
-  STRATA_UNROLL for (int r = 0; r < NR; ++r) next[r] = ws[r] + (f.Row(NR) - f.Row(0));
-  VQ acc[MR][NR];
-  float tail[MR][NR];
-  STRATA_UNROLL for (int m = 0; m < MR; ++m) {
-    STRATA_UNROLL for (int r = 0; r < NR; ++r) {
-      acc[m][r] = hn::Zero(d);
-      tail[m][r] = 0.0f;
-    }
-  }
-  const int64_t step = f.Step(lanes);
-  for (int64_t s = 0; s < segments; ++s) {
-    const int64_t begin = f.SegBegin(s), end = f.SegEnd(s);
-    int64_t j = begin;
-    if (Format::VectorAt(begin)) {
-      VQ mv[NR], sv[NR];
-      STRATA_UNROLL for (int r = 0; r < NR; ++r) {
-        mv[r] = hn::Set(d, mul[r * segments + s]);
-        sv[r] = hn::Set(d, sub[r * segments + s]);
-      }
-      for (; j + step <= end; j += step) {
-        STRATA_UNROLL for (int r = 0; r < NR; ++r) {
-          if (m0 == 0) __builtin_prefetch(next[r] + Format::Bytes(j), 0, 2);
-          f.Decode(d, ws[r], j, lanes, [&](VQ codes, int64_t col) HWY_ATTR {
-            const VQ w = hn::MulSub(codes, mv[r], sv[r]);
-            STRATA_UNROLL for (int m = 0; m < MR; ++m) acc[m][r] = hn::MulAdd(w, hn::LoadU(d, xs[m] + col), acc[m][r]);
-          });
-        }
-      }
-    }
-    for (; j < end; ++j) {
-      for (int r = 0; r < NR; ++r) {
-        const float w = f.Code(ws[r], j) * mul[r * segments + s] - sub[r * segments + s];
-        for (int m = 0; m < MR; ++m) tail[m][r] += w * xs[m][j];
-      }
-    }
-  }
-  for (int m = 0; m < MR; ++m) {
-    for (int r = 0; r < nr; ++r) {
-      const float b = bias != nullptr ? E::LoadOne(bias + n + r) : 0.0f;
-      E::StoreOne(hn::GetLane(hn::SumOfLanes(d, acc[m][r])) + tail[m][r] + b, y + (m0 + m) * n_total + n + r);
-    }
-  }
-}
-
-// One or two input rows against weight rows [n, n + nr): here the conversion of the codes is not shared by
-// many input rows, so nothing more is done per code than convert and FMA. Per segment (FP8 block, int group) the
-// products of codes and x accumulate unscaled, then that sum times the segment's multiplier joins the total;
-// the zeros are subtracted at the end as sum over segments of zero * mul * sum(x over the segment) (`sumx`,
-// [rows][segments], computed once per call and shared by every weight row).
-template <class Format, class E, int MR, int NR>
-HWY_NOINLINE void QuantTileDeferred(const Format& f, const float* mul, const float* sub, const float* sumx,
-                                    const float* x, const typename E::T* bias, typename E::T* y, int64_t k,
-                                    int64_t n_total, int64_t n, int64_t nr, int64_t m0) {
+  constexpr bool kScaleSums = kScaling == TileScaling::kSums;
   const DQ d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t segments = f.Segments();
@@ -127,27 +76,49 @@ HWY_NOINLINE void QuantTileDeferred(const Format& f, const float* mul, const flo
   for (int64_t s = 0; s < segments; ++s) {
     const int64_t begin = f.SegBegin(s), end = f.SegEnd(s);
     int64_t j = begin;
-    if (Format::VectorAt(begin) && begin + step <= end) {
-      VQ acc[MR][NR];
-      STRATA_UNROLL for (int m = 0; m < MR; ++m) { STRATA_UNROLL for (int r = 0; r < NR; ++r) acc[m][r] = hn::Zero(d); }
-      for (; j + step <= end; j += step) {
+    if constexpr (kScaleSums) {
+      if (Format::VectorAt(begin) && begin + step <= end) {
+        VQ acc[MR][NR];
+        STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+          STRATA_UNROLL for (int r = 0; r < NR; ++r) acc[m][r] = hn::Zero(d);
+        }
+        for (; j + step <= end; j += step) {
+          STRATA_UNROLL for (int r = 0; r < NR; ++r) {
+            __builtin_prefetch(next[r] + Format::Bytes(j), 0, 2);
+            f.Decode(d, ws[r], j, lanes, [&](VQ codes, int64_t col) HWY_ATTR {
+              STRATA_UNROLL for (int m = 0; m < MR; ++m) {
+                acc[m][r] = hn::MulAdd(codes, hn::LoadU(d, xs[m] + col), acc[m][r]);
+              }
+            });
+          }
+        }
         STRATA_UNROLL for (int r = 0; r < NR; ++r) {
-          __builtin_prefetch(next[r] + Format::Bytes(j), 0, 2);
-          f.Decode(d, ws[r], j, lanes, [&](VQ codes, int64_t col) HWY_ATTR {
-            STRATA_UNROLL for (int m = 0; m < MR; ++m) {
-              acc[m][r] = hn::MulAdd(codes, hn::LoadU(d, xs[m] + col), acc[m][r]);
-            }
-          });
+          const VQ mv = hn::Set(d, mul[r * segments + s]);
+          STRATA_UNROLL for (int m = 0; m < MR; ++m) total[m][r] = hn::MulAdd(acc[m][r], mv, total[m][r]);
         }
       }
+    } else if (Format::VectorAt(begin)) {
+      VQ mv[NR], sv[NR];
       STRATA_UNROLL for (int r = 0; r < NR; ++r) {
-        const VQ mv = hn::Set(d, mul[r * segments + s]);
-        STRATA_UNROLL for (int m = 0; m < MR; ++m) total[m][r] = hn::MulAdd(acc[m][r], mv, total[m][r]);
+        mv[r] = hn::Set(d, mul[r * segments + s]);
+        sv[r] = hn::Set(d, sub[r * segments + s]);
+      }
+      for (; j + step <= end; j += step) {
+        STRATA_UNROLL for (int r = 0; r < NR; ++r) {
+          if (m0 == 0) __builtin_prefetch(next[r] + Format::Bytes(j), 0, 2);
+          f.Decode(d, ws[r], j, lanes, [&](VQ codes, int64_t col) HWY_ATTR {
+            const VQ w = hn::MulSub(codes, mv[r], sv[r]);
+            STRATA_UNROLL for (int m = 0; m < MR; ++m) total[m][r] =
+                hn::MulAdd(w, hn::LoadU(d, xs[m] + col), total[m][r]);
+          });
+        }
       }
     }
     for (; j < end; ++j) {
       for (int r = 0; r < NR; ++r) {
-        const float w = f.Code(ws[r], j) * mul[r * segments + s];
+        // kSums subtracts the zeros at the end.
+        const float w = kScaleSums ? f.Code(ws[r], j) * mul[r * segments + s]
+                                   : f.Code(ws[r], j) * mul[r * segments + s] - sub[r * segments + s];
         for (int m = 0; m < MR; ++m) tail[m][r] += w * xs[m][j];
       }
     }
@@ -155,7 +126,7 @@ HWY_NOINLINE void QuantTileDeferred(const Format& f, const float* mul, const flo
   for (int m = 0; m < MR; ++m) {
     for (int r = 0; r < nr; ++r) {
       float zeros = 0.0f;
-      if constexpr (Format::kHasZero) {
+      if constexpr (kScaleSums && Format::kHasZero) {
         for (int64_t s = 0; s < segments; ++s) zeros += sub[r * segments + s] * sumx[(m0 + m) * segments + s];
       }
       const float b = bias != nullptr ? E::LoadOne(bias + n + r) : 0.0f;
@@ -167,7 +138,7 @@ HWY_NOINLINE void QuantTileDeferred(const Format& f, const float* mul, const flo
 #undef STRATA_UNROLL
 
 // Tiles over blocks of weight rows, their multipliers and zero * multipliers gathered once per block: one or
-// two input rows by QuantTileDeferred (4 weight rows; 2 x 2 on 16-register targets), more by QuantTile.
+// two input rows by kSums tiles (4 weight rows; 2 x 2 on 16-register targets), more by kWeights tiles.
 template <class Format, class E>
 void QuantRowsT(const Format& f, const float* x, const typename E::T* bias, typename E::T* y, int64_t rows, int64_t k,
                 int64_t n_total, int64_t n0, int64_t n1) {
@@ -200,30 +171,30 @@ void QuantRowsT(const Format& f, const float* x, const typename E::T* bias, type
       const float* bm = mul + (n - c0) * segments;
       const float* bs = sub + (n - c0) * segments;
       if (rows == 1) {
-        QuantTileDeferred<Format, E, 1, 4>(f, bm, bs, sumx.data(), x, bias, y, k, n_total, n, nr, 0);
+        QuantTile<Format, E, 1, 4, TileScaling::kSums>(f, bm, bs, sumx.data(), x, bias, y, k, n_total, n, nr, 0);
         continue;
       }
       if (rows == 2) {
         if constexpr (NR == 4) {
-          QuantTileDeferred<Format, E, 2, 4>(f, bm, bs, sumx.data(), x, bias, y, k, n_total, n, nr, 0);
+          QuantTile<Format, E, 2, 4, TileScaling::kSums>(f, bm, bs, sumx.data(), x, bias, y, k, n_total, n, nr, 0);
         } else {
-          QuantTileDeferred<Format, E, 2, 2>(f, bm, bs, sumx.data(), x, bias, y, k, n_total, n, nr, 0);
+          QuantTile<Format, E, 2, 2, TileScaling::kSums>(f, bm, bs, sumx.data(), x, bias, y, k, n_total, n, nr, 0);
         }
         continue;
       }
       for (int64_t m = 0; m < rows; m += 4) {
         switch (rows - m < 4 ? rows - m : 4) {
           case 4:
-            QuantTile<Format, E, 4, NR>(f, bm, bs, x, bias, y, k, n_total, n, nr, m);
+            QuantTile<Format, E, 4, NR, TileScaling::kWeights>(f, bm, bs, nullptr, x, bias, y, k, n_total, n, nr, m);
             break;
           case 3:
-            QuantTile<Format, E, 3, NR>(f, bm, bs, x, bias, y, k, n_total, n, nr, m);
+            QuantTile<Format, E, 3, NR, TileScaling::kWeights>(f, bm, bs, nullptr, x, bias, y, k, n_total, n, nr, m);
             break;
           case 2:
-            QuantTile<Format, E, 2, NR>(f, bm, bs, x, bias, y, k, n_total, n, nr, m);
+            QuantTile<Format, E, 2, NR, TileScaling::kWeights>(f, bm, bs, nullptr, x, bias, y, k, n_total, n, nr, m);
             break;
           default:
-            QuantTile<Format, E, 1, NR>(f, bm, bs, x, bias, y, k, n_total, n, nr, m);
+            QuantTile<Format, E, 1, NR, TileScaling::kWeights>(f, bm, bs, nullptr, x, bias, y, k, n_total, n, nr, m);
             break;
         }
       }

@@ -544,6 +544,20 @@ at::Tensor ZeroPoints(int64_t n, int64_t groups, Code code) {
   return zero;
 }
 
+// Codes [n, k] as one byte each, unpacked in parallel over the rows; `code(r, j)` reads row r's code of column j
+// from the layout's words.
+template <typename Code>
+at::Tensor Codes(int64_t n, int64_t k, Code code) {
+  at::Tensor codes = MappedEmpty({n, k}, at::kByte);
+  uint8_t* c = codes.data_ptr<uint8_t>();
+  at::parallel_for(0, n, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t j = 0; j < k; ++j) c[r * k + j] = code(r, j);
+    }
+  });
+  return codes;
+}
+
 // What an integer layout unpacks into: codes one a byte [N, K], zero points [N, groups] (undefined where the
 // layout stores none), scales [N, groups] in their stored dtype, and GPTQ's act-order permutation of the columns
 // (undefined where the columns are in order).
@@ -597,19 +611,15 @@ absl::StatusOr<UnpackedInt> UnpackCompressed(const checkpoint::Checkpoint& check
   const int64_t n = geo.n, k = geo.k, groups = geo.groups;
   const int bits = geo.bits, per_word = geo.per_word;
   const uint32_t mask = geo.mask;
-  UnpackedInt out;
-  out.codes = MappedEmpty({n, k}, at::kByte);
-  uint8_t* c = out.codes.data_ptr<uint8_t>();
   // weight_packed [N, ceil(K * bits / 32)]: code j of a row at bit j * bits of the row's words (the stored
   // values carry compressed-tensors' +2^(bits-1) offset, so they are the unsigned codes).
   const int64_t words = (k * bits + 31) / 32;
   absl::StatusOr<const TensorView*> w = Stored(checkpoint, q.weight, {DType::kInt32}, {n, words});
   if (!w.ok()) return w.status();
   const uint32_t* p = Words(**w);
-  at::parallel_for(0, n, 64, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t j = 0; j < k; ++j) c[r * k + j] = (p[r * words + j / per_word] >> (bits * (j % per_word))) & mask;
-    }
+  UnpackedInt out;
+  out.codes = Codes(n, k, [&](int64_t r, int64_t j) -> uint8_t {
+    return (p[r * words + j / per_word] >> (bits * (j % per_word))) & mask;
   });
   absl::StatusOr<at::Tensor> scale = StoredIntScales(checkpoint, q.scale, {n, groups}, false);
   if (!scale.ok()) return scale.status();
@@ -634,21 +644,15 @@ absl::StatusOr<UnpackedInt> UnpackCompressed(const checkpoint::Checkpoint& check
 absl::StatusOr<UnpackedInt> UnpackAwq(const checkpoint::Checkpoint& checkpoint, const planner::QuantizedLinear& q,
                                       const IntGeometry& geo) {
   const int64_t n = geo.n, k = geo.k, groups = geo.groups;
-  UnpackedInt out;
-  out.codes = MappedEmpty({n, k}, at::kByte);
-  uint8_t* c = out.codes.data_ptr<uint8_t>();
   // qweight [K, N / 8]: nibble i of word (k, c) holds column 8c + AWQ's order[i] (0, 2, 4, 6, 1, 3, 5, 7);
   // qzeros [groups, N / 8] the same; scales [groups, N]. No offsets: W = (q - z) * s.
   constexpr int kNibbleOf[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // column c % 8 -> its nibble
   absl::StatusOr<const TensorView*> w = Stored(checkpoint, q.weight, {DType::kInt32}, {k, n / 8});
   if (!w.ok()) return w.status();
   const uint32_t* p = Words(**w);
-  at::parallel_for(0, n, 64, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int shift = 4 * kNibbleOf[r % 8];
-      for (int64_t j = 0; j < k; ++j) c[r * k + j] = (p[j * (n / 8) + r / 8] >> shift) & 15;
-    }
-  });
+  UnpackedInt out;
+  out.codes = Codes(
+      n, k, [&](int64_t r, int64_t j) -> uint8_t { return (p[j * (n / 8) + r / 8] >> (4 * kNibbleOf[r % 8])) & 15; });
   absl::StatusOr<const TensorView*> z = Stored(checkpoint, q.zero_point, {DType::kInt32}, {groups, n / 8});
   if (!z.ok()) return z.status();
   const uint32_t* zp = Words(**z);
@@ -702,18 +706,14 @@ absl::StatusOr<UnpackedInt> UnpackGptq(const checkpoint::Checkpoint& checkpoint,
   const int64_t n = geo.n, k = geo.k, groups = geo.groups;
   const int bits = geo.bits, per_word = geo.per_word;
   const uint32_t mask = geo.mask;
-  UnpackedInt out;
-  out.codes = MappedEmpty({n, k}, at::kByte);
-  uint8_t* c = out.codes.data_ptr<uint8_t>();
   // qweight [K * bits / 32, N] packed along K: code of (k, n) at bit bits * (k % per_word) of word (k / per_word,
   // n); qzeros [groups, N * bits / 32] packed along N, stored minus one (v1); scales [groups, N]; g_idx [K].
   absl::StatusOr<const TensorView*> w = Stored(checkpoint, q.weight, {DType::kInt32}, {k / per_word, n});
   if (!w.ok()) return w.status();
   const uint32_t* p = Words(**w);
-  at::parallel_for(0, n, 64, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t j = 0; j < k; ++j) c[r * k + j] = (p[(j / per_word) * n + r] >> (bits * (j % per_word))) & mask;
-    }
+  UnpackedInt out;
+  out.codes = Codes(n, k, [&](int64_t r, int64_t j) -> uint8_t {
+    return (p[(j / per_word) * n + r] >> (bits * (j % per_word))) & mask;
   });
   absl::StatusOr<const TensorView*> z = Stored(checkpoint, q.zero_point, {DType::kInt32}, {groups, n / per_word});
   if (!z.ok()) return z.status();
