@@ -143,11 +143,7 @@ def main(argv=None) -> int:
     rows = []
 
     def alternate(measure, t, dtype, strata_fn, llama_fn, unit="tok/s"):
-        ours, theirs = [], []
-        for r in range(args.repeats):
-            pair = [(ours, strata_fn), (theirs, llama_fn)]
-            for out, fn in (pair if r % 2 == 0 else pair[::-1]):
-                out.append(fn())
+        ours, theirs = P.alternating_runs(args.repeats, [strata_fn, llama_fn])
         rows.append((measure, t, dtype, ours, theirs, unit))
         print(f"  {measure} {dtype} {t} thread(s): {P.summary(ours)} vs {P.summary(theirs)}", flush=True)
 

@@ -324,6 +324,18 @@ def strata_stream(stubs, server, prompt, new_tokens) -> int:
 
 # --- table ----------------------------------------------------------------------------------------------
 
+def alternating_runs(repeats: int, sides: list) -> list:
+    """sides: zero-argument functions, each one side's measurement. Runs them in turn `repeats` times, the order
+    reversed every other repeat (neither side always runs on a warmer or a cooler machine); one list of figures
+    per side."""
+    runs = [[] for _ in sides]
+    order = list(range(len(sides)))
+    for r in range(repeats):
+        for k in (order if r % 2 == 0 else order[::-1]):
+            runs[k].append(sides[k]())
+    return runs
+
+
 def summary(values: list[float]) -> str:
     return f"{min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f}"
 
@@ -391,11 +403,7 @@ def main(argv=None) -> int:
     rows = []  # (measure, threads, dtype, strata values, llama values, unit)
 
     def alternate(measure, t, dtype, strata_fn, llama_fn, unit="tok/s"):
-        ours, theirs = [], []
-        for r in range(args.repeats):
-            pair = [(ours, strata_fn), (theirs, llama_fn)]
-            for out, fn in (pair if r % 2 == 0 else pair[::-1]):
-                out.append(fn())
+        ours, theirs = alternating_runs(args.repeats, [strata_fn, llama_fn])
         rows.append((measure, t, dtype, ours, theirs, unit))
         print(f"  {measure} {dtype} {t} thread(s): strata {summary(ours)}, llama.cpp {summary(theirs)}", flush=True)
 

@@ -230,9 +230,9 @@ def main(argv=None) -> int:
         return args.prefill / out["timing"]["prefill_seconds"]
 
     def alternate(measure, t, fn):
-        for r in range(args.repeats):
-            for side, fmt in (formats if r % 2 == 0 else formats[::-1]):
-                results.setdefault((measure, t, side, fmt), []).append(fn(side, fmt))
+        runs = P.alternating_runs(args.repeats, [lambda side=side, fmt=fmt: fn(side, fmt) for side, fmt in formats])
+        for (side, fmt), values in zip(formats, runs):
+            results.setdefault((measure, t, side, fmt), []).extend(values)
         print(f"  {measure} {t} thread(s): " + "; ".join(
             f"{side} {fmt} {P.summary(results[(measure, t, side, fmt)])}" for side, fmt in formats), flush=True)
 
