@@ -76,6 +76,7 @@ COPY checkpoint checkpoint
 COPY planner planner
 COPY tokenizer tokenizer
 COPY chat_template chat_template
+COPY structured structured
 COPY kernels kernels
 COPY transport transport
 COPY runtime runtime
@@ -94,9 +95,13 @@ ARG STRATA_LOCALE=
 # The build folder is /src/build as the host's is <clone>/build, so that under CCACHE_BASEDIR (the root
 # CMakeLists.txt sets it to the source folder, with CCACHE_NOHASHDIR) the relative paths are the host's; the host's
 # cache keeps its own settings (compiler_check mtime: Debian's compiler has the same mtime in both).
-ENV CCACHE_DIR=/root/.cache/ccache CCACHE_BASEDIR=/src CCACHE_COMPILERCHECK=content CCACHE_MAXSIZE=2G
-RUN --mount=type=cache,target=/root/.cache/ccache \
+# Sources fetched at configure time (xgrammar's sdist, structured/xgrammar.cmake) are kept in a cache mount of their
+# own, or read from the host's cache when the build mounts it at /host-deps (the image test does): no download then.
+ENV CCACHE_DIR=/root/.cache/ccache CCACHE_BASEDIR=/src CCACHE_COMPILERCHECK=content CCACHE_MAXSIZE=2G \
+    STRATA_DEPS_CACHE=/root/.cache/strata/deps
+RUN --mount=type=cache,target=/root/.cache/ccache --mount=type=cache,target=/root/.cache/strata/deps \
     if [ -d /host-ccache ]; then export CCACHE_DIR=/host-ccache; unset CCACHE_COMPILERCHECK CCACHE_MAXSIZE; fi \
+    && if [ -d /host-deps ]; then export STRATA_DEPS_CACHE=/host-deps; fi \
     && { [ -z "$STRATA_LOCALE" ] || export $STRATA_LOCALE; } \
     && cmake -S /src -B /src/build -G Ninja -DCMAKE_BUILD_TYPE="$STRATA_BUILD_TYPE" \
       -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" -DCMAKE_C_FLAGS_RELEASE="-O2 -DNDEBUG" \

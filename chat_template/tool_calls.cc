@@ -907,4 +907,94 @@ std::vector<ToolCallDelta> ToolCallStreamParser::Finish() {
   return out;
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Forced tool calls (tool_choice "required" or a named function)
+
+namespace {
+
+// vLLM's TypeAdapter(list[FunctionDefinition]).validate_json of the "required" output: a list of at least one
+// object with a string "name" and "parameters".
+bool ParseCallList(std::string_view text, std::vector<ToolCall>& calls) {
+  PyJson list;
+  if (!PyJsonParser(text).Loads(list) || list.kind != PyJson::Kind::kArray || list.items.empty()) return false;
+  for (const PyJson& item : list.items) {
+    ToolCall call;
+    if (!CallFromObject(item, "parameters", "", call)) return false;
+    calls.push_back(std::move(call));
+  }
+  return true;
+}
+
+// A call's two deltas: its id and name, then its arguments (none when empty).
+void AppendCall(int index, ToolCall call, std::vector<ToolCallDelta>& out) {
+  ToolCallDelta first;
+  first.tool_index = index;
+  first.id = std::move(call.id);
+  first.name = std::move(call.name);
+  out.push_back(std::move(first));
+  if (call.arguments.empty()) return;
+  ToolCallDelta arguments;
+  arguments.tool_index = index;
+  arguments.arguments = std::move(call.arguments);
+  out.push_back(std::move(arguments));
+}
+
+}  // namespace
+
+ParsedToolCalls ParseForcedToolCalls(std::string_view text, std::string_view name, ToolCallIds& ids) {
+  ParsedToolCalls parsed;
+  if (!name.empty()) {
+    parsed.calls.push_back({ids.Next(), std::string(name), std::string(text)});
+    return parsed;
+  }
+  if (!ParseCallList(text, parsed.calls)) {
+    parsed.calls.clear();
+    parsed.content = std::string(text);
+    return parsed;
+  }
+  for (ToolCall& call : parsed.calls) call.id = ids.Next();
+  return parsed;
+}
+
+ForcedToolCallStreamParser::ForcedToolCallStreamParser(std::string name, ToolCallIds ids)
+    : name_(std::move(name)), ids_(ids) {}
+
+std::vector<ToolCallDelta> ForcedToolCallStreamParser::Feed(std::string_view new_text) {
+  std::vector<ToolCallDelta> out;
+  if (finished_) return out;
+  if (name_.empty()) {
+    held_.append(new_text);
+    return out;
+  }
+  if (!started_) {
+    started_ = true;
+    AppendCall(0, {ids_.Next(), name_, std::string(new_text)}, out);
+  } else if (!new_text.empty()) {
+    ToolCallDelta arguments;
+    arguments.tool_index = 0;
+    arguments.arguments = std::string(new_text);
+    out.push_back(std::move(arguments));
+  }
+  return out;
+}
+
+std::vector<ToolCallDelta> ForcedToolCallStreamParser::Finish() {
+  std::vector<ToolCallDelta> out;
+  if (finished_) return out;
+  finished_ = true;
+  if (!name_.empty()) {
+    if (!started_) AppendCall(0, {ids_.Next(), name_, ""}, out);
+    return out;
+  }
+  ParsedToolCalls parsed = ParseForcedToolCalls(held_, "", ids_);
+  if (parsed.calls.empty() && !parsed.content.empty()) {
+    ToolCallDelta content;
+    content.content = std::move(parsed.content);
+    out.push_back(std::move(content));
+  }
+  for (size_t i = 0; i < parsed.calls.size(); ++i) AppendCall(static_cast<int>(i), std::move(parsed.calls[i]), out);
+  held_.clear();
+  return out;
+}
+
 }  // namespace strata::chat_template

@@ -107,4 +107,29 @@ class ToolCallStreamParser {
   bool kept_anchored_ = false;    // kept_ starts at a marker
 };
 
+// Tool calls a grammar forced: tool_choice "required" or a named function, constrained as vLLM constrains them
+// (server/README.md, "Structured outputs"). "required" (`name` empty): the output is a JSON list of {"name",
+// "parameters"} objects, each a call whose arguments are json.dumps(parameters, ensure_ascii=False) as vLLM makes
+// them; an output that is not such a list (max_tokens cut it) is all content. A named function: the output is the
+// arguments of one call of `name`, as written (vLLM's), content empty.
+ParsedToolCalls ParseForcedToolCalls(std::string_view text, std::string_view name, ToolCallIds& ids);
+
+// The same as a stream, its deltas adding up to ParseForcedToolCalls' result: a named function's call goes out
+// with the first text and its arguments as they come; the calls of "required" at the end (only a whole list is
+// certain to be one of calls).
+class ForcedToolCallStreamParser {
+ public:
+  explicit ForcedToolCallStreamParser(std::string name, ToolCallIds ids = ToolCallIds());
+
+  std::vector<ToolCallDelta> Feed(std::string_view new_text);
+  std::vector<ToolCallDelta> Finish();
+
+ private:
+  std::string name_;  // empty: "required"
+  ToolCallIds ids_;
+  std::string held_;      // "required": the output so far
+  bool started_ = false;  // named: the call's first delta was sent
+  bool finished_ = false;
+};
+
 }  // namespace strata::chat_template

@@ -62,6 +62,13 @@ ABSL_FLAG(int64_t, max_stream_buffer_bytes, 1 << 20,
 ABSL_FLAG(int64_t, max_response_tokens, int64_t{1} << 19,
           "tokens one HTTP API response may list: n x (echoed prompt + max_tokens) x (1 + logprobs); a request "
           "asking for more is refused (400)");
+ABSL_FLAG(double, max_grammar_compile_seconds, 10,
+          "structured outputs: the longest a request waits for its grammar (JSON schema, regex, choices, EBNF) to "
+          "compile; later it is refused (400 / INVALID_ARGUMENT naming the field) while the compile finishes in the "
+          "background and fills the cache");
+ABSL_FLAG(int64_t, max_grammar_bytes, 256 << 10,
+          "structured outputs: the largest JSON schema, regex, grammar or structural tag (choices together), in "
+          "bytes; larger ones are refused (400 / INVALID_ARGUMENT naming the field)");
 ABSL_FLAG(int32_t, tokenize_threads, 0,
           "threads that validate and tokenize requests above 16 KiB, off gRPC's threads (smaller ones are "
           "checked on the thread that received them)");
@@ -169,6 +176,8 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
                           Flag(FLAGS_max_stream_buffer_bytes, "N"),
                           Flag(FLAGS_max_response_tokens, "N"),
                           Flag(FLAGS_tokenize_threads, "N").ShowDefault("half the cores, 1 to 4"),
+                          Flag(FLAGS_max_grammar_compile_seconds, "SECONDS"),
+                          Flag(FLAGS_max_grammar_bytes, "N"),
                           Flag(FLAGS_http_max_connections_per_peer, "N"),
                           Flag(FLAGS_http_read_timeout, "SECONDS"),
                           Flag(FLAGS_tls_cert, "FILE")
@@ -285,7 +294,8 @@ absl::Status ReadServingFlags(const cli::ParsedArgs& parsed, ServerOptions& opti
         std::tuple{&options.limits.max_streams, &FLAGS_max_streams, int64_t{1}},
         std::tuple{&options.limits.max_streams_per_connection, &FLAGS_max_streams_per_connection, int64_t{1}},
         std::tuple{&options.limits.max_stream_buffer_bytes, &FLAGS_max_stream_buffer_bytes, int64_t{1}},
-        std::tuple{&options.limits.max_response_tokens, &FLAGS_max_response_tokens, int64_t{1}}}) {
+        std::tuple{&options.limits.max_response_tokens, &FLAGS_max_response_tokens, int64_t{1}},
+        std::tuple{&options.limits.max_grammar_bytes, &FLAGS_max_grammar_bytes, int64_t{1}}}) {
     absl::StatusOr<int64_t> checked = AtLeast(*flag, least, absl::StrCat("an integer >= ", least));
     if (!checked.ok()) return checked.status();
     *value = *checked;
@@ -328,6 +338,9 @@ absl::Status ReadServingFlags(const cli::ParsedArgs& parsed, ServerOptions& opti
   absl::StatusOr<std::chrono::milliseconds> probe = Seconds(FLAGS_ready_probe_interval, 0.1);
   if (!probe.ok()) return probe.status();
   options.lifecycle.ready_probe_interval = *probe;
+  absl::StatusOr<std::chrono::milliseconds> compile = Seconds(FLAGS_max_grammar_compile_seconds, 0.01);
+  if (!compile.ok()) return compile.status();
+  options.limits.max_grammar_compile_time = *compile;
   return absl::OkStatus();
 }
 

@@ -89,6 +89,10 @@ struct ClientLimits {
   // Threads that validate and tokenize requests above 16 KiB (server/admission_pool.h); 0: half the
   // cores, from 1 to 4.
   int32_t tokenize_threads = 0;
+  // Structured outputs (structured::CompilerOptions): the longest a request waits for its grammar to compile, and
+  // the largest constraint text (schema, regex, grammar, structural tag; choices together). Beyond: 400.
+  std::chrono::milliseconds max_grammar_compile_time{10'000};
+  int64_t max_grammar_bytes = 256 << 10;
 };
 
 // Where the server listens.

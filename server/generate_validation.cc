@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "base/json.h"
@@ -37,7 +38,9 @@ std::string Count(int64_t n, absl::string_view noun) { return absl::StrCat(n, " 
 absl::Status DiagnoseUnparsable(std::string_view wire) {
   google::protobuf::UnknownFieldSet fields;
   if (fields.ParseFromArray(wire.data(), static_cast<int>(wire.size()))) {
-    const std::map<int, std::string> names = {{1, "prompt"}, {9, "stop"}, {12, "request_id"}, {14, "tools_json"}};
+    const std::map<int, std::string> names = {{1, "prompt"},      {9, "stop"},           {12, "request_id"},
+                                              {14, "tools_json"}, {17, "json_schema"},   {19, "regex"},
+                                              {21, "grammar"},    {22, "structural_tag"}};
     const std::map<int, std::string> message_names = {
         {1, "role"}, {2, "content"}, {3, "name"}, {4, "tool_call_id"}, {5, "tool_calls_json"}};
     int stop_index = 0;
@@ -60,6 +63,20 @@ absl::Status DiagnoseUnparsable(std::string_view wire) {
           if (size_t at = tokenizer::FindInvalidUtf8(part.length_delimited()); at != std::string_view::npos) {
             return Invalid(absl::StrCat("messages[", index, "].", part_name->second),
                            absl::StrCat("invalid UTF-8 at byte ", at));
+          }
+        }
+        continue;
+      }
+      if (field.number() == 20 && field.type() == google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) {
+        // Choices: its strings.
+        google::protobuf::UnknownFieldSet choices;
+        const std::string& bytes = field.length_delimited();
+        if (!choices.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) continue;
+        for (int j = 0; j < choices.field_count(); ++j) {
+          const google::protobuf::UnknownField& choice = choices.field(j);
+          if (choice.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) continue;
+          if (size_t at = tokenizer::FindInvalidUtf8(choice.length_delimited()); at != std::string_view::npos) {
+            return Invalid(absl::StrCat("choice.choices[", j, "]"), absl::StrCat("invalid UTF-8 at byte ", at));
           }
         }
         continue;
@@ -237,6 +254,29 @@ absl::Status ReadStops(const GenerateInput& in, const GenerateLimits& limits, co
   return absl::OkStatus();
 }
 
+// The constraint compiled into the request's grammar: last, as the costliest check (a compile may take up to
+// --max-grammar-compile-seconds; a cached grammar is found at once).
+absl::Status ReadConstraint(const GenerateInput& in, const GenerateLimits& limits, runtime::GenerationRequest& out) {
+  if (!in.constraint) return absl::OkStatus();
+  const structured::Constraint& constraint = *in.constraint;
+  if (limits.grammar_compiler == nullptr) {
+    return Invalid(constraint.field, absl::StrCat("structured outputs are off on this server: ",
+                                                  limits.grammar_unavailable.empty() ? "no grammar compiler"
+                                                                                     : limits.grammar_unavailable));
+  }
+  absl::StatusOr<std::shared_ptr<const structured::Grammar>> grammar = limits.grammar_compiler->Compile(constraint);
+  if (!grammar.ok()) {
+    // The compiler names the field; the HTTP API's error param is read from the message's start.
+    const absl::Status& error = grammar.status();
+    if (absl::IsInvalidArgument(error) && !absl::StartsWith(error.message(), absl::StrCat(constraint.field, ": "))) {
+      return Invalid(constraint.field, error.message());
+    }
+    return error;
+  }
+  out.grammar = *std::move(grammar);
+  return absl::OkStatus();
+}
+
 // A request's messages as the chat template renders them, tokenized without added special tokens (the
 // template wrote them).
 absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const v1::GenerateRequest& request, const GenerateLimits& limits,
@@ -282,12 +322,79 @@ absl::StatusOr<std::vector<int32_t>> ChatPromptIds(const v1::GenerateRequest& re
 
 }  // namespace
 
+absl::StatusOr<std::string> ConstraintJsonText(std::string_view text, absl::string_view field) {
+  absl::StatusOr<nlohmann::ordered_json> value =
+      base::ParseOrderedJson(text, kMaxEmbeddedJsonDepth, std::string_view(field.data(), field.size()));
+  if (!value.ok()) return value.status();
+  return JsonObjectText(*value, field);
+}
+
+absl::StatusOr<std::string> JsonObjectText(const nlohmann::ordered_json& value, absl::string_view field) {
+  if (!value.is_object()) {
+    return Invalid(field, absl::StrCat("must be a JSON object, not ", json_fields::TypeName(value)));
+  }
+  return value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+absl::StatusOr<std::optional<structured::Constraint>> GenerateRequestConstraint(const v1::GenerateRequest& request) {
+  using Case = v1::GenerateRequest::StructuredOutputCase;
+  structured::Constraint constraint;
+  constraint.strict = !request.has_strict() || request.strict();
+  auto json_text = [&](const std::string& text, const char* field) -> absl::Status {
+    absl::StatusOr<std::string> compact = ConstraintJsonText(text, field);
+    if (!compact.ok()) return compact.status();
+    constraint.text = *std::move(compact);
+    constraint.field = field;
+    return absl::OkStatus();
+  };
+  switch (request.structured_output_case()) {
+    case Case::STRUCTURED_OUTPUT_NOT_SET:
+      return std::nullopt;
+    case Case::kJsonSchema:
+      constraint.kind = structured::ConstraintKind::kJsonSchema;
+      if (absl::Status text = json_text(request.json_schema(), "json_schema"); !text.ok()) return text;
+      break;
+    case Case::kJsonObject:
+      if (!request.json_object()) return std::nullopt;
+      constraint.kind = structured::ConstraintKind::kJsonObject;
+      constraint.field = "json_object";
+      break;
+    case Case::kRegex:
+      constraint.kind = structured::ConstraintKind::kRegex;
+      constraint.text = request.regex();
+      constraint.field = "regex";
+      break;
+    case Case::kChoice:
+      if (request.choice().choices().empty()) return Invalid("choice", "an empty list: give at least one string");
+      constraint.kind = structured::ConstraintKind::kChoice;
+      constraint.choices.assign(request.choice().choices().begin(), request.choice().choices().end());
+      constraint.field = "choice";
+      break;
+    case Case::kGrammar:
+      constraint.kind = structured::ConstraintKind::kGrammar;
+      constraint.text = request.grammar();
+      constraint.field = "grammar";
+      break;
+    case Case::kStructuralTag:
+      constraint.kind = structured::ConstraintKind::kStructuralTag;
+      if (absl::Status text = json_text(request.structural_tag(), "structural_tag"); !text.ok()) return text;
+      break;
+  }
+  return constraint;
+}
+
+absl::StatusOr<v1::GenerateRequest> ParseGenerateRequest(std::string_view wire) {
+  v1::GenerateRequest request;
+  if (!request.ParseFromArray(wire.data(), static_cast<int>(wire.size()))) return DiagnoseUnparsable(wire);
+  return request;
+}
+
 absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(
     std::string_view wire, const GenerateLimits& limits, const tokenizer::Tokenizer* tokenizer,
     const chat_template::CheckpointChatTemplate* chat_template) {
-  v1::GenerateRequest request;
-  if (!request.ParseFromArray(wire.data(), static_cast<int>(wire.size()))) return DiagnoseUnparsable(wire);
-  return ValidateGenerateRequest(request, limits, tokenizer, chat_template);
+  absl::StatusOr<v1::GenerateRequest> request = ParseGenerateRequest(wire);
+  if (!request.ok()) return request.status();
+  return ValidateGenerateRequest(*request, limits, tokenizer, chat_template);
 }
 
 absl::StatusOr<runtime::GenerationRequest> ValidateGenerateInput(const GenerateInput& in, const GenerateLimits& limits,
@@ -304,6 +411,7 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateInput(const GenerateI
   if (absl::Status length = ReadLength(in, limits, prompt_field, out); !length.ok()) return length;
   if (absl::Status sampling = ReadSampling(in, limits, out.sampling); !sampling.ok()) return sampling;
   if (absl::Status stops = ReadStops(in, limits, tokenizer, out.sampling); !stops.ok()) return stops;
+  if (absl::Status constraint = ReadConstraint(in, limits, out); !constraint.ok()) return constraint;
   return out;
 }
 
@@ -335,6 +443,9 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(
   in.top_logprobs = request.top_logprobs();
   if (request.has_prompt_logprobs()) in.prompt_logprobs = request.prompt_logprobs();
   in.request_id = request.request_id();
+  absl::StatusOr<std::optional<structured::Constraint>> constraint = GenerateRequestConstraint(request);
+  if (!constraint.ok()) return constraint.status();
+  in.constraint = *std::move(constraint);
   return ValidateGenerateInput(in, limits, tokenizer);
 }
 

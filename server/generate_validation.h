@@ -12,9 +12,11 @@
 
 #include "absl/status/statusor.h"
 #include "chat_template/checkpoint_template.h"
+#include "nlohmann/json.hpp"
 #include "runtime/engine/engine.h"
 #include "server/served_model.h"
 #include "strata/v1/strata.pb.h"
+#include "structured/structured.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::server {
@@ -55,9 +57,14 @@ struct GenerateInput {
   int64_t prompt_logprobs = -1;
   // max_new_tokens 0 is allowed (a prompt scored, nothing generated) when prompt_logprobs >= 0.
   std::string request_id;
+  // A structured-output constraint (its `field` names the API's field), compiled last, once every cheaper check
+  // passed, by limits.grammar_compiler into the request's grammar. Absent: free text.
+  std::optional<structured::Constraint> constraint;
 };
 
-// The one check of a request, whichever API it came from.
+// The one check of a request, whichever API it came from. A request with a constraint blocks the calling thread
+// while its grammar compiles (at most --max-grammar-compile-seconds): callers run such requests on a thread that may
+// wait (InferenceService::grammar_pool).
 absl::StatusOr<runtime::GenerationRequest> ValidateGenerateInput(const GenerateInput& input,
                                                                  const GenerateLimits& limits,
                                                                  const tokenizer::Tokenizer* tokenizer);
@@ -67,6 +74,19 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateInput(const GenerateI
 absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(
     const v1::GenerateRequest& request, const GenerateLimits& limits, const tokenizer::Tokenizer* tokenizer,
     const chat_template::CheckpointChatTemplate* chat_template = nullptr);
+
+// The JSON text of a schema or a structural tag, as a constraint's text: JSON from a client, so read by the one
+// bounded parser (base/json.h); an object, else InvalidArgument naming `field`; written compact, so that one schema
+// sent with other spacing finds its grammar in the compiler's cache.
+absl::StatusOr<std::string> ConstraintJsonText(std::string_view text, absl::string_view field);
+absl::StatusOr<std::string> JsonObjectText(const nlohmann::ordered_json& value, absl::string_view field);
+
+// The constraint of a parsed message (its structured_output oneof and strict), or none. Errors name the field
+// (a choice that is not UTF-8 is caught by the parse).
+absl::StatusOr<std::optional<structured::Constraint>> GenerateRequestConstraint(const v1::GenerateRequest& request);
+
+// The message in `wire`, or the error ValidateGenerateRequest(wire, ...) answers for bytes that do not parse.
+absl::StatusOr<v1::GenerateRequest> ParseGenerateRequest(std::string_view wire);
 
 // From the wire bytes: protobuf refuses to parse a proto3 string that is not UTF-8, so the bytes are
 // read here, and such a request is INVALID_ARGUMENT naming the field (prompt, stop[i]) instead of the

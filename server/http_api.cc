@@ -135,7 +135,6 @@ void HttpApi::Generate(const std::shared_ptr<HttpExchange>& exchange, openai::Ro
 
 void HttpApi::Admit(const std::shared_ptr<HttpExchange>& exchange, openai::Route route, ServedModel* model,
                     std::chrono::steady_clock::time_point start) {
-  Metrics* metrics = service_->metrics();
   auto open = std::make_unique<OpenStream>(&service_->open_streams_counter());
   auto refuse = [&](const absl::Status& status) { Refuse(*exchange, status, start); };
   const int64_t max_streams = service_->limits().max_streams;
@@ -143,15 +142,34 @@ void HttpApi::Admit(const std::shared_ptr<HttpExchange>& exchange, openai::Route
     return refuse(absl::ResourceExhaustedError(absl::StrCat(
         open->open_at_start() - 1, " generations are open, the server's limit is ", max_streams, " (--max-streams)")));
   }
-  absl::StatusOr<openai::ApiRequest> request =
-      openai::ParseApiRequest(route, exchange->request().body, Context(*model));
+  absl::StatusOr<Json> body = openai::ParseJsonObject(exchange->request().body, options_.limits.max_json_depth);
+  if (!body.ok()) return refuse(body.status());
+  if (!openai::MayHaveConstraint(*body)) return AdmitParsed(exchange, route, model, start, std::move(open), *body);
+  // Its grammar may take up to --max-grammar-compile-seconds to compile: not on the HTTP server's thread, nor on
+  // the admission pool's. (The pool's jobs are copied: the move-only parts travel in a shared holder.)
+  pool_jobs_.fetch_add(1);
+  auto moved = std::make_shared<std::pair<std::unique_ptr<OpenStream>, Json>>(std::move(open), *std::move(body));
+  service_->grammar_pool().Post([this, exchange, route, model, start, moved] {
+    if (!exchange->client_gone()) AdmitParsed(exchange, route, model, start, std::move(moved->first), moved->second);
+    pool_jobs_.fetch_sub(1);
+  });
+}
+
+void HttpApi::AdmitParsed(const std::shared_ptr<HttpExchange>& exchange, openai::Route route, ServedModel* model,
+                          std::chrono::steady_clock::time_point start, std::unique_ptr<OpenStream> open,
+                          const Json& body) {
+  Metrics* metrics = service_->metrics();
+  auto refuse = [&](const absl::Status& status) { Refuse(*exchange, status, start); };
+  absl::StatusOr<openai::ApiRequest> request = openai::ReadApiRequest(route, body, Context(*model));
   if (!request.ok()) return refuse(request.status());
+  const char* structured_kind = request->structured_kind;
   auto generation = std::make_shared<HttpGeneration>(
       exchange, *std::move(request), model->tokenizer(), metrics, std::move(open), start, options_.tool_call_parser,
       options_.reasoning_parser, options_.prefix_cache, &service_->admission_pool());
   const absl::Status submitted = service_->SubmitUnlessDraining(
       model, [&] { return generation->Submit(model->engine(), &service_->in_flight()); });
-  if (!submitted.ok()) refuse(submitted);
+  if (!submitted.ok()) return refuse(submitted);
+  if (structured_kind != nullptr) service_->RecordStructuredRequest(structured_kind);
 }
 
 void HttpApi::Tokenize(const std::shared_ptr<HttpExchange>& exchange, bool detokenize) {

@@ -23,6 +23,8 @@
 
 namespace strata::server {
 
+class OpenStream;  // server/http_generation.h
+
 struct HttpApiOptions {
   ListenAddress address;
   HttpServerOptions http;
@@ -53,8 +55,14 @@ class HttpApi {
   HttpApi(HttpApiOptions options, InferenceService* service) : options_(std::move(options)), service_(service) {}
   void Handle(const std::shared_ptr<HttpExchange>& exchange);
   void Generate(const std::shared_ptr<HttpExchange>& exchange, openai::Route route);
+  // Counts the request against --max-streams and parses its body; one that may carry a structured-output
+  // constraint goes on to the grammar pool (its grammar may take seconds to compile).
   void Admit(const std::shared_ptr<HttpExchange>& exchange, openai::Route route, ServedModel* model,
              std::chrono::steady_clock::time_point start);
+  // Checks the parsed body and hands the request to the engine, or refuses it.
+  void AdmitParsed(const std::shared_ptr<HttpExchange>& exchange, openai::Route route, ServedModel* model,
+                   std::chrono::steady_clock::time_point start, std::unique_ptr<OpenStream> open,
+                   const openai::Json& body);
   void Tokenize(const std::shared_ptr<HttpExchange>& exchange, bool detokenize);
   // Answers a generation request with `status`'s error, counted in the request metrics.
   void Refuse(HttpExchange& exchange, const absl::Status& status, std::chrono::steady_clock::time_point start);
@@ -64,7 +72,8 @@ class HttpApi {
   InferenceService* const service_;
   const int64_t created_ = 0;
   std::atomic<bool> serving_{false};
-  std::atomic<int64_t> pool_jobs_{0};  // admissions posted to the pool and not yet done: waited for at the end
+  // Admissions posted to the admission or the grammar pool and not yet done: waited for at the end.
+  std::atomic<int64_t> pool_jobs_{0};
   std::unique_ptr<HttpServer> http_;
 };
 

@@ -37,6 +37,13 @@ int64_t CodePoints(std::string_view text) {
   return n;
 }
 
+// A chat choice's finish_reason: "tool_calls" when it holds calls; but calls a grammar forced are whole only when
+// the grammar ended (a named function's arguments cut by max_tokens still go out as its call: "length").
+const char* ChatFinishReason(runtime::FinishReason finish, bool has_calls, bool forced) {
+  const bool ended = finish == runtime::FinishReason::kEos || finish == runtime::FinishReason::kStop;
+  return has_calls && (!forced || ended) ? "tool_calls" : openai::FinishReasonText(finish);
+}
+
 }  // namespace
 
 void RecordHttpRequest(Metrics* metrics, absl::StatusCode code, std::chrono::steady_clock::time_point start) {
@@ -63,11 +70,14 @@ HttpGeneration::HttpGeneration(std::shared_ptr<HttpExchange> exchange, openai::A
       respond_pool_(respond_pool),
       share_prefill_(prefix_cache && request_.n > 1),
       choices_(static_cast<size_t>(request_.choices())) {
-  if (request_.parse_tool_calls && tool_call_parser) {
+  if (request_.forced_tool_calls) {
+    for (Choice& choice : choices_) choice.forced_calls.emplace(request_.forced_tool_calls->name);
+  } else if (request_.parse_tool_calls && tool_call_parser) {
     tool_call_format_ = tool_call_parser;
     for (Choice& choice : choices_) choice.tool_calls.emplace(*tool_call_parser);
   }
-  if (request_.route == openai::Route::kChatCompletions && reasoning_parser) {
+  // A constrained output has no reasoning to split off: its grammar holds from the first token.
+  if (request_.route == openai::Route::kChatCompletions && reasoning_parser && request_.structured_kind == nullptr) {
     reasoning_format_ = reasoning_parser;
     for (Choice& choice : choices_) choice.reasoning.emplace(*reasoning_parser, request_.thinking_enabled);
   }
@@ -305,7 +315,7 @@ void HttpGeneration::StreamLocked(size_t index, const runtime::GenerationChunk& 
   // Tokens whose text is held back (an incomplete character, a possible stop string) make no event
   // unless their log-probabilities were asked for.
   if (chunk.text.empty() && (chunk.tokens.empty() || !request_.logprobs) && !ends_ok) return;
-  if (chat && (choice.tool_calls || choice.reasoning)) {
+  if (chat && (choice.tool_calls || choice.reasoning || choice.forced_calls)) {
     StreamParsedLocked(index, chunk, ends_ok);
     return;
   }
@@ -346,7 +356,9 @@ void HttpGeneration::StreamParsedLocked(size_t index, const runtime::GenerationC
     }
   };
   auto add_content = [&](const std::string& text) {
-    if (choice.tool_calls) {
+    if (choice.forced_calls) {
+      add_tool_deltas(choice.forced_calls->Feed(text));
+    } else if (choice.tool_calls) {
       add_tool_deltas(choice.tool_calls->Feed(text));
     } else if (!text.empty()) {
       deltas.push_back(Json{{"content", text}});
@@ -368,6 +380,7 @@ void HttpGeneration::StreamParsedLocked(size_t index, const runtime::GenerationC
     add_content(chunk.text);
   }
   if (chunk.finish && choice.tool_calls) add_tool_deltas(choice.tool_calls->Finish());
+  if (chunk.finish && choice.forced_calls) add_tool_deltas(choice.forced_calls->Finish());
   // Log-probabilities ride on the first event of the chunk (or one of their own).
   Json logprobs = request_.logprobs && !chunk.tokens.empty() ? ChoiceLogprobs(choice, chunk.tokens) : Json();
   auto write = [&](Json delta, Json finish_reason) {
@@ -379,7 +392,7 @@ void HttpGeneration::StreamParsedLocked(size_t index, const runtime::GenerationC
   };
   for (Json& delta : deltas) write(std::move(delta), Json());
   if (ends_ok) {
-    write(Json::object(), choice.tool_calls_sent > 0 ? "tool_calls" : openai::FinishReasonText(*chunk.finish));
+    write(Json::object(), ChatFinishReason(*chunk.finish, choice.tool_calls_sent > 0, choice.forced_calls.has_value()));
   } else if (!logprobs.is_null()) {
     write(Json::object(), Json());
   }
@@ -398,18 +411,26 @@ Json HttpGeneration::WholeBody() {
       text = prompt + text;
     }
     const char* finish_reason = choice.finish ? openai::FinishReasonText(*choice.finish) : "abort";
-    if (chat && (tool_call_format_ || reasoning_format_)) {
+    const bool forced = request_.forced_tool_calls.has_value();
+    if (chat && (tool_call_format_ || reasoning_format_ || forced)) {
       // As vLLM: the reasoning split off first (null where its parser says None), then the tool calls of the
       // content alone.
       std::optional<std::string> reasoning;
       std::optional<std::string> content = text;
+      std::vector<chat_template::ToolCall> calls;
+      if (forced) {
+        chat_template::ToolCallIds ids;
+        chat_template::ParsedToolCalls parsed =
+            chat_template::ParseForcedToolCalls(text, request_.forced_tool_calls->name, ids);
+        calls = std::move(parsed.calls);
+        if (!calls.empty()) content.reset();
+      }
       if (reasoning_format_) {
         chat_template::ParsedReasoning split =
             chat_template::ParseReasoning(*reasoning_format_, text, request_.thinking_enabled);
         reasoning = std::move(split.reasoning);
         content = std::move(split.content);
       }
-      std::vector<chat_template::ToolCall> calls;
       if (tool_call_format_ && content) {
         chat_template::ToolCallIds ids;
         chat_template::ParsedToolCalls parsed = chat_template::ParseToolCalls(*tool_call_format_, *content, ids);
@@ -431,7 +452,7 @@ Json HttpGeneration::WholeBody() {
                                 {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
         }
         message["tool_calls"] = std::move(tool_calls);
-        finish_reason = "tool_calls";
+        if (choice.finish) finish_reason = ChatFinishReason(*choice.finish, true, forced);
       }
       c["message"] = std::move(message);
     } else if (chat) {

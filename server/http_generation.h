@@ -79,6 +79,8 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
     bool finished = false;           // its last chunk came (or it never started)
     bool followers_started = false;  // a prompt's first sample: its other samples were submitted
     std::optional<chat_template::ToolCallStreamParser> tool_calls;  // stream: tools parsed as text arrives
+    // stream: the calls tool_choice forced ("required" or a named function), whatever --tool-call-parser says.
+    std::optional<chat_template::ForcedToolCallStreamParser> forced_calls;
     // stream: reasoning split off as text arrives; its content then goes through tool_calls.
     std::optional<chat_template::ReasoningStreamParser> reasoning;
     // echo with logprobs: the prompt's tokens scored (entry 0, the first token, has no score).

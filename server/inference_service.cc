@@ -25,6 +25,28 @@ std::string BufferToString(const grpc::ByteBuffer& buffer) {
   return out;
 }
 
+// strata_structured_requests_total's kind of a request's constraint.
+const char* StructuredKindName(v1::GenerateRequest::StructuredOutputCase field) {
+  using Kind = structured::ConstraintKind;
+  switch (field) {
+    case v1::GenerateRequest::kJsonSchema:
+      return structured::ConstraintKindName(Kind::kJsonSchema);
+    case v1::GenerateRequest::kJsonObject:
+      return structured::ConstraintKindName(Kind::kJsonObject);
+    case v1::GenerateRequest::kRegex:
+      return structured::ConstraintKindName(Kind::kRegex);
+    case v1::GenerateRequest::kChoice:
+      return structured::ConstraintKindName(Kind::kChoice);
+    case v1::GenerateRequest::kGrammar:
+      return structured::ConstraintKindName(Kind::kGrammar);
+    case v1::GenerateRequest::kStructuralTag:
+      return structured::ConstraintKindName(Kind::kStructuralTag);
+    case v1::GenerateRequest::STRUCTURED_OUTPUT_NOT_SET:
+      break;
+  }
+  return "none";
+}
+
 }  // namespace
 
 v1::GetDeviceMapResponse DeviceMapResponse(const ServedPlan& served,
@@ -228,15 +250,46 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* InferenceService::Generate(grpc::Cal
 }
 
 void InferenceService::Admit(GenerateReactor* reactor, ServedModel* model, std::string_view wire) {
+  absl::StatusOr<v1::GenerateRequest> request = ParseGenerateRequest(wire);
+  if (!request.ok()) {
+    reactor->Refuse(ToGrpcStatus(request.status()));
+    return;
+  }
+  if (request->structured_output_case() == v1::GenerateRequest::STRUCTURED_OUTPUT_NOT_SET) {
+    AdmitParsed(reactor, model, *request);
+    return;
+  }
+  // Its grammar may take up to --max-grammar-compile-seconds to compile: not on gRPC's threads, nor on the
+  // admission pool's.
+  grammar_pool_->Post(
+      [this, reactor, model, parsed = std::make_shared<const v1::GenerateRequest>(*std::move(request))] {
+        if (reactor->abandoned()) {
+          reactor->Refuse(grpc::Status::CANCELLED);
+          return;
+        }
+        AdmitParsed(reactor, model, *parsed);
+      });
+}
+
+void InferenceService::AdmitParsed(GenerateReactor* reactor, ServedModel* model, const v1::GenerateRequest& request) {
   absl::StatusOr<runtime::GenerationRequest> valid =
-      ValidateGenerateRequest(wire, model->limits(), model->tokenizer(), model->chat_template());
+      ValidateGenerateRequest(request, model->limits(), model->tokenizer(), model->chat_template());
   if (!valid.ok()) {
     reactor->Refuse(ToGrpcStatus(valid.status()));
     return;
   }
+  const bool structured = valid->grammar != nullptr;
   const absl::Status submitted =
       SubmitUnlessDraining(model, [&] { return reactor->Submit(model->engine(), *std::move(valid), &in_flight_); });
-  if (!submitted.ok()) reactor->Refuse(ToGrpcStatus(submitted));
+  if (!submitted.ok()) {
+    reactor->Refuse(ToGrpcStatus(submitted));
+    return;
+  }
+  if (structured) RecordStructuredRequest(StructuredKindName(request.structured_output_case()));
+}
+
+void InferenceService::RecordStructuredRequest(const char* kind) {
+  if (Metrics* metrics = this->metrics()) metrics->RecordStructuredRequest(kind);
 }
 
 }  // namespace strata::server

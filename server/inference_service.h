@@ -41,6 +41,9 @@ struct ServiceLimits {
   int64_t max_streams = 1024;                 // Generate calls open at once
   int64_t max_stream_buffer_bytes = 1 << 20;  // response bytes a stream holds for a client that does not read
   int tokenize_threads = 1;                   // the admission pool's threads
+  // The grammar pool's threads: requests with a structured-output constraint are checked there, each waiting for
+  // its grammar (at most --max-grammar-compile-seconds), so that a slow compile holds up no other request.
+  int grammar_threads = 4;
 };
 
 // Requests of at most this many bytes are validated (and tokenized) on the gRPC thread that received
@@ -50,9 +53,15 @@ inline constexpr int64_t kInlineAdmissionBytes = 16 << 10;
 class InferenceService final : public InferenceServiceBase {
  public:
   explicit InferenceService(const ServiceLimits& limits = {})
-      : limits_(limits), pool_(std::make_unique<AdmissionPool>(limits.tokenize_threads)) {}
-  // The admission pool first (it may still refuse calls), while the service's state is intact.
-  ~InferenceService() { pool_.reset(); }
+      : limits_(limits),
+        pool_(std::make_unique<AdmissionPool>(limits.tokenize_threads)),
+        grammar_pool_(std::make_unique<AdmissionPool>(limits.grammar_threads)) {}
+  // The admission pools first (they may still refuse calls), while the service's state is intact; the admission
+  // pool before the grammar pool, which its jobs may hand requests to.
+  ~InferenceService() {
+    pool_.reset();
+    grammar_pool_.reset();
+  }
 
   // Generate calls record into `metrics` (may be null) from now on.
   void SetMetrics(Metrics* metrics) {
@@ -96,6 +105,10 @@ class InferenceService final : public InferenceServiceBase {
   absl::Status SubmitUnlessDraining(ServedModel* model, const std::function<absl::Status()>& submit);
   std::atomic<int64_t>& open_streams_counter() { return open_streams_; }
   AdmissionPool& admission_pool() { return *pool_; }
+  // Where requests with a structured-output constraint are checked (their grammars compiled): both APIs.
+  AdmissionPool& grammar_pool() { return *grammar_pool_; }
+  // Counts an admitted request with a structured-output constraint of `kind` (strata_structured_requests_total).
+  void RecordStructuredRequest(const char* kind);
   const ServiceLimits& limits() const { return limits_; }
   Metrics* metrics() {
     std::lock_guard lock(mutex_);
@@ -108,11 +121,14 @@ class InferenceService final : public InferenceServiceBase {
                                                        const grpc::ByteBuffer* request) override;
 
  private:
-  // Validates `wire` (off the mutex) and hands the request to the engine (under it), or refuses the call.
+  // Validates `wire` (off the mutex) and hands the request to the engine (under it), or refuses the call. A
+  // request with a constraint goes on to the grammar pool first.
   void Admit(GenerateReactor* reactor, ServedModel* model, std::string_view wire);
+  void AdmitParsed(GenerateReactor* reactor, ServedModel* model, const v1::GenerateRequest& request);
 
   const ServiceLimits limits_;
   std::unique_ptr<AdmissionPool> pool_;
+  std::unique_ptr<AdmissionPool> grammar_pool_;
   std::atomic<int64_t> open_streams_{0};
   // OK, or UNAUTHENTICATED when `method` needs a key and the call does not carry a valid one (a check of
   // the call's own metadata, so it works the same over plaintext and TLS), or came in on the plaintext

@@ -292,6 +292,54 @@ Metrics::HealthMetrics Metrics::RegisterHealthMetrics(prometheus::Registry& regi
   };
 }
 
+Metrics::StructuredMetrics Metrics::RegisterStructuredMetrics(prometheus::Registry& registry) {
+  return {
+      .requests_total = prometheus::BuildCounter()
+                            .Name("strata_structured_requests_total")
+                            .Help("Generation requests admitted with a structured-output constraint, by kind "
+                                  "(json_schema, json_object, regex, choice, grammar, structural_tag; tool_calls: "
+                                  "tool_choice \"required\" or a named function)")
+                            .Register(registry),
+      .compile_seconds = prometheus::BuildHistogram()
+                             .Name("strata_grammar_compile_seconds")
+                             .Help("Grammar compiles (cache misses) from start to end, including those that ran past "
+                                   "--max-grammar-compile-seconds and finished in the background")
+                             .Register(registry)
+                             .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                                              0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
+      .compiles_total = prometheus::BuildCounter()
+                            .Name("strata_grammar_compiles_total")
+                            .Help("Grammar compiles started: constraints not found in the compiler's cache")
+                            .Register(registry)
+                            .Add({}),
+      .cache_hits_total = prometheus::BuildCounter()
+                              .Name("strata_grammar_cache_hits_total")
+                              .Help("Constraints served by a grammar already compiled (or compiling) for the "
+                                    "same constraint")
+                              .Register(registry)
+                              .Add({}),
+      .compile_timeouts_total = prometheus::BuildCounter()
+                                    .Name("strata_grammar_compile_timeouts_total")
+                                    .Help("Requests refused (400 / INVALID_ARGUMENT) because their grammar did not "
+                                          "compile within --max-grammar-compile-seconds")
+                                    .Register(registry)
+                                    .Add({}),
+      .refusals_total = prometheus::BuildCounter()
+                            .Name("strata_grammar_refusals_total")
+                            .Help("Constraints the compiler refused: invalid, unsupported, too large or too deep "
+                                  "(each request answered 400 / INVALID_ARGUMENT naming its field)")
+                            .Register(registry)
+                            .Add({}),
+      .mask_seconds = prometheus::BuildHistogram()
+                          .Name("strata_grammar_mask_seconds")
+                          .Help("Filling one constrained row's token mask for one step (on the mask thread, while "
+                                "the micro-batch's forward pass runs)")
+                          .Register(registry)
+                          .Add({}, prometheus::Histogram::BucketBoundaries{1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
+                                                                           0.001, 0.0025, 0.005, 0.01, 0.025, 0.1}),
+  };
+}
+
 Metrics::Metrics(ListenAddress address, std::shared_ptr<prometheus::Registry> registry,
                  std::unique_ptr<MetricsEndpoint> endpoint)
     : address_(std::move(address)),
@@ -303,7 +351,14 @@ Metrics::Metrics(ListenAddress address, std::shared_ptr<prometheus::Registry> re
       kv_cache_(RegisterKvCacheMetrics(*registry_)),
       pipeline_(RegisterPipelineMetrics(*registry_)),
       plan_(RegisterPlanGauges(*registry_)),
-      health_(RegisterHealthMetrics(*registry_)) {
+      health_(RegisterHealthMetrics(*registry_)),
+      structured_(RegisterStructuredMetrics(*registry_)) {
+  using structured::ConstraintKind;
+  for (ConstraintKind kind : {ConstraintKind::kJsonSchema, ConstraintKind::kJsonObject, ConstraintKind::kRegex,
+                              ConstraintKind::kChoice, ConstraintKind::kGrammar, ConstraintKind::kStructuralTag}) {
+    structured_.requests_total.Add({{"kind", structured::ConstraintKindName(kind)}});
+  }
+  structured_.requests_total.Add({{"kind", "tool_calls"}});
   for (const char* reason : {"connection_limit", "peer_limit", "read_timeout"}) {
     health_.http_connections_dropped_total.Add({{"reason", reason}});
   }
@@ -425,5 +480,23 @@ void Metrics::SetServing(bool serving) {
 void Metrics::RecordHttpConnectionDropped(const char* reason) {
   health_.http_connections_dropped_total.Add({{"reason", reason}}).Increment();
 }
+
+void Metrics::RecordStructuredRequest(const char* kind) {
+  structured_.requests_total.Add({{"kind", kind}}).Increment();
+}
+
+void Metrics::RecordGrammarCompiler(const structured::CompilerStats& stats) {
+  for (double seconds : stats.compile_seconds) structured_.compile_seconds.Observe(seconds);
+  // The compiler counts since its creation: add what accumulated since the last sample.
+  for (auto [counter, total] : {std::pair{&structured_.compiles_total, stats.compiles},
+                                std::pair{&structured_.cache_hits_total, stats.cache_hits},
+                                std::pair{&structured_.compile_timeouts_total, stats.timeouts},
+                                std::pair{&structured_.refusals_total, stats.failures}}) {
+    const double delta = static_cast<double>(total) - counter->Value();
+    if (delta > 0) counter->Increment(delta);
+  }
+}
+
+void Metrics::ObserveGrammarMask(double seconds) { structured_.mask_seconds.Observe(seconds); }
 
 }  // namespace strata::server

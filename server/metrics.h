@@ -20,6 +20,7 @@
 #include "runtime/executor/device_memory.h"
 #include "server/flags.h"
 #include "server/metrics_endpoint.h"
+#include "structured/structured.h"
 
 namespace strata::server {
 
@@ -59,6 +60,14 @@ class Metrics {
   // An HTTP API connection refused at accept or closed before its request was whole, by reason
   // (server/http_server.h's ConnectionDropName).
   void RecordHttpConnectionDropped(const char* reason);
+
+  // Structured outputs: a request admitted with a constraint of `kind` (structured::ConstraintKindName, or
+  // "tool_calls" for tool_choice's forced calls); the grammar compiler's counters and finished compiles since the
+  // last sample (structured::Compiler::TakeStats); one constrained row's token mask, filled on the engine's mask
+  // thread.
+  void RecordStructuredRequest(const char* kind);
+  void RecordGrammarCompiler(const structured::CompilerStats& stats);
+  void ObserveGrammarMask(double seconds);
 
   // The address /metrics is served on, with the port the system picked when asked for port 0.
   const ListenAddress& address() const { return address_; }
@@ -129,6 +138,16 @@ class Metrics {
     prometheus::Gauge& requests_failed_in_a_row;
     prometheus::Family<prometheus::Counter>& http_connections_dropped_total;
   };
+  // Structured outputs: requests by kind, grammar compiles, the compiler's cache and the masks.
+  struct StructuredMetrics {
+    prometheus::Family<prometheus::Counter>& requests_total;
+    prometheus::Histogram& compile_seconds;
+    prometheus::Counter& compiles_total;
+    prometheus::Counter& cache_hits_total;
+    prometheus::Counter& compile_timeouts_total;
+    prometheus::Counter& refusals_total;
+    prometheus::Histogram& mask_seconds;
+  };
   static DeviceGauges RegisterDeviceGauges(prometheus::Registry& registry);
   static RequestMetrics RegisterRequestMetrics(prometheus::Registry& registry);
   static SchedulerGauges RegisterSchedulerGauges(prometheus::Registry& registry);
@@ -136,6 +155,7 @@ class Metrics {
   static PipelineMetrics RegisterPipelineMetrics(prometheus::Registry& registry);
   static PlanGauges RegisterPlanGauges(prometheus::Registry& registry);
   static HealthMetrics RegisterHealthMetrics(prometheus::Registry& registry);
+  static StructuredMetrics RegisterStructuredMetrics(prometheus::Registry& registry);
 
   DeviceGauges devices_;
   RequestMetrics requests_;
@@ -144,6 +164,7 @@ class Metrics {
   PipelineMetrics pipeline_;
   PlanGauges plan_;
   HealthMetrics health_;
+  StructuredMetrics structured_;
 };
 
 }  // namespace strata::server

@@ -12,6 +12,7 @@
 #include "absl/types/span.h"
 #include "base/json.h"
 #include "server/chat_prompt.h"
+#include "server/constraint_fields.h"
 #include "server/generate_validation.h"
 
 namespace strata::server::openai {
@@ -30,6 +31,40 @@ using json_fields::TypeName;
   auto lhs##_or = (expr);                       \
   if (!lhs##_or.ok()) return lhs##_or.status(); \
   auto lhs = *std::move(lhs##_or)
+
+// The top-level field of `body` (a JSON object's text) whose value nests deeper than `max_depth` levels (counted
+// as base::CheckJsonDepth counts them: the body itself is level 1), or "". Run only on a body the bounded parser
+// refused.
+std::string FieldNestingDeeper(std::string_view body, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  size_t string_start = 0;
+  std::string_view last_string, key;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character cannot end the string
+      } else if (c == '"') {
+        in_string = false;
+        last_string = body.substr(string_start, i - string_start);
+      }
+    } else if (c == '"') {
+      in_string = true;
+      string_start = i + 1;
+    } else if (c == ':' && depth == 1) {
+      key = last_string;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) {
+        if (depth == 1 || key.empty()) return "";
+        return key.size() > 64 ? absl::StrCat(absl::string_view(key.data(), 64), "...") : std::string(key);
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return "";
+}
 
 // "stop": a string or a list of strings.
 absl::Status ReadStop(const Json& request, GenerateInput& input) {
@@ -178,16 +213,19 @@ absl::StatusOr<std::vector<CompletionPrompt>> ReadPrompts(const Json& request, c
 std::string Count(int64_t n, absl::string_view noun) { return absl::StrCat(n, " ", noun, n == 1 ? "" : "s"); }
 
 // The fields each route reads. Any other is refused, as OpenAI refuses an unrecognized argument: a field a
-// client expects to act (vLLM's guided_json, suffix, a tool choice strata lacks) must not be dropped silently.
+// client expects to act (suffix, vLLM's guided_decoding_backend) must not be dropped silently. The structured-output
+// fields (server/constraint_fields.h) are read on both routes.
 // clang-format off
 constexpr std::string_view kSharedFields[] = {
     "model", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "ignore_eos", "stop", "user", "n",
-    "stream", "stream_options", "presence_penalty", "frequency_penalty", "best_of", "min_tokens", "logit_bias"};
+    "stream", "stream_options", "presence_penalty", "frequency_penalty", "best_of", "min_tokens", "logit_bias",
+    "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+    "json_schema", "grammar"};
 constexpr std::string_view kCompletionFields[] = {
     "prompt", "max_tokens", "logprobs", "echo", "add_special_tokens", "suffix"};
 constexpr std::string_view kChatFields[] = {
     "messages", "max_tokens", "max_completion_tokens", "logprobs", "top_logprobs", "tools", "tool_choice",
-    "parallel_tool_calls", "response_format", "documents", "add_generation_prompt", "continue_final_message",
+    "parallel_tool_calls", "documents", "add_generation_prompt", "continue_final_message",
     "chat_template_kwargs", "chat_template_name"};
 // clang-format on
 
@@ -304,8 +342,9 @@ bool PythonTruthy(const Json& v) {
   return !v.empty();  // lists and objects
 }
 
-// Chat's options besides the messages: logprobs, response_format, tools, tool_choice and enable_thinking.
-absl::Status ReadChatOptions(const Json& request, const ApiContext& context, GenerateInput& input, ApiRequest& out) {
+// Chat's options besides the messages and the constraint: logprobs, tool_choice "auto" and enable_thinking.
+absl::Status ReadChatOptions(const Json& request, const ApiContext& context, const ToolChoice& tool_choice,
+                             GenerateInput& input, ApiRequest& out) {
   STRATA_ASSIGN_OR_RETURN(logprobs, Bool(request, "logprobs"));
   STRATA_ASSIGN_OR_RETURN(top_logprobs, Integer(request, "top_logprobs"));
   if (top_logprobs && !logprobs.value_or(false)) return Invalid("top_logprobs", "only with logprobs: true");
@@ -313,35 +352,13 @@ absl::Status ReadChatOptions(const Json& request, const ApiContext& context, Gen
     out.logprobs = top_logprobs.value_or(0);
     input.top_logprobs = *out.logprobs;
   }
-  if (const Json* format = Field(request, "response_format"); format != nullptr) {
-    if (!format->is_object()) {
-      return Invalid("response_format",
-                     absl::StrCat("must be an object {\"type\": \"text\"}, not ", TypeName(*format)));
-    }
-    STRATA_ASSIGN_OR_RETURN(type, String(*format, "type", "response_format.type"));
-    if (type && *type != "text") {
-      return Invalid("response_format", absl::StrCat("type '", *type, "' is not supported (only 'text')"));
-    }
-  }
   const Json* tools = Field(request, "tools");
   const bool has_tools = tools != nullptr && tools->is_array() && !tools->empty();
-  std::string tool_choice = has_tools ? "auto" : "none";
-  if (const Json* choice = Field(request, "tool_choice"); choice != nullptr) {
-    if (!choice->is_string()) {
-      return Invalid("tool_choice", "a named function is not supported: give \"auto\" or \"none\"");
-    }
-    tool_choice = choice->get<std::string>();
-    if (tool_choice == "required")
-      return Invalid("tool_choice", "\"required\" is not supported: give \"auto\" or \"none\"");
-    if (tool_choice != "auto" && tool_choice != "none") {
-      return Invalid("tool_choice", absl::StrCat("'", tool_choice, "' is not one of \"auto\", \"none\""));
-    }
-  }
-  if (has_tools && tool_choice == "auto") {
+  if (has_tools && tool_choice.kind == ToolChoice::Kind::kAuto) {
     if (!context.parse_tool_calls) {
       return Invalid("tool_choice",
                      "\"auto\" needs strata-server started with --tool-call-parser (hermes, llama3_json, "
-                     "deepseek_v3, kimi_k2); or give \"none\"");
+                     "deepseek_v3, kimi_k2); or give \"none\", \"required\" or a named function");
     }
     out.parse_tool_calls = true;
   }
@@ -360,12 +377,13 @@ absl::Status ReadChatOptions(const Json& request, const ApiContext& context, Gen
 }
 
 // /v1/chat/completions: the messages rendered by the chat template, one prompt.
-absl::Status ReadChat(const Json& request, const ApiContext& context, GenerateInput& input, ApiRequest& out) {
+absl::Status ReadChat(const Json& request, const ApiContext& context, const ToolChoice& tool_choice,
+                      GenerateInput& input, ApiRequest& out) {
   const GenerateLimits& limits = context.limits;
   input.names.prompt = "messages";
   input.names.prompt_ids = "messages";
   input.names.top_logprobs = "top_logprobs";
-  if (absl::Status options = ReadChatOptions(request, context, input, out); !options.ok()) return options;
+  if (absl::Status options = ReadChatOptions(request, context, tool_choice, input, out); !options.ok()) return options;
   STRATA_ASSIGN_OR_RETURN(rendered, RenderChat(request, context.chat_template, context.limits.max_messages));
   if (static_cast<int64_t>(rendered.size()) > limits.max_prompt_bytes) {
     return Invalid("messages", absl::StrCat(Count(static_cast<int64_t>(rendered.size()), "byte"),
@@ -461,13 +479,23 @@ ApiError ErrorFromStatus(const absl::Status& status) {
 absl::StatusOr<Json> ParseJsonObject(std::string_view body, int64_t max_depth, absl::string_view what) {
   const int depth = static_cast<int>(std::clamp<int64_t>(max_depth, 1, base::kMaxJsonDepth));
   absl::StatusOr<Json> parsed = base::ParseOrderedJson(body, depth, std::string_view(what.data(), what.size()));
-  if (!parsed.ok()) return parsed.status();
+  if (!parsed.ok()) {
+    // Too deep: named by the field that nests so (a deep JSON schema), as every other refusal is.
+    if (const std::string field = FieldNestingDeeper(body, depth); !field.empty()) {
+      return Invalid(field, absl::StrCat("JSON nests deeper than ", depth, " levels, more than the ", what, " may"));
+    }
+    return parsed.status();
+  }
   if (!parsed->is_object()) return Invalid(what, absl::StrCat("must be a JSON object, not ", TypeName(*parsed)));
   return parsed;
 }
 
 absl::StatusOr<ApiRequest> ParseApiRequest(Route route, std::string_view body, const ApiContext& context) {
   STRATA_ASSIGN_OR_RETURN(request, ParseJsonObject(body, context.api.max_json_depth));
+  return ReadApiRequest(route, request, context);
+}
+
+absl::StatusOr<ApiRequest> ReadApiRequest(Route route, const Json& request, const ApiContext& context) {
   if (absl::Status fields = CheckFieldNames(request, route); !fields.ok()) return fields;
   ApiRequest out;
   out.route = route;
@@ -476,8 +504,18 @@ absl::StatusOr<ApiRequest> ParseApiRequest(Route route, std::string_view body, c
   if (absl::Status sampling = ReadSampling(request, context.api, input, out); !sampling.ok()) {
     return sampling;
   }
+  ToolChoice tool_choice;
+  if (route == Route::kChatCompletions) {
+    STRATA_ASSIGN_OR_RETURN(choice, ReadToolChoice(request));
+    tool_choice = std::move(choice);
+  }
+  STRATA_ASSIGN_OR_RETURN(constraint,
+                          ReadConstraintFields(request, route == Route::kChatCompletions ? &tool_choice : nullptr));
+  input.constraint = std::move(constraint.constraint);
+  out.forced_tool_calls = std::move(constraint.forced_tool_calls);
+  out.structured_kind = constraint.kind;
   absl::Status parsed = route == Route::kCompletions ? ReadCompletion(request, context, input, out)
-                                                     : ReadChat(request, context, input, out);
+                                                     : ReadChat(request, context, tool_choice, input, out);
   if (!parsed.ok()) return parsed;
   if (absl::Status size = CheckResponseSize(out, context.api, input.names.max_new_tokens); !size.ok()) return size;
   return out;

@@ -17,6 +17,7 @@
 #include "chat_template/checkpoint_template.h"
 #include "nlohmann/json.hpp"
 #include "runtime/engine/engine.h"
+#include "server/constraint_fields.h"
 #include "server/served_model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -74,7 +75,13 @@ struct ApiRequest {
   bool echo = false;           // completions: the prompt before the completion
   // completions: logprobs (the number of top alternatives, 0-20); chat: logprobs true (top_logprobs).
   std::optional<int64_t> logprobs;
-  bool parse_tool_calls = false;  // chat with tools, tool_choice not "none", and a tool-call parser
+  bool parse_tool_calls = false;  // chat with tools, tool_choice "auto", and a tool-call parser
+  // chat: tool_choice "required" or a named function: each output is constrained to the call(s) and answered as
+  // tool_calls (chat_template::ParseForcedToolCalls), whatever --tool-call-parser says.
+  std::optional<ForcedToolCalls> forced_tool_calls;
+  // The structured-output constraint's kind (strata_structured_requests_total), null without one. A constrained
+  // output is never split into reasoning: the grammar holds from its first token.
+  const char* structured_kind = nullptr;
   // chat: chat_template_kwargs.enable_thinking as Python tests it (absent: true), which --reasoning-parser
   // qwen3 reads as vLLM's does (off: no reasoning, all content).
   bool thinking_enabled = true;
@@ -82,8 +89,11 @@ struct ApiRequest {
 };
 
 // Parses and checks a request body. Errors name the field (InvalidArgument "messages[2].content: ...";
-// NotFound for another model's name).
+// NotFound for another model's name). A request with a structured-output constraint blocks while its grammar
+// compiles (MayHaveConstraint tells them apart beforehand).
 absl::StatusOr<ApiRequest> ParseApiRequest(Route route, std::string_view body, const ApiContext& context);
+// The same, from the body already parsed (ParseJsonObject).
+absl::StatusOr<ApiRequest> ReadApiRequest(Route route, const Json& request, const ApiContext& context);
 
 // The body as JSON, refusing (InvalidArgument naming `what`) text that is not JSON, not an object, or
 // nested deeper than `max_depth`.

@@ -158,6 +158,7 @@ void RunningServer::ServeModel(std::unique_ptr<ServedModel> model) {
   metrics_->RecordPlan(model_->plan().plan);
   Metrics* metrics = metrics_.get();
   model_->engine().SetMicroBatchObserver([metrics](int64_t rows) { metrics->ObserveBatchSize(rows); });
+  model_->engine().SetMaskObserver([metrics](double seconds) { metrics->ObserveGrammarMask(seconds); });
   SampleGauges();
   sampler_ = std::thread([this] {
     std::unique_lock lock(mutex_);
@@ -174,6 +175,8 @@ void RunningServer::ServeModel(std::unique_ptr<ServedModel> model) {
 void RunningServer::SampleGauges() {
   const runtime::EngineStats stats = model_->engine().Stats();
   metrics_->RecordEngine(stats);
+  if (structured::Compiler* compiler = model_->grammar_compiler())
+    metrics_->RecordGrammarCompiler(compiler->TakeStats());
   metrics_->SetOpenStreams(service_->open_streams());
   metrics_->RecordDeviceMemory(runtime::MeasureDeviceMemory(model_->model()));
   ApplyReadinessRule(stats);
@@ -255,7 +258,11 @@ void RunningServer::Shutdown() {
   // Its generations ended with the engine; connections still open (slow readers) are closed.
   http_.reset();
   // Whole HTTP responses still being built (server/http_api.cc) use the metrics and the in-flight set.
-  if (service_ != nullptr) service_->admission_pool().WaitIdle();
+  if (service_ != nullptr) {
+    service_->admission_pool().WaitIdle();
+    // Requests waiting for their grammars (the admission pool hands some on to it): they use the model's compiler.
+    service_->grammar_pool().WaitIdle();
+  }
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
     server_->Wait();

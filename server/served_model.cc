@@ -1,6 +1,7 @@
 #include "server/served_model.h"
 
 #include <algorithm>
+#include <iostream>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -90,6 +91,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptio
   }
   absl::StatusOr<std::vector<int32_t>> eos = planner::EosTokenIds(served->model_->report().spec);
   if (!eos.ok()) return eos.status();
+  const std::vector<int32_t> eos_ids = *eos;
 
   runtime::EngineOptions engine_options;
   engine_options.max_queue = options.serving.max_queue;
@@ -111,6 +113,25 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptio
   if (!engine.ok()) return engine.status();
   served->engine_ = *std::move(engine);
 
+  // Structured outputs compile against the tokenizer's vocabulary within the model's (its logits' columns), ending
+  // with the engine's EOS ids. Without a tokenizer (or a vocabulary xgrammar cannot read) the server serves on and
+  // refuses constrained requests, saying why.
+  if (served->tokenizer_ == nullptr) {
+    served->limits_.grammar_unavailable = "the model has no tokenizer.json (or tiktoken.model) to compile against";
+  } else {
+    structured::CompilerOptions compiler_options;
+    compiler_options.max_compile_time = options.limits.max_grammar_compile_time;
+    compiler_options.max_constraint_bytes = options.limits.max_grammar_bytes;
+    absl::StatusOr<std::unique_ptr<structured::Compiler>> compiler =
+        structured::Compiler::Create(*served->tokenizer_, served->engine_->vocab_size(), eos_ids, compiler_options);
+    if (compiler.ok()) {
+      served->grammar_compiler_ = *std::move(compiler);
+      served->limits_.grammar_compiler = served->grammar_compiler_.get();
+    } else {
+      served->limits_.grammar_unavailable = std::string(compiler.status().message());
+      std::cerr << "strata-server: WARNING: structured outputs are off: " << compiler.status().message() << std::endl;
+    }
+  }
   served->limits_.vocab_size = served->model_->vocab_size();
   served->limits_.max_context = options.serving.runtime.max_context;
   served->limits_.kv_cache_tokens = served->engine_->kv_cache_tokens();

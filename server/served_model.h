@@ -16,6 +16,7 @@
 #include "runtime/executor/loaded_model.h"
 #include "server/flags.h"
 #include "server/served_plan.h"
+#include "structured/structured.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::server {
@@ -35,6 +36,11 @@ struct GenerateLimits {
   int64_t max_messages = 4096;  // chat messages of one request (either API)
   // request_id is echoed in every streamed message: bounded so it cannot multiply a response's size.
   int64_t max_request_id_bytes = 256;
+  // What structured-output constraints compile against: the model's vocabulary, with --max-grammar-bytes and
+  // --max-grammar-compile-seconds (structured/structured.h). Null (no tokenizer.json, or a test): a request
+  // with a constraint is refused naming its field. Not owned; thread-safe.
+  structured::Compiler* grammar_compiler = nullptr;
+  std::string grammar_unavailable;  // why grammar_compiler is null, for the refusal
 };
 
 // Whether `dir` holds weights to load (*.safetensors or an index); without them the server only plans.
@@ -77,6 +83,8 @@ class ServedModel {
     return chat_template_ ? &*chat_template_ : nullptr;
   }
   const GenerateLimits& limits() const { return limits_; }
+  // Structured outputs' compiler (null without a tokenizer): limits().grammar_compiler; /metrics reads its stats.
+  structured::Compiler* grammar_compiler() { return grammar_compiler_.get(); }
   // The runtime's plan, as GetDeviceMap and /metrics show it.
   const ServedPlan& plan() const { return plan_; }
   // Stops the engine (every running request ends CANCELLED). Idempotent.
@@ -87,6 +95,8 @@ class ServedModel {
   std::unique_ptr<runtime::LoadedModel> model_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::optional<chat_template::CheckpointChatTemplate> chat_template_;
+  // Before the engine: destroyed after it (its running requests hold compiled grammars).
+  std::unique_ptr<structured::Compiler> grammar_compiler_;
   std::unique_ptr<runtime::Engine> engine_;
   GenerateLimits limits_;
   ServedPlan plan_;

@@ -37,6 +37,7 @@ class BpeModel : public Model {
   // The vocab entry for `id`, or null when the vocab has none.
   const std::string* IdToToken(int32_t id) const override;
   int32_t MaxId() const { return static_cast<int32_t>(id_to_token_.size()) - 1; }
+  int32_t IdCount() const override { return static_cast<int32_t>(id_to_token_.size()); }
 
  private:
   struct MergeRule {

@@ -20,6 +20,8 @@ class Model {
   virtual std::optional<int32_t> TokenToId(std::string_view token) const = 0;
   // The vocabulary's token for `id`, or null when it has none.
   virtual const std::string* IdToToken(int32_t id) const = 0;
+  // One past the largest id the vocabulary may have a token for.
+  virtual int32_t IdCount() const = 0;
 };
 
 }  // namespace strata::tokenizer

@@ -59,6 +59,7 @@ class TiktokenModel : public Model {
   // Tokens as the tokenizer shows them: their bytes spelt in the byte-level alphabet.
   std::optional<int32_t> TokenToId(std::string_view token) const override;
   const std::string* IdToToken(int32_t id) const override;
+  int32_t IdCount() const override { return size(); }
 
   // How many ranks the file has (N: the ranks are 0..N-1).
   int32_t size() const { return static_cast<int32_t>(spelled_.size()); }

@@ -1,6 +1,9 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -43,6 +46,46 @@ absl::StatusOr<std::string> ConfigTokenContent(const JsonAt& config, std::string
 
 // Encode's input limit: offsets inside a piece stay well within 32 bits.
 constexpr size_t kMaxTextBytes = size_t{1} << 30;
+
+// The type of a component object ("" when it has none), and its parts when it is a Sequence (`parts_key`).
+std::string ComponentType(const nlohmann::json& component) {
+  if (!component.is_object()) return "";
+  auto type = component.find("type");
+  return type != component.end() && type->is_string() ? type->get<std::string>() : "";
+}
+std::vector<nlohmann::json> SequenceParts(const nlohmann::json& component, const char* parts_key) {
+  if (ComponentType(component) != "Sequence") return {component};
+  auto parts = component.find(parts_key);
+  if (parts == component.end() || !parts->is_array()) return {};
+  return std::vector<nlohmann::json>(parts->begin(), parts->end());
+}
+
+// xgrammar's HFTokenizerAnalyzer::DetectVocabType: the first ByteLevel or ByteFallback among the decoders.
+Tokenizer::TokenSpelling DetectTokenSpelling(const nlohmann::json& root) {
+  auto decoder = root.find("decoder");
+  if (decoder == root.end()) return Tokenizer::TokenSpelling::kRaw;
+  for (const nlohmann::json& part : SequenceParts(*decoder, "decoders")) {
+    const std::string type = ComponentType(part);
+    if (type == "ByteLevel") return Tokenizer::TokenSpelling::kByteLevel;
+    if (type == "ByteFallback") return Tokenizer::TokenSpelling::kByteFallback;
+  }
+  return Tokenizer::TokenSpelling::kRaw;
+}
+
+// xgrammar's HFTokenizerAnalyzer::DetectAddPrefixSpace: a Prepend("\u2581") normalizer (alone or in a Sequence),
+// or a top-level Metaspace pre-tokenizer whose prepend_scheme is "always" or "first".
+bool DetectPrefixSpace(const nlohmann::json& root) {
+  if (auto normalizer = root.find("normalizer"); normalizer != root.end()) {
+    for (const nlohmann::json& part : SequenceParts(*normalizer, "normalizers")) {
+      auto prepend = part.is_object() ? part.find("prepend") : part.end();
+      if (ComponentType(part) == "Prepend" && prepend != part.end() && *prepend == "\u2581") return true;
+    }
+  }
+  auto pre = root.find("pre_tokenizer");
+  if (pre == root.end() || ComponentType(*pre) != "Metaspace") return false;
+  auto scheme = pre->find("prepend_scheme");
+  return scheme != pre->end() && (*scheme == "always" || *scheme == "first");
+}
 
 // A file FromPath reads as a tiktoken rank file rather than as tokenizer.json.
 bool IsTiktokenFileName(const std::filesystem::path& p) {
@@ -103,6 +146,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromTiktoken(std::string_v
   if (!added.ok()) return added.status();
   tok->added_ = std::make_unique<AddedVocabulary>(*std::move(added));
   tok->tiktoken_ = true;
+  tok->token_spelling_ = TokenSpelling::kByteLevel;  // IdToToken spells the rank's bytes in the byte-level alphabet
 
   // The pipeline tiktoken runs, in tokenizer.json's terms: the regex isolates pieces, the model merges each
   // piece's bytes, and the ByteLevel decoder turns the byte-level spelling back into text.
@@ -126,6 +170,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
   if (!parsed.ok()) return parsed.status();
   const JsonAt root{*parsed, "", source};
   std::unique_ptr<Tokenizer> tok(new Tokenizer());
+  tok->token_spelling_ = DetectTokenSpelling(*parsed);
+  tok->adds_prefix_space_ = DetectPrefixSpace(*parsed);
 
   // Truncation and padding change the ids of a single encode; strata does neither, so a file that
   // asks for them is refused rather than encoded differently.
@@ -203,6 +249,12 @@ bool Tokenizer::IsSpecial(int32_t id) const {
 }
 
 bool Tokenizer::HasByteFallbackDecoder() const { return decoder_ != nullptr && decoder_->HasByteFallback(); }
+
+int64_t Tokenizer::IdCount() const {
+  int64_t count = model_->IdCount();
+  for (const AddedToken& t : added_->tokens()) count = std::max<int64_t>(count, int64_t{t.id} + 1);
+  return count;
+}
 
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool add_special_tokens) const {
   if (text.size() > kMaxTextBytes) {

@@ -68,6 +68,22 @@ class Tokenizer {
   bool IsSpecial(int32_t id) const;
   // Whether the decoder turns runs of "<0xAB>" tokens into bytes (see StreamingDecoder).
   bool HasByteFallbackDecoder() const;
+  // One past the largest id of any token, the vocabulary's or an added one (ids below it may have none).
+  int64_t IdCount() const;
+
+  // How the vocabulary's tokens (IdToToken) spell the bytes they decode to, which a grammar engine that matches
+  // tokens against text must know (structured/). Read as xgrammar's TokenizerInfo::DetectMetadataFromHF reads a
+  // tokenizer.json: the first ByteLevel or ByteFallback decoder (alone or in a Sequence) decides; kRaw otherwise.
+  // A tiktoken vocabulary's tokens are shown in the byte-level alphabet.
+  enum class TokenSpelling {
+    kRaw,           // a token is its text
+    kByteLevel,     // GPT-2's byte-level alphabet: one character per byte
+    kByteFallback,  // SentencePiece: "<0xAB>" is a byte, "\u2581" a space
+  };
+  TokenSpelling token_spelling() const { return token_spelling_; }
+  // Whether encoding prepends "\u2581" to the text: a Prepend("\u2581") normalizer (alone or in a Sequence) or a
+  // Metaspace pre-tokenizer with prepend_scheme "always" or "first" (DetectMetadataFromHF's add_prefix_space).
+  bool adds_prefix_space() const { return adds_prefix_space_; }
 
  private:
   Tokenizer();
@@ -84,6 +100,8 @@ class Tokenizer {
   // its decoder as written); and special means a special added token's id (tiktoken knows special tokens
   // by id, where tokenizer.json's decode skips every token whose text is a special token's).
   bool tiktoken_ = false;
+  TokenSpelling token_spelling_ = TokenSpelling::kRaw;
+  bool adds_prefix_space_ = false;
 };
 
 }  // namespace strata::tokenizer

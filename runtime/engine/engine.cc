@@ -15,8 +15,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/engine/mask_filler.h"
 #include "runtime/engine/output_processor.h"
 #include "runtime/engine/scheduler.h"
+#include "structured/structured.h"
 
 namespace strata::runtime {
 
@@ -55,6 +57,16 @@ struct Sequence {
   bool prompt_logprobs_sent = false;
   std::mt19937_64 random;
   bool done = false;
+  // Structured outputs: where the sequence is in its grammar (every generated token accepted), and the mask
+  // being filled for its next token (the matcher is the mask thread's until that mask is ready).
+  std::optional<structured::Matcher> matcher;
+  std::shared_ptr<AllowedTokens> pending_mask;
+  std::shared_ptr<AllowedTokens> ready_mask;  // jump-forward filled the next step's mask already
+  // Waits for the mask thread to be done with the matcher.
+  void SettleMask() {
+    if (pending_mask != nullptr) pending_mask->Get();
+    pending_mask.reset();
+  }
 };
 
 }  // namespace
@@ -69,6 +81,10 @@ struct Engine::Impl {
   MicroBatchWork Build(uint64_t id, const ScheduledMicroBatch& batch);
   void Process(MicroBatchResult result);
   void Finish(Sequence& sequence, FinishReason reason, const absl::Status& error = absl::OkStatus());
+  // Appends a token the engine chose (sampled, or forced by the grammar), ends the sequence where it must and
+  // hands the token to the output thread; whether it ended.
+  bool Append(Sequence& s, GeneratedToken token, std::optional<FinishReason> finish);
+  void JumpForward(Sequence& s);
   void LoseDevice(const absl::Status& status);
   void Publish();
   void Emit(OutputEvent event);
@@ -88,6 +104,8 @@ struct Engine::Impl {
   std::map<uint64_t, ScheduledMicroBatch> in_flight;  // by micro-batch id
   uint64_t next_batch = 1;
   std::mt19937_64 seeds{std::random_device{}()};
+  // Declared after `sequences`: destroyed first, so every queued fill finishes while its matcher lives.
+  MaskFiller masks{1};
   bool device_lost = false;
 
   // Shared with Submit and Stats.
@@ -105,6 +123,7 @@ struct Engine::Impl {
   uint64_t prefix_queried = 0;
   uint64_t prefix_hits = 0;
   uint64_t micro_batches_run = 0;
+  uint64_t forced_tokens = 0;                                         // jump-forward
   std::map<std::pair<std::string, std::string>, uint64_t> errors;     // (stage, device) -> failed micro-batches
   std::map<std::pair<std::string, std::string>, uint64_t> nonfinite;  // (stage, device) -> rows with NaN/inf logits
   // Requests ended kError since the last micro-batch that produced a token (EngineStats).
@@ -167,6 +186,10 @@ void Engine::SetMicroBatchObserver(std::function<void(int64_t rows)> observer) {
   impl_->observer = std::move(observer);
 }
 
+void Engine::SetMaskObserver(std::function<void(double seconds)> observer) {
+  impl_->masks.SetObserver(std::move(observer));
+}
+
 absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(GenerationRequest request, ChunkCallback callback) {
   auto sequence = std::make_unique<Sequence>();
   sequence->tokens = request.prompt;
@@ -205,12 +228,16 @@ EngineStats Engine::Stats() const {
     stats.prefix_queried_tokens = impl_->prefix_queried;
     stats.prefix_hit_tokens = impl_->prefix_hits;
     stats.micro_batches_run = impl_->micro_batches_run;
+    stats.forced_tokens = impl_->forced_tokens;
     stats.device_lost = impl_->refusing;
     stats.failed_in_a_row = impl_->failed_in_a_row;
     for (const auto& [where, count] : impl_->errors) stats.errors.push_back({where.first, where.second, count});
     for (const auto& [where, count] : impl_->nonfinite)
       stats.nonfinite_logits.push_back({where.first, where.second, count});
   }
+  const MaskFiller::Totals masks = impl_->masks.totals();
+  stats.masks_filled = masks.filled;
+  stats.mask_fill_seconds = masks.seconds;
   stats.max_running = impl_->model.max_batch();
   stats.kv_devices = impl_->model.report().kv_devices;
   stats.kv_blocks = impl_->model.kv_blocks();
@@ -242,7 +269,19 @@ void Engine::Impl::Admit() {
     stream->callback = std::move(s->callback);
     stream->stopped = s->stopped;
     if (tokenizer != nullptr) stream->decoder.emplace(*tokenizer, /*skip_special_tokens=*/true);
-    if (!p.stop.empty()) stream->stop.emplace(p.stop);
+    if (s->request.grammar != nullptr) {
+      s->matcher.emplace(s->request.grammar);
+      stream->grammar = s->request.grammar;
+    }
+    if (!p.stop.empty() && stream->grammar != nullptr) {
+      // A constrained request stops at a stop string only where the output before it is a whole sentence of
+      // its grammar (vLLM would cut a JSON object in half).
+      stream->stop.emplace(p.stop, [grammar = stream->grammar](std::string_view before) {
+        return structured::Completes(*grammar, std::string(before));
+      });
+    } else if (!p.stop.empty()) {
+      stream->stop.emplace(p.stop);
+    }
     stream->min_tokens = p.min_tokens;
     stream->prompt_tokens = static_cast<int64_t>(s->request.prompt.size());
     Emit(OpenStream{s->id, std::move(stream)});
@@ -295,12 +334,21 @@ MicroBatchWork Engine::Impl::Build(uint64_t id, const ScheduledMicroBatch& batch
       r.sampling.frequency_penalty = p.frequency_penalty;
       r.sampling.presence_penalty = p.presence_penalty;
       r.sampling.logit_bias = p.logit_bias;
-      if (!p.ignore_eos && s.generated < p.min_tokens) {
-        // vLLM's min_tokens: the EOS ids cannot be sampled yet.
+      if (!p.ignore_eos && s.generated < p.min_tokens && !s.matcher) {
+        // vLLM's min_tokens: the EOS ids cannot be sampled yet (a grammar's end is not held back: it may allow
+        // nothing else).
         for (int32_t eos : eos_ids) r.sampling.logit_bias.emplace_back(eos, -std::numeric_limits<float>::infinity());
       }
       r.sampling.uniform = std::uniform_real_distribution<double>(0.0, 1.0)(s.random);
       r.sampling.top_logprobs = p.top_logprobs;
+      if (s.ready_mask != nullptr) {
+        r.sampling.allowed = std::move(s.ready_mask);
+        s.ready_mask.reset();
+      } else if (s.matcher) {
+        s.pending_mask = std::make_shared<AllowedTokens>(structured::MaskWords(model.vocab_size()));
+        r.sampling.allowed = s.pending_mask;
+        masks.Fill(&*s.matcher, s.pending_mask);
+      }
       if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
         r.sequence = s.id;
         r.penalty_reset = s.penalty_sent == 0;
@@ -391,18 +439,19 @@ void Engine::Impl::Process(MicroBatchResult result) {
       continue;
     }
     GeneratedToken& token = *result.tokens[r];
-    s.tokens.push_back(token.id);
-    ++s.generated;
     std::optional<FinishReason> finish;
-    if (!s.request.sampling.ignore_eos && eos_ids.contains(token.id)) finish = FinishReason::kEos;
-    if (!finish && s.generated >= s.request.sampling.max_new_tokens) finish = FinishReason::kLength;
-    if (finish) {
-      s.done = true;
-      scheduler.Finish(s.id);
-    } else {
-      scheduler.Append(s.id);
+    if (s.matcher) {
+      s.SettleMask();
+      if (!s.matcher->Accept(token.id)) {
+        // The mask allowed only what the grammar accepts: this is a fault, not the client's.
+        Finish(s, FinishReason::kError,
+               absl::InternalError(absl::StrCat("the sampler chose token ", token.id, ", which the grammar forbids")));
+        continue;
+      }
+      // The grammar ended (it accepted an EOS id): nothing may follow, whatever ignore_eos says.
+      if (s.matcher->Ended()) finish = FinishReason::kEos;
     }
-    Emit(SequenceStep{s.id, std::move(token), finish, absl::OkStatus(), TakePromptLogprobs(s)});
+    if (!Append(s, std::move(token), finish) && s.matcher && options.jump_forward) JumpForward(s);
   }
   if (produced) {
     // A forward pass produced a token: the engine works (again).
@@ -410,6 +459,60 @@ void Engine::Impl::Process(MicroBatchResult result) {
     failed_in_a_row = 0;
   }
   scheduler.Complete(schedule);
+}
+
+bool Engine::Impl::Append(Sequence& s, GeneratedToken token, std::optional<FinishReason> finish) {
+  s.tokens.push_back(token.id);
+  ++s.generated;
+  if (!s.request.sampling.ignore_eos && eos_ids.contains(token.id)) finish = FinishReason::kEos;
+  if (!finish && s.generated >= s.request.sampling.max_new_tokens) finish = FinishReason::kLength;
+  if (finish) {
+    s.done = true;
+    scheduler.Finish(s.id);
+  } else {
+    scheduler.Append(s.id);
+  }
+  Emit(SequenceStep{s.id, std::move(token), finish, absl::OkStatus(), TakePromptLogprobs(s)});
+  return finish.has_value();
+}
+
+// Jump-forward, exact: where the grammar allows exactly one id, the sampler could choose nothing else (every other
+// logit is -inf: probability 1, greedy or sampled; its log-probability 0), so it is appended without a forward pass
+// of its own and the next forward feeds the forced ids together, as a chunk. Each skipped step draws the uniform it
+// would have drawn, so seeded outputs are unchanged: the ids are those of decoding without it. (The forced text is
+// not re-tokenized, SGLang's way, which changes ids.) A mask with several ids is kept for the next step.
+void Engine::Impl::JumpForward(Sequence& s) {
+  const int64_t vocab = model.vocab_size();
+  while (true) {
+    auto mask = std::make_shared<AllowedTokens>(structured::MaskWords(vocab));
+    s.matcher->FillMask(mask->data());
+    mask->MarkReady();
+    std::optional<int32_t> only;
+    const std::vector<int32_t>& words = mask->Get();
+    for (size_t w = 0; w < words.size(); ++w) {
+      if (words[w] == 0) continue;
+      const uint32_t bits = static_cast<uint32_t>(words[w]);
+      if (only || (bits & (bits - 1)) != 0) {
+        only.reset();
+        s.ready_mask = std::move(mask);
+        return;
+      }
+      only = static_cast<int32_t>(w * 32 + static_cast<size_t>(__builtin_ctz(bits)));
+    }
+    if (!only || *only >= vocab || !s.matcher->Accept(*only)) {
+      s.ready_mask = std::move(mask);
+      return;
+    }
+    std::uniform_real_distribution<double>(0.0, 1.0)(s.random);  // the skipped step's draw
+    GeneratedToken token;
+    token.id = *only;
+    if (s.request.sampling.top_logprobs > 0) token.top.emplace_back(*only, 0.0);
+    {
+      std::lock_guard lock(mutex);
+      ++forced_tokens;
+    }
+    if (Append(s, std::move(token), s.matcher->Ended() ? std::optional(FinishReason::kEos) : std::nullopt)) return;
+  }
 }
 
 void Engine::Impl::Run() {
@@ -435,6 +538,7 @@ void Engine::Impl::Run() {
         ++it;
         continue;
       }
+      it->second->SettleMask();
       if (it->second->penalty_sent > 0) released.push_back(it->first);
       it = sequences.erase(it);
     }

@@ -29,6 +29,9 @@
 namespace strata::tokenizer {
 class Tokenizer;
 }
+namespace strata::structured {
+class Grammar;
+}
 
 namespace strata::runtime {
 
@@ -69,6 +72,10 @@ struct GenerationRequest {
   std::vector<int32_t> prompt;  // token ids, each in [0, vocab)
   SamplingParams sampling;
   std::string request_id;
+  // Structured output (structured/structured.h): every generated token is one the grammar allows, the EOS ids
+  // only where it may end, and stop strings end the request only where the output before them completes it.
+  // Compiled at the edge (server/generate_validation.h), never on the engine thread. Null: free text.
+  std::shared_ptr<const structured::Grammar> grammar;
 };
 
 // kError: the forward pass or the sampler failed (GenerationChunk::error says where and why).
@@ -112,6 +119,9 @@ struct EngineOptions {
   int64_t micro_batches = 2;  // micro-batches in flight across the stages (1: one stage at a time)
   int64_t prefill_chunk_tokens = 256;
   int64_t micro_batch_tokens = 512;
+  // Structured outputs: where a grammar allows exactly one token, append it without a forward pass of its own
+  // (exact: the ids are those of decoding without it). Costs a mask fill on the engine thread after each token.
+  bool jump_forward = false;
   int32_t intra_op_threads = 0;         // per stage worker (and sampler); 0: leave LibTorch's setting
   bool stage_threads = true;            // one worker thread per stage; false: stages run on the engine thread
   std::optional<FaultInjection> fault;  // the test seam (runtime/executor/executor.h)
@@ -153,6 +163,11 @@ struct EngineStats {
   // Rows whose logits were not finite (NaN or inf), by the stage that computed them: each ended its
   // request with kError.
   std::vector<StageErrors> nonfinite_logits;
+  // Structured outputs: token masks filled (one per constrained row and step) and the time spent filling them,
+  // on the mask thread while the forward passes ran.
+  uint64_t masks_filled = 0;
+  double mask_fill_seconds = 0;
+  uint64_t forced_tokens = 0;  // appended by jump-forward (EngineOptions::jump_forward) without a forward pass
   bool device_lost = false;
   // Requests that ended kError (a failed forward pass or sampler) since the last micro-batch that produced
   // a token: the server's readiness rule reads it (server/README.md).
@@ -180,6 +195,8 @@ class Engine {
   int64_t vocab_size() const;
   // Called on the engine thread with the rows of each micro-batch it runs (for a batch-size histogram).
   void SetMicroBatchObserver(std::function<void(int64_t rows)> observer);
+  // Called on the mask thread with the seconds each constrained row's token mask took to fill (structured outputs).
+  void SetMaskObserver(std::function<void(double seconds)> observer);
 
  private:
   struct Impl;

@@ -31,6 +31,8 @@ struct OutputStream {
   std::optional<tokenizer::StreamingDecoder> decoder;
   std::optional<StopStringMatcher> stop;
   int64_t min_tokens = 0;  // stop strings are matched once this many tokens were emitted (vLLM)
+  // Structured outputs: a stop string ends the request only where the output before it completes the grammar.
+  std::shared_ptr<const structured::Grammar> grammar;
   int64_t prompt_tokens = 0;
   int64_t emitted = 0;  // tokens sent to the callback
   bool ended = false;   // its final chunk was sent

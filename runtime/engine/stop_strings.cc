@@ -1,6 +1,7 @@
 #include "runtime/engine/stop_strings.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace strata::runtime {
 
@@ -10,13 +11,24 @@ StopStringMatcher::StopStringMatcher(std::vector<std::string> stop) {
   }
 }
 
+StopStringMatcher::StopStringMatcher(std::vector<std::string> stop, std::function<bool(std::string_view)> may_stop)
+    : StopStringMatcher(std::move(stop)) {
+  may_stop_ = std::move(may_stop);
+}
+
 StopStringMatcher::Result StopStringMatcher::Push(const std::string& text) {
   Result result;
   if (stopped_) return result;
   pending_ += text;
-  // The earliest complete occurrence of any stop string wins.
+  // The earliest complete occurrence of any stop string wins (among those may_stop_ allows).
   size_t match = std::string::npos;
-  for (const std::string& s : stop_) match = std::min(match, pending_.find(s));
+  for (size_t from = 0; from < pending_.size();) {
+    match = std::string::npos;
+    for (const std::string& s : stop_) match = std::min(match, pending_.find(s, from));
+    if (match == std::string::npos || !may_stop_ || may_stop_(released_ + pending_.substr(0, match))) break;
+    from = match + 1;
+    match = std::string::npos;
+  }
   if (match != std::string::npos) {
     result.text = pending_.substr(0, match);
     result.stopped = stopped_ = true;
@@ -37,6 +49,7 @@ StopStringMatcher::Result StopStringMatcher::Push(const std::string& text) {
   }
   result.text = pending_.substr(0, keep_from);
   pending_.erase(0, keep_from);
+  if (may_stop_) released_ += result.text;
   return result;
 }
 

@@ -4,7 +4,9 @@
 // and on a match stops with the text before it: the stop string itself is never emitted (as vLLM and
 // TGI do).
 
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace strata::runtime {
@@ -12,6 +14,9 @@ namespace strata::runtime {
 class StopStringMatcher {
  public:
   explicit StopStringMatcher(std::vector<std::string> stop);
+  // Only an occurrence where `may_stop(text before it, from the start of the stream)` holds ends the stream
+  // (a constrained request's grammar must be complete there); the others pass as text.
+  StopStringMatcher(std::vector<std::string> stop, std::function<bool(std::string_view)> may_stop);
 
   struct Result {
     std::string text;      // safe to emit now
@@ -25,7 +30,9 @@ class StopStringMatcher {
 
  private:
   std::vector<std::string> stop_;
-  std::string pending_;  // received, not yet emitted
+  std::function<bool(std::string_view)> may_stop_;
+  std::string released_;  // with may_stop_: everything emitted so far
+  std::string pending_;   // received, not yet emitted
   bool stopped_ = false;
 };
 

@@ -11,9 +11,11 @@
 //   WaitCompleted (engine thread): waits on that micro-batch's event only (never a device-wide sync).
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -34,6 +36,41 @@ namespace strata::runtime {
 // of softmax(logits / t) as t -> 0 is the argmax, which is what these rows get.
 inline constexpr float kMinSamplingTemperature = 1e-5f;
 
+// The tokens a constrained row may choose (structured outputs, structured/structured.h): xgrammar's bit mask,
+// bit (id % 32) of word (id / 32) set where id is allowed. The engine's mask thread fills it while the
+// micro-batch's forward pass runs; the sampler (or a group's hop to the node that samples) waits for it.
+class AllowedTokens {
+ public:
+  explicit AllowedTokens(int64_t words) : words_(static_cast<size_t>(words), 0) {}
+  static std::shared_ptr<AllowedTokens> Ready(std::vector<int32_t> words) {
+    auto mask = std::make_shared<AllowedTokens>(0);
+    mask->words_ = std::move(words);
+    mask->ready_ = true;
+    return mask;
+  }
+  // The filler's: write the words, then MarkReady (once).
+  int32_t* data() { return words_.data(); }
+  void MarkReady() {
+    {
+      std::lock_guard lock(mutex_);
+      ready_ = true;
+    }
+    ready_cv_.notify_all();
+  }
+  // Waits until the words are filled.
+  const std::vector<int32_t>& Get() const {
+    std::unique_lock lock(mutex_);
+    ready_cv_.wait(lock, [&] { return ready_; });
+    return words_;
+  }
+
+ private:
+  std::vector<int32_t> words_;
+  mutable std::mutex mutex_;
+  mutable std::condition_variable ready_cv_;
+  bool ready_ = false;
+};
+
 struct RowSampling {
   float temperature = 0;  // below kMinSamplingTemperature: greedy
   int32_t top_k = 0;      // 0: off
@@ -48,6 +85,9 @@ struct RowSampling {
   // samples the same whatever else runs in its batch.
   double uniform = 0;
   int32_t top_logprobs = 0;
+  // A constrained row: only these ids may be chosen (applied to the logits before anything else, so the
+  // log-probabilities are those of the masked distribution, as vLLM reports them). Null: every id.
+  std::shared_ptr<AllowedTokens> allowed;
 };
 
 // One generated token, as the sampler makes it and the engine streams it.

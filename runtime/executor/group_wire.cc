@@ -1,6 +1,9 @@
 #include "runtime/executor/group_wire.h"
 
+#include <memory>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -25,6 +28,21 @@ void TokenFields(V& v, T& t) {  // T: GeneratedToken
   });
 }
 
+// A constrained row's mask travels with its micro-batch to the node that samples: encoding waits until the
+// leader's mask thread filled it (the first stages' time overlaps the fill); decoding makes it ready.
+template <typename V>
+void AllowedField(V& v, const std::shared_ptr<AllowedTokens>& allowed) {
+  std::optional<std::vector<int32_t>> words;
+  if (allowed != nullptr) words = allowed->Get();
+  v.Optional("allowed tokens", words, [](auto& v, auto& w) { v.Vector("allowed token words", w); });
+}
+template <typename V>
+void AllowedField(V& v, std::shared_ptr<AllowedTokens>& allowed) {
+  std::optional<std::vector<int32_t>> words;
+  v.Optional("allowed tokens", words, [](auto& v, auto& w) { v.Vector("allowed token words", w); });
+  allowed = words ? AllowedTokens::Ready(*std::move(words)) : nullptr;
+}
+
 template <typename V, typename S>
 void SamplingFields(V& v, S& s) {  // S: RowSampling
   v.Scalar("temperature", s.temperature);
@@ -39,6 +57,7 @@ void SamplingFields(V& v, S& s) {  // S: RowSampling
   });
   v.Scalar("uniform", s.uniform);
   v.Scalar("top_logprobs", s.top_logprobs);
+  AllowedField(v, s.allowed);
 }
 
 template <typename V, typename R>

@@ -4,6 +4,8 @@
 #include <ATen/ops/amax.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/argmax.h>
+#include <ATen/ops/bitwise_and.h>
+#include <ATen/ops/bitwise_right_shift.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/cummax.h>
 #include <ATen/ops/cumsum.h>
@@ -137,6 +139,36 @@ at::Tensor Choose(const at::Tensor& scores, const at::Tensor& params) {
   at::Tensor finite = at::isfinite(at::amax(scores, 1, /*keepdim=*/true));
   return at::where(Param(params, kTemperature).gt(0).logical_and(finite), drawn,
                    at::argmax(scores, 1, /*keepdim=*/true));
+}
+
+// Structured outputs: the ids a constrained row's grammar does not allow get -inf before anything else, so
+// every later step (and the log-probabilities) sees the masked distribution. The masks are waited for here
+// (the engine's mask thread fills them while the forward pass runs) and expanded from their bits on the device.
+at::Tensor Masked(const at::Tensor& logits, const SamplingInputs& inputs) {
+  if (!inputs.any_allowed) return logits;
+  const int64_t rows = logits.size(0);
+  const int64_t vocab = logits.size(1);
+  const int64_t words = (vocab + 31) / 32;
+  at::Tensor host = at::empty({rows, words}, at::TensorOptions().dtype(at::kInt).pinned_memory(logits.is_cuda()));
+  int32_t* data = host.data_ptr<int32_t>();
+  for (int64_t r = 0; r < rows; ++r) {
+    int32_t* row = data + r * words;
+    const AllowedTokens* allowed = inputs.allowed[static_cast<size_t>(r)].get();
+    if (allowed == nullptr) {
+      std::fill(row, row + words, -1);
+      continue;
+    }
+    const std::vector<int32_t>& bits = allowed->Get();
+    TORCH_CHECK(static_cast<int64_t>(bits.size()) >= words, "sampler: the grammar's mask of row ", r, " covers ",
+                bits.size() * 32, " ids, the logits have ", vocab);
+    std::copy(bits.begin(), bits.begin() + words, row);
+  }
+  at::Tensor shifts = at::arange(32, at::TensorOptions().dtype(at::kInt).device(logits.device()));
+  at::Tensor allowed = at::bitwise_and(at::bitwise_right_shift(OnDevice(host, logits.device()).unsqueeze(2), shifts), 1)
+                           .view({rows, words * 32})
+                           .narrow(1, 0, vocab)
+                           .to(at::kBool);
+  return logits.masked_fill(allowed.logical_not(), kNegativeInfinity);
 }
 
 bool HasPenalty(const RowSampling& s) {
@@ -349,6 +381,8 @@ SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, boo
     inputs.any_output_penalty = inputs.any_output_penalty || s.frequency_penalty != 0 || s.presence_penalty != 0;
     inputs.any_bias = inputs.any_bias || !s.logit_bias.empty();
     inputs.row_top_logprobs.push_back(std::max<int32_t>(0, s.top_logprobs));
+    inputs.allowed.push_back(s.allowed);
+    inputs.any_allowed = inputs.any_allowed || s.allowed != nullptr;
     inputs.top_logprobs = std::max<int64_t>(inputs.top_logprobs, inputs.row_top_logprobs.back());
   }
   if (inputs.any_penalty || inputs.any_output_penalty) StagePenalty(rows, host, slots, inputs);
@@ -360,7 +394,7 @@ at::Tensor ProcessedScores(const at::Tensor& logits, const SamplingInputs& input
   TORCH_CHECK(logits.dim() == 2 && logits.size(0) == inputs.rows(), "sampler: logits ", logits.sizes(), " for ",
               inputs.rows(), " sampling rows");
   at::Tensor params = OnDevice(inputs.params, logits.device());
-  at::Tensor scores = Penalised(logits, inputs, params, pool);
+  at::Tensor scores = Penalised(Masked(logits, inputs), inputs, params, pool);
   return inputs.greedy_only ? scores : Warped(scores, inputs, params);
 }
 
@@ -368,10 +402,11 @@ PendingSamples SampleAsync(const at::Tensor& logits, const SamplingInputs& input
   TORCH_CHECK(logits.dim() == 2 && logits.size(0) == inputs.rows(), "sampler: logits ", logits.sizes(), " for ",
               inputs.rows(), " sampling rows");
   at::Tensor params = OnDevice(inputs.params, logits.device());
-  at::Tensor scores = Penalised(logits, inputs, params, pool);
+  const at::Tensor masked = Masked(logits, inputs);
+  at::Tensor scores = Penalised(masked, inputs, params, pool);
   at::Tensor ids =
       inputs.greedy_only ? at::argmax(scores, 1, /*keepdim=*/true) : Choose(Warped(scores, inputs, params), params);
-  return PackAsync(ids, at::log_softmax(logits, 1), inputs.top_logprobs);
+  return PackAsync(ids, at::log_softmax(masked, 1), inputs.top_logprobs);
 }
 
 std::vector<GeneratedToken> FinishSamples(PendingSamples& pending, const SamplingInputs& inputs) {

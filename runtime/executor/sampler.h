@@ -4,7 +4,8 @@
 // vocabulary. The rows' parameters travel to the device as tensors staged (pinned) with the micro-batch;
 // the results (ids, logprobs, top logprobs) come back in ONE non_blocking copy followed by an event.
 //
-// Semantics, in vLLM's order: logit_bias added to the logits (OpenAI's; -inf bans an id), then
+// Semantics, in vLLM's order: a constrained row's grammar mask first (structured outputs: the ids its grammar
+// does not allow at -inf), then logit_bias added to the logits (OpenAI's; -inf bans an id), then
 // transformers' repetition penalty over the row's context (every id of its prompt and output so far, kept
 // between steps in PenaltyPool: the engine sends each step's new ids), then OpenAI's frequency and presence
 // penalties over the row's output alone (vLLM's apply_penalties: l -= frequency x count + presence x
@@ -16,12 +17,13 @@
 // the request's own draw), never a token of probability zero; one whose processed scores overflowed to
 // +inf takes their argmax instead (transformers fails in torch.multinomial on the NaNs). Every operation
 // is row-wise, so a row's token does not depend on the other rows of its batch. Log-probabilities are
-// log_softmax of the raw float32 logits.
+// log_softmax of the raw float32 logits (of a constrained row, of its masked logits: vLLM's).
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Event.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <utility>
@@ -50,6 +52,8 @@ struct SamplingInputs {
   // [rows, longest] what is added to them.
   at::Tensor bias_ids;
   at::Tensor bias_values;
+  // Structured outputs: per row, the ids it may choose (null: every id), waited for when sampling.
+  std::vector<std::shared_ptr<AllowedTokens>> allowed;
   int64_t penalty_capacity = 0;           // slots the pool must have
   std::vector<int32_t> row_top_logprobs;  // per row, for unpacking
   int64_t top_logprobs = 0;               // the largest of row_top_logprobs: columns copied back
@@ -57,8 +61,9 @@ struct SamplingInputs {
   bool any_penalty = false;               // some row has a repetition penalty
   bool any_output_penalty = false;        // some row has a frequency or presence penalty
   bool any_bias = false;
-  bool any_top_k = false;  // some sampled row has 0 < top_k
-  bool any_top_p = false;  // some sampled row has top_p < 1
+  bool any_allowed = false;  // some row is constrained
+  bool any_top_k = false;    // some sampled row has 0 < top_k
+  bool any_top_p = false;    // some sampled row has top_p < 1
   int64_t rows() const { return static_cast<int64_t>(row_top_logprobs.size()); }
 };
 inline constexpr int64_t kSamplingParams = 7;

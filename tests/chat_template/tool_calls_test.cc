@@ -764,5 +764,85 @@ TEST(ToolCallBounds, DeepNestingIsMalformedNotACrash) {
   EXPECT_EQ(Parse(ToolCallFormat::kHermes, fine).calls.size(), 1u);
 }
 
+// --- Calls a grammar forced (tool_choice "required" or a named function) -------------------------------------
+
+ParsedToolCalls Forced(std::string_view text, std::string_view name) {
+  ToolCallIds ids(kSeed);
+  return ParseForcedToolCalls(text, name, ids);
+}
+
+Streamed StreamForced(std::string_view text, const std::string& name, const std::vector<size_t>& cuts) {
+  ForcedToolCallStreamParser parser(name, ToolCallIds(kSeed));
+  Streamed streamed;
+  size_t start = 0;
+  for (size_t cut : cuts) {
+    streamed.feeds.push_back(parser.Feed(text.substr(start, cut - start)));
+    start = cut;
+  }
+  streamed.feeds.push_back(parser.Feed(text.substr(start)));
+  streamed.feeds.push_back(parser.Finish());
+  for (const auto& deltas : streamed.feeds) Add(deltas, streamed.result);
+  return streamed;
+}
+
+TEST(ForcedToolCalls, RequiredListIsCallsWithArgumentsAsVllmDumpsThem) {
+  const ParsedToolCalls parsed =
+      Forced(R"([{"name": "get_time", "parameters": {"zone":"Zürich","n":1.50}},{"name":"f","parameters":{}}])", "");
+  EXPECT_EQ(parsed.content, "");
+  ASSERT_EQ(parsed.calls.size(), 2u);
+  EXPECT_EQ(parsed.calls[0].name, "get_time");
+  // json.dumps(parameters, ensure_ascii=False): ", " and ": ", floats as repr().
+  EXPECT_EQ(parsed.calls[0].arguments, R"({"zone": "Zürich", "n": 1.5})");
+  EXPECT_EQ(parsed.calls[1].name, "f");
+  EXPECT_EQ(parsed.calls[1].arguments, "{}");
+  EXPECT_THAT(parsed.calls[0].id, MatchesRegex("call_[A-Za-z0-9]{24}"));
+  EXPECT_NE(parsed.calls[0].id, parsed.calls[1].id);
+}
+
+TEST(ForcedToolCalls, AnOutputThatIsNotAListOfCallsIsContent) {
+  // Cut by max_tokens, empty, or not vLLM's list of {"name", "parameters"}: all content, no call.
+  for (std::string_view text : {R"([{"name": "f", "parameters": {"a": )", "[]", R"({"name": "f", "parameters": {}})",
+                                R"([{"name": "f"}])", R"([{"name": 5, "parameters": {}}])", ""}) {
+    const ParsedToolCalls parsed = Forced(text, "");
+    EXPECT_TRUE(parsed.calls.empty()) << text;
+    EXPECT_EQ(parsed.content, text);
+  }
+}
+
+TEST(ForcedToolCalls, NamedFunctionsOutputIsItsArgumentsAsWritten) {
+  const ParsedToolCalls parsed = Forced(R"({"when":  "2025"})", "book");
+  EXPECT_EQ(parsed.content, "");
+  ASSERT_EQ(parsed.calls.size(), 1u);
+  EXPECT_EQ(parsed.calls[0].name, "book");
+  EXPECT_EQ(parsed.calls[0].arguments, R"({"when":  "2025"})");        // vLLM sends the text, not a re-dump
+  EXPECT_EQ(Forced(R"({"wh)", "book").calls[0].arguments, R"({"wh)");  // cut: still its call (finish "length")
+}
+
+TEST(ForcedToolCalls, StreamAddsUpToTheWhole) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"([{"name": "get_time", "parameters": {"zone": "Zürich"}}, {"name": "f", "parameters": {}}])", ""},
+      {R"([{"name": "get_time", "parameters": {"zone": )", ""},
+      {R"({"when": "2025", "note": "ü"})", "book"},
+      {"", "book"},
+      {"", ""}};
+  for (const auto& [text, name] : cases) {
+    const ParsedToolCalls expected = Forced(text, name);
+    ExpectSame(expected, StreamForced(text, name, {}).result, text);
+    std::vector<size_t> bytes;
+    for (size_t i = 1; i < text.size(); ++i) {
+      ExpectSame(expected, StreamForced(text, name, {i}).result, text + " cut at " + std::to_string(i));
+      bytes.push_back(i);
+    }
+    ExpectSame(expected, StreamForced(text, name, bytes).result, text + " byte by byte");
+  }
+  // A named function's call goes out with its first text, not at the end.
+  ForcedToolCallStreamParser parser("book", ToolCallIds(kSeed));
+  const std::vector<ToolCallDelta> first = parser.Feed("{\"wh");
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].name, "book");
+  EXPECT_EQ(first[1].arguments, "{\"wh");
+  EXPECT_TRUE(parser.Finish().empty());
+}
+
 }  // namespace
 }  // namespace strata::chat_template

@@ -23,7 +23,7 @@ import sys
 REPO = pathlib.Path(__file__).resolve().parents[2]
 HARNESSES = ["safetensors_header", "config", "tokenizer", "device_map", "generate_request", "http_request", "http_head",
              "chat_template",
-             "tool_calls", "group_message", "group_handshake"]
+             "tool_calls", "group_message", "group_handshake", "structured"]
 
 
 def _safetensors(tensors: dict, metadata: dict | None = None, pad_to: int = 8, data_extra: int = 0) -> bytes:
@@ -343,7 +343,8 @@ def group_message_seeds() -> dict[str, bytes]:
     def vec(fmt, values): return u64(len(values)) + b"".join(struct.pack("<" + fmt, v) for v in values)
 
     row = (vec("i", [3, 4]) + i64(16) + vec("i", [11, 12]) + u8(1) + f32(0.7) + i32(5) + f32(0.9) + f32(1.1) +
-           f32(0.2) + f32(0.3) + u64(1) + i32(2) + f32(-1.5) + f64(0.25) + i32(3) + u64(42) + vec("i", [1, 2]) +
+           f32(0.2) + f32(0.3) + u64(1) + i32(2) + f32(-1.5) + f64(0.25) + i32(3) + u8(1) + vec("i", [-1, 7]) + u64(42) +
+           vec("i", [1, 2]) +
            vec("i", [2]) + u8(1) + i32(-1) + vec("i", []) + i64(18))
     work = u64(7) + u64(1) + row + vec("Q", [5])
     activation = struct.pack("<4f", 0.5, -1.0, 2.0, 0.0)
@@ -358,6 +359,37 @@ def group_message_seeds() -> dict[str, bytes]:
                  i64(10) + i64(20) + i64(80) + i64(60))
     return {"hop.bin": u8(0) + hop, "result.bin": u8(1) + result, "join.bin": u8(2) + join, "plan.bin": u8(3) + plan,
             "heartbeat.bin": u8(4) + heartbeat}
+
+
+def structured_seeds() -> dict[str, bytes]:
+    # CONTROL_BYTE TEXT (fuzz_structured.cc): bits 0-2 the kind (0 json_schema, 1 regex, 2 choice, 3 grammar,
+    # 4 structural_tag, 5 json_object), bit 3 strict, bit 4 any_whitespace, bits 5-7 the walk's seed.
+    person = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                               "age": {"type": "integer", "minimum": 0, "maximum": 130},
+                                               "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3}},
+              "required": ["name", "age"], "additionalProperties": False}
+    ref = {"$defs": {"p": {"type": "object", "properties": {"x": {"type": "number"}}}},
+           "type": "array", "items": {"$ref": "#/$defs/p"}, "minItems": 1, "maxItems": 2}
+    any_of = {"anyOf": [{"type": "string", "pattern": "^[a-z]+$"}, {"type": "null"}, {"type": "boolean"}]}
+    refused = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+    tag = {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": ["<f>"], "tags": [
+        {"begin": "<f>", "content": {"type": "json_schema", "json_schema": {"type": "object"}}, "end": "</f>"}]}}
+    seeds = {
+        "schema-person": bytes([8 | 16]) + json.dumps(person).encode(),
+        "schema-person-compact": bytes([8 | 32]) + json.dumps(person).encode(),
+        "schema-ref": bytes([8 | 64]) + json.dumps(ref).encode(),
+        "schema-anyof": bytes([8]) + json.dumps(any_of).encode(),
+        "schema-refused": bytes([8]) + json.dumps(refused).encode(),
+        "schema-not-strict": bytes([0]) + json.dumps(refused).encode(),
+        "regex-date": bytes([1]) + rb"\d{4}-\d{2}-\d{2}",
+        "regex-alt": bytes([1 | 32]) + rb"(yes|no|maybe)!?",
+        "choice": bytes([2]) + b"red\ngreen\nblue",
+        "grammar-list": bytes([3]) + b'root ::= "[" item ("," item)* "]"\nitem ::= [a-z]+',
+        "grammar-expr": bytes([3 | 64]) + b'root ::= expr\nexpr ::= term (("+" | "-") term)*\nterm ::= [0-9]+ | "(" expr ")"',
+        "structural-tag": bytes([4]) + json.dumps(tag).encode(),
+        "json-object": bytes([5 | 16]),
+    }
+    return {name + ".bin": value for name, value in seeds.items()}
 
 
 def group_handshake_seeds() -> dict[str, bytes]:

@@ -17,7 +17,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 FUZZ = REPO / "scripts" / "fuzz.sh"
 HARNESSES = ["safetensors_header", "config", "tokenizer", "device_map", "generate_request", "http_request", "http_head",
              "chat_template",
-             "tool_calls", "group_message", "group_handshake"]
+             "tool_calls", "group_message", "group_handshake", "structured"]
 SECONDS = int(os.environ.get("STRATA_FUZZ_SECONDS", "30"))
 
 

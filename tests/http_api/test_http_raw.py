@@ -81,7 +81,9 @@ def test_bad_completion_bodies(http_server, body, param, words):
     ('{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]}',
      "tool_choice", "--tool-call-parser"),
     ('{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}}',
-     "response_format", "not supported"),
+     "response_format.json_schema", "missing"),
+    ('{"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}', "tool_choice",
+     "needs tools to call"),
     ('{"messages": [{"role": "assistant", "content": "x"}], "add_generation_prompt": true, '
      '"continue_final_message": true}', "continue_final_message", "cannot be true"),
 ])

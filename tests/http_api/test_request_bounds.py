@@ -109,8 +109,9 @@ def test_chat_without_max_tokens_is_held_within_the_cap(capped_server):
 
 
 @pytest.mark.parametrize("route, body, param, words", [
-    # OpenAI's rule: a field the server does not read is refused (vLLM's guided_json would silently do nothing).
-    ("completions", {"prompt": "hi", "guided_json": {}}, "guided_json", "is not a field of /v1/completions"),
+    # OpenAI's rule: a field the server does not read is refused (vLLM would silently ignore it).
+    ("completions", {"prompt": "hi", "guided_decoding_backend": "outlines"}, "guided_decoding_backend",
+     "is not a field of /v1/completions"),
     ("chat", {"messages": [{"role": "user", "content": "x"}], "echo": True}, "echo",
      "is not a field of /v1/chat/completions"),
     ("completions", {"prompt": "hi", "suffix": "end"}, "suffix", "no fill-in-the-middle"),

@@ -90,6 +90,13 @@ def host_ccache_dir() -> Path | None:
     return directory if directory is not None and directory.is_dir() else None
 
 
+def host_deps_dir() -> Path | None:
+    """Where the host's configure keeps the source tarballs it fetches ($STRATA_DEPS_CACHE or ~/.cache/strata/deps,
+    structured/xgrammar.cmake), where it exists."""
+    directory = Path(os.environ.get("STRATA_DEPS_CACHE") or Path.home() / ".cache" / "strata" / "deps")
+    return directory if directory.is_dir() else None
+
+
 def build_args() -> list[str]:
     """`podman build`'s arguments besides the target and tag. The image's build stage compiles what the host build
     (scripts/build.sh: RelWithDebInfo against the virtualenv's torch) compiled just before: it builds the same way,
@@ -106,6 +113,11 @@ def build_args() -> list[str]:
     ccache = host_ccache_dir()
     if ccache is not None:
         args += ["--volume", f"{ccache}:/host-ccache"]
+    # The sources the host's configure fetched (xgrammar's sdist): the image's configure reads them instead of
+    # downloading them again.
+    deps = host_deps_dir()
+    if deps is not None:
+        args += ["--volume", f"{deps}:/host-deps"]
     return args
 
 

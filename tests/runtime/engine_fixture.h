@@ -120,9 +120,10 @@ inline std::filesystem::path WriteTinyLlama() {
 
 // `dir`'s checkpoint on `map` (hf_device_map JSON), its plan GPUs run on `physical`, in float32, with budgets every
 // test plan fits in.
+// kv_blocks > 0: a KV pool of that many blocks instead (a small one makes the scheduler preempt).
 inline std::unique_ptr<LoadedModel> LoadPlan(const std::filesystem::path& dir, const std::string& map,
                                              const planner::PhysicalDeviceMap& physical, int64_t max_batch,
-                                             int64_t max_context = 64) {
+                                             int64_t max_context = 64, int64_t kv_blocks = 0) {
   ServingRequest r;
   r.model_dir = dir;
   auto choice = planner::ParseDeviceMapChoice(map);
@@ -137,6 +138,7 @@ inline std::unique_ptr<LoadedModel> LoadPlan(const std::filesystem::path& dir, c
   auto options = PlanLoad(r);
   EXPECT_TRUE(options.ok()) << options.status();
   if (!options.ok()) return nullptr;
+  if (kv_blocks > 0) options->kv_blocks = kv_blocks;
   auto model = LoadedModel::Load(*options);
   EXPECT_TRUE(model.ok()) << model.status();
   return model.ok() ? *std::move(model) : nullptr;

@@ -29,6 +29,7 @@ MicroBatchWork SomeWork() {
   row.sampling.logit_bias = {{2, -1.5f}, {9, 4.0f}};
   row.sampling.uniform = 0.123456789;
   row.sampling.top_logprobs = 3;
+  row.sampling.allowed = AllowedTokens::Ready({0x12345678, -1, 7});  // a constrained row's mask travels too
   row.sequence = 1234567890123ull;
   row.penalty_tokens = {1, 2, 3};
   row.output_tokens = {3};
@@ -61,6 +62,10 @@ void ExpectSameWork(const MicroBatchWork& a, const MicroBatchWork& b) {
     EXPECT_EQ(x.sampling.logit_bias, y.sampling.logit_bias);
     EXPECT_EQ(x.sampling.uniform, y.sampling.uniform);
     EXPECT_EQ(x.sampling.top_logprobs, y.sampling.top_logprobs);
+    ASSERT_EQ(x.sampling.allowed == nullptr, y.sampling.allowed == nullptr);
+    if (x.sampling.allowed != nullptr) {
+      EXPECT_EQ(x.sampling.allowed->Get(), y.sampling.allowed->Get());
+    }
     EXPECT_EQ(x.sequence, y.sequence);
     EXPECT_EQ(x.penalty_tokens, y.penalty_tokens);
     EXPECT_EQ(x.output_tokens, y.output_tokens);

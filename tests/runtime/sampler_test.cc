@@ -13,9 +13,11 @@
 #include <ATen/ops/softmax.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "runtime/executor/torch_info.h"
@@ -384,6 +386,65 @@ TEST(Sampler, PenaltyStateAcrossStepsEqualsTheWholeContext) {
   EXPECT_GE(slots.capacity(), 22);
   EXPECT_TRUE(at::equal(step({row(9, {}, false), row(11, {}, false)}),
                         whole({Row(0, 0, 1, 1.7f, 0.5, 0, {4, 2}), Row(0, 0, 1, 1.7f, 0.5, 0, {5})})));
+}
+
+// Structured outputs: a row's grammar mask leaves only its allowed ids (greedy and sampled), its log-probabilities
+// are those of the masked distribution (vLLM's), and an unconstrained row of the same batch is untouched.
+TEST(Sampler, AGrammarMaskLeavesOnlyItsIdsAndLogprobsOfTheMaskedDistribution) {
+  const int64_t vocab = 70;  // three words, the last one partial
+  at::Tensor logits = RandomLogits(3, vocab, 11);
+  std::vector<int32_t> words(3, 0);
+  for (int32_t id : {3, 40, 64, 69}) words[id / 32] |= int32_t(1u << (id % 32));
+  std::vector<BatchRow> rows{Row(0, 0, 1, 1, 0.5, 2), Row(1.0f, 0, 1, 1, 0.77, 0), Row(0, 0, 1, 1, 0.5, 0)};
+  rows[0].sampling.allowed = AllowedTokens::Ready(words);
+  rows[1].sampling.allowed = AllowedTokens::Ready(words);
+  const std::vector<GeneratedToken> tokens = Sample(logits, rows);
+  const float* row0 = logits.data_ptr<float>();
+  int32_t best = 3;
+  for (int32_t id : {40, 64, 69}) {
+    if (row0[id] > row0[best]) best = id;
+  }
+  EXPECT_EQ(tokens[0].id, best);
+  at::Tensor allowed_logits = at::empty({4}, at::kFloat);
+  for (int k = 0; k < 4; ++k) allowed_logits[k] = row0[std::vector<int32_t>{3, 40, 64, 69}[k]];
+  const at::Tensor masked_logprobs = at::log_softmax(allowed_logits, 0);
+  double expected = 0;
+  for (int k = 0; k < 4; ++k) {
+    if (std::vector<int32_t>{3, 40, 64, 69}[k] == best) expected = masked_logprobs[k].item<float>();
+  }
+  EXPECT_NEAR(tokens[0].logprob, expected, 1e-5);
+  ASSERT_EQ(tokens[0].top.size(), 2u);
+  for (const auto& [id, logprob] : tokens[0].top) {
+    EXPECT_TRUE(id == 3 || id == 40 || id == 64 || id == 69) << id;
+    EXPECT_TRUE(std::isfinite(logprob));
+  }
+  for (int trial = 0; trial < 20; ++trial) {
+    rows[1].sampling.uniform = (trial + 0.5) / 20.0;
+    const int32_t id = Sample(logits, rows)[1].id;
+    EXPECT_TRUE(id == 3 || id == 40 || id == 64 || id == 69) << id;
+  }
+  const std::vector<GeneratedToken> free = Sample(logits.narrow(0, 2, 1).clone(), {rows[2]});
+  ExpectSameToken(tokens[2], free[0], "unconstrained row");
+  // A mask shorter than the logits' vocabulary is the sampler's error, not a silent pass.
+  rows[0].sampling.allowed = AllowedTokens::Ready({-1});
+  EXPECT_THROW(Sample(logits, rows), c10::Error);
+}
+
+// The mask may be filled after the inputs are staged (the engine's mask thread): sampling waits for it.
+TEST(Sampler, WaitsForAMaskFilledAfterStaging) {
+  at::Tensor logits = RandomLogits(1, 40, 3);
+  std::vector<BatchRow> rows{Row(0, 0, 1, 1, 0.5, 0)};
+  auto mask = std::make_shared<AllowedTokens>(2);
+  rows[0].sampling.allowed = mask;
+  SamplingInputs inputs = Stage(rows);
+  std::thread filler([mask] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    mask->data()[1] = 1 << 5;  // id 37 alone
+    mask->MarkReady();
+  });
+  PendingSamples pending = SampleAsync(logits, inputs);
+  filler.join();
+  EXPECT_EQ(FinishSamples(pending, inputs)[0].id, 37);
 }
 
 TEST(SamplerCuda, SamplesOnTheDeviceAsOnTheCpuWithOneEvent) {

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <string_view>
+#include <vector>
+
 namespace strata::runtime {
 namespace {
 
@@ -39,6 +43,29 @@ TEST(StopStrings, WithoutStopStringsEverythingPasses) {
   StopStringMatcher m({});
   EXPECT_EQ(m.Push("abc").text, "abc");
   EXPECT_EQ(m.Flush(), "");
+}
+
+TEST(StopStrings, AnOccurrenceTheGrammarRefusesPassesAsText) {
+  // A constrained request: "}" stops only where the text before it is balanced (a stand-in for a grammar).
+  std::vector<std::string> seen;
+  StopStringMatcher m({"}"}, [&](std::string_view before) {
+    seen.emplace_back(before);
+    return before.find('{') == std::string_view::npos;
+  });
+  std::string out;
+  auto r = m.Push("{\"a\": 1}");
+  out += r.text;
+  EXPECT_FALSE(r.stopped);
+  r = m.Push(" x");
+  out += r.text;
+  EXPECT_FALSE(r.stopped);
+  EXPECT_EQ(out, "{\"a\": 1} x");
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], "{\"a\": 1");  // the whole stream before the occurrence
+  StopStringMatcher plain({"}"}, [](std::string_view before) { return before == "ok "; });
+  r = plain.Push("ok }");
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.text, "ok ");
 }
 
 }  // namespace

@@ -212,6 +212,27 @@ TEST(ServerFlags, LimitsHaveTheirDocumentedDefaults) {
   EXPECT_EQ(command->options.limits.max_stream_buffer_bytes, 4096);
 }
 
+TEST(ServerFlags, GrammarLimitsDefaultToTenSecondsAnd256KiB) {
+  absl::StatusOr<ServerCommand> command = Parse({"--model", "m"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->options.limits.max_grammar_compile_time, std::chrono::seconds(10));
+  EXPECT_EQ(command->options.limits.max_grammar_bytes, 256 << 10);
+  command = Parse({"--model", "m", "--max-grammar-compile-seconds", "0.5", "--max-grammar-bytes=65536"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->options.limits.max_grammar_compile_time, std::chrono::milliseconds(500));
+  EXPECT_EQ(command->options.limits.max_grammar_bytes, 65536);
+  for (const char* bad :
+       {"--max-grammar-compile-seconds=0", "--max-grammar-compile-seconds=nan", "--max-grammar-bytes=0"}) {
+    command = Parse({"--model", "m", bad});
+    ASSERT_FALSE(command.ok()) << bad;
+    const std::string flag(bad, std::string_view(bad).find('='));
+    EXPECT_EQ(std::string(command.status().message()).rfind(flag, 0), 0u) << command.status();
+  }
+  const std::string usage = ServerUsage();
+  EXPECT_NE(usage.find("--max-grammar-compile-seconds SECONDS"), std::string::npos);
+  EXPECT_NE(usage.find("--max-grammar-bytes N"), std::string::npos);
+}
+
 TEST(ServerFlags, DrainTimeoutIsSecondsDefaultingInsideKubernetesGrace) {
   absl::StatusOr<ServerCommand> command = Parse({"--model", "m"});
   ASSERT_TRUE(command.ok()) << command.status();

@@ -327,5 +327,46 @@ TEST(Decoders, MetaspaceDropsReplacementInTheFirstTokenOnly) {
   EXPECT_EQ(tok->Decode({0, 1}, false), "a b");
 }
 
+// What a grammar engine must know of the vocabulary, read as xgrammar's TokenizerInfo::DetectMetadataFromHF reads
+// tokenizer.json: the first ByteLevel or ByteFallback decoder decides the spelling; a Prepend("▁") normalizer or a
+// Metaspace pre-tokenizer that prepends means a prefix space.
+TEST(VocabularyFacts, SpellingAndPrefixSpaceAsXgrammarDetectsThem) {
+  using Spelling = Tokenizer::TokenSpelling;
+  const nlohmann::json vocab = {{"a", 0}, {"b", 1}, {"▁a", 2}};
+  auto spelling = [&](nlohmann::json extra) {
+    return Load(Bpe(vocab, nlohmann::json::array(), extra))->token_spelling();
+  };
+  EXPECT_EQ(spelling({}), Spelling::kRaw);
+  EXPECT_EQ(spelling({{"decoder", {{"type", "ByteLevel"}}}}), Spelling::kByteLevel);
+  EXPECT_EQ(spelling({{"decoder",
+                       {{"type", "Sequence"},
+                        {"decoders",
+                         {{{"type", "Replace"}, {"pattern", {{"String", "▁"}}}, {"content", " "}},
+                          {{"type", "ByteFallback"}},
+                          {{"type", "Fuse"}}}}}}}),
+            Spelling::kByteFallback);
+  EXPECT_EQ(spelling({{"decoder", {{"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "always"}}}}),
+            Spelling::kRaw);
+
+  auto prefix = [&](nlohmann::json extra) {
+    return Load(Bpe(vocab, nlohmann::json::array(), extra))->adds_prefix_space();
+  };
+  EXPECT_FALSE(prefix({}));
+  EXPECT_TRUE(prefix({{"normalizer",
+                       {{"type", "Sequence"},
+                        {"normalizers",
+                         {{{"type", "Prepend"}, {"prepend", "▁"}},
+                          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "▁"}}}}}}}));
+  EXPECT_TRUE(prefix({{"pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "first"}}}}));
+  EXPECT_FALSE(prefix({{"pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "never"}}}}));
+}
+
+TEST(VocabularyFacts, IdCountCoversAddedTokens) {
+  nlohmann::json j = nlohmann::json::parse(Bpe({{"a", 0}, {"b", 1}}, nlohmann::json::array()));
+  EXPECT_EQ(Load(j.dump())->IdCount(), 2);
+  j["added_tokens"] = {{{"id", 7}, {"content", "<eos>"}, {"special", true}}};
+  EXPECT_EQ(Load(j.dump())->IdCount(), 8);
+}
+
 }  // namespace
 }  // namespace strata::tokenizer

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import json
 import os
 import sys
 import threading
@@ -140,7 +141,14 @@ class Client:
     def generate_stream(self, prompt=None, *, timeout: float = 600, **options) -> Iterator[Chunk]:
         """Streams a continuation. `prompt`: text (str) or token ids (list of int). Options are
         GenerateRequest's fields: max_new_tokens, temperature, top_p, top_k, repetition_penalty, seed, stop,
-        top_logprobs, add_special_tokens, request_id."""
+        top_logprobs, add_special_tokens, request_id, and one structured-output constraint: json_schema (a dict
+        or its JSON text), json_object=True, regex, choice (a list of strings), grammar (EBNF/GBNF),
+        structural_tag (a dict or JSON text), with strict=False to let unenforceable schema keywords go."""
+        for name in ("json_schema", "structural_tag"):
+            if isinstance(options.get(name), dict):
+                options[name] = json.dumps(options[name])
+        if isinstance(options.get("choice"), (list, tuple)):
+            options["choice"] = {"choices": list(options["choice"])}
         if isinstance(prompt, str):
             options["prompt"] = prompt
         elif prompt is not None:

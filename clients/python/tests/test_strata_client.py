@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,6 +57,20 @@ def test_errors_carry_the_status(served):
         client.generate([1], max_new_tokens=0)
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert error.value.details().startswith("max_new_tokens:")
+
+
+def test_structured_output_constraints(served):
+    # The checkpoint has no EOS: each output runs to max_new_tokens, every token within its constraint.
+    _, server = served
+    with Client(server.grpc_address) as client:
+        letters = client.generate("Hello", max_new_tokens=6, regex="[ab]+")
+        obj = client.generate("Hello", max_new_tokens=6, json_schema={"type": "object"})
+        with pytest.raises(grpc.RpcError) as error:
+            client.generate("Hello", max_new_tokens=6, choice=[])
+    assert letters.text and re.fullmatch("[ab]+", letters.text), letters.text
+    assert obj.text.startswith("{"), obj.text
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.value.details().startswith("choice:")
 
 
 def test_device_map(served):
