@@ -55,6 +55,7 @@ struct ServingFlags {
   // blocks of it) and --fp8-matmul (Placement::fp8_scaled_mm, copied here once).
   runtime::ServingOptions runtime{.max_batch = 16};
   bool prefix_cache = true;        // reuses the KV blocks of prompt prefixes seen before
+  bool jump_forward = false;       // --jump-forward: structured outputs' forced tokens without a forward pass each
   int64_t max_queue = 256;         // requests waiting to run before RESOURCE_EXHAUSTED
   int64_t micro_batches = 0;       // micro-batches in flight across the stages (1: unpipelined; 0: one per stage)
   int64_t prefill_chunk = 256;     // prompt tokens per prefill chunk

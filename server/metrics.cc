@@ -337,6 +337,12 @@ Metrics::StructuredMetrics Metrics::RegisterStructuredMetrics(prometheus::Regist
                           .Register(registry)
                           .Add({}, prometheus::Histogram::BucketBoundaries{1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4,
                                                                            0.001, 0.0025, 0.005, 0.01, 0.025, 0.1}),
+      .forced_tokens_total = prometheus::BuildCounter()
+                                 .Name("strata_grammar_forced_tokens_total")
+                                 .Help("Tokens --jump-forward appended without a forward pass of their own (the "
+                                       "grammar allowed no other)")
+                                 .Register(registry)
+                                 .Add({}),
   };
 }
 
@@ -422,7 +428,8 @@ void Metrics::RecordEngine(const runtime::EngineStats& stats) {
   }
   for (auto [counter, total] : {std::pair{&kv_cache_.preemptions_total, stats.preemptions},
                                 std::pair{&kv_cache_.prefix_queries_total, stats.prefix_queried_tokens},
-                                std::pair{&kv_cache_.prefix_hits_total, stats.prefix_hit_tokens}}) {
+                                std::pair{&kv_cache_.prefix_hits_total, stats.prefix_hit_tokens},
+                                std::pair{&structured_.forced_tokens_total, stats.forced_tokens}}) {
     const double delta = static_cast<double>(total) - counter->Value();
     if (delta > 0) counter->Increment(delta);
   }

@@ -147,6 +147,7 @@ class Metrics {
     prometheus::Counter& compile_timeouts_total;
     prometheus::Counter& refusals_total;
     prometheus::Histogram& mask_seconds;
+    prometheus::Counter& forced_tokens_total;
   };
   static DeviceGauges RegisterDeviceGauges(prometheus::Registry& registry);
   static RequestMetrics RegisterRequestMetrics(prometheus::Registry& registry);

@@ -96,6 +96,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptio
   runtime::EngineOptions engine_options;
   engine_options.max_queue = options.serving.max_queue;
   engine_options.prefix_cache = options.serving.prefix_cache;
+  engine_options.jump_forward = options.serving.jump_forward;
   // One micro-batch per stage keeps every stage busy; more only cut the batch finer, and each micro-batch
   // reads every weight of its stage again (a one-stage plan loses half its decode speed with two).
   engine_options.micro_batches =
