@@ -26,21 +26,20 @@ std::unique_ptr<tokenizer::Tokenizer> CharTokenizer() {
   nlohmann::json vocab = nlohmann::json::object();
   for (int32_t id = 0; id < 95; ++id) vocab[std::string(1, static_cast<char>(' ' + id))] = id;
   vocab["<eos>"] = kEos;
-  nlohmann::json json = {
-      {"version", "1.0"},
-      {"added_tokens",
-       {{{"id", kEos},
-         {"content", "<eos>"},
-         {"single_word", false},
-         {"lstrip", false},
-         {"rstrip", false},
-         {"normalized", false},
-         {"special", true}}}},
-      {"normalizer", nullptr},
-      {"pre_tokenizer", nullptr},
-      {"post_processor", nullptr},
-      {"decoder", {{"type", "Fuse"}}},
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  nlohmann::json json = {{"version", "1.0"},
+                         {"added_tokens",
+                          {{{"id", kEos},
+                            {"content", "<eos>"},
+                            {"single_word", false},
+                            {"lstrip", false},
+                            {"rstrip", false},
+                            {"normalized", false},
+                            {"special", true}}}},
+                         {"normalizer", nullptr},
+                         {"pre_tokenizer", nullptr},
+                         {"post_processor", nullptr},
+                         {"decoder", {{"type", "Fuse"}}},
+                         {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
   auto tokenizer = tokenizer::Tokenizer::FromJson(json.dump());
   EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
   return tokenizer.ok() ? *std::move(tokenizer) : nullptr;
