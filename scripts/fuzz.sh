@@ -20,7 +20,7 @@ venv=${STRATA_VENV:-$HOME/.cache/strata/venv}
 build=${STRATA_FUZZ_BUILD_DIR:-$here/build-fuzz}
 work=${STRATA_FUZZ_WORK:-$HOME/.cache/strata/fuzz}
 harnesses=(safetensors_header config tokenizer device_map generate_request http_request http_head chat_template tool_calls
-           group_message group_handshake)
+           group_message group_handshake structured)
 
 # Per harness: the largest input worth trying (a few times the largest seed). -len_control=0 below lets
 # mutations use it from the start: libFuzzer otherwise grows its length limit slowly from small inputs and
