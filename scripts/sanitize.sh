@@ -14,12 +14,13 @@ jobs=${STRATA_SANITIZE_JOBS:-$(nproc)}
 
 # The lanes' targets (tests/sanitize/sanitize_helpers.py runs them): every C++ test suite and
 # strata-server for ASan + UBSan; for TSan the suites whose code runs on several threads (the engine, its output
-# thread, the stage workers; the tokenizer the admission threads share) and strata-server, which the serving
+# thread, the stage workers; the tokenizer the admission threads share; structured/'s compile threads and cache) and
+# strata-server, which the serving
 # scenario drives from many threads.
 asan_targets=(strata_base_tests strata_checkpoint_tests strata_cli_tests strata_planner_tests strata_tokenizer_tests
-              strata_chat_template_tests strata_kernels_tests strata_runtime_tests strata_transport_tests strata_server_tests
-              strata-server)
-tsan_targets=(strata_runtime_tests strata_transport_tests strata_tokenizer_tests strata-server)
+              strata_chat_template_tests strata_structured_tests strata_kernels_tests strata_runtime_tests
+              strata_transport_tests strata_server_tests strata-server)
+tsan_targets=(strata_runtime_tests strata_transport_tests strata_tokenizer_tests strata_structured_tests strata-server)
 
 torch_prefix=$("$venv/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
 

@@ -99,6 +99,41 @@ std::string ChoiceGrammar(const std::vector<std::string>& choices) {
   return ebnf;
 }
 
+// A structural tag in xgrammar's format ({"type": "structural_tag", "format": {...}}), or vLLM's older form
+// ({"structures": [{"begin", "schema", "end"}, ...], "triggers": [...]}) converted as xgrammar's Python API converts
+// it (StructuralTag.from_legacy_structural_tag): free text in which each trigger opens one of the tags, whose content
+// is its schema (an object, or its JSON text, read by the bounded parser as deep as `max_depth`).
+absl::StatusOr<std::string> StructuralTagText(const std::string& text, int max_depth) {
+  nlohmann::json tag = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!tag.is_object() || !tag.contains("structures") || tag.contains("format")) return text;
+  const nlohmann::json& structures = tag["structures"];
+  const nlohmann::json triggers = tag.value("triggers", nlohmann::json());
+  if (!structures.is_array()) return absl::InvalidArgumentError("\"structures\" is not a list");
+  if (!triggers.is_array()) return absl::InvalidArgumentError("\"triggers\" is not a list of strings");
+  nlohmann::json tags = nlohmann::json::array();
+  for (size_t i = 0; i < structures.size(); ++i) {
+    const nlohmann::json& s = structures[i];
+    const std::string at = base::StrCat("structures[", i, "]");
+    if (!s.is_object() || !s.contains("begin") || !s.contains("end") || !s.contains("schema") ||
+        !s["begin"].is_string() || !s["end"].is_string()) {
+      return absl::InvalidArgumentError(base::StrCat(at, " needs \"begin\" and \"end\" strings and a \"schema\""));
+    }
+    nlohmann::json schema = s["schema"];
+    if (schema.is_string()) {
+      absl::StatusOr<nlohmann::json> parsed = base::ParseJson(schema.get<std::string>(), max_depth, at + ".schema");
+      if (!parsed.ok()) return parsed.status();
+      schema = *std::move(parsed);
+    }
+    tags.push_back({{"type", "tag"},
+                    {"begin", s["begin"]},
+                    {"content", {{"type", "json_schema"}, {"json_schema", std::move(schema)}}},
+                    {"end", s["end"]}});
+  }
+  return nlohmann::json{{"type", "structural_tag"},
+                        {"format", {{"type", "triggered_tags"}, {"triggers", triggers}, {"tags", std::move(tags)}}}}
+      .dump();
+}
+
 std::string Seconds(std::chrono::milliseconds d) {
   if (d.count() % 1000 == 0) return base::StrCat(d.count() / 1000);
   return absl::StrFormat("%g", static_cast<double>(d.count()) / 1000.0);
@@ -161,7 +196,6 @@ int64_t GrammarBytes(const Grammar& grammar) { return grammar.bytes(); }
 struct Compiler::Impl {
   // One constraint's compile: queued, running, or done and cached. Guarded by `mu`.
   struct Entry {
-    bool started = false;
     bool done = false;
     int waiters = 0;
     std::shared_ptr<const Grammar> grammar;  // done and compiled
@@ -252,8 +286,11 @@ struct Compiler::Impl {
           return Done(engine.CompileGrammar(ChoiceGrammar(c.choices), "root"));
         case ConstraintKind::kGrammar:
           return Done(engine.CompileGrammar(FillEmptyAlternatives(c.text), "root"));
-        case ConstraintKind::kStructuralTag:
-          return Done(engine.CompileStructuralTag(c.text));
+        case ConstraintKind::kStructuralTag: {
+          absl::StatusOr<std::string> tag = StructuralTagText(c.text, options.max_schema_depth);
+          if (!tag.ok()) return {nullptr, base::StrCat(ErrorPrefix(c.kind), tag.status().message())};
+          return Done(engine.CompileStructuralTag(*tag));
+        }
       }
       return {nullptr, "unknown constraint kind"};
     } catch (const std::bad_alloc&) {
@@ -283,7 +320,6 @@ struct Compiler::Impl {
           Forget(job.key, job.entry);
           continue;
         }
-        job.entry->started = true;
         ++stats.compiles;
       }
       const auto start = std::chrono::steady_clock::now();
@@ -382,11 +418,10 @@ absl::StatusOr<std::unique_ptr<Compiler>> Compiler::Create(const tokenizer::Toke
         base::StrCat("structured outputs: vocab_size ", vocab_size, " is not in 1..", INT32_MAX));
   }
   for (int32_t id : eos_ids) {
-    if (id < 0 || id >= vocab_size) {
-      return absl::InvalidArgumentError(base::StrCat("structured outputs: the end-of-sequence id ", id,
-                                                     " is outside the model's vocabulary of ", vocab_size, " ids"));
-    }
+    if (id < 0) return absl::InvalidArgumentError(base::StrCat("structured outputs: end-of-sequence id ", id));
   }
+  // An end-of-sequence id past the logits' columns can never be sampled: xgrammar must not index its tables with it.
+  std::erase_if(eos_ids, [&](int32_t id) { return id >= vocab_size; });
   if (options.threads < 1 || options.concurrent_compiles < 1 || options.max_constraint_bytes < 1 ||
       options.max_schema_depth < 1 || options.cache_bytes < 0) {
     return absl::InvalidArgumentError(base::StrCat(

@@ -28,6 +28,12 @@ endif()
 set(STRATA_DEPS_CACHE "${strata_deps_cache_default}" CACHE PATH
     "Where third-party source tarballs fetched at configure time are kept (xgrammar's sdist)")
 
+# `url` without the user and password an index address may carry (for messages).
+function(strata_url_for_messages url out)
+  string(REGEX REPLACE "://[^/@]+@" "://" shown "${url}")
+  set(${out} "${shown}" PARENT_SCOPE)
+endfunction()
+
 # The sdist's address as the package index lists it (PEP 503 simple index), or "" when the index cannot be read.
 function(strata_resolve_sdist_url package file out)
   set(index "https://pypi.org/simple")
@@ -42,13 +48,15 @@ function(strata_resolve_sdist_url package file out)
   set(${out} "" PARENT_SCOPE)
   if(NOT code EQUAL 0)
     list(GET status 1 reason)
-    message(STATUS "xgrammar: cannot read ${page} (${reason}); using the pinned address")
+    strata_url_for_messages("${page}" shown)
+    message(STATUS "xgrammar: cannot read ${shown} (${reason}); using the pinned address")
     return()
   endif()
   file(READ "${listing}" html)
   string(REPLACE "." "\\." file_regex "${file}")
   if(NOT html MATCHES "href=\"([^\"#]*${file_regex})(#[^\"]*)?\"")
-    message(STATUS "xgrammar: ${page} does not list ${file}; using the pinned address")
+    strata_url_for_messages("${page}" shown)
+    message(STATUS "xgrammar: ${shown} does not list ${file}; using the pinned address")
     return()
   endif()
   set(href "${CMAKE_MATCH_1}")
@@ -85,14 +93,15 @@ if(NOT strata_xgrammar_ok)
   # half a file.
   string(RANDOM LENGTH 8 suffix)
   set(partial "${strata_xgrammar_tarball}.${suffix}.part")
-  message(STATUS "xgrammar: fetching ${url}")
+  strata_url_for_messages("${url}" shown)
+  message(STATUS "xgrammar: fetching ${shown}")
   file(DOWNLOAD "${url}" "${partial}" STATUS status EXPECTED_HASH SHA256=${STRATA_XGRAMMAR_SHA256}
        INACTIVITY_TIMEOUT 60 TIMEOUT 600 TLS_VERIFY ON)
   list(GET status 0 code)
   if(NOT code EQUAL 0)
     list(GET status 1 reason)
     file(REMOVE "${partial}")
-    message(FATAL_ERROR "xgrammar: could not fetch ${url} (${reason}). Without network, put ${strata_xgrammar_file} "
+    message(FATAL_ERROR "xgrammar: could not fetch ${shown} (${reason}). Without network, put ${strata_xgrammar_file} "
                         "(SHA-256 ${STRATA_XGRAMMAR_SHA256}) in ${STRATA_DEPS_CACHE} (STRATA_DEPS_CACHE).")
   endif()
   file(RENAME "${partial}" "${strata_xgrammar_tarball}")
@@ -119,7 +128,7 @@ endfunction()
 # its headers, the two header-only libraries it includes and its license.
 set(strata_xgrammar_root "${CMAKE_BINARY_DIR}/_deps/xgrammar-${STRATA_XGRAMMAR_VERSION}")
 set(strata_xgrammar_stamp "${CMAKE_BINARY_DIR}/_deps/xgrammar.stamp")
-set(strata_xgrammar_stamp_text "${STRATA_XGRAMMAR_SHA256} fixes 1")
+set(strata_xgrammar_stamp_text "${STRATA_XGRAMMAR_SHA256} fixes 2")
 set(stamp "")
 if(EXISTS "${strata_xgrammar_stamp}")
   file(READ "${strata_xgrammar_stamp}" stamp)
@@ -137,6 +146,30 @@ if(NOT stamp STREQUAL strata_xgrammar_stamp_text OR NOT EXISTS "${strata_xgramma
     [[builder_.AddCharacterClass({{'"', '"'}, {'\\', '\\'}, {'\r', '\r'}, {'\n', '\n'}}, true);]]
     [[builder_.AddCharacterClass({{0, 0x1f}, {'"', '"'}, {'\\', '\\'}}, true);]]
     "control characters in length-bounded JSON strings")
+  # A JSON string's `pattern` is built into an automaton (RegexIR, fsm.cc) whose `?` joined the group's start to
+  # its end with an empty edge; a group ending in a loop (`+`, `*`) goes back from its end into its body, so
+  # "^[0-9](x[a-z]+)?$" also took "5ab". The optional now has a start and an end of its own. (The regex kind goes
+  # through xgrammar's EBNF instead and was right.)
+  strata_xgrammar_fix(cpp/fsm.cc
+    [[FSMWithStartEnd FSMWithStartEnd::Optional() const {
+  FSM fsm = fsm_.Copy();
+  if (!ends_.empty()) {
+    fsm.AddEpsilonEdge(start_, ends_.front());
+  }
+  return FSMWithStartEnd(fsm, start_, ends_);
+}]]
+    [[FSMWithStartEnd FSMWithStartEnd::Optional() const {
+  FSM fsm = fsm_.Copy();
+  auto new_start = fsm.AddState();
+  auto new_end = fsm.AddState();
+  fsm.AddEpsilonEdge(new_start, start_);
+  fsm.AddEpsilonEdge(new_start, new_end);
+  for (auto end : ends_) {
+    fsm.AddEpsilonEdge(end, new_end);
+  }
+  return FSMWithStartEnd(fsm, new_start, {new_end});
+}]]
+    "an optional group ending in a loop")
   file(WRITE "${strata_xgrammar_stamp}" "${strata_xgrammar_stamp_text}")
 endif()
 

@@ -24,10 +24,11 @@ LANES = {
 SUITES = {
     "asan": ["tests/checkpoint/strata_checkpoint_tests", "tests/base/strata_base_tests", "tests/cli/strata_cli_tests",
              "tests/planner/strata_planner_tests", "tests/tokenizer/strata_tokenizer_tests",
-             "tests/chat_template/strata_chat_template_tests", "tests/kernels/strata_kernels_tests", "tests/runtime/strata_runtime_tests",
+             "tests/chat_template/strata_chat_template_tests", "tests/structured/strata_structured_tests",
+             "tests/kernels/strata_kernels_tests", "tests/runtime/strata_runtime_tests",
              "tests/transport/strata_transport_tests", "tests/server/strata_server_tests"],
     "tsan": ["tests/runtime/strata_runtime_tests", "tests/transport/strata_transport_tests",
-             "tests/tokenizer/strata_tokenizer_tests"],
+             "tests/tokenizer/strata_tokenizer_tests", "tests/structured/strata_structured_tests"],
 }
 
 # What each sanitizer prints when it reports: AddressSanitizer and LeakSanitizer errors, ThreadSanitizer

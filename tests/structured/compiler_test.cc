@@ -292,11 +292,17 @@ TEST_F(CompilerTest, GrammarLargerThanTheCacheIsServedButNotKept) {
   EXPECT_EQ(compiler->TakeStats().compiles, 2u);
 }
 
-TEST_F(CompilerTest, CreateRefusesEosIdsOutsideTheVocabulary) {
-  auto c = Compiler::Create(*tok_, 300, {300}, {});
-  ASSERT_FALSE(c.ok());
-  EXPECT_THAT(std::string(c.status().message()), HasSubstr("end-of-sequence id 300 is outside"));
+TEST_F(CompilerTest, CreateChecksItsArguments) {
+  EXPECT_FALSE(Compiler::Create(*tok_, 300, {-1}, {}).ok());
   EXPECT_FALSE(Compiler::Create(*tok_, 0, {}, {}).ok());
+  // An end-of-sequence id the logits cannot produce is left out (the grammar then never ends on it).
+  auto past = Compiler::Create(*tok_, 300, {300, ByteLevelVocabulary::Eos()}, {});
+  ASSERT_TRUE(past.ok()) << past.status();
+  auto g = (*past)->Compile(Make(ConstraintKind::kRegex, "a", "f"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  Matcher m(*g);
+  ASSERT_TRUE(m.Accept('a'));
+  EXPECT_TRUE(m.Accept(ByteLevelVocabulary::Eos()));
   CompilerOptions bad;
   bad.threads = 0;
   EXPECT_FALSE(Compiler::Create(*tok_, 400, {}, bad).ok());

@@ -319,6 +319,72 @@ TEST(Matcher, PaddingWordsOfTheLastMaskWordStayClear) {
   EXPECT_FALSE(testing::Allowed(mask, 'a'));
 }
 
+TEST(Grammar, JsonPatternsMatchAsTheRegexKindDoes) {
+  // A schema's `pattern` goes through xgrammar's regex automaton, the regex kind through its EBNF: the same strings
+  // must match. (The automaton's `?` used to let a group ending in `+` or `*` in without its first character:
+  // structured/xgrammar.cmake fixes it.)
+  Vocabulary v = std::move(Vocabularies()[0]);
+  std::mt19937 rng(5);
+  const std::string alphabet = "abcdxyz5-.";
+  for (const std::string pattern :
+       {"[0-9](x[a-z]+)?", "5(xa+)?", "5(x[a-z]*)?", "(ab|c)*d?", "a(b(c|d)+)?x", "[a-c]{2,3}(-[0-9]+)?", "(x?y+)?z",
+        "(a|bc)+", "x(y*z?)?b", "^[0-9]+\\.[0-9]+(-[0-9A-Za-z.-]+)?$", "((ab)?c)+", "(a+|b)?(c|d+)?"}) {
+    SCOPED_TRACE(pattern);
+    auto as_schema = CompileOk(*v.compiler, Make(ConstraintKind::kJsonSchema,
+                                                 nlohmann::json({{"type", "string"}, {"pattern", pattern}}).dump()));
+    auto as_regex = CompileOk(*v.compiler, Make(ConstraintKind::kRegex, pattern));
+    ASSERT_NE(as_schema, nullptr);
+    ASSERT_NE(as_regex, nullptr);
+    std::vector<std::string> texts = {"",    "5",     "5x",   "5xa", "5a", "5ab", "5aa",
+                                      "1.2", "1.2-x", "1.2x", "abx", "ax", "xb",  "xyzb"};
+    for (int i = 0; i < 300; ++i) {
+      std::string t(std::uniform_int_distribution<size_t>(0, 7)(rng), ' ');
+      for (char& c : t) c = alphabet[std::uniform_int_distribution<size_t>(0, alphabet.size() - 1)(rng)];
+      texts.push_back(t);
+    }
+    int matched = 0;
+    for (const std::string& t : texts) {
+      const bool regex = Completes(*as_regex, t);
+      EXPECT_EQ(Completes(*as_schema, "\"" + t + "\""), regex) << t;
+      matched += regex;
+    }
+    EXPECT_GT(matched, 0);
+  }
+}
+
+TEST(Grammar, StructuralTagInBothForms) {
+  // xgrammar's format, and vLLM's older {"structures", "triggers"} (a schema as an object or its JSON text): free
+  // text, and after a trigger the tag's begin, its schema and its end.
+  Vocabulary v = std::move(Vocabularies()[0]);
+  const nlohmann::json schema = {
+      {"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}, {"required", {"city"}}};
+  const nlohmann::json tag = {{"type", "tag"},
+                              {"begin", "<f=w>"},
+                              {"content", {{"type", "json_schema"}, {"json_schema", schema}}},
+                              {"end", "</f>"}};
+  const nlohmann::json current = {{"type", "structural_tag"},
+                                  {"format", {{"type", "triggered_tags"}, {"triggers", {"<f="}}, {"tags", {tag}}}}};
+  for (const nlohmann::json& legacy_schema : {schema, nlohmann::json(schema.dump())}) {
+    const nlohmann::json legacy = {{"type", "structural_tag"},
+                                   {"triggers", {"<f="}},
+                                   {"structures", {{{"begin", "<f=w>"}, {"schema", legacy_schema}, {"end", "</f>"}}}}};
+    for (const nlohmann::json& form : {current, legacy}) {
+      SCOPED_TRACE(form.dump());
+      auto grammar = CompileOk(*v.compiler, Make(ConstraintKind::kStructuralTag, form.dump()));
+      ASSERT_NE(grammar, nullptr);
+      EXPECT_TRUE(Completes(*grammar, "free text"));
+      EXPECT_TRUE(Completes(*grammar, R"(Calling <f=w>{"city": "Oslo"}</f> now.)"));
+      EXPECT_FALSE(Completes(*grammar, R"(Calling <f=w>{"town": "Oslo"}</f>)"));
+      EXPECT_FALSE(Completes(*grammar, "<f=x>"));
+    }
+  }
+  auto bad =
+      v.compiler->Compile(Make(ConstraintKind::kStructuralTag, R"({"structures": [{"begin": "<"}], "triggers": []})"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              ::testing::HasSubstr(R"(test: invalid structural tag: structures[0] needs "begin" and "end" strings)"));
+}
+
 TEST(Completes, WholeSentencesOnly) {
   Vocabulary v = std::move(Vocabularies()[0]);
   auto grammar = CompileOk(*v.compiler, Make(ConstraintKind::kRegex, "[a-c]{2,3}"));
