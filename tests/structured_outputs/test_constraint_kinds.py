@@ -251,9 +251,9 @@ def test_logprobs_list_the_sampled_tokens(main):
 
 
 def test_pattern_with_an_optional_group_keeps_the_groups_first_character(main):
-    # xgrammar 0.2.8 compiles a JSON-schema `pattern` such as "^[0-9](x[a-z]+)?$" into a grammar that also takes
-    # "5ab" (the group without its "x"; its regex route is right). Greedy with letters other than "x" favoured by
-    # logit_bias: a grammar that drops the "x" lets them in.
+    # xgrammar 0.2.8's Python wheel compiles a JSON-schema `pattern` such as "^[0-9](x[a-z]+)?$" into a grammar that
+    # also takes "5ab" (the group without its "x"; its plain-regex route is right): strata's build must not. Greedy,
+    # with letters other than "x" favoured by logit_bias: a grammar that drops the "x" lets them in.
     schema = {"type": "object", "properties": {"v": {"type": "string", "pattern": "^[0-9](x[a-z]+)?$"}},
               "required": ["v"]}
     bias = {str(token_id(main, c)): 30 for c in "abcdefghijklmnopqrstuvw"}

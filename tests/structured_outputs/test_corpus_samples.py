@@ -22,7 +22,7 @@ MAX_TOKENS = 384
 SEED = 4242
 TOKENIZERS = ["byte_level", "byte_fallback", "tiktoken"]
 # Samples per schema on the response_format route, and on the schema's other route.
-N_MAIN = {"byte_level": 4, "byte_fallback": 2, "tiktoken": 2}
+N_MAIN = {"byte_level": 4, "byte_fallback": 4, "tiktoken": 4}
 N_OTHER = 2
 OTHER_ROUTES = ["completions_structured_outputs", "chat_structured_outputs", "completions_json_schema", "grpc"]
 

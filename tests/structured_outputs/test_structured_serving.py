@@ -1,6 +1,6 @@
 """Structured requests among free ones, under the serving machinery: concurrency (threads), preemption by
 recomputation (a KV pool too small for the batch: the matcher is rebuilt from the sequence's tokens), prefix-cache
-hits, a 2-stage plan (two logical CPU devices) and a 2-node group (two processes over UCX on loopback). Greedy
+hits, --jump-forward, a 2-stage plan (two logical CPU devices) and a 2-node group (two processes over UCX on loopback). Greedy
 requests and seeded samples give the same text as on the 1-stage server alone (a seed fixes a request's tokens
 whatever else runs), and every constrained output is valid."""
 
@@ -125,6 +125,18 @@ def test_two_stage_plan_equals_one_stage(serve, alone):
     for i, ((body, check), got, want) in enumerate(zip(MIXED, together, alone)):
         check(*got)
         assert got == want, f"request {i} {json.dumps(body)[:200]}"
+
+
+def test_jump_forward_gives_the_same_ids(serve, alone):
+    # --jump-forward appends the one token a grammar allows without a forward pass of its own: exact, so greedy and
+    # seeded requests give the texts they give without it.
+    jumping = serve("byte_level", "--jump-forward")
+    together = run_mixed(jumping.url)
+    for i, ((body, check), got, want) in enumerate(zip(MIXED, together, alone)):
+        check(*got)
+        assert got == want, f"request {i} {json.dumps(body)[:200]}"
+    forced = GH.wait_metric(jumping.server.metrics_url, "strata_grammar_forced_tokens_total", lambda v: v > 0)
+    assert forced > 0, "no token was appended by jump-forward"
 
 
 # gRPC requests for the group: (GenerateRequest fields, check).
