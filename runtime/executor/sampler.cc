@@ -144,7 +144,7 @@ at::Tensor Choose(const at::Tensor& scores, const at::Tensor& params) {
 // Structured outputs: the ids a constrained row's grammar does not allow get -inf before anything else, so
 // every later step (and the log-probabilities) sees the masked distribution. The masks are waited for here
 // (the engine's mask thread fills them while the forward pass runs) and expanded from their bits on the device.
-at::Tensor Masked(const at::Tensor& logits, const SamplingInputs& inputs) {
+at::Tensor Masked(const at::Tensor& logits, const SamplingInputs& inputs, bool device_ops = false) {
   if (!inputs.any_allowed) return logits;
   const int64_t rows = logits.size(0);
   const int64_t vocab = logits.size(1);
@@ -162,6 +162,27 @@ at::Tensor Masked(const at::Tensor& logits, const SamplingInputs& inputs) {
     TORCH_CHECK(static_cast<int64_t>(bits.size()) >= words, "sampler: the grammar's mask of row ", r, " covers ",
                 bits.size() * 32, " ids, the logits have ", vocab);
     std::copy(bits.begin(), bits.begin() + words, row);
+  }
+  if (logits.is_cpu() && logits.scalar_type() == at::kFloat && !device_ops) {
+    // On the CPU the bits are read in place: one pass over the rows that have a mask (ATen's expansion below makes
+    // five passes over [rows, words x 32]).
+    at::Tensor masked = logits.contiguous().clone();
+    float* scores = masked.data_ptr<float>();
+    const float forbidden = -std::numeric_limits<float>::infinity();
+    for (int64_t r = 0; r < rows; ++r) {
+      if (inputs.allowed[static_cast<size_t>(r)] == nullptr) continue;
+      const int32_t* bits = data + r * words;
+      float* row = scores + r * vocab;
+      for (int64_t w = 0; w < words; ++w) {
+        const uint32_t word = static_cast<uint32_t>(bits[w]);
+        if (word == 0xffffffffu) continue;
+        const int64_t end = std::min<int64_t>(32, vocab - w * 32);
+        for (int64_t b = 0; b < end; ++b) {
+          if (((word >> b) & 1u) == 0) row[w * 32 + b] = forbidden;
+        }
+      }
+    }
+    return masked;
   }
   at::Tensor shifts = at::arange(32, at::TensorOptions().dtype(at::kInt).device(logits.device()));
   at::Tensor allowed = at::bitwise_and(at::bitwise_right_shift(OnDevice(host, logits.device()).unsqueeze(2), shifts), 1)
@@ -388,6 +409,10 @@ SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, boo
   if (inputs.any_penalty || inputs.any_output_penalty) StagePenalty(rows, host, slots, inputs);
   if (inputs.any_bias) StageBias(rows, host, inputs);
   return inputs;
+}
+
+at::Tensor AllowedLogits(const at::Tensor& logits, const SamplingInputs& inputs, bool device_ops) {
+  return Masked(logits, inputs, device_ops);
 }
 
 at::Tensor ProcessedScores(const at::Tensor& logits, const SamplingInputs& inputs, PenaltyPool* pool) {

@@ -128,6 +128,11 @@ std::vector<GeneratedToken> FinishSamples(PendingSamples& pending, const Samplin
 PendingSamples ScoreAsync(const at::Tensor& logits, const at::Tensor& targets, int64_t top);
 std::vector<GeneratedToken> FinishScores(PendingSamples& pending, const std::vector<int32_t>& row_top);
 
+// The logits with every id a row's mask forbids at -inf (rows without a mask unchanged): what SampleAsync starts
+// from. `device_ops`: expand the bits with ATen ops (the path for CUDA logits) even on the CPU, where the bits are
+// otherwise read in place (tests compare the two).
+at::Tensor AllowedLogits(const at::Tensor& logits, const SamplingInputs& inputs, bool device_ops = false);
+
 // The processed scores of every row, float32 [rows, vocab] on logits' device: bias, penalties, then (sampled
 // rows only) temperature, top_k and top_p with removed tokens at -inf. Greedy rows get the penalised
 // logits (generate applies no warper without do_sample). SampleAsync draws from exactly these.

@@ -430,6 +430,26 @@ TEST(Sampler, AGrammarMaskLeavesOnlyItsIdsAndLogprobsOfTheMaskedDistribution) {
   EXPECT_THROW(Sample(logits, rows), c10::Error);
 }
 
+// The CPU reads the mask's bits in place; CUDA logits take ATen's expansion: both give the same logits.
+TEST(Sampler, TheMaskReadInPlaceEqualsItsExpansionByAtenOps) {
+  const int64_t vocab = 1000;  // 32 words, the last one partial (1000 = 31 x 32 + 8)
+  at::Tensor logits = RandomLogits(4, vocab, 5);
+  std::mt19937 gen(9);
+  std::vector<BatchRow> rows(4, Row(0, 0, 1, 1, 0.5, 0));
+  for (int r = 0; r < 3; ++r) {
+    std::vector<int32_t> words(32);
+    for (int32_t& w : words) w = static_cast<int32_t>(gen());
+    words[3] = -1;  // every id of a word allowed
+    words[4] = 0;   // none
+    rows[r].sampling.allowed = AllowedTokens::Ready(words);
+  }
+  const SamplingInputs inputs = Stage(rows);  // row 3 unconstrained
+  const at::Tensor in_place = AllowedLogits(logits, inputs);
+  EXPECT_TRUE(at::equal(in_place, AllowedLogits(logits, inputs, /*device_ops=*/true)));
+  EXPECT_TRUE(at::equal(in_place.narrow(0, 3, 1), logits.narrow(0, 3, 1)));
+  EXPECT_FALSE(at::equal(in_place.narrow(0, 0, 1), logits.narrow(0, 0, 1)));
+}
+
 // The mask may be filled after the inputs are staged (the engine's mask thread): sampling waits for it.
 TEST(Sampler, WaitsForAMaskFilledAfterStaging) {
   at::Tensor logits = RandomLogits(1, 40, 3);
