@@ -452,7 +452,7 @@ TEST(Sampler, TheMaskReadInPlaceEqualsItsExpansionByAtenOps) {
 
 // The mask may be filled after the inputs are staged (the engine's mask thread): sampling waits for it.
 TEST(Sampler, WaitsForAMaskFilledAfterStaging) {
-  at::Tensor logits = RandomLogits(1, 40, 3);
+  at::Tensor logits = RandomLogits(1, 64, 3);  // at least 41 ids: RandomLogits writes id 40
   std::vector<BatchRow> rows{Row(0, 0, 1, 1, 0.5, 0)};
   auto mask = std::make_shared<AllowedTokens>(2);
   rows[0].sampling.allowed = mask;
