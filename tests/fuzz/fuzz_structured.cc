@@ -18,34 +18,18 @@
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "structured/structured.h"
+#include "tests/structured/char_vocabulary.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
 
 namespace st = strata::structured;
 
-constexpr int32_t kEos = 95;
+constexpr int32_t kEos = st::testing::kCharEos;
 constexpr int64_t kModelVocab = 100;  // ids 96-99: padding rows of the model, never allowed
 
 std::unique_ptr<strata::tokenizer::Tokenizer> MakeTokenizer() {
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int32_t id = 0; id < 95; ++id) vocab[std::string(1, static_cast<char>(' ' + id))] = id;
-  vocab["<eos>"] = kEos;
-  nlohmann::json json = {{"version", "1.0"},
-                         {"added_tokens",
-                          {{{"id", kEos},
-                            {"content", "<eos>"},
-                            {"single_word", false},
-                            {"lstrip", false},
-                            {"rstrip", false},
-                            {"normalized", false},
-                            {"special", true}}}},
-                         {"normalizer", nullptr},
-                         {"pre_tokenizer", nullptr},
-                         {"post_processor", nullptr},
-                         {"decoder", {{"type", "Fuse"}}},
-                         {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
-  auto tokenizer = strata::tokenizer::Tokenizer::FromJson(json.dump());
+  auto tokenizer = strata::tokenizer::Tokenizer::FromJson(st::testing::CharVocabularyJson());
   if (!tokenizer.ok()) std::abort();
   return *std::move(tokenizer);
 }

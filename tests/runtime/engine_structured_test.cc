@@ -15,32 +15,16 @@
 #include "runtime/engine/engine.h"
 #include "structured/structured.h"
 #include "tests/runtime/engine_fixture.h"
+#include "tests/structured/char_vocabulary.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::runtime {
 namespace {
 
-constexpr int32_t kEos = 95;  // ids 0-94: ' ' .. '~'
+constexpr int32_t kEos = structured::testing::kCharEos;  // ids 0-94: ' ' .. '~'
 
 std::unique_ptr<tokenizer::Tokenizer> CharTokenizer() {
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int32_t id = 0; id < 95; ++id) vocab[std::string(1, static_cast<char>(' ' + id))] = id;
-  vocab["<eos>"] = kEos;
-  nlohmann::json json = {{"version", "1.0"},
-                         {"added_tokens",
-                          {{{"id", kEos},
-                            {"content", "<eos>"},
-                            {"single_word", false},
-                            {"lstrip", false},
-                            {"rstrip", false},
-                            {"normalized", false},
-                            {"special", true}}}},
-                         {"normalizer", nullptr},
-                         {"pre_tokenizer", nullptr},
-                         {"post_processor", nullptr},
-                         {"decoder", {{"type", "Fuse"}}},
-                         {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
-  auto tokenizer = tokenizer::Tokenizer::FromJson(json.dump());
+  auto tokenizer = tokenizer::Tokenizer::FromJson(structured::testing::CharVocabularyJson());
   EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
   return tokenizer.ok() ? *std::move(tokenizer) : nullptr;
 }
