@@ -124,6 +124,9 @@ def build_args() -> list[str]:
 def build_image(tag: str = IMAGE_TAG) -> dict:
     """Builds the Dockerfile at the repository root on the local base; returns tag, seconds, size."""
     ensure_base_image()
+    # A build that failed (a full disk, a killed run) leaves its untagged images behind, ~10 GB each: removed
+    # before building, so one failure does not make every later build fail for want of space.
+    podman("image", "prune", "-f", timeout=600, check=False)
     log_path = Path(os.environ.get("STRATA_IMAGE_BUILD_LOG", "/var/tmp/strata-image-build.log"))
     started = time.monotonic()
     with open(log_path, "w") as log:
