@@ -38,7 +38,9 @@ struct MoeConfig {
   // How a token picks its experts: softmax over the router logits, top-k (Qwen3-MoE, Mixtral); or DeepSeekMoE's
   // sigmoid scores, top-k on the scores plus e_score_correction_bias within the topk_group best of n_group groups
   // (a group's score is the sum of its two best biased scores), weights from the unbiased scores.
-  enum class Router { kSoftmax, kSigmoidGroups };
+  // MiniMax-M2's kSigmoid: sigmoid of the router logits (computed in the weights' dtype), the top k of the scores plus
+  // the block's e_score_correction_bias, weights from the unbiased scores renormalised (no groups, no scaling).
+  enum class Router { kSoftmax, kSigmoidGroups, kSigmoid };
   Router router = Router::kSoftmax;
   int64_t num_experts = 0;  // 0: no layer is sparse
   int64_t top_k = 0;
@@ -69,12 +71,12 @@ struct MlaConfig {
 // layers; Qwen3's with q/k norms and the sparse MoE blocks (Qwen3, Qwen3-MoE), which Mixtral's layers take
 // too; Gemma 2; Gemma 3 text; Phi-3. model_registry.cc names each architecture's family; architecture
 // names appear there and in each family's own files only.
-enum class ModelFamily { kLlama, kQwen3, kMixtral, kGemma2, kGemma3, kPhi3, kDeepseekV3 };
+enum class ModelFamily { kLlama, kQwen3, kMixtral, kGemma2, kGemma3, kPhi3, kDeepseekV3, kGlm4Moe, kMiniMaxM2 };
 // Every family (tests/runtime/unit_test.cc checks each has a registry row and a runner, and every registry row's
 // family is here).
 inline constexpr ModelFamily kModelFamilies[] = {
-    ModelFamily::kLlama,  ModelFamily::kQwen3, ModelFamily::kMixtral,    ModelFamily::kGemma2,
-    ModelFamily::kGemma3, ModelFamily::kPhi3,  ModelFamily::kDeepseekV3,
+    ModelFamily::kLlama, ModelFamily::kQwen3,      ModelFamily::kMixtral, ModelFamily::kGemma2,    ModelFamily::kGemma3,
+    ModelFamily::kPhi3,  ModelFamily::kDeepseekV3, ModelFamily::kGlm4Moe, ModelFamily::kMiniMaxM2,
 };
 
 // The one hyper-parameter struct of a model: filled once by its family's spec builder from config.json
@@ -99,6 +101,8 @@ struct DecoderConfig {
   // query_position - key_position < window, as transformers' sliding_window_overlay).
   std::vector<int64_t> sliding_window;
   bool qk_norm = false;  // Qwen3, Qwen3-MoE: RMSNorm over each query and key head before RoPE
+  // MiniMax-M2: the q/k RMSNorms span all query heads and all key heads at once ([heads x head_dim] weights)
+  bool qk_norm_across_heads = false;
   MoeConfig moe;
   MlaConfig mla;  // DeepSeek-V3
   // Gemma 2 / Gemma 3 text / Phi-3; the defaults are Llama's behaviour.

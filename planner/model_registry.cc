@@ -29,6 +29,8 @@ constexpr Architecture kArchitectures[] = {
     // Kimi K2 (moonshotai): DeepSeek-V3's architecture and class under its own model_type (its config class
     // is remote code; transformers' DeepseekV3Config reads the same fields).
     {"DeepseekV3ForCausalLM", "kimi_k2", ModelFamily::kDeepseekV3, DeepseekV3SpecFromConfig},
+    {"Glm4MoeForCausalLM", "glm4_moe", ModelFamily::kGlm4Moe, Glm4MoeSpecFromConfig},
+    {"MiniMaxM2ForCausalLM", "minimax_m2", ModelFamily::kMiniMaxM2, MiniMaxM2SpecFromConfig},
 };
 
 }  // namespace

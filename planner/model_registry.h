@@ -44,6 +44,10 @@ absl::StatusOr<ModelSpec> GemmaSpecFromConfig(const nlohmann::json& config, cons
                                               int64_t max_positions);
 absl::StatusOr<ModelSpec> DeepseekV3SpecFromConfig(const nlohmann::json& config, const Architecture& arch, DType dtype,
                                                    int64_t max_positions);
+absl::StatusOr<ModelSpec> Glm4MoeSpecFromConfig(const nlohmann::json& config, const Architecture& arch, DType dtype,
+                                                int64_t max_positions);
+absl::StatusOr<ModelSpec> MiniMaxM2SpecFromConfig(const nlohmann::json& config, const Architecture& arch, DType dtype,
+                                                  int64_t max_positions);
 absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const nlohmann::json& config, const Architecture& arch, DType dtype,
                                              int64_t max_positions);
 

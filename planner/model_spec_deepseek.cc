@@ -33,35 +33,35 @@ namespace {
 
 using namespace spec_builder;  // NOLINT: the family builders' shared vocabulary
 
-// DeepseekV3Config's fields beyond the common sizes, with its defaults.
+// DeepseekV3Config's fields beyond the common sizes and DeepSeekMoE's (model_spec_moe.h), with its defaults.
 struct DeepseekFields {
-  int64_t moe_intermediate = 2048;
-  int64_t n_shared_experts = 1;
-  int64_t n_routed_experts = 256;
-  double routed_scaling_factor = 2.5;
+  internal::GroupRouterFields moe;
   int64_t kv_lora_rank = 512;
   std::optional<int64_t> q_lora_rank = 1536;
   int64_t qk_rope_head_dim = 64;
   int64_t v_head_dim = 128;
   int64_t qk_nope_head_dim = 128;
-  int64_t n_group = 8;
-  int64_t topk_group = 4;
-  int64_t top_k = 8;
-  int64_t first_k_dense_replace = 3;
-  bool norm_topk_prob = true;
   bool rope_interleave = true;
   bool attention_bias = false;
   bool tie = false;
   std::string act_class;
 };
 
-absl::Status ReadInt(const json& config, const char* field, int64_t& out, int64_t max, bool may_be_zero = false) {
+// DeepseekV3Config's defaults for DeepSeekMoE's fields.
+constexpr internal::GroupRouterFields kDeepseekRouter{.moe_intermediate = 2048,
+                                                      .n_shared_experts = 1,
+                                                      .n_routed_experts = 256,
+                                                      .routed_scaling_factor = 2.5,
+                                                      .n_group = 8,
+                                                      .topk_group = 4,
+                                                      .top_k = 8,
+                                                      .first_k_dense_replace = 3,
+                                                      .norm_topk_prob = true};
+
+// A positive integer field at most `max` into `out`, left as it is when absent.
+absl::Status ReadInt(const json& config, const char* field, int64_t& out, int64_t max) {
   auto it = config.find(field);
   if (it == config.end()) return absl::OkStatus();
-  if (may_be_zero && it->is_number_integer() && it->get<int64_t>() == 0) {
-    out = 0;
-    return absl::OkStatus();
-  }
   absl::StatusOr<int64_t> v = PositiveIntAtMost(*it, field, max);
   if (!v.ok()) return v.status();
   out = *v;
@@ -71,8 +71,9 @@ absl::Status ReadInt(const json& config, const char* field, int64_t& out, int64_
 absl::StatusOr<DeepseekFields> ReadFields(const json& config, int64_t layers) {
   DeepseekFields f;
   const std::pair<const char*, int64_t*> sizes[] = {
-      {"moe_intermediate_size", &f.moe_intermediate}, {"kv_lora_rank", &f.kv_lora_rank},
-      {"qk_rope_head_dim", &f.qk_rope_head_dim},      {"v_head_dim", &f.v_head_dim},
+      {"kv_lora_rank", &f.kv_lora_rank},
+      {"qk_rope_head_dim", &f.qk_rope_head_dim},
+      {"v_head_dim", &f.v_head_dim},
       {"qk_nope_head_dim", &f.qk_nope_head_dim},
   };
   for (const auto& [field, out] : sizes) {
@@ -87,51 +88,11 @@ absl::StatusOr<DeepseekFields> ReadFields(const json& config, int64_t layers) {
       f.q_lora_rank = *v;
     }
   }
-  if (absl::Status s = ReadInt(config, "n_shared_experts", f.n_shared_experts, 1024, /*may_be_zero=*/true); !s.ok()) {
-    return s;
-  }
-  // n_routed_experts, or its alias num_local_experts (the config's attribute_map).
-  const char* experts_field = config.contains("n_routed_experts") ? "n_routed_experts" : "num_local_experts";
-  if (absl::Status s = ReadInt(config, experts_field, f.n_routed_experts, internal::kMaxExperts); !s.ok()) return s;
-  if (absl::Status s = ReadInt(config, "n_group", f.n_group, internal::kMaxExperts); !s.ok()) return s;
-  if (absl::Status s = ReadInt(config, "topk_group", f.topk_group, internal::kMaxExperts); !s.ok()) return s;
-  if (absl::Status s = ReadInt(config, "num_experts_per_tok", f.top_k, internal::kMaxExperts); !s.ok()) return s;
-  if (absl::Status s = ReadInt(config, "first_k_dense_replace", f.first_k_dense_replace, kMaxHiddenLayers,
-                               /*may_be_zero=*/true);
-      !s.ok()) {
-    return s;
-  }
-  // The router's shapes: groups of equal size, topk_group of them kept, top_k experts among the kept ones.
-  if (f.n_routed_experts % f.n_group != 0) {
-    return FieldError("n_routed_experts",
-                      absl::StrCat("(", f.n_routed_experts, ") must be a multiple of n_group (", f.n_group, ")"));
-  }
-  if (f.topk_group > f.n_group) {
-    return FieldError("topk_group", absl::StrCat("(", f.topk_group, ") must be at most n_group (", f.n_group, ")"));
-  }
-  const int64_t per_group = f.n_routed_experts / f.n_group;
-  if (per_group < 2) {
-    // A group's score is the sum of its two best experts' (topk(2) in the router).
-    return FieldError("n_group", absl::StrCat("(", f.n_group, ") leaves fewer than 2 experts per group"));
-  }
-  if (f.top_k > f.topk_group * per_group) {
-    return FieldError("num_experts_per_tok", absl::StrCat("(", f.top_k, ") exceeds the experts of topk_group (",
-                                                          f.topk_group, ") groups of ", per_group));
-  }
-  if (absl::Status s = internal::CheckExpertModules(
-          f.n_routed_experts, std::max<int64_t>(0, layers - f.first_k_dense_replace), experts_field);
-      !s.ok()) {
-    return s;
-  }
-  absl::StatusOr<double> scaling = NumberOr(config, "", "routed_scaling_factor", 2.5);
-  if (!scaling.ok()) return scaling.status();
-  if (!(*scaling > 0) || !std::isfinite(*scaling)) {
-    return FieldError("routed_scaling_factor", "must be a positive finite number");
-  }
-  f.routed_scaling_factor = *scaling;
-  for (auto [field, out] :
-       {std::pair{"norm_topk_prob", &f.norm_topk_prob}, std::pair{"rope_interleave", &f.rope_interleave},
-        std::pair{"attention_bias", &f.attention_bias}, std::pair{"tie_word_embeddings", &f.tie}}) {
+  absl::StatusOr<internal::GroupRouterFields> moe = internal::ReadGroupRouterFields(config, kDeepseekRouter, layers);
+  if (!moe.ok()) return moe.status();
+  f.moe = *moe;
+  for (auto [field, out] : {std::pair{"rope_interleave", &f.rope_interleave},
+                            std::pair{"attention_bias", &f.attention_bias}, std::pair{"tie_word_embeddings", &f.tie}}) {
     absl::StatusOr<bool> b = BoolOr(config, field, *out);
     if (!b.ok()) return b.status();
     *out = *b;
@@ -183,16 +144,18 @@ ModuleSpec Attention(const ModuleSpec& layer, const DecoderSizes& sizes, const D
 ModuleSpec MoeBlock(const ModuleSpec& layer, int64_t hidden, const DeepseekFields& f, DType dtype) {
   ModuleSpec block = Module(layer, "mlp", "DeepseekV3MoE");
   ModuleSpec experts = Module(block, "experts", "DeepseekV3Experts");
-  experts.parameters.push_back(Tensor("gate_up_proj", {f.n_routed_experts, 2 * f.moe_intermediate, hidden}, dtype));
-  experts.parameters.push_back(Tensor("down_proj", {f.n_routed_experts, hidden, f.moe_intermediate}, dtype));
+  experts.parameters.push_back(
+      Tensor("gate_up_proj", {f.moe.n_routed_experts, 2 * f.moe.moe_intermediate, hidden}, dtype));
+  experts.parameters.push_back(Tensor("down_proj", {f.moe.n_routed_experts, hidden, f.moe.moe_intermediate}, dtype));
   experts.children.push_back(Module(experts, "act_fn", f.act_class));
   block.children.push_back(std::move(experts));
   ModuleSpec gate = Module(block, "gate", "DeepseekV3TopkRouter");
-  gate.parameters.push_back(Tensor("weight", {f.n_routed_experts, hidden}, dtype));
+  gate.parameters.push_back(Tensor("weight", {f.moe.n_routed_experts, hidden}, dtype));
   // transformers keeps it in float32 when loading (_keep_in_fp32_modules_strict); from_config sizes it in `dtype`.
-  gate.buffers.push_back(Tensor("e_score_correction_bias", {f.n_routed_experts}, dtype));
+  gate.buffers.push_back(Tensor("e_score_correction_bias", {f.moe.n_routed_experts}, dtype));
   block.children.push_back(std::move(gate));
-  block.children.push_back(Mlp(block, "shared_experts", hidden, f.moe_intermediate * f.n_shared_experts, f, dtype));
+  block.children.push_back(
+      Mlp(block, "shared_experts", hidden, f.moe.moe_intermediate * f.moe.n_shared_experts, f, dtype));
   return block;
 }
 
@@ -244,12 +207,12 @@ void AddModules(const DecoderSizes& sizes, const DeepseekFields& f, DType dtype,
   for (int64_t i = 0; i < sizes.layers; ++i) {
     ModuleSpec layer = Module(layer_list, std::to_string(i), "DeepseekV3DecoderLayer");
     layer.children.push_back(Attention(layer, sizes, f, dtype));
-    if (i >= f.first_k_dense_replace) {
+    if (i >= f.moe.first_k_dense_replace) {
       layer.children.push_back(MoeBlock(layer, hidden, f, dtype));
       const std::string experts = layer.ChildName("mlp.experts");
       spec.per_expert_storage.push_back(ExpertsStorage{experts, experts, "gate_proj.weight", "up_proj.weight",
-                                                       "down_proj.weight", f.n_routed_experts, hidden,
-                                                       f.moe_intermediate, dtype});
+                                                       "down_proj.weight", f.moe.n_routed_experts, hidden,
+                                                       f.moe.moe_intermediate, dtype});
     } else {
       layer.children.push_back(Mlp(layer, "mlp", hidden, sizes.intermediate, f, dtype));
     }
@@ -266,21 +229,6 @@ void AddModules(const DecoderSizes& sizes, const DeepseekFields& f, DType dtype,
   model.children.push_back(std::move(rotary));
   root.children.push_back(std::move(model));
   root.children.push_back(LinearModule(root, "lm_head", hidden, sizes.vocab, /*bias=*/false, dtype));
-}
-
-// The MoE block's routing (DeepseekV3TopkRouter: sigmoid scores, group-limited top-k) and which layers are sparse.
-void SetMoe(const DeepseekFields& f, int64_t layers, MoeConfig& moe) {
-  moe.router = MoeConfig::Router::kSigmoidGroups;
-  moe.num_experts = f.n_routed_experts;
-  moe.top_k = f.top_k;
-  moe.norm_topk_prob = f.norm_topk_prob;
-  moe.weights_in_float32 = true;
-  moe.n_group = f.n_group;
-  moe.topk_group = f.topk_group;
-  moe.routed_scaling_factor = f.routed_scaling_factor;
-  moe.shared_intermediate = f.moe_intermediate * f.n_shared_experts;
-  moe.sparse.assign(static_cast<size_t>(layers), false);
-  for (int64_t i = f.first_k_dense_replace; i < layers; ++i) moe.sparse[static_cast<size_t>(i)] = true;
 }
 
 }  // namespace
@@ -325,7 +273,7 @@ absl::StatusOr<ModelSpec> DeepseekV3SpecFromConfig(const json& config, const Arc
                           .v_head_dim = f->v_head_dim,
                           .rope_interleave = f->rope_interleave,
                           .attention_bias = f->attention_bias};
-  SetMoe(*f, sizes->layers, decoder.moe);
+  internal::SetGroupRouterMoe(f->moe, sizes->layers, decoder.moe);
   decoder.sliding_window.assign(static_cast<size_t>(sizes->layers), 0);
   absl::StatusOr<double> eps = NumberOr(config, "", "rms_norm_eps", 1e-6);
   if (!eps.ok()) return eps.status();

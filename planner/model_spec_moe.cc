@@ -4,6 +4,8 @@
 
 #include "planner/model_spec_moe.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -42,7 +44,87 @@ absl::Status CheckExperts(const MoeFields& moe, absl::string_view experts_field)
   return absl::OkStatus();
 }
 
+// A positive integer field at most `max` (or 0 where `may_be_zero`) into `out`, left as it is when absent.
+absl::Status ReadInt(const json& config, const char* field, int64_t& out, int64_t max, bool may_be_zero = false) {
+  auto it = config.find(field);
+  if (it == config.end()) return absl::OkStatus();
+  if (may_be_zero && it->is_number_integer() && it->get<int64_t>() == 0) {
+    out = 0;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int64_t> v = spec_builder::PositiveIntAtMost(*it, field, max);
+  if (!v.ok()) return v.status();
+  out = *v;
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<GroupRouterFields> ReadGroupRouterFields(const json& config, const GroupRouterFields& defaults,
+                                                        int64_t layers) {
+  GroupRouterFields f = defaults;
+  if (absl::Status s = ReadInt(config, "moe_intermediate_size", f.moe_intermediate, kMaxHiddenSize); !s.ok()) return s;
+  if (absl::Status s = ReadInt(config, "n_shared_experts", f.n_shared_experts, 1024, /*may_be_zero=*/true); !s.ok()) {
+    return s;
+  }
+  // n_routed_experts, or its alias num_local_experts (the config's attribute_map).
+  const char* experts_field = config.contains("n_routed_experts") ? "n_routed_experts" : "num_local_experts";
+  if (absl::Status s = ReadInt(config, experts_field, f.n_routed_experts, kMaxExperts); !s.ok()) return s;
+  if (absl::Status s = ReadInt(config, "n_group", f.n_group, kMaxExperts); !s.ok()) return s;
+  if (absl::Status s = ReadInt(config, "topk_group", f.topk_group, kMaxExperts); !s.ok()) return s;
+  if (absl::Status s = ReadInt(config, "num_experts_per_tok", f.top_k, kMaxExperts); !s.ok()) return s;
+  if (absl::Status s = ReadInt(config, "first_k_dense_replace", f.first_k_dense_replace, kMaxHiddenLayers,
+                               /*may_be_zero=*/true);
+      !s.ok()) {
+    return s;
+  }
+  // The router's shapes: groups of equal size, topk_group of them kept, top_k experts among the kept ones.
+  if (f.n_routed_experts % f.n_group != 0) {
+    return FieldError("n_routed_experts",
+                      absl::StrCat("(", f.n_routed_experts, ") must be a multiple of n_group (", f.n_group, ")"));
+  }
+  if (f.topk_group > f.n_group) {
+    return FieldError("topk_group", absl::StrCat("(", f.topk_group, ") must be at most n_group (", f.n_group, ")"));
+  }
+  const int64_t per_group = f.n_routed_experts / f.n_group;
+  if (per_group < 2) {
+    // A group's score is the sum of its two best experts' (topk(2) in the router).
+    return FieldError("n_group", absl::StrCat("(", f.n_group, ") leaves fewer than 2 experts per group"));
+  }
+  if (f.top_k > f.topk_group * per_group) {
+    return FieldError("num_experts_per_tok", absl::StrCat("(", f.top_k, ") exceeds the experts of topk_group (",
+                                                          f.topk_group, ") groups of ", per_group));
+  }
+  if (absl::Status s =
+          CheckExpertModules(f.n_routed_experts, std::max<int64_t>(0, layers - f.first_k_dense_replace), experts_field);
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<double> scaling = spec_builder::NumberOr(config, "", "routed_scaling_factor", f.routed_scaling_factor);
+  if (!scaling.ok()) return scaling.status();
+  if (!(*scaling > 0) || !std::isfinite(*scaling)) {
+    return FieldError("routed_scaling_factor", "must be a positive finite number");
+  }
+  f.routed_scaling_factor = *scaling;
+  absl::StatusOr<bool> norm = spec_builder::BoolOr(config, "norm_topk_prob", f.norm_topk_prob);
+  if (!norm.ok()) return norm.status();
+  f.norm_topk_prob = *norm;
+  return f;
+}
+
+void SetGroupRouterMoe(const GroupRouterFields& f, int64_t layers, MoeConfig& moe) {
+  moe.router = MoeConfig::Router::kSigmoidGroups;
+  moe.num_experts = f.n_routed_experts;
+  moe.top_k = f.top_k;
+  moe.norm_topk_prob = f.norm_topk_prob;
+  moe.weights_in_float32 = true;
+  moe.n_group = f.n_group;
+  moe.topk_group = f.topk_group;
+  moe.routed_scaling_factor = f.routed_scaling_factor;
+  moe.shared_intermediate = f.moe_intermediate * f.n_shared_experts;
+  moe.sparse.assign(static_cast<size_t>(layers), false);
+  for (int64_t i = f.first_k_dense_replace; i < layers; ++i) moe.sparse[static_cast<size_t>(i)] = true;
+}
 
 const char* ExpertsField(const json& config) {
   return config.contains("num_local_experts") || !config.contains("num_experts") ? "num_local_experts" : "num_experts";

@@ -47,6 +47,27 @@ absl::StatusOr<MoeFields> ReadQwen3MoeFields(const nlohmann::json& config);
 // intermediate size is intermediate_size; top-k weights are always renormalised.
 absl::StatusOr<MoeFields> ReadMixtralFields(const nlohmann::json& config);
 
+// DeepSeekMoE's router and experts as DeepseekV3Config and Glm4MoeConfig name them (the families differ in defaults):
+// sigmoid scores, group-limited top-k with e_score_correction_bias, shared experts, the first first_k_dense_replace
+// layers dense.
+struct GroupRouterFields {
+  int64_t moe_intermediate = 0;  // moe_intermediate_size
+  int64_t n_shared_experts = 0;
+  int64_t n_routed_experts = 0;  // or its alias num_local_experts
+  double routed_scaling_factor = 1.0;
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  int64_t top_k = 0;  // num_experts_per_tok
+  int64_t first_k_dense_replace = 0;
+  bool norm_topk_prob = true;
+};
+// Reads them over `defaults` and checks the router's shapes (equal groups of at least two experts, topk_group <=
+// n_group, top_k within the kept groups) and the expert-module cap for `layers` layers; errors name the field.
+absl::StatusOr<GroupRouterFields> ReadGroupRouterFields(const nlohmann::json& config, const GroupRouterFields& defaults,
+                                                        int64_t layers);
+// The forward pass's MoeConfig of those fields (MoeConfig::Router::kSigmoidGroups, shared experts, sparse layers).
+void SetGroupRouterMoe(const GroupRouterFields& f, int64_t layers, MoeConfig& moe);
+
 // Whether Qwen3-MoE's layer `layer` holds a sparse MoE block (Qwen3MoeDecoderLayer.__init__).
 bool Qwen3MoeLayerIsSparse(const MoeFields& moe, int64_t layer);
 

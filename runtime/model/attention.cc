@@ -45,6 +45,8 @@ at::Tensor SelfAttention(const at::Tensor& hidden, const AttentionWeights& w, in
   const at::Tensor biases[] = {w.q_bias, w.k_bias, w.v_bias};
   std::vector<at::Tensor> qkv = LinearEach(hidden, weights, biases);
   auto heads_of = [&](at::Tensor out, int64_t heads, const at::Tensor& norm) {
+    if (norm.defined() && additions.norm_across_heads)
+      return RmsNorm(out, norm, additions.norm_eps).view({n, heads, head_dim});
     out = out.view({n, heads, head_dim});
     if (norm.defined()) out = RmsNorm(out, norm, additions.norm_eps);
     return out;  // [n, heads, D]

@@ -55,6 +55,7 @@ struct AttentionWeights {
 struct AttentionAdditions {
   at::Tensor q_norm, k_norm;  // RMSNorm weights [head_dim] over each query / key head, before RoPE
   double norm_eps = 1e-6;
+  bool norm_across_heads = false;  // MiniMax-M2: q_norm / k_norm [heads x head_dim] over all heads of a token at once
   at::Tensor o_bias;  // attention_bias
 };
 

@@ -43,6 +43,15 @@ std::pair<at::Tensor, at::Tensor> Route(const at::Tensor& flat, const at::Tensor
     if (!moe.weights_in_float32) top_weights = top_weights.to(logits.scalar_type());
     return {top_weights, top_ids};
   }
+  if (moe.router == planner::MoeConfig::Router::kSigmoid) {
+    // MiniMax-M2 (MiniMaxM2TopKRouter): logits in the weights' dtype, sigmoid in float32, the top k of the scores plus
+    // the correction bias, their unbiased scores renormalised.
+    at::Tensor scores = Linear(flat.to(router.scalar_type()), router).to(at::kFloat).sigmoid();  // [N, E]
+    at::Tensor top_ids =
+        std::get<1>(at::topk(scores + correction_bias.to(at::kFloat), k, -1, /*largest=*/true, /*sorted=*/false));
+    at::Tensor top_weights = scores.gather(1, top_ids);
+    return {top_weights / top_weights.sum(-1, /*keepdim=*/true), top_ids};
+  }
   // DeepSeekMoE (transformers' DeepseekV3TopkRouter), in float32: sigmoid scores; the biased scores pick the
   // topk_group groups (a group's score: the sum of its two best) and, among their experts, the top k; the weights
   // are the unbiased scores of those, renormalised (norm_topk_prob) and scaled by routed_scaling_factor.

@@ -25,6 +25,7 @@ std::vector<std::string> Qwen3UnitWeights(UnitKind kind, int64_t layer, const De
                                     "self_attn.o_proj.weight", "post_attention_layernorm.weight"};
   if (Sparse(dims, layer)) {
     names.push_back("mlp.gate.weight");
+    if (dims.moe.router == planner::MoeConfig::Router::kSigmoid) names.push_back("mlp.e_score_correction_bias");
   } else {
     for (const char* n : {"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) names.push_back(n);
   }
@@ -48,11 +49,13 @@ at::Tensor RunQwen3Unit(const Unit& unit, const std::vector<WeightTensor>& w, co
   const bool sparse = Sparse(dims, unit.layer);
   AttentionWeights attention{w[kQProj], w[kKProj], w[kVProj], w[kOProj], {}, {}, {}};
   AttentionAdditions additions;
-  size_t next = kMlp + (sparse ? 1 : 3);
+  const bool biased_router = sparse && dims.moe.router == planner::MoeConfig::Router::kSigmoid;
+  size_t next = kMlp + (sparse ? (biased_router ? 2 : 1) : 3);
   if (dims.qk_norm) {
     additions.q_norm = w[next++];
     additions.k_norm = w[next++];
     additions.norm_eps = dims.rms_norm_eps;
+    additions.norm_across_heads = dims.qk_norm_across_heads;
   }
   if (dims.qkv_bias) {
     attention.q_bias = w[next++];
@@ -66,7 +69,7 @@ at::Tensor RunQwen3Unit(const Unit& unit, const std::vector<WeightTensor>& w, co
   normed = RmsNorm(h, w[kNormPost], dims.rms_norm_eps);
   at::Tensor mlp;
   if (sparse) {
-    mlp = SparseMoe(normed, w[kMlp], unit.experts, dims.moe);
+    mlp = SparseMoe(normed, w[kMlp], unit.experts, dims.moe, biased_router ? w[kMlp + 1] : at::Tensor());
   } else {
     mlp = Linear(SiluMul(Linear(normed, w[kMlp]), Linear(normed, w[kMlp + 1])), w[kMlp + 2]);
   }

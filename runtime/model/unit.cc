@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/model/deepseek_model.h"
 #include "runtime/model/gemma_model.h"
+#include "runtime/model/glm4_moe_model.h"
 #include "runtime/model/llama_model.h"
 #include "runtime/model/phi3_model.h"
 #include "runtime/model/qwen3_model.h"
@@ -56,11 +57,13 @@ const UnitRunner& RunnerFor(ModelFamily family) {
   static constexpr UnitRunner kGemma{GemmaUnitWeights, RunGemmaUnit};
   static constexpr UnitRunner kPhi3{Phi3UnitWeights, RunPhi3Unit};
   static constexpr UnitRunner kDeepseekV3{DeepseekV3UnitWeights, RunDeepseekV3Unit};
+  static constexpr UnitRunner kGlm4Moe{Glm4MoeUnitWeights, RunGlm4MoeUnit};
   switch (family) {
     case ModelFamily::kLlama:
       return kLlama;
     case ModelFamily::kQwen3:
     case ModelFamily::kMixtral:
+    case ModelFamily::kMiniMaxM2:
       return kQwen3;
     case ModelFamily::kGemma2:
     case ModelFamily::kGemma3:
@@ -69,6 +72,8 @@ const UnitRunner& RunnerFor(ModelFamily family) {
       return kPhi3;
     case ModelFamily::kDeepseekV3:
       return kDeepseekV3;
+    case ModelFamily::kGlm4Moe:
+      return kGlm4Moe;
   }
   return kLlama;
 }

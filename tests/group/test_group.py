@@ -57,6 +57,7 @@ CASES = [
     ("qwen3_moe_mixed", [0, 1, 2], None),
     ("gemma2_softcap", [0, 1, 2], 0),  # tied, three nodes: 0 -> 1 -> 2 -> 0
     ("deepseek_v3_yarn", [0, 1], None),  # MLA's latent KV pools on each node, DeepSeekMoE
+    ("glm4_moe_qknorm", [0, 1], None),  # partial RoPE, q/k norms, DeepSeekMoE's router with shared experts
 ]
 
 

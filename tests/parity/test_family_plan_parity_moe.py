@@ -1,4 +1,4 @@
-"""Qwen3, Qwen3-MoE, Mixtral and DeepSeek-V3: strata's module tree is the one transformers builds (names, classes,
+"""Qwen3, Qwen3-MoE, Mixtral, DeepSeek-V3, GLM-4.5/4.6 and MiniMax-M2: strata's module tree is the one transformers builds (names, classes,
 fused expert parameters, no-split classes), strata-plan's device map is transformers' own for every
 strategy and memory layout of the plan parity suite, and bad MoE configs exit 2 naming the field.
 
@@ -46,7 +46,31 @@ _DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deeps
                 "tie_word_embeddings": False, "vocab_size": 129280, "bos_token_id": 0, "eos_token_id": 1,
                 "torch_dtype": "bfloat16"}
 
+# GLM-4.6's and GLM-4.5-Air's public config.json (zai-org), MiniMax-M2's (MiniMaxAI; its FP8 quantization_config left
+# out: dense sizing; its legacy MTP and routing fields kept, transformers ignores them).
+_GLM4_MOE = {"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "attention_bias": True,
+             "head_dim": 128, "hidden_act": "silu", "partial_rotary_factor": 0.5, "norm_topk_prob": True,
+             "num_key_value_heads": 8, "n_group": 1, "topk_group": 1, "n_shared_experts": 1, "num_experts_per_tok": 8,
+             "rms_norm_eps": 1e-5, "rope_scaling": None, "rope_theta": 1000000, "num_nextn_predict_layers": 1,
+             "tie_word_embeddings": False, "vocab_size": 151552, "pad_token_id": 151329,
+             "eos_token_id": [151329, 151336, 151338], "torch_dtype": "bfloat16"}
+_MINIMAX_M2 = {"architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2", "hidden_act": "silu",
+               "hidden_size": 3072, "intermediate_size": 1536, "num_hidden_layers": 62, "num_attention_heads": 48,
+               "num_key_value_heads": 8, "head_dim": 128, "rotary_dim": 64, "vocab_size": 200064,
+               "num_local_experts": 256, "num_experts_per_tok": 8, "max_position_embeddings": 196608,
+               "rms_norm_eps": 1e-6, "rope_theta": 5000000, "tie_word_embeddings": False, "qk_norm_type": "per_layer",
+               "use_qk_norm": True, "scoring_func": "sigmoid", "use_routing_bias": True, "use_mtp": True,
+               "num_mtp_modules": 3, "mtp_transformer_layers": 1, "bos_token_id": 200019, "eos_token_id": 200020,
+               "torch_dtype": "bfloat16"}
+
 CONFIGS = {
+    "GLM-4.6": dict(_GLM4_MOE, hidden_size=5120, intermediate_size=12288, moe_intermediate_size=1536,
+                    num_hidden_layers=92, num_attention_heads=96, n_routed_experts=160, first_k_dense_replace=3,
+                    routed_scaling_factor=2.5, use_qk_norm=True, max_position_embeddings=202752),
+    "GLM-4.5-Air": dict(_GLM4_MOE, hidden_size=4096, intermediate_size=10944, moe_intermediate_size=1408,
+                        num_hidden_layers=46, num_attention_heads=96, n_routed_experts=128, first_k_dense_replace=1,
+                        routed_scaling_factor=1.0, use_qk_norm=False, max_position_embeddings=131072),
+    "MiniMax-M2": _MINIMAX_M2,
     "DeepSeek-V3": _DEEPSEEK_V3,
     "Kimi-K2-shaped": dict(_DEEPSEEK_V3, num_attention_heads=64, num_key_value_heads=64, n_routed_experts=384,
                            n_group=1, topk_group=1, first_k_dense_replace=1, vocab_size=163840,
@@ -98,6 +122,20 @@ TINY = {
                                    first_k_dense_replace=2, n_shared_experts=2, kv_lora_rank=24, q_lora_rank=None,
                                    qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=12, attention_bias=True,
                                    tie_word_embeddings=True, vocab_size=128, rope_scaling=None),
+    # GLM without head_dim (hidden_size / heads), partial RoPE in the dict, groups, q/k norms, two shared experts, a tied
+    # head; MiniMax-M2 with partial_rotary_factor over rotary_dim.
+    "glm4-moe-tiny": {k: v for k, v in dict(_GLM4_MOE, hidden_size=64, intermediate_size=96, moe_intermediate_size=16,
+                                             num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                                             n_routed_experts=8, n_group=2, topk_group=1, num_experts_per_tok=2,
+                                             first_k_dense_replace=1, n_shared_experts=2, use_qk_norm=True,
+                                             tie_word_embeddings=True, vocab_size=128, pad_token_id=0,
+                                             rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                              "partial_rotary_factor": 0.25}).items()
+                      if k not in ("head_dim", "rope_scaling", "rope_theta", "partial_rotary_factor")},
+    "minimax-m2-tiny": dict(_MINIMAX_M2, hidden_size=64, intermediate_size=32, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4,
+                            num_experts_per_tok=2, vocab_size=128, bos_token_id=1, eos_token_id=2,
+                            partial_rotary_factor=0.75),
     "mixtral-alias-num-experts": {k: v for k, v in dict(_MIXTRAL, hidden_size=64, intermediate_size=96,
                                                          num_hidden_layers=2, num_attention_heads=4, vocab_size=128,
                                                          num_experts=3, num_experts_per_tok=3).items()
@@ -197,6 +235,14 @@ BAD = [
     ("Qwen3-30B-A3B", {"num_local_experts": 0}, "num_local_experts"),
     ("Mixtral-8x7B-v0.1", {"num_experts_per_tok": 9}, "num_experts_per_tok"),
     ("Mixtral-8x7B-v0.1", {"num_local_experts": 2.5}, "num_local_experts"),
+    ("GLM-4.6", {"n_group": 3}, "n_routed_experts"),
+    ("GLM-4.6", {"topk_group": 2}, "topk_group"),
+    ("GLM-4.6", {"use_qk_norm": "yes"}, "use_qk_norm"),
+    ("GLM-4.6", {"partial_rotary_factor": 1.5}, "partial_rotary_factor"),
+    ("GLM-4.6", {"first_k_dense_replace": -1}, "first_k_dense_replace"),
+    ("MiniMax-M2", {"rotary_dim": 256}, "rotary_dim"),
+    ("MiniMax-M2", {"num_experts_per_tok": 257}, "num_experts_per_tok"),
+    ("MiniMax-M2", {"num_local_experts": 0}, "num_local_experts"),
 ]
 
 

@@ -80,6 +80,23 @@ CONFIGS = {
         num_experts_per_tok=3, first_k_dense_replace=2, n_shared_experts=2, routed_scaling_factor=1.5,
         kv_lora_rank=24, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=12,
         rope_interleave=False, attention_bias=True, norm_topk_prob=False, tie_word_embeddings=True)),
+    # GLM-4.5 (tests/runtime_parity/test_glm4_moe_parity.py): half of each head rotated, per-head q/k norms, q/k/v
+    # biases without o's, DeepSeekMoE with 2 groups of 4 experts (1 kept), random correction biases, a dense first
+    # layer, shared experts; and the -Air shape: no q/k norms or biases, one group, two shared experts, unnormalised
+    # top-k, a tied head.
+    "glm4_moe_qknorm": ("Glm4MoeConfig", dict(
+        _COMMON, head_dim=16, moe_intermediate_size=32, n_routed_experts=8, n_group=2, topk_group=1,
+        num_experts_per_tok=2, first_k_dense_replace=1, n_shared_experts=1, routed_scaling_factor=2.5,
+        use_qk_norm=True, attention_bias=True, partial_rotary_factor=0.5)),
+    "glm4_moe_air": ("Glm4MoeConfig", dict(
+        _COMMON, moe_intermediate_size=32, n_routed_experts=6, n_group=1, topk_group=1, num_experts_per_tok=3,
+        first_k_dense_replace=2, n_shared_experts=2, routed_scaling_factor=1.0, norm_topk_prob=False,
+        tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 500000.0,
+                                                   "partial_rotary_factor": 0.25})),
+    # MiniMax-M2 (tests/runtime_parity/test_minimax_m2_parity.py): q/k norms across all heads, half of each head
+    # rotated (the legacy rotary_dim), a sparse block in every layer with a sigmoid router and random correction biases.
+    "minimax_m2_partial": ("MiniMaxM2Config", dict(
+        _COMMON, head_dim=16, rotary_dim=8, intermediate_size=32, num_local_experts=6, num_experts_per_tok=2)),
     # Phi-3: fused projections, half the head rotated, longrope (short factors below 64 tokens, the
     # attention factor of max_position_embeddings / 64), a sliding window on every layer.
     "phi3_longrope": ("Phi3Config", dict(_COMMON, sliding_window=9, partial_rotary_factor=0.5,

@@ -1,0 +1,205 @@
+// ModelSpecFromConfig for MiniMaxM2ForCausalLM (`minimax_m2`): GQA attention with RMSNorms over all query heads and
+// all key heads at once (q_norm [heads x head_dim], k_norm [kv_heads x head_dim], before RoPE), RoPE over the leading
+// rotary_dim dims of each head, and a sparse MoE block in every layer: a sigmoid router whose choice adds the block's
+// e_score_correction_bias, the chosen scores renormalised (MoeConfig::Router::kSigmoid), experts of intermediate_size.
+//
+// The tree reproduces what transformers 5.23 builds for `AutoModelForCausalLM.from_config(config, dtype=...)`
+// (models/minimax_m2/modeling_minimax_m2.py, configuration_minimax_m2.py): MiniMaxM2Attention's q_proj, k_proj,
+// v_proj, o_proj, q_norm, k_norm (no biases); MiniMaxM2SparseMoeBlock's gate, experts and its own
+// e_score_correction_bias buffer. Checkpoints keep Mixtral's names (transformers' conversion mapping):
+// block_sparse_moe.gate.weight, block_sparse_moe.e_score_correction_bias and
+// block_sparse_moe.experts.E.{w1,w3,w2}.weight for each expert's gate, up and down projections; MiniMax's released
+// checkpoints are FP8 blocks (planner/quantization).
+//
+// The forward pass's settings (ModelSpec::decoder): partial_rotary_factor (the RoPE dict's, else the top-level one,
+// else the legacy rotary_dim / head_dim), RoPE (Llama-style types, theta 5e6 by default), the router.
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "planner/decoder_config.h"
+#include "planner/model_registry.h"
+#include "planner/model_spec.h"
+#include "planner/model_spec_moe.h"
+#include "planner/spec_builder.h"
+
+namespace strata::planner {
+namespace {
+
+using namespace spec_builder;  // NOLINT: the family builders' shared vocabulary
+
+ModuleSpec RmsNorm(const ModuleSpec& parent, const char* local, int64_t dim, DType dtype) {
+  return Norm(parent, local, "MiniMaxM2RMSNorm", dim, dtype);
+}
+
+ModuleSpec Attention(const ModuleSpec& layer, const DecoderSizes& sizes, DType dtype) {
+  const int64_t hidden = sizes.hidden, d = sizes.head_dim;
+  ModuleSpec attn = Module(layer, "self_attn", "MiniMaxM2Attention");
+  attn.children.push_back(LinearModule(attn, "q_proj", hidden, sizes.heads * d, false, dtype));
+  attn.children.push_back(LinearModule(attn, "k_proj", hidden, sizes.kv_heads * d, false, dtype));
+  attn.children.push_back(LinearModule(attn, "v_proj", hidden, sizes.kv_heads * d, false, dtype));
+  attn.children.push_back(LinearModule(attn, "o_proj", sizes.heads * d, hidden, false, dtype));
+  attn.children.push_back(RmsNorm(attn, "q_norm", sizes.heads * d, dtype));
+  attn.children.push_back(RmsNorm(attn, "k_norm", sizes.kv_heads * d, dtype));
+  return attn;
+}
+
+ModuleSpec MoeBlock(const ModuleSpec& layer, const DecoderSizes& sizes, int64_t experts_count,
+                    const std::string& act_class, DType dtype) {
+  const int64_t hidden = sizes.hidden, inter = sizes.intermediate;
+  ModuleSpec block = Module(layer, "mlp", "MiniMaxM2SparseMoeBlock");
+  ModuleSpec gate = Module(block, "gate", "MiniMaxM2TopKRouter");
+  gate.parameters.push_back(Tensor("weight", {experts_count, hidden}, dtype));
+  block.children.push_back(std::move(gate));
+  ModuleSpec experts = Module(block, "experts", "MiniMaxM2Experts");
+  experts.parameters.push_back(Tensor("gate_up_proj", {experts_count, 2 * inter, hidden}, dtype));
+  experts.parameters.push_back(Tensor("down_proj", {experts_count, hidden, inter}, dtype));
+  experts.children.push_back(Module(experts, "act_fn", act_class));
+  block.children.push_back(std::move(experts));
+  block.buffers.push_back(Tensor("e_score_correction_bias", {experts_count}, dtype));
+  return block;
+}
+
+// The fraction of each head RoPE rotates: the RoPE dict's partial_rotary_factor, else the top-level one, else the
+// legacy rotary_dim / head_dim (MiniMaxM2Config.convert_rope_params_to_dict), else 1.
+absl::StatusOr<double> PartialRotaryFactor(const json& config, const RopeDict& dict, int64_t head_dim) {
+  double factor = 1.0;
+  const bool stated = (config.contains("partial_rotary_factor") && !config["partial_rotary_factor"].is_null()) ||
+                      (dict.params != nullptr && dict.params->contains("partial_rotary_factor"));
+  if (auto it = config.find("rotary_dim"); !stated && it != config.end() && !it->is_null()) {
+    absl::StatusOr<int64_t> dim = PositiveIntAtMost(*it, "rotary_dim", head_dim);
+    if (!dim.ok()) return dim.status();
+    factor = static_cast<double>(*dim) / static_cast<double>(head_dim);
+  }
+  for (const auto& [object, prefix] :
+       {std::pair{&config, std::string()}, std::pair{dict.params, dict.params != nullptr ? dict.field + "." : ""}}) {
+    if (object == nullptr) continue;
+    auto it = object->find("partial_rotary_factor");
+    if (it == object->end() || it->is_null()) continue;
+    if (!it->is_number() || !(it->get<double>() > 0) || it->get<double>() > 1) {
+      return FieldError(absl::StrCat(prefix, "partial_rotary_factor"),
+                        absl::StrCat("must be a number in (0, 1], got ", it->dump()));
+    }
+    factor = it->get<double>();
+  }
+  return factor;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelSpec> MiniMaxM2SpecFromConfig(const json& config, const Architecture& arch, DType dtype,
+                                                  int64_t max_positions) {
+  absl::StatusOr<DecoderSizes> sizes = ReadDecoderSizes(config);
+  if (!sizes.ok()) return sizes.status();
+  absl::StatusOr<int64_t> kv_heads =
+      PositiveIntOr(config, "num_key_value_heads", 8, /*may_be_null=*/false, kMaxAttentionHeads);
+  if (!kv_heads.ok()) return kv_heads.status();
+  if (sizes->heads % *kv_heads != 0) {
+    return FieldError("num_attention_heads", absl::StrCat("(", sizes->heads, ") must be a multiple of ",
+                                                          "num_key_value_heads (", *kv_heads, ")"));
+  }
+  sizes->kv_heads = *kv_heads;
+  absl::StatusOr<int64_t> head_dim = PositiveIntOr(config, "head_dim", 128, /*may_be_null=*/false, kMaxHeadDim);
+  if (!head_dim.ok()) return head_dim.status();
+  sizes->head_dim = *head_dim;
+  const char* experts_field = config.contains("num_local_experts") ? "num_local_experts" : "num_experts";
+  absl::StatusOr<int64_t> experts = PositiveIntOr(config, experts_field, 256, false, internal::kMaxExperts);
+  if (!experts.ok()) return experts.status();
+  absl::StatusOr<int64_t> top_k = PositiveIntOr(config, "num_experts_per_tok", 8, false, internal::kMaxExperts);
+  if (!top_k.ok()) return top_k.status();
+  if (*top_k > *experts) {
+    return FieldError("num_experts_per_tok",
+                      absl::StrCat("(", *top_k, ") must not exceed ", experts_field, " (", *experts, ")"));
+  }
+  if (absl::Status s = internal::CheckExpertModules(*experts, sizes->layers, experts_field); !s.ok()) return s;
+  absl::StatusOr<bool> tie = BoolOr(config, "tie_word_embeddings", false);
+  if (!tie.ok()) return tie.status();
+  std::string act = "silu";
+  if (auto it = config.find("hidden_act"); it != config.end()) {
+    if (!it->is_string()) return FieldError("hidden_act", absl::StrCat("must be a string, got ", it->dump()));
+    act = it->get<std::string>();
+  }
+  if (act != "silu") return FieldError("hidden_act", absl::StrCat("\"", act, "\" is not supported (silu)"));
+  if (absl::Status s = CheckPadTokenId(config, sizes->vocab, 0); !s.ok()) return s;
+  absl::StatusOr<RopeDict> dict = FindRopeDict(config);
+  if (!dict.ok()) return dict.status();
+  absl::StatusOr<double> factor = PartialRotaryFactor(config, *dict, *head_dim);
+  if (!factor.ok()) return factor.status();
+  const int64_t rotary_dim = static_cast<int64_t>(static_cast<double>(*head_dim) * *factor);
+  if (rotary_dim < 2) return FieldError("partial_rotary_factor", "rotates fewer than 2 dims of a head");
+
+  ModelSpec spec = DecoderSpecFrame(std::string(arch.name), dtype, "MiniMaxM2", *tie, *sizes);
+  const int64_t hidden = sizes->hidden;
+  const std::string act_class = *ActivationClass(act);
+  ModuleSpec& root = spec.root;
+  ModuleSpec model = Module(root, "model", "MiniMaxM2Model");
+  ModuleSpec embed = Module(model, "embed_tokens", "Embedding");
+  embed.parameters.push_back(Tensor("weight", {sizes->vocab, hidden}, dtype));
+  model.children.push_back(std::move(embed));
+  model.children.push_back(DecoderLayers(model, sizes->layers, [&](const ModuleSpec& list, int64_t i) {
+    ModuleSpec layer = Module(list, std::to_string(i), "MiniMaxM2DecoderLayer");
+    layer.children.push_back(Attention(layer, *sizes, dtype));
+    layer.children.push_back(MoeBlock(layer, *sizes, *experts, act_class, dtype));
+    layer.children.push_back(RmsNorm(layer, "input_layernorm", hidden, dtype));
+    layer.children.push_back(RmsNorm(layer, "post_attention_layernorm", hidden, dtype));
+    const std::string stored = absl::StrCat("model.layers.", i, ".block_sparse_moe");
+    spec.stored_names[layer.ChildName("mlp.gate.weight")] = stored + ".gate.weight";
+    spec.stored_names[layer.ChildName("mlp.e_score_correction_bias")] = stored + ".e_score_correction_bias";
+    spec.per_expert_storage.push_back(ExpertsStorage{layer.ChildName("mlp.experts"), stored + ".experts", "w1.weight",
+                                                     "w3.weight", "w2.weight", *experts, hidden, sizes->intermediate,
+                                                     dtype});
+    return layer;
+  }));
+  model.children.push_back(RmsNorm(model, "norm", hidden, dtype));
+  ModuleSpec rotary = Module(model, "rotary_emb", "MiniMaxM2RotaryEmbedding");
+  rotary.buffers.push_back(Tensor("inv_freq", {(rotary_dim + 1) / 2}, DType::kFloat32, /*persistent=*/false));
+  rotary.buffers.push_back(Tensor("original_inv_freq", {(rotary_dim + 1) / 2}, DType::kFloat32, false));
+  model.children.push_back(std::move(rotary));
+  root.children.push_back(std::move(model));
+  root.children.push_back(LinearModule(root, "lm_head", hidden, sizes->vocab, /*bias=*/false, dtype));
+  if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) {
+    return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
+  }
+
+  DecoderConfig decoder;
+  decoder.architecture = spec.architecture;
+  SetSizes(*sizes, decoder);
+  decoder.qk_norm = true;
+  decoder.qk_norm_across_heads = true;
+  decoder.rotary_dim = rotary_dim == *head_dim ? 0 : rotary_dim;
+  decoder.moe.router = MoeConfig::Router::kSigmoid;
+  decoder.moe.num_experts = *experts;
+  decoder.moe.top_k = *top_k;
+  decoder.moe.norm_topk_prob = true;
+  decoder.moe.weights_in_float32 = true;
+  decoder.moe.sparse.assign(static_cast<size_t>(sizes->layers), true);
+  decoder.sliding_window.assign(static_cast<size_t>(sizes->layers), 0);
+  absl::StatusOr<double> eps = NumberOr(config, "", "rms_norm_eps", 1e-6);
+  if (!eps.ok()) return eps.status();
+  if (!(*eps > 0) || !std::isfinite(*eps)) {
+    return FieldError("rms_norm_eps", absl::StrCat("must be a positive finite number, got ", *eps));
+  }
+  decoder.rms_norm_eps = *eps;
+  absl::StatusOr<std::string> type = RopeTypeOf(*dict);
+  absl::StatusOr<double> theta = NumberOr(config, "", "rope_theta", 5000000.0);  // MiniMaxM2Config.default_theta
+  absl::StatusOr<RopeConfig> rope =
+      !type.ok()    ? absl::StatusOr<RopeConfig>(type.status())
+      : !theta.ok() ? absl::StatusOr<RopeConfig>(theta.status())
+                    : LlamaStyleRope(dict->params != nullptr ? *dict->params : json::object(),
+                                     dict->params != nullptr ? dict->field + "." : "", *type, *theta,
+                                     max_positions > 0 ? static_cast<double>(max_positions) : 8192.0);
+  if (!rope.ok()) {
+    spec.decoder = rope.status();
+  } else {
+    decoder.rope = *rope;
+    spec.decoder = std::move(decoder);
+  }
+  return spec;
+}
+
+}  // namespace strata::planner
