@@ -1,9 +1,11 @@
 #pragma once
-// What the C++ micro-benchmarks share: medians and their comma-separated integer flags.
+// What the C++ micro-benchmarks share: medians, their comma-separated integer flags and the CPU's name.
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -28,6 +30,16 @@ inline std::vector<int> Ints(const char* program, const char* text) {
     out.push_back(value);
   }
   return out;
+}
+
+// The CPU's model name, as /proc/cpuinfo gives it (the tables name the machine they were measured on).
+inline std::string CpuName() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown CPU";
 }
 
 }  // namespace strata::bench

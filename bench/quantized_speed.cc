@@ -1,6 +1,6 @@
-// strata_quantized_bench: kernels/quantized.h's rows kernels (FP8 e4m3, int8, int4 read packed and dequantized
-// in registers) against kernels/linear.h's bfloat16 LinearRows on the same shape in the same run, the decode
-// step's matrix products. Enough matrices in rotation (256 MiB of each format) that the weights stream from
+// strata_quantized_bench: kernels/quantized.h's rows kernels (FP8 e4m3, int8, int4, MXFP4 read packed and
+// dequantized in registers) against kernels/linear.h's bfloat16 LinearRows on the same shape in the same run, the
+// decode step's matrix products. Enough matrices in rotation (256 MiB of each format) that the weights stream from
 // memory. The output rows are split over the threads as runtime/model/linear.cc splits them; each thread walks
 // the whole rotation on its own slice (no barrier per matrix). Prints GiB/s of weight bytes read (packed codes
 // plus scales and zeros), microseconds per matrix, and the speed-up over bfloat16 (its time / ours: the ratio
@@ -9,7 +9,9 @@
 // (where the CPU has AVX512_BF16) against LinearRows(bfloat16 x, bfloat16 W), which uses it too.
 //
 //   build/bench/strata_quantized_bench [--threads 1,2] [--rows 1,2,16,32] [--repeats 5] [--x f32,bf16]
-//                                      [--only int4] [--shapes 2048x2048,8192x2048]
+//                                      [--only int4,mxfp4] [--shapes 2048x2048,8192x2048]
+//   build/bench/strata_quantized_bench --shapes 5760x2880,2880x2880 --rows 1,2,4   (gpt-oss's expert projections)
+// A shape's K is a multiple of 32; a format whose group does not divide it (int g128 at K 2880) is left out there.
 //   STRATA_CPU_ISA=avx2 build/bench/strata_quantized_bench ...   (the AVX2 code on an AVX-512 machine)
 #include <algorithm>
 #include <chrono>
@@ -21,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "kernels/linear.h"
 #include "kernels/pointwise.h"
@@ -48,9 +52,8 @@ std::vector<Shape> Shapes(const char* text) {
     const std::string item = all.substr(start, comma - start);
     long long n = 0, k = 0;
     char tail = 0;
-    if (std::sscanf(item.c_str(), "%lldx%lld%c", &n, &k, &tail) != 2 || n <= 0 || k <= 0 || k % 128 != 0) {
-      std::fprintf(stderr, "strata_quantized_bench: --shapes: '%s' is not NxK with K a multiple of 128\n",
-                   item.c_str());
+    if (std::sscanf(item.c_str(), "%lldx%lld%c", &n, &k, &tail) != 2 || n <= 0 || k <= 0 || k % 32 != 0) {
+      std::fprintf(stderr, "strata_quantized_bench: --shapes: '%s' is not NxK with K a multiple of 32\n", item.c_str());
       std::exit(2);
     }
     shapes.push_back({item, n, k});
@@ -75,7 +78,7 @@ struct Bytes {
 
 // One weight matrix of a format, what it reads and how to run it.
 struct Matrix {
-  std::vector<uint8_t> data, zero;
+  std::vector<uint8_t> data, zero, exponents;  // exponents: MXFP4's E8M0 scales
   std::vector<float> scale_f32;
   std::vector<uint16_t> scale_16;
   std::vector<BFloat16> bf16;
@@ -84,6 +87,7 @@ struct Matrix {
 
 struct Format {
   const char* name;
+  int64_t group;  // K must be a multiple of it (0: any K)
   // Builds a matrix of [n, k]; runs rows x it over output rows [n0, n1).
   std::function<Matrix(int64_t n, int64_t k, Bytes& random)> make;
   std::function<void(const Matrix&, const float* x, const BFloat16* x16, BFloat16* y, int64_t rows, int64_t k,
@@ -98,7 +102,7 @@ uint16_t Bf16Bits(float f) {
 }
 
 Format Bf16Format() {
-  return {"bf16",
+  return {"bf16", 0,
           [](int64_t n, int64_t k, Bytes& random) {
             Matrix m;
             m.bf16.resize(static_cast<size_t>(n * k));
@@ -118,7 +122,7 @@ Format Fp8Format(const char* name, int64_t block_n, int64_t block_k) {  // 0: th
     const int64_t bn = block_n > 0 ? block_n : n, bk = block_k > 0 ? block_k : k;
     return std::pair<int64_t, int64_t>(bn, bk);
   };
-  return {name,
+  return {name, 0,
           [blocks](int64_t n, int64_t k, Bytes& random) {
             Matrix m;
             m.data.resize(static_cast<size_t>(n * k));
@@ -141,7 +145,7 @@ Format Fp8Format(const char* name, int64_t block_n, int64_t block_k) {  // 0: th
 }
 
 Format IntFormat(const char* name, int bits, int64_t group, strata::kernels::ScaleType type, bool asymmetric) {
-  return {name,
+  return {name, group,
           [=](int64_t n, int64_t k, Bytes& random) {
             Matrix m;
             m.data.resize(static_cast<size_t>(n * k * bits / 8));
@@ -170,6 +174,25 @@ Format IntFormat(const char* name, int bits, int64_t group, strata::kernels::Sca
             w.scale_type = type;
             w.zero = asymmetric ? m.zero.data() : nullptr;
             w.group = group;
+            if (x16 != nullptr) return strata::kernels::QuantizedLinearRows(x16, w, nullptr, y, rows, k, n, n0, n1);
+            strata::kernels::QuantizedLinearRows(x, w, static_cast<const BFloat16*>(nullptr), y, rows, k, n, n0, n1);
+          }};
+}
+
+// gpt-oss's experts: E2M1 codes in blocks of 32 (16 bytes) with one E8M0 scale byte each, 4.25 bits a weight.
+Format Mxfp4Format() {
+  return {"mxfp4", 32,
+          [](int64_t n, int64_t k, Bytes& random) {
+            Matrix m;
+            m.data.resize(static_cast<size_t>(n * k / 2));
+            random.Fill(m.data);
+            m.exponents.assign(static_cast<size_t>(n * k / 32), 120);  // 2^-7
+            m.bytes = static_cast<int64_t>(m.data.size() + m.exponents.size());
+            return m;
+          },
+          [](const Matrix& m, const float* x, const BFloat16* x16, BFloat16* y, int64_t rows, int64_t k, int64_t n,
+             int64_t n0, int64_t n1) {
+            const strata::kernels::Mxfp4Weights w{m.data.data(), m.exponents.data()};
             if (x16 != nullptr) return strata::kernels::QuantizedLinearRows(x16, w, nullptr, y, rows, k, n, n0, n1);
             strata::kernels::QuantizedLinearRows(x, w, static_cast<const BFloat16*>(nullptr), y, rows, k, n, n0, n1);
           }};
@@ -223,7 +246,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: strata_quantized_bench [--threads 1,2] [--rows 1,2,16,32] [--repeats 5] [--x f32,bf16] "
-                   "[--only FORMAT-SUBSTRING] [--shapes 2048x2048,8192x2048]\n");
+                   "[--only FORMAT-SUBSTRING,...] [--shapes 2048x2048,8192x2048]\n");
       return 2;
     }
   }
@@ -235,12 +258,16 @@ int main(int argc, char** argv) {
       IntFormat("int4 g128 sym bf16", 4, 128, ScaleType::kBFloat16, false),
       IntFormat("int4 g128 asym f16", 4, 128, ScaleType::kFloat16, true),
       IntFormat("int4 g32 asym bf16", 4, 32, ScaleType::kBFloat16, true),
+      IntFormat("int4 g32 sym bf16", 4, 32, ScaleType::kBFloat16, false),
+      Mxfp4Format(),
   };
   const Format bf16 = Bf16Format();
+  // --only: formats whose name contains any of its comma-separated parts.
+  const std::vector<absl::string_view> wanted = absl::StrSplit(only, ',', absl::SkipEmpty());
   constexpr int64_t kRotationBytes = int64_t{256} << 20;  // 8x a 32 MiB L3
-  std::printf("kernel target %s%s%s; VDPBF16PS %s\n\n", strata::kernels::KernelTarget(),
-              *strata::kernels::CpuIsaCap() != '\0' ? ", STRATA_CPU_ISA=" : "", strata::kernels::CpuIsaCap(),
-              strata::kernels::Bf16DotAvailable() ? "yes" : "no");
+  std::printf("%s; kernel target %s%s%s; VDPBF16PS %s\n\n", strata::bench::CpuName().c_str(),
+              strata::kernels::KernelTarget(), *strata::kernels::CpuIsaCap() != '\0' ? ", STRATA_CPU_ISA=" : "",
+              strata::kernels::CpuIsaCap(), strata::kernels::Bf16DotAvailable() ? "yes" : "no");
   std::printf(
       "| shape | format | x | threads | rows | bf16 GiB/s | quantized GiB/s | bf16 us | quantized us | speed-up |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
@@ -248,7 +275,11 @@ int main(int argc, char** argv) {
   for (const Shape& shape : shapes) {
     const std::vector<Matrix> bf16_matrices = Rotation(bf16, shape, kRotationBytes, random);
     for (const Format& format : formats) {
-      if (!only.empty() && std::string(format.name).find(only) == std::string::npos) continue;
+      if (!only.empty() && std::none_of(wanted.begin(), wanted.end(),
+                                        [&](absl::string_view part) { return absl::StrContains(format.name, part); })) {
+        continue;
+      }
+      if (format.group > 0 && shape.k % format.group != 0) continue;
       const std::vector<Matrix> matrices = Rotation(format, shape, kRotationBytes, random);
       for (int t : threads) {
         for (int rows : rows_list) {

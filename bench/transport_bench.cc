@@ -7,12 +7,12 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
+#include "bench/bench_util.h"
 #include "transport/transport.h"
 
 namespace t = strata::transport;
@@ -28,15 +28,6 @@ t::TransportOptions Options(int rank) {
   options.secret = "bench";
   options.bind_host = "127.0.0.1";
   return options;
-}
-
-std::string CpuName() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown CPU";
 }
 
 int Echo(int port_fd) {
@@ -84,7 +75,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(link.status().message()).c_str());
     return 1;
   }
-  std::printf("strata transport over UCX, two processes on loopback, %s\n", CpuName().c_str());
+  std::printf("strata transport over UCX, two processes on loopback, %s\n", strata::bench::CpuName().c_str());
   std::printf("%10s %14s %14s %14s\n", "bytes", "p50 one-way", "p99 one-way", "bandwidth");
   std::vector<size_t> sizes = {16 << 10, 256 << 10, 4 << 20, 64 << 20};
   if (argc > 2) sizes.clear();

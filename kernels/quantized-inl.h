@@ -3,6 +3,7 @@
 //   quantized_common-inl.h   the float32 vectors and the format interface
 //   quantized_fp8-inl.h      FP8 e4m3: decode and format
 //   quantized_int-inl.h      int8 / int4: group parameters and formats
+//   quantized_mxfp4-inl.h    MXFP4: E2M1 decode by table, format, x permutation, dequantizer
 //   quantized_rows-inl.h     the portable rows kernels and the dequantizer
 //   quantized_avx512-inl.h   AVX-512 only: VDPBF16PS and VPERMI2B
 //   quantized_int16-inl.h    SSE4 / AVX2 / AVX-512 only: 16-bit integer multiply-adds
@@ -26,6 +27,7 @@
 #include "kernels/quantized_fp8-inl.h"
 #include "kernels/quantized_int-inl.h"
 #include "kernels/quantized_int16-inl.h"
+#include "kernels/quantized_mxfp4-inl.h"
 #include "kernels/quantized_rows-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -116,6 +118,30 @@ void QuantRowsIntBF16(const float* x, const IntWeights& w, const uint16_t* bias,
   QuantRowsT<Int8Format, BF16>(Int8Format(w, k), x, bias, y, rows, k, n_total, n0, n1);
 }
 
+void QuantRowsMxfp4F32(const float* x, const Mxfp4Weights& w, const float* bias, float* y, int64_t rows, int64_t k,
+                       int64_t n_total, int64_t n0, int64_t n1) {
+  QuantRowsMxfp4T<F32, F32>(x, w, bias, y, rows, k, n_total, n0, n1);
+}
+void QuantRowsMxfp4BF16(const float* x, const Mxfp4Weights& w, const uint16_t* bias, uint16_t* y, int64_t rows,
+                        int64_t k, int64_t n_total, int64_t n0, int64_t n1) {
+  QuantRowsMxfp4T<F32, BF16>(x, w, bias, y, rows, k, n_total, n0, n1);
+}
+// bfloat16 rows: up to 4 (decode) on VDPBF16PS where `dot` (Bf16DotAvailable) and k holds a block of 128 (a scale
+// per 128-bit lane; unlike int4's groups of 32, 2x the float32 tiles at 3 and 4 rows too: strata_quantized_bench,
+// 5760 x 2880); else widened (and permuted) once per call for the float32 kernels.
+void QuantRowsMxfp4Bf16x(const uint16_t* x, const Mxfp4Weights& w, const uint16_t* bias, uint16_t* y, int64_t rows,
+                         int64_t k, int64_t n_total, int64_t n0, int64_t n1, bool dot) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if (dot && rows <= 4 && k >= 128) {
+    return QuantRowsDot(Mxfp4Dot(k), Mxfp4Format(w, k), LaneScales::kGroup32, 32, 1.0f, x, bias, y, rows, k, n_total,
+                        n0, n1);
+  }
+#else
+  (void)dot;
+#endif
+  QuantRowsMxfp4T<BF16, BF16>(x, w, bias, y, rows, k, n_total, n0, n1);
+}
+
 void DequantizeFp8F32(const Fp8Weights& w, int64_t k, int64_t n0, int64_t n1, float* out) {
   DequantizeT<Fp8Format, F32>(Fp8Format(w, k), k, n0, n1, out);
 }
@@ -129,6 +155,13 @@ void DequantizeIntF32(const IntWeights& w, int64_t k, int64_t n0, int64_t n1, fl
 void DequantizeIntBF16(const IntWeights& w, int64_t k, int64_t n0, int64_t n1, uint16_t* out) {
   if (w.bits == 4) return DequantizeT<Int4Format, BF16>(Int4Format(w, k), k, n0, n1, out);
   DequantizeT<Int8Format, BF16>(Int8Format(w, k), k, n0, n1, out);
+}
+
+void DequantizeMxfp4F32(const Mxfp4Weights& w, int64_t k, int64_t n0, int64_t n1, float* out) {
+  DequantizeMxfp4T<F32>(w, k, n0, n1, out);
+}
+void DequantizeMxfp4BF16(const Mxfp4Weights& w, int64_t k, int64_t n0, int64_t n1, uint16_t* out) {
+  DequantizeMxfp4T<BF16>(w, k, n0, n1, out);
 }
 
 }  // namespace strata::kernels::HWY_NAMESPACE

@@ -25,6 +25,11 @@ HWY_EXPORT(DequantizeFp8F32);
 HWY_EXPORT(DequantizeFp8BF16);
 HWY_EXPORT(DequantizeIntF32);
 HWY_EXPORT(DequantizeIntBF16);
+HWY_EXPORT(QuantRowsMxfp4F32);
+HWY_EXPORT(QuantRowsMxfp4BF16);
+HWY_EXPORT(QuantRowsMxfp4Bf16x);
+HWY_EXPORT(DequantizeMxfp4F32);
+HWY_EXPORT(DequantizeMxfp4BF16);
 
 void QuantizedLinearRows(const float* x, const Fp8Weights& w, const float* bias, float* y, int64_t rows, int64_t k,
                          int64_t n_total, int64_t n0, int64_t n1) {
@@ -71,6 +76,27 @@ void DequantizeRows(const IntWeights& w, int64_t k, int64_t /*n_total*/, int64_t
   HWY_DYNAMIC_DISPATCH(DequantizeIntBF16)(w, k, n0, n1, &out->bits);
 }
 
+void QuantizedLinearRows(const float* x, const Mxfp4Weights& w, const float* bias, float* y, int64_t rows, int64_t k,
+                         int64_t n_total, int64_t n0, int64_t n1) {
+  HWY_DYNAMIC_DISPATCH(QuantRowsMxfp4F32)(x, w, bias, y, rows, k, n_total, n0, n1);
+}
+void QuantizedLinearRows(const float* x, const Mxfp4Weights& w, const BFloat16* bias, BFloat16* y, int64_t rows,
+                         int64_t k, int64_t n_total, int64_t n0, int64_t n1) {
+  HWY_DYNAMIC_DISPATCH(QuantRowsMxfp4BF16)
+  (x, w, bias != nullptr ? &bias->bits : nullptr, &y->bits, rows, k, n_total, n0, n1);
+}
+void QuantizedLinearRows(const BFloat16* x, const Mxfp4Weights& w, const BFloat16* bias, BFloat16* y, int64_t rows,
+                         int64_t k, int64_t n_total, int64_t n0, int64_t n1) {
+  HWY_DYNAMIC_DISPATCH(QuantRowsMxfp4Bf16x)
+  (&x->bits, w, bias != nullptr ? &bias->bits : nullptr, &y->bits, rows, k, n_total, n0, n1, Bf16DotAvailable());
+}
+void DequantizeRows(const Mxfp4Weights& w, int64_t k, int64_t /*n_total*/, int64_t n0, int64_t n1, float* out) {
+  HWY_DYNAMIC_DISPATCH(DequantizeMxfp4F32)(w, k, n0, n1, out);
+}
+void DequantizeRows(const Mxfp4Weights& w, int64_t k, int64_t /*n_total*/, int64_t n0, int64_t n1, BFloat16* out) {
+  HWY_DYNAMIC_DISPATCH(DequantizeMxfp4BF16)(w, k, n0, n1, &out->bits);
+}
+
 void PackInt4(const uint8_t* codes, int64_t n, int64_t k, uint8_t* out) {
   for (int64_t row = 0; row < n; ++row) {
     const uint8_t* c = codes + row * k;
@@ -111,6 +137,12 @@ float Fp8E4m3ToFloat(uint8_t bits) {
     v = FromBits(((magnitude >> 3) + 120) << 23 | (magnitude & 7) << 20);
   }
   return bits & 0x80 ? -v : v;
+}
+
+float E2m1ToFloat(uint8_t code) {
+  static constexpr float kValues[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                        -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+  return kValues[code & 0xF];
 }
 
 float Float16ToFloat(uint16_t bits) {

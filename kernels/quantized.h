@@ -29,9 +29,23 @@
 // The order of summation is the kernel's (tolerance-tested); a NaN weight (e4m3 0x7f / 0xff) makes its
 // outputs NaN.
 //
+// MXFP4 (OCP microscaling FP4, as gpt-oss stores its experts): blocks of 32 weights along k, each 16 bytes of E2M1
+// codes and one E8M0 scale byte. Codes: 1 sign, 2 exponent bits, 1 mantissa bit, the 16 values {0, 0.5, 1, 1.5, 2,
+// 3, 4, 6} and their negatives (code 8 is -0); two a byte, column 2i of a block in the low nibble of its byte i and
+// column 2i + 1 in the high nibble. Scales: 2^(s - 127), applied as torch's ldexp (exact scaling: s = 255, E8M0's
+// NaN, is 2^128 there, which makes 0.5 2^127 and 1 infinity).
+//   W[n][j] = e2m1(nibble j of blocks[n][j / 32]) * 2^(scales[n][j / 32] - 127)
+// k is a multiple of 32. The kernels read x in the codes' order (per block the even columns, then the odd ones),
+// permuted once per call, which makes a block's bytes int4's chunk of 32 (low nibbles, then high ones); the codes
+// are looked up in a 16-entry table of twice their values (TableLookupLanes on AVX-512's 16 float32 lanes,
+// TableLookupBytes elsewhere), the scale applied as one multiply by 2^(s - 128) built from its bits (a float32 for
+// every s, where 2^(s - 127) is not for 255): every product is exact (at most 2 significant bits, 2^-128 and up), or
+// infinite past float32's range, as torch's ldexp makes it.
+//
 // DequantizeRows writes rows [n0, n1) of W as float32 or bfloat16 into out [(n1 - n0), k], bit-exact with
 // torch: FP8 `w.to(float32) * scale` (one float32 multiply), integers float32(q - z) * float32(s); bfloat16 is
-// that float32 value rounded to nearest even.
+// that float32 value rounded to nearest even. MXFP4: transformers' convert_moe_packed_tensors (the code's value
+// times 2^(s - 127) by ldexp in float32, rounded once; every finite value is a bfloat16, -0 kept).
 
 #include <cstdint>
 
@@ -44,6 +58,12 @@ struct Fp8Weights {
   const float* scale = nullptr;   // [ceil(n_total / block_n), ceil(k / block_k)]
   int64_t block_n = 1;
   int64_t block_k = 1;
+};
+
+// One MXFP4 matrix [n_total, k] (one expert's projection), rows contiguous.
+struct Mxfp4Weights {
+  const uint8_t* blocks = nullptr;  // [n_total, k / 32, 16] E2M1 codes, two a byte (low nibble first)
+  const uint8_t* scales = nullptr;  // [n_total, k / 32] E8M0 exponents
 };
 
 // The dtype of an integer layer's scales, as the checkpoint stores them (a float32 scale at group 32 would
@@ -69,6 +89,11 @@ void QuantizedLinearRows(const float* x, const IntWeights& w, const float* bias,
 void QuantizedLinearRows(const float* x, const IntWeights& w, const BFloat16* bias, BFloat16* y, int64_t rows,
                          int64_t k, int64_t n_total, int64_t n0, int64_t n1);
 
+void QuantizedLinearRows(const float* x, const Mxfp4Weights& w, const float* bias, float* y, int64_t rows, int64_t k,
+                         int64_t n_total, int64_t n0, int64_t n1);
+void QuantizedLinearRows(const float* x, const Mxfp4Weights& w, const BFloat16* bias, BFloat16* y, int64_t rows,
+                         int64_t k, int64_t n_total, int64_t n0, int64_t n1);
+
 // bfloat16 input rows (the runtime's activations as they are): on AVX512_BF16's VDPBF16PS where the CPU has it
 // (targets.h's Bf16DotAvailable, and VbmiAvailable for FP8), the codes converted to bfloat16 in registers
 // (exact: e4m3 values and int4 codes are bfloat16 numbers) and multiplied 32 pairs an instruction, x permuted
@@ -83,20 +108,29 @@ void QuantizedLinearRows(const BFloat16* x, const Fp8Weights& w, const BFloat16*
                          int64_t k, int64_t n_total, int64_t n0, int64_t n1);
 void QuantizedLinearRows(const BFloat16* x, const IntWeights& w, const BFloat16* bias, BFloat16* y, int64_t rows,
                          int64_t k, int64_t n_total, int64_t n0, int64_t n1);
+// MXFP4: up to 4 rows on VDPBF16PS where the CPU has AVX512_BF16 (k at least 128; the doubled E2M1 values are
+// bfloat16 numbers, a block's scale per 128-bit lane); else x widened to float32 (and permuted) once per call and
+// the float32 kernels.
+void QuantizedLinearRows(const BFloat16* x, const Mxfp4Weights& w, const BFloat16* bias, BFloat16* y, int64_t rows,
+                         int64_t k, int64_t n_total, int64_t n0, int64_t n1);
 
 // Weight rows [n0, n1) dequantized into out [(n1 - n0), k] (bit-exact with torch; see the top of this file).
 void DequantizeRows(const Fp8Weights& w, int64_t k, int64_t n_total, int64_t n0, int64_t n1, float* out);
 void DequantizeRows(const Fp8Weights& w, int64_t k, int64_t n_total, int64_t n0, int64_t n1, BFloat16* out);
 void DequantizeRows(const IntWeights& w, int64_t k, int64_t n_total, int64_t n0, int64_t n1, float* out);
 void DequantizeRows(const IntWeights& w, int64_t k, int64_t n_total, int64_t n0, int64_t n1, BFloat16* out);
+void DequantizeRows(const Mxfp4Weights& w, int64_t k, int64_t n_total, int64_t n0, int64_t n1, float* out);
+void DequantizeRows(const Mxfp4Weights& w, int64_t k, int64_t n_total, int64_t n0, int64_t n1, BFloat16* out);
 
 // int4 packing (plain C++): codes [n, k] one code a byte (0..15; k even) -> out [n, k / 2] in the layout above.
 void PackInt4(const uint8_t* codes, int64_t n, int64_t k, uint8_t* out);
 // The code at row n_idx, column k_idx of a packed [*, k] int4 matrix.
 uint8_t Int4Code(const uint8_t* packed, int64_t k, int64_t n_idx, int64_t k_idx);
 
-// Scalar conversions the runtime and the tests share: e4m3fn and float16 bits to float32 (exact; NaN kept).
+// Scalar conversions the runtime and the tests share: e4m3fn and float16 bits to float32 (exact; NaN kept); an
+// E2M1 code (4 bits) to its value (code 8: -0.0).
 float Fp8E4m3ToFloat(uint8_t bits);
 float Float16ToFloat(uint16_t bits);
+float E2m1ToFloat(uint8_t code);
 
 }  // namespace strata::kernels

@@ -77,6 +77,7 @@ STRATA_QUANT_DOT STRATA_ALWAYS_INLINE void TransposeUnits(const void* from, void
 // column 16 L + 8 v + i of the block.
 struct Fp8Dot {
   static constexpr int kBlock = 64, kVectors = 2, kBlockBytes = 64;
+  static constexpr bool kMaskedTail = false;  // the columns past the last whole block: scalar, in Store
   // One block of x (64 bfloat16) in that order: 16-byte unit u of vector v is unit 2 u + v of the block.
   STRATA_QUANT_DOT STRATA_ALWAYS_INLINE static void Permute(const uint16_t* from, uint16_t* to) {
     const __m512i a = _mm512_loadu_si512(from), b = _mm512_loadu_si512(from + 32);
@@ -105,6 +106,7 @@ struct Fp8Dot {
 // L of vector v is column 32 L + 8 v + i of the block (chunk L; v 0, 1 its low nibbles, 2, 3 its high ones).
 struct Int4Dot {
   static constexpr int kBlock = 128, kVectors = 4, kBlockBytes = 64;
+  static constexpr bool kMaskedTail = false;
   // One block of x (128 bfloat16) in that order: unit L of vector v is unit v of the block's 32 columns L.
   STRATA_QUANT_DOT STRATA_ALWAYS_INLINE static void Permute(const uint16_t* from, uint16_t* to) {
     TransposeUnits(from, to);
@@ -118,6 +120,54 @@ struct Int4Dot {
     w[1] = (__m512bh)_mm512_unpackhi_epi8(low, exponent);
     w[2] = (__m512bh)_mm512_unpacklo_epi8(high, exponent);
     w[3] = (__m512bh)_mm512_unpackhi_epi8(high, exponent);
+  }
+};
+
+// MXFP4: blocks of 128 codes (4 MXFP4 blocks of 32, each with its scale: one per 128-bit lane, as int4's groups of
+// 32) as 4 vectors of 32 bfloat16, twice each code's E2M1 value (0 to 12, bfloat16 numbers: VPSHUFB looks up the
+// low and the high byte of each). The codes unpack as Int4Dot's once x's columns are in the codes' order (per block
+// of 32 the even columns, then the odd ones): Permute deinterleaves, then transposes as Int4Dot. The multipliers are
+// 2^(s - 128) (the 1/2 of the doubled codes in them). k need not be a multiple of 128: the last block of a row may
+// hold 1-3 MXFP4 blocks (gpt-oss's 2880 columns: 22 blocks of 128 and 64 columns), read by a masked load (zero bytes
+// decode to 0) against x padded with zeros, so that no column runs in scalar code (kMaskedTail).
+struct Mxfp4Dot {
+  static constexpr int kBlock = 128, kVectors = 4, kBlockBytes = 64;
+  static constexpr bool kMaskedTail = true;
+  STRATA_QUANT_DOT STRATA_ALWAYS_INLINE static void Permute(const uint16_t* from, uint16_t* to) {
+    alignas(64) uint16_t codes_order[kBlock];
+    for (int b = 0; b < kBlock; b += 32) {
+      for (int i = 0; i < 16; ++i) {
+        codes_order[b + i] = from[b + 2 * i];
+        codes_order[b + 16 + i] = from[b + 2 * i + 1];
+      }
+    }
+    TransposeUnits(codes_order, to);
+  }
+  __m512i low, high;  // the doubled values' bfloat16 bytes by code, in every 128-bit lane
+  __mmask64 tail;     // the bytes of a row's last block of 128 columns
+  STRATA_QUANT_DOT explicit Mxfp4Dot(int64_t k) {
+    const int64_t tail_bytes = ((k - 1) % kBlock + 1) / 2;
+    tail = tail_bytes == kBlockBytes ? ~__mmask64{0} : (__mmask64{1} << tail_bytes) - 1;
+    // 0, 1, 2, 3, 4, 6, 8, 12 and their negatives (code 8: -0) as bfloat16: 0x0000, 0x3F80, 0x4000, 0x4040, ...
+    alignas(16) static constexpr uint8_t kLow[16] = {0x00, 0x80, 0x00, 0x40, 0x80, 0xC0, 0x00, 0x40,
+                                                     0x00, 0x80, 0x00, 0x40, 0x80, 0xC0, 0x00, 0x40};
+    alignas(16) static constexpr uint8_t kHigh[16] = {0x00, 0x3F, 0x40, 0x40, 0x40, 0x40, 0x41, 0x41,
+                                                      0x80, 0xBF, 0xC0, 0xC0, 0xC0, 0xC0, 0xC1, 0xC1};
+    low = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kLow)));
+    high = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kHigh)));
+  }
+  // `last`: the row's last block, whose bytes past the row are not read.
+  STRATA_QUANT_DOT STRATA_ALWAYS_INLINE void Decode(const uint8_t* p, __m512bh (&w)[kVectors], bool last) const {
+    const __m512i bytes = _mm512_maskz_loadu_epi8(last ? tail : ~__mmask64{0}, p);
+    const __m512i nibble = _mm512_set1_epi8(0x0F);
+    const __m512i even = _mm512_and_si512(bytes, nibble);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), nibble);
+    const __m512i even_low = _mm512_shuffle_epi8(low, even), even_high = _mm512_shuffle_epi8(high, even);
+    const __m512i odd_low = _mm512_shuffle_epi8(low, odd), odd_high = _mm512_shuffle_epi8(high, odd);
+    w[0] = (__m512bh)_mm512_unpacklo_epi8(even_low, even_high);
+    w[1] = (__m512bh)_mm512_unpackhi_epi8(even_low, even_high);
+    w[2] = (__m512bh)_mm512_unpacklo_epi8(odd_low, odd_high);
+    w[3] = (__m512bh)_mm512_unpackhi_epi8(odd_low, odd_high);
   }
 };
 
@@ -180,7 +230,11 @@ STRATA_QUANT_DOT HWY_NOINLINE void TileQuantDot(const Dot& dot, const uint16_t* 
       STRATA_UNROLL for (int r = 0; r < NR; ++r) {
         if (m0 == 0) __builtin_prefetch(ws[r] + ahead + blk * Dot::kBlockBytes, 0, 2);
         __m512bh w[Dot::kVectors];
-        dot.Decode(ws[r] + blk * Dot::kBlockBytes, w);
+        if constexpr (Dot::kMaskedTail) {
+          dot.Decode(ws[r] + blk * Dot::kBlockBytes, w, blk + 1 == blocks);
+        } else {
+          dot.Decode(ws[r] + blk * Dot::kBlockBytes, w);
+        }
         STRATA_UNROLL for (int v = 0; v < Dot::kVectors; ++v) {
           STRATA_UNROLL for (int m = 0; m < MR; ++m) {
             const __m512bh xv = (__m512bh)_mm512_loadu_si512(xp + (m0 + m) * xp_stride + blk * Dot::kBlock + 32 * v);
@@ -242,7 +296,8 @@ class QuantDotCall {
         rows_(rows),
         k_(k),
         n_total_(n_total),
-        blocks_(k / Dot::kBlock),
+        // A partial last block, where the Dot masks its bytes (x's columns past k are zeros), or only whole ones.
+        blocks_(Dot::kMaskedTail ? (k + Dot::kBlock - 1) / Dot::kBlock : k / Dot::kBlock),
         kv_(blocks_ * Dot::kBlock),
         segments_(f.Segments()),
         // x permuted as the decoded codes are, per block.
@@ -253,9 +308,15 @@ class QuantDotCall {
         table_(static_cast<size_t>(3 * padded_rows_ * segments_ + 4 + rows * padded_rows_ + 4 * segments_ + 4)),
         nr_max_(rows <= 2 ? 4 : 2),
         ahead_(4 * nr_max_ * (f.Row(1) - f.Row(0))) {  // four tiles on
+    alignas(64) uint16_t padded[Dot::kBlock];
     for (int64_t m = 0; m < rows; ++m) {
       for (int64_t blk = 0; blk < blocks_; ++blk) {
-        Dot::Permute(x + m * k + blk * Dot::kBlock, xp_.data() + m * kv_ + blk * Dot::kBlock);
+        const uint16_t* from = x + m * k + blk * Dot::kBlock;
+        if ((blk + 1) * Dot::kBlock > k) {  // a masked last block: its columns past k zero
+          std::fill(std::copy(from, x + (m + 1) * k, padded), padded + Dot::kBlock, uint16_t{0});
+          from = padded;
+        }
+        Dot::Permute(from, xp_.data() + m * kv_ + blk * Dot::kBlock);
       }
     }
     if (Format::kHasZero) SumX();

@@ -5,7 +5,9 @@
 #include <ATen/ops/_scaled_mm.h>
 #include <ATen/ops/abs.h>
 #include <ATen/ops/amax.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/bitwise_and.h>
+#include <ATen/ops/bitwise_left_shift.h>
 #include <ATen/ops/bitwise_right_shift.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/clamp.h>
@@ -13,9 +15,13 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/full_like.h>
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/isfinite.h>
+#include <ATen/ops/ones_like.h>
 #include <ATen/ops/repeat_interleave.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/where.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 
@@ -103,6 +109,10 @@ kernels::Fp8Weights Fp8Of(const PackedLinear& w) {
   return {w.data.data_ptr<uint8_t>(), w.scale.data_ptr<float>(), w.block_n, w.block_k};
 }
 
+kernels::Mxfp4Weights Mxfp4Of(const PackedLinear& w) {
+  return {w.data.data_ptr<uint8_t>(), w.scale.data_ptr<uint8_t>()};
+}
+
 kernels::IntWeights IntOf(const PackedLinear& w) {
   return {w.bits(),
           w.data.data_ptr<uint8_t>(),
@@ -131,6 +141,33 @@ at::Tensor IntCodes(const PackedLinear& w, int64_t n0, int64_t n1) {
   return parts.size() == 1 ? parts.front() : at::cat(parts, 1);
 }
 
+// MXFP4 rows [n0, n1) as transformers' convert_moe_packed_tensors computes them: each code's E2M1 value (a table
+// indexed by the nibble, -0 for code 8) times 2^(s - 127) by torch's ldexp in float32, rounded once to `dtype`. The
+// table is made on the weight's device from the codes 0-15 (no host copy) and holds twice the values; the
+// multiplier is 2^(s - 128) from its float32 bits ((s - 1) << 23; s = 0 and 1 subnormal), a float32 for every s
+// (255 too, where 2^(s - 127) is not): the same real products as ldexp's exact scaling, hence its roundings.
+at::Tensor DequantizeMxfp4WithAten(const PackedLinear& w, at::ScalarType dtype, int64_t n0, int64_t n1) {
+  const int64_t rows = n1 - n0;
+  const int64_t blocks = w.in_features / 32;
+  const at::Tensor bytes = w.data.narrow(0, n0, rows).reshape({rows, blocks, 16});
+  const at::TensorOptions ints = at::TensorOptions().dtype(at::kInt).device(w.data.device());
+  const at::Tensor code = at::arange(16, ints);
+  const at::Tensor magnitude = code.bitwise_and(7);
+  const at::Tensor exponent = magnitude.bitwise_right_shift(1);
+  const at::Tensor mantissa = magnitude.bitwise_and(1).to(at::kFloat);
+  // Twice the value: exponent 0 holds 0 or 1 (0.5, subnormal); else (1 + m / 2) * 2^exponent.
+  const at::Tensor value = at::where(exponent.eq(0), mantissa,
+                                     (mantissa * 0.5 + 1.0) * at::ones_like(exponent).bitwise_left_shift(exponent));
+  const at::Tensor table = at::where(code.bitwise_and(8).ne(0), -value, value);
+  const at::Tensor low = table.index_select(0, bytes.bitwise_and(15).flatten().to(at::kLong));
+  const at::Tensor high = table.index_select(0, bytes.bitwise_right_shift(4).flatten().to(at::kLong));
+  const at::Tensor codes = at::stack({low.view({rows, blocks, 16}), high.view({rows, blocks, 16})}, -1);
+  const at::Tensor s = w.scale.narrow(0, n0, rows).to(at::kInt);
+  const at::Tensor multiplier =
+      at::where(s.lt(2), (s + 1).bitwise_left_shift(21), (s - 1).bitwise_left_shift(23)).view(at::kFloat);
+  return (codes.view({rows, blocks, 32}) * multiplier.unsqueeze(-1)).view({rows, w.in_features}).to(dtype);
+}
+
 }  // namespace
 
 namespace {
@@ -145,7 +182,9 @@ at::Tensor Dequantize(const PackedLinear& w, at::ScalarType dtype, int64_t n0, i
   // The integer formats' references multiply in the scales' dtype (compressed-tensors' dequantize, AWQ's and
   // GPTQ's (q - z) * s in float16): the float32 product of a small integer and a 16-bit scale is exact, so
   // rounding it to the scales' dtype first gives their values; then to `dtype`.
-  const at::ScalarType scale_dtype = w.kind == PackedLinear::Kind::kFp8 ? at::kFloat : w.scale.scalar_type();
+  // FP8 and MXFP4 (whose scales are exponents) multiply in float32.
+  const bool integer = w.kind == PackedLinear::Kind::kInt4 || w.kind == PackedLinear::Kind::kInt8;
+  const at::ScalarType scale_dtype = integer ? w.scale.scalar_type() : at::kFloat;
   if (scale_dtype != at::kFloat && scale_dtype != dtype) {
     return DequantizedProducts(w, at::kFloat, n0, n1).to(scale_dtype).to(dtype);
   }
@@ -157,7 +196,7 @@ namespace {
 at::Tensor DequantizedProducts(const PackedLinear& w, at::ScalarType dtype, int64_t n0, int64_t n1) {
   const int64_t rows = n1 - n0;
   const int64_t k = w.in_features;
-  if (w.data.device().is_cpu() && w.data.is_contiguous()) {
+  if (w.data.device().is_cpu() && w.data.is_contiguous() && w.scale.is_contiguous()) {
     // The kernels' dequantizer: the same float32 products as the ATen expressions below, in one pass.
     at::Tensor out =
         at::empty({rows, k}, at::TensorOptions().dtype(dtype == at::kBFloat16 ? at::kBFloat16 : at::kFloat));
@@ -165,6 +204,8 @@ at::Tensor DequantizedProducts(const PackedLinear& w, at::ScalarType dtype, int6
       auto* y = reinterpret_cast<kernels::BFloat16*>(out.data_ptr());
       if (w.kind == PackedLinear::Kind::kFp8) {
         kernels::DequantizeRows(Fp8Of(w), k, w.out_features, n0, n1, y);
+      } else if (w.kind == PackedLinear::Kind::kMxfp4) {
+        kernels::DequantizeRows(Mxfp4Of(w), k, w.out_features, n0, n1, y);
       } else {
         kernels::DequantizeRows(IntOf(w), k, w.out_features, n0, n1, y);
       }
@@ -173,6 +214,8 @@ at::Tensor DequantizedProducts(const PackedLinear& w, at::ScalarType dtype, int6
     float* y = out.data_ptr<float>();
     if (w.kind == PackedLinear::Kind::kFp8) {
       kernels::DequantizeRows(Fp8Of(w), k, w.out_features, n0, n1, y);
+    } else if (w.kind == PackedLinear::Kind::kMxfp4) {
+      kernels::DequantizeRows(Mxfp4Of(w), k, w.out_features, n0, n1, y);
     } else {
       kernels::DequantizeRows(IntOf(w), k, w.out_features, n0, n1, y);
     }
@@ -199,6 +242,7 @@ at::Tensor DequantizeWithAten(const PackedLinear& w, at::ScalarType dtype, int64
                              .narrow(1, 0, k);
     return (q * s).to(dtype);
   }
+  if (w.kind == PackedLinear::Kind::kMxfp4) return DequantizeMxfp4WithAten(w, dtype, n0, n1);
   const at::Tensor codes = IntCodes(w, n0, n1).to(at::kFloat);
   const at::Tensor zero = w.zero.defined() ? w.zero.narrow(0, n0, rows).to(at::kFloat)
                                            : at::full({1, 1}, double(1 << (w.bits() - 1)), codes.options());
@@ -285,7 +329,9 @@ absl::Status ProbeFp8ScaledMm(at::Device device) {
 }
 
 bool LinearPackedUsesKernel(const at::Tensor& x, const PackedLinear& w) {
-  if (!x.device().is_cpu() || !w.data.device().is_cpu() || !w.data.is_contiguous()) return false;
+  if (!x.device().is_cpu() || !w.data.device().is_cpu() || !w.data.is_contiguous() || !w.scale.is_contiguous()) {
+    return false;
+  }
   if (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) return false;
   const int64_t k = w.in_features;
   return x.numel() > 0 && x.size(-1) == k && x.numel() / k <= kFewRows;
@@ -317,12 +363,16 @@ at::Tensor LinearPacked(const at::Tensor& x_in, const PackedLinear& w, const at:
   const int64_t row_bytes = std::max<int64_t>(1, w.data.nbytes() / std::max<int64_t>(1, n));
   const int64_t grain = (std::max<int64_t>(1, (64 << 10) / row_bytes) + 11) / 12 * 12;
   const bool fp8 = w.kind == PackedLinear::Kind::kFp8;
+  const bool mxfp4 = w.kind == PackedLinear::Kind::kMxfp4;
   at::Tensor y = at::empty(sizes, x.options());
   const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
   // bfloat16 rows stay bfloat16 on AVX512_BF16's VDPBF16PS, and for one or two rows of int codes in groups of
   // a multiple of 32 (the kernels' 16-bit integer path on other CPUs); elsewhere they are widened once, here.
-  const bool bf16_dot = x.scalar_type() == at::kBFloat16 &&
-                        (kernels::Bf16DotAvailable() || (!fp8 && rows <= 2 && w.group % 32 == 0 && k % 32 == 0));
+  // MXFP4's bfloat16 rows only on VDPBF16PS (its other kernels read float32 rows: widened here, once).
+  const bool bf16_dot =
+      x.scalar_type() == at::kBFloat16 &&
+      (mxfp4 ? kernels::Bf16DotAvailable()
+             : kernels::Bf16DotAvailable() || (!fp8 && rows <= 2 && w.group % 32 == 0 && k % 32 == 0));
   const at::Tensor xc = bf16_dot || x.scalar_type() == at::kFloat ? x.contiguous() : x.to(at::kFloat).contiguous();
   // Past kPackedRows rows, decoding the codes in registers for every row tile costs more than it saves (the kernels
   // turn compute-bound: strata_quantized_bench, 16-32 rows at 0.5-1.2x bfloat16): each task dequantizes a few
@@ -334,6 +384,8 @@ at::Tensor LinearPacked(const at::Tensor& x_in, const PackedLinear& w, const at:
       if (!via_blocks) {
         if (fp8) {
           kernels::QuantizedLinearRows(xs, Fp8Of(w), bs, ys, rows, k, n, n0, n1);
+        } else if (mxfp4) {
+          kernels::QuantizedLinearRows(xs, Mxfp4Of(w), bs, ys, rows, k, n, n0, n1);
         } else {
           kernels::QuantizedLinearRows(xs, IntOf(w), bs, ys, rows, k, n, n0, n1);
         }
@@ -345,6 +397,8 @@ at::Tensor LinearPacked(const at::Tensor& x_in, const PackedLinear& w, const at:
         const int64_t s1 = std::min(n1, s0 + block);
         if (fp8) {
           kernels::DequantizeRows(Fp8Of(w), k, n, s0, s1, scratch.data());
+        } else if (mxfp4) {
+          kernels::DequantizeRows(Mxfp4Of(w), k, n, s0, s1, scratch.data());
         } else {
           kernels::DequantizeRows(IntOf(w), k, n, s0, s1, scratch.data());
         }
@@ -786,6 +840,48 @@ absl::StatusOr<PackedLinear> LoadInt(const checkpoint::Checkpoint& checkpoint, c
 }
 
 }  // namespace
+
+absl::StatusOr<PackedLinear> Mxfp4Linear(const at::Tensor& blocks, const at::Tensor& scales, std::string_view name) {
+  const std::string tensor(name);  // std::string_view is not Abseil's here
+  auto error = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: tensor ", tensor, " (MXFP4) ", what));
+  };
+  auto shape = [](const at::Tensor& t) { return absl::StrCat("[", absl::StrJoin(t.sizes(), ", "), "]"); };
+  if (!blocks.defined() || !scales.defined()) return error("has no blocks or no scales");
+  if (blocks.scalar_type() != at::kByte) {
+    return error(absl::StrCat("has blocks of dtype ", c10::toString(blocks.scalar_type()), ", expected uint8"));
+  }
+  if (scales.scalar_type() != at::kByte) {
+    return error(absl::StrCat("has scales of dtype ", c10::toString(scales.scalar_type()), ", expected uint8"));
+  }
+  if (blocks.dim() != 3 || blocks.size(2) != 16 || blocks.size(0) == 0 || blocks.size(1) == 0) {
+    return error(absl::StrCat("has blocks of shape ", shape(blocks), ", expected [N, K / 32, 16]"));
+  }
+  const int64_t n = blocks.size(0), blocks_k = blocks.size(1);
+  if (scales.dim() != 2 || scales.size(0) != n || scales.size(1) != blocks_k) {
+    return error(absl::StrCat("has scales of shape ", shape(scales), ", expected [", n, ", ", blocks_k,
+                              "] (one per block of 32 of blocks ", shape(blocks), ")"));
+  }
+  // 6 (the largest E2M1 value) x 2^(s - 127) is a bfloat16 up to s = 252; 255 is E8M0's NaN. A larger scale would
+  // make weights infinite and every logit of a request that meets them NaN: refused here.
+  const at::Tensor exponents = scales.to(at::kCPU).contiguous();
+  const uint8_t* e = exponents.data_ptr<uint8_t>();
+  const int64_t count = exponents.numel();
+  if (*std::max_element(e, e + count) > 252) {
+    const int64_t i = std::find_if(e, e + count, [](uint8_t s) { return s > 252; }) - e;
+    return error(absl::StrCat("holds the scale ", int{e[i]}, " at element ", i, " of its scales",
+                              e[i] == 255 ? " (E8M0's NaN)" : "",
+                              ": 2^(s - 127) times 6, the largest E2M1 value, overflows bfloat16 above 252"));
+  }
+  PackedLinear out;
+  out.kind = PackedLinear::Kind::kMxfp4;
+  out.out_features = n;
+  out.in_features = blocks_k * 32;
+  out.group = 32;
+  out.data = blocks.contiguous();
+  out.scale = scales.contiguous();
+  return out;
+}
 
 absl::StatusOr<PackedLinear> LoadPackedLinear(const checkpoint::Checkpoint& checkpoint,
                                               const planner::QuantizedLinear& q, at::Device device, bool pinned) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <hwy/tests/hwy_gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -168,10 +169,10 @@ IntCase MakeInt(int bits, int64_t n, int64_t k, int64_t group, ScaleType type, b
 // bfloat16 output.
 template <typename Out, typename Weights>
 void CheckRows(const Weights& weights, const std::vector<float>& dense, int64_t n, int64_t k, int64_t rows,
-               bool with_bias, int64_t n0, int64_t n1, std::mt19937& gen, const char* what) {
+               bool with_bias, int64_t n0, int64_t n1, std::mt19937& gen, const char* what, float x_scale = 1.0f) {
   std::normal_distribution<float> normal;
   std::vector<float> x(static_cast<size_t>(rows * k));
-  for (float& v : x) v = normal(gen);
+  for (float& v : x) v = normal(gen) * x_scale;
   std::vector<Out> bias(static_cast<size_t>(n));
   const Out sentinel = Out(-7.0f);
   for (Out& b : bias) b = Out(normal(gen));
@@ -389,10 +390,10 @@ TEST_P(KernelsQuantized, IntDequantizeIsBitExact) {
 template <typename Weights>
 void CheckBf16Rows(const Weights& weights, const std::vector<float>& dense, const std::vector<float>& offsets,
                    int64_t n, int64_t k, int64_t rows, bool with_bias, int64_t n0, int64_t n1, std::mt19937& gen,
-                   const char* what) {
+                   const char* what, float x_scale = 1.0f) {
   std::normal_distribution<float> normal;
   std::vector<BFloat16> x(static_cast<size_t>(rows * k)), bias(static_cast<size_t>(n));
-  for (BFloat16& v : x) v = ToBF16(normal(gen));
+  for (BFloat16& v : x) v = ToBF16(normal(gen) * x_scale);
   for (BFloat16& v : bias) v = ToBF16(normal(gen));
   std::vector<BFloat16> y(static_cast<size_t>(rows * n), ToBF16(-7.0f));
   QuantizedLinearRows(x.data(), weights, with_bias ? bias.data() : nullptr, y.data(), rows, k, n, n0, n1);
@@ -558,6 +559,143 @@ TEST_P(KernelsQuantized, TinyLayersMatchTheReference) {
         }
       }
     }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// MXFP4: E2M1 codes two a byte (column 2i low nibble, 2i + 1 high) in blocks of 32 with an E8M0 scale each.
+
+// E2M1 by its definition: 1 sign, 2 exponent bits of bias 1, 1 mantissa bit, a subnormal 0.5 at exponent 0.
+float E2m1(uint8_t code) {
+  const int exponent = (code >> 1) & 3, mantissa = code & 1;
+  const float v = exponent == 0 ? 0.5f * static_cast<float>(mantissa)
+                                : std::ldexp(1.0f + 0.5f * static_cast<float>(mantissa), exponent - 1);
+  return (code & 8) != 0 ? -v : v;
+}
+
+// What torch computes for transformers' convert_moe_packed_tensors: ldexp(value, s - 127) in float32, an exact
+// scaling rounded once (0.5 x 2^128 is 2^127; infinity past float32's range, never NaN).
+float Mxfp4Reference(uint8_t code, uint8_t s) { return std::ldexp(E2m1(code), int{s} - 127); }
+
+struct Mxfp4Case {
+  int64_t n, k;
+  std::vector<uint8_t> blocks;  // [n, k / 32, 16]
+  std::vector<uint8_t> scales;  // [n, k / 32]
+  std::vector<float> dense;     // [n, k]
+  Mxfp4Weights weights() const { return {blocks.data(), scales.data()}; }
+  uint8_t CodeAt(int64_t i, int64_t j) const {
+    const uint8_t byte = blocks[static_cast<size_t>(i * (k / 2) + j / 2)];
+    return j % 2 == 0 ? byte & 0xF : byte >> 4;
+  }
+  void Densify() {
+    dense.resize(static_cast<size_t>(n * k));
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < k; ++j) dense[i * k + j] = Mxfp4Reference(CodeAt(i, j), scales[i * (k / 32) + j / 32]);
+    }
+  }
+};
+
+// Random codes, scale bytes drawn from [s_lo, s_hi]. Blocks of scale 253 and 254 keep their products finite (in
+// float32 and bfloat16: at most 3 and 1.5 there), as the loader requires of a checkpoint.
+Mxfp4Case MakeMxfp4(int64_t n, int64_t k, int s_lo, int s_hi, std::mt19937& gen) {
+  Mxfp4Case c{n, k, {}, {}, {}};
+  std::uniform_int_distribution<int> byte(0, 255), scale(s_lo, s_hi);
+  c.blocks.resize(static_cast<size_t>(n * k / 2));
+  c.scales.resize(static_cast<size_t>(n * k / 32));
+  for (uint8_t& s : c.scales) s = static_cast<uint8_t>(scale(gen));
+  for (size_t i = 0; i < c.blocks.size(); ++i) {
+    uint8_t b = static_cast<uint8_t>(byte(gen));
+    const uint8_t s = c.scales[i / 16];
+    const int largest = s == 254 ? 3 : (s == 253 ? 5 : 7);  // code magnitudes 1.5 and 3.0
+    auto clamp = [&](int code) { return ((code & 7) > largest ? (code & 8) | largest : code); };
+    b = static_cast<uint8_t>(clamp(b & 0xF) | clamp(b >> 4) << 4);
+    c.blocks[i] = b;
+  }
+  c.Densify();
+  return c;
+}
+
+TEST(KernelsQuantizedScalar, E2m1CodesAreTheirDefinition) {
+  for (int code = 0; code < 16; ++code) {
+    ASSERT_TRUE(SameFloat(E2m1ToFloat(static_cast<uint8_t>(code)), E2m1(static_cast<uint8_t>(code)))) << code;
+  }
+  EXPECT_TRUE(std::signbit(E2m1ToFloat(8)) && E2m1ToFloat(8) == 0.0f);  // code 8 is -0
+  EXPECT_EQ(E2m1ToFloat(7), 6.0f);
+  EXPECT_EQ(E2m1ToFloat(9), -0.5f);
+}
+
+// Every code at every nibble of a block (so every lane and both halves of each byte), every scale byte (253-255,
+// whose large codes overflow float32, included: 0.5 x 2^128 is 2^127, more is infinite): float32 bit for bit the
+// reference, -0 kept; bfloat16 that value rounded (exact where finite).
+TEST_P(KernelsQuantized, Mxfp4DequantizeIsBitExact) {
+  for (int64_t k : {32, 96, 160}) {
+    const int64_t blocks_k = k / 32;
+    const int64_t n = (256 + blocks_k - 1) / blocks_k + 1;  // every scale byte at least once
+    Mxfp4Case c{n, k, {}, {}, {}};
+    c.blocks.resize(static_cast<size_t>(n * k / 2));
+    c.scales.resize(static_cast<size_t>(n * blocks_k));
+    for (size_t i = 0; i < c.scales.size(); ++i) c.scales[i] = static_cast<uint8_t>(i * 97 % 256);
+    for (size_t i = 0; i < c.blocks.size(); ++i) c.blocks[i] = static_cast<uint8_t>((i * 37 + i / 16) & 0xFF);
+    c.Densify();
+    std::vector<bool> seen(256);
+    for (uint8_t s : c.scales) seen[s] = true;
+    ASSERT_EQ(std::count(seen.begin(), seen.end(), true), 256);
+    for (int64_t n0 : {0, 1, 3}) {
+      std::vector<float> out(static_cast<size_t>((n - n0) * k), -7.0f);
+      std::vector<BFloat16> out16(out.size());
+      DequantizeRows(c.weights(), k, n, n0, n, out.data());
+      DequantizeRows(c.weights(), k, n, n0, n, out16.data());
+      for (int64_t i = n0; i < n; ++i) {
+        for (int64_t j = 0; j < k; ++j) {
+          const float expected = c.dense[i * k + j];
+          const size_t at = static_cast<size_t>((i - n0) * k + j);
+          ASSERT_TRUE(SameFloat(out[at], expected))
+              << "k " << k << " row " << i << " col " << j << " code " << int{c.CodeAt(i, j)} << " scale "
+              << int{c.scales[i * blocks_k + j / 32]} << ": " << out[at] << " vs " << expected;
+          ASSERT_EQ(out16[at].bits, ToBF16(expected).bits) << "bfloat16 row " << i << " col " << j;
+        }
+      }
+    }
+  }
+}
+
+// Rows 1-4 (decode; and 5 and 13, the wider tiles) against the reference, float32 and bfloat16 outputs and input
+// rows, k of 1 to 90 blocks (odd counts included), every scale byte whose weights are finite (0-254: the rows are
+// run in windows of 16 scale bytes, x scaled so that the products stay near 1 and neither sums nor weights leave
+// float32's range).
+TEST_P(KernelsQuantized, Mxfp4RowsMatchTheReference) {
+  std::mt19937 gen(12);
+  const int64_t ks[] = {32, 96, 160, 256, 2880};
+  int shape = 0;
+  for (int s0 = 0; s0 <= 254; s0 += 16, ++shape) {
+    const int s1 = std::min(s0 + 15, 254);
+    const int64_t k = ks[shape % 5], n = k == 2880 ? 9 : 11;
+    const Mxfp4Case c = MakeMxfp4(n, k, s0, s1, gen);
+    const float x_scale = std::ldexp(1.0f, 127 - (s0 + 12));
+    const std::string what =
+        "mxfp4 scales " + std::to_string(s0) + "-" + std::to_string(s1) + " k " + std::to_string(k);
+    for (int64_t rows : {1, 2, 3, 4, 5, 13}) {
+      if (rows > 4 && shape % 4 != 0) continue;
+      for (bool bias : {false, true}) {
+        CheckRows<float>(c.weights(), c.dense, n, k, rows, bias, 0, n, gen, what.c_str(), x_scale);
+        CheckRows<Bf16Out>(c.weights(), c.dense, n, k, rows, bias, 1, n - 2, gen, what.c_str(), x_scale);
+        CheckBf16Rows(c.weights(), c.dense, {}, n, k, rows, bias, 0, n, gen, what.c_str(), x_scale);
+        CheckBf16Rows(c.weights(), c.dense, {}, n, k, rows, bias, 2, n - 1, gen, what.c_str(), x_scale);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// gpt-oss's shapes: more weight rows than a chunk of the kernels' scales (32) with a short last tile, at the scales
+// its checkpoints hold (2^-8 .. 2^0).
+TEST_P(KernelsQuantized, Mxfp4GptOssShapesMatchTheReference) {
+  std::mt19937 gen(13);
+  const Mxfp4Case c = MakeMxfp4(75, 2880, 119, 127, gen);
+  for (int64_t rows : {1, 2, 4}) {
+    CheckRows<float>(c.weights(), c.dense, 75, 2880, rows, true, 3, 70, gen, "gpt-oss shape");
+    CheckBf16Rows(c.weights(), c.dense, {}, 75, 2880, rows, true, 0, 75, gen, "gpt-oss shape");
+    if (HasFatalFailure()) return;
   }
 }
 

@@ -423,6 +423,22 @@ def strata_dequantized(checkpoint: pathlib.Path, dtype: str, path: str = "kernel
     return load_file(out)
 
 
+def strata_mxfp4_dequantized(directory: pathlib.Path, dtype: str, path: str = "kernels", unchecked: bool = False,
+                             check: bool = True):
+    """strata's dequantization of every MXFP4 projection (`X_blocks` [E, N, K / 32, 16] with `X_scales`) in a
+    directory, each expert through runtime::Mxfp4Linear (or without its checks: `unchecked`), as {X: [E, N, K]};
+    with check=False the probe's CompletedProcess (a refused tensor exits 2)."""
+    from safetensors.torch import load_file
+
+    out = directory / f"strata-mxfp4-{dtype}-{path}{'-unchecked' if unchecked else ''}.safetensors"
+    args = [str(probe_path()), "mxfp4", str(directory), str(out), dtype, path] + (["unchecked"] if unchecked else [])
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    if not check:
+        return proc
+    assert proc.returncode == 0, proc.stderr
+    return load_file(out)
+
+
 
 
 def make_ct_checkpoint(directory: pathlib.Path, name: str, config: dict, dense_dtype=torch.float32) -> pathlib.Path:
