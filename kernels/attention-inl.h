@@ -36,8 +36,10 @@ HWY_INLINE float Dot(D d, const float* qs, const typename E::T* key, int64_t dim
 
 // exp(row[t] - max) in place over `length` scores; returns their sum.
 template <class D>
-HWY_INLINE float SoftmaxNumerators(D d, float* row, int64_t length, int64_t lanes) {
-  float peak = -std::numeric_limits<float>::infinity();
+HWY_INLINE float SoftmaxNumerators(D d, float* row, int64_t length, int64_t lanes,
+                                   float sink = -std::numeric_limits<float>::infinity()) {
+  // A sink (gpt-oss) is one more logit in the softmax whose value is zero: it takes part in the peak and the sum.
+  float peak = sink;
   int64_t t = 0;
   if (length >= lanes) {
     auto top = hn::Set(d, peak);
@@ -58,13 +60,14 @@ HWY_INLINE float SoftmaxNumerators(D d, float* row, int64_t length, int64_t lane
     row[t] = e;
     sum += e;
   }
+  if (sink != -std::numeric_limits<float>::infinity()) sum += hn::GetLane(FastExp(d, hn::Set(d, sink - peak)));
   return sum;
 }
 
 template <class E>
 void DecodeAttentionHeadT(const typename E::T* q, const typename E::T* keys, const typename E::T* values,
                           const int64_t* offsets, int64_t length, int64_t group, int64_t dim, float scale,
-                          typename E::T* out, float* scratch) {
+                          typename E::T* out, float* scratch, const float* sinks) {
   const hn::ScalableTag<float> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   float* qs = scratch;                    // [group, dim]: the scaled queries, float32
@@ -82,7 +85,8 @@ void DecodeAttentionHeadT(const typename E::T* q, const typename E::T* keys, con
   // AVX2), then a vector at a time.
   for (int64_t g = 0; g < group; ++g) {
     float* row = scores + g * length;
-    const float inverse = 1.0f / SoftmaxNumerators(d, row, length, lanes);
+    const float inverse = 1.0f / (sinks == nullptr ? SoftmaxNumerators(d, row, length, lanes)
+                                                   : SoftmaxNumerators(d, row, length, lanes, sinks[g]));
     const auto vinverse = hn::Set(d, inverse);
     typename E::T* dst = out + g * dim;
     int64_t c = 0;
@@ -192,12 +196,14 @@ void LatentAttentionHeadsBF16(const float* q, const uint16_t* rows, const int64_
 }
 
 void DecodeAttentionHeadF32(const float* q, const float* keys, const float* values, const int64_t* offsets,
-                            int64_t length, int64_t group, int64_t dim, float scale, float* out, float* scratch) {
-  DecodeAttentionHeadT<F32>(q, keys, values, offsets, length, group, dim, scale, out, scratch);
+                            int64_t length, int64_t group, int64_t dim, float scale, float* out, float* scratch,
+                            const float* sinks) {
+  DecodeAttentionHeadT<F32>(q, keys, values, offsets, length, group, dim, scale, out, scratch, sinks);
 }
 void DecodeAttentionHeadBF16(const uint16_t* q, const uint16_t* keys, const uint16_t* values, const int64_t* offsets,
-                             int64_t length, int64_t group, int64_t dim, float scale, uint16_t* out, float* scratch) {
-  DecodeAttentionHeadT<BF16>(q, keys, values, offsets, length, group, dim, scale, out, scratch);
+                             int64_t length, int64_t group, int64_t dim, float scale, uint16_t* out, float* scratch,
+                             const float* sinks) {
+  DecodeAttentionHeadT<BF16>(q, keys, values, offsets, length, group, dim, scale, out, scratch, sinks);
 }
 
 }  // namespace strata::kernels::HWY_NAMESPACE

@@ -28,13 +28,15 @@ void LatentAttentionHeads(const float* q, const BFloat16* rows, const int64_t* o
 }
 
 void DecodeAttentionHead(const float* q, const float* keys, const float* values, const int64_t* offsets, int64_t length,
-                         int64_t group, int64_t dim, float scale, float* out, float* scratch) {
-  HWY_DYNAMIC_DISPATCH(DecodeAttentionHeadF32)(q, keys, values, offsets, length, group, dim, scale, out, scratch);
+                         int64_t group, int64_t dim, float scale, float* out, float* scratch, const float* sinks) {
+  HWY_DYNAMIC_DISPATCH(DecodeAttentionHeadF32)
+  (q, keys, values, offsets, length, group, dim, scale, out, scratch, sinks);
 }
 void DecodeAttentionHead(const BFloat16* q, const BFloat16* keys, const BFloat16* values, const int64_t* offsets,
-                         int64_t length, int64_t group, int64_t dim, float scale, BFloat16* out, float* scratch) {
+                         int64_t length, int64_t group, int64_t dim, float scale, BFloat16* out, float* scratch,
+                         const float* sinks) {
   HWY_DYNAMIC_DISPATCH(DecodeAttentionHeadBF16)
-  (&q->bits, &keys->bits, &values->bits, offsets, length, group, dim, scale, &out->bits, scratch);
+  (&q->bits, &keys->bits, &values->bits, offsets, length, group, dim, scale, &out->bits, scratch, sinks);
 }
 
 }  // namespace strata::kernels

@@ -40,7 +40,16 @@ struct MoeConfig {
   // (a group's score is the sum of its two best biased scores), weights from the unbiased scores.
   // MiniMax-M2's kSigmoid: sigmoid of the router logits (computed in the weights' dtype), the top k of the scores plus
   // the block's e_score_correction_bias, weights from the unbiased scores renormalised (no groups, no scaling).
-  enum class Router { kSoftmax, kSigmoidGroups, kSigmoid };
+  // gpt-oss's kTopkSoftmax: the top k of the router logits (with the router's bias), softmax over those k alone, in
+  // the logits' dtype.
+  enum class Router { kSoftmax, kSigmoidGroups, kSigmoid, kTopkSoftmax };
+  // The experts' gated activation: act(gate) x up with SiLU; or gpt-oss's clamped SwiGLU, gate clamped above at
+  // swiglu_limit, up to +-swiglu_limit, (up + 1) x gate x sigmoid(swiglu_alpha x gate), the experts' projections with
+  // biases (gate_up_proj_bias, down_proj_bias).
+  enum class Activation { kSiluGlu, kClampedSwiglu };
+  Activation activation = Activation::kSiluGlu;
+  double swiglu_alpha = 1.702;
+  double swiglu_limit = 7.0;
   Router router = Router::kSoftmax;
   int64_t num_experts = 0;  // 0: no layer is sparse
   int64_t top_k = 0;
@@ -71,12 +80,23 @@ struct MlaConfig {
 // layers; Qwen3's with q/k norms and the sparse MoE blocks (Qwen3, Qwen3-MoE), which Mixtral's layers take
 // too; Gemma 2; Gemma 3 text; Phi-3. model_registry.cc names each architecture's family; architecture
 // names appear there and in each family's own files only.
-enum class ModelFamily { kLlama, kQwen3, kMixtral, kGemma2, kGemma3, kPhi3, kDeepseekV3, kGlm4Moe, kMiniMaxM2 };
+enum class ModelFamily {
+  kLlama,
+  kQwen3,
+  kMixtral,
+  kGemma2,
+  kGemma3,
+  kPhi3,
+  kDeepseekV3,
+  kGlm4Moe,
+  kMiniMaxM2,
+  kGptOss,
+};
 // Every family (tests/runtime/unit_test.cc checks each has a registry row and a runner, and every registry row's
 // family is here).
 inline constexpr ModelFamily kModelFamilies[] = {
     ModelFamily::kLlama, ModelFamily::kQwen3,      ModelFamily::kMixtral, ModelFamily::kGemma2,    ModelFamily::kGemma3,
-    ModelFamily::kPhi3,  ModelFamily::kDeepseekV3, ModelFamily::kGlm4Moe, ModelFamily::kMiniMaxM2,
+    ModelFamily::kPhi3,  ModelFamily::kDeepseekV3, ModelFamily::kGlm4Moe, ModelFamily::kMiniMaxM2, ModelFamily::kGptOss,
 };
 
 // The one hyper-parameter struct of a model: filled once by its family's spec builder from config.json
@@ -111,6 +131,7 @@ struct DecoderConfig {
   double attn_logit_softcapping = 0;       // Gemma 2: tanh soft-cap of attention scores (0: none)
   double final_logit_softcapping = 0;      // Gemma: tanh soft-cap of the logits (0: none)
   int64_t rotary_dim = 0;                  // Phi-3 partial_rotary_factor: leading dims rotated (0: all)
+  bool attention_sinks = false;            // gpt-oss: self_attn.sinks, one softmax logit per query head
 };
 
 }  // namespace strata::planner

@@ -31,6 +31,7 @@ constexpr Architecture kArchitectures[] = {
     {"DeepseekV3ForCausalLM", "kimi_k2", ModelFamily::kDeepseekV3, DeepseekV3SpecFromConfig},
     {"Glm4MoeForCausalLM", "glm4_moe", ModelFamily::kGlm4Moe, Glm4MoeSpecFromConfig},
     {"MiniMaxM2ForCausalLM", "minimax_m2", ModelFamily::kMiniMaxM2, MiniMaxM2SpecFromConfig},
+    {"GptOssForCausalLM", "gpt_oss", ModelFamily::kGptOss, GptOssSpecFromConfig},
 };
 
 }  // namespace

@@ -48,6 +48,8 @@ absl::StatusOr<ModelSpec> Glm4MoeSpecFromConfig(const nlohmann::json& config, co
                                                 int64_t max_positions);
 absl::StatusOr<ModelSpec> MiniMaxM2SpecFromConfig(const nlohmann::json& config, const Architecture& arch, DType dtype,
                                                   int64_t max_positions);
+absl::StatusOr<ModelSpec> GptOssSpecFromConfig(const nlohmann::json& config, const Architecture& arch, DType dtype,
+                                               int64_t max_positions);
 absl::StatusOr<ModelSpec> Phi3SpecFromConfig(const nlohmann::json& config, const Architecture& arch, DType dtype,
                                              int64_t max_positions);
 

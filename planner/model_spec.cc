@@ -133,6 +133,7 @@ std::map<std::string, ExpectedTensor> CheckpointTensors(const ModelSpec& spec) {
     out[stored] = t;
   }
   for (const ExpertsStorage& e : spec.per_expert_storage) {
+    if (e.fused_interleaved) continue;  // stored as the tree has them
     // The fused parameters (and a quantized tree's scales beside them) are stored one tensor per expert.
     const std::string own = e.module + ".";
     for (auto it = out.lower_bound(own); it != out.end() && it->first.starts_with(own);) {

@@ -78,6 +78,10 @@ struct ExpertsStorage {
   int64_t hidden = 0;
   int64_t intermediate = 0;
   DType dtype = DType::kFloat32;
+  // gpt-oss: not one tensor per expert but the module's own fused parameters as the tree has them, gate_up_proj
+  // [E, H, 2I] (x @ W; gate and up columns interleaved: gate 2j, up 2j + 1), gate_up_proj_bias [E, 2I], down_proj
+  // [E, I, H], down_proj_bias [E, H] (or their MXFP4 blocks and scales); gate, up and down are unused.
+  bool fused_interleaved = false;
 };
 
 struct ModelSpec {

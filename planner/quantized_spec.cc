@@ -446,6 +446,7 @@ absl::Status QuantizeSpec(const nlohmann::json& config, ModelSpec& spec) {
     for (const TensorSpec& t : module->parameters) l.has_bias = l.has_bias || t.name == "bias";
   }
   for (const ExpertsStorage& e : spec.per_expert_storage) {
+    if (e.fused_interleaved) continue;  // gpt-oss's own formats (MXFP4: quantization.h)
     // FP8 replaces the fused experts module as a whole; compressed-tensors' checkpoints quantized each expert's
     // projections, all of them or none (a fused module cannot hold both).
     size_t converted = 0;
@@ -503,6 +504,7 @@ void SizeQuantizedSpec(ModelSpec& spec, QuantizedSizing sizing, bool keeps_fp8) 
   IndexModules(spec.root, modules);
   std::set<std::string> expert_linears;
   for (const ExpertsStorage& e : spec.per_expert_storage) {
+    if (e.fused_interleaved) continue;  // gpt-oss's own formats (MXFP4: quantization.h)
     const ExpertLinearNames first = ExpertNames(e, 0);
     auto gate = q.linears.find(first.gate);
     auto down = q.linears.find(first.down);

@@ -56,7 +56,10 @@ struct AttentionAdditions {
   at::Tensor q_norm, k_norm;  // RMSNorm weights [head_dim] over each query / key head, before RoPE
   double norm_eps = 1e-6;
   bool norm_across_heads = false;  // MiniMax-M2: q_norm / k_norm [heads x head_dim] over all heads of a token at once
-  at::Tensor o_bias;  // attention_bias
+  at::Tensor o_bias;               // attention_bias
+  // gpt-oss: a learned logit per query head [heads], one more column of each softmax with no value (its weight is
+  // dropped), so that a head may attend to nothing.
+  at::Tensor sinks;
 };
 
 // hidden [batch, tokens, hidden] -> [batch, tokens, hidden]: projections, RoPE, KV append, SDPA with the

@@ -19,6 +19,7 @@ constexpr int64_t kMaxHeadDim = 256;
 struct Shape {
   int64_t heads, kv_heads, group, dim, block_tokens, table_blocks, pool_rows, window;
   float scale;
+  const float* sinks = nullptr;  // [heads] float32, or none
 };
 
 // The kernels' element type for T (the same bits for bfloat16).
@@ -51,7 +52,7 @@ void OneHead(const T* q, const T* keys, const T* values, const int64_t* table, i
   scratch.resize(static_cast<size_t>(s.group * (length + s.dim)));
   const int64_t first = (b * s.heads + h * s.group) * s.dim;
   kernels::DecodeAttentionHead(K(q + first), K(keys), K(values), offsets.data(), length, s.group, s.dim, s.scale,
-                               K(out + first), scratch.data());
+                               K(out + first), scratch.data(), s.sinks == nullptr ? nullptr : s.sinks + h * s.group);
 }
 
 template <typename T>
@@ -168,7 +169,7 @@ bool DecodeAttentionApplies(const at::Tensor& q, const KvLayer& cache, int64_t c
 }
 
 at::Tensor DecodeAttention(const at::Tensor& q, const KvLayer& cache, const KvBlockTables& tables,
-                           const at::Tensor& positions, int64_t window, double scale) {
+                           const at::Tensor& positions, int64_t window, double scale, const at::Tensor& sinks) {
   const at::Tensor qc = q.contiguous();
   const at::Tensor table = tables.table.contiguous();
   const at::Tensor where = positions.reshape({-1}).contiguous();
@@ -176,8 +177,19 @@ at::Tensor DecodeAttention(const at::Tensor& q, const KvLayer& cache, const KvBl
   TORCH_CHECK(table.size(0) == q.size(0) && where.size(0) == q.size(0), "DecodeAttention: ", q.size(0), " query rows, ",
               table.size(0), " block tables, ", where.size(0), " positions");
   const int64_t kv_heads = cache.k.size(1);
-  const Shape shape{q.size(1),       kv_heads, q.size(1) / kv_heads,     q.size(3), tables.block_tokens, table.size(1),
-                    cache.k.size(0), window,   static_cast<float>(scale)};
+  const at::Tensor sink_values = sinks.defined() ? sinks.to(at::kFloat).contiguous() : at::Tensor();
+  TORCH_CHECK(!sinks.defined() || sink_values.numel() == q.size(1), "DecodeAttention: ", sink_values.numel(),
+              " sinks for ", q.size(1), " query heads");
+  const Shape shape{q.size(1),
+                    kv_heads,
+                    q.size(1) / kv_heads,
+                    q.size(3),
+                    tables.block_tokens,
+                    table.size(1),
+                    cache.k.size(0),
+                    window,
+                    static_cast<float>(scale),
+                    sinks.defined() ? sink_values.data_ptr<float>() : nullptr};
   at::Tensor out = at::empty(q.sizes(), q.options());
   if (q.scalar_type() == at::kFloat) {
     Run<float>(qc, cache, table, where, out, shape);

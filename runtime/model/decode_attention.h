@@ -22,9 +22,11 @@ bool DecodeAttentionApplies(const at::Tensor& q, const KvLayer& cache, int64_t c
 // q [rows, heads, 1, head_dim] (RoPE applied, heads a multiple of the pools' kv_heads: query head i reads KV
 // head i / (heads / kv_heads), as repeat_kv). Row b attends to its positions [lo, p] where p = positions[b][0]
 // and lo = max(0, p - window + 1) when window > 0, else 0 (AttentionMask's keys), which KvWrite has written.
-// Returns [rows, heads, 1, head_dim] in q's dtype; softmax and sums in float32, scores scaled by `scale`.
+// Returns [rows, heads, 1, head_dim] in q's dtype; softmax and sums in float32, scores scaled by `scale`. `sinks`
+// [heads] (gpt-oss; undefined: none): one more logit per query head in its softmax, with no value.
 at::Tensor DecodeAttention(const at::Tensor& q, const KvLayer& cache, const KvBlockTables& tables,
-                           const at::Tensor& positions, int64_t window, double scale);
+                           const at::Tensor& positions, int64_t window, double scale,
+                           const at::Tensor& sinks = at::Tensor());
 
 // Multi-head latent attention's decode rows (DeepSeek-V3, absorbed) on the CPU: q [rows, heads, 1, key_dim] float32
 // (the absorbed queries with their RoPE part), every head over the latent pool `cache.k` [slots, 1, key_dim] (float32

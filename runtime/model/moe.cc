@@ -9,6 +9,7 @@
 #include <ATen/ops/histc.h>
 #include <ATen/ops/index.h>
 #include <ATen/ops/linear.h>
+#include <ATen/ops/sigmoid.h>
 #include <ATen/ops/silu.h>
 #include <ATen/ops/softmax.h>
 #include <ATen/ops/sort.h>
@@ -33,8 +34,14 @@ namespace {
 
 // The top-k weights and expert ids of each token [N, k], on the layer's device.
 std::pair<at::Tensor, at::Tensor> Route(const at::Tensor& flat, const at::Tensor& router, const planner::MoeConfig& moe,
-                                        const at::Tensor& correction_bias) {
+                                        const at::Tensor& correction_bias, const at::Tensor& router_bias) {
   const int64_t k = moe.top_k;
+  if (moe.router == planner::MoeConfig::Router::kTopkSoftmax) {
+    // gpt-oss (GptOssTopKRouter): the top k of the logits (with the router's bias), softmax over them, in their dtype.
+    at::Tensor logits = Linear(flat, router, router_bias);  // [N, E]
+    auto [top_logits, top_ids] = at::topk(logits, k, -1);
+    return {at::softmax(top_logits, -1), top_ids};
+  }
   if (moe.router == planner::MoeConfig::Router::kSoftmax) {
     at::Tensor logits = Linear(flat, router);                // [N, E]
     at::Tensor probs = at::softmax(logits, -1, at::kFloat);  // softmax(dtype=float)
@@ -70,10 +77,34 @@ std::pair<at::Tensor, at::Tensor> Route(const at::Tensor& flat, const at::Tensor
   return {top_weights * moe.routed_scaling_factor, top_ids};
 }
 
+// act(gate) x up of the experts' gate and up projections, as moe.activation says.
+at::Tensor GatedActivation(const at::Tensor& gate, const at::Tensor& up, const planner::MoeConfig& moe) {
+  if (moe.activation == planner::MoeConfig::Activation::kSiluGlu) return SiluMul(gate, up);
+  // GptOssExperts._apply_gate: gate clamped above, up to +-limit, (up + 1) x gate x sigmoid(alpha x gate).
+  const at::Tensor g = gate.clamp_max(moe.swiglu_limit);
+  const at::Tensor u = up.clamp(-moe.swiglu_limit, moe.swiglu_limit);
+  return (u + 1) * (g * at::sigmoid(g * moe.swiglu_alpha));
+}
+
+// The experts' biases (gpt-oss): rows' expert ids -> each row's bias; undefined when the experts have none.
+at::Tensor RowBias(const at::Tensor& bias, const at::Tensor& ids) {
+  return bias.defined() ? bias.index_select(0, ids.to(at::kLong)) : at::Tensor();
+}
+
+at::Tensor AddBias(const at::Tensor& x, const at::Tensor& bias) { return bias.defined() ? x + bias : x; }
+
 }  // namespace
 
-at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const std::vector<Weight>& weights,
-                     const planner::MoeConfig& moe, const at::Tensor& correction_bias) {
+at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const std::vector<Weight>& all_weights,
+                     const planner::MoeConfig& moe, const at::Tensor& correction_bias, const at::Tensor& router_bias) {
+  // gpt-oss's experts end with their biases {gate_up_bias [E, 2I] (gate columns, then up), down_bias [E, H]}.
+  const bool biased = moe.activation == planner::MoeConfig::Activation::kClampedSwiglu;
+  const std::vector<Weight> weights(all_weights.begin(), all_weights.end() - (biased ? 2 : 0));
+  at::Tensor gate_up_bias, down_bias;
+  if (biased) {
+    gate_up_bias = all_weights[all_weights.size() - 2].stored;
+    down_bias = all_weights.back().stored;
+  }
   // Fused dense experts are two weights; per-expert ones (packed, or "disk" views of the file) three per expert.
   const bool per_expert = weights.size() != 2;
   const int64_t h = hidden.size(-1);
@@ -83,7 +114,7 @@ at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const s
   const int64_t tokens = flat.size(0);
 
   // Routing, on the layer's device.
-  auto [top_weights, top_ids] = Route(flat, router, moe, correction_bias);
+  auto [top_weights, top_ids] = Route(flat, router, moe, correction_bias, router_bias);
 
   // Pairs sorted by expert; each expert's rows are contiguous, its group ending at offsets[e].
   at::Tensor pair_experts = top_ids.reshape({-1});  // [N * k]
@@ -120,6 +151,24 @@ at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const s
     for (int64_t e = 0, begin = 0; e < experts; begin = end[e], ++e) {
       if (end[e] == begin) continue;
       const at::Tensor x = rows.narrow(0, begin, end[e] - begin);
+      if (biased) {
+        // gpt-oss: each projection with its expert's bias, the clamped SwiGLU between.
+        const int64_t inter = gate_up_bias.size(-1) / 2;
+        const at::Tensor b = gate_up_bias.select(0, e);
+        at::Tensor gate, up, down;
+        if (per_expert) {
+          gate = Linear(x, weights[3 * e].Use(), b.narrow(0, 0, inter));
+          up = Linear(x, weights[3 * e + 1].Use(), b.narrow(0, inter, inter));
+          parts.push_back(Linear(GatedActivation(gate, up, moe), weights[3 * e + 2].Use(), down_bias.select(0, e)));
+        } else {
+          const at::Tensor gate_up = weights[0].stored.select(0, e);
+          gate = Linear(x, gate_up.narrow(0, 0, inter), b.narrow(0, 0, inter));
+          up = Linear(x, gate_up.narrow(0, inter, inter), b.narrow(0, inter, inter));
+          parts.push_back(
+              Linear(GatedActivation(gate, up, moe), weights[1].stored.select(0, e), down_bias.select(0, e)));
+        }
+        continue;
+      }
       if (!per_expert) {
         // Fused experts on the CPU: each expert's rows through row views of its slices, on Linear's kernels (few rows:
         // streamed once). LibTorch's CPU grouped matmul made each projection's transposed experts contiguous, a copy
@@ -145,8 +194,18 @@ at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const s
     const int64_t widest = std::max(gate_up.size(1), down.size(1));
     const bool padded = there.is_cuda() && gate_up.scalar_type() != at::kBFloat16 &&
                         experts * tokens * widest * static_cast<int64_t>(gate_up.element_size()) <= kPaddedExpertsBytes;
-    out = padded ? PaddedExpertsMlp(rows, sorted_experts, offsets, gate_up, down, tokens)
-                 : GroupedExpertsMlp(rows, offsets, gate_up, down);  // [S, H]
+    if (biased) {
+      // gpt-oss on a GPU: the grouped products with each row's expert bias added (a gather of the bias rows).
+      const int64_t inter = down.size(-1);
+      at::Tensor projected = at::_grouped_mm(rows.to(gate_up.scalar_type()), gate_up.transpose(-2, -1), offsets);
+      projected = AddBias(projected, RowBias(gate_up_bias, sorted_experts));
+      const at::Tensor activated =
+          GatedActivation(projected.narrow(-1, 0, inter), projected.narrow(-1, inter, inter), moe);
+      out = AddBias(at::_grouped_mm(activated, down.transpose(-2, -1), offsets), RowBias(down_bias, sorted_experts));
+    } else {
+      out = padded ? PaddedExpertsMlp(rows, sorted_experts, offsets, gate_up, down, tokens)
+                   : GroupedExpertsMlp(rows, offsets, gate_up, down);  // [S, H]
+    }
   }
   if (there != home) {
     // From pinned memory when the experts ran on the CPU: an asynchronous copy on the layer's stream.
@@ -187,6 +246,55 @@ at::Tensor PaddedExpertsMlp(const at::Tensor& rows, const at::Tensor& sorted_exp
   return result.index({ids, position});
 }
 
+namespace {
+
+// gpt-oss's dense experts, stored as the tree has them (x @ W: gate_up_proj [E, H, 2I] with gate column j at 2j and
+// up column j at 2j + 1; down_proj [E, I, H]): read through views of the file and copied, transposed and
+// de-interleaved, into strata's fused layout {gate_up [E, 2I, H] (gate rows, then up rows), down [E, H, I]}, then
+// the biases {gate_up_bias [E, 2I] in the same order, down_bias [E, H]}.
+absl::StatusOr<std::vector<Weight>> LoadFusedInterleavedExperts(WeightLoader& loader,
+                                                                const planner::ExpertsStorage& storage,
+                                                                at::Device device) {
+  const int64_t experts = storage.num_experts, inter = storage.intermediate, hidden = storage.hidden;
+  auto mapped = [&](const char* local) -> absl::StatusOr<at::Tensor> {
+    absl::StatusOr<Weight> w = loader.Load(absl::StrCat(storage.stored_prefix, ".", local), Residency::kDisk, device);
+    if (!w.ok()) return w.status();
+    return w->stored;
+  };
+  absl::StatusOr<at::Tensor> gate_up = mapped("gate_up_proj");
+  if (!gate_up.ok()) return gate_up.status();
+  absl::StatusOr<at::Tensor> gate_up_bias = mapped("gate_up_proj_bias");
+  if (!gate_up_bias.ok()) return gate_up_bias.status();
+  absl::StatusOr<at::Tensor> down = mapped("down_proj");
+  if (!down.ok()) return down.status();
+  absl::StatusOr<at::Tensor> down_bias = mapped("down_proj_bias");
+  if (!down_bias.ok()) return down_bias.status();
+  std::vector<Weight> out(4);
+  out[0].name = storage.module + ".gate_up_proj";
+  out[0].stored = loader.Empty({experts, 2 * inter, hidden}, device);
+  // [E, H, 2I] -> [E, 2I, H] -> [E, I, 2, H] -> [E, 2, I, H]: gate rows, then up rows.
+  out[0]
+      .stored.view({experts, 2, inter, hidden})
+      .copy_(gate_up->transpose(1, 2).unflatten(1, {inter, 2}).transpose(1, 2));
+  out[1].name = storage.module + ".down_proj";
+  out[1].stored = loader.Empty({experts, hidden, inter}, device);
+  out[1].stored.copy_(down->transpose(1, 2));
+  out[2].name = storage.module + ".gate_up_proj_bias";
+  out[2].stored = loader.Empty({experts, 2 * inter}, device);
+  out[2].stored.view({experts, 2, inter}).copy_(gate_up_bias->unflatten(1, {inter, 2}).transpose(1, 2));
+  out[3].name = storage.module + ".down_proj_bias";
+  out[3].stored = loader.Empty({experts, hidden}, device);
+  out[3].stored.copy_(*down_bias);
+  for (Weight& w : out) {
+    w.residency = Residency::kResident;
+    w.exec_device = device;
+    w.dtype = w.stored.scalar_type();
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<Weight>> LoadExperts(WeightLoader& loader, const planner::ExpertsStorage& storage,
                                                 at::Device device, const planner::SpecQuantization* quantized,
                                                 bool on_disk) {
@@ -212,6 +320,7 @@ absl::StatusOr<std::vector<Weight>> LoadExperts(WeightLoader& loader, const plan
     }
     return out;
   }
+  if (storage.fused_interleaved) return LoadFusedInterleavedExperts(loader, storage, device);
   if (on_disk) {
     // "disk" experts stay in the file: three views per expert, never fused (fusing would copy them into memory).
     std::vector<Weight> out;

@@ -42,8 +42,11 @@ inline constexpr int64_t kPaddedExpertsBytes = int64_t{256} << 20;
 // hidden [B, T, H] on the layer's device; router [E, H] there too (with DeepSeekMoE's e_score_correction_bias [E],
 // moe.router kSigmoidGroups); `experts` (LoadExperts) on the experts' device. Returns [B, T, H] on hidden's device,
 // in hidden's dtype.
+// gpt-oss (moe.activation kClampedSwiglu): `experts` end with the experts' biases {gate_up_bias [E, 2I], down_bias
+// [E, H]}, and `router_bias` [E] is the router's (moe.router kTopkSoftmax).
 at::Tensor SparseMoe(const at::Tensor& hidden, const at::Tensor& router, const std::vector<Weight>& experts,
-                     const planner::MoeConfig& moe, const at::Tensor& correction_bias = at::Tensor());
+                     const planner::MoeConfig& moe, const at::Tensor& correction_bias = at::Tensor(),
+                     const at::Tensor& router_bias = at::Tensor());
 
 // Loads one experts module from its per-expert checkpoint tensors on `device`: dense experts fused into
 // {gate_up [E, 2I, H] (each expert's gate rows, then its up rows), down [E, H, I]}; experts a quantized checkpoint

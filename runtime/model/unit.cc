@@ -7,6 +7,7 @@
 #include "runtime/model/deepseek_model.h"
 #include "runtime/model/gemma_model.h"
 #include "runtime/model/glm4_moe_model.h"
+#include "runtime/model/gpt_oss_model.h"
 #include "runtime/model/llama_model.h"
 #include "runtime/model/phi3_model.h"
 #include "runtime/model/qwen3_model.h"
@@ -58,6 +59,7 @@ const UnitRunner& RunnerFor(ModelFamily family) {
   static constexpr UnitRunner kPhi3{Phi3UnitWeights, RunPhi3Unit};
   static constexpr UnitRunner kDeepseekV3{DeepseekV3UnitWeights, RunDeepseekV3Unit};
   static constexpr UnitRunner kGlm4Moe{Glm4MoeUnitWeights, RunGlm4MoeUnit};
+  static constexpr UnitRunner kGptOss{GptOssUnitWeights, RunGptOssUnit};
   switch (family) {
     case ModelFamily::kLlama:
       return kLlama;
@@ -74,6 +76,8 @@ const UnitRunner& RunnerFor(ModelFamily family) {
       return kDeepseekV3;
     case ModelFamily::kGlm4Moe:
       return kGlm4Moe;
+    case ModelFamily::kGptOss:
+      return kGptOss;
   }
   return kLlama;
 }

@@ -24,8 +24,10 @@ using reference::Value;
 
 HWY_BEFORE_TEST(KernelsAttention);
 
+// `with_sinks`: gpt-oss's sinks, one more softmax logit per query head with no value (some larger than every score,
+// so that they dominate).
 template <typename T>
-void Check(int64_t group, int64_t dim, int64_t length, double tolerance) {
+void Check(int64_t group, int64_t dim, int64_t length, double tolerance, bool with_sinks = false) {
   std::mt19937 gen(static_cast<uint32_t>(group * 1000 + dim * 10 + length));
   std::normal_distribution<float> normal;
   auto make = [&](int64_t n) {
@@ -47,8 +49,10 @@ void Check(int64_t group, int64_t dim, int64_t length, double tolerance) {
   std::vector<T> out(static_cast<size_t>(group * dim));
   std::vector<float> scratch(static_cast<size_t>(group * (length + dim)));
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  std::vector<float> sinks;
+  for (int64_t g = 0; g < group; ++g) sinks.push_back(g % 2 == 0 ? 3.0f * normal(gen) : 12.0f + normal(gen));
   DecodeAttentionHead(q.data(), keys.data(), values.data(), offsets.data(), length, group, dim, scale, out.data(),
-                      scratch.data());
+                      scratch.data(), with_sinks ? sinks.data() : nullptr);
   for (int64_t g = 0; g < group; ++g) {
     std::vector<double> s(static_cast<size_t>(length));
     double peak = -INFINITY, total = 0;
@@ -60,12 +64,25 @@ void Check(int64_t group, int64_t dim, int64_t length, double tolerance) {
       s[t] = dot;
       peak = std::max(peak, dot);
     }
+    if (with_sinks) peak = std::max(peak, double{sinks[g]});
     for (double& x : s) total += (x = std::exp(x - peak));
+    if (with_sinks) total += std::exp(sinks[g] - peak);
     for (int64_t c = 0; c < dim; ++c) {
       double expected = 0;
       for (int64_t t = 0; t < length; ++t) expected += s[t] / total * Value(values[offsets[t] + c]);
       ASSERT_NEAR(Value(out[g * dim + c]), expected, tolerance)
           << "group " << group << " dim " << dim << " length " << length << " head " << g << " column " << c;
+    }
+  }
+}
+
+TEST_P(KernelsAttention, SinksTakePartInTheSoftmaxWithoutAValue) {
+  for (int64_t group : {1, 4}) {
+    for (int64_t dim : {24, 64, 128}) {
+      for (int64_t length : {1, 7, 300}) {
+        Check<float>(group, dim, length, 2e-5, /*with_sinks=*/true);
+        Check<BFloat16>(group, dim, length, 2e-2, /*with_sinks=*/true);
+      }
     }
   }
 }

@@ -24,7 +24,7 @@ _COUNTED = {
     "test_module_tree_parity.py::test_other_architecture_plan_matches_transformers": "any-architecture parity (--module-tree): {passed}/{total} maps identical to transformers",
     "test_family_plan_parity_gemma.py::test_family_device_map_matches_transformers": "Gemma 2/Gemma 3/Phi-3 plan parity: {passed}/{total} maps identical to transformers",
     "test_inventory_parity.py::test_default_budgets_match_transformers": "inventory parity: {passed}/{total} maps identical to transformers",
-    "test_family_plan_parity_moe.py::test_moe_family_device_map_matches_transformers": "Qwen3/Qwen3-MoE/Mixtral/DeepSeek-V3/Kimi-K2/GLM-4.x/MiniMax-M2 plan parity: {passed}/{total} maps identical to transformers",
+    "test_family_plan_parity_moe.py::test_moe_family_device_map_matches_transformers": "Qwen3/Qwen3-MoE/Mixtral/DeepSeek-V3/Kimi-K2/GLM-4.x/MiniMax-M2/gpt-oss plan parity: {passed}/{total} maps identical to transformers",
     "::test_full_deepseek_over_eight_80gb_gpus_and_cpu_matches_transformers": "DeepSeek-V3 671B and Kimi-K2-shaped over 8 x 80 GB + cpu: {passed}/{total} maps identical to transformers",
     "test_quantized_placement.py::test_quantized_device_map_matches_transformers": "quantized plan parity (--quantized-sizing transformers): {passed}/{total} maps identical to transformers",
     "test_quantized_placement.py::test_quantized_module_tree_matches_transformers": "quantized module trees: {passed}/{total} identical to transformers' quantizers'",

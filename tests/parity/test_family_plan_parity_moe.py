@@ -1,4 +1,4 @@
-"""Qwen3, Qwen3-MoE, Mixtral, DeepSeek-V3, GLM-4.5/4.6 and MiniMax-M2: strata's module tree is the one transformers builds (names, classes,
+"""Qwen3, Qwen3-MoE, Mixtral, DeepSeek-V3, GLM-4.5/4.6, MiniMax-M2 and gpt-oss: strata's module tree is the one transformers builds (names, classes,
 fused expert parameters, no-split classes), strata-plan's device map is transformers' own for every
 strategy and memory layout of the plan parity suite, and bad MoE configs exit 2 naming the field.
 
@@ -63,7 +63,22 @@ _MINIMAX_M2 = {"architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax
                "num_mtp_modules": 3, "mtp_transformer_layers": 1, "bos_token_id": 200019, "eos_token_id": 200020,
                "torch_dtype": "bfloat16"}
 
+# gpt-oss-120b's and -20b's public config.json (openai; the mxfp4 quantization_config left out: dense sizing).
+_GPT_OSS = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": 2880,
+            "intermediate_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+            "num_experts_per_tok": 4, "vocab_size": 201088, "sliding_window": 128, "attention_bias": True,
+            "attention_dropout": 0.0, "hidden_act": "silu", "initial_context_length": 4096,
+            "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 150000,
+            "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                             "original_max_position_embeddings": 4096, "rope_type": "yarn", "truncate": False},
+            "swiglu_limit": 7.0, "tie_word_embeddings": False, "router_aux_loss_coef": 0.9,
+            "output_router_logits": False, "eos_token_id": 200002, "pad_token_id": 199999, "torch_dtype": "bfloat16"}
+
 CONFIGS = {
+    "gpt-oss-120b": dict(_GPT_OSS, num_hidden_layers=36, num_local_experts=128,
+                         layer_types=["sliding_attention", "full_attention"] * 18),
+    "gpt-oss-20b": dict(_GPT_OSS, num_hidden_layers=24, num_local_experts=32,
+                        layer_types=["sliding_attention", "full_attention"] * 12),
     "GLM-4.6": dict(_GLM4_MOE, hidden_size=5120, intermediate_size=12288, moe_intermediate_size=1536,
                     num_hidden_layers=92, num_attention_heads=96, n_routed_experts=160, first_k_dense_replace=3,
                     routed_scaling_factor=2.5, use_qk_norm=True, max_position_embeddings=202752),
@@ -136,6 +151,13 @@ TINY = {
                             num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4,
                             num_experts_per_tok=2, vocab_size=128, bos_token_id=1, eos_token_id=2,
                             partial_rotary_factor=0.75),
+    # gpt-oss without layer_types (alternating by default), head_dim (64 by default) or RoPE settings (YaRN by
+    # default), no attention biases, a tied head.
+    "gpt-oss-tiny": {k: v for k, v in dict(_GPT_OSS, hidden_size=64, intermediate_size=32, num_hidden_layers=3,
+                                            num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                            num_experts_per_tok=2, vocab_size=128, eos_token_id=1, pad_token_id=0,
+                                            attention_bias=False, tie_word_embeddings=True).items()
+                     if k not in ("head_dim", "rope_scaling", "rope_theta")},
     "mixtral-alias-num-experts": {k: v for k, v in dict(_MIXTRAL, hidden_size=64, intermediate_size=96,
                                                          num_hidden_layers=2, num_attention_heads=4, vocab_size=128,
                                                          num_experts=3, num_experts_per_tok=3).items()
@@ -240,6 +262,10 @@ BAD = [
     ("GLM-4.6", {"use_qk_norm": "yes"}, "use_qk_norm"),
     ("GLM-4.6", {"partial_rotary_factor": 1.5}, "partial_rotary_factor"),
     ("GLM-4.6", {"first_k_dense_replace": -1}, "first_k_dense_replace"),
+    ("gpt-oss-20b", {"layer_types": ["sliding_attention"] * 3}, "layer_types"),
+    ("gpt-oss-20b", {"num_experts_per_tok": 33}, "num_experts_per_tok"),
+    ("gpt-oss-20b", {"sliding_window": 0}, "sliding_window"),
+    ("gpt-oss-20b", {"swiglu_limit": -1}, "swiglu_limit"),
     ("MiniMax-M2", {"rotary_dim": 256}, "rotary_dim"),
     ("MiniMax-M2", {"num_experts_per_tok": 257}, "num_experts_per_tok"),
     ("MiniMax-M2", {"num_local_experts": 0}, "num_local_experts"),

@@ -97,6 +97,14 @@ CONFIGS = {
     # rotated (the legacy rotary_dim), a sparse block in every layer with a sigmoid router and random correction biases.
     "minimax_m2_partial": ("MiniMaxM2Config", dict(
         _COMMON, head_dim=16, rotary_dim=8, intermediate_size=32, num_local_experts=6, num_experts_per_tok=2)),
+    # gpt-oss (tests/runtime_parity/test_gpt_oss_parity.py): sinks, sliding (window 5) and full layers alternating, YaRN
+    # over 16 original positions without truncation (prompts and outputs pass it), biases everywhere, a biased router
+    # over 6 experts (top 2), experts with interleaved gate/up and a clamped SwiGLU (limit 7: reached by the scaled
+    # weights).
+    "gpt_oss_sinks": ("GptOssConfig", dict(
+        _COMMON, head_dim=16, intermediate_size=32, num_local_experts=6, num_experts_per_tok=2, sliding_window=5,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 16})),
     # Phi-3: fused projections, half the head rotated, longrope (short factors below 64 tokens, the
     # attention factor of max_position_embeddings / 64), a sliding window on every layer.
     "phi3_longrope": ("Phi3Config", dict(_COMMON, sliding_window=9, partial_rotary_factor=0.5,
@@ -147,6 +155,11 @@ def make_checkpoint(directory: pathlib.Path, name: str, dtype=torch.float32, see
                 p.mul_(8.0)
             elif name.startswith("gemma"):
                 p.uniform_(-0.5, 0.5)  # Gemma norms scale by (1 + weight), initialised to zeros
+            elif name.startswith("gpt_oss") and p.dim() == 1 and p.numel() == config.num_attention_heads:
+                p.uniform_(-1.0, 1.0)  # the sinks (torch.empty at init)
+        if name.startswith("gpt_oss"):
+            for layer in model.model.layers:
+                layer.mlp.experts.gate_up_proj.mul_(4.0)  # gate and up values past swiglu_limit, so the clamps matter
         for buffer_name, b in model.named_buffers():
             if buffer_name.endswith("e_score_correction_bias"):
                 b.uniform_(-0.3, 0.3)  # DeepSeekMoE's routing biases (zeros at init): group choices depend on them
