@@ -404,6 +404,21 @@ absl::Status ParseAwq(const json& q, QuantizationConfig& out) {
   return absl::OkStatus();
 }
 
+// quant_method "mxfp4": transformers' Mxfp4Config (gpt-oss): the experts modules not listed in
+// modules_to_not_convert are stored as MXFP4; `dequantize` plans them dense.
+absl::Status ParseMxfp4(const json& q, QuantizationConfig& out) {
+  out.method = QuantMethod::kMxfp4;
+  out.bits = 4;
+  out.group_size = 32;
+  absl::StatusOr<std::optional<std::vector<std::string>>> skip = StringList(q, "", "modules_to_not_convert");
+  if (!skip.ok()) return skip.status();
+  if (*skip) out.not_converted = **skip;
+  absl::StatusOr<bool> dequantize = BoolOr(q, "", "dequantize", false);
+  if (!dequantize.ok()) return dequantize.status();
+  out.dequantize = *dequantize;
+  return absl::OkStatus();
+}
+
 // quant_method "gptq": transformers' GPTQConfig, v1 checkpoints (checkpoint_format / format "gptq").
 absl::Status ParseGptq(const json& q, QuantizationConfig& out) {
   out.method = QuantMethod::kGptq;
@@ -482,7 +497,7 @@ absl::StatusOr<std::optional<QuantizationConfig>> ParseQuantizationConfig(const 
   if (!*method) return QuantError("quant_method", "is missing");
   QuantizationConfig out;
   out.quant_method = **method;
-  const std::vector<std::string> supported = {"fp8", "compressed-tensors", "awq", "gptq"};
+  const std::vector<std::string> supported = {"fp8", "compressed-tensors", "awq", "gptq", "mxfp4"};
   if (absl::Status s = CheckOneOf("quant_method", out.quant_method, supported); !s.ok()) return s;
   absl::Status parsed;
   if (out.quant_method == "fp8") {
@@ -491,6 +506,8 @@ absl::StatusOr<std::optional<QuantizationConfig>> ParseQuantizationConfig(const 
     parsed = ParseCompressedTensors(q, out);
   } else if (out.quant_method == "awq") {
     parsed = ParseAwq(q, out);
+  } else if (out.quant_method == "mxfp4") {
+    parsed = ParseMxfp4(q, out);
   } else {
     parsed = ParseGptq(q, out);
   }
@@ -514,6 +531,8 @@ std::string QuantizationConfigSummary(const QuantizationConfig& config) {
                           config.symmetric ? ", symmetric" : ", asymmetric", ")");
     case QuantMethod::kAwq:
       return absl::StrCat("awq gemm (int", config.bits, ", group ", config.group_size, ", zero points)");
+    case QuantMethod::kMxfp4:
+      return "mxfp4 (E2M1 x E8M0 blocks of 32, experts)";
     case QuantMethod::kGptq:
       return absl::StrCat(
           "gptq v1 (int", config.bits, ", ",

@@ -24,6 +24,7 @@ enum class QuantMethod {
   kCompressedTensors,  // "compressed-tensors": pack-quantized int4/int8, float-quantized FP8
   kAwq,                // "awq", version "gemm"
   kGptq,               // "gptq", checkpoint_format "gptq" (v1)
+  kMxfp4,              // "mxfp4": gpt-oss's experts as E2M1 blocks with E8M0 scales (ExpertsStorage::fused_interleaved)
 };
 
 // How one quantized linear layer's weight is stored in the checkpoint, and so how the runtime unpacks it into
@@ -127,6 +128,9 @@ struct SpecQuantization {
   // sizing planned the model dense (transformers dequantizing FP8 on this machine, or `dequantize`).
   QuantizedSizing sizing = QuantizedSizing::kPacked;
   bool planned_dense = false;
+  // MXFP4: the experts modules stored as `X_blocks` uint8 [E, N, K / 32, 16] and `X_scales` uint8 [E, N, K / 32] for
+  // X = gate_up_proj (N = 2I, gate and up rows interleaved) and down_proj (N = H), their biases dense.
+  std::vector<std::string> mxfp4_experts;
 };
 
 }  // namespace strata::planner

@@ -187,6 +187,8 @@ QuantizedLinear MakeLinear(const QuantizationConfig& q, const std::string& modul
         if (!q.symmetric) l.zero_point = module + ".weight_zero_point";
       }
       break;
+    case QuantMethod::kMxfp4:  // experts only (SpecQuantization::mxfp4_experts), never a linear layer
+      break;
   }
   return l;
 }
@@ -321,8 +323,31 @@ std::vector<TensorSpec> LinearParameters(const QuantizedLinear& l, QuantMethod m
       if (bias) buffers.push_back(TensorSpec{"bias", {n}, DType::kFloat16, true});
       break;
     }
+    case QuantMethod::kMxfp4:
+      break;
   }
   return out;
+}
+
+// gpt-oss's experts module as an MXFP4 checkpoint stores it (and strata keeps it): per projection X the blocks and
+// scales, then its bias in the model's dtype.
+std::vector<TensorSpec> Mxfp4ExpertsParameters(const ExpertsStorage& e, DType dtype) {
+  const int64_t experts = e.num_experts, h = e.hidden, i = e.intermediate;
+  return {TensorSpec{"gate_up_proj_blocks", {experts, 2 * i, h / 32, 16}, DType::kUInt8, true},
+          TensorSpec{"gate_up_proj_scales", {experts, 2 * i, h / 32}, DType::kUInt8, true},
+          TensorSpec{"gate_up_proj_bias", {experts, 2 * i}, dtype, true},
+          TensorSpec{"down_proj_blocks", {experts, h, i / 32, 16}, DType::kUInt8, true},
+          TensorSpec{"down_proj_scales", {experts, h, i / 32}, DType::kUInt8, true},
+          TensorSpec{"down_proj_bias", {experts, h}, dtype, true}};
+}
+
+// The same module dequantized (transformers' Mxfp4 quantizer without a GPU and its kernels: GptOssExperts in bfloat16).
+std::vector<TensorSpec> Mxfp4DequantizedParameters(const ExpertsStorage& e, DType dtype) {
+  const int64_t experts = e.num_experts, h = e.hidden, i = e.intermediate;
+  return {TensorSpec{"gate_up_proj", {experts, h, 2 * i}, DType::kBFloat16, true},
+          TensorSpec{"gate_up_proj_bias", {experts, 2 * i}, dtype, true},
+          TensorSpec{"down_proj", {experts, i, h}, DType::kBFloat16, true},
+          TensorSpec{"down_proj_bias", {experts, h}, dtype, true}};
 }
 
 // The linears of expert `i` of `e`, keyed by their stored dense names.
@@ -379,7 +404,7 @@ std::vector<TensorSpec> ExpertsParameters(const ExpertsStorage& e, const Quantiz
 // Whether transformers plans this spec dense under `sizing`.
 bool PlannedDense(const SpecQuantization& q, QuantizedSizing sizing, bool keeps_fp8) {
   if (sizing == QuantizedSizing::kPacked) return false;
-  if (q.config.dequantize) return true;
+  if (q.config.dequantize || q.config.method == QuantMethod::kMxfp4) return true;
   return q.config.method == QuantMethod::kFp8 && !keeps_fp8;
 }
 
@@ -424,6 +449,25 @@ absl::Status QuantizeSpec(const nlohmann::json& config, ModelSpec& spec) {
 
   std::map<std::string, ModuleSpec*> modules;
   IndexModules(spec.root, modules);
+  if (q.method == QuantMethod::kMxfp4) {
+    // transformers' replace_with_mxfp4_linear: every gpt-oss experts module not in modules_to_not_convert, no other.
+    for (const ExpertsStorage& e : spec.per_expert_storage) {
+      if (!e.fused_interleaved) continue;
+      if (e.hidden % 32 != 0 || e.intermediate % 32 != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("config.json: quantization_config: mxfp4 needs hidden_size (",
+                                                       e.hidden, ") and intermediate_size (", e.intermediate,
+                                                       ") to be multiples of 32 (its blocks)"));
+      }
+      if (converts(e.module)) quantization.mxfp4_experts.push_back(e.module);
+    }
+    if (quantization.mxfp4_experts.empty()) {
+      return absl::InvalidArgumentError(
+          "config.json: quantization_config: mxfp4 converts no experts module of this model (gpt-oss's alone)");
+    }
+    spec.quantization = std::move(quantization);
+    SizeQuantizedSpec(spec, QuantizedSizing::kPacked, /*keeps_fp8=*/true);
+    return absl::OkStatus();
+  }
   for (const auto& [name, module] : modules) {
     if (module->class_name != "Linear" || absl::EndsWith(name, ".experts")) continue;
     if (!converts(name)) continue;
@@ -504,7 +548,15 @@ void SizeQuantizedSpec(ModelSpec& spec, QuantizedSizing sizing, bool keeps_fp8) 
   IndexModules(spec.root, modules);
   std::set<std::string> expert_linears;
   for (const ExpertsStorage& e : spec.per_expert_storage) {
-    if (e.fused_interleaved) continue;  // gpt-oss's own formats (MXFP4: quantization.h)
+    if (e.fused_interleaved) {
+      auto m = modules.find(e.module);
+      if (m != modules.end() &&
+          std::find(q.mxfp4_experts.begin(), q.mxfp4_experts.end(), e.module) != q.mxfp4_experts.end()) {
+        m->second->parameters =
+            dense ? Mxfp4DequantizedParameters(e, spec.dtype) : Mxfp4ExpertsParameters(e, spec.dtype);
+      }
+      continue;
+    }
     const ExpertLinearNames first = ExpertNames(e, 0);
     auto gate = q.linears.find(first.gate);
     auto down = q.linears.find(first.down);
@@ -530,6 +582,18 @@ void SizeQuantizedSpec(ModelSpec& spec, QuantizedSizing sizing, bool keeps_fp8) 
 
 void AddQuantizedCheckpointTensors(const ModelSpec& spec, std::map<std::string, ExpectedTensor>& tensors) {
   if (!spec.quantization) return;
+  for (const ExpertsStorage& e : spec.per_expert_storage) {
+    const std::vector<std::string>& mxfp4 = spec.quantization->mxfp4_experts;
+    if (std::find(mxfp4.begin(), mxfp4.end(), e.module) == mxfp4.end()) continue;
+    // What the files hold, whichever sizing the tree has.
+    for (const char* local : {"gate_up_proj", "down_proj", "gate_up_proj_blocks", "gate_up_proj_scales",
+                              "down_proj_blocks", "down_proj_scales"}) {
+      tensors.erase(absl::StrCat(e.module, ".", local));
+    }
+    for (const TensorSpec& t : Mxfp4ExpertsParameters(e, spec.dtype)) {
+      if (t.dtype == DType::kUInt8) tensors[absl::StrCat(e.module, ".", t.name)] = {t.shape, t.dtype, {"U8"}};
+    }
+  }
   for (const auto& [name, l] : spec.quantization->linears) {
     // The module's own entries (the tree's sizing of it), bias aside, give way to what the files store.
     for (auto it = tensors.lower_bound(l.module + ".");
@@ -551,8 +615,11 @@ void AddQuantizedCheckpointTensors(const ModelSpec& spec, std::map<std::string, 
 std::string QuantizationSummary(const ModelSpec& spec) {
   if (!spec.quantization) return "none";
   const SpecQuantization& q = *spec.quantization;
-  std::string out = absl::StrCat(QuantizationConfigSummary(q.config), ", ", q.linears.size(),
-                                 " quantized linear layers, sized ", QuantizedSizingName(q.sizing));
+  std::string out = q.config.method == QuantMethod::kMxfp4
+                        ? absl::StrCat(QuantizationConfigSummary(q.config), ", ", q.mxfp4_experts.size(),
+                                       " experts modules, sized ", QuantizedSizingName(q.sizing))
+                        : absl::StrCat(QuantizationConfigSummary(q.config), ", ", q.linears.size(),
+                                       " quantized linear layers, sized ", QuantizedSizingName(q.sizing));
   if (q.sizing == QuantizedSizing::kTransformers) {
     if (q.planned_dense) {
       absl::StrAppend(

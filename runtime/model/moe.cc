@@ -20,13 +20,16 @@
 #include <c10/core/Event.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <algorithm>
 #include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/model/linear.h"
 #include "runtime/model/pointwise.h"
+#include "runtime/model/quantized_linear.h"
 
 namespace strata::runtime {
 
@@ -254,38 +257,71 @@ namespace {
 // the biases {gate_up_bias [E, 2I] in the same order, down_bias [E, H]}.
 absl::StatusOr<std::vector<Weight>> LoadFusedInterleavedExperts(WeightLoader& loader,
                                                                 const planner::ExpertsStorage& storage,
-                                                                at::Device device) {
+                                                                at::Device device, bool mxfp4) {
   const int64_t experts = storage.num_experts, inter = storage.intermediate, hidden = storage.hidden;
+  std::vector<Weight> out;
+  if (mxfp4) {
+    // MXFP4 (gate_up_proj_blocks [E, 2I, H / 32, 16]: rows, not columns, interleaved): three packed projections per
+    // expert, as other packed experts (moe.h), then the biases below.
+    const std::string prefix = storage.stored_prefix + ".";
+    absl::StatusOr<std::vector<PackedLinear>> gate =
+        LoadMxfp4Experts(loader.checkpoint(), prefix + "gate_up_proj", experts, 2 * inter, hidden, 0, 2, device);
+    if (!gate.ok()) return gate.status();
+    absl::StatusOr<std::vector<PackedLinear>> up =
+        LoadMxfp4Experts(loader.checkpoint(), prefix + "gate_up_proj", experts, 2 * inter, hidden, 1, 2, device);
+    if (!up.ok()) return up.status();
+    absl::StatusOr<std::vector<PackedLinear>> down =
+        LoadMxfp4Experts(loader.checkpoint(), prefix + "down_proj", experts, hidden, inter, 0, 1, device);
+    if (!down.ok()) return down.status();
+    for (int64_t e = 0; e < experts; ++e) {
+      for (auto [part, packed] :
+           {std::pair{"gate", &(*gate)[e]}, std::pair{"up", &(*up)[e]}, std::pair{"down", &(*down)[e]}}) {
+        Weight w;
+        w.name = absl::StrCat(storage.module, ".", e, ".", part);
+        w.packed = std::make_shared<const PackedLinear>(std::move(*packed));
+        w.residency = Residency::kResident;
+        w.exec_device = device;
+        w.dtype = loader.dtype();
+        out.push_back(std::move(w));
+      }
+    }
+  }
   auto mapped = [&](const char* local) -> absl::StatusOr<at::Tensor> {
     absl::StatusOr<Weight> w = loader.Load(absl::StrCat(storage.stored_prefix, ".", local), Residency::kDisk, device);
     if (!w.ok()) return w.status();
     return w->stored;
   };
-  absl::StatusOr<at::Tensor> gate_up = mapped("gate_up_proj");
-  if (!gate_up.ok()) return gate_up.status();
+  if (!mxfp4) {
+    absl::StatusOr<at::Tensor> gate_up = mapped("gate_up_proj");
+    if (!gate_up.ok()) return gate_up.status();
+    absl::StatusOr<at::Tensor> down = mapped("down_proj");
+    if (!down.ok()) return down.status();
+    out.resize(2);
+    out[0].name = storage.module + ".gate_up_proj";
+    out[0].stored = loader.Empty({experts, 2 * inter, hidden}, device);
+    // [E, H, 2I] -> [E, 2I, H] -> [E, I, 2, H] -> [E, 2, I, H]: gate rows, then up rows.
+    out[0]
+        .stored.view({experts, 2, inter, hidden})
+        .copy_(gate_up->transpose(1, 2).unflatten(1, {inter, 2}).transpose(1, 2));
+    out[1].name = storage.module + ".down_proj";
+    out[1].stored = loader.Empty({experts, hidden, inter}, device);
+    out[1].stored.copy_(down->transpose(1, 2));
+  }
   absl::StatusOr<at::Tensor> gate_up_bias = mapped("gate_up_proj_bias");
   if (!gate_up_bias.ok()) return gate_up_bias.status();
-  absl::StatusOr<at::Tensor> down = mapped("down_proj");
-  if (!down.ok()) return down.status();
   absl::StatusOr<at::Tensor> down_bias = mapped("down_proj_bias");
   if (!down_bias.ok()) return down_bias.status();
-  std::vector<Weight> out(4);
-  out[0].name = storage.module + ".gate_up_proj";
-  out[0].stored = loader.Empty({experts, 2 * inter, hidden}, device);
-  // [E, H, 2I] -> [E, 2I, H] -> [E, I, 2, H] -> [E, 2, I, H]: gate rows, then up rows.
-  out[0]
-      .stored.view({experts, 2, inter, hidden})
-      .copy_(gate_up->transpose(1, 2).unflatten(1, {inter, 2}).transpose(1, 2));
-  out[1].name = storage.module + ".down_proj";
-  out[1].stored = loader.Empty({experts, hidden, inter}, device);
-  out[1].stored.copy_(down->transpose(1, 2));
-  out[2].name = storage.module + ".gate_up_proj_bias";
-  out[2].stored = loader.Empty({experts, 2 * inter}, device);
-  out[2].stored.view({experts, 2, inter}).copy_(gate_up_bias->unflatten(1, {inter, 2}).transpose(1, 2));
-  out[3].name = storage.module + ".down_proj_bias";
-  out[3].stored = loader.Empty({experts, hidden}, device);
-  out[3].stored.copy_(*down_bias);
+  Weight up_bias, down_b;
+  up_bias.name = storage.module + ".gate_up_proj_bias";
+  up_bias.stored = loader.Empty({experts, 2 * inter}, device);
+  up_bias.stored.view({experts, 2, inter}).copy_(gate_up_bias->unflatten(1, {inter, 2}).transpose(1, 2));
+  down_b.name = storage.module + ".down_proj_bias";
+  down_b.stored = loader.Empty({experts, hidden}, device);
+  down_b.stored.copy_(*down_bias);
+  out.push_back(std::move(up_bias));
+  out.push_back(std::move(down_b));
   for (Weight& w : out) {
+    if (w.packed != nullptr) continue;
     w.residency = Residency::kResident;
     w.exec_device = device;
     w.dtype = w.stored.scalar_type();
@@ -320,7 +356,12 @@ absl::StatusOr<std::vector<Weight>> LoadExperts(WeightLoader& loader, const plan
     }
     return out;
   }
-  if (storage.fused_interleaved) return LoadFusedInterleavedExperts(loader, storage, device);
+  if (storage.fused_interleaved) {
+    const bool mxfp4 = quantized != nullptr &&
+                       std::find(quantized->mxfp4_experts.begin(), quantized->mxfp4_experts.end(), storage.module) !=
+                           quantized->mxfp4_experts.end();
+    return LoadFusedInterleavedExperts(loader, storage, device, mxfp4);
+  }
   if (on_disk) {
     // "disk" experts stay in the file: three views per expert, never fused (fusing would copy them into memory).
     std::vector<Weight> out;

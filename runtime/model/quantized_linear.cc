@@ -841,6 +841,26 @@ absl::StatusOr<PackedLinear> LoadInt(const checkpoint::Checkpoint& checkpoint, c
 
 }  // namespace
 
+absl::StatusOr<std::vector<PackedLinear>> LoadMxfp4Experts(const checkpoint::Checkpoint& checkpoint,
+                                                           const std::string& prefix, int64_t experts, int64_t n,
+                                                           int64_t k, int64_t row0, int64_t step, at::Device device) {
+  const std::string blocks_name = prefix + "_blocks", scales_name = prefix + "_scales";
+  absl::StatusOr<const TensorView*> blocks = Stored(checkpoint, blocks_name, {DType::kUInt8}, {experts, n, k / 32, 16});
+  if (!blocks.ok()) return blocks.status();
+  absl::StatusOr<const TensorView*> scales = Stored(checkpoint, scales_name, {DType::kUInt8}, {experts, n, k / 32});
+  if (!scales.ok()) return scales.status();
+  const at::Tensor all_blocks = Mapped(**blocks, at::kByte), all_scales = Mapped(**scales, at::kByte);
+  std::vector<PackedLinear> out;
+  for (int64_t e = 0; e < experts; ++e) {
+    const at::Tensor b = all_blocks.select(0, e).slice(0, row0, n, step).contiguous();
+    const at::Tensor s = all_scales.select(0, e).slice(0, row0, n, step).contiguous();
+    absl::StatusOr<PackedLinear> w = Mxfp4Linear(b, s, absl::StrCat(blocks_name, "[", e, "]"));
+    if (!w.ok()) return w.status();
+    out.push_back(device.is_cpu() ? *std::move(w) : w->To(device, /*non_blocking=*/false));
+  }
+  return out;
+}
+
 absl::StatusOr<PackedLinear> Mxfp4Linear(const at::Tensor& blocks, const at::Tensor& scales, std::string_view name) {
   const std::string tensor(name);  // std::string_view is not Abseil's here
   auto error = [&](absl::string_view what) {

@@ -17,6 +17,7 @@
 #include <memory>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -86,6 +87,14 @@ std::pair<at::Tensor, at::Tensor> QuantizeFp8Activations(const at::Tensor& x);
 // torch's reason where this GPU, its cuBLAS or the wheel cannot run _scaled_mm's block scaling (cuBLAS has it for
 // compute capability 9.0 from CUDA 12.9). Synchronises the device: for loading, not for steps.
 absl::Status ProbeFp8ScaledMm(at::Device device);
+
+// gpt-oss's MXFP4 experts from the mapped checkpoint: `prefix`_blocks uint8 [E, N, K / 32, 16] and `prefix`_scales
+// uint8 [E, N, K / 32] (errors name them: missing, another dtype or shape, a scale past 252). Per expert, the rows
+// row0, row0 + step, ... (step 2 picks gate_up_proj's gate or up rows, which the format interleaves) as one
+// PackedLinear on `device` (copied out of the file: 0.53 bytes per weight).
+absl::StatusOr<std::vector<PackedLinear>> LoadMxfp4Experts(const checkpoint::Checkpoint& checkpoint,
+                                                           const std::string& prefix, int64_t experts, int64_t n,
+                                                           int64_t k, int64_t row0, int64_t step, at::Device device);
 
 // Whether LinearPacked runs the kernels on packed bytes for these operands (a CPU, up to kFewRows rows);
 // else blocks of dequantized rows (tests and benchmarks say which path ran).

@@ -141,6 +141,8 @@ class WeightLoader {
   // An uninitialised tensor in the serving dtype on `device` (on the CPU, in the arena's 2 MiB pages, as Load's).
   at::Tensor Empty(at::IntArrayRef shape, at::Device device);
   const WeightLoadStats& stats();
+  const Checkpoint& checkpoint() const { return checkpoint_; }
+  at::ScalarType dtype() const { return dtype_; }  // the serving dtype
 
  private:
   const Checkpoint& checkpoint_;

@@ -148,3 +148,99 @@ def test_bad_config_exits_2_naming_the_field(strata_generate, checkpoint, tmp_pa
     proc = _run(strata_generate, target)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr, proc.stderr
+
+
+# --- MXFP4 experts (gpt-oss's release format) ---------------------------------------------------------------------
+
+MXFP4_CONFIG = {"quant_method": "mxfp4",
+                "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                           "model.embed_tokens", "lm_head"]}
+
+
+def _mxfp4_checkpoint(dense_dir, target, seed=3):
+    """The tiny model with every layer's experts replaced by MXFP4 codes and scales the test draws itself (not
+    strata's code): uniform random E2M1 nibbles, E8M0 scales of 2^-6 .. 2^-3, the biases kept dense; and its dense
+    twin, whose experts are transformers' own dequantization of those bytes (convert_moe_packed_tensors, float32)."""
+    from safetensors.torch import load_file, save_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    generator = torch.Generator().manual_seed(seed)
+    kw = H.CONFIGS[NAME][1]
+    experts, hidden, inter = kw["num_local_experts"], kw["hidden_size"], kw["intermediate_size"]
+    tensors = load_file(str(dense_dir / "model.safetensors"))
+    dense = dict(tensors)
+    for layer in range(kw["num_hidden_layers"]):
+        prefix = f"model.layers.{layer}.mlp.experts."
+        for name, rows, cols in (("gate_up_proj", 2 * inter, hidden), ("down_proj", hidden, inter)):
+            blocks = torch.randint(0, 256, (experts, rows, cols // 32, 16), generator=generator, dtype=torch.uint8)
+            scales = torch.randint(121, 125, (experts, rows, cols // 32), generator=generator, dtype=torch.uint8)
+            del tensors[prefix + name]
+            tensors[prefix + name + "_blocks"], tensors[prefix + name + "_scales"] = blocks, scales
+            dense[prefix + name] = convert_moe_packed_tensors(blocks.clone(), scales.clone(), dtype=torch.float32)
+    config = json.loads((dense_dir / "config.json").read_text())
+    packed, twin = target / "mxfp4", target / "dense"
+    for directory, data, quantization in ((packed, tensors, MXFP4_CONFIG), (twin, dense, None)):
+        directory.mkdir(parents=True)
+        save_file({k: v.contiguous() for k, v in data.items()}, str(directory / "model.safetensors"),
+                  metadata={"format": "pt"})
+        (directory / "config.json").write_text(json.dumps(dict(config, quantization_config=quantization)
+                                                          if quantization else config))
+    return packed, twin
+
+
+@pytest.fixture(scope="module")
+def mxfp4(checkpoint, tmp_path_factory):
+    packed, twin = _mxfp4_checkpoint(checkpoint(NAME), tmp_path_factory.mktemp("gpt_oss_mxfp4"))
+    return packed, twin, H.reference_generate(twin, PROMPTS, NEW_TOKENS)
+
+
+@pytest.mark.parametrize("plan", ["cpu", "two_stage", "experts_apart"])
+def test_mxfp4_experts_generate_as_transformers_dequantized_model(strata_generate, mxfp4, plan):
+    """The MXFP4 checkpoint served packed (0.53 bytes per expert weight; the kernels read the codes) gives the ids and
+    logprobs of transformers' generate() on the dense model its own dequantization makes."""
+    packed, _, reference = mxfp4
+    args = {"cpu": ["--device-map", '{"": "cpu"}'],
+            "two_stage": ["--device-map", H.layer_device_map(NAME, [0, 0, 1, 1], 1), "--physical-devices",
+                          "0=cpu,1=cpu", "--max-memory", "0=1GiB,1=1GiB,cpu=1GiB", "--prefill-chunk", "3"],
+            "experts_apart": ["--device-map", experts_apart_map(NAME, [0, 0, 1, 1], "cpu", 1).replace(
+                ".mlp.gate\"", ".mlp.router\""), "--physical-devices", "0=cpu,1=cpu",
+                              "--max-memory", "0=1GiB,1=1GiB,cpu=1GiB"]}[plan]
+    got = H.run_generate(packed, PROMPTS, NEW_TOKENS, *args)
+    assert_matches(reference, got)
+
+
+def test_mxfp4_plan_counts_the_packed_bytes(strata_generate, mxfp4):
+    """strata-plan sizes MXFP4 experts as stored (blocks and scales: 17 bytes per 32 weights); --quantized-sizing
+    transformers as transformers' quantizer leaves them on a machine without its GPU kernels (dequantized to
+    bfloat16)."""
+    packed, _, _ = mxfp4
+    plan = strata_generate.parent.parent / "planner" / "strata-plan"
+    kw = H.CONFIGS[NAME][1]
+    experts_weights = kw["num_hidden_layers"] * kw["num_local_experts"] * 3 * kw["intermediate_size"] * kw["hidden_size"]
+    sizes = {}
+    for sizing in ("packed", "transformers"):
+        proc = subprocess.run([str(plan), "--model", str(packed), "--json", "--quantized-sizing", sizing],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        sizes[sizing] = sum(d["planned_bytes"] for d in json.loads(proc.stdout)["devices"])
+    # bfloat16 (2 bytes) against 17 / 32 bytes per expert weight; everything else is counted alike.
+    assert sizes["transformers"] - sizes["packed"] == experts_weights * 2 - experts_weights * 17 // 32, sizes
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda t: t.__setitem__("model.layers.1.mlp.experts.down_proj_scales",
+                             t["model.layers.1.mlp.experts.down_proj_scales"][:, :-1].contiguous()),
+     "model.layers.1.mlp.experts.down_proj_scales"),
+    (lambda t: t.__setitem__("model.layers.0.mlp.experts.gate_up_proj_scales",
+                             torch.full_like(t["model.layers.0.mlp.experts.gate_up_proj_scales"], 255)),
+     "model.layers.0.mlp.experts.gate_up_proj_blocks[0] (MXFP4) holds the scale 255"),
+    (lambda t: t.__setitem__("model.layers.2.mlp.experts.gate_up_proj",
+                             torch.zeros(6, 64, 64, dtype=torch.bfloat16)) or
+     t.pop("model.layers.2.mlp.experts.gate_up_proj_blocks"),
+     "unexpected tensor model.layers.2.mlp.experts.gate_up_proj in model.safetensors"),
+], ids=["scales-shape", "scale-255", "bf16-expert-in-mxfp4-config"])
+def test_a_bad_mxfp4_checkpoint_exits_2_naming_the_tensor(strata_generate, mxfp4, tmp_path, change, message):
+    packed, _, _ = mxfp4
+    proc = _run(strata_generate, _rewrite(packed, tmp_path / "ckpt", change))
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr, proc.stderr
