@@ -59,6 +59,7 @@ CASES = [
     ("deepseek_v3_yarn", [0, 1], None),  # MLA's latent KV pools on each node, DeepSeekMoE
     ("glm4_moe_qknorm", [0, 1], None),  # partial RoPE, q/k norms, DeepSeekMoE's router with shared experts
     ("gpt_oss_sinks", [0, 1], None),  # sinks, sliding/full layers, biased router, clamped SwiGLU experts
+    ("minimax_m2_partial", [0, 1], None),  # q/k norms across heads, biased sigmoid router
 ]
 
 

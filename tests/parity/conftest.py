@@ -28,6 +28,7 @@ _COUNTED = {
     "::test_full_deepseek_over_eight_80gb_gpus_and_cpu_matches_transformers": "DeepSeek-V3 671B and Kimi-K2-shaped over 8 x 80 GB + cpu: {passed}/{total} maps identical to transformers",
     "test_quantized_placement.py::test_quantized_device_map_matches_transformers": "quantized plan parity (--quantized-sizing transformers): {passed}/{total} maps identical to transformers",
     "test_quantized_placement.py::test_quantized_module_tree_matches_transformers": "quantized module trees: {passed}/{total} identical to transformers' quantizers'",
+    "test_quantized_placement.py::test_mxfp4_": "gpt-oss MXFP4 under transformers' Mxfp4 quantizer (maps and trees): {passed}/{total} identical",
 }
 COUNTS = CaseCounts(_COUNTED)
 

@@ -273,3 +273,40 @@ def test_checkpoint_header_mismatch_exits_2_naming_the_tensor(strata_plan, tmp_p
     proc = H.run_strata_plan(strata_plan, "--model", directory, "--max-memory", "cpu=1GiB", expect_rc=2)
     assert "tensor model.layers.0.mlp.down_proj.weight_scale_inv has shape [2, 2]" in proc.stderr, proc.stderr
     assert "expected [2, 3]" in proc.stderr, proc.stderr
+
+
+# gpt-oss's MXFP4 release (quantization_config as openai/gpt-oss-20b states it): on a machine without a GPU and
+# triton's kernels transformers' Mxfp4 quantizer dequantizes the experts to bfloat16, which
+# `--quantized-sizing transformers` reproduces; packed sizing counts the blocks and scales.
+MXFP4 = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                             "model.embed_tokens", "lm_head"]}
+MXFP4_CASES = [pytest.param(f, l, s, id=f"{f}-{l}-{s}") for f in ("gpt-oss-20b", "gpt-oss-120b")
+               for l in VARIANT_LAYOUTS for s in H.STRATEGIES]
+
+
+@pytest.mark.parametrize("family,layout,strategy", MXFP4_CASES)
+def test_mxfp4_device_map_matches_transformers(strata_plan, quantized_dir, family, layout, strategy):
+    config = dict(MOE.CONFIGS[family], quantization_config=MXFP4)
+    model, quantizer = Q.cached_quantized_model(config, DTYPE, None)
+    assert quantizer.quantization_config.dequantize, "this machine was expected to dequantize MXFP4"
+    max_memory = Q.quantized_layout(model, quantizer, layout)
+    expected = Q.reference_quantized_device_map(model, quantizer, strategy, max_memory)
+    out = H.strata_plan_json(strata_plan, "--model", quantized_dir(config), "--device-map", strategy,
+                             "--max-memory", H.max_memory_arg(max_memory), "--dtype", DTYPE,
+                             "--quantized-sizing", "transformers")
+    assert out["quantization"]["planned_dense"]
+    assert out["device_map"] == expected, (
+        f"{family} mxfp4 {layout} {strategy}: max_memory={H.max_memory_arg(max_memory)}\n"
+        f"strata differs from transformers:\n{H.map_diff(expected, out['device_map'])}")
+
+
+@pytest.mark.parametrize("family", ["gpt-oss-20b", "gpt-oss-120b"])
+def test_mxfp4_module_tree_matches_transformers(strata_plan, quantized_dir, family):
+    config = dict(MOE.CONFIGS[family], quantization_config=MXFP4)
+    model, _ = Q.cached_quantized_model(config, DTYPE, None)
+    proc = H.run_strata_plan(strata_plan, "--model", quantized_dir(config), "--print-module-tree", "--dtype", DTYPE,
+                             "--quantized-sizing", "transformers")
+    expected, actual = Q.module_tree_of(model), Q.strata_tree(json.loads(proc.stdout))
+    diff = [f"  {k}: transformers {expected.get(k)} != strata {actual.get(k)}"
+            for k in sorted(set(expected) | set(actual)) if expected.get(k) != actual.get(k)]
+    assert not diff, f"{family} mxfp4:\n" + "\n".join(diff[:30])
