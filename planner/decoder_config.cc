@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -134,6 +135,53 @@ absl::StatusOr<RopeConfig> YarnRope(const json& params, absl::string_view prefix
     rope.truncate = it->get<bool>();
   }
   return rope;
+}
+
+absl::StatusOr<double> RmsNormEps(const json& config, double fallback) {
+  absl::StatusOr<double> eps = NumberOr(config, "", "rms_norm_eps", fallback);
+  if (!eps.ok()) return eps.status();
+  if (!(*eps > 0) || !std::isfinite(*eps)) {
+    return FieldError("rms_norm_eps", absl::StrCat("must be a positive finite number, got ", *eps));
+  }
+  return *eps;
+}
+
+absl::StatusOr<RopeConfig> DictRope(const json& config, double default_theta, int64_t max_positions,
+                                    const json* defaults) {
+  absl::StatusOr<RopeDict> dict = FindRopeDict(config);
+  if (!dict.ok()) return dict.status();
+  const json empty = json::object();
+  const json* params = dict->params != nullptr ? dict->params : defaults;
+  const RopeDict resolved{params, dict->field};
+  absl::StatusOr<std::string> type = RopeTypeOf(resolved);
+  if (!type.ok()) return type.status();
+  absl::StatusOr<double> theta = NumberOr(config, "", "rope_theta", default_theta);
+  if (!theta.ok()) return theta.status();
+  const std::string prefix = params != nullptr ? dict->field + "." : "";
+  if (*type == "yarn") {
+    return YarnRope(params != nullptr ? *params : empty, prefix, *theta,
+                    max_positions > 0 ? static_cast<double>(max_positions) : 0);
+  }
+  return LlamaStyleRope(params != nullptr ? *params : empty, prefix, *type, *theta,
+                        max_positions > 0 ? static_cast<double>(max_positions) : 8192.0);
+}
+
+absl::StatusOr<double> PartialRotaryFactor(const json& config, double fallback) {
+  absl::StatusOr<RopeDict> dict = FindRopeDict(config);
+  if (!dict.ok()) return dict.status();
+  double factor = fallback;
+  for (const auto& [object, prefix] :
+       {std::pair{&config, std::string()}, std::pair{dict->params, dict->params != nullptr ? dict->field + "." : ""}}) {
+    if (object == nullptr) continue;
+    auto it = object->find("partial_rotary_factor");
+    if (it == object->end() || it->is_null()) continue;
+    if (!it->is_number() || !(it->get<double>() > 0) || it->get<double>() > 1) {
+      return FieldError(absl::StrCat(prefix, "partial_rotary_factor"),
+                        absl::StrCat("must be a number in (0, 1], got ", it->dump()));
+    }
+    factor = it->get<double>();
+  }
+  return factor;
 }
 
 }  // namespace strata::planner::spec_builder

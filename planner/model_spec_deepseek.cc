@@ -275,11 +275,8 @@ absl::StatusOr<ModelSpec> DeepseekV3SpecFromConfig(const json& config, const Arc
                           .attention_bias = f->attention_bias};
   internal::SetGroupRouterMoe(f->moe, sizes->layers, decoder.moe);
   decoder.sliding_window.assign(static_cast<size_t>(sizes->layers), 0);
-  absl::StatusOr<double> eps = NumberOr(config, "", "rms_norm_eps", 1e-6);
+  absl::StatusOr<double> eps = RmsNormEps(config, 1e-6);
   if (!eps.ok()) return eps.status();
-  if (!(*eps > 0) || !std::isfinite(*eps)) {
-    return FieldError("rms_norm_eps", absl::StrCat("must be a positive finite number, got ", *eps));
-  }
   decoder.rms_norm_eps = *eps;
   if (absl::Status s = ReadRope(config, max_positions, *f, decoder); !s.ok()) {
     spec.decoder = s;

@@ -120,23 +120,6 @@ ModuleSpec MoeBlock(const ModuleSpec& layer, int64_t hidden, const GlmFields& f,
   return block;
 }
 
-// partial_rotary_factor: the RoPE dict's own, else the top-level field, else Glm4MoeConfig's 0.5.
-absl::StatusOr<double> PartialRotaryFactor(const json& config, const RopeDict& dict) {
-  double factor = 0.5;
-  for (const auto& [object, prefix] :
-       {std::pair{&config, std::string()}, std::pair{dict.params, dict.params != nullptr ? dict.field + "." : ""}}) {
-    if (object == nullptr) continue;
-    auto it = object->find("partial_rotary_factor");
-    if (it == object->end() || it->is_null()) continue;
-    if (!it->is_number() || !(it->get<double>() > 0) || it->get<double>() > 1) {
-      return FieldError(absl::StrCat(prefix, "partial_rotary_factor"),
-                        absl::StrCat("must be a number in (0, 1], got ", it->dump()));
-    }
-    factor = it->get<double>();
-  }
-  return factor;
-}
-
 }  // namespace
 
 absl::StatusOr<ModelSpec> Glm4MoeSpecFromConfig(const json& config, const Architecture& arch, DType dtype,
@@ -171,45 +154,32 @@ absl::StatusOr<ModelSpec> Glm4MoeSpecFromConfig(const json& config, const Archit
   }
   spec.keep_float32 = {"e_score_correction_bias"};
 
-  const int64_t hidden = sizes->hidden;
-  ModuleSpec& root = spec.root;
-  ModuleSpec model = Module(root, "model", "Glm4MoeModel");
-  ModuleSpec embed = Module(model, "embed_tokens", "Embedding");
-  embed.parameters.push_back(Tensor("weight", {sizes->vocab, hidden}, dtype));
-  model.children.push_back(std::move(embed));
-  model.children.push_back(DecoderLayers(model, sizes->layers, [&](const ModuleSpec& list, int64_t i) {
-    ModuleSpec layer = Module(list, std::to_string(i), "Glm4MoeDecoderLayer");
-    layer.children.push_back(Attention(layer, *sizes, *f, dtype));
-    if (i >= f->moe.first_k_dense_replace) {
-      layer.children.push_back(MoeBlock(layer, hidden, *f, dtype));
-      const std::string experts = layer.ChildName("mlp.experts");
-      spec.per_expert_storage.push_back(ExpertsStorage{experts, experts, "gate_proj.weight", "up_proj.weight",
-                                                       "down_proj.weight", f->moe.n_routed_experts, hidden,
-                                                       f->moe.moe_intermediate, dtype});
-    } else {
-      layer.children.push_back(Mlp(layer, "mlp", hidden, sizes->intermediate, *f, dtype));
-    }
-    layer.children.push_back(RmsNorm(layer, "input_layernorm", hidden, dtype));
-    layer.children.push_back(RmsNorm(layer, "post_attention_layernorm", hidden, dtype));
-    return layer;
-  }));
-  model.children.push_back(RmsNorm(model, "norm", hidden, dtype));
-
   // RoPE over the leading head_dim x partial_rotary_factor dims (Glm4MoeRotaryEmbedding: int(head_dim x factor)).
-  absl::StatusOr<RopeDict> dict = FindRopeDict(config);
-  if (!dict.ok()) return dict.status();
-  absl::StatusOr<double> factor = PartialRotaryFactor(config, *dict);
+  absl::StatusOr<double> factor = PartialRotaryFactor(config, 0.5);  // Glm4MoeConfig's default
   if (!factor.ok()) return factor.status();
   const int64_t rotary_dim = static_cast<int64_t>(static_cast<double>(*head_dim) * *factor);
   if (rotary_dim < 2) return FieldError("partial_rotary_factor", "rotates fewer than 2 dims of a head");
-  ModuleSpec rotary = Module(model, "rotary_emb", "Glm4MoeRotaryEmbedding");
-  rotary.buffers.push_back(Tensor("inv_freq", {(rotary_dim + 1) / 2}, DType::kFloat32, /*persistent=*/false));
-  rotary.buffers.push_back(Tensor("original_inv_freq", {(rotary_dim + 1) / 2}, DType::kFloat32, false));
-  model.children.push_back(std::move(rotary));
-  root.children.push_back(std::move(model));
-  root.children.push_back(LinearModule(root, "lm_head", hidden, sizes->vocab, /*bias=*/false, dtype));
-  if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) {
-    return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
+  const int64_t hidden = sizes->hidden;
+  if (absl::Status s =
+          BuildCausalLm(spec, *sizes, "Glm4Moe", (rotary_dim + 1) / 2,
+                        [&](const ModuleSpec& list, int64_t i) {
+                          ModuleSpec layer = Module(list, std::to_string(i), "Glm4MoeDecoderLayer");
+                          layer.children.push_back(Attention(layer, *sizes, *f, dtype));
+                          if (i >= f->moe.first_k_dense_replace) {
+                            layer.children.push_back(MoeBlock(layer, hidden, *f, dtype));
+                            const std::string experts = layer.ChildName("mlp.experts");
+                            spec.per_expert_storage.push_back(ExpertsStorage{
+                                experts, experts, "gate_proj.weight", "up_proj.weight", "down_proj.weight",
+                                f->moe.n_routed_experts, hidden, f->moe.moe_intermediate, dtype});
+                          } else {
+                            layer.children.push_back(Mlp(layer, "mlp", hidden, sizes->intermediate, *f, dtype));
+                          }
+                          layer.children.push_back(RmsNorm(layer, "input_layernorm", hidden, dtype));
+                          layer.children.push_back(RmsNorm(layer, "post_attention_layernorm", hidden, dtype));
+                          return layer;
+                        });
+      !s.ok()) {
+    return s;
   }
 
   DecoderConfig decoder;
@@ -220,20 +190,10 @@ absl::StatusOr<ModelSpec> Glm4MoeSpecFromConfig(const json& config, const Archit
   decoder.rotary_dim = rotary_dim == *head_dim ? 0 : rotary_dim;
   internal::SetGroupRouterMoe(f->moe, sizes->layers, decoder.moe);
   decoder.sliding_window.assign(static_cast<size_t>(sizes->layers), 0);
-  absl::StatusOr<double> eps = NumberOr(config, "", "rms_norm_eps", 1e-5);
+  absl::StatusOr<double> eps = RmsNormEps(config, 1e-5);
   if (!eps.ok()) return eps.status();
-  if (!(*eps > 0) || !std::isfinite(*eps)) {
-    return FieldError("rms_norm_eps", absl::StrCat("must be a positive finite number, got ", *eps));
-  }
   decoder.rms_norm_eps = *eps;
-  absl::StatusOr<std::string> type = RopeTypeOf(*dict);
-  absl::StatusOr<double> theta = NumberOr(config, "", "rope_theta", 10000.0);
-  absl::StatusOr<RopeConfig> rope =
-      !type.ok()    ? absl::StatusOr<RopeConfig>(type.status())
-      : !theta.ok() ? absl::StatusOr<RopeConfig>(theta.status())
-                    : LlamaStyleRope(dict->params != nullptr ? *dict->params : json::object(),
-                                     dict->params != nullptr ? dict->field + "." : "", *type, *theta,
-                                     max_positions > 0 ? static_cast<double>(max_positions) : 8192.0);
+  absl::StatusOr<RopeConfig> rope = DictRope(config, 10000.0, max_positions);
   if (!rope.ok()) {
     spec.decoder = rope.status();
   } else {

@@ -165,32 +165,22 @@ absl::StatusOr<ModelSpec> GptOssSpecFromConfig(const json& config, const Archite
 
   ModelSpec spec = DecoderSpecFrame(std::string(arch.name), dtype, "GptOss", f->tie, *sizes);
   const int64_t hidden = sizes->hidden;
-  ModuleSpec& root = spec.root;
-  ModuleSpec model = Module(root, "model", "GptOssModel");
-  ModuleSpec embed = Module(model, "embed_tokens", "Embedding");
-  embed.parameters.push_back(Tensor("weight", {sizes->vocab, hidden}, dtype));
-  model.children.push_back(std::move(embed));
-  model.children.push_back(DecoderLayers(model, sizes->layers, [&](const ModuleSpec& list, int64_t i) {
-    ModuleSpec layer = Module(list, std::to_string(i), "GptOssDecoderLayer");
-    layer.children.push_back(Attention(layer, *sizes, *f, dtype));
-    layer.children.push_back(Mlp(layer, *sizes, *f, dtype));
-    layer.children.push_back(RmsNorm(layer, "input_layernorm", hidden, dtype));
-    layer.children.push_back(RmsNorm(layer, "post_attention_layernorm", hidden, dtype));
-    const std::string experts = layer.ChildName("mlp.experts");
-    ExpertsStorage storage{experts, experts, "", "", "", f->experts, hidden, sizes->intermediate, dtype};
-    storage.fused_interleaved = true;
-    spec.per_expert_storage.push_back(std::move(storage));
-    return layer;
-  }));
-  model.children.push_back(RmsNorm(model, "norm", hidden, dtype));
-  ModuleSpec rotary = Module(model, "rotary_emb", "GptOssRotaryEmbedding");
-  rotary.buffers.push_back(Tensor("inv_freq", {*head_dim / 2}, DType::kFloat32, /*persistent=*/false));
-  rotary.buffers.push_back(Tensor("original_inv_freq", {*head_dim / 2}, DType::kFloat32, false));
-  model.children.push_back(std::move(rotary));
-  root.children.push_back(std::move(model));
-  root.children.push_back(LinearModule(root, "lm_head", hidden, sizes->vocab, /*bias=*/false, dtype));
-  if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) {
-    return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
+  if (absl::Status s = BuildCausalLm(
+          spec, *sizes, "GptOss", *head_dim / 2,
+          [&](const ModuleSpec& list, int64_t i) {
+            ModuleSpec layer = Module(list, std::to_string(i), "GptOssDecoderLayer");
+            layer.children.push_back(Attention(layer, *sizes, *f, dtype));
+            layer.children.push_back(Mlp(layer, *sizes, *f, dtype));
+            layer.children.push_back(RmsNorm(layer, "input_layernorm", hidden, dtype));
+            layer.children.push_back(RmsNorm(layer, "post_attention_layernorm", hidden, dtype));
+            const std::string experts = layer.ChildName("mlp.experts");
+            ExpertsStorage storage{experts, experts, "", "", "", f->experts, hidden, sizes->intermediate, dtype};
+            storage.fused_interleaved = true;
+            spec.per_expert_storage.push_back(std::move(storage));
+            return layer;
+          });
+      !s.ok()) {
+    return s;
   }
 
   DecoderConfig decoder;
@@ -208,36 +198,13 @@ absl::StatusOr<ModelSpec> GptOssSpecFromConfig(const json& config, const Archite
   moe.swiglu_alpha = f->swiglu_alpha;
   moe.swiglu_limit = f->swiglu_limit;
   moe.sparse.assign(static_cast<size_t>(sizes->layers), true);
-  absl::StatusOr<double> eps = NumberOr(config, "", "rms_norm_eps", 1e-5);
+  absl::StatusOr<double> eps = RmsNormEps(config, 1e-5);
   if (!eps.ok()) return eps.status();
-  if (!(*eps > 0) || !std::isfinite(*eps)) {
-    return FieldError("rms_norm_eps", absl::StrCat("must be a positive finite number, got ", *eps));
-  }
   decoder.rms_norm_eps = *eps;
   // RoPE: GptOssConfig's default is YaRN (factor 32 over 4096 positions, truncate false, theta 150000).
-  absl::StatusOr<RopeDict> dict = FindRopeDict(config);
-  absl::StatusOr<RopeConfig> rope = absl::InternalError("unset");
-  if (!dict.ok()) {
-    rope = dict.status();
-  } else {
-    json defaults = {{"rope_type", "yarn"}, {"factor", 32.0},    {"beta_fast", 32.0},
-                     {"beta_slow", 1.0},    {"truncate", false}, {"original_max_position_embeddings", 4096}};
-    const json& params = dict->params != nullptr ? *dict->params : defaults;
-    const std::string prefix = dict->field + ".";
-    RopeDict resolved{&params, dict->field};
-    absl::StatusOr<std::string> type = RopeTypeOf(resolved);
-    absl::StatusOr<double> theta = NumberOr(config, "", "rope_theta", 150000.0);  // GptOssConfig.default_theta
-    if (!type.ok()) {
-      rope = type.status();
-    } else if (!theta.ok()) {
-      rope = theta.status();
-    } else if (*type == "yarn") {
-      rope = YarnRope(params, prefix, *theta, max_positions > 0 ? static_cast<double>(max_positions) : 0);
-    } else {
-      rope = LlamaStyleRope(params, prefix, *type, *theta,
-                            max_positions > 0 ? static_cast<double>(max_positions) : 8192.0);
-    }
-  }
+  const json defaults = {{"rope_type", "yarn"}, {"factor", 32.0},    {"beta_fast", 32.0},
+                         {"beta_slow", 1.0},    {"truncate", false}, {"original_max_position_embeddings", 4096}};
+  absl::StatusOr<RopeConfig> rope = DictRope(config, 150000.0, max_positions, &defaults);  // default_theta
   if (!rope.ok()) {
     spec.decoder = rope.status();
   } else {

@@ -67,27 +67,18 @@ ModuleSpec MoeBlock(const ModuleSpec& layer, const DecoderSizes& sizes, int64_t 
 
 // The fraction of each head RoPE rotates: the RoPE dict's partial_rotary_factor, else the top-level one, else the
 // legacy rotary_dim / head_dim (MiniMaxM2Config.convert_rope_params_to_dict), else 1.
-absl::StatusOr<double> PartialRotaryFactor(const json& config, const RopeDict& dict, int64_t head_dim) {
-  double factor = 1.0;
+absl::StatusOr<double> RotaryFraction(const json& config, int64_t head_dim) {
+  absl::StatusOr<RopeDict> dict = FindRopeDict(config);
+  if (!dict.ok()) return dict.status();
   const bool stated = (config.contains("partial_rotary_factor") && !config["partial_rotary_factor"].is_null()) ||
-                      (dict.params != nullptr && dict.params->contains("partial_rotary_factor"));
+                      (dict->params != nullptr && dict->params->contains("partial_rotary_factor"));
+  double fallback = 1.0;
   if (auto it = config.find("rotary_dim"); !stated && it != config.end() && !it->is_null()) {
     absl::StatusOr<int64_t> dim = PositiveIntAtMost(*it, "rotary_dim", head_dim);
     if (!dim.ok()) return dim.status();
-    factor = static_cast<double>(*dim) / static_cast<double>(head_dim);
+    fallback = static_cast<double>(*dim) / static_cast<double>(head_dim);
   }
-  for (const auto& [object, prefix] :
-       {std::pair{&config, std::string()}, std::pair{dict.params, dict.params != nullptr ? dict.field + "." : ""}}) {
-    if (object == nullptr) continue;
-    auto it = object->find("partial_rotary_factor");
-    if (it == object->end() || it->is_null()) continue;
-    if (!it->is_number() || !(it->get<double>() > 0) || it->get<double>() > 1) {
-      return FieldError(absl::StrCat(prefix, "partial_rotary_factor"),
-                        absl::StrCat("must be a number in (0, 1], got ", it->dump()));
-    }
-    factor = it->get<double>();
-  }
-  return factor;
+  return PartialRotaryFactor(config, fallback);
 }
 
 }  // namespace
@@ -126,9 +117,7 @@ absl::StatusOr<ModelSpec> MiniMaxM2SpecFromConfig(const json& config, const Arch
   }
   if (act != "silu") return FieldError("hidden_act", absl::StrCat("\"", act, "\" is not supported (silu)"));
   if (absl::Status s = CheckPadTokenId(config, sizes->vocab, 0); !s.ok()) return s;
-  absl::StatusOr<RopeDict> dict = FindRopeDict(config);
-  if (!dict.ok()) return dict.status();
-  absl::StatusOr<double> factor = PartialRotaryFactor(config, *dict, *head_dim);
+  absl::StatusOr<double> factor = RotaryFraction(config, *head_dim);
   if (!factor.ok()) return factor.status();
   const int64_t rotary_dim = static_cast<int64_t>(static_cast<double>(*head_dim) * *factor);
   if (rotary_dim < 2) return FieldError("partial_rotary_factor", "rotates fewer than 2 dims of a head");
@@ -136,34 +125,24 @@ absl::StatusOr<ModelSpec> MiniMaxM2SpecFromConfig(const json& config, const Arch
   ModelSpec spec = DecoderSpecFrame(std::string(arch.name), dtype, "MiniMaxM2", *tie, *sizes);
   const int64_t hidden = sizes->hidden;
   const std::string act_class = *ActivationClass(act);
-  ModuleSpec& root = spec.root;
-  ModuleSpec model = Module(root, "model", "MiniMaxM2Model");
-  ModuleSpec embed = Module(model, "embed_tokens", "Embedding");
-  embed.parameters.push_back(Tensor("weight", {sizes->vocab, hidden}, dtype));
-  model.children.push_back(std::move(embed));
-  model.children.push_back(DecoderLayers(model, sizes->layers, [&](const ModuleSpec& list, int64_t i) {
-    ModuleSpec layer = Module(list, std::to_string(i), "MiniMaxM2DecoderLayer");
-    layer.children.push_back(Attention(layer, *sizes, dtype));
-    layer.children.push_back(MoeBlock(layer, *sizes, *experts, act_class, dtype));
-    layer.children.push_back(RmsNorm(layer, "input_layernorm", hidden, dtype));
-    layer.children.push_back(RmsNorm(layer, "post_attention_layernorm", hidden, dtype));
-    const std::string stored = absl::StrCat("model.layers.", i, ".block_sparse_moe");
-    spec.stored_names[layer.ChildName("mlp.gate.weight")] = stored + ".gate.weight";
-    spec.stored_names[layer.ChildName("mlp.e_score_correction_bias")] = stored + ".e_score_correction_bias";
-    spec.per_expert_storage.push_back(ExpertsStorage{layer.ChildName("mlp.experts"), stored + ".experts", "w1.weight",
-                                                     "w3.weight", "w2.weight", *experts, hidden, sizes->intermediate,
-                                                     dtype});
-    return layer;
-  }));
-  model.children.push_back(RmsNorm(model, "norm", hidden, dtype));
-  ModuleSpec rotary = Module(model, "rotary_emb", "MiniMaxM2RotaryEmbedding");
-  rotary.buffers.push_back(Tensor("inv_freq", {(rotary_dim + 1) / 2}, DType::kFloat32, /*persistent=*/false));
-  rotary.buffers.push_back(Tensor("original_inv_freq", {(rotary_dim + 1) / 2}, DType::kFloat32, false));
-  model.children.push_back(std::move(rotary));
-  root.children.push_back(std::move(model));
-  root.children.push_back(LinearModule(root, "lm_head", hidden, sizes->vocab, /*bias=*/false, dtype));
-  if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) {
-    return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
+  if (absl::Status s = BuildCausalLm(
+          spec, *sizes, "MiniMaxM2", (rotary_dim + 1) / 2,
+          [&](const ModuleSpec& list, int64_t i) {
+            ModuleSpec layer = Module(list, std::to_string(i), "MiniMaxM2DecoderLayer");
+            layer.children.push_back(Attention(layer, *sizes, dtype));
+            layer.children.push_back(MoeBlock(layer, *sizes, *experts, act_class, dtype));
+            layer.children.push_back(RmsNorm(layer, "input_layernorm", hidden, dtype));
+            layer.children.push_back(RmsNorm(layer, "post_attention_layernorm", hidden, dtype));
+            const std::string stored = absl::StrCat("model.layers.", i, ".block_sparse_moe");
+            spec.stored_names[layer.ChildName("mlp.gate.weight")] = stored + ".gate.weight";
+            spec.stored_names[layer.ChildName("mlp.e_score_correction_bias")] = stored + ".e_score_correction_bias";
+            spec.per_expert_storage.push_back(ExpertsStorage{layer.ChildName("mlp.experts"), stored + ".experts",
+                                                             "w1.weight", "w3.weight", "w2.weight", *experts, hidden,
+                                                             sizes->intermediate, dtype});
+            return layer;
+          });
+      !s.ok()) {
+    return s;
   }
 
   DecoderConfig decoder;
@@ -179,20 +158,10 @@ absl::StatusOr<ModelSpec> MiniMaxM2SpecFromConfig(const json& config, const Arch
   decoder.moe.weights_in_float32 = true;
   decoder.moe.sparse.assign(static_cast<size_t>(sizes->layers), true);
   decoder.sliding_window.assign(static_cast<size_t>(sizes->layers), 0);
-  absl::StatusOr<double> eps = NumberOr(config, "", "rms_norm_eps", 1e-6);
+  absl::StatusOr<double> eps = RmsNormEps(config, 1e-6);
   if (!eps.ok()) return eps.status();
-  if (!(*eps > 0) || !std::isfinite(*eps)) {
-    return FieldError("rms_norm_eps", absl::StrCat("must be a positive finite number, got ", *eps));
-  }
   decoder.rms_norm_eps = *eps;
-  absl::StatusOr<std::string> type = RopeTypeOf(*dict);
-  absl::StatusOr<double> theta = NumberOr(config, "", "rope_theta", 5000000.0);  // MiniMaxM2Config.default_theta
-  absl::StatusOr<RopeConfig> rope =
-      !type.ok()    ? absl::StatusOr<RopeConfig>(type.status())
-      : !theta.ok() ? absl::StatusOr<RopeConfig>(theta.status())
-                    : LlamaStyleRope(dict->params != nullptr ? *dict->params : json::object(),
-                                     dict->params != nullptr ? dict->field + "." : "", *type, *theta,
-                                     max_positions > 0 ? static_cast<double>(max_positions) : 8192.0);
+  absl::StatusOr<RopeConfig> rope = DictRope(config, 5000000.0, max_positions);  // MiniMaxM2Config.default_theta
   if (!rope.ok()) {
     spec.decoder = rope.status();
   } else {

@@ -226,4 +226,43 @@ absl::StatusOr<RopeConfig> LlamaStyleRope(const json& params, absl::string_view 
 // transformers' _compute_yarn_parameters derives it from mscale and mscale_all_dim.
 absl::StatusOr<RopeConfig> YarnRope(const json& params, absl::string_view prefix, double theta, double max_positions);
 
+// rms_norm_eps: a positive finite number (zero would divide a zero row by zero), `fallback` when absent.
+absl::StatusOr<double> RmsNormEps(const json& config, double fallback);
+
+// The RoPE of a family whose dict (rope_parameters, or the legacy rope_scaling) takes a Llama-style type or YaRN:
+// theta from the dict, else the top-level rope_theta, else `default_theta` (the config class's); `defaults` stands in
+// for a config with no dict (nullptr: the default type).
+absl::StatusOr<RopeConfig> DictRope(const json& config, double default_theta, int64_t max_positions,
+                                    const json* defaults = nullptr);
+
+// partial_rotary_factor in (0, 1]: the RoPE dict's own, else the top-level field, else `fallback`
+// (PreTrainedConfig.convert_rope_params_to_dict's order).
+absl::StatusOr<double> PartialRotaryFactor(const json& config, double fallback);
+
+// A causal LM's tree around its decoder layers, as transformers' <prefix>ForCausalLM registers it: model
+// (<prefix>Model: embed_tokens, layers built by `layer(list, i)`, norm (<prefix>RMSNorm), rotary_emb
+// (<prefix>RotaryEmbedding with float32 inv_freq and original_inv_freq of `inv_freq` values)), then lm_head; the
+// total checked against the caps (an error names num_hidden_layers).
+template <typename LayerBuilder>
+absl::Status BuildCausalLm(ModelSpec& spec, const DecoderSizes& sizes, const std::string& prefix, int64_t inv_freq,
+                           LayerBuilder&& layer) {
+  const int64_t hidden = sizes.hidden;
+  ModuleSpec model = Module(spec.root, "model", prefix + "Model");
+  ModuleSpec embed = Module(model, "embed_tokens", "Embedding");
+  embed.parameters.push_back(Tensor("weight", {sizes.vocab, hidden}, spec.dtype));
+  model.children.push_back(std::move(embed));
+  model.children.push_back(DecoderLayers(model, sizes.layers, layer));
+  model.children.push_back(Norm(model, "norm", prefix + "RMSNorm", hidden, spec.dtype));
+  ModuleSpec rotary = Module(model, "rotary_emb", prefix + "RotaryEmbedding");
+  rotary.buffers.push_back(Tensor("inv_freq", {inv_freq}, DType::kFloat32, /*persistent=*/false));
+  rotary.buffers.push_back(Tensor("original_inv_freq", {inv_freq}, DType::kFloat32, /*persistent=*/false));
+  model.children.push_back(std::move(rotary));
+  spec.root.children.push_back(std::move(model));
+  spec.root.children.push_back(LinearModule(spec.root, "lm_head", hidden, sizes.vocab, /*bias=*/false, spec.dtype));
+  if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) {
+    return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace strata::planner::spec_builder
