@@ -35,12 +35,15 @@ ABSL_FLAG(bool, batch, false,
           "read JSON Lines of such objects on stdin; write one JSON line each: {\"text\": ...} or {\"error\": ...}");
 ABSL_FLAG(std::string, parse_tool_calls, "",
           "instead of rendering: read a model's output on stdin and print its tool calls as JSON, parsed as vLLM's "
-          "--tool-call-parser FORMAT (hermes, llama3_json, deepseek_v3, kimi_k2); with --batch, one JSON string a "
-          "line in, one result a line out");
+          "--tool-call-parser FORMAT (hermes, llama3_json, deepseek_v3, kimi_k2, glm45, minimax_m2, openai); with "
+          "--batch, one JSON string a line in (or {\"output\": string, \"tools\": [...]}), one result a line out");
+ABSL_FLAG(std::string, tools, "",
+          "with --parse-tool-calls: a JSON file with the request's \"tools\" list, whose schemas glm45 and "
+          "minimax_m2 type the arguments by");
 ABSL_FLAG(std::string, parse_reasoning, "",
           "instead of rendering: read a model's output on stdin and print its reasoning_content and content, "
-          "split as vLLM's --reasoning-parser FORMAT (deepseek_r1, qwen3); with --parse-tool-calls, the calls "
-          "are parsed from the content");
+          "split as vLLM's --reasoning-parser FORMAT (deepseek_r1, qwen3, glm45, gpt_oss); with --parse-tool-calls, "
+          "the calls are parsed from the content (openai: from the whole output)");
 ABSL_FLAG(bool, enable_thinking, true,
           "with --parse-reasoning qwen3: the request's chat_template_kwargs.enable_thinking (false: all content)");
 ABSL_FLAG(int64_t, tool_call_seed, -1, "with --parse-tool-calls: seed of the tool-call ids (default: random)");
@@ -59,25 +62,20 @@ const strata::cli::CommandLine& Command() {
     strata::cli::CommandLine command;
     command.usage = R"(usage: strata-chat-template (--checkpoint DIR | --template-file FILE) --messages FILE [options]
        strata-chat-template (--checkpoint DIR | --template-file FILE) --batch < contexts.jsonl
-       strata-chat-template --parse-tool-calls FORMAT [--batch] [--tool-call-seed N] [--stream-chunk N] < output
+       strata-chat-template --parse-tool-calls FORMAT [--batch] [--tools FILE] [--tool-call-seed N] [--stream-chunk N] < output
        strata-chat-template --parse-reasoning FORMAT [--enable-thinking=false] [--parse-tool-calls FORMAT] ... < output
 
 Renders a chat template as transformers' apply_chat_template(tokenize=False) and prints the text.
 )";
-    command.flags = {strata::cli::Flag(FLAGS_checkpoint, "DIR"),
-                     strata::cli::Flag(FLAGS_template_file, "FILE"),
-                     strata::cli::Flag(FLAGS_chat_template, "FILE"),
-                     strata::cli::Flag(FLAGS_template_name, "NAME"),
-                     strata::cli::Flag(FLAGS_messages, "FILE"),
-                     strata::cli::Flag(FLAGS_add_generation_prompt),
-                     strata::cli::Flag(FLAGS_continue_final_message),
-                     strata::cli::Flag(FLAGS_batch),
-                     strata::cli::Flag(FLAGS_max_steps, "N"),
-                     strata::cli::Flag(FLAGS_parse_tool_calls, "FORMAT"),
-                     strata::cli::Flag(FLAGS_tool_call_seed, "N"),
-                     strata::cli::Flag(FLAGS_stream_chunk, "N"),
-                     strata::cli::Flag(FLAGS_parse_reasoning, "FORMAT"),
-                     strata::cli::Flag(FLAGS_enable_thinking)};
+    command.flags = {
+        strata::cli::Flag(FLAGS_checkpoint, "DIR"),      strata::cli::Flag(FLAGS_template_file, "FILE"),
+        strata::cli::Flag(FLAGS_chat_template, "FILE"),  strata::cli::Flag(FLAGS_template_name, "NAME"),
+        strata::cli::Flag(FLAGS_messages, "FILE"),       strata::cli::Flag(FLAGS_add_generation_prompt),
+        strata::cli::Flag(FLAGS_continue_final_message), strata::cli::Flag(FLAGS_batch),
+        strata::cli::Flag(FLAGS_max_steps, "N"),         strata::cli::Flag(FLAGS_parse_tool_calls, "FORMAT"),
+        strata::cli::Flag(FLAGS_tools, "FILE"),          strata::cli::Flag(FLAGS_tool_call_seed, "N"),
+        strata::cli::Flag(FLAGS_stream_chunk, "N"),      strata::cli::Flag(FLAGS_parse_reasoning, "FORMAT"),
+        strata::cli::Flag(FLAGS_enable_thinking)};
     return command;
   }();
   return command;
@@ -180,7 +178,7 @@ struct OutputFormats {
   std::optional<ct::ToolCallFormat> tool_calls;
 };
 
-ParsedOutput ParseOutput(const OutputFormats& formats, std::string_view text, ct::ToolCallIds& ids) {
+ParsedOutput ParseOutput(const OutputFormats& formats, std::string_view text, const json& tools, ct::ToolCallIds& ids) {
   ParsedOutput parsed;
   parsed.content = std::string(text);
   if (formats.reasoning) {
@@ -188,11 +186,13 @@ ParsedOutput ParseOutput(const OutputFormats& formats, std::string_view text, ct
     parsed.reasoning = std::move(split.reasoning);
     parsed.content = std::move(split.content);
   }
+  // openai reads the harmony channels of the whole output itself.
+  if (formats.tool_calls && ct::ReadsWholeOutput(*formats.tool_calls)) parsed.content = std::string(text);
   if (formats.tool_calls && parsed.content) {
-    ct::ParsedToolCalls found = ct::ParseToolCalls(*formats.tool_calls, *parsed.content, ids);
+    ct::ParsedToolCalls found = ct::ParseToolCalls(*formats.tool_calls, *parsed.content, ids, &tools);
     parsed.calls = std::move(found.calls);
     // Empty after a cut (calls, or a section marker with none) is vLLM's None.
-    if (found.content.empty() && !parsed.content->empty()) {
+    if (found.content.empty() && (!parsed.content->empty() || ct::ReadsWholeOutput(*formats.tool_calls))) {
       parsed.content.reset();
     } else {
       parsed.content = std::move(found.content);
@@ -203,11 +203,13 @@ ParsedOutput ParseOutput(const OutputFormats& formats, std::string_view text, ct
 
 // The stream parsers fed `chunk` bytes at a time (reasoning first, its content through the tool-call
 // parser), their deltas added up; with a reasoning parser, empty texts come back null.
-ParsedOutput StreamOutput(const OutputFormats& formats, std::string_view text, size_t chunk, ct::ToolCallIds ids) {
+ParsedOutput StreamOutput(const OutputFormats& formats, std::string_view text, const json& tools, size_t chunk,
+                          ct::ToolCallIds ids) {
   std::optional<ct::ReasoningStreamParser> reasoning;
   if (formats.reasoning) reasoning.emplace(*formats.reasoning, formats.thinking_enabled);
   std::optional<ct::ToolCallStreamParser> tool_calls;
-  if (formats.tool_calls) tool_calls.emplace(*formats.tool_calls, ids);
+  if (formats.tool_calls) tool_calls.emplace(*formats.tool_calls, ids, tools);
+  const bool whole = formats.tool_calls && ct::ReadsWholeOutput(*formats.tool_calls);
   std::string reasoning_text, content;
   ParsedOutput parsed;
   auto add_tool_deltas = [&](const std::vector<ct::ToolCallDelta>& deltas) {
@@ -234,23 +236,20 @@ ParsedOutput StreamOutput(const OutputFormats& formats, std::string_view text, s
     for (const ct::ReasoningDelta& delta : deltas) {
       if (delta.reasoning) {
         reasoning_text += delta.text;
-      } else {
+      } else if (!whole) {
         add_content(delta.text);
       }
     }
   };
   for (size_t i = 0; i < text.size(); i += chunk) {
-    if (reasoning) {
-      add_reasoning_deltas(reasoning->Feed(text.substr(i, chunk)));
-    } else {
-      add_content(text.substr(i, chunk));
-    }
+    if (reasoning) add_reasoning_deltas(reasoning->Feed(text.substr(i, chunk)));
+    if (!reasoning || whole) add_content(text.substr(i, chunk));
   }
   if (reasoning) add_reasoning_deltas(reasoning->Finish());
   if (tool_calls) add_tool_deltas(tool_calls->Finish());
   if (!reasoning_text.empty()) parsed.reasoning = std::move(reasoning_text);
   // As ParseOutput, but that a reasoning parser's null content cannot be told from an empty one.
-  if (!content.empty() || (!reasoning && text.empty())) parsed.content = std::move(content);
+  if (!content.empty() || (!reasoning && !whole && text.empty())) parsed.content = std::move(content);
   return parsed;
 }
 
@@ -271,13 +270,22 @@ int ParseOutputMain(const std::string& tool_call_flag, const std::string& reason
   const int64_t chunk = absl::GetFlag(FLAGS_stream_chunk);
   if (chunk < 0) return Fail(2, "--stream-chunk: expected a positive integer (or 0: not streamed)");
   ct::ToolCallIds ids = seed >= 0 ? ct::ToolCallIds(static_cast<uint64_t>(seed)) : ct::ToolCallIds();
-  auto parse = [&](std::string_view text) {
+  json file_tools;
+  if (const std::string path = absl::GetFlag(FLAGS_tools); !path.empty()) {
+    absl::StatusOr<std::string> text = strata::base::ReadRegularFile(path, strata::base::kMaxConfigFileBytes);
+    if (!text.ok()) return FailStatus(text.status());
+    absl::StatusOr<json> parsed = ParseJson(*text, path);
+    if (!parsed.ok()) return FailStatus(parsed.status());
+    if (!parsed->is_array()) return Fail(2, absl::StrCat("--tools: ", path, " must hold a JSON list"));
+    file_tools = *std::move(parsed);
+  }
+  auto parse = [&](std::string_view text, const json& tools) {
     ParsedOutput parsed;
     if (chunk > 0) {
-      parsed = StreamOutput(formats, text, static_cast<size_t>(chunk), ids);
+      parsed = StreamOutput(formats, text, tools, static_cast<size_t>(chunk), ids);
       for (size_t i = 0; i < parsed.calls.size(); ++i) ids.Next();  // the next output gets fresh ids
     } else {
-      parsed = ParseOutput(formats, text, ids);
+      parsed = ParseOutput(formats, text, tools, ids);
     }
     return OutputJson(parsed, formats.reasoning.has_value(), formats.tool_calls.has_value());
   };
@@ -289,15 +297,26 @@ int ParseOutputMain(const std::string& tool_call_flag, const std::string& reason
   if (!batch) {
     std::string text(std::istreambuf_iterator<char>(std::cin), {});
     if (std::cin.bad()) return Fail(1, "error reading stdin");
-    print(parse(text));
+    print(parse(text, file_tools));
     return 0;
   }
   std::string line;
   for (size_t n = 1; std::getline(std::cin, line); ++n) {
     absl::StatusOr<json> input = ParseJson(line, absl::StrCat("stdin line ", n));
     if (!input.ok()) return FailStatus(input.status());
+    // A string, or {"output": string, "tools": list} (the tools of that output's request).
+    if (input->is_object()) {
+      const auto output = input->find("output");
+      const auto tools = input->find("tools");
+      if (output == input->end() || !output->is_string() || (tools != input->end() && !tools->is_array())) {
+        return Fail(2, absl::StrCat("stdin line ", n, ": expected {\"output\": string, \"tools\": list}"));
+      }
+      print(parse(output->get_ref<const std::string&>(), tools == input->end() ? file_tools : *tools));
+      std::fflush(stdout);
+      continue;
+    }
     if (!input->is_string()) return Fail(2, absl::StrCat("stdin line ", n, ": expected a JSON string"));
-    print(parse(input->get<std::string>()));
+    print(parse(input->get<std::string>(), file_tools));
     std::fflush(stdout);
   }
   if (std::cin.bad()) return Fail(1, "error reading stdin");

@@ -67,21 +67,69 @@ void Emit(bool reasoning, std::string_view text, std::vector<ReasoningDelta>& ou
   out.push_back({reasoning, std::string(text)});
 }
 
+// parse_chat_output's lists: 1 the reasoning (the analysis channel), 2 the content (the final channel and
+// commentary with no recipient: preambles meant for the user), 0 neither (tool calls, other channels).
+int HarmonyList(const HarmonyMessage& m) {
+  if (m.channel == "analysis") return 1;
+  const bool recipient = m.recipient.has_value() && !m.recipient->empty();  // Python's `not msg.recipient`
+  if (m.channel == "final" || (m.channel == "commentary" && !recipient)) return 2;
+  return 0;
+}
+
+// vLLM's parse_chat_output (harmony_utils.py), which its gpt-oss serving uses for reasoning_content and
+// content: the analysis messages' texts joined with "\n", and so the final ones and the preambles; the
+// message being written when the output ended counts when it has text; an empty join is None.
+ParsedReasoning GptOssReasoning(std::string_view text) {
+  HarmonyOutput harmony = ReadHarmony(text);
+  std::vector<std::string_view> lists[3];
+  for (const HarmonyMessage& m : harmony.messages) lists[HarmonyList(m)].push_back(m.text);
+  if (harmony.current && !harmony.current->text.empty()) {
+    lists[HarmonyList(*harmony.current)].push_back(harmony.current->text);
+  }
+  auto join = [](const std::vector<std::string_view>& parts) -> std::optional<std::string> {
+    std::string joined;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (i > 0) joined.push_back('\n');
+      joined.append(parts[i]);
+    }
+    return NonEmpty(joined);
+  };
+  return {join(lists[1]), join(lists[2])};
+}
+
 }  // namespace
 
 absl::StatusOr<ReasoningFormat> ParseReasoningFormat(std::string_view flag) {
   if (flag == "deepseek_r1") return ReasoningFormat::kDeepSeekR1;
   if (flag == "qwen3") return ReasoningFormat::kQwen3;
+  if (flag == "glm45") return ReasoningFormat::kGlm45;
+  if (flag == "gpt_oss" || flag == "openai_gptoss") return ReasoningFormat::kGptOss;
   return absl::InvalidArgumentError("reasoning parser: unknown \"" + std::string(flag) +
-                                    "\" (valid: deepseek_r1, qwen3)");
+                                    "\" (valid: deepseek_r1, qwen3, glm45, gpt_oss)");
 }
 
 std::string_view ReasoningFormatName(ReasoningFormat format) {
-  return format == ReasoningFormat::kDeepSeekR1 ? "deepseek_r1" : "qwen3";
+  switch (format) {
+    case ReasoningFormat::kDeepSeekR1:
+      return "deepseek_r1";
+    case ReasoningFormat::kQwen3:
+      return "qwen3";
+    case ReasoningFormat::kGlm45:
+      return "glm45";
+    case ReasoningFormat::kGptOss:
+      return "gpt_oss";
+  }
+  return "";
 }
 
 ParsedReasoning ParseReasoning(ReasoningFormat format, std::string_view text, bool thinking_enabled) {
+  if (format == ReasoningFormat::kGptOss) return GptOssReasoning(text);
   const bool qwen3 = format == ReasoningFormat::kQwen3;
+  // vLLM's Glm4MoeModelReasoningParser: no `<think>` (thinking off: the template wrote `<think></think>` into
+  // the prompt), all content. vLLM's whole-output rule also makes all content an output that has a `<think>`
+  // but no `</think>` (cut while thinking), and drops the text before a `<think>` that does not open it; its
+  // stream does neither, and strata follows the stream (README, "Reasoning").
+  if (format == ReasoningFormat::kGlm45 && OpeningTag(text) == 0) return {std::nullopt, std::string(text)};
   // vLLM's Qwen3ReasoningParser: with thinking off and no `</think>`, all content. Its streaming never
   // calls the parser then (the prompt ends the reasoning: prompt_is_reasoning_end), so a `</think>` the
   // model writes anyway stays content; strata follows the stream: all content.
@@ -112,11 +160,19 @@ ParsedReasoning ParseReasoning(ReasoningFormat format, std::string_view text, bo
 
 ReasoningStreamParser::ReasoningStreamParser(ReasoningFormat format, bool thinking_enabled)
     : format_(format),
-      phase_(format == ReasoningFormat::kQwen3 && !thinking_enabled ? Phase::kContent : Phase::kOpening) {}
+      phase_(format == ReasoningFormat::kQwen3 && !thinking_enabled ? Phase::kContent : Phase::kOpening) {
+  if (format == ReasoningFormat::kGptOss) harmony_.emplace();
+}
 
 std::vector<ReasoningDelta> ReasoningStreamParser::Feed(std::string_view new_text) {
   std::vector<ReasoningDelta> out;
   if (phase_ == Phase::kFinished) return out;
+  if (harmony_) {
+    std::vector<HarmonyReader::Event> events;
+    harmony_->Feed(new_text, events);
+    HarmonyEvents(events, out);
+    return out;
+  }
   buffer_.append(new_text);
   Drain(false, out);
   return out;
@@ -125,10 +181,43 @@ std::vector<ReasoningDelta> ReasoningStreamParser::Feed(std::string_view new_tex
 std::vector<ReasoningDelta> ReasoningStreamParser::Finish() {
   std::vector<ReasoningDelta> out;
   if (phase_ == Phase::kFinished) return out;
-  Drain(true, out);
+  if (harmony_) {
+    std::vector<HarmonyReader::Event> events;
+    harmony_->Finish(events);
+    HarmonyEvents(events, out);
+  } else {
+    Drain(true, out);
+  }
   buffer_.clear();
   phase_ = Phase::kFinished;
   return out;
+}
+
+void ReasoningStreamParser::HarmonyEvents(std::vector<HarmonyReader::Event>& events, std::vector<ReasoningDelta>& out) {
+  // A message joins its list when it first has text, or when it ends empty (an ended message counts
+  // even empty; the one being written only with text), after a "\n" when the list has parts already.
+  auto count = [&] {
+    if (harmony_list_ == 0 || harmony_counted_) return;
+    harmony_counted_ = true;
+    if (harmony_parts_[harmony_list_]++ > 0) Emit(harmony_list_ == 1, "\n", out);
+  };
+  for (HarmonyReader::Event& event : events) {
+    switch (event.kind) {
+      case HarmonyReader::Event::Kind::kHeader:
+        harmony_list_ = HarmonyList(event.header);
+        harmony_counted_ = false;
+        break;
+      case HarmonyReader::Event::Kind::kText:
+        if (harmony_list_ == 0) break;
+        count();
+        Emit(harmony_list_ == 1, event.text, out);
+        break;
+      case HarmonyReader::Event::Kind::kEnd:
+        count();
+        harmony_list_ = 0;
+        break;
+    }
+  }
 }
 
 void ReasoningStreamParser::Drain(bool finishing, std::vector<ReasoningDelta>& out) {
@@ -144,13 +233,16 @@ void ReasoningStreamParser::Drain(bool finishing, std::vector<ReasoningDelta>& o
         // whitespace seen so far).
         while (searched_ < buffer_.size() && IsAsciiSpace(buffer_[searched_])) ++searched_;
         const std::string_view rest = std::string_view(buffer_).substr(searched_);
+        bool opened = false;
         if (rest.starts_with(kThinkStart)) {
           buffer_.erase(0, searched_ + kThinkStart.size());
+          opened = true;
         } else if (!finishing && kThinkStart.starts_with(rest)) {
           return;
         }
         searched_ = 0;
-        phase_ = Phase::kReasoning;
+        // glm45 without an opening `<think>`: thinking is off, all content.
+        phase_ = format_ == ReasoningFormat::kGlm45 && !opened ? Phase::kContent : Phase::kReasoning;
         break;
       }
       case Phase::kReasoning: {

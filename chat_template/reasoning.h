@@ -1,10 +1,13 @@
 #pragma once
 // Reasoning in a model's generated text, as vLLM's `--reasoning-parser` separates it into the chat
 // message's `reasoning_content` and `content`: `deepseek_r1` (DeepSeek-R1, whose template puts `<think>` in
-// the prompt: everything up to `</think>` is reasoning) and `qwen3` (Qwen3, Qwen3.5: the same, a
-// `<tool_call>` that opens a `<function=...>` call also ending the reasoning, and no reasoning at all when
-// the request's chat_template_kwargs turn `enable_thinking` off). Text in, plain structs out; tool calls
-// are then parsed from the content alone (tool_calls.h).
+// the prompt: everything up to `</think>` is reasoning), `qwen3` (Qwen3, Qwen3.5: the same, a `<tool_call>`
+// that opens a `<function=...>` call also ending the reasoning, and no reasoning at all when the request's
+// chat_template_kwargs turn `enable_thinking` off), `glm45` (GLM-4.5/4.6/4.7: `<think>...</think>` the model
+// opens itself; without it, all content) and `gpt_oss` (gpt-oss's harmony channels: `analysis` is the
+// reasoning, `final` and the commentary meant for the user the content; harmony.h). Text in, plain structs
+// out; tool calls are then parsed from the content alone (tool_calls.h), bar `--tool-call-parser openai`,
+// which reads the harmony channels itself.
 //
 // The rule of tool_calls.h holds here too: the streamed deltas of ReasoningStreamParser, concatenated, are
 // exactly ParseReasoning's result, for any text cut anywhere. vLLM's own whole-output rule is not a rule a
@@ -19,12 +22,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "chat_template/harmony.h"
 
 namespace strata::chat_template {
 
-enum class ReasoningFormat { kDeepSeekR1, kQwen3 };
+enum class ReasoningFormat { kDeepSeekR1, kQwen3, kGlm45, kGptOss };
 
-// "deepseek_r1" or "qwen3" (vLLM's names); an error names the valid ones.
+// "deepseek_r1", "qwen3", "glm45" or "gpt_oss" (vLLM's names; vLLM calls the last "openai_gptoss", which is
+// accepted too); an error names the valid ones.
 absl::StatusOr<ReasoningFormat> ParseReasoningFormat(std::string_view flag);
 std::string_view ReasoningFormatName(ReasoningFormat format);
 
@@ -58,6 +63,8 @@ class ReasoningStreamParser {
   enum class Phase { kOpening, kReasoning, kToolCallCheck, kAfterToolCall, kContent, kFinished };
   // Sends what buffer_ allows in the current phase, moving through phases; `finishing`: no more text.
   void Drain(bool finishing, std::vector<ReasoningDelta>& out);
+  // gpt_oss: the reader's events as parse_chat_output's two "\n"-joined lists.
+  void HarmonyEvents(std::vector<HarmonyReader::Event>& events, std::vector<ReasoningDelta>& out);
 
   ReasoningFormat format_;
   Phase phase_;
@@ -66,6 +73,12 @@ class ReasoningStreamParser {
   // kOpening: the whitespace before a possible `<think>`; kToolCallCheck: the spaces after `<tool_call>`;
   // kAfterToolCall: no `</think>` starts before here. So that held text is looked at once.
   size_t searched_ = 0;
+  // gpt_oss: the harmony reader; the list the current message adds to (0 none, 1 reasoning, 2 content),
+  // whether it was counted in it yet, and how many parts each list has.
+  std::optional<HarmonyReader> harmony_;
+  int harmony_list_ = 0;
+  bool harmony_counted_ = false;
+  size_t harmony_parts_[3] = {0, 0, 0};
 };
 
 }  // namespace strata::chat_template

@@ -62,6 +62,24 @@ size_t MarkerOverlap(std::string_view text, std::string_view marker, size_t max_
 
 bool IsRegexSpace(char32_t c) { return IsPySpace(c) && !(c >= 0x1C && c <= 0x1F); }
 
+std::string_view StripPySpace(std::string_view text) {
+  size_t b = 0;
+  while (b < text.size()) {
+    const int n = ValidSequenceAt(text, b);
+    if (n == 0 || !IsPySpace(CodePointAt(text, b, n))) break;
+    b += n;
+  }
+  size_t e = text.size();
+  while (e > b) {
+    size_t start = e - 1;
+    while (start > b && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80 && e - start < 4) --start;
+    const int n = ValidSequenceAt(text, start);
+    if (n == 0 || start + n != e || !IsPySpace(CodePointAt(text, start, n))) break;
+    e = start;
+  }
+  return text.substr(b, e - b);
+}
+
 bool IsDecimalDigit(char32_t c) {
   if (c < 0x80) return c >= '0' && c <= '9';
   return utf8proc_category(static_cast<utf8proc_int32_t>(c)) == UTF8PROC_CATEGORY_ND;

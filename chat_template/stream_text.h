@@ -25,4 +25,8 @@ size_t MarkerOverlap(std::string_view text, std::string_view marker, size_t max_
 bool IsRegexSpace(char32_t c);
 bool IsDecimalDigit(char32_t c);
 
+// Python's str.strip() (str.isspace characters at both ends) on UTF-8 text; an invalid byte counts as a
+// character that is not a space (Python's text, decoded with replacement, would hold U+FFFD there).
+std::string_view StripPySpace(std::string_view text);
+
 }  // namespace strata::chat_template

@@ -1,16 +1,13 @@
 #include "chat_template/tool_calls.h"
 
 #include <algorithm>
-#include <charconv>
-#include <cmath>
-#include <cstdlib>
 #include <random>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "chat_template/escapes.h"
+#include "chat_template/py_json.h"
 #include "chat_template/stream_text.h"
+#include "chat_template/tool_call_formats.h"
 #include "chat_template/value.h"
 
 namespace strata::chat_template {
@@ -19,422 +16,6 @@ namespace {
 constexpr std::string_view kHermesStart = "<tool_call>";
 constexpr std::string_view kHermesEnd = "</tool_call>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
-
-// Deeper JSON is malformed here; vLLM's json.loads fails at Python's recursion limit (about 1,000).
-constexpr int kMaxJsonDepth = 512;
-// Python (3.10.7+) refuses to convert an integer of more digits (ValueError, which vLLM's parsers catch).
-constexpr size_t kMaxIntDigits = 4300;
-
-// ---------------------------------------------------------------------------------------------------------
-// UTF-8
-
-constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
-
-// A lone surrogate kept from a \udXXX escape (WTF-8: ED A0..BF 80..BF), as its code point, or 0.
-uint32_t SurrogateAt(std::string_view text, size_t i) {
-  if (i + 3 > text.size() || static_cast<unsigned char>(text[i]) != 0xED) return 0;
-  const auto c1 = static_cast<unsigned char>(text[i + 1]), c2 = static_cast<unsigned char>(text[i + 2]);
-  if (c1 < 0xA0 || c1 > 0xBF || (c2 & 0xC0) != 0x80) return 0;
-  return 0xD000 | ((c1 & 0x3F) << 6) | (c2 & 0x3F);
-}
-
-// `text` with each invalid byte and each lone surrogate replaced by U+FFFD (a name must be valid UTF-8).
-std::string ValidUtf8(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size();) {
-    const int n = ValidSequenceAt(text, i);
-    if (n > 0) {
-      out.append(text.substr(i, n));
-      i += n;
-    } else {
-      out.append(kReplacement);
-      i += SurrogateAt(text, i) ? 3 : 1;
-    }
-  }
-  return out;
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// JSON with Python's json module's rules: json.loads / JSONDecoder.raw_decode (strict: no control
-// characters in strings; NaN, Infinity, -Infinity; duplicate keys keep the first position and the last
-// value) and json.dumps(ensure_ascii=False) (", " and ": " separators, floats as repr(), ints exact).
-
-struct PyJson {
-  enum class Kind : uint8_t { kNull, kTrue, kFalse, kNumber, kString, kArray, kObject };
-  Kind kind = Kind::kNull;
-  std::string text;  // kNumber: its Python repr; kString: the decoded string (WTF-8)
-  std::vector<std::string> keys;
-  std::vector<PyJson> items;  // array elements, or object values (parallel to keys)
-
-  const PyJson* Find(std::string_view key) const {
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (keys[i] == key) return &items[i];
-    }
-    return nullptr;
-  }
-};
-
-bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-size_t SkipJsonSpace(std::string_view s, size_t pos) {
-  while (pos < s.size() && IsJsonSpace(s[pos])) ++pos;
-  return pos;
-}
-
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-
-// repr(float(text)) for a number with a fraction or an exponent.
-std::string PythonFloatRepr(double value) {
-  if (std::isnan(value)) return "NaN";
-  if (std::isinf(value)) return value < 0 ? "-Infinity" : "Infinity";
-  std::string out = std::signbit(value) ? "-" : "";
-  char buf[64];
-  // Shortest round-trip digits, as repr() chooses them, then repr's layout.
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), std::fabs(value), std::chars_format::scientific);
-  if (ec != std::errc()) return "NaN";  // cannot happen: 64 bytes hold any double
-  const std::string_view sci(buf, end - buf);
-  const size_t e = sci.find('e');
-  std::string digits;
-  for (char c : sci.substr(0, e)) {
-    if (c != '.') digits.push_back(c);
-  }
-  int exponent = 0;
-  std::from_chars(sci.data() + e + 1 + (sci[e + 1] == '+'), sci.data() + sci.size(), exponent);
-  const int point = exponent + 1;  // the value is 0.DIGITS × 10^point
-  const int n = static_cast<int>(digits.size());
-  if (point > -4 && point <= 16) {
-    if (point <= 0) {
-      out += "0." + std::string(-point, '0') + digits;
-    } else if (point >= n) {
-      out += digits + std::string(point - n, '0') + ".0";
-    } else {
-      out += digits.substr(0, point) + "." + digits.substr(point);
-    }
-  } else {
-    out += digits.substr(0, 1);
-    if (n > 1) out += "." + digits.substr(1);
-    out += exponent < 0 ? "e-" : "e+";
-    const std::string exp = std::to_string(std::abs(exponent));
-    if (exp.size() < 2) out.push_back('0');
-    out += exp;
-  }
-  return out;
-}
-
-class PyJsonParser {
- public:
-  explicit PyJsonParser(std::string_view s) : s_(s) {}
-
-  // JSONDecoder.raw_decode at `pos` (no leading whitespace): the value and the offset after it.
-  bool RawDecode(size_t pos, PyJson& out, size_t& end) {
-    pos_ = pos;
-    if (!Value(out, 0)) return false;
-    end = pos_;
-    return true;
-  }
-
-  // json.loads: one value, with JSON whitespace around it and nothing else.
-  bool Loads(PyJson& out) {
-    pos_ = SkipJsonSpace(s_, 0);
-    if (!Value(out, 0)) return false;
-    return SkipJsonSpace(s_, pos_) == s_.size();
-  }
-
- private:
-  bool Literal(std::string_view word) {
-    if (s_.substr(pos_, word.size()) != word) return false;
-    pos_ += word.size();
-    return true;
-  }
-
-  bool Value(PyJson& out, int depth) {
-    if (pos_ >= s_.size()) return false;
-    switch (s_[pos_]) {
-      case '"':
-        out.kind = PyJson::Kind::kString;
-        ++pos_;
-        return String(out.text);
-      case '{':
-        return Object(out, depth + 1);
-      case '[':
-        return Array(out, depth + 1);
-      case 'n':
-        out.kind = PyJson::Kind::kNull;
-        return Literal("null");
-      case 't':
-        out.kind = PyJson::Kind::kTrue;
-        return Literal("true");
-      case 'f':
-        out.kind = PyJson::Kind::kFalse;
-        return Literal("false");
-      case 'N':
-        out.kind = PyJson::Kind::kNumber;
-        out.text = "NaN";
-        return Literal("NaN");
-      case 'I':
-        out.kind = PyJson::Kind::kNumber;
-        out.text = "Infinity";
-        return Literal("Infinity");
-      default:
-        if (s_.substr(pos_, 9) == "-Infinity") {
-          pos_ += 9;
-          out.kind = PyJson::Kind::kNumber;
-          out.text = "-Infinity";
-          return true;
-        }
-        return Number(out);
-    }
-  }
-
-  // Python's number pattern: -?(0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?, where a fraction or an exponent
-  // without digits is not part of the number.
-  bool Number(PyJson& out) {
-    const size_t start = pos_;
-    size_t p = pos_;
-    if (p < s_.size() && s_[p] == '-') ++p;
-    if (p >= s_.size() || !IsDigit(s_[p])) return false;
-    if (s_[p] == '0') {
-      ++p;
-    } else {
-      while (p < s_.size() && IsDigit(s_[p])) ++p;
-    }
-    bool is_float = false;
-    if (p + 1 < s_.size() && s_[p] == '.' && IsDigit(s_[p + 1])) {
-      p += 2;
-      while (p < s_.size() && IsDigit(s_[p])) ++p;
-      is_float = true;
-    }
-    if (p < s_.size() && (s_[p] == 'e' || s_[p] == 'E')) {
-      size_t q = p + 1;
-      if (q < s_.size() && (s_[q] == '+' || s_[q] == '-')) ++q;
-      if (q < s_.size() && IsDigit(s_[q])) {
-        while (q < s_.size() && IsDigit(s_[q])) ++q;
-        p = q;
-        is_float = true;
-      }
-    }
-    pos_ = p;
-    out.kind = PyJson::Kind::kNumber;
-    const std::string_view text = s_.substr(start, p - start);
-    if (!is_float) {
-      const bool negative = text[0] == '-';
-      if (text.size() - negative > kMaxIntDigits) return false;
-      out.text = text == "-0" ? "0" : std::string(text);
-      return true;
-    }
-    const std::string copy(text);
-    out.text = PythonFloatRepr(std::strtod(copy.c_str(), nullptr));
-    return true;
-  }
-
-  bool Hex4(uint32_t& value) {
-    if (pos_ + 4 > s_.size()) return false;
-    value = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = s_[pos_ + i];
-      value <<= 4;
-      if (c >= '0' && c <= '9') {
-        value |= c - '0';
-      } else if (c >= 'a' && c <= 'f') {
-        value |= c - 'a' + 10;
-      } else if (c >= 'A' && c <= 'F') {
-        value |= c - 'A' + 10;
-      } else {
-        return false;
-      }
-    }
-    pos_ += 4;
-    return true;
-  }
-
-  // After the opening quote; strict: a control character (< 0x20) in a string is an error.
-  bool String(std::string& out) {
-    out.clear();
-    while (true) {
-      const size_t start = pos_;
-      while (pos_ < s_.size() && s_[pos_] != '"' && s_[pos_] != '\\' && static_cast<unsigned char>(s_[pos_]) >= 0x20) {
-        ++pos_;
-      }
-      out.append(s_.substr(start, pos_ - start));
-      if (pos_ >= s_.size()) return false;
-      const char c = s_[pos_++];
-      if (c == '"') return true;
-      if (c != '\\') return false;  // a control character
-      if (pos_ >= s_.size()) return false;
-      const char e = s_[pos_++];
-      if (const char short_escape = ShortEscape(e); short_escape != 0) {
-        out.push_back(short_escape);
-        continue;
-      }
-      switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-          out.push_back(e);
-          break;
-        case 'u': {
-          uint32_t cp;
-          if (!Hex4(cp)) return false;
-          // A high surrogate followed by an escaped low one is one code point; any other stays alone.
-          if (cp >= 0xD800 && cp <= 0xDBFF && s_.substr(pos_, 2) == "\\u") {
-            const size_t save = pos_;
-            pos_ += 2;
-            uint32_t low;
-            if (Hex4(low) && low >= 0xDC00 && low <= 0xDFFF) {
-              cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-            } else {
-              pos_ = save;
-            }
-          }
-          AppendCodePoint(out, cp);
-          break;
-        }
-        default:
-          return false;
-      }
-    }
-  }
-
-  bool Object(PyJson& out, int depth) {
-    if (depth > kMaxJsonDepth) return false;
-    out.kind = PyJson::Kind::kObject;
-    ++pos_;  // '{'
-    pos_ = SkipJsonSpace(s_, pos_);
-    if (pos_ < s_.size() && s_[pos_] == '}') {
-      ++pos_;
-      return true;
-    }
-    absl::flat_hash_map<std::string, size_t> index;  // only for large objects: small ones scan
-    while (true) {
-      if (pos_ >= s_.size() || s_[pos_] != '"') return false;
-      ++pos_;
-      std::string key;
-      if (!String(key)) return false;
-      pos_ = SkipJsonSpace(s_, pos_);
-      if (pos_ >= s_.size() || s_[pos_] != ':') return false;
-      pos_ = SkipJsonSpace(s_, pos_ + 1);
-      PyJson value;
-      if (!Value(value, depth)) return false;
-      size_t at = out.keys.size();
-      if (out.keys.size() < 16) {
-        for (size_t i = 0; i < out.keys.size(); ++i) {
-          if (out.keys[i] == key) at = i;
-        }
-        if (out.keys.size() == 15 && at == out.keys.size()) {
-          for (size_t i = 0; i < out.keys.size(); ++i) index.emplace(out.keys[i], i);
-          index.emplace(key, at);
-        }
-      } else {
-        at = index.emplace(key, out.keys.size()).first->second;
-      }
-      if (at == out.keys.size()) {
-        out.keys.push_back(std::move(key));
-        out.items.push_back(std::move(value));
-      } else {
-        out.items[at] = std::move(value);  // a duplicate key: Python's dict keeps the last value
-      }
-      pos_ = SkipJsonSpace(s_, pos_);
-      if (pos_ >= s_.size()) return false;
-      if (s_[pos_] == '}') {
-        ++pos_;
-        return true;
-      }
-      if (s_[pos_] != ',') return false;
-      pos_ = SkipJsonSpace(s_, pos_ + 1);
-    }
-  }
-
-  bool Array(PyJson& out, int depth) {
-    if (depth > kMaxJsonDepth) return false;
-    out.kind = PyJson::Kind::kArray;
-    pos_ = SkipJsonSpace(s_, pos_ + 1);
-    if (pos_ < s_.size() && s_[pos_] == ']') {
-      ++pos_;
-      return true;
-    }
-    while (true) {
-      out.items.emplace_back();
-      if (!Value(out.items.back(), depth)) return false;
-      pos_ = SkipJsonSpace(s_, pos_);
-      if (pos_ >= s_.size()) return false;
-      if (s_[pos_] == ']') {
-        ++pos_;
-        return true;
-      }
-      if (s_[pos_] != ',') return false;
-      pos_ = SkipJsonSpace(s_, pos_ + 1);
-    }
-  }
-
-  std::string_view s_;
-  size_t pos_ = 0;
-};
-
-// json.dumps's string: `"` `\` and controls escaped (\n \r \t \b \f, else \u00XX), the rest as is;
-// a lone surrogate as its \udXXX escape and invalid UTF-8 as U+FFFD, so the result is valid UTF-8.
-void DumpString(std::string_view s, std::string& out) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out.push_back('"');
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x80) {
-      if (const int n = ValidSequenceAt(s, i); n > 0) {
-        out.append(s.substr(i, n));
-        i += n;
-      } else if (const uint32_t surrogate = SurrogateAt(s, i)) {
-        out += "\\u";
-        for (int shift = 12; shift >= 0; shift -= 4) out.push_back(kHex[(surrogate >> shift) & 0xF]);
-        i += 3;
-      } else {
-        out.append(kReplacement);
-        ++i;
-      }
-      continue;
-    }
-    ++i;
-    if (!AppendJsonEscape(out, c)) out.push_back(static_cast<char>(c));
-  }
-  out.push_back('"');
-}
-
-void Dump(const PyJson& v, std::string& out) {
-  switch (v.kind) {
-    case PyJson::Kind::kNull:
-      out += "null";
-      return;
-    case PyJson::Kind::kTrue:
-      out += "true";
-      return;
-    case PyJson::Kind::kFalse:
-      out += "false";
-      return;
-    case PyJson::Kind::kNumber:
-      out += v.text;
-      return;
-    case PyJson::Kind::kString:
-      DumpString(v.text, out);
-      return;
-    case PyJson::Kind::kArray:
-      out.push_back('[');
-      for (size_t i = 0; i < v.items.size(); ++i) {
-        if (i > 0) out += ", ";
-        Dump(v.items[i], out);
-      }
-      out.push_back(']');
-      return;
-    case PyJson::Kind::kObject:
-      out.push_back('{');
-      for (size_t i = 0; i < v.items.size(); ++i) {
-        if (i > 0) out += ", ";
-        DumpString(v.keys[i], out);
-        out += ": ";
-        Dump(v.items[i], out);
-      }
-      out.push_back('}');
-      return;
-  }
-}
 
 // A call from a parsed object, as vLLM builds it: "name" must be a string (pydantic refuses any other
 // value), the arguments (`arguments_key`, else `fallback_key` when given) must be present.
@@ -448,7 +29,7 @@ bool CallFromObject(const PyJson& object, std::string_view arguments_key, std::s
   if (arguments == nullptr) return false;
   call.name = ValidUtf8(name->text);
   call.arguments.clear();
-  Dump(*arguments, call.arguments);
+  DumpPyJson(*arguments, call.arguments);
   return true;
 }
 
@@ -466,7 +47,7 @@ bool ParseHermes(std::string_view text, std::vector<ToolCall>& calls, size_t& co
         end == std::string_view::npos ? text.substr(body) : text.substr(body, end - body);
     PyJson object;
     ToolCall call;
-    if (!PyJsonParser(json_text).Loads(object) || !CallFromObject(object, "arguments", "", call)) return false;
+    if (PyJsonLoads(json_text, object) != JsonLoad::kOk || !CallFromObject(object, "arguments", "", call)) return false;
     calls.push_back(std::move(call));
     if (end == std::string_view::npos) break;
     pos = text.find(kHermesStart, end + kHermesEnd.size());
@@ -484,12 +65,11 @@ bool ParseLlama3Json(std::string_view text, std::vector<ToolCall>& calls, size_t
   if (pos == std::string_view::npos) return false;
   content_end = pos;
   if (text.substr(0, pos).ends_with(kPythonTag)) content_end -= kPythonTag.size();
-  PyJsonParser parser(text);
   while (pos != std::string_view::npos) {
     PyJson object;
     size_t end;
     ToolCall call;
-    if (!parser.RawDecode(pos, object, end) || !CallFromObject(object, "arguments", "parameters", call)) {
+    if (!PyJsonRawDecode(text, pos, object, end) || !CallFromObject(object, "arguments", "parameters", call)) {
       return false;
     }
     calls.push_back(std::move(call));
@@ -510,6 +90,25 @@ constexpr std::string_view kKimiSectionBegin = "<|tool_calls_section_begin|>";
 constexpr std::string_view kKimiCallBegin = "<|tool_call_begin|>";
 constexpr std::string_view kKimiArgumentBegin = "<|tool_call_argument_begin|>";
 constexpr std::string_view kKimiCallEnd = "<|tool_call_end|>";
+
+constexpr std::string_view kMinimaxStart = "<minimax:tool_call>";
+
+// The marker from which hermes, glm45 and minimax_m2 hold the output (llama3_json: `{`, apart).
+std::string_view CallMarker(ToolCallFormat format) {
+  return format == ToolCallFormat::kMinimaxM2 ? kMinimaxStart : kHermesStart;
+}
+
+// The offset of the first character that is not Python whitespace (str.isspace), or npos: none yet (an
+// unfinished UTF-8 sequence at the end is not known yet either).
+size_t FirstNonSpace(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const int n = ValidSequenceAt(s, i);
+    if (n == 0) return IncompleteUtf8Tail(s.substr(i)) == s.size() - i ? std::string_view::npos : i;
+    if (!IsPySpace(CodePointAt(s, i, n))) return i;
+    i += n;
+  }
+  return std::string_view::npos;
+}
 
 bool Sectioned(ToolCallFormat format) {
   return format == ToolCallFormat::kDeepSeekV3 || format == ToolCallFormat::kKimiK2;
@@ -674,8 +273,11 @@ absl::StatusOr<ToolCallFormat> ParseToolCallFormat(std::string_view flag) {
   if (flag == "llama3_json") return ToolCallFormat::kLlama3Json;
   if (flag == "deepseek_v3") return ToolCallFormat::kDeepSeekV3;
   if (flag == "kimi_k2") return ToolCallFormat::kKimiK2;
+  if (flag == "glm45") return ToolCallFormat::kGlm45;
+  if (flag == "minimax_m2") return ToolCallFormat::kMinimaxM2;
+  if (flag == "openai") return ToolCallFormat::kOpenAi;
   return absl::InvalidArgumentError("tool call parser: unknown \"" + std::string(flag) +
-                                    "\" (valid: hermes, llama3_json, deepseek_v3, kimi_k2)");
+                                    "\" (valid: hermes, llama3_json, deepseek_v3, kimi_k2, glm45, minimax_m2, openai)");
 }
 
 std::string_view ToolCallFormatName(ToolCallFormat format) {
@@ -688,9 +290,113 @@ std::string_view ToolCallFormatName(ToolCallFormat format) {
       return "deepseek_v3";
     case ToolCallFormat::kKimiK2:
       return "kimi_k2";
+    case ToolCallFormat::kGlm45:
+      return "glm45";
+    case ToolCallFormat::kMinimaxM2:
+      return "minimax_m2";
+    case ToolCallFormat::kOpenAi:
+      return "openai";
   }
   return "";
 }
+
+bool ReadsWholeOutput(ToolCallFormat format) { return format == ToolCallFormat::kOpenAi; }
+
+const nlohmann::ordered_json* ToolParameters(const nlohmann::ordered_json& tools, std::string_view name, bool& found) {
+  found = false;
+  if (!tools.is_array()) return nullptr;
+  for (const nlohmann::ordered_json& tool : tools) {
+    if (!tool.is_object()) continue;
+    const auto function = tool.find("function");
+    if (function == tool.end() || !function->is_object()) continue;
+    const auto tool_name = function->find("name");
+    if (tool_name == function->end() || !tool_name->is_string() || tool_name->get_ref<const std::string&>() != name) {
+      continue;
+    }
+    found = true;
+    const auto parameters = function->find("parameters");
+    return parameters == function->end() || parameters->is_null() ? nullptr : &*parameters;
+  }
+  return nullptr;
+}
+
+bool PyContains(const nlohmann::ordered_json& container, std::string_view key, bool& type_error) {
+  type_error = false;
+  if (container.is_object()) return container.contains(std::string(key));
+  if (container.is_array()) {
+    for (const nlohmann::ordered_json& item : container) {
+      if (item.is_string() && item.get_ref<const std::string&>() == key) return true;
+    }
+    return false;
+  }
+  if (container.is_string()) return container.get_ref<const std::string&>().find(key) != std::string::npos;
+  type_error = true;  // "argument of type 'int' is not iterable", and so for None and bool
+  return false;
+}
+
+namespace {
+
+// OpenAIToolParser's arguments: with no content type or one naming json, json.dumps(json.loads(text)) (ASCII
+// escapes, Python's separators), the text as written where json.loads raises JSONDecodeError; vLLM's request
+// fails on its other errors (an integer of more than 4,300 digits), where strata keeps the text too.
+std::string HarmonyArguments(const HarmonyMessage& m) {
+  if (!m.content_type || m.content_type->empty() || m.content_type->find("json") != std::string::npos) {
+    PyJson value;
+    if (PyJsonLoads(m.text, value) == JsonLoad::kOk) {
+      std::string out;
+      DumpPyJson(value, out, /*ensure_ascii=*/true);
+      return out;
+    }
+  }
+  return ValidUtf8(m.text);
+}
+
+bool IsHarmonyCall(const HarmonyMessage& m) { return m.recipient && m.recipient->starts_with("functions."); }
+
+// recipient.split("functions.")[1]: what follows the first "functions.", up to the next.
+std::string HarmonyCallName(const HarmonyMessage& m) {
+  std::string_view rest = std::string_view(*m.recipient).substr(std::string_view("functions.").size());
+  return ValidUtf8(rest.substr(0, rest.find("functions.")));
+}
+
+bool HasRecipient(const HarmonyMessage& m) { return m.recipient && !m.recipient->empty(); }
+
+// OpenAIToolParser.extract_tool_calls on the messages harmony.h reads: each message addressed to
+// functions.NAME is a call; the content is the final channel's text, else the last commentary message with no
+// recipient (a preamble), else None; with no final message, the text of a final (or channel-less) message the
+// output ended in counts as final when it is not the first message. None of it when no message ended. One
+// difference, so that the final text can stream: with several final messages, vLLM's content is the last's and
+// strata's the first's (gpt-oss ends its turn after its final message).
+void ParseOpenAi(std::string_view text, std::string& content, std::vector<ToolCall>& calls) {
+  const HarmonyOutput harmony = ReadHarmony(text);
+  content.clear();
+  if (harmony.messages.empty()) return;
+  std::optional<std::string> final_text, preamble;
+  for (const HarmonyMessage& m : harmony.messages) {
+    if (IsHarmonyCall(m)) {
+      ToolCall call;
+      call.name = HarmonyCallName(m);
+      call.arguments = HarmonyArguments(m);
+      calls.push_back(std::move(call));
+    } else if (m.channel == "final") {
+      if (!final_text) final_text = m.text;
+    } else if (m.channel == "commentary" && !HasRecipient(m)) {
+      preamble = m.text;
+    }
+  }
+  const std::optional<HarmonyMessage>& current = harmony.current;
+  if (current && !current->text.empty() && !final_text && !current->recipient &&
+      (!current->channel || current->channel == "final")) {
+    final_text = current->text;
+  }
+  if (final_text && !final_text->empty()) {
+    content = *final_text;
+  } else if (preamble) {
+    content = *preamble;
+  }
+}
+
+}  // namespace
 
 ToolCallIds::ToolCallIds() : state_((uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()) {}
 
@@ -708,8 +414,16 @@ std::string ToolCallIds::Next() {
   return id;
 }
 
-ParsedToolCalls ParseToolCalls(ToolCallFormat format, std::string_view text, ToolCallIds& ids) {
+ParsedToolCalls ParseToolCalls(ToolCallFormat format, std::string_view text, ToolCallIds& ids,
+                               const nlohmann::ordered_json* tools) {
   ParsedToolCalls parsed;
+  static const nlohmann::ordered_json kNoTools;
+  const nlohmann::ordered_json& schemas = tools != nullptr ? *tools : kNoTools;
+  if (format == ToolCallFormat::kOpenAi) {
+    ParseOpenAi(text, parsed.content, parsed.calls);
+    for (ToolCall& call : parsed.calls) call.id = ids.Next();
+    return parsed;
+  }
   size_t content_end = 0;
   bool ok = false;
   switch (format) {
@@ -724,6 +438,14 @@ ParsedToolCalls ParseToolCalls(ToolCallFormat format, std::string_view text, Too
       break;
     case ToolCallFormat::kKimiK2:
       ok = ParseKimiK2(text, parsed.calls, content_end);
+      break;
+    case ToolCallFormat::kGlm45:
+      ok = ParseGlm45(text, schemas, parsed.calls, content_end);
+      break;
+    case ToolCallFormat::kMinimaxM2:
+      ok = ParseMinimaxM2(text, schemas, parsed.calls, content_end);
+      break;
+    case ToolCallFormat::kOpenAi:
       break;
   }
   if (!ok) {
@@ -741,7 +463,10 @@ ParsedToolCalls ParseToolCalls(ToolCallFormat format, std::string_view text, Too
 // ---------------------------------------------------------------------------------------------------------
 // Streaming
 
-ToolCallStreamParser::ToolCallStreamParser(ToolCallFormat format, ToolCallIds ids) : format_(format), ids_(ids) {}
+ToolCallStreamParser::ToolCallStreamParser(ToolCallFormat format, ToolCallIds ids, nlohmann::ordered_json tools)
+    : format_(format), ids_(ids), tools_(std::move(tools)) {
+  if (format == ToolCallFormat::kOpenAi) harmony_.emplace();
+}
 
 void ToolCallStreamParser::EmitContent(std::string_view text, std::vector<ToolCallDelta>& out) {
   if (text.empty()) return;
@@ -772,11 +497,28 @@ void ToolCallStreamParser::FeedContent(std::string_view text, std::vector<ToolCa
     return;
   }
   if (mode_ == Mode::kContent) {
-    const bool hermes = format_ == ToolCallFormat::kHermes;
-    const size_t marker = hermes ? s.find(kHermesStart) : s.find('{');
+    const bool llama = format_ == ToolCallFormat::kLlama3Json;
+    const size_t marker = llama ? s.find('{') : s.find(CallMarker(format_));
+    // glm45: content that is all whitespace is None when there are calls: it waits for another character.
+    if (format_ == ToolCallFormat::kGlm45 && !content_started_) {
+      const size_t text_at = FirstNonSpace(s);
+      const size_t maybe_marker = s.size() - MarkerOverlap(s, kHermesStart, kHermesStart.size() - 1);
+      if (text_at == std::string::npos || (marker != std::string::npos && marker <= text_at) ||
+          (marker == std::string::npos && text_at >= maybe_marker)) {
+        if (marker == std::string::npos) {
+          pending_ = std::move(s);
+          return;
+        }
+        held_tag_ = s.substr(0, marker);  // sent after all when the output has no calls
+        held_ = s.substr(marker);
+        mode_ = Mode::kHeld;
+        return;
+      }
+      content_started_ = true;
+    }
     if (marker != std::string::npos) {
       size_t content_end = marker;
-      if (!hermes && std::string_view(s).substr(0, marker).ends_with(kPythonTag)) {
+      if (llama && std::string_view(s).substr(0, marker).ends_with(kPythonTag)) {
         content_end -= kPythonTag.size();
         held_tag_ = std::string(kPythonTag);
       }
@@ -788,9 +530,10 @@ void ToolCallStreamParser::FeedContent(std::string_view text, std::vector<ToolCa
   }
   size_t hold = IncompleteUtf8Tail(s);
   if (mode_ == Mode::kContent) {
-    // Hermes: a partial <tool_call>; Llama: a partial or whole <|python_tag|> (dropped before a `{`).
-    const size_t overlap = format_ == ToolCallFormat::kHermes ? MarkerOverlap(s, kHermesStart, kHermesStart.size() - 1)
-                                                              : MarkerOverlap(s, kPythonTag, kPythonTag.size());
+    // A partial call marker; Llama: a partial or whole <|python_tag|> (dropped before a `{`).
+    const std::string_view marker = CallMarker(format_);
+    const size_t overlap = format_ == ToolCallFormat::kLlama3Json ? MarkerOverlap(s, kPythonTag, kPythonTag.size())
+                                                                  : MarkerOverlap(s, marker, marker.size() - 1);
     hold = std::max(hold, overlap);
   }
   EmitContent(std::string_view(s).substr(0, s.size() - hold), out);
@@ -814,6 +557,13 @@ void ToolCallStreamParser::Keep(std::string_view new_text) {
 
 std::vector<ToolCallDelta> ToolCallStreamParser::Feed(std::string_view new_text) {
   std::vector<ToolCallDelta> out;
+  if (harmony_) {
+    if (mode_ == Mode::kFinished) return out;
+    std::vector<HarmonyReader::Event> events;
+    harmony_->Feed(new_text, events);
+    HarmonyEvents(events, out);
+    return out;
+  }
   if (Sectioned(format_)) {
     // Nothing is decided before the end: a call may fail vLLM's try (deepseek_v3) or be cut.
     if (mode_ == Mode::kFinished) return out;
@@ -835,7 +585,9 @@ std::vector<ToolCallDelta> ToolCallStreamParser::Feed(std::string_view new_text)
   }
   // Held: the first character after the marker decides early when no call can follow. Hermes: the first
   // block must be a JSON object; Llama: the first `{` must open an object with a key (`{}` has no name).
-  if (!decided_checked_) {
+  // glm45 and minimax_m2 wait for the end (a call's first line may be anything).
+  const bool decides_early = format_ == ToolCallFormat::kHermes || format_ == ToolCallFormat::kLlama3Json;
+  if (decides_early && !decided_checked_) {
     const size_t after = format_ == ToolCallFormat::kHermes ? kHermesStart.size() : 1;
     const size_t first = SkipJsonSpace(held_, std::max(after, decide_from_));
     decide_from_ = first;
@@ -858,6 +610,22 @@ std::vector<ToolCallDelta> ToolCallStreamParser::Feed(std::string_view new_text)
 std::vector<ToolCallDelta> ToolCallStreamParser::Finish() {
   std::vector<ToolCallDelta> out;
   if (mode_ == Mode::kFinished) return out;
+  if (harmony_) {
+    std::vector<HarmonyReader::Event> events;
+    harmony_->Finish(events);
+    HarmonyEvents(events, out);
+    // No final message's text went out: the one the output ended in, where vLLM counts it, else the last
+    // preamble.
+    if (!content_sent_) {
+      if (harmony_part_ == HarmonyPart::kPartialOnly && !final_ended_ && !harmony_text_.empty()) {
+        EmitContent(harmony_text_, out);
+      } else if (preamble_) {
+        EmitContent(*preamble_, out);
+      }
+    }
+    mode_ = Mode::kFinished;
+    return out;
+  }
   if (mode_ != Mode::kHeld) {
     EmitContent(pending_, out);
   } else if (Sectioned(format_)) {
@@ -882,7 +650,7 @@ std::vector<ToolCallDelta> ToolCallStreamParser::Finish() {
   } else {
     // held_ starts at the first marker: its calls are the whole output's, and its content is empty
     // with calls, or all of it (with the held <|python_tag|>) without.
-    ParsedToolCalls parsed = ParseToolCalls(format_, held_, ids_);
+    ParsedToolCalls parsed = ParseToolCalls(format_, held_, ids_, &tools_);
     if (parsed.calls.empty()) {
       EmitContent(held_tag_, out);
       EmitContent(held_, out);
@@ -907,6 +675,86 @@ std::vector<ToolCallDelta> ToolCallStreamParser::Finish() {
   return out;
 }
 
+void ToolCallStreamParser::EmitCall(ToolCall call, std::vector<ToolCallDelta>& out) {
+  ToolCallDelta first;
+  first.tool_index = calls_sent_;
+  first.id = std::move(call.id);
+  first.name = std::move(call.name);
+  out.push_back(std::move(first));
+  ToolCallDelta arguments;
+  arguments.tool_index = calls_sent_;
+  arguments.arguments = std::move(call.arguments);
+  out.push_back(std::move(arguments));
+  ++calls_sent_;
+}
+
+void ToolCallStreamParser::HarmonyEvents(const std::vector<HarmonyReader::Event>& events,
+                                         std::vector<ToolCallDelta>& out) {
+  for (const HarmonyReader::Event& event : events) {
+    switch (event.kind) {
+      case HarmonyReader::Event::Kind::kHeader: {
+        const HarmonyMessage& h = event.header;
+        harmony_header_ = h;
+        harmony_text_.clear();
+        const bool content_open = !final_ended_ && !content_sent_;
+        if (IsHarmonyCall(h)) {
+          harmony_part_ = HarmonyPart::kCall;
+        } else if (h.channel == "final") {
+          // Its text is the content whether it ends or not when a message ended before it and it has no
+          // recipient (vLLM's partial rule); else only once it ends.
+          harmony_part_ = !content_open                        ? HarmonyPart::kNone
+                          : harmony_ended_ > 0 && !h.recipient ? HarmonyPart::kFinal
+                                                               : HarmonyPart::kFinalHeld;
+        } else if (h.channel == "commentary" && !HasRecipient(h)) {
+          harmony_part_ = HarmonyPart::kPreamble;
+        } else if (!h.channel && !h.recipient && harmony_ended_ > 0 && content_open) {
+          harmony_part_ = HarmonyPart::kPartialOnly;
+        } else {
+          harmony_part_ = HarmonyPart::kNone;
+        }
+        break;
+      }
+      case HarmonyReader::Event::Kind::kText:
+        if (harmony_part_ == HarmonyPart::kFinal) {
+          EmitContent(event.text, out);
+          content_sent_ = true;
+        } else if (harmony_part_ != HarmonyPart::kNone) {
+          harmony_text_ += event.text;
+        }
+        break;
+      case HarmonyReader::Event::Kind::kEnd:
+        ++harmony_ended_;
+        switch (harmony_part_) {
+          case HarmonyPart::kCall: {
+            HarmonyMessage m = harmony_header_;
+            m.text = std::move(harmony_text_);
+            EmitCall({ids_.Next(), HarmonyCallName(m), HarmonyArguments(m)}, out);
+            break;
+          }
+          case HarmonyPart::kFinal:
+            final_ended_ = true;
+            break;
+          case HarmonyPart::kFinalHeld:
+            final_ended_ = true;
+            if (!harmony_text_.empty()) {
+              EmitContent(harmony_text_, out);
+              content_sent_ = true;
+            }
+            break;
+          case HarmonyPart::kPreamble:
+            preamble_ = harmony_text_;
+            break;
+          case HarmonyPart::kPartialOnly:
+          case HarmonyPart::kNone:
+            break;
+        }
+        harmony_part_ = HarmonyPart::kNone;
+        harmony_text_.clear();
+        break;
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Forced tool calls (tool_choice "required" or a named function)
 
@@ -916,7 +764,7 @@ namespace {
 // object with a string "name" and "parameters".
 bool ParseCallList(std::string_view text, std::vector<ToolCall>& calls) {
   PyJson list;
-  if (!PyJsonParser(text).Loads(list) || list.kind != PyJson::Kind::kArray || list.items.empty()) return false;
+  if (PyJsonLoads(text, list) != JsonLoad::kOk || list.kind != PyJson::Kind::kArray || list.items.empty()) return false;
   for (const PyJson& item : list.items) {
     ToolCall call;
     if (!CallFromObject(item, "parameters", "", call)) return false;

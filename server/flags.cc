@@ -91,11 +91,13 @@ ABSL_FLAG(int64_t, http_read_timeout, 30,
 ABSL_FLAG(std::string, served_model_name, "", "the model's name in HTTP requests and /v1/models");
 ABSL_FLAG(std::string, tool_call_parser, "",
           "read tool calls out of chat outputs in this format (hermes: Qwen2.5/Qwen3, Hermes; llama3_json: Llama "
-          "3.x; deepseek_v3: DeepSeek-V3/R1; kimi_k2: Kimi K2), as vLLM's --tool-call-parser; needed for "
-          "tool_choice \"auto\"");
+          "3.x; deepseek_v3: DeepSeek-V3/R1; kimi_k2: Kimi K2; glm45: GLM-4.5/4.6; minimax_m2: MiniMax-M2; openai: "
+          "gpt-oss's harmony channels, with --reasoning-parser gpt_oss implied), as vLLM's --tool-call-parser; "
+          "needed for tool_choice \"auto\"");
 ABSL_FLAG(std::string, reasoning_parser, "",
           "return the reasoning of chat outputs as reasoning_content (deepseek_r1: DeepSeek-R1, V3.1; qwen3: Qwen3, "
-          "Qwen3.5), whole and streamed, as vLLM's --reasoning-parser; tool calls are then read from the rest");
+          "Qwen3.5; glm45: GLM-4.5/4.6; gpt_oss: gpt-oss's analysis channel), whole and streamed, as vLLM's "
+          "--reasoning-parser; tool calls are then read from the rest");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of the gRPC port: serve TLS (needs --tls-key)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert (unencrypted)");
 ABSL_FLAG(std::string, tls_client_ca, "",
@@ -418,6 +420,17 @@ absl::Status ReadListenAddresses(ServerOptions& options) {
         chat_template::ParseReasoningFormat(absl::GetFlag(FLAGS_reasoning_parser));
     if (!format.ok()) return FlagError(FLAGS_reasoning_parser, format.status());
     options.serving.reasoning_parser = *format;
+  }
+  // openai reads gpt-oss's harmony channels: its analysis channel is the reasoning (vLLM's gpt-oss serving always
+  // returns it), which no other reasoning parser can find there.
+  if (options.serving.tool_call_parser == chat_template::ToolCallFormat::kOpenAi) {
+    if (options.serving.reasoning_parser.value_or(chat_template::ReasoningFormat::kGptOss) !=
+        chat_template::ReasoningFormat::kGptOss) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--reasoning-parser: \"", absl::GetFlag(FLAGS_reasoning_parser),
+                       "\" cannot read gpt-oss's harmony output; --tool-call-parser openai takes gpt_oss (or none)"));
+    }
+    options.serving.reasoning_parser = chat_template::ReasoningFormat::kGptOss;
   }
   options.serving.served_model_name = absl::GetFlag(FLAGS_served_model_name);
   if (options.serving.served_model_name.empty()) {

@@ -74,13 +74,30 @@ HttpGeneration::HttpGeneration(std::shared_ptr<HttpExchange> exchange, openai::A
     for (Choice& choice : choices_) choice.forced_calls.emplace(request_.forced_tool_calls->name);
   } else if (request_.parse_tool_calls && tool_call_parser) {
     tool_call_format_ = tool_call_parser;
-    for (Choice& choice : choices_) choice.tool_calls.emplace(*tool_call_parser);
+    for (Choice& choice : choices_) {
+      choice.tool_calls.emplace(*tool_call_parser, chat_template::ToolCallIds(),
+                                request_.tools ? *request_.tools : Json());
+    }
   }
   // A constrained output has no reasoning to split off: its grammar holds from the first token.
   if (request_.route == openai::Route::kChatCompletions && reasoning_parser && request_.structured_kind == nullptr) {
     reasoning_format_ = reasoning_parser;
     for (Choice& choice : choices_) choice.reasoning.emplace(*reasoning_parser, request_.thinking_enabled);
   }
+  // gpt-oss's channels are special tokens: the harmony parsers read the output decoded with them (vLLM's read the
+  // token ids).
+  special_text_ = tokenizer_ != nullptr && ((reasoning_format_ == chat_template::ReasoningFormat::kGptOss) ||
+                                            (tool_call_format_ == chat_template::ToolCallFormat::kOpenAi));
+  if (special_text_) {
+    for (Choice& choice : choices_) choice.special_decoder.emplace(*tokenizer_, /*skip_special_tokens=*/false);
+  }
+}
+
+std::string HttpGeneration::SpecialTextLocked(Choice& choice, const runtime::GenerationChunk& chunk) {
+  std::string text;
+  for (const runtime::GeneratedToken& token : chunk.tokens) text += choice.special_decoder->Step(token.id);
+  if (chunk.finish) text += choice.special_decoder->Finish();
+  return text;
 }
 
 absl::Status HttpGeneration::Submit(runtime::Engine& engine, InFlightGenerations* in_flight) {
@@ -199,6 +216,7 @@ void HttpGeneration::OnChunk(size_t index, runtime::GenerationChunk chunk) {
     StreamLocked(index, chunk);
   } else {
     choice.text += chunk.text;
+    if (special_text_) choice.special_text += SpecialTextLocked(choice, chunk);
     if (request_.logprobs) choice.tokens.insert(choice.tokens.end(), chunk.tokens.begin(), chunk.tokens.end());
   }
   if (share_prefill_ && index % request_.n == 0 && !choice.followers_started) {
@@ -312,11 +330,13 @@ void HttpGeneration::StreamLocked(size_t index, const runtime::GenerationChunk& 
     }
   }
   const bool ends_ok = chunk.finish && choice.error.ok() && *chunk.finish != runtime::FinishReason::kCancelled;
+  const std::string special = special_text_ ? SpecialTextLocked(choice, chunk) : std::string();
+  const std::string& parsed_text = special_text_ ? special : chunk.text;
   // Tokens whose text is held back (an incomplete character, a possible stop string) make no event
   // unless their log-probabilities were asked for.
-  if (chunk.text.empty() && (chunk.tokens.empty() || !request_.logprobs) && !ends_ok) return;
+  if (parsed_text.empty() && (chunk.tokens.empty() || !request_.logprobs) && !ends_ok) return;
   if (chat && (choice.tool_calls || choice.reasoning || choice.forced_calls)) {
-    StreamParsedLocked(index, chunk, ends_ok);
+    StreamParsedLocked(index, chunk, parsed_text, ends_ok);
     return;
   }
   Json event = ChunkEnvelope();
@@ -332,7 +352,8 @@ void HttpGeneration::StreamLocked(size_t index, const runtime::GenerationChunk& 
   WriteEvent(event);
 }
 
-void HttpGeneration::StreamParsedLocked(size_t index, const runtime::GenerationChunk& chunk, bool ends_ok) {
+void HttpGeneration::StreamParsedLocked(size_t index, const runtime::GenerationChunk& chunk, const std::string& text,
+                                        bool ends_ok) {
   Choice& choice = choices_[index];
   // The chunk's events' deltas, in order: the reasoning parser's first, its content through the tool-call
   // parser (tool calls come from the content alone, as vLLM parses them).
@@ -364,21 +385,22 @@ void HttpGeneration::StreamParsedLocked(size_t index, const runtime::GenerationC
       deltas.push_back(Json{{"content", text}});
     }
   };
+  // openai reads the whole output (the harmony channels): the reasoning parser gives only the reasoning then.
+  const bool whole = choice.tool_calls && tool_call_format_ && chat_template::ReadsWholeOutput(*tool_call_format_);
   auto add_reasoning_deltas = [&](const std::vector<chat_template::ReasoningDelta>& parts) {
     for (const chat_template::ReasoningDelta& part : parts) {
       if (part.reasoning) {
         deltas.push_back(Json{{"reasoning_content", part.text}});
-      } else {
+      } else if (!whole) {
         add_content(part.text);
       }
     }
   };
   if (choice.reasoning) {
-    add_reasoning_deltas(choice.reasoning->Feed(chunk.text));
+    add_reasoning_deltas(choice.reasoning->Feed(text));
     if (chunk.finish) add_reasoning_deltas(choice.reasoning->Finish());
-  } else {
-    add_content(chunk.text);
   }
+  if (!choice.reasoning || whole) add_content(text);
   if (chunk.finish && choice.tool_calls) add_tool_deltas(choice.tool_calls->Finish());
   if (chunk.finish && choice.forced_calls) add_tool_deltas(choice.forced_calls->Finish());
   // Log-probabilities ride on the first event of the chunk (or one of their own).
@@ -404,7 +426,7 @@ Json HttpGeneration::WholeBody() {
   for (size_t index = 0; index < choices_.size(); ++index) {
     Choice& choice = choices_[index];
     Json c = {{"index", index}};
-    std::string text = choice.text;
+    std::string text = special_text_ ? choice.special_text : choice.text;
     if (!chat && request_.echo) {
       const std::string& prompt = request_.prompt_texts[index / request_.n];
       if (choice.prompt_logprobs.empty()) choice.text_offset = CodePoints(prompt);
@@ -431,12 +453,16 @@ Json HttpGeneration::WholeBody() {
         reasoning = std::move(split.reasoning);
         content = std::move(split.content);
       }
+      // openai reads the harmony channels of the whole output.
+      const bool whole = tool_call_format_ && chat_template::ReadsWholeOutput(*tool_call_format_);
+      if (whole) content = text;
       if (tool_call_format_ && content) {
         chat_template::ToolCallIds ids;
-        chat_template::ParsedToolCalls parsed = chat_template::ParseToolCalls(*tool_call_format_, *content, ids);
+        chat_template::ParsedToolCalls parsed =
+            chat_template::ParseToolCalls(*tool_call_format_, *content, ids, request_.tools.get());
         calls = std::move(parsed.calls);
         // Empty after a cut (calls, or a section marker with none) is vLLM's None.
-        if (parsed.content.empty() && !content->empty()) {
+        if (parsed.content.empty() && (!content->empty() || whole)) {
           content.reset();
         } else {
           content = std::move(parsed.content);

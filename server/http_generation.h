@@ -21,6 +21,7 @@
 #include "server/in_flight_generations.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
+#include "tokenizer/streaming_decoder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata::server {
@@ -83,6 +84,10 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
     std::optional<chat_template::ForcedToolCallStreamParser> forced_calls;
     // stream: reasoning split off as text arrives; its content then goes through tool_calls.
     std::optional<chat_template::ReasoningStreamParser> reasoning;
+    // gpt-oss's harmony formats: the output decoded with its special tokens kept (`<|channel|>` and the rest are
+    // special tokens the engine's text leaves out), which the parsers read instead; whole: all of it.
+    std::optional<tokenizer::StreamingDecoder> special_decoder;
+    std::string special_text;
     // echo with logprobs: the prompt's tokens scored (entry 0, the first token, has no score).
     std::vector<std::optional<runtime::GeneratedToken>> prompt_logprobs;
     int tool_calls_sent = 0;
@@ -104,7 +109,12 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
   void StreamLocked(size_t index, const runtime::GenerationChunk& chunk);
   // A chat stream whose output is parsed for reasoning or tool calls: reasoning_content, content and tool-call
   // deltas (OpenAI's and vLLM's shapes).
-  void StreamParsedLocked(size_t index, const runtime::GenerationChunk& chunk, bool ends_ok);
+  // `text`: what the parsers read of the chunk (its text, or for the harmony formats its text with the special
+  // tokens kept).
+  void StreamParsedLocked(size_t index, const runtime::GenerationChunk& chunk, const std::string& text, bool ends_ok);
+  // The harmony formats' text of the chunk: its tokens decoded with their special tokens (and, on the last chunk,
+  // what the decoder held).
+  std::string SpecialTextLocked(Choice& choice, const runtime::GenerationChunk& chunk);
   void FinishLocked();
   // The whole response of a request that is not streamed, once every choice finished.
   openai::Json WholeBody();
@@ -135,6 +145,7 @@ class HttpGeneration final : public CuttableGeneration, public std::enable_share
   std::atomic<bool> cut_{false};
   std::optional<chat_template::ToolCallFormat> tool_call_format_;   // the request's output is parsed for tools
   std::optional<chat_template::ReasoningFormat> reasoning_format_;  // ... and first split into reasoning, content
+  bool special_text_ = false;  // the parsers read the output with its special tokens (gpt_oss, openai)
 
   std::mutex handles_mutex_;  // taken after mutex_, never before it
   std::vector<std::shared_ptr<runtime::RequestHandle>> handles_;

@@ -358,9 +358,11 @@ absl::Status ReadChatOptions(const Json& request, const ApiContext& context, con
     if (!context.parse_tool_calls) {
       return Invalid("tool_choice",
                      "\"auto\" needs strata-server started with --tool-call-parser (hermes, llama3_json, "
-                     "deepseek_v3, kimi_k2); or give \"none\", \"required\" or a named function");
+                     "deepseek_v3, kimi_k2, glm45, minimax_m2, openai); or give \"none\", \"required\" or a named "
+                     "function");
     }
     out.parse_tool_calls = true;
+    out.tools = std::make_shared<const Json>(*tools);
   }
   // vLLM's Qwen3ReasoningParser: `chat_template_kwargs.get("enable_thinking", True)`, tested as Python does.
   if (const Json* kwargs = Field(request, "chat_template_kwargs"); kwargs != nullptr && kwargs->is_object()) {

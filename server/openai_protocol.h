@@ -6,6 +6,7 @@
 // file's parser whatever bytes it likes.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -76,6 +77,9 @@ struct ApiRequest {
   // completions: logprobs (the number of top alternatives, 0-20); chat: logprobs true (top_logprobs).
   std::optional<int64_t> logprobs;
   bool parse_tool_calls = false;  // chat with tools, tool_choice "auto", and a tool-call parser
+  // With parse_tool_calls: the request's "tools", which --tool-call-parser glm45 and minimax_m2 type arguments by
+  // (shared: every choice's parser reads them).
+  std::shared_ptr<const Json> tools;
   // chat: tool_choice "required" or a named function: each output is constrained to the call(s) and answered as
   // tool_calls (chat_template::ParseForcedToolCalls), whatever --tool-call-parser says.
   std::optional<ForcedToolCalls> forced_tool_calls;

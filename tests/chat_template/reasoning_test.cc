@@ -18,6 +18,8 @@ using ::testing::HasSubstr;
 
 constexpr ReasoningFormat kR1 = ReasoningFormat::kDeepSeekR1;
 constexpr ReasoningFormat kQwen3 = ReasoningFormat::kQwen3;
+constexpr ReasoningFormat kGlm45 = ReasoningFormat::kGlm45;
+constexpr ReasoningFormat kGptOss = ReasoningFormat::kGptOss;
 
 // What the deltas add up to: reasoning and content, each empty when none came.
 struct Streamed {
@@ -110,8 +112,35 @@ TEST(ReasoningFormat, NamesAreVllms) {
   ASSERT_FALSE(bad.ok());
   EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
   EXPECT_THAT(bad.status().message(), HasSubstr("\"granite\""));
-  EXPECT_THAT(bad.status().message(), HasSubstr("deepseek_r1, qwen3"));
-  for (ReasoningFormat format : {kR1, kQwen3}) EXPECT_EQ(*ParseReasoningFormat(ReasoningFormatName(format)), format);
+  EXPECT_THAT(bad.status().message(), HasSubstr("deepseek_r1, qwen3, glm45, gpt_oss"));
+  for (ReasoningFormat format : {kR1, kQwen3, kGlm45, kGptOss}) {
+    EXPECT_EQ(*ParseReasoningFormat(ReasoningFormatName(format)), format);
+  }
+  EXPECT_EQ(*ParseReasoningFormat("openai_gptoss"), kGptOss) << "vLLM's own name for it";
+}
+
+// --- glm45 ------------------------------------------------------------------------------------------------
+
+TEST(Glm45Reasoning, TheModelOpensItsThinking) {
+  // GLM-4.5/4.6's template ends the prompt with `<|assistant|>`; the model writes `\n<think>...</think>`.
+  ExpectParsed(kGlm45, "\n<think>The user greets.</think>\nHello!", "The user greets.", "\nHello!");
+  ExpectParsed(kGlm45, "<think></think>", "", std::nullopt);
+}
+
+TEST(Glm45Reasoning, ThinkingOffIsAllContent) {
+  // With enable_thinking off the template writes `<think></think>` into the prompt: no tag in the output.
+  ExpectParsed(kGlm45, "\nHello!", std::nullopt, "\nHello!");
+  ExpectParsed(kGlm45, "no think </think> here", std::nullopt, "no think </think> here");
+  ExpectParsed(kGlm45, "", std::nullopt, "");
+}
+
+TEST(Glm45Reasoning, CutWhileThinkingIsReasoningAsVllmStreamsIt) {
+  // vLLM's whole-output rule makes this all content (tag included); its stream sends it as reasoning, as strata.
+  ExpectParsed(kGlm45, "\n<think>Still thinking", "Still thinking", std::nullopt);
+}
+
+TEST(Glm45Reasoning, AThinkThatDoesNotOpenTheOutputIsText) {
+  ExpectParsed(kGlm45, "Answer first <think>x</think>y", std::nullopt, "Answer first <think>x</think>y");
 }
 
 // --- deepseek_r1 ------------------------------------------------------------------------------------------
@@ -246,7 +275,7 @@ TEST(ReasoningStreamParser, GeneratedOutputsStreamLikeParse) {
     std::string text;
     const int n = static_cast<int>(rng() % 7);
     for (int k = 0; k < n; ++k) text += pick(pieces);
-    const ReasoningFormat format = i % 2 ? kR1 : kQwen3;
+    const ReasoningFormat format = i % 3 == 0 ? kGlm45 : i % 2 ? kR1 : kQwen3;
     ExpectStreamsLikeParse(format, text, /*thinking_enabled=*/rng() % 5 != 0);
   }
 }
@@ -286,6 +315,11 @@ TEST(ReasoningBounds, MegabyteOutputsAreLinear) {
   expect_linear(kQwen3, "a<tool_call>" + std::string(mb, ' ') + "<function=f>");
   expect_linear(kR1, std::string(mb, ' ') + "<think>x");
   expect_linear(kR1, std::string(mb, 'r') + "</think>" + std::string(mb, 'c'));
+  expect_linear(kGlm45, "<think>" + std::string(mb, 'r') + "</think>" + std::string(mb, 'c'));
+  std::string harmony = "<|channel|>analysis<|message|>";
+  while (harmony.size() < mb) harmony += "x<|en<|end|><|start|>assistant<|channel|>final<|message|>y<|re";
+  expect_linear(kGptOss, harmony);
+  expect_linear(kGptOss, "<|channel|>analysis" + std::string(mb, ' ') + "<|message|>x");
 }
 
 }  // namespace

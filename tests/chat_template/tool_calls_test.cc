@@ -1,6 +1,6 @@
 // chat_template/tool_calls: vLLM's hermes, llama3_json, deepseek_v3 and kimi_k2 tool-call parsers on outputs
 // shaped as Qwen2.5, Llama 3.1, DeepSeek-V3 and Kimi K2 write them, and the stream parser whose deltas add up
-// to the non-streamed result.
+// to the non-streamed result (glm45 and minimax_m2: typed_tool_calls_test.cc; openai: harmony_test.cc).
 
 #include "chat_template/tool_calls.h"
 
@@ -11,119 +11,13 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/chat_template/tool_call_checks.h"
 
 namespace strata::chat_template {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
-
-constexpr uint64_t kSeed = 7;
-
-ParsedToolCalls Parse(ToolCallFormat format, std::string_view text) {
-  ToolCallIds ids(kSeed);
-  return ParseToolCalls(format, text, ids);
-}
-
-struct Streamed {
-  ParsedToolCalls result;
-  std::vector<std::vector<ToolCallDelta>> feeds;  // what each Feed returned, then Finish
-};
-
-void Add(const std::vector<ToolCallDelta>& deltas, ParsedToolCalls& result) {
-  for (const ToolCallDelta& delta : deltas) {
-    if (delta.tool_index < 0) {
-      EXPECT_FALSE(delta.content.empty());
-      result.content += delta.content;
-      continue;
-    }
-    ASSERT_LE(static_cast<size_t>(delta.tool_index), result.calls.size()) << "calls are announced in order";
-    if (static_cast<size_t>(delta.tool_index) == result.calls.size()) {
-      EXPECT_FALSE(delta.id.empty()) << "a call's first delta has its id";
-      EXPECT_FALSE(delta.name.empty() && delta.id.empty());
-      result.calls.emplace_back();
-    } else {
-      EXPECT_TRUE(delta.id.empty() && delta.name.empty()) << "only the first delta has the id and name";
-    }
-    ToolCall& call = result.calls[delta.tool_index];
-    call.id += delta.id;
-    call.name += delta.name;
-    call.arguments += delta.arguments;
-  }
-}
-
-// Feeds `text` cut at `cuts` (increasing offsets) and adds up the deltas.
-Streamed Stream(ToolCallFormat format, std::string_view text, const std::vector<size_t>& cuts) {
-  ToolCallStreamParser parser(format, ToolCallIds(kSeed));
-  Streamed streamed;
-  size_t start = 0;
-  for (size_t cut : cuts) {
-    streamed.feeds.push_back(parser.Feed(text.substr(start, cut - start)));
-    start = cut;
-  }
-  streamed.feeds.push_back(parser.Feed(text.substr(start)));
-  streamed.feeds.push_back(parser.Finish());
-  for (const auto& deltas : streamed.feeds) Add(deltas, streamed.result);
-  return streamed;
-}
-
-void ExpectSame(const ParsedToolCalls& expected, const ParsedToolCalls& actual, std::string_view what) {
-  EXPECT_EQ(expected.content, actual.content) << what;
-  ASSERT_EQ(expected.calls.size(), actual.calls.size()) << what;
-  for (size_t i = 0; i < expected.calls.size(); ++i) {
-    EXPECT_EQ(expected.calls[i].id, actual.calls[i].id) << what << " call " << i;
-    EXPECT_EQ(expected.calls[i].name, actual.calls[i].name) << what << " call " << i;
-    EXPECT_EQ(expected.calls[i].arguments, actual.calls[i].arguments) << what << " call " << i;
-  }
-}
-
-bool IsValidUtf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const int n = c < 0x80                 ? 1
-                  : c >= 0xC2 && c <= 0xDF ? 2
-                  : c >= 0xE0 && c <= 0xEF ? 3
-                  : c >= 0xF0 && c <= 0xF4 ? 4
-                                           : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (int k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-    }
-    i += n;
-  }
-  return true;
-}
-
-// Every cut into two pieces, every byte alone, and random cuts: the deltas add up to ParseToolCalls, and
-// with valid UTF-8 in, every content delta is valid UTF-8.
-void ExpectStreamsLikeParse(ToolCallFormat format, std::string_view text) {
-  const ParsedToolCalls expected = Parse(format, text);
-  const bool utf8 = IsValidUtf8(text);
-  auto check = [&](const std::vector<size_t>& cuts, const std::string& what) {
-    const Streamed streamed = Stream(format, text, cuts);
-    ExpectSame(expected, streamed.result, what);
-    if (!utf8) return;
-    for (const auto& deltas : streamed.feeds) {
-      for (const ToolCallDelta& delta : deltas) {
-        EXPECT_TRUE(IsValidUtf8(delta.content)) << what;
-        EXPECT_TRUE(IsValidUtf8(delta.arguments)) << what;
-      }
-    }
-  };
-  check({}, "whole");
-  for (size_t cut = 0; cut <= text.size(); ++cut) check({cut}, "cut at " + std::to_string(cut));
-  std::vector<size_t> every;
-  for (size_t i = 1; i < text.size(); ++i) every.push_back(i);
-  check(every, "byte by byte");
-  std::mt19937 rng(static_cast<uint32_t>(text.size()));
-  for (int round = 0; round < 20; ++round) {
-    std::vector<size_t> cuts;
-    for (size_t i = 1; i < text.size(); ++i) {
-      if (rng() % 4 == 0) cuts.push_back(i);
-    }
-    check(cuts, "random cuts " + std::to_string(round));
-  }
-}
 
 // ---------------------------------------------------------------------------------------------------------
 
@@ -132,14 +26,20 @@ TEST(ToolCallFormat, NamesAreVllms) {
   EXPECT_EQ(*ParseToolCallFormat("llama3_json"), ToolCallFormat::kLlama3Json);
   EXPECT_EQ(*ParseToolCallFormat("deepseek_v3"), ToolCallFormat::kDeepSeekV3);
   EXPECT_EQ(*ParseToolCallFormat("kimi_k2"), ToolCallFormat::kKimiK2);
+  EXPECT_EQ(*ParseToolCallFormat("glm45"), ToolCallFormat::kGlm45);
+  EXPECT_EQ(*ParseToolCallFormat("minimax_m2"), ToolCallFormat::kMinimaxM2);
+  EXPECT_EQ(*ParseToolCallFormat("openai"), ToolCallFormat::kOpenAi);
   absl::StatusOr<ToolCallFormat> bad = ParseToolCallFormat("mistral");
   ASSERT_FALSE(bad.ok());
   EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
   EXPECT_THAT(bad.status().message(), HasSubstr("\"mistral\""));
-  EXPECT_THAT(bad.status().message(), HasSubstr("hermes, llama3_json, deepseek_v3, kimi_k2"));
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("hermes, llama3_json, deepseek_v3, kimi_k2, glm45, minimax_m2, openai"));
   for (ToolCallFormat format :
-       {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kDeepSeekV3, ToolCallFormat::kKimiK2}) {
+       {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kDeepSeekV3, ToolCallFormat::kKimiK2,
+        ToolCallFormat::kGlm45, ToolCallFormat::kMinimaxM2, ToolCallFormat::kOpenAi}) {
     EXPECT_EQ(*ParseToolCallFormat(ToolCallFormatName(format)), format);
+    EXPECT_EQ(ReadsWholeOutput(format), format == ToolCallFormat::kOpenAi);
   }
 }
 

@@ -94,6 +94,19 @@ CONVERSATIONS: dict[str, dict] = {
                                                 "reasoning_content": "The user asks about France."}, USER_2],
                           "add_generation_prompt": True},
     "thinking_disabled": {"messages": [SYSTEM, USER_1], "add_generation_prompt": True, "enable_thinking": False},
+    # gpt-oss's template reads an assistant turn's analysis from "thinking" (transformers also passes
+    # "reasoning_content" as is): a call made while thinking, its result, then the final answer.
+    "thinking_tool_call_final": {"messages": [
+        {"role": "user", "content": "What's the weather in Paris?"},
+        {"role": "assistant", "thinking": "I should call get_weather.", "tool_calls": TOOL_CALL["tool_calls"]},
+        TOOL_RESULT,
+        {"role": "assistant", "content": "It is sunny, 21 °C.", "thinking": "The tool says sunny."}],
+        "tools": [WEATHER_TOOL], "add_generation_prompt": False},
+    "reasoning_tool_call_generation_prompt": {"messages": [
+        SYSTEM, {"role": "user", "content": "What's the weather in Paris?"},
+        {"role": "assistant", "content": "", "reasoning_content": "Weather lookup needed.",
+         "tool_calls": TOOL_CALL["tool_calls"]},
+        TOOL_RESULT], "tools": [WEATHER_TOOL], "add_generation_prompt": True},
     "no_system_multi_turn": {"messages": [USER_1, ASSISTANT_1, USER_2, {"role": "assistant", "content": "Berlin."},
                                           {"role": "user", "content": "Thanks!"}], "add_generation_prompt": False},
 }

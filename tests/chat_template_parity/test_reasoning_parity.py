@@ -1,5 +1,5 @@
-"""Reasoning parsing (chat_template/reasoning.h) against vLLM's `--reasoning-parser deepseek_r1` and `qwen3`,
-alone and before a tool-call parser.
+"""Reasoning parsing (chat_template/reasoning.h) against vLLM's `--reasoning-parser deepseek_r1`, `qwen3` and
+`glm45`, alone and before a tool-call parser (gpt_oss: test_harmony_parity.py).
 
 vLLM cannot be installed here, so the rules of its DeepSeekR1ReasoningParser (BaseThinkingReasoningParser.
 extract_reasoning) and Qwen3ReasoningParser.extract_reasoning (vllm/reasoning/) are restated below, and
@@ -11,7 +11,9 @@ the prompt or the output, cut anywhere, Qwen3.5 calls from inside the thinking, 
 Two differences are by design (chat_template/README.md, "Reasoning"), because a stream cannot follow
 vLLM's whole-output rule there: a `<think>` is dropped only where it opens the output (after whitespace),
 where vLLM drops the text before the first `<think>` anywhere; and qwen3 with thinking off is all content,
-as vLLM streams it, where its non-streamed parse still splits at a `</think>` the model writes anyway. The
+as vLLM streams it, where its non-streamed parse still splits at a `</think>` the model writes anyway. glm45
+(GLM-4.5/4.6, whose template leaves `<think>` to the model): no opening `<think>` is all content, and an output
+cut while thinking is reasoning, as vLLM's stream has it, where its whole-output rule makes it all content. The
 test counts the outputs each difference touches and checks strata's documented result for them.
 """
 
@@ -52,12 +54,33 @@ def vllm_qwen3(output: str, thinking_enabled: bool) -> tuple[str | None, str | N
     return output, None
 
 
+def vllm_glm45(output: str) -> tuple[str | None, str | None]:
+    """Glm4MoeModelReasoningParser.extract_reasoning (vllm/reasoning/glm4_moe_reasoning_parser.py at
+    c9e9c484932eb025a29752972a29047802bc1bbb)."""
+    if "<think>" not in output or "</think>" not in output:
+        return None, output
+    parts = output.partition("<think>")
+    output = parts[2] if parts[1] else parts[0]
+    if "</think>" not in output:
+        return None, output
+    reasoning, _, content = output.partition("</think>")
+    return reasoning, content or None
+
+
 def opens_with_think(output: str) -> bool:
     return output.lstrip(" \t\n\r").startswith("<think>")
 
 
 def expected(fmt: str, output: str, thinking_enabled: bool) -> tuple[tuple[str | None, str | None], str | None]:
     """strata's documented split, and the name of the difference when it is not vLLM's."""
+    if fmt == "glm45":
+        vllm = vllm_glm45(output)
+        if not opens_with_think(output):
+            return (None, output), (None if vllm == (None, output) else "<think> not opening")
+        # An opening <think>: the rest is reasoning up to </think> (R1's rule), where vLLM's whole-output rule
+        # makes an output cut while thinking (no </think>) all content; its stream, like strata, reasoning.
+        strata = vllm_r1(output)
+        return strata, (None if strata == vllm else "cut while thinking")
     rule = vllm_r1 if fmt == "deepseek_r1" else lambda o: vllm_qwen3(o, thinking_enabled)
     vllm = rule(output)
     if fmt == "qwen3" and not thinking_enabled:
@@ -102,7 +125,8 @@ def run(binary, args: list[str], outputs: list[str], chunk: int) -> list[dict]:
 
 
 @pytest.mark.parametrize("chunk", [0, 1, 5])
-@pytest.mark.parametrize("fmt, thinking_enabled", [("deepseek_r1", True), ("qwen3", True), ("qwen3", False)])
+@pytest.mark.parametrize("fmt, thinking_enabled", [("deepseek_r1", True), ("qwen3", True), ("qwen3", False),
+                                                   ("glm45", True)])
 def test_reasoning_matches_vllms_extraction(strata_chat_template, record, fmt, thinking_enabled, chunk):
     rng = random.Random(31 + thinking_enabled)
     outputs = [output_of(rng) for _ in range(CORPUS_SIZE)]
@@ -175,4 +199,4 @@ def test_unknown_reasoning_parser_exits_2_naming_the_valid_ones(strata_chat_temp
     proc = subprocess.run([str(strata_chat_template), "--parse-reasoning", "granite"], input=b"",
                           capture_output=True, timeout=60)
     assert proc.returncode == 2
-    assert "deepseek_r1, qwen3" in proc.stderr.decode()
+    assert "deepseek_r1, qwen3, glm45, gpt_oss" in proc.stderr.decode()

@@ -1,14 +1,15 @@
 // libFuzzer harness: the parsers of a model's output (chat_template/tool_calls.h, chat_template/reasoning.h).
 // The input is
 //   CONTROL_BYTE MODEL_OUTPUT
-// where the control byte's bits 0-1 pick the tool-call format (hermes, llama3_json, deepseek_v3, kimi_k2),
-// bits 2-3 the reasoning parser before it (none, deepseek_r1, qwen3, qwen3 with thinking off) and bits 4-7
-// seed the chunk sizes (1 to 64 bytes) that the output is fed to the stream parsers in: reasoning first, its
-// content deltas through ToolCallStreamParser, as the HTTP API chains them. Checked promises: the reasoning
-// deltas add up to ParseReasoning, the tool-call deltas to ParseToolCalls of its content (content, and each
-// call's id, name and arguments); calls are announced in order, each with its id and name first; every name,
-// id and arguments text is valid UTF-8, and hermes/llama3_json arguments are never empty; with valid UTF-8
-// in, every content and reasoning delta is valid UTF-8.
+// where the control byte's bits 0-2 pick the tool-call format (hermes, llama3_json, deepseek_v3, kimi_k2, glm45,
+// minimax_m2, openai; 7 is hermes again), bits 3-5 the reasoning parser before it (none, deepseek_r1, qwen3, qwen3
+// with thinking off, glm45, gpt_oss; 6 and 7 none) and bits 6-7 seed the chunk sizes (1 to 64 bytes) that the
+// output is fed to the stream parsers in: reasoning first, its content deltas through ToolCallStreamParser (openai:
+// the whole output, which it reads itself), as the HTTP API chains them; glm45 and minimax_m2 type arguments by a
+// fixed set of tool schemas. Checked promises: the reasoning deltas add up to ParseReasoning, the tool-call deltas
+// to ParseToolCalls of its content (content, and each call's id, name and arguments); calls are announced in
+// order, each with its id and name first; every name, id and arguments text is valid UTF-8, and the JSON formats'
+// arguments are never empty; with valid UTF-8 in, every content and reasoning delta is valid UTF-8.
 
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +22,7 @@
 
 #include "chat_template/reasoning.h"
 #include "chat_template/tool_calls.h"
+#include "nlohmann/json.hpp"
 
 namespace {
 
@@ -51,41 +53,61 @@ void Check(bool ok) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  static constexpr ct::ToolCallFormat kFormats[] = {ct::ToolCallFormat::kHermes, ct::ToolCallFormat::kLlama3Json,
-                                                    ct::ToolCallFormat::kDeepSeekV3, ct::ToolCallFormat::kKimiK2};
-  const ct::ToolCallFormat format = kFormats[data[0] & 3];
-  const int reasoning_mode = (data[0] >> 2) & 3;
-  std::optional<ct::ReasoningFormat> reasoning;
-  if (reasoning_mode > 0)
-    reasoning = reasoning_mode == 1 ? ct::ReasoningFormat::kDeepSeekR1 : ct::ReasoningFormat::kQwen3;
+  static constexpr ct::ToolCallFormat kFormats[] = {ct::ToolCallFormat::kHermes,     ct::ToolCallFormat::kLlama3Json,
+                                                    ct::ToolCallFormat::kDeepSeekV3, ct::ToolCallFormat::kKimiK2,
+                                                    ct::ToolCallFormat::kGlm45,      ct::ToolCallFormat::kMinimaxM2,
+                                                    ct::ToolCallFormat::kOpenAi,     ct::ToolCallFormat::kHermes};
+  static constexpr std::optional<ct::ReasoningFormat> kReasoning[] = {std::nullopt,
+                                                                      ct::ReasoningFormat::kDeepSeekR1,
+                                                                      ct::ReasoningFormat::kQwen3,
+                                                                      ct::ReasoningFormat::kQwen3,
+                                                                      ct::ReasoningFormat::kGlm45,
+                                                                      ct::ReasoningFormat::kGptOss,
+                                                                      std::nullopt,
+                                                                      std::nullopt};
+  // The schemas glm45 and minimax_m2 read: a string, an integer, a number, a boolean, a union, an enum.
+  static const nlohmann::ordered_json kTools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {
+      "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+      "days": {"type": "integer"}, "ratio": {"type": "number"}, "metric": {"type": "boolean"},
+      "when": {"anyOf": [{"type": "integer"}, {"type": "null"}]}, "unit": {"enum": ["c", "f", 1]}}}}}])");
+  const ct::ToolCallFormat format = kFormats[data[0] & 7];
+  const int reasoning_mode = (data[0] >> 3) & 7;
+  const std::optional<ct::ReasoningFormat> reasoning = kReasoning[reasoning_mode];
   const bool thinking_enabled = reasoning_mode != 3;
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
   const bool utf8_in = IsValidUtf8(text);
   const bool sectioned = format == ct::ToolCallFormat::kDeepSeekV3 || format == ct::ToolCallFormat::kKimiK2;
+  const bool whole_output = ct::ReadsWholeOutput(format);
+  const bool json_arguments = format == ct::ToolCallFormat::kHermes || format == ct::ToolCallFormat::kLlama3Json ||
+                              format == ct::ToolCallFormat::kGlm45 || format == ct::ToolCallFormat::kMinimaxM2;
 
   // The whole output: reasoning split off, then the calls of the content.
   std::string whole_reasoning;
   std::string content(text);
   if (reasoning) {
     ct::ParsedReasoning split = ct::ParseReasoning(*reasoning, text, thinking_enabled);
-    Check(split.reasoning || split.content);
+    // gpt_oss reads channels: an output without harmony messages has neither.
+    Check(split.reasoning || split.content || reasoning == ct::ReasoningFormat::kGptOss);
     whole_reasoning = split.reasoning.value_or("");
     content = split.content.value_or("");
     Check(whole_reasoning.size() + content.size() <= text.size());
   }
+  if (whole_output) content = std::string(text);
   ct::ToolCallIds ids(99);
-  const ct::ParsedToolCalls whole = ct::ParseToolCalls(format, content, ids);
+  const ct::ParsedToolCalls whole = ct::ParseToolCalls(format, content, ids, &kTools);
   for (const ct::ToolCall& call : whole.calls) {
     Check(IsValidUtf8(call.name) && IsValidUtf8(call.arguments) && IsValidUtf8(call.id) && !call.id.empty());
-    if (!sectioned) Check(!call.arguments.empty());
+    if (json_arguments) Check(!call.arguments.empty());
   }
-  if (whole.calls.empty() && !sectioned) Check(whole.content == content);
-  Check(std::string_view(content).starts_with(whole.content));
+  if (!whole_output) {
+    if (whole.calls.empty() && !sectioned) Check(whole.content == content);
+    Check(std::string_view(content).starts_with(whole.content));
+  }
 
   // Streamed.
   std::optional<ct::ReasoningStreamParser> reasoning_stream;
   if (reasoning) reasoning_stream.emplace(*reasoning, thinking_enabled);
-  ct::ToolCallStreamParser parser(format, ct::ToolCallIds(99));
+  ct::ToolCallStreamParser parser(format, ct::ToolCallIds(99), kTools);
   std::string streamed_reasoning;
   ct::ParsedToolCalls streamed;
   auto add = [&](const std::vector<ct::ToolCallDelta>& deltas) {
@@ -113,19 +135,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Check(!delta.text.empty() && (!utf8_in || IsValidUtf8(delta.text)));
       if (delta.reasoning) {
         streamed_reasoning += delta.text;
-      } else {
+      } else if (!whole_output) {
         add(parser.Feed(delta.text));
       }
     }
   };
-  std::minstd_rand chunks(data[0] >> 4);
+  std::minstd_rand chunks(data[0] >> 6);
   for (size_t i = 0; i < text.size();) {
     const size_t n = 1 + chunks() % 64;
-    if (reasoning_stream) {
-      add_reasoning(reasoning_stream->Feed(text.substr(i, n)));
-    } else {
-      add(parser.Feed(text.substr(i, n)));
-    }
+    if (reasoning_stream) add_reasoning(reasoning_stream->Feed(text.substr(i, n)));
+    if (!reasoning_stream || whole_output) add(parser.Feed(text.substr(i, n)));
     i += n;
   }
   if (reasoning_stream) add_reasoning(reasoning_stream->Finish());

@@ -265,10 +265,10 @@ def chat_template_seeds() -> dict[str, bytes]:
 
 
 def tool_calls_seeds() -> dict[str, bytes]:
-    # CONTROL_BYTE MODEL_OUTPUT (fuzz_tool_calls.cc): bits 0-1 pick hermes, llama3_json, deepseek_v3 or kimi_k2,
-    # bits 2-3 the reasoning parser before it (none, deepseek_r1, qwen3, qwen3 with thinking off), the rest
-    # seeds the chunking. Outputs shaped as Qwen2.5/Qwen3, Llama 3.1, DeepSeek-V3/R1 and Kimi K2 write them,
-    # whole and cut.
+    # CONTROL_BYTE MODEL_OUTPUT (fuzz_tool_calls.cc): bits 0-2 pick hermes, llama3_json, deepseek_v3, kimi_k2,
+    # glm45, minimax_m2 or openai, bits 3-5 the reasoning parser before it (none, deepseek_r1, qwen3, qwen3 with
+    # thinking off, glm45, gpt_oss), bits 6-7 seed the chunking. Outputs shaped as Qwen2.5/Qwen3, Llama 3.1,
+    # DeepSeek-V3/R1, Kimi K2, GLM-4.6, MiniMax-M2 and gpt-oss write them, whole and cut.
     weather = {"name": "get_weather", "arguments": {"city": "東京", "unit": "celsius", "days": [1, 2.5, -0.0],
                                                     "opts": {"s": "a\"b</tool_call>\n", "n": None, "t": True}}}
     call = json.dumps(weather, ensure_ascii=False)
@@ -318,13 +318,53 @@ def tool_calls_seeds() -> dict[str, bytes]:
         "truncated": kimi_section[:90],
         "bad-id": "<|tool_calls_section_begin|>" + kimi_call("functions.f", "{}") + kimi_call("g:1", "{}"),
     }
+    def glm_call(name: str, pairs: list[tuple[str, str]]) -> str:
+        return (f"<tool_call>{name}\n" + "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>\n"
+                                                 for k, v in pairs) + "</tool_call>")
+
+    glm_weather = glm_call("get_weather", [("city", "東京"), ("days", "3"), ("ratio", "(1, 2.5)"), ("metric", "True")])
+    glm = {
+        "thinking": "\n<think>The user wants the weather.</think>\n" + glm_weather,
+        "several": "Sure.\n" + glm_weather + "\n" + glm_call("now", []),
+        "literals": glm_call("f", [("a", "{'k': [1, None]}"), ("b", "0x1F"), ("c", "1+2j"), ("c", "b'x'")]),
+        "truncated": glm_weather[:60],
+        "nested-key": "<tool_call>f\n<arg_key>a</arg_key>\n<arg_key>b</arg_key>\n<arg_value>1</arg_value></tool_call>",
+    }
+
+    def minimax_invoke(name: str, pairs: list[tuple[str, str]]) -> str:
+        return (f'<invoke name="{name}">\n' + "".join(f'<parameter name="{k}">{v}</parameter>\n' for k, v in pairs) +
+                "</invoke>\n")
+
+    minimax_calls = ("<minimax:tool_call>\n" + minimax_invoke("get_weather", [("city", "Paris"), ("days", "3"),
+                                                                               ("ratio", "2.0"), ("metric", "yes"),
+                                                                               ("when", "none"), ("unit", "1")]) +
+                     minimax_invoke("other", [("x", "[1, 2]")]) + "</minimax:tool_call>")
+    minimax = {
+        "thinking": "The user wants the weather.\n</think>\n\n" + minimax_calls,
+        "single": minimax_calls,
+        "inf": "<minimax:tool_call>\n" + minimax_invoke("get_weather", [("ratio", "inf")]) + "</minimax:tool_call>",
+        "truncated": minimax_calls[:90],
+    }
+    analysis = "<|channel|>analysis<|message|>The user wants the weather.<|end|>"
+    harmony_call = ("<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+                    + args + "<|call|>")
+    harmony = {
+        "call": analysis + harmony_call,
+        "template-call": analysis + "<|start|>assistant to=functions.get_weather<|channel|>commentary json"
+                         "<|message|>" + args + "<|call|>",
+        "final": analysis + "<|start|>assistant<|channel|>final<|message|>It is sunny.<|return|>",
+        "preamble": analysis + "<|start|>assistant<|channel|>commentary<|message|>Checking.<|end|>" + harmony_call,
+        "cut": (analysis + "<|start|>assistant<|channel|>final<|message|>It is sunny.")[:-5],
+        "bad-header": analysis + "<|start|>bogus<|message|>x<|end|>",
+    }
     seeds = {}
     for control, (prefix, outputs) in enumerate([("hermes", hermes), ("llama", llama), ("deepseek", deepseek),
-                                                 ("kimi", kimi)]):
+                                                 ("kimi", kimi), ("glm", glm), ("minimax", minimax),
+                                                 ("harmony", harmony)]):
         for name, text in outputs.items():
-            for reasoning in (0, 1, 2, 3):
-                for chunking in (0, 5):
-                    control_byte = control | reasoning << 2 | chunking << 4
+            for reasoning in (0, 1, 2, 3, 4, 5):
+                for chunking in (0, 2):
+                    control_byte = control | reasoning << 3 | chunking << 6
                     seeds[f"{prefix}-{name}-r{reasoning}-{chunking}.bin"] = bytes([control_byte]) + text.encode()
     return seeds
 

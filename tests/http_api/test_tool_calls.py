@@ -1,7 +1,8 @@
 """Tool calls end to end through the HTTP API, with the openai SDK: a checkpoint built by the test whose greedy
 output is a fixed chain of tokens whatever the prompt (one-hot embeddings, layers that add nothing, a head that
-maps each token to its successor), so the model really generates a Hermes (Qwen), Llama 3, DeepSeek-V3 or Kimi
-K2 tool call and strata parses it (--tool-call-parser), whole and streamed."""
+maps each token to its successor), so the model really generates a Hermes (Qwen), Llama 3, DeepSeek-V3, Kimi K2,
+GLM-4.5 or MiniMax-M2 tool call and strata parses it (--tool-call-parser), whole and streamed (gpt-oss's harmony:
+test_harmony.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ CALLS = {
                     'get_time\n```json\n{"tz": "UTC"}\n```', "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"],
     "kimi_k2": ["<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.get_time:0",
                 "<|tool_call_argument_begin|>", '{"tz": "UTC"}', "<|tool_call_end|>", "<|tool_calls_section_end|>"],
+    # Typed by the request's tools: tz is a string there, so UTC stays text (and a JSON-looking value would too).
+    "glm45": ["<tool_call>", "get_time\n<arg_key>tz</arg_key>\n<arg_value>UTC</arg_value>\n", "</tool_call>"],
+    "minimax_m2": ["<minimax:tool_call>",
+                   '\n<invoke name="get_time">\n<parameter name="tz">UTC</parameter>\n</invoke>\n',
+                   "</minimax:tool_call>"],
 }
 
 
@@ -35,14 +41,15 @@ TOOLS = [{"type": "function", "function": {"name": "get_time", "description": "t
 CHAT = [{"role": "user", "content": "What time is it?"}]
 
 
-def chain_checkpoint(directory, pieces: list[str]):
+def chain_checkpoint(directory, pieces: list[str], special: frozenset[str] = frozenset()):
     """A one-layer Llama (hidden = vocab = 320) whose greedy output after any prompt is `pieces` (each an
-    added token), then <eos>."""
+    added token; those in `special` special ones, which a decode skipping special tokens leaves out), then <eos>."""
     import torch
     import transformers
 
     tok = RH.train_tokenizer(vocab_size=300)
-    tok.add_tokens(pieces)
+    tok.add_special_tokens([p for p in pieces if p in special])
+    tok.add_tokens([p for p in pieces if p not in special])
     chain = [tok.token_to_id(p) for p in pieces]
     eos = tok.token_to_id("<eos>")
     vocab = 320

@@ -236,7 +236,7 @@ def run_bad(server_bin: Path, flags: list[str]) -> subprocess.CompletedProcess:
         pytest.param(["--tool-call-parser", "mistral"], "hermes, llama3_json, deepseek_v3, kimi_k2",
                      id="unknown-tool-call-parser"),
         pytest.param(["--reasoning-parser", "granite"], "--reasoning-parser: reasoning parser: unknown \"granite\" "
-                     "(valid: deepseek_r1, qwen3)", id="unknown-reasoning-parser"),
+                     "(valid: deepseek_r1, qwen3, glm45, gpt_oss)", id="unknown-reasoning-parser"),
         pytest.param(
             ["--device-map", '{"model.embed_tokens": 0, "model.layers": 0, "model.norm": 0, "model.rotary_emb": 0}'],
             "lm_head",

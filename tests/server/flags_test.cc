@@ -160,6 +160,27 @@ TEST(ServerFlags, OutputParsersAreVllmsNames) {
   ASSERT_TRUE(command.ok()) << command.status();
   EXPECT_EQ(command->options.serving.tool_call_parser, chat_template::ToolCallFormat::kDeepSeekV3);
   EXPECT_EQ(command->options.serving.reasoning_parser, chat_template::ReasoningFormat::kQwen3);
+  command = Parse({"--model", "m", "--tool-call-parser", "glm45", "--reasoning-parser", "glm45"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->options.serving.tool_call_parser, chat_template::ToolCallFormat::kGlm45);
+  EXPECT_EQ(command->options.serving.reasoning_parser, chat_template::ReasoningFormat::kGlm45);
+  command = Parse({"--model", "m", "--tool-call-parser", "minimax_m2", "--reasoning-parser", "openai_gptoss"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->options.serving.tool_call_parser, chat_template::ToolCallFormat::kMinimaxM2);
+  EXPECT_EQ(command->options.serving.reasoning_parser, chat_template::ReasoningFormat::kGptOss);
+}
+
+TEST(ServerFlags, OpenAiToolCallsReadTheHarmonyReasoning) {
+  absl::StatusOr<ServerCommand> command = Parse({"--model", "m", "--tool-call-parser", "openai"});
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->options.serving.tool_call_parser, chat_template::ToolCallFormat::kOpenAi);
+  EXPECT_EQ(command->options.serving.reasoning_parser, chat_template::ReasoningFormat::kGptOss);
+  EXPECT_TRUE(Parse({"--model", "m", "--tool-call-parser", "openai", "--reasoning-parser", "gpt_oss"}).ok());
+  command = Parse({"--model", "m", "--tool-call-parser", "openai", "--reasoning-parser", "qwen3"});
+  ASSERT_FALSE(command.ok());
+  EXPECT_EQ(command.status().message(),
+            "--reasoning-parser: \"qwen3\" cannot read gpt-oss's harmony output; --tool-call-parser openai takes "
+            "gpt_oss (or none)");
 }
 
 TEST(ServerFlags, MaxQueueZeroIsRefused) {
@@ -301,9 +322,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlags{{"--model", "a", "--tokenize-threads", "-1"}, "--tokenize-threads"},
         BadFlags{{"--model", "a", "--tokenize-threads", "1000"}, "--tokenize-threads: 1000 is more than 256"},
         BadFlags{{"--model", "a", "--tool-call-parser", "mistral"},
-                 "\"mistral\" (valid: hermes, llama3_json, deepseek_v3, kimi_k2)"},
+                 "\"mistral\" (valid: hermes, llama3_json, deepseek_v3, kimi_k2, glm45, minimax_m2, openai)"},
         BadFlags{{"--model", "a", "--reasoning-parser", "deepseek_v3"},
-                 "\"deepseek_v3\" (valid: deepseek_r1, qwen3)"}));
+                 "\"deepseek_v3\" (valid: deepseek_r1, qwen3, glm45, gpt_oss)"}));
 
 }  // namespace
 }  // namespace strata::server
