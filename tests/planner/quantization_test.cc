@@ -126,7 +126,7 @@ TEST(QuantizationConfigTest, RefusalsNameTheField) {
       {json::object(), "quantization_config.quant_method: is missing"},
       {{{"quant_method", "bitsandbytes"}},
        "quantization_config.quant_method: \"bitsandbytes\" is not supported (supported: fp8, compressed-tensors, awq, "
-       "gptq)"},
+       "gptq, mxfp4)"},
       {{{"quant_method", 8}}, "quantization_config.quant_method: must be a string"},
       {Fp8({{"activation_scheme", "static"}}), "quantization_config.activation_scheme: \"static\""},
       {Fp8({{"activation_scheme", "weird"}}), "quantization_config.activation_scheme: \"weird\" is not supported"},
