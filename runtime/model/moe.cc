@@ -276,6 +276,7 @@ absl::StatusOr<std::vector<Weight>> LoadFusedInterleavedExperts(WeightLoader& lo
     for (int64_t e = 0; e < experts; ++e) {
       for (auto [part, packed] :
            {std::pair{"gate", &(*gate)[e]}, std::pair{"up", &(*up)[e]}, std::pair{"down", &(*down)[e]}}) {
+        loader.CountPacked(static_cast<uint64_t>(packed->bytes()));
         Weight w;
         w.name = absl::StrCat(storage.module, ".", e, ".", part);
         w.packed = std::make_shared<const PackedLinear>(std::move(*packed));

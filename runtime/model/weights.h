@@ -143,6 +143,11 @@ class WeightLoader {
   const WeightLoadStats& stats();
   const Checkpoint& checkpoint() const { return checkpoint_; }
   at::ScalarType dtype() const { return dtype_; }  // the serving dtype
+  // A packed weight loaded outside LoadPacked (gpt-oss's MXFP4 experts, moe.cc): counted in stats() as LoadPacked's.
+  void CountPacked(uint64_t bytes) {
+    ++stats_.packed;
+    stats_.bytes_on_devices += bytes;
+  }
 
  private:
   const Checkpoint& checkpoint_;

@@ -206,6 +206,8 @@ def test_mxfp4_experts_generate_as_transformers_dequantized_model(strata_generat
                 ".mlp.gate\"", ".mlp.router\""), "--physical-devices", "0=cpu,1=cpu",
                               "--max-memory", "0=1GiB,1=1GiB,cpu=1GiB"]}[plan]
     got = H.run_generate(packed, PROMPTS, NEW_TOKENS, *args)
+    kw = H.CONFIGS[NAME][1]
+    assert got["load"]["packed_tensors"] == 3 * kw["num_local_experts"] * kw["num_hidden_layers"], got["load"]
     assert_matches(reference, got)
 
 
