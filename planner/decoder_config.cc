@@ -137,6 +137,23 @@ absl::StatusOr<RopeConfig> YarnRope(const json& params, absl::string_view prefix
   return rope;
 }
 
+absl::StatusOr<int64_t> ReadGqaHeads(const json& config, int64_t default_kv_heads, int64_t default_head_dim,
+                                     DecoderSizes& sizes) {
+  absl::StatusOr<int64_t> kv_heads =
+      PositiveIntOr(config, "num_key_value_heads", default_kv_heads, /*may_be_null=*/false, kMaxAttentionHeads);
+  if (!kv_heads.ok()) return kv_heads.status();
+  if (sizes.heads % *kv_heads != 0) {
+    return FieldError("num_attention_heads", absl::StrCat("(", sizes.heads, ") must be a multiple of ",
+                                                          "num_key_value_heads (", *kv_heads, ")"));
+  }
+  sizes.kv_heads = *kv_heads;
+  absl::StatusOr<int64_t> head_dim =
+      PositiveIntOr(config, "head_dim", default_head_dim, /*may_be_null=*/false, kMaxHeadDim);
+  if (!head_dim.ok()) return head_dim.status();
+  sizes.head_dim = *head_dim;
+  return *head_dim;
+}
+
 absl::StatusOr<double> RmsNormEps(const json& config, double fallback) {
   absl::StatusOr<double> eps = NumberOr(config, "", "rms_norm_eps", fallback);
   if (!eps.ok()) return eps.status();

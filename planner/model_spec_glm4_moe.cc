@@ -126,20 +126,10 @@ absl::StatusOr<ModelSpec> Glm4MoeSpecFromConfig(const json& config, const Archit
                                                 int64_t max_positions) {
   absl::StatusOr<DecoderSizes> sizes = ReadDecoderSizes(config);
   if (!sizes.ok()) return sizes.status();
-  absl::StatusOr<int64_t> kv_heads =
-      PositiveIntOr(config, "num_key_value_heads", 8, /*may_be_null=*/false, kMaxAttentionHeads);
-  if (!kv_heads.ok()) return kv_heads.status();
-  if (sizes->heads % *kv_heads != 0) {
-    return FieldError("num_attention_heads", absl::StrCat("(", sizes->heads, ") must be a multiple of ",
-                                                          "num_key_value_heads (", *kv_heads, ")"));
-  }
-  sizes->kv_heads = *kv_heads;
   // Glm4MoeConfig declares no head_dim: getattr(config, "head_dim", hidden_size // num_attention_heads).
-  absl::StatusOr<int64_t> head_dim =
-      PositiveIntOr(config, "head_dim", sizes->hidden / sizes->heads, /*may_be_null=*/false, kMaxHeadDim);
+  absl::StatusOr<int64_t> head_dim = ReadGqaHeads(config, 8, sizes->hidden / sizes->heads, *sizes);
   if (!head_dim.ok()) return head_dim.status();
   if (*head_dim == 0) return FieldError("hidden_size", "is smaller than num_attention_heads");
-  sizes->head_dim = *head_dim;
   absl::StatusOr<GlmFields> f = ReadFields(config, sizes->layers);
   if (!f.ok()) return f.status();
   if (absl::Status s = CheckPadTokenId(config, sizes->vocab, 0); !s.ok()) return s;

@@ -138,19 +138,10 @@ absl::StatusOr<ModelSpec> GptOssSpecFromConfig(const json& config, const Archite
                                                int64_t max_positions) {
   absl::StatusOr<DecoderSizes> sizes = ReadDecoderSizes(config);
   if (!sizes.ok()) return sizes.status();
-  // GptOssConfig types both as int (its strict validation refuses null).
-  absl::StatusOr<int64_t> kv_heads =
-      PositiveIntOr(config, "num_key_value_heads", 8, /*may_be_null=*/false, kMaxAttentionHeads);
-  if (!kv_heads.ok()) return kv_heads.status();
-  if (sizes->heads % *kv_heads != 0) {
-    return FieldError("num_attention_heads", absl::StrCat("(", sizes->heads, ") must be a multiple of ",
-                                                          "num_key_value_heads (", *kv_heads, ")"));
-  }
-  sizes->kv_heads = *kv_heads;
-  absl::StatusOr<int64_t> head_dim = PositiveIntOr(config, "head_dim", 64, /*may_be_null=*/false, kMaxHeadDim);
+  // GptOssConfig types num_key_value_heads and head_dim as int (its strict validation refuses null).
+  absl::StatusOr<int64_t> head_dim = ReadGqaHeads(config, 8, 64, *sizes);
   if (!head_dim.ok()) return head_dim.status();
   if (*head_dim < 2 || *head_dim % 2 != 0) return FieldError("head_dim", "must be an even number of at least 2");
-  sizes->head_dim = *head_dim;
   absl::StatusOr<GptOssFields> f = ReadFields(config, *sizes);
   if (!f.ok()) return f.status();
   std::string act = "silu";

@@ -87,17 +87,8 @@ absl::StatusOr<ModelSpec> MiniMaxM2SpecFromConfig(const json& config, const Arch
                                                   int64_t max_positions) {
   absl::StatusOr<DecoderSizes> sizes = ReadDecoderSizes(config);
   if (!sizes.ok()) return sizes.status();
-  absl::StatusOr<int64_t> kv_heads =
-      PositiveIntOr(config, "num_key_value_heads", 8, /*may_be_null=*/false, kMaxAttentionHeads);
-  if (!kv_heads.ok()) return kv_heads.status();
-  if (sizes->heads % *kv_heads != 0) {
-    return FieldError("num_attention_heads", absl::StrCat("(", sizes->heads, ") must be a multiple of ",
-                                                          "num_key_value_heads (", *kv_heads, ")"));
-  }
-  sizes->kv_heads = *kv_heads;
-  absl::StatusOr<int64_t> head_dim = PositiveIntOr(config, "head_dim", 128, /*may_be_null=*/false, kMaxHeadDim);
+  absl::StatusOr<int64_t> head_dim = ReadGqaHeads(config, 8, 128, *sizes);
   if (!head_dim.ok()) return head_dim.status();
-  sizes->head_dim = *head_dim;
   const char* experts_field = config.contains("num_local_experts") ? "num_local_experts" : "num_experts";
   absl::StatusOr<int64_t> experts = PositiveIntOr(config, experts_field, 256, false, internal::kMaxExperts);
   if (!experts.ok()) return experts.status();

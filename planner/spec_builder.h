@@ -226,6 +226,11 @@ absl::StatusOr<RopeConfig> LlamaStyleRope(const json& params, absl::string_view 
 // transformers' _compute_yarn_parameters derives it from mscale and mscale_all_dim.
 absl::StatusOr<RopeConfig> YarnRope(const json& params, absl::string_view prefix, double theta, double max_positions);
 
+// GQA's heads into `sizes`: num_key_value_heads (`default_kv_heads` when absent; null refused) dividing
+// num_attention_heads, and head_dim (`default_head_dim` when absent). Returns head_dim.
+absl::StatusOr<int64_t> ReadGqaHeads(const json& config, int64_t default_kv_heads, int64_t default_head_dim,
+                                     DecoderSizes& sizes);
+
 // rms_norm_eps: a positive finite number (zero would divide a zero row by zero), `fallback` when absent.
 absl::StatusOr<double> RmsNormEps(const json& config, double fallback);
 
