@@ -121,12 +121,24 @@ def build_args() -> list[str]:
     return args
 
 
+# Below this much free space where podman builds, the previous final image is removed before a build.
+MIN_FREE_BYTES = 25 * 2**30
+
+
 def build_image(tag: str = IMAGE_TAG) -> dict:
     """Builds the Dockerfile at the repository root on the local base; returns tag, seconds, size."""
     ensure_base_image()
     # A build that failed (a full disk, a killed run) leaves its untagged images behind, ~10 GB each: removed
     # before building, so one failure does not make every later build fail for want of space.
     podman("image", "prune", "-f", timeout=600, check=False)
+    # Committing the final stage's COPY of /opt/strata writes ~3.4 GB twice (a blob in /var/tmp, then the layer);
+    # where the disk is short of room for that, the previous final image (whose layer a source change replaces
+    # anyway) goes first. The builder stage's tagged layers stay: they are the cache.
+    free = min(shutil.disk_usage(path).free for path in ("/var/tmp", "/var/lib/containers") if Path(path).exists())
+    if free < MIN_FREE_BYTES and podman("image", "exists", tag, check=False).returncode == 0:
+        _log(f"{free / 2**30:.1f} GiB free: removing the previous {tag} before building")
+        podman("rmi", tag, timeout=600, check=False)
+        podman("image", "prune", "-f", timeout=600, check=False)
     log_path = Path(os.environ.get("STRATA_IMAGE_BUILD_LOG", "/var/tmp/strata-image-build.log"))
     started = time.monotonic()
     with open(log_path, "w") as log:
