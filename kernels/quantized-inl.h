@@ -40,7 +40,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 void QuantRowsFp8Dot(const uint16_t* x, const Fp8Weights& w, const uint16_t* bias, uint16_t* y, int64_t rows, int64_t k,
                      int64_t n_total, int64_t n0, int64_t n1, bool dot) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  if (dot && w.block_k % 64 == 0 && k >= 64) {
+  if (dot && Fp8DotLayout(w, k)) {
     return QuantRowsDot(Fp8Dot(), Fp8Format(w, k), LaneScales::kOne, w.block_k, 1.0f / 256.0f, x, bias, y, rows, k,
                         n_total, n0, n1);
   }
@@ -57,7 +57,7 @@ void QuantRowsIntDot(const uint16_t* x, const IntWeights& w, const uint16_t* bia
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   // Groups of 32 and 64 scale per block, per 128-bit lane: past two rows the float32 tiles, which scale each
   // weight once for 4 input rows, are 2x faster there (strata_quantized_bench, int4 g32 at 16 and 32 rows).
-  if (dot && w.bits == 4 && k >= 128 && (w.group % 128 == 0 || ((w.group == 32 || w.group == 64) && rows <= 2))) {
+  if (dot && (Int4DotLayout(w, k) || (w.bits == 4 && k >= 128 && (w.group == 32 || w.group == 64) && rows <= 2))) {
     const LaneScales lanes =
         w.group == 32 ? LaneScales::kGroup32 : (w.group == 64 ? LaneScales::kGroup64 : LaneScales::kOne);
     return QuantRowsDot(Int4Dot(), Int4Format(w, k), lanes, w.group, 1.0f, x, bias, y, rows, k, n_total, n0, n1);

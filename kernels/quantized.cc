@@ -97,6 +97,11 @@ void DequantizeRows(const Mxfp4Weights& w, int64_t k, int64_t /*n_total*/, int64
   HWY_DYNAMIC_DISPATCH(DequantizeMxfp4BF16)(w, k, n0, n1, &out->bits);
 }
 
+bool Bf16DotTiles(const Fp8Weights& w, int64_t k) {
+  return Fp8DotLayout(w, k) && Bf16DotAvailable() && VbmiAvailable();
+}
+bool Bf16DotTiles(const IntWeights& w, int64_t k) { return Int4DotLayout(w, k) && Bf16DotAvailable(); }
+
 void PackInt4(const uint8_t* codes, int64_t n, int64_t k, uint8_t* out) {
   for (int64_t row = 0; row < n; ++row) {
     const uint8_t* c = codes + row * k;

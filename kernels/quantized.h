@@ -114,6 +114,16 @@ void QuantizedLinearRows(const BFloat16* x, const IntWeights& w, const BFloat16*
 void QuantizedLinearRows(const BFloat16* x, const Mxfp4Weights& w, const BFloat16* bias, BFloat16* y, int64_t rows,
                          int64_t k, int64_t n_total, int64_t n0, int64_t n1);
 
+// The layouts whose bfloat16 rows run on VDPBF16PS at any row count up to 32 (FP8 blocks of a multiple of 64 columns,
+// int4 groups of a multiple of 128), and whether this CPU runs them there (Bf16DotAvailable, and VbmiAvailable for
+// FP8). Those tiles decode each weight in registers once per 4 input rows; at 5-32 rows they beat dequantizing blocks
+// of weight rows into a bfloat16 scratch for the dense tiles (runtime/model/quantized_linear.cc, by 1.1-1.25x in a
+// 16-stream decode on Zen 4), which every other layout takes past 4 rows.
+inline bool Fp8DotLayout(const Fp8Weights& w, int64_t k) { return w.block_k % 64 == 0 && k >= 64; }
+inline bool Int4DotLayout(const IntWeights& w, int64_t k) { return w.bits == 4 && k >= 128 && w.group % 128 == 0; }
+bool Bf16DotTiles(const Fp8Weights& w, int64_t k);
+bool Bf16DotTiles(const IntWeights& w, int64_t k);
+
 // Weight rows [n0, n1) dequantized into out [(n1 - n0), k] (bit-exact with torch; see the top of this file).
 void DequantizeRows(const Fp8Weights& w, int64_t k, int64_t n_total, int64_t n0, int64_t n1, float* out);
 void DequantizeRows(const Fp8Weights& w, int64_t k, int64_t n_total, int64_t n0, int64_t n1, BFloat16* out);

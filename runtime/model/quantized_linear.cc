@@ -377,7 +377,12 @@ at::Tensor LinearPacked(const at::Tensor& x_in, const PackedLinear& w, const at:
   // Past kPackedRows rows, decoding the codes in registers for every row tile costs more than it saves (the kernels
   // turn compute-bound: strata_quantized_bench, 16-32 rows at 0.5-1.2x bfloat16): each task dequantizes a few
   // L2-sized blocks of its weight rows (into bfloat16, or float32 for float32 x) and runs the dense tiles on them.
-  const bool via_blocks = rows > kPackedRows;
+  // Except for the layouts whose bfloat16 rows have VDPBF16PS tiles (kernels::Bf16DotTiles), which decode each
+  // weight once per 4 rows in registers, cheaper than the dequantizer's scaled and rounded store and the dense
+  // tiles' read of it.
+  const bool dot_tiles =
+      bf16_dot && (fp8 ? kernels::Bf16DotTiles(Fp8Of(w), k) : !mxfp4 && kernels::Bf16DotTiles(IntOf(w), k));
+  const bool via_blocks = rows > kPackedRows && !dot_tiles;
   auto run = [&](const auto* xs, const auto* bs, auto* ys, auto scratch_type) {
     using S = decltype(scratch_type);
     ParallelRows(n, grain, [&](int64_t n0, int64_t n1) {
