@@ -63,6 +63,40 @@ void SiluMulT(const typename E::T* gate, const typename E::T* up, typename E::T*
   }
 }
 
+// y = x * cos + rotate_half(x) * sin per head vector; the first half's rotated partner is -x[i + half] (its product
+// negated exactly), the second half's x[i - half]. Mul and Add, never a fused multiply-add: ATen rounds each.
+template <class E>
+void RopeRowsT(const typename E::T* x, const typename E::T* cos, const typename E::T* sin, typename E::T* y,
+               int64_t tokens, int64_t heads, int64_t dim) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t half = dim / 2;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const typename E::T* c = cos + t * dim;
+    const typename E::T* s = sin + t * dim;
+    for (int64_t h = 0; h < heads; ++h) {
+      const typename E::T* in = x + (t * heads + h) * dim;
+      typename E::T* out = y + (t * heads + h) * dim;
+      int64_t j = 0;
+      for (; j + lanes <= half; j += lanes) {
+        const auto lo = E::Load(d, in + j), hi = E::Load(d, in + half + j);
+        const auto lo_cos = E::Round(d, hn::Mul(lo, E::Load(d, c + j)));
+        const auto hi_sin = E::Round(d, hn::Mul(hn::Neg(hi), E::Load(d, s + j)));
+        E::Store(d, hn::Add(lo_cos, hi_sin), out + j);
+        const auto hi_cos = E::Round(d, hn::Mul(hi, E::Load(d, c + half + j)));
+        const auto lo_sin = E::Round(d, hn::Mul(lo, E::Load(d, s + half + j)));
+        E::Store(d, hn::Add(hi_cos, lo_sin), out + half + j);
+      }
+      for (; j < half; ++j) {
+        const float lo = E::LoadOne(in + j), hi = E::LoadOne(in + half + j);
+        E::StoreOne(E::RoundOne(lo * E::LoadOne(c + j)) + E::RoundOne(-hi * E::LoadOne(s + j)), out + j);
+        E::StoreOne(E::RoundOne(hi * E::LoadOne(c + half + j)) + E::RoundOne(lo * E::LoadOne(s + half + j)),
+                    out + half + j);
+      }
+    }
+  }
+}
+
 // The target this copy of the code was compiled for: what the dispatch picked.
 const char* TargetOfThisCode() { return hwy::TargetName(HWY_TARGET); }
 
@@ -71,6 +105,14 @@ void RmsNormRowsF32(const float* x, const float* w, float* y, int64_t width, int
 }
 void RmsNormRowsBF16(const uint16_t* x, const uint16_t* w, uint16_t* y, int64_t width, int64_t rows, float eps) {
   RmsNormRowsT<BF16>(x, w, y, width, rows, eps);
+}
+void RopeRowsF32(const float* x, const float* cos, const float* sin, float* y, int64_t tokens, int64_t heads,
+                 int64_t dim) {
+  RopeRowsT<F32>(x, cos, sin, y, tokens, heads, dim);
+}
+void RopeRowsBF16(const uint16_t* x, const uint16_t* cos, const uint16_t* sin, uint16_t* y, int64_t tokens,
+                  int64_t heads, int64_t dim) {
+  RopeRowsT<BF16>(x, cos, sin, y, tokens, heads, dim);
 }
 void SiluMulF32(const float* gate, const float* up, float* y, int64_t n) { SiluMulT<F32>(gate, up, y, n); }
 void SiluMulBF16(const uint16_t* gate, const uint16_t* up, uint16_t* y, int64_t n) { SiluMulT<BF16>(gate, up, y, n); }

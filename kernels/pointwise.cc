@@ -16,6 +16,8 @@ HWY_EXPORT(RmsNormRowsF32);
 HWY_EXPORT(RmsNormRowsBF16);
 HWY_EXPORT(SiluMulF32);
 HWY_EXPORT(SiluMulBF16);
+HWY_EXPORT(RopeRowsF32);
+HWY_EXPORT(RopeRowsBF16);
 HWY_EXPORT(TargetOfThisCode);
 
 void RmsNormRows(const float* x, const float* w, float* y, int64_t width, int64_t rows, float eps) {
@@ -29,6 +31,15 @@ void SiluMul(const float* gate, const float* up, float* y, int64_t n) {
 }
 void SiluMul(const BFloat16* gate, const BFloat16* up, BFloat16* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(SiluMulBF16)(&gate->bits, &up->bits, &y->bits, n);
+}
+
+void RopeRows(const float* x, const float* cos, const float* sin, float* y, int64_t tokens, int64_t heads,
+              int64_t dim) {
+  HWY_DYNAMIC_DISPATCH(RopeRowsF32)(x, cos, sin, y, tokens, heads, dim);
+}
+void RopeRows(const BFloat16* x, const BFloat16* cos, const BFloat16* sin, BFloat16* y, int64_t tokens, int64_t heads,
+              int64_t dim) {
+  HWY_DYNAMIC_DISPATCH(RopeRowsBF16)(&x->bits, &cos->bits, &sin->bits, &y->bits, tokens, heads, dim);
 }
 
 const char* KernelTarget() { return HWY_DYNAMIC_DISPATCH(TargetOfThisCode)(); }

@@ -25,6 +25,14 @@ void RmsNormRows(const BFloat16* x, const BFloat16* w, BFloat16* y, int64_t widt
 void SiluMul(const float* gate, const float* up, float* y, int64_t n);
 void SiluMul(const BFloat16* gate, const BFloat16* up, BFloat16* y, int64_t n);
 
+// Rotate-half RoPE (transformers' apply_rotary_pos_emb) over `tokens` x `heads` vectors of `dim` (even), x and y
+// [tokens, heads, dim] contiguous, cos and sin [tokens, dim] (each token's angles, halves equal as RopeForPositions
+// makes them): y = x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x[dim/2:], x[:dim/2]). Each product is
+// rounded to the dtype, then their sum: the ATen expression's three roundings, so bfloat16 results are bit for bit.
+void RopeRows(const float* x, const float* cos, const float* sin, float* y, int64_t tokens, int64_t heads, int64_t dim);
+void RopeRows(const BFloat16* x, const BFloat16* cos, const BFloat16* sin, BFloat16* y, int64_t tokens, int64_t heads,
+              int64_t dim);
+
 // The instruction set the kernels run on here ("AVX3", "AVX2", "SSE4", ...: Highway's names).
 const char* KernelTarget();
 

@@ -121,5 +121,50 @@ TEST_P(KernelsPointwise, SiluMulBFloat16AndNaNs) {
   }
 }
 
+// RoPE's rotate-half over tokens x heads vectors, against a scalar reference rounding where ATen does (each product,
+// then the sum; volatile keeps the compiler from fusing them), bit for bit in float32 and bfloat16: head dims with
+// and without a vector tail.
+TEST_P(KernelsPointwise, RopeRowsRoundsWhereAtenDoes) {
+  for (int64_t dim : {2, 6, 64, 80, 128, 256}) {
+    const int64_t tokens = 3, heads = 5, half = dim / 2;
+    const std::vector<float> x = Random(tokens * heads * dim, 9), angles = Random(tokens * half, 10, 3.0f);
+    std::vector<float> cos(static_cast<size_t>(tokens * dim)), sin(cos.size());
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t i = 0; i < dim; ++i) {
+        cos[t * dim + i] = std::cos(angles[t * half + i % half]);
+        sin[t * dim + i] = std::sin(angles[t * half + i % half]);
+      }
+    }
+    for (bool bf16 : {false, true}) {
+      auto round = [&](float v) { return bf16 ? RoundBF16(v) : v; };
+      std::vector<float> got(x.size());
+      if (bf16) {
+        std::vector<BFloat16> xb, cb, sb, yb(x.size());
+        for (float v : x) xb.push_back(ToBF16(v));
+        for (float v : cos) cb.push_back(ToBF16(v));
+        for (float v : sin) sb.push_back(ToBF16(v));
+        RopeRows(xb.data(), cb.data(), sb.data(), yb.data(), tokens, heads, dim);
+        for (size_t i = 0; i < got.size(); ++i) got[i] = FromBF16(yb[i]);
+      } else {
+        RopeRows(x.data(), cos.data(), sin.data(), got.data(), tokens, heads, dim);
+      }
+      for (int64_t t = 0; t < tokens; ++t) {
+        for (int64_t h = 0; h < heads; ++h) {
+          for (int64_t i = 0; i < dim; ++i) {
+            const int64_t at = (t * heads + h) * dim;
+            const float xi = round(x[at + i]), c = round(cos[t * dim + i]), s = round(sin[t * dim + i]);
+            const float partner = i < half ? -round(x[at + i + half]) : round(x[at + i - half]);
+            volatile float first = round(xi * c);
+            volatile float second = round(partner * s);
+            const float expected = round(first + second);
+            ASSERT_EQ(got[at + i], expected) << (bf16 ? "bfloat16" : "float32") << " dim " << dim << " token " << t
+                                             << " head " << h << " index " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata::kernels

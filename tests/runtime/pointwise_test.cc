@@ -6,6 +6,8 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/all.h>
 #include <ATen/ops/allclose.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/isnan.h>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "runtime/model/rope.h"
 #include "tests/runtime/intra_op_threads.h"
 
 namespace strata::runtime {
@@ -87,6 +90,47 @@ TEST(Pointwise, EdgeValues) {
   EXPECT_FALSE(FusedPointwiseApplies(x, at::randn({32}).to(at::kBFloat16)));
   EXPECT_FALSE(FusedPointwiseApplies(x.t(), at::randn({4})));
   EXPECT_TRUE(at::allclose(SiluMul(x.t(), x.t()), at::silu(x.t()) * x.t()));
+}
+
+// ApplyRope's kernel (decode rows and chunks of q / k as GroupHeads views them) against the ATen expression it
+// replaces, bit for bit in float32 and bfloat16: head dims with and without a vector tail, one and several tokens
+// and rows; and the layouts it leaves to ATen (contiguous [B, H, T, D] with T > 1, partial rotary) unchanged.
+TEST(Rope, FusedEqualsTheAtenExpressionBitForBit) {
+  auto aten = [](const at::Tensor& x, const RopeTables& t) {
+    const int64_t half = x.size(-1) / 2;
+    const at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+    return x * t.cos.unsqueeze(1) + rotated * t.sin.unsqueeze(1);
+  };
+  planner::RopeConfig config;
+  config.theta = 10000.0;
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (int64_t dim : {6, 64, 80, 128}) {
+      const at::Tensor inv_freq = RopeInvFreq(config, dim);
+      for (int64_t batch : {1, 3}) {
+        for (int64_t tokens : {1, 5}) {
+          const int64_t heads = 4;
+          const at::Tensor positions = at::arange(batch * tokens, at::kLong).view({batch, tokens}) * 37 + 3;
+          const RopeTables tables = RopeForPositions(inv_freq, positions, dtype);
+          // GroupHeads' view: [B, T, H, D] memory seen as [B, H, T, D].
+          const at::Tensor x = (at::randn({batch, tokens, heads, dim}) * 2).to(dtype).transpose(1, 2);
+          const std::string what = std::string(at::toString(dtype)) + " dim " + std::to_string(dim) + " batch " +
+                                   std::to_string(batch) + " tokens " + std::to_string(tokens);
+          const at::Tensor got = ApplyRope(x, tables);
+          ASSERT_EQ(got.sizes(), x.sizes()) << what;
+          EXPECT_TRUE(at::equal(got, aten(x, tables))) << what;
+          const at::Tensor plain = x.contiguous();
+          EXPECT_TRUE(at::equal(ApplyRope(plain, tables), aten(plain, tables))) << what << " contiguous";
+        }
+      }
+    }
+  }
+  // Partial rotary (tables narrower than the head): the first dims rotate, the rest pass through, through ATen.
+  const at::Tensor inv_freq = RopeInvFreq(config, 32);
+  const RopeTables tables = RopeForPositions(inv_freq, at::arange(2, at::kLong).view({1, 2}), at::kFloat);
+  const at::Tensor x = at::randn({1, 2, 4, 64}).transpose(1, 2);
+  const at::Tensor got = ApplyRope(x, tables);
+  EXPECT_TRUE(at::equal(got.narrow(-1, 0, 32), aten(x.narrow(-1, 0, 32), tables)));
+  EXPECT_TRUE(at::equal(got.narrow(-1, 32, 32), x.narrow(-1, 32, 32)));
 }
 
 }  // namespace
