@@ -431,6 +431,21 @@ class QuantDotCall {
   // last whole block and the bias.
   STRATA_QUANT_DOT void Store(const uint8_t* const* ws, const float (*sums)[4], int64_t local, int64_t n, int64_t nr,
                               int64_t m, int mr) const {
+    if (kv_ == k_) {  // no columns past the last whole block (the common case): a few operations an output
+      const float factor = dot_factor_;
+      const uint16_t* bias = bias_ != nullptr ? bias_ + n : nullptr;
+      for (int i = 0; i < mr; ++i) {
+        const float* corr = corr_ + (m + i) * padded_rows_ + local;
+        uint16_t* out = y_ + (m + i) * n_total_ + n;
+        for (int r = 0; r < nr; ++r) {
+          float v = sums[i][r] * factor;
+          if constexpr (Format::kHasZero) v -= corr[r];
+          if (bias != nullptr) v += BF16ToFloat(bias[r]);
+          out[r] = FloatToBF16(v);
+        }
+      }
+      return;
+    }
     for (int i = 0; i < mr; ++i) {
       const uint16_t* xm = x_ + (m + i) * k_;
       for (int r = 0; r < nr; ++r) {
