@@ -261,19 +261,6 @@ STRATA_QUANT_DOT HWY_NOINLINE void TileQuantDot(const Dot& dot, const uint16_t* 
   }
 }
 
-// {sum over s < count of a[r * stride + s] * b[s]} for r = 0..3, in one vector.
-STRATA_QUANT_DOT STRATA_ALWAYS_INLINE __m128 Dot4(const float* a, int64_t stride, const float* b, int64_t count) {
-  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-  for (int64_t s = 0; s < count; s += 16) {
-    const __mmask16 mask = count - s >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (count - s)) - 1);
-    const __m512 bv = _mm512_maskz_loadu_ps(mask, b + s);
-    STRATA_UNROLL for (int r = 0; r < 4; ++r) {
-      acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a + r * stride + s), bv, acc[r]);
-    }
-  }
-  return Reduce4(acc[0], acc[1], acc[2], acc[3]);
-}
-
 // Weight rows a chunk of QuantRowsDot takes its scales for at once (a multiple of the tiles' 4 and 2).
 constexpr int64_t kDotChunkRows = 32;
 
@@ -303,9 +290,11 @@ class QuantDotCall {
         // x permuted as the decoded codes are, per block.
         xp_(static_cast<size_t>(rows * kv_ + 32)),
         chunk_rows_(n1 - n0 < kDotChunkRows ? n1 - n0 : kDotChunkRows),
-        // Rows rounded up to 4 for Dot4, which reads a whole group of 4 rows.
+        // Weight rows rounded up to 4 (a short tile's scales), input rows to 16 (the zeros' terms, a vector of
+        // input rows at a time).
         padded_rows_((chunk_rows_ + 3) / 4 * 4),
-        table_(static_cast<size_t>(3 * padded_rows_ * segments_ + 4 + rows * padded_rows_ + 4 * segments_ + 4)),
+        rows16_((rows + 15) / 16 * 16),
+        table_(static_cast<size_t>(3 * padded_rows_ * segments_ + 4 + padded_rows_ * rows16_ + 4 * segments_ + 4)),
         nr_max_(rows <= 2 ? 4 : 2),
         ahead_(4 * nr_max_ * (f.Row(1) - f.Row(0))) {  // four tiles on
     alignas(64) uint16_t padded[Dot::kBlock];
@@ -321,12 +310,12 @@ class QuantDotCall {
     }
     if (Format::kHasZero) SumX();
     // Per chunk: mul and sub (zero * mul) per weight row and segment, flat (4 floats of padding for BlockScale's
-    // loads), and the zeros' term of each output: corr[m][r] = sum over segments of (128 + zero) * scale * sumx.
+    // loads), and the zeros' term of each output: corr[r][m] = sum over segments of (128 + zero) * scale * sumx.
     mul_ = table_.data();
     sub_ = mul_ + padded_rows_ * segments_ + 4;
     zq_ = sub_ + padded_rows_ * segments_;  // (128 + zero) * scale
     corr_ = zq_ + padded_rows_ * segments_;
-    edge_ = corr_ + rows * padded_rows_;  // a short tile's scales
+    edge_ = corr_ + padded_rows_ * rows16_;  // a short tile's scales
   }
 
   STRATA_QUANT_DOT void Run(int64_t n0, int64_t n1) {
@@ -339,9 +328,10 @@ class QuantDotCall {
   }
 
  private:
-  // The sum of x over each segment's whole blocks, for the zeros (and the 128 under each int4 code).
+  // The sum of x over each segment's whole blocks, for the zeros (and the 128 under each int4 code): sumx[seg][m],
+  // input rows padded to 16 with zeros.
   STRATA_QUANT_DOT void SumX() {
-    sumx_.assign(static_cast<size_t>(rows_ * segments_), 0.0f);
+    sumx_.assign(static_cast<size_t>(segments_ * rows16_), 0.0f);
     for (int64_t m = 0; m < rows_; ++m) {
       for (int64_t seg = 0; seg * segment_cols_ < kv_; ++seg) {
         const int64_t end = (seg + 1) * segment_cols_ < kv_ ? (seg + 1) * segment_cols_ : kv_;
@@ -352,7 +342,7 @@ class QuantDotCall {
               _mm512_castsi512_ps(_mm512_slli_epi32(
                   _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_ + m * k_ + c))), 16)));
         }
-        sumx_[static_cast<size_t>(m * segments_ + seg)] = _mm512_reduce_add_ps(acc);
+        sumx_[static_cast<size_t>(seg * rows16_ + m)] = _mm512_reduce_add_ps(acc);
       }
     }
   }
@@ -366,10 +356,15 @@ class QuantDotCall {
                             _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, mul_ + i), _mm512_set1_ps(128.0f),
                                             _mm512_maskz_loadu_ps(mask, sub_ + i)));
     }
-    for (int64_t m = 0; m < rows_; ++m) {
-      for (int64_t r = 0; r < count; r += 4) {
-        _mm_storeu_ps(corr_ + m * padded_rows_ + r,
-                      Dot4(zq_ + r * segments_, segments_, sumx_.data() + m * segments_, segments_));
+    // 16 input rows a vector: one multiply-add per weight row, segment and 16 input rows.
+    for (int64_t r = 0; r < count; ++r) {
+      const float* zq = zq_ + r * segments_;
+      for (int64_t m = 0; m < rows16_; m += 16) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t seg = 0; seg < segments_; ++seg) {
+          acc = _mm512_fmadd_ps(_mm512_set1_ps(zq[seg]), _mm512_loadu_ps(sumx_.data() + seg * rows16_ + m), acc);
+        }
+        _mm512_storeu_ps(corr_ + r * rows16_ + m, acc);
       }
     }
   }
@@ -435,11 +430,11 @@ class QuantDotCall {
       const float factor = dot_factor_;
       const uint16_t* bias = bias_ != nullptr ? bias_ + n : nullptr;
       for (int i = 0; i < mr; ++i) {
-        const float* corr = corr_ + (m + i) * padded_rows_ + local;
+        const float* corr = corr_ + local * rows16_ + m + i;
         uint16_t* out = y_ + (m + i) * n_total_ + n;
         for (int r = 0; r < nr; ++r) {
           float v = sums[i][r] * factor;
-          if constexpr (Format::kHasZero) v -= corr[r];
+          if constexpr (Format::kHasZero) v -= corr[r * rows16_];
           if (bias != nullptr) v += BF16ToFloat(bias[r]);
           out[r] = FloatToBF16(v);
         }
@@ -450,7 +445,7 @@ class QuantDotCall {
       const uint16_t* xm = x_ + (m + i) * k_;
       for (int r = 0; r < nr; ++r) {
         float v = sums[i][r] * dot_factor_;
-        if constexpr (Format::kHasZero) v -= corr_[(m + i) * padded_rows_ + local + r];
+        if constexpr (Format::kHasZero) v -= corr_[(local + r) * rows16_ + m + i];
         const float* row_mul = mul_ + (local + r) * segments_;
         const float* row_sub = sub_ + (local + r) * segments_;
         for (int64_t j = kv_; j < k_; ++j) {  // the columns past the last whole block
@@ -474,8 +469,8 @@ class QuantDotCall {
   const int64_t rows_, k_, n_total_;
   const int64_t blocks_, kv_, segments_;
   std::vector<uint16_t> xp_;
-  std::vector<float> sumx_;  // [rows, segments]
-  const int64_t chunk_rows_, padded_rows_;
+  std::vector<float> sumx_;  // [segments, rows16]
+  const int64_t chunk_rows_, padded_rows_, rows16_;
   std::vector<float> table_;
   float *mul_, *sub_, *zq_, *corr_, *edge_;
   const int nr_max_;
