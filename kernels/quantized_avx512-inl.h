@@ -261,6 +261,19 @@ STRATA_QUANT_DOT HWY_NOINLINE void TileQuantDot(const Dot& dot, const uint16_t* 
   }
 }
 
+// {sum over s < count of a[r * stride + s] * b[s]} for r = 0..3, in one vector.
+STRATA_QUANT_DOT STRATA_ALWAYS_INLINE __m128 Dot4(const float* a, int64_t stride, const float* b, int64_t count) {
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int64_t s = 0; s < count; s += 16) {
+    const __mmask16 mask = count - s >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (count - s)) - 1);
+    const __m512 bv = _mm512_maskz_loadu_ps(mask, b + s);
+    STRATA_UNROLL for (int r = 0; r < 4; ++r) {
+      acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a + r * stride + s), bv, acc[r]);
+    }
+  }
+  return Reduce4(acc[0], acc[1], acc[2], acc[3]);
+}
+
 // Weight rows a chunk of QuantRowsDot takes its scales for at once (a multiple of the tiles' 4 and 2).
 constexpr int64_t kDotChunkRows = 32;
 
@@ -328,10 +341,11 @@ class QuantDotCall {
   }
 
  private:
-  // The sum of x over each segment's whole blocks, for the zeros (and the 128 under each int4 code): sumx[seg][m],
-  // input rows padded to 16 with zeros.
+  // The sum of x over each segment's whole blocks, for the zeros (and the 128 under each int4 code): sumx[m][seg]
+  // for Dot4, and sumx_t[seg][m] (input rows padded to 16 with zeros) for 16 input rows a vector.
   STRATA_QUANT_DOT void SumX() {
-    sumx_.assign(static_cast<size_t>(segments_ * rows16_), 0.0f);
+    sumx_.assign(static_cast<size_t>(rows_ * segments_), 0.0f);
+    sumx_t_.assign(static_cast<size_t>(segments_ * rows16_), 0.0f);
     for (int64_t m = 0; m < rows_; ++m) {
       for (int64_t seg = 0; seg * segment_cols_ < kv_; ++seg) {
         const int64_t end = (seg + 1) * segment_cols_ < kv_ ? (seg + 1) * segment_cols_ : kv_;
@@ -342,7 +356,9 @@ class QuantDotCall {
               _mm512_castsi512_ps(_mm512_slli_epi32(
                   _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x_ + m * k_ + c))), 16)));
         }
-        sumx_[static_cast<size_t>(seg * rows16_ + m)] = _mm512_reduce_add_ps(acc);
+        const float sum = _mm512_reduce_add_ps(acc);
+        sumx_[static_cast<size_t>(m * segments_ + seg)] = sum;
+        sumx_t_[static_cast<size_t>(seg * rows16_ + m)] = sum;
       }
     }
   }
@@ -356,13 +372,27 @@ class QuantDotCall {
                             _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, mul_ + i), _mm512_set1_ps(128.0f),
                                             _mm512_maskz_loadu_ps(mask, sub_ + i)));
     }
-    // 16 input rows a vector: one multiply-add per weight row, segment and 16 input rows.
+    // Either a Dot4 (a reduction) per input row and 4 weight rows, vectors along the segments: few input rows against
+    // many segments (int4 groups of 32 at one row: 64 segments); or 16 input rows a vector, one multiply-add per
+    // weight row, segment and 16 input rows: many input rows against few segments (groups of 128 at 16 rows).
+    const int64_t dot4_cost = rows_ * ((count + 3) / 4) * (4 * ((segments_ + 15) / 16) + 14);
+    const int64_t column_cost = count * (rows16_ / 16) * segments_;
+    if (dot4_cost < column_cost) {
+      alignas(16) float four[4];
+      for (int64_t m = 0; m < rows_; ++m) {
+        for (int64_t r = 0; r < count; r += 4) {
+          _mm_store_ps(four, Dot4(zq_ + r * segments_, segments_, sumx_.data() + m * segments_, segments_));
+          for (int64_t i = 0; i < 4 && r + i < count; ++i) corr_[(r + i) * rows16_ + m] = four[i];
+        }
+      }
+      return;
+    }
     for (int64_t r = 0; r < count; ++r) {
       const float* zq = zq_ + r * segments_;
       for (int64_t m = 0; m < rows16_; m += 16) {
         __m512 acc = _mm512_setzero_ps();
         for (int64_t seg = 0; seg < segments_; ++seg) {
-          acc = _mm512_fmadd_ps(_mm512_set1_ps(zq[seg]), _mm512_loadu_ps(sumx_.data() + seg * rows16_ + m), acc);
+          acc = _mm512_fmadd_ps(_mm512_set1_ps(zq[seg]), _mm512_loadu_ps(sumx_t_.data() + seg * rows16_ + m), acc);
         }
         _mm512_storeu_ps(corr_ + r * rows16_ + m, acc);
       }
@@ -469,7 +499,8 @@ class QuantDotCall {
   const int64_t rows_, k_, n_total_;
   const int64_t blocks_, kv_, segments_;
   std::vector<uint16_t> xp_;
-  std::vector<float> sumx_;  // [segments, rows16]
+  std::vector<float> sumx_;    // [rows, segments]
+  std::vector<float> sumx_t_;  // [segments, rows16]
   const int64_t chunk_rows_, padded_rows_, rows16_;
   std::vector<float> table_;
   float *mul_, *sub_, *zq_, *corr_, *edge_;

@@ -76,6 +76,14 @@ struct IntParams {
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
     const int64_t first = n * groups, total = count * groups;
     int64_t s = 0;
+    // The next chunk's scales and zeros on their way to L2 while this one's run: a chunk's are one short stream of
+    // their own beside the codes', which the hardware prefetchers do not start on soon enough (a stall per chunk).
+    const int64_t scale_bytes = scale_type == ScaleType::kFloat32 ? 4 : 2;
+    const char* next_scales = static_cast<const char*>(scale) + (first + total) * scale_bytes;
+    for (int64_t b = 0; b < total * scale_bytes; b += 64) __builtin_prefetch(next_scales + b, 0, 2);
+    if (zero != nullptr) {
+      for (int64_t b = 0; b < total; b += 64) __builtin_prefetch(zero + first + total + b, 0, 2);
+    }
     for (; s + lanes <= total; s += lanes) {
       VQ m;
       switch (scale_type) {
