@@ -63,6 +63,32 @@ void SiluMulT(const typename E::T* gate, const typename E::T* up, typename E::T*
   }
 }
 
+template <class E>
+void ClampedSwigluT(const typename E::T* gate, const typename E::T* up, typename E::T* y, int64_t n, float limit,
+                    float alpha) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto one = hn::Set(d, 1.0f), hi = hn::Set(d, limit), lo = hn::Set(d, -limit), a = hn::Set(d, alpha);
+  int64_t j = 0;
+  for (; j + lanes <= n; j += lanes) {
+    auto g = E::Load(d, gate + j), u = E::Load(d, up + j);
+    g = hn::IfThenElse(hn::Gt(g, hi), hi, g);  // a NaN compares false: kept
+    u = hn::IfThenElse(hn::Gt(u, hi), hi, hn::IfThenElse(hn::Lt(u, lo), lo, u));
+    const auto scaled = E::Round(d, hn::Mul(g, a));
+    const auto sigmoid = E::Round(d, hn::Div(one, hn::Add(one, FastExp(d, hn::Neg(scaled)))));
+    const auto glu = E::Round(d, hn::Mul(g, sigmoid));
+    E::Store(d, hn::Mul(E::Round(d, hn::Add(u, one)), glu), y + j);
+  }
+  for (; j < n; ++j) {
+    float g = E::LoadOne(gate + j), u = E::LoadOne(up + j);
+    g = g > limit ? limit : g;
+    u = u > limit ? limit : (u < -limit ? -limit : u);
+    const float scaled = E::RoundOne(g * alpha);
+    const float glu = E::RoundOne(g * E::RoundOne(1.0f / (1.0f + std::exp(-scaled))));
+    E::StoreOne(E::RoundOne(u + 1.0f) * glu, y + j);
+  }
+}
+
 // y = x * cos + rotate_half(x) * sin per head vector; the first half's rotated partner is -x[i + half] (its product
 // negated exactly), the second half's x[i - half]. Mul and Add, never a fused multiply-add: ATen rounds each.
 template <class E>
@@ -105,6 +131,12 @@ void RmsNormRowsF32(const float* x, const float* w, float* y, int64_t width, int
 }
 void RmsNormRowsBF16(const uint16_t* x, const uint16_t* w, uint16_t* y, int64_t width, int64_t rows, float eps) {
   RmsNormRowsT<BF16>(x, w, y, width, rows, eps);
+}
+void ClampedSwigluF32(const float* gate, const float* up, float* y, int64_t n, float limit, float alpha) {
+  ClampedSwigluT<F32>(gate, up, y, n, limit, alpha);
+}
+void ClampedSwigluBF16(const uint16_t* gate, const uint16_t* up, uint16_t* y, int64_t n, float limit, float alpha) {
+  ClampedSwigluT<BF16>(gate, up, y, n, limit, alpha);
 }
 void RopeRowsF32(const float* x, const float* cos, const float* sin, float* y, int64_t tokens, int64_t heads,
                  int64_t dim) {

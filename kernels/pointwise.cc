@@ -16,6 +16,8 @@ HWY_EXPORT(RmsNormRowsF32);
 HWY_EXPORT(RmsNormRowsBF16);
 HWY_EXPORT(SiluMulF32);
 HWY_EXPORT(SiluMulBF16);
+HWY_EXPORT(ClampedSwigluF32);
+HWY_EXPORT(ClampedSwigluBF16);
 HWY_EXPORT(RopeRowsF32);
 HWY_EXPORT(RopeRowsBF16);
 HWY_EXPORT(TargetOfThisCode);
@@ -33,6 +35,12 @@ void SiluMul(const BFloat16* gate, const BFloat16* up, BFloat16* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(SiluMulBF16)(&gate->bits, &up->bits, &y->bits, n);
 }
 
+void ClampedSwiglu(const float* gate, const float* up, float* y, int64_t n, float limit, float alpha) {
+  HWY_DYNAMIC_DISPATCH(ClampedSwigluF32)(gate, up, y, n, limit, alpha);
+}
+void ClampedSwiglu(const BFloat16* gate, const BFloat16* up, BFloat16* y, int64_t n, float limit, float alpha) {
+  HWY_DYNAMIC_DISPATCH(ClampedSwigluBF16)(&gate->bits, &up->bits, &y->bits, n, limit, alpha);
+}
 void RopeRows(const float* x, const float* cos, const float* sin, float* y, int64_t tokens, int64_t heads,
               int64_t dim) {
   HWY_DYNAMIC_DISPATCH(RopeRowsF32)(x, cos, sin, y, tokens, heads, dim);

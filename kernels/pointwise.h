@@ -25,6 +25,12 @@ void RmsNormRows(const BFloat16* x, const BFloat16* w, BFloat16* y, int64_t widt
 void SiluMul(const float* gate, const float* up, float* y, int64_t n);
 void SiluMul(const BFloat16* gate, const BFloat16* up, BFloat16* y, int64_t n);
 
+// gpt-oss's clamped SwiGLU (GptOssExperts._apply_gate) over n values: g = min(gate, limit), u = clamp(up, -limit,
+// limit), y = (u + 1) * (g * sigmoid(g * alpha)), NaN kept through the clamps as torch.clamp keeps it; rounded to the
+// dtype after each of the five operators (g * alpha, sigmoid, g * that, u + 1, the product), as the ATen expression.
+void ClampedSwiglu(const float* gate, const float* up, float* y, int64_t n, float limit, float alpha);
+void ClampedSwiglu(const BFloat16* gate, const BFloat16* up, BFloat16* y, int64_t n, float limit, float alpha);
+
 // Rotate-half RoPE (transformers' apply_rotary_pos_emb) over `tokens` x `heads` vectors of `dim` (even), x and y
 // [tokens, heads, dim] contiguous, cos and sin [tokens, dim] (each token's angles, halves equal as RopeForPositions
 // makes them): y = x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x[dim/2:], x[:dim/2]). Each product is

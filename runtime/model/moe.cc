@@ -84,6 +84,9 @@ std::pair<at::Tensor, at::Tensor> Route(const at::Tensor& flat, const at::Tensor
 at::Tensor GatedActivation(const at::Tensor& gate, const at::Tensor& up, const planner::MoeConfig& moe) {
   if (moe.activation == planner::MoeConfig::Activation::kSiluGlu) return SiluMul(gate, up);
   // GptOssExperts._apply_gate: gate clamped above, up to +-limit, (up + 1) x gate x sigmoid(alpha x gate).
+  if (FusedPointwiseApplies(gate, up) && gate.sizes() == up.sizes()) {
+    return FusedClampedSwiglu(gate, up, moe.swiglu_limit, moe.swiglu_alpha);
+  }
   const at::Tensor g = gate.clamp_max(moe.swiglu_limit);
   const at::Tensor u = up.clamp(-moe.swiglu_limit, moe.swiglu_limit);
   return (u + 1) * (g * at::sigmoid(g * moe.swiglu_alpha));

@@ -19,6 +19,24 @@ kernels::BFloat16* Bits(const at::Tensor& t) {
   return reinterpret_cast<kernels::BFloat16*>(t.data_ptr<c10::BFloat16>());
 }
 
+// y = fn(gate, up) elementwise, split over the threads in whole vectors (multiples of 16 elements), at least 64k per
+// task; fn(gate, up, y, n) for float32 or kernels::BFloat16 pointers.
+template <class Fn>
+at::Tensor Gated(const char* what, const at::Tensor& gate, const at::Tensor& up, Fn&& fn) {
+  TORCH_CHECK(gate.sizes() == up.sizes(), what, ": gate ", gate.sizes(), " and up ", up.sizes());
+  at::Tensor y = at::empty_like(gate);
+  const int64_t vectors = (gate.numel() + 15) / 16;
+  ParallelRows(vectors, 4096, [&](int64_t begin, int64_t end) {
+    const int64_t first = begin * 16, last = std::min(end * 16, gate.numel());
+    if (gate.scalar_type() == at::kFloat) {
+      fn(gate.data_ptr<float>() + first, up.data_ptr<float>() + first, y.data_ptr<float>() + first, last - first);
+    } else {
+      fn(Bits(gate) + first, Bits(up) + first, Bits(y) + first, last - first);
+    }
+  });
+  return y;
+}
+
 }  // namespace
 
 bool FusedPointwiseApplies(const at::Tensor& x, const at::Tensor& other) {
@@ -47,20 +65,14 @@ at::Tensor FusedRmsNorm(const at::Tensor& x, const at::Tensor& weight, double ep
 }
 
 at::Tensor FusedSiluMul(const at::Tensor& gate, const at::Tensor& up) {
-  TORCH_CHECK(gate.sizes() == up.sizes(), "FusedSiluMul: gate ", gate.sizes(), " and up ", up.sizes());
-  at::Tensor y = at::empty_like(gate);
-  // Whole vectors per task (multiples of 16 elements), at least 64k of them.
-  const int64_t vectors = (gate.numel() + 15) / 16;
-  ParallelRows(vectors, 4096, [&](int64_t begin, int64_t end) {
-    const int64_t first = begin * 16, last = std::min(end * 16, gate.numel());
-    if (gate.scalar_type() == at::kFloat) {
-      kernels::SiluMul(gate.data_ptr<float>() + first, up.data_ptr<float>() + first, y.data_ptr<float>() + first,
-                       last - first);
-    } else {
-      kernels::SiluMul(Bits(gate) + first, Bits(up) + first, Bits(y) + first, last - first);
-    }
+  return Gated("FusedSiluMul", gate, up,
+               [](const auto* g, const auto* u, auto* y, int64_t n) { kernels::SiluMul(g, u, y, n); });
+}
+
+at::Tensor FusedClampedSwiglu(const at::Tensor& gate, const at::Tensor& up, double limit, double alpha) {
+  return Gated("FusedClampedSwiglu", gate, up, [&](const auto* g, const auto* u, auto* y, int64_t n) {
+    kernels::ClampedSwiglu(g, u, y, n, static_cast<float>(limit), static_cast<float>(alpha));
   });
-  return y;
 }
 
 at::Tensor SiluMul(const at::Tensor& gate, const at::Tensor& up) {

@@ -21,6 +21,10 @@ at::Tensor FusedRmsNorm(const at::Tensor& x, const at::Tensor& weight, double ep
 // silu(gate) * up, silu rounded to the dtype before the product (at::silu(gate) * up).
 at::Tensor FusedSiluMul(const at::Tensor& gate, const at::Tensor& up);
 
+// gpt-oss's clamped SwiGLU, (up.clamp(-limit, limit) + 1) * (g * sigmoid(g * alpha)) with g = gate.clamp_max(limit),
+// in one pass (kernels::ClampedSwiglu), rounded where that ATen expression rounds; where FusedPointwiseApplies.
+at::Tensor FusedClampedSwiglu(const at::Tensor& gate, const at::Tensor& up, double limit, double alpha);
+
 // at::silu(gate) * up: FusedSiluMul where it applies, else the ATen expression.
 at::Tensor SiluMul(const at::Tensor& gate, const at::Tensor& up);
 

@@ -121,6 +121,47 @@ TEST_P(KernelsPointwise, SiluMulBFloat16AndNaNs) {
   }
 }
 
+// gpt-oss's clamped SwiGLU against a scalar reference rounding after each operator, gates and ups past the limit on
+// both sides and NaN kept through the clamps: float32 to a few ulps (exp's last bits), bfloat16 to one ulp.
+TEST_P(KernelsPointwise, ClampedSwigluRoundsWhereAtenDoes) {
+  const float limit = 7.0f, alpha = 1.702f;
+  for (int64_t n : {1, 17, 100, 1000}) {
+    std::vector<float> gate = Random(n, 11, 6.0f), up = Random(n, 12, 6.0f);
+    gate[0] = std::numeric_limits<float>::quiet_NaN();
+    if (n > 2) up[2] = std::numeric_limits<float>::quiet_NaN();
+    for (bool bf16 : {false, true}) {
+      auto round = [&](float v) { return bf16 ? RoundBF16(v) : v; };
+      std::vector<float> got(static_cast<size_t>(n));
+      if (bf16) {
+        std::vector<BFloat16> gb, ub, yb(static_cast<size_t>(n));
+        for (float v : gate) gb.push_back(ToBF16(v));
+        for (float v : up) ub.push_back(ToBF16(v));
+        ClampedSwiglu(gb.data(), ub.data(), yb.data(), n, limit, alpha);
+        for (int64_t j = 0; j < n; ++j) got[j] = FromBF16(yb[j]);
+      } else {
+        ClampedSwiglu(gate.data(), up.data(), got.data(), n, limit, alpha);
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        float g = round(gate[j]), u = round(up[j]);
+        g = g > limit ? limit : g;
+        u = u > limit ? limit : (u < -limit ? -limit : u);
+        const float scaled = round(g * alpha);
+        const float glu = round(g * round(1.0f / (1.0f + std::exp(-scaled))));
+        const float expected = round(round(u + 1.0f) * glu);
+        if (std::isnan(expected)) {
+          EXPECT_TRUE(std::isnan(got[j])) << "n " << n << " index " << j;
+          continue;
+        }
+        if (bf16) {
+          ASSERT_LE(BF16Ulps(got[j], expected), 1) << "n " << n << " index " << j;
+        } else {
+          ASSERT_NEAR(got[j], expected, 4e-6f * std::abs(expected) + 1e-30f) << "n " << n << " index " << j;
+        }
+      }
+    }
+  }
+}
+
 // RoPE's rotate-half over tokens x heads vectors, against a scalar reference rounding where ATen does (each product,
 // then the sum; volatile keeps the compiler from fusing them), bit for bit in float32 and bfloat16: head dims with
 // and without a vector tail.

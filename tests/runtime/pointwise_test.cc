@@ -15,6 +15,7 @@
 #include <ATen/ops/ne.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/rsqrt.h>
+#include <ATen/ops/sigmoid.h>
 #include <ATen/ops/silu.h>
 #include <ATen/ops/sum.h>
 #include <ATen/ops/tensor.h>
@@ -65,6 +66,10 @@ TEST_P(PointwiseTest, MatchesTheAtenExpressions) {
       const at::Tensor gate = (at::randn({1, rows, width}) * 4).to(dtype);
       ExpectClose(FusedSiluMul(gate, x), at::silu(gate) * x, ("silu " + what).c_str());
       ExpectClose(SiluMul(gate, x), at::silu(gate) * x, ("SiluMul " + what).c_str());
+      // gpt-oss's limit 7 and alpha 1.702 (GptOssExperts), gates and ups past the limit on both sides.
+      const at::Tensor g7 = gate.clamp_max(7.0), u7 = x.clamp(-7.0, 7.0);
+      ExpectClose(FusedClampedSwiglu(gate, x, 7.0, 1.702), (u7 + 1) * (g7 * at::sigmoid(g7 * 1.702)),
+                  ("clamped swiglu " + what).c_str());
     }
   }
 }
@@ -83,6 +88,12 @@ TEST(Pointwise, EdgeValues) {
     const at::Tensor ones = at::full({3}, 1.0, at::TensorOptions().dtype(dtype));
     EXPECT_TRUE(at::isnan(FusedSiluMul(nan, ones))[1].item<bool>()) << dtype;
     EXPECT_TRUE(at::isnan(FusedRmsNorm(nan, ones, 1e-6)).all().item<bool>()) << dtype;
+    // The clamps keep NaN, as torch.clamp does (a min / max instruction would make it the limit).
+    EXPECT_TRUE(at::isnan(FusedClampedSwiglu(nan, ones, 7.0, 1.702))[1].item<bool>()) << dtype;
+    EXPECT_TRUE(at::isnan(FusedClampedSwiglu(ones, nan, 7.0, 1.702))[1].item<bool>()) << dtype;
+    EXPECT_TRUE(at::equal(FusedClampedSwiglu(gate, up, 7.0, 1.702),
+                          (up.clamp(-7.0, 7.0) + 1) * (gate.clamp_max(7.0) * at::sigmoid(gate.clamp_max(7.0) * 1.702))))
+        << dtype;
   }
   // Other operands keep ATen: float16, mixed dtypes, a strided view.
   const at::Tensor x = at::randn({4, 32});
