@@ -1,5 +1,6 @@
 #include "runtime/executor/executor.h"
 
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/index_select.h>
 #include <c10/core/StreamGuard.h>
@@ -236,6 +237,7 @@ ForwardGroup StageGroup(const Pipeline& pipeline, const std::vector<BatchRow>& r
 }  // namespace
 
 void Executor::Submit(MicroBatchWork work) {
+  const at::AutoDispatchBelowADInplaceOrView inference;  // as StageWorkers::RunOne
   std::unique_ptr<MicroBatch> mb = impl_->StageInputs(std::move(work));
   if (impl_->group != nullptr) {
     std::lock_guard lock(impl_->parked_mutex);
@@ -481,6 +483,7 @@ std::optional<MicroBatchResult> Executor::WaitCompletedFor(std::chrono::millisec
 
 MicroBatchResult Executor::Impl::Finish(std::unique_ptr<MicroBatch> mb) {
   if (mb->remote_result) return *std::move(mb->remote_result);
+  const at::AutoDispatchBelowADInplaceOrView inference;  // as StageWorkers::RunOne
   MicroBatchResult result;
   result.id = mb->work.id;
   result.tokens.resize(mb->work.rows.size());

@@ -1,6 +1,7 @@
 #include "runtime/executor/stage_workers.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 
 #include <chrono>
 #include <stdexcept>
@@ -38,6 +39,10 @@ StageWorkers::~StageWorkers() {
 
 void StageWorkers::RunOne(size_t stage, MicroBatch& batch) {
   if (batch.error) return;
+  // Inference only: ATen's autograd and view-tracking dispatch keys are skipped for every operator of the stage
+  // (what c10::InferenceMode does, without marking the tensors it makes as inference tensors, which the KV pools,
+  // the sampler's in-place work and the hand-offs between threads would then have to respect).
+  const at::AutoDispatchBelowADInplaceOrView inference;
   const auto start = std::chrono::steady_clock::now();
   try {
     if (fault_ && static_cast<size_t>(fault_->stage) == stage) {
