@@ -98,7 +98,7 @@ void QuantizedLinearRows(const float* x, const Mxfp4Weights& w, const BFloat16* 
 // (targets.h's Bf16DotAvailable, and VbmiAvailable for FP8), the codes converted to bfloat16 in registers
 // (exact: e4m3 values and int4 codes are bfloat16 numbers) and multiplied 32 pairs an instruction, x permuted
 // once per call to the order the codes unpack in. That path takes FP8 with block_k a multiple of 64 and int4
-// with group a multiple of 128, or 32 or 64 at one or two rows (k at least 64 / 128). Elsewhere one or two rows
+// with group 32, 64 or a multiple of 128 (k at least 64 / 128). Elsewhere one or two rows
 // of int4 / int8 codes in groups of a multiple of 32 (k too) run 16-bit integer multiply-adds on SSE4, AVX2
 // and AVX-512 (x made int16 with a power-of-two scale per block of 32-128 columns: exact for every x within 2^6
 // of its block's largest, the rest rounded at 2^-16 of it; rows holding a NaN or infinity take the float32
@@ -115,12 +115,14 @@ void QuantizedLinearRows(const BFloat16* x, const Mxfp4Weights& w, const BFloat1
                          int64_t k, int64_t n_total, int64_t n0, int64_t n1);
 
 // The layouts whose bfloat16 rows run on VDPBF16PS at any row count up to 32 (FP8 blocks of a multiple of 64 columns,
-// int4 groups of a multiple of 128), and whether this CPU runs them there (Bf16DotAvailable, and VbmiAvailable for
-// FP8). Those tiles decode each weight in registers once per 4 input rows; at 5-32 rows they beat dequantizing blocks
-// of weight rows into a bfloat16 scratch for the dense tiles (runtime/model/quantized_linear.cc, by 1.1-1.25x in a
-// 16-stream decode on Zen 4), which every other layout takes past 4 rows.
+// int4 groups of 32, 64 or a multiple of 128), and whether this CPU runs them there (Bf16DotAvailable, and
+// VbmiAvailable for FP8). Those tiles decode each weight in registers once per 4 input rows; at 5-32 rows they beat
+// dequantizing blocks of weight rows into a bfloat16 scratch for the dense tiles (runtime/model/quantized_linear.cc:
+// 1.1-1.25x in a 16-stream decode on Zen 4, int4 g32 1.25x), which every other layout takes past 4 rows.
 inline bool Fp8DotLayout(const Fp8Weights& w, int64_t k) { return w.block_k % 64 == 0 && k >= 64; }
-inline bool Int4DotLayout(const IntWeights& w, int64_t k) { return w.bits == 4 && k >= 128 && w.group % 128 == 0; }
+inline bool Int4DotLayout(const IntWeights& w, int64_t k) {
+  return w.bits == 4 && k >= 128 && (w.group % 128 == 0 || w.group == 32 || w.group == 64);
+}
 bool Bf16DotTiles(const Fp8Weights& w, int64_t k);
 bool Bf16DotTiles(const IntWeights& w, int64_t k);
 
