@@ -1,5 +1,6 @@
 #include "runtime/executor/device_memory.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -101,6 +102,33 @@ std::vector<DeviceMemory> MeasureDeviceMemory(LoadedModel& model) {
     out.push_back(m);
   }
   return out;
+}
+
+int64_t PageOutLibraryCode(const std::string& library) {
+#ifdef MADV_PAGEOUT
+  std::ifstream maps("/proc/self/maps");
+  int64_t asked = 0;
+  for (std::string line; std::getline(maps, line);) {
+    // "start-end perms offset dev inode path"
+    std::istringstream fields(line);
+    std::string range, perms, offset, dev, inode, path;
+    if (!(fields >> range >> perms >> offset >> dev >> inode >> path)) continue;
+    // Code and read-only data (the operators' schemas and tables): pages backed by the file, clean.
+    if (perms.size() < 3 || perms[0] != 'r' || perms[1] != '-' || path.find(library) == std::string::npos) continue;
+    const size_t dash = range.find('-');
+    if (dash == std::string::npos) continue;
+    const uintptr_t begin = std::stoull(range.substr(0, dash), nullptr, 16);
+    const uintptr_t end = std::stoull(range.substr(dash + 1), nullptr, 16);
+    if (end <= begin) continue;
+    if (madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT) == 0) {
+      asked += static_cast<int64_t>(end - begin);
+    }
+  }
+  return asked;
+#else
+  (void)library;
+  return 0;
+#endif
 }
 
 }  // namespace strata::runtime

@@ -28,4 +28,11 @@ std::vector<DeviceMemory> MeasureDeviceMemory(LoadedModel& model);
 // CPU weights' 2 MiB pages (runtime/model/weights.h) where the kernel gave them; 0 where it cannot be read.
 int64_t AnonHugePageBytes();
 
+// Asks the kernel to page out the resident pages of the read-only mappings (code and constant data) of shared libraries
+// whose path contains
+// `library` (MADV_PAGEOUT, Linux 5.4 and later; elsewhere nothing happens): LibTorch's static initialisers touch tens
+// of megabytes of libtorch_cpu.so's code (every operator's registration) that serving never runs, and they stay in
+// the resident set. The code a step runs faults back in from the page cache. The bytes of the mappings asked about.
+int64_t PageOutLibraryCode(const std::string& library);
+
 }  // namespace strata::runtime

@@ -157,6 +157,9 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
   // The forward pass's settings, as the planner read them from config.json: an error when config.json asks
   // for what the runtime does not implement, and for module trees.
   if (!options.spec.decoder.ok()) return options.spec.decoder.status();
+  // What LibTorch's start-up touched of its code and serving does not run leaves the resident set before the weights
+  // come in (device_memory.h).
+  PageOutLibraryCode("libtorch_cpu.so");
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   LoadReport& report = impl->report;
@@ -215,6 +218,7 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const LoadOptions
                     " (not part of the model: ", report.spec.ignored_tensors.front(), ", ...)\n");
   }
   report.seconds = SecondsSince(start);
+  PageOutLibraryCode("libtorch_cpu.so");  // and what the load ran of it
   return std::unique_ptr<LoadedModel>(new LoadedModel(std::move(impl)));
 }
 
