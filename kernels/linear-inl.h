@@ -456,6 +456,12 @@ STRATA_BF16_DOT HWY_NOINLINE void TileDot(const uint16_t* x, const uint16_t* w, 
   for (int64_t j = 0; j < k; j += 32) {
     const __mmask32 mask = k - j >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << (k - j)) - 1);
     __m512bh wv[NR];
+    // The first group of input rows streams the weight rows from memory: it prefetches the next tile's (NR rows on)
+    // into L2 as it goes, which the hardware prefetchers do not do for rows side by side (strata_linear_bench, Zen 4,
+    // 1 thread, 3072 x 768: 4 rows 7.8 -> 19.8 GiB/s, 16 rows 4.4 -> 6.0).
+    if (m0 == 0) {
+      STRATA_UNROLL for (int r = 0; r < NR; ++r) __builtin_prefetch(ws[r] + NR * k + j, 0, 2);
+    }
     STRATA_UNROLL for (int r = 0; r < NR; ++r) wv[r] = LoadDot(ws[r] + j, mask);
     STRATA_UNROLL for (int m = 0; m < MR; ++m) {
       const __m512bh xv = LoadDot(x + (m0 + m) * k + j, mask);
