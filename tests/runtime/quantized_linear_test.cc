@@ -101,7 +101,8 @@ TEST(LinearPacked, IntegerLayoutsEveryPathMatchTheDequantizedWeight) {
   for (int bits : {4, 8}) {
     for (bool zeros : {false, true}) {
       for (at::ScalarType scale_dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
-        // Groups of 64 and 128: int4 bfloat16 rows keep the packed VDPBF16PS tiles up to 32 rows where the CPU has them.
+        // Groups of 64 and 128: int4 bfloat16 rows keep the packed VDPBF16PS tiles up to 32 rows where the CPU has
+        // them.
         for (int64_t group : {64, 128}) {
           const PackedLinear w = RandomInt(bits, 96, 256, group, zeros, scale_dtype);
           for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
