@@ -154,6 +154,18 @@ absl::StatusOr<int64_t> ReadGqaHeads(const json& config, int64_t default_kv_head
   return *head_dim;
 }
 
+absl::StatusOr<std::string> HiddenAct(const json& config, bool silu_only) {
+  std::string act = "silu";
+  if (auto it = config.find("hidden_act"); it != config.end()) {
+    if (!it->is_string()) return FieldError("hidden_act", absl::StrCat("must be a string, got ", it->dump()));
+    act = it->get<std::string>();
+  }
+  if (silu_only && act != "silu") {
+    return FieldError("hidden_act", absl::StrCat("\"", act, "\" is not supported (silu)"));
+  }
+  return act;
+}
+
 absl::StatusOr<double> RmsNormEps(const json& config, double fallback) {
   absl::StatusOr<double> eps = NumberOr(config, "", "rms_norm_eps", fallback);
   if (!eps.ok()) return eps.status();
@@ -181,6 +193,21 @@ absl::StatusOr<RopeConfig> DictRope(const json& config, double default_theta, in
   }
   return LlamaStyleRope(params != nullptr ? *params : empty, prefix, *type, *theta,
                         max_positions > 0 ? static_cast<double>(max_positions) : 8192.0);
+}
+
+absl::Status FinishDictRopeDecoder(const json& config, double default_eps, double default_theta, int64_t max_positions,
+                                   const json* rope_defaults, DecoderConfig decoder, ModelSpec& spec) {
+  absl::StatusOr<double> eps = RmsNormEps(config, default_eps);
+  if (!eps.ok()) return eps.status();
+  decoder.rms_norm_eps = *eps;
+  absl::StatusOr<RopeConfig> rope = DictRope(config, default_theta, max_positions, rope_defaults);
+  if (!rope.ok()) {
+    spec.decoder = rope.status();
+  } else {
+    decoder.rope = *rope;
+    spec.decoder = std::move(decoder);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> PartialRotaryFactor(const json& config, double fallback) {

@@ -97,13 +97,9 @@ absl::StatusOr<DeepseekFields> ReadFields(const json& config, int64_t layers) {
     if (!b.ok()) return b.status();
     *out = *b;
   }
-  std::string act = "silu";
-  if (auto it = config.find("hidden_act"); it != config.end()) {
-    if (!it->is_string()) return FieldError("hidden_act", absl::StrCat("must be a string, got ", it->dump()));
-    act = it->get<std::string>();
-  }
-  if (act != "silu") return FieldError("hidden_act", absl::StrCat("\"", act, "\" is not supported (silu)"));
-  f.act_class = *ActivationClass(act);
+  absl::StatusOr<std::string> act = HiddenAct(config, /*silu_only=*/true);
+  if (!act.ok()) return act.status();
+  f.act_class = *ActivationClass(*act);
   return f;
 }
 

@@ -65,13 +65,9 @@ absl::StatusOr<GlmFields> ReadFields(const json& config, int64_t layers) {
     if (!b.ok()) return b.status();
     *out = *b;
   }
-  std::string act = "silu";
-  if (auto it = config.find("hidden_act"); it != config.end()) {
-    if (!it->is_string()) return FieldError("hidden_act", absl::StrCat("must be a string, got ", it->dump()));
-    act = it->get<std::string>();
-  }
-  if (act != "silu") return FieldError("hidden_act", absl::StrCat("\"", act, "\" is not supported (silu)"));
-  f.act_class = *ActivationClass(act);
+  absl::StatusOr<std::string> act = HiddenAct(config, /*silu_only=*/true);
+  if (!act.ok()) return act.status();
+  f.act_class = *ActivationClass(*act);
   return f;
 }
 
@@ -180,15 +176,9 @@ absl::StatusOr<ModelSpec> Glm4MoeSpecFromConfig(const json& config, const Archit
   decoder.rotary_dim = rotary_dim == *head_dim ? 0 : rotary_dim;
   internal::SetGroupRouterMoe(f->moe, sizes->layers, decoder.moe);
   decoder.sliding_window.assign(static_cast<size_t>(sizes->layers), 0);
-  absl::StatusOr<double> eps = RmsNormEps(config, 1e-5);
-  if (!eps.ok()) return eps.status();
-  decoder.rms_norm_eps = *eps;
-  absl::StatusOr<RopeConfig> rope = DictRope(config, 10000.0, max_positions);
-  if (!rope.ok()) {
-    spec.decoder = rope.status();
-  } else {
-    decoder.rope = *rope;
-    spec.decoder = std::move(decoder);
+  if (absl::Status s = FinishDictRopeDecoder(config, 1e-5, 10000.0, max_positions, nullptr, std::move(decoder), spec);
+      !s.ok()) {
+    return s;
   }
   return spec;
 }

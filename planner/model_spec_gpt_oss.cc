@@ -144,12 +144,9 @@ absl::StatusOr<ModelSpec> GptOssSpecFromConfig(const json& config, const Archite
   if (*head_dim < 2 || *head_dim % 2 != 0) return FieldError("head_dim", "must be an even number of at least 2");
   absl::StatusOr<GptOssFields> f = ReadFields(config, *sizes);
   if (!f.ok()) return f.status();
-  std::string act = "silu";
-  if (auto it = config.find("hidden_act"); it != config.end()) {
-    if (!it->is_string()) return FieldError("hidden_act", absl::StrCat("must be a string, got ", it->dump()));
-    act = it->get<std::string>();
-  }
-  // GptOssExperts ignores hidden_act (its clamped SwiGLU is fixed); the config class still declares "silu".
+  // GptOssExperts ignores hidden_act (its clamped SwiGLU is fixed); the config class still declares "silu", so it is
+  // only checked to be a string.
+  if (absl::StatusOr<std::string> act = HiddenAct(config, /*silu_only=*/false); !act.ok()) return act.status();
   if (absl::Status s = CheckPadTokenId(config, sizes->vocab, 0); !s.ok()) return s;
   absl::StatusOr<std::vector<int64_t>> windows = SlidingWindows(config, sizes->layers, *f);
   if (!windows.ok()) return windows.status();
@@ -189,18 +186,13 @@ absl::StatusOr<ModelSpec> GptOssSpecFromConfig(const json& config, const Archite
   moe.swiglu_alpha = f->swiglu_alpha;
   moe.swiglu_limit = f->swiglu_limit;
   moe.sparse.assign(static_cast<size_t>(sizes->layers), true);
-  absl::StatusOr<double> eps = RmsNormEps(config, 1e-5);
-  if (!eps.ok()) return eps.status();
-  decoder.rms_norm_eps = *eps;
   // RoPE: GptOssConfig's default is YaRN (factor 32 over 4096 positions, truncate false, theta 150000).
   const json defaults = {{"rope_type", "yarn"}, {"factor", 32.0},    {"beta_fast", 32.0},
                          {"beta_slow", 1.0},    {"truncate", false}, {"original_max_position_embeddings", 4096}};
-  absl::StatusOr<RopeConfig> rope = DictRope(config, 150000.0, max_positions, &defaults);  // default_theta
-  if (!rope.ok()) {
-    spec.decoder = rope.status();
-  } else {
-    decoder.rope = *rope;
-    spec.decoder = std::move(decoder);
+  if (absl::Status s =
+          FinishDictRopeDecoder(config, 1e-5, 150000.0, max_positions, &defaults, std::move(decoder), spec);
+      !s.ok()) {
+    return s;
   }
   return spec;
 }

@@ -101,12 +101,8 @@ absl::StatusOr<ModelSpec> MiniMaxM2SpecFromConfig(const json& config, const Arch
   if (absl::Status s = internal::CheckExpertModules(*experts, sizes->layers, experts_field); !s.ok()) return s;
   absl::StatusOr<bool> tie = BoolOr(config, "tie_word_embeddings", false);
   if (!tie.ok()) return tie.status();
-  std::string act = "silu";
-  if (auto it = config.find("hidden_act"); it != config.end()) {
-    if (!it->is_string()) return FieldError("hidden_act", absl::StrCat("must be a string, got ", it->dump()));
-    act = it->get<std::string>();
-  }
-  if (act != "silu") return FieldError("hidden_act", absl::StrCat("\"", act, "\" is not supported (silu)"));
+  absl::StatusOr<std::string> act = HiddenAct(config, /*silu_only=*/true);
+  if (!act.ok()) return act.status();
   if (absl::Status s = CheckPadTokenId(config, sizes->vocab, 0); !s.ok()) return s;
   absl::StatusOr<double> factor = RotaryFraction(config, *head_dim);
   if (!factor.ok()) return factor.status();
@@ -115,7 +111,7 @@ absl::StatusOr<ModelSpec> MiniMaxM2SpecFromConfig(const json& config, const Arch
 
   ModelSpec spec = DecoderSpecFrame(std::string(arch.name), dtype, "MiniMaxM2", *tie, *sizes);
   const int64_t hidden = sizes->hidden;
-  const std::string act_class = *ActivationClass(act);
+  const std::string act_class = *ActivationClass(*act);
   if (absl::Status s = BuildCausalLm(
           spec, *sizes, "MiniMaxM2", (rotary_dim + 1) / 2,
           [&](const ModuleSpec& list, int64_t i) {
@@ -149,15 +145,10 @@ absl::StatusOr<ModelSpec> MiniMaxM2SpecFromConfig(const json& config, const Arch
   decoder.moe.weights_in_float32 = true;
   decoder.moe.sparse.assign(static_cast<size_t>(sizes->layers), true);
   decoder.sliding_window.assign(static_cast<size_t>(sizes->layers), 0);
-  absl::StatusOr<double> eps = RmsNormEps(config, 1e-6);
-  if (!eps.ok()) return eps.status();
-  decoder.rms_norm_eps = *eps;
-  absl::StatusOr<RopeConfig> rope = DictRope(config, 5000000.0, max_positions);  // MiniMaxM2Config.default_theta
-  if (!rope.ok()) {
-    spec.decoder = rope.status();
-  } else {
-    decoder.rope = *rope;
-    spec.decoder = std::move(decoder);
+  // MiniMaxM2Config.default_theta 5e6.
+  if (absl::Status s = FinishDictRopeDecoder(config, 1e-6, 5000000.0, max_positions, nullptr, std::move(decoder), spec);
+      !s.ok()) {
+    return s;
   }
   return spec;
 }

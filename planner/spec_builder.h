@@ -231,6 +231,10 @@ absl::StatusOr<RopeConfig> YarnRope(const json& params, absl::string_view prefix
 absl::StatusOr<int64_t> ReadGqaHeads(const json& config, int64_t default_kv_heads, int64_t default_head_dim,
                                      DecoderSizes& sizes);
 
+// hidden_act: a string (else an error naming the field), "silu" when absent; with `silu_only`, any other refused (the
+// families whose runtime MLP is SiLU-gated).
+absl::StatusOr<std::string> HiddenAct(const json& config, bool silu_only);
+
 // rms_norm_eps: a positive finite number (zero would divide a zero row by zero), `fallback` when absent.
 absl::StatusOr<double> RmsNormEps(const json& config, double fallback);
 
@@ -239,6 +243,13 @@ absl::StatusOr<double> RmsNormEps(const json& config, double fallback);
 // for a config with no dict (nullptr: the default type).
 absl::StatusOr<RopeConfig> DictRope(const json& config, double default_theta, int64_t max_positions,
                                     const json* defaults = nullptr);
+
+// The end of a builder whose family reads DictRope: rms_norm_eps (RmsNormEps, `default_eps` when absent) into
+// `decoder` (an error is returned: the config is bad), then its RoPE (DictRope with `default_theta` and
+// `rope_defaults`): an error there becomes spec.decoder (the tree stands; the runtime refuses to run it), else
+// `decoder` goes into spec.decoder.
+absl::Status FinishDictRopeDecoder(const json& config, double default_eps, double default_theta, int64_t max_positions,
+                                   const json* rope_defaults, DecoderConfig decoder, ModelSpec& spec);
 
 // partial_rotary_factor in (0, 1]: the RoPE dict's own, else the top-level field, else `fallback`
 // (PreTrainedConfig.convert_rope_params_to_dict's order).
