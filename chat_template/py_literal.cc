@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "chat_template/escapes.h"
 #include "chat_template/py_json.h"
 #include "chat_template/stream_text.h"
 #include "chat_template/value.h"
@@ -520,6 +521,10 @@ class Lexer {
       }
       const char e = body[i + 1];  // a backslash is always followed by a character (String keeps pairs)
       i += 2;
+      if (const char short_escape = ShortEscape(e); short_escape != 0) {
+        out.push_back(short_escape);
+        continue;
+      }
       switch (e) {
         case '\n':
           break;
@@ -530,21 +535,6 @@ class Lexer {
           break;
         case 'a':
           out.push_back('\a');
-          break;
-        case 'b':
-          out.push_back('\b');
-          break;
-        case 'f':
-          out.push_back('\f');
-          break;
-        case 'n':
-          out.push_back('\n');
-          break;
-        case 'r':
-          out.push_back('\r');
-          break;
-        case 't':
-          out.push_back('\t');
           break;
         case 'v':
           out.push_back('\v');
