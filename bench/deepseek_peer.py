@@ -52,10 +52,9 @@ MODEL = dict(hidden_size=768, intermediate_size=2048, moe_intermediate_size=160,
 VOCAB = 8000
 
 
-def make_checkpoint(directory: pathlib.Path) -> int:
-    """The random model (matrices scaled up so greedy ids are well separated, routing biases random) and a
-    byte-level BPE tokenizer.json; the parameter count."""
-    import torch
+def make_tokenizer(directory: pathlib.Path) -> None:
+    """A byte-level BPE of VOCAB tokens trained here, saved as tokenizer.json with its transformers files (llama.cpp's
+    converters read a GPT-2-style tokenizer.json); gpt_oss_peer.py's too."""
     import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -72,6 +71,15 @@ def make_checkpoint(directory: pathlib.Path) -> int:
     tok.save(str(directory / "tokenizer.json"))
     transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
                                          unk_token="<unk>").save_pretrained(directory)
+
+
+def make_checkpoint(directory: pathlib.Path) -> int:
+    """The random model (matrices scaled up so greedy ids are well separated, routing biases random) and a
+    byte-level BPE tokenizer.json; the parameter count."""
+    import torch
+    import transformers
+
+    make_tokenizer(directory)
     torch.manual_seed(0)
     model = transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(vocab_size=VOCAB, **MODEL))
     with torch.no_grad():

@@ -30,7 +30,6 @@ import os
 import pathlib
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -48,31 +47,11 @@ MODEL = dict(hidden_size=512, intermediate_size=512, num_hidden_layers=6, num_at
              num_key_value_heads=2, head_dim=64, num_local_experts=32, num_experts_per_tok=4, sliding_window=128,
              max_position_embeddings=131072, rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1,
              eos_token_id=2, pad_token_id=0)
-VOCAB = 8000
+VOCAB = D.VOCAB  # the byte-level BPE deepseek_peer.make_tokenizer trains
 MXFP4_CONFIG = {"quant_method": "mxfp4",
                 "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
                                            "model.embed_tokens", "lm_head"]}
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]  # the codes 0-7; 8-15 are their negatives (transformers' FP4_VALUES)
-
-
-def make_tokenizer(directory: pathlib.Path) -> None:
-    """deepseek_peer.py's byte-level BPE, trained here (llama.cpp's GptOssModel reads a GPT-2-style tokenizer.json)."""
-    import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    sys.path.insert(0, str(HERE.parent / "tests" / "tokenizer_parity"))
-    import tokenizer_fixtures as TF
-
-    directory.mkdir(parents=True, exist_ok=True)
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(TF.training_text(n=20000), trainers.BpeTrainer(
-        vocab_size=VOCAB - 3, special_tokens=["<unk>", "<s>", "</s>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok.save(str(directory / "tokenizer.json"))
-    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
-                                         unk_token="<unk>").save_pretrained(directory)
 
 
 def make_checkpoint(directory: pathlib.Path) -> int:
@@ -81,7 +60,7 @@ def make_checkpoint(directory: pathlib.Path) -> int:
     import torch
     import transformers
 
-    make_tokenizer(directory)
+    D.make_tokenizer(directory)
     torch.manual_seed(0)
     model = transformers.GptOssForCausalLM(transformers.GptOssConfig(vocab_size=VOCAB, **MODEL))
     with torch.no_grad():
@@ -162,11 +141,6 @@ def parameter_count(model_dir: pathlib.Path) -> int:
     return count
 
 
-def strata_decode(model_dir, depth, new_tokens, threads) -> float:
-    timing = P.strata_generate(model_dir, P.prompt_ids(depth, VOCAB), new_tokens, threads, "bfloat16")["timing"]
-    return timing["decode_steps"] / timing["decode_seconds"]
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama-cpp", help="llama.cpp checkout built with cmake (default: $LLAMA_CPP_DIR)")
@@ -204,8 +178,8 @@ def main(argv=None) -> int:
           f"{args.repeats} alternating runs per side", flush=True)
     for t in threads:
         alternate("decode", t, "mxfp4", "strata bf16",
-                  lambda: strata_decode(checkpoints["mxfp4"], args.depth, args.new_tokens, t),
-                  lambda: strata_decode(checkpoints["bf16"], args.depth, args.new_tokens, t))
+                  lambda: P.strata_decode(checkpoints["mxfp4"], args.depth, args.new_tokens, t, "bfloat16", VOCAB),
+                  lambda: P.strata_decode(checkpoints["bf16"], args.depth, args.new_tokens, t, "bfloat16", VOCAB))
 
     rss, ids_report = {}, []
     if root is not None:
@@ -218,7 +192,7 @@ def main(argv=None) -> int:
         for fmt in formats:
             for t in threads:
                 alternate("decode", t, fmt, "llama.cpp",
-                          lambda: strata_decode(checkpoints[fmt], args.depth, args.new_tokens, t),
+                          lambda: P.strata_decode(checkpoints[fmt], args.depth, args.new_tokens, t, "bfloat16", VOCAB),
                           lambda: P.llama_bench(root, ggufs[fmt], t, 0, args.new_tokens, args.depth))
         if not args.skip_serving:
             stubs = IH.stubs_under(work)
