@@ -11,6 +11,7 @@
 #include "chat_template/tool_calls.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/chat_template/utf8_check.h"
 
 namespace strata::chat_template {
 
@@ -50,10 +51,10 @@ inline void Add(const std::vector<ToolCallDelta>& deltas, ParsedToolCalls& resul
   }
 }
 
-// Feeds `text` cut at `cuts` (increasing offsets) and adds up the deltas.
-inline Streamed Stream(ToolCallFormat format, std::string_view text, const std::vector<size_t>& cuts,
-                       const nlohmann::ordered_json& tools = nullptr) {
-  ToolCallStreamParser parser(format, ToolCallIds(kSeed), tools);
+// Feeds `text` cut at `cuts` (increasing offsets) to `parser` (a ToolCallStreamParser or a
+// ForcedToolCallStreamParser) and adds up the deltas.
+template <class Parser>
+Streamed StreamThrough(Parser& parser, std::string_view text, const std::vector<size_t>& cuts) {
   Streamed streamed;
   size_t start = 0;
   for (size_t cut : cuts) {
@@ -66,6 +67,13 @@ inline Streamed Stream(ToolCallFormat format, std::string_view text, const std::
   return streamed;
 }
 
+// `text` through the streaming parser of `format`, cut at `cuts`.
+inline Streamed Stream(ToolCallFormat format, std::string_view text, const std::vector<size_t>& cuts,
+                       const nlohmann::ordered_json& tools = nullptr) {
+  ToolCallStreamParser parser(format, ToolCallIds(kSeed), tools);
+  return StreamThrough(parser, text, cuts);
+}
+
 inline void ExpectSame(const ParsedToolCalls& expected, const ParsedToolCalls& actual, std::string_view what) {
   EXPECT_EQ(expected.content, actual.content) << what;
   ASSERT_EQ(expected.calls.size(), actual.calls.size()) << what;
@@ -74,23 +82,6 @@ inline void ExpectSame(const ParsedToolCalls& expected, const ParsedToolCalls& a
     EXPECT_EQ(expected.calls[i].name, actual.calls[i].name) << what << " call " << i;
     EXPECT_EQ(expected.calls[i].arguments, actual.calls[i].arguments) << what << " call " << i;
   }
-}
-
-inline bool IsValidUtf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const int n = c < 0x80                 ? 1
-                  : c >= 0xC2 && c <= 0xDF ? 2
-                  : c >= 0xE0 && c <= 0xEF ? 3
-                  : c >= 0xF0 && c <= 0xF4 ? 4
-                                           : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (int k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-    }
-    i += n;
-  }
-  return true;
 }
 
 // Every cut into two pieces, every byte alone, and random cuts: the deltas add up to ParseToolCalls, and

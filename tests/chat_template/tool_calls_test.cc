@@ -673,16 +673,7 @@ ParsedToolCalls Forced(std::string_view text, std::string_view name) {
 
 Streamed StreamForced(std::string_view text, const std::string& name, const std::vector<size_t>& cuts) {
   ForcedToolCallStreamParser parser(name, ToolCallIds(kSeed));
-  Streamed streamed;
-  size_t start = 0;
-  for (size_t cut : cuts) {
-    streamed.feeds.push_back(parser.Feed(text.substr(start, cut - start)));
-    start = cut;
-  }
-  streamed.feeds.push_back(parser.Feed(text.substr(start)));
-  streamed.feeds.push_back(parser.Finish());
-  for (const auto& deltas : streamed.feeds) Add(deltas, streamed.result);
-  return streamed;
+  return StreamThrough(parser, text, cuts);
 }
 
 TEST(ForcedToolCalls, RequiredListIsCallsWithArgumentsAsVllmDumpsThem) {
