@@ -105,19 +105,41 @@ void StageWorkers::Forward(size_t next, std::unique_ptr<MicroBatch> batch) {
   changed_.notify_all();
 }
 
+bool StageWorkers::ChainNext(size_t own, size_t ran, const MicroBatch& batch) {
+  const std::vector<Stage>& stages = pipeline_.stages();
+  const size_t next = ran + 1;
+  bool chain = false;
+  bool waiting = false;  // `ran`'s own worker has a micro-batch it waited to start until this thread was done
+  {
+    std::lock_guard lock(mutex_);
+    lanes_[ran].running = false;
+    waiting = ran != own && !lanes_[ran].queue.empty();
+    chain = !batch.error && next < lanes_.size() && stages[next].local && stages[ran].device.is_cpu() &&
+            stages[next].device.is_cpu() && !lanes_[next].running && lanes_[next].queue.empty() &&
+            lanes_[own].queue.empty();
+    if (chain) lanes_[next].running = true;
+  }
+  if (waiting) changed_.notify_all();
+  return chain;
+}
+
 void StageWorkers::Work(size_t stage) {
   if (intra_op_threads_ > 0) at::set_num_threads(intra_op_threads_);
   while (true) {
     std::unique_ptr<MicroBatch> batch;
     {
       std::unique_lock lock(mutex_);
-      changed_.wait(lock, [&] { return stopping_ || !lanes_[stage].queue.empty(); });
+      changed_.wait(lock, [&] { return stopping_ || (!lanes_[stage].queue.empty() && !lanes_[stage].running); });
       if (stopping_) return;
       batch = std::move(lanes_[stage].queue.front());
       lanes_[stage].queue.pop_front();
+      lanes_[stage].running = true;
     }
-    RunOne(stage, *batch);
-    Forward(stage + 1, std::move(batch));
+    size_t ran = stage;
+    RunOne(ran, *batch);
+    while (ChainNext(stage, ran, *batch)) RunOne(++ran, *batch);
+    // Forward notifies: a worker whose stage this thread ran may have been handed a micro-batch meanwhile.
+    Forward(ran + 1, std::move(batch));
   }
 }
 

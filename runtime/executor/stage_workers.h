@@ -2,7 +2,9 @@
 // Internal (ATen): micro-batch pipelining across the stages (GUIDE.md, Pipelining). One worker thread
 // per stage, each with a queue: a micro-batch enters stage 0's queue, each worker runs its stage and
 // hands the activation to the next stage's queue, and the last stage's output lands in `completed`.
-// With several micro-batches in flight, stage s works on micro-batch m while stage s+1 works on m-1.
+// With several micro-batches in flight, stage s works on micro-batch m while stage s+1 works on m-1. A worker
+// that finishes a CPU stage with nothing queued runs the next CPU stage itself when that one is idle
+// (ChainNext): a lone micro-batch gains nothing from changing threads, and each change costs a wake-up.
 //
 // Worker threads (rather than one launcher issuing async CUDA work in wavefront order) because the same
 // code must overlap CPU stages, where there is no asynchronous queue to issue into; on CUDA a worker's
@@ -78,9 +80,16 @@ class StageWorkers {
   struct Lane {
     std::deque<std::unique_ptr<MicroBatch>> queue;
     double busy_seconds = 0;
+    bool running = false;  // a thread runs this stage now (its own worker, or the one before chaining into it)
   };
   void Work(size_t stage);
   void RunOne(size_t stage, MicroBatch& batch);
+  // After `ran` ran `batch` on a worker that owns `own`: whether this thread goes on to run stage ran + 1 itself,
+  // claiming it (under mutex_). Only from a CPU stage into an idle local CPU stage, and only while `own` has no
+  // queued micro-batch, so no overlap is lost: handing a micro-batch to another core's sleeping thread costs a
+  // wake-up per hop (a third of a 2-stage plan's decode step on a 2-vCPU VM), and a lone micro-batch gains nothing
+  // from changing threads.
+  bool ChainNext(size_t own, size_t ran, const MicroBatch& batch);
   // After `stage` ran (or before stage 0): the next local stage's queue, another node, or completed.
   void Forward(size_t next, std::unique_ptr<MicroBatch> batch);
 
@@ -90,7 +99,7 @@ class StageWorkers {
   std::function<void(MicroBatch&)> after_last_;
   std::optional<FaultInjection> fault_;
   std::function<void(size_t, std::unique_ptr<MicroBatch>)> hand_off_;
-  int64_t fault_calls_ = 0;  // micro-batches the armed stage has started (its worker only)
+  int64_t fault_calls_ = 0;  // micro-batches the armed stage has started (by the thread running it: one at a time)
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<Lane> lanes_;
