@@ -159,10 +159,14 @@ def prompt_ids(n: int, vocab: int, salt: int = 0) -> list[int]:
 
 # --- strata ---------------------------------------------------------------------------------------------
 
-def strata_generate(model_dir, prompt, new_tokens, threads, dtype) -> dict:
+CPU_ONLY = ("--device-map", '{"": "cpu"}')
+
+
+def strata_generate(model_dir, prompt, new_tokens, threads, dtype, plan=CPU_ONLY) -> dict:
+    """strata-generate's --json result (and "peak_rss") for one prompt; plan: the placement flags (default: every
+    module on the CPU, one stage)."""
     args = [str(BUILD / "runtime" / "strata-generate"), "--model", str(model_dir), "--json", "--warmup", "1",
-            "--prompt-ids", ",".join(map(str, prompt)), "--max-new-tokens", str(new_tokens),
-            "--device-map", '{"": "cpu"}', "--dtype", dtype]
+            "--prompt-ids", ",".join(map(str, prompt)), "--max-new-tokens", str(new_tokens), *plan, "--dtype", dtype]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     proc, rss = run_peak_rss(args, env)
     if proc.returncode != 0:

@@ -22,7 +22,8 @@ odd repeats): decode batch 1 tokens/s after a --depth-token prompt (strata-gener
 -d DEPTH), prefill of --prefill tokens tokens/s (the same tools), the weight bytes read per decoded token (every
 tensor of the file but the token embedding, which decode reads one row of) and the share of the read roofline
 (peer_llamacpp.read_bandwidth), the peak RSS (VmHWM) of strata-generate; with serving, --streams concurrent streams
-on strata-server (gRPC) and llama-server (HTTP) per format, and each server's peak RSS.
+on strata-server (gRPC) and llama-server (HTTP) per format, and each server's peak RSS (beside the others, and
+after the alternating runs alone: one more serving run with the machine to itself).
 
 llama-quantize is not built by this bench: without DIR/build/bin/llama-quantize the q4_0 and q4_k_m rows are left
 out (build it: cmake --build DIR/build --target llama-quantize). For strata's AVX2 code on an AVX-512 machine, set
@@ -48,6 +49,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import peer_llamacpp as P  # noqa: E402
 
+TWO_STAGE = "strata 2-stage"
 STRATA_FORMATS = ("bf16", "fp8", "int4-g32", "int4-g128")
 LLAMA_FORMATS = ("bf16", "q8_0", "q4_0", "q4_k_m")
 # (label, strata format over the format it is compared with: ("strata" | "llama.cpp", format))
@@ -126,6 +128,14 @@ def gguf_weight_bytes(root: pathlib.Path, gguf: pathlib.Path) -> int:
     return sum(int(t.n_bytes) for t in GGUFReader(str(gguf)).tensors if t.name != "token_embd.weight")
 
 
+def two_stage_plan(layers: int) -> tuple:
+    """A 2-stage plan: the embedding and the first half of the layers on plan GPU 0, run on the CPU
+    (--physical-devices 0=cpu), the rest on "cpu": a "cpu" stage behind another stage, as behind a GPU."""
+    device_map = {"model.embed_tokens": 0, "model.norm": "cpu", "lm_head": "cpu"}
+    device_map.update({f"model.layers.{i}": 0 if i < layers // 2 else "cpu" for i in range(layers)})
+    return ("--device-map", json.dumps(device_map), "--physical-devices", "0=cpu")
+
+
 def cpu_line() -> str:
     model, flags = "unknown CPU", set()
     for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
@@ -150,6 +160,9 @@ def main(argv=None) -> int:
     P.add_run_arguments(ap)
     ap.add_argument("--work", help="directory for the checkpoints and GGUF files (default: a temporary one)")
     ap.add_argument("--reuse", action="store_true", help="with --work: keep the files a previous run made there")
+    ap.add_argument("--two-stage", action="store_true",
+                    help="also run each strata format on a 2-stage plan (side \"strata 2-stage\": layers split "
+                         "between plan GPU 0 on the CPU and \"cpu\")")
     args = ap.parse_args(argv)
 
     root = P.find_llama_cpp(args.llama_cpp)
@@ -200,6 +213,8 @@ def main(argv=None) -> int:
                 shutil.rmtree(out)
             make_strata(fmt, model_dir, out)
         files[("strata", fmt)] = (out, strata_weight_bytes(out))
+        if args.two_stage:
+            files[(TWO_STAGE, fmt)] = files[("strata", fmt)]
     for fmt in llama_formats:
         out = work / f"model-{fmt}.gguf"
         if not (reuse and out.exists()):
@@ -211,11 +226,13 @@ def main(argv=None) -> int:
     results = {}  # (measure, threads, side, format) -> [values]
     rss = {}  # (what, side, format) -> bytes
 
+    plans = {"strata": P.CPU_ONLY, TWO_STAGE: two_stage_plan(config["num_hidden_layers"])}
+
     def decode(side, fmt, t):
         path = files[(side, fmt)][0]
         if side == "llama.cpp":
             return P.llama_bench(root, path, t, 0, args.new_tokens, args.depth)
-        out = P.strata_generate(path, P.prompt_ids(args.depth, vocab), args.new_tokens, t, "bfloat16")
+        out = P.strata_generate(path, P.prompt_ids(args.depth, vocab), args.new_tokens, t, "bfloat16", plans[side])
         key = ("strata-generate, decode run", side, fmt)
         rss[key] = max(rss.get(key, 0), out["peak_rss"] or 0)
         return out["timing"]["decode_steps"] / out["timing"]["decode_seconds"]
@@ -224,7 +241,7 @@ def main(argv=None) -> int:
         path = files[(side, fmt)][0]
         if side == "llama.cpp":
             return P.llama_bench(root, path, t, args.prefill, 0, 0)
-        out = P.strata_generate(path, P.prompt_ids(args.prefill, vocab), 1, t, "bfloat16")
+        out = P.strata_generate(path, P.prompt_ids(args.prefill, vocab), 1, t, "bfloat16", plans[side])
         key = (f"strata-generate, {args.prefill}-token prefill run", side, fmt)
         rss[key] = max(rss.get(key, 0), out["peak_rss"] or 0)
         return args.prefill / out["timing"]["prefill_seconds"]
@@ -248,36 +265,53 @@ def main(argv=None) -> int:
         context = args.depth + args.serve_tokens
         requests = [P.prompt_ids(args.depth, vocab, salt=i + 1) for i in range(args.streams)]
         servers = {}
+
+        def start_server(side, fmt):
+            """One warmed server for (side, fmt)."""
+            if side != "llama.cpp":
+                server = P.IH.ServerProcess(
+                    P.IH.require_binary(P.IH.SERVER_BIN),
+                    ["--model", str(files[(side, fmt)][0]), *plans[side], "--dtype", "bfloat16",
+                     "--max-batch", str(args.streams), "--max-context", str(context),
+                     "--intra-op-threads", str(serve_threads)], work / f"{side.replace(' ', '-')}-{fmt}")
+                server.start(stubs)
+                P.strata_stream(stubs, server, requests[0], 4)  # warm
+                return server
+            server = P.LlamaServer(root, files[(side, fmt)][0], serve_threads, args.streams, context,
+                                   work / f"llama-{fmt}.log")
+            server.stream(requests[0], 4)
+            return server
+
+        def server_pid(side, server) -> int:
+            return server.proc.pid if side == "llama.cpp" else server.process.pid
+
+        def serve_once(side, fmt, server):
+            if side != "llama.cpp":
+                return P.concurrently(args.streams, lambda i: P.strata_stream(stubs, server, requests[i],
+                                                                              args.serve_tokens))
+            return P.concurrently(args.streams, lambda i: server.stream(requests[i], args.serve_tokens))
+
         try:
             for side, fmt in formats:
-                if side == "strata":
-                    server = P.IH.ServerProcess(
-                        P.IH.require_binary(P.IH.SERVER_BIN),
-                        ["--model", str(files[(side, fmt)][0]), "--device-map", '{"": "cpu"}', "--dtype", "bfloat16",
-                         "--max-batch", str(args.streams), "--max-context", str(context),
-                         "--intra-op-threads", str(serve_threads)], work / f"strata-{fmt}")
-                    servers[(side, fmt)] = server
-                    server.start(stubs)
-                    P.strata_stream(stubs, server, requests[0], 4)  # warm
-                else:
-                    server = P.LlamaServer(root, files[(side, fmt)][0], serve_threads, args.streams, context,
-                                           work / f"llama-{fmt}.log")
-                    servers[(side, fmt)] = server
-                    server.stream(requests[0], 4)
+                servers[(side, fmt)] = start_server(side, fmt)
 
             def serve(side, fmt):
-                server = servers[(side, fmt)]
-                if side == "strata":
-                    return P.concurrently(args.streams, lambda i: P.strata_stream(stubs, server, requests[i],
-                                                                                  args.serve_tokens))
-                return P.concurrently(args.streams, lambda i: server.stream(requests[i], args.serve_tokens))
+                return serve_once(side, fmt, servers[(side, fmt)])
 
             alternate(serve_measure, serve_threads, serve)
             for (side, fmt), server in servers.items():
-                pid = server.process.pid if side == "strata" else server.proc.pid
-                rss[("server after serving", side, fmt)] = P.peak_rss(pid)
+                rss[("server after serving, beside the others", side, fmt)] = P.peak_rss(server_pid(side, server))
         finally:
             for server in servers.values():
+                server.stop()
+        # Each server again, alone: read-only code pages that the other strata servers map too cannot be paged
+        # out (their mapcount is above one), so only a server with the machine to itself shows what one costs.
+        for side, fmt in formats:
+            server = start_server(side, fmt)
+            try:
+                serve_once(side, fmt, server)
+                rss[("server after serving, alone", side, fmt)] = P.peak_rss(server_pid(side, server))
+            finally:
                 server.stop()
 
     measures = [("decode", t) for t in threads] + [("prefill", t) for t in threads]
@@ -300,12 +334,18 @@ def main(argv=None) -> int:
             print(f"| {measure} ({unit}) | {t} | {side} | {fmt} | {P.summary(values)} | {weight / 2**20:.0f} | "
                   f"{roof} |")
     print()
-    ratios = [(label, ours, theirs) for label, ours, theirs in RATIOS
+    ratios = [(label, "strata", ours, theirs) for label, ours, theirs in RATIOS
               if ("strata", ours) in files and theirs in files]
+    for _, ours, theirs in RATIOS:  # the 2-stage plan against llama.cpp and against its own bf16
+        theirs = (TWO_STAGE, theirs[1]) if theirs[0] == "strata" else theirs
+        if (TWO_STAGE, ours) in files and theirs in files:
+            ratios.append((f"{TWO_STAGE} {ours} / {' '.join(theirs)}", TWO_STAGE, ours, theirs))
+    ratios += [(f"{TWO_STAGE} {fmt} / strata {fmt}", TWO_STAGE, fmt, ("strata", fmt))
+               for side, fmt in formats if side == TWO_STAGE]
     print("| ratio of medians | " + " | ".join(f"{m} {t}t" for m, t in measures) + " |")
     print("|---|" + "---|" * len(measures))
-    for label, ours, theirs in ratios:
-        cells = [statistics.median(results[(m, t, "strata", ours)]) / statistics.median(results[(m, t, *theirs)])
+    for label, side, ours, theirs in ratios:
+        cells = [statistics.median(results[(m, t, side, ours)]) / statistics.median(results[(m, t, *theirs)])
                  for m, t in measures]
         print(f"| {label} | " + " | ".join(f"{c:.2f}x" for c in cells) + " |")
     print()
