@@ -265,6 +265,10 @@ def main(argv=None) -> int:
         context = args.depth + args.serve_tokens
         requests = [P.prompt_ids(args.depth, vocab, salt=i + 1) for i in range(args.streams)]
         servers = {}
+        # Each stage's worker runs its own intra-op threads, and both stages of the 2-stage plan share this machine's
+        # cores: with micro-batches in flight on both at once, the 2-stage server gets the 1-stage one's threads in
+        # all (serve_threads / 2 per stage), not twice as many on the same cores.
+        stage_threads = {"strata": serve_threads, TWO_STAGE: max(1, serve_threads // 2)}
 
         def start_server(side, fmt):
             """One warmed server for (side, fmt)."""
@@ -273,7 +277,7 @@ def main(argv=None) -> int:
                     P.IH.require_binary(P.IH.SERVER_BIN),
                     ["--model", str(files[(side, fmt)][0]), *plans[side], "--dtype", "bfloat16",
                      "--max-batch", str(args.streams), "--max-context", str(context),
-                     "--intra-op-threads", str(serve_threads)], work / f"{side.replace(' ', '-')}-{fmt}")
+                     "--intra-op-threads", str(stage_threads[side])], work / f"{side.replace(' ', '-')}-{fmt}")
                 server.start(stubs)
                 P.strata_stream(stubs, server, requests[0], 4)  # warm
                 return server
