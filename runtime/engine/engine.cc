@@ -62,6 +62,23 @@ struct Sequence {
   std::optional<structured::Matcher> matcher;
   std::shared_ptr<AllowedTokens> pending_mask;
   std::shared_ptr<AllowedTokens> ready_mask;  // jump-forward filled the next step's mask already
+  // Speculative decoding: the tokens proposed for the next step (fed after the last known one), the acceptance
+  // state, and draws taken from `random` for positions not yet emitted: generated token g always gets the
+  // request's g-th draw, so seeded sampling gives the same ids with speculation as without.
+  std::vector<int32_t> draft;
+  std::optional<Speculation> speculation;
+  std::deque<double> uniforms;
+  double Draw() {
+    if (uniforms.empty()) return std::uniform_real_distribution<double>(0.0, 1.0)(random);
+    const double u = uniforms.front();
+    uniforms.pop_front();
+    return u;
+  }
+  // The next `n` draws, left in place for Draw.
+  std::vector<double> PeekDraws(size_t n) {
+    while (uniforms.size() < n) uniforms.push_back(std::uniform_real_distribution<double>(0.0, 1.0)(random));
+    return std::vector<double>(uniforms.begin(), uniforms.begin() + static_cast<std::ptrdiff_t>(n));
+  }
   // Waits for the mask thread to be done with the matcher.
   void SettleMask() {
     if (pending_mask != nullptr) pending_mask->Get();
@@ -85,6 +102,11 @@ struct Engine::Impl {
   // hands the token to the output thread; whether it ended.
   bool Append(Sequence& s, GeneratedToken token, std::optional<FinishReason> finish);
   void JumpForward(Sequence& s);
+  // Speculative decoding: proposals for the idle decoding sequences, before the scheduler picks the next rows.
+  void Propose();
+  // A verified row: appends the proposed tokens the model chose too, then its own choice at the first difference
+  // (or after the last); sets row.accepted.
+  void AcceptVerified(Sequence& s, ScheduledRow& row, std::vector<GeneratedToken>& verified, GeneratedToken last);
   void LoseDevice(const absl::Status& status);
   void Publish();
   void Emit(OutputEvent event);
@@ -123,7 +145,11 @@ struct Engine::Impl {
   uint64_t prefix_queried = 0;
   uint64_t prefix_hits = 0;
   uint64_t micro_batches_run = 0;
-  uint64_t forced_tokens = 0;                                         // jump-forward
+  uint64_t forced_tokens = 0;  // jump-forward
+  uint64_t spec_proposed = 0;
+  uint64_t spec_accepted = 0;
+  uint64_t spec_verifications = 0;
+  std::function<void(int64_t, int64_t)> spec_observer;
   std::map<std::pair<std::string, std::string>, uint64_t> errors;     // (stage, device) -> failed micro-batches
   std::map<std::pair<std::string, std::string>, uint64_t> nonfinite;  // (stage, device) -> rows with NaN/inf logits
   // Requests ended kError since the last micro-batch that produced a token (EngineStats).
@@ -150,6 +176,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(LoadedModel& model, const 
   so.micro_batch_tokens = options.micro_batch_tokens;
   so.micro_batches = options.micro_batches;
   so.recompute_at = model.recompute_threshold();
+  so.max_positions = model.max_context();
+  if (options.speculative.method != SpeculativeOptions::Method::kNone) {
+    if (absl::Status valid = ValidateSpeculativeOptions(options.speculative); !valid.ok()) return valid;
+  }
   auto impl = std::make_unique<Impl>(model, tokenizer, std::move(eos_ids), options, so);
   impl->kv.free = so.kv_blocks;
   ExecutorOptions eo;
@@ -188,6 +218,11 @@ void Engine::SetMicroBatchObserver(std::function<void(int64_t rows)> observer) {
 
 void Engine::SetMaskObserver(std::function<void(double seconds)> observer) {
   impl_->masks.SetObserver(std::move(observer));
+}
+
+void Engine::SetSpeculationObserver(std::function<void(int64_t proposed, int64_t accepted)> observer) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->spec_observer = std::move(observer);
 }
 
 absl::StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(GenerationRequest request, ChunkCallback callback) {
@@ -229,6 +264,9 @@ EngineStats Engine::Stats() const {
     stats.prefix_hit_tokens = impl_->prefix_hits;
     stats.micro_batches_run = impl_->micro_batches_run;
     stats.forced_tokens = impl_->forced_tokens;
+    stats.spec_proposed_tokens = impl_->spec_proposed;
+    stats.spec_accepted_tokens = impl_->spec_accepted;
+    stats.spec_verifications = impl_->spec_verifications;
     stats.device_lost = impl_->refusing;
     stats.failed_in_a_row = impl_->failed_in_a_row;
     for (const auto& [where, count] : impl_->errors) stats.errors.push_back({where.first, where.second, count});
@@ -265,6 +303,11 @@ void Engine::Impl::Admit() {
   for (std::unique_ptr<Sequence>& s : arrived) {
     const SamplingParams& p = s->request.sampling;
     s->random.seed(p.seed ? *p.seed : seeds());
+    const bool penalised = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+    if (options.speculative.method != SpeculativeOptions::Method::kNone && p.speculative && !penalised &&
+        s->request.grammar == nullptr) {
+      s->speculation.emplace(options.speculative);
+    }
     auto stream = std::make_unique<OutputStream>();
     stream->callback = std::move(s->callback);
     stream->stopped = s->stopped;
@@ -316,7 +359,11 @@ MicroBatchWork Engine::Impl::Build(uint64_t id, const ScheduledMicroBatch& batch
     r.blocks = row.blocks;
     r.start = row.start;
     r.length = row.length;
-    r.tokens.assign(s.tokens.begin() + row.start, s.tokens.begin() + row.start + row.count);
+    r.tokens.assign(s.tokens.begin() + row.start, s.tokens.begin() + row.start + row.count - row.draft);
+    if (row.draft > 0) {
+      r.tokens.insert(r.tokens.end(), s.draft.begin(), s.draft.begin() + row.draft);
+      r.verify = static_cast<int32_t>(row.draft);
+    }
     r.samples = row.samples;
     const int64_t prompt = static_cast<int64_t>(s.request.prompt.size());
     if (p.prompt_logprobs >= 0 && !s.prompt_logprobs_sent) {
@@ -339,7 +386,14 @@ MicroBatchWork Engine::Impl::Build(uint64_t id, const ScheduledMicroBatch& batch
         // nothing else).
         for (int32_t eos : eos_ids) r.sampling.logit_bias.emplace_back(eos, -std::numeric_limits<float>::infinity());
       }
-      r.sampling.uniform = std::uniform_real_distribution<double>(0.0, 1.0)(s.random);
+      if (row.draft > 0) {
+        // Position j of the proposal draws what generated token s.generated + j would: left in place until emitted.
+        r.verify_uniforms = s.PeekDraws(static_cast<size_t>(row.draft) + 1);
+        r.sampling.uniform = r.verify_uniforms.back();
+        r.verify_uniforms.pop_back();
+      } else {
+        r.sampling.uniform = s.Draw();
+      }
       r.sampling.top_logprobs = p.top_logprobs;
       if (s.ready_mask != nullptr) {
         r.sampling.allowed = std::move(s.ready_mask);
@@ -395,7 +449,7 @@ void Engine::Impl::LoseDevice(const absl::Status& status) {
 
 void Engine::Impl::Process(MicroBatchResult result) {
   auto node = in_flight.extract(result.id);
-  const ScheduledMicroBatch& schedule = node.mapped();
+  ScheduledMicroBatch& schedule = node.mapped();
   if (!result.status.ok()) {
     std::cerr << "strata engine: " << result.status.message() << "\n";
     {
@@ -410,7 +464,7 @@ void Engine::Impl::Process(MicroBatchResult result) {
   }
   bool produced = false;
   for (size_t r = 0; r < schedule.rows.size(); ++r) {
-    const ScheduledRow& row = schedule.rows[r];
+    ScheduledRow& row = schedule.rows[r];
     Sequence& s = *sequences.at(row.sequence);
     if (s.done) continue;
     if (r < result.row_errors.size() && !result.row_errors[r].ok()) {
@@ -439,6 +493,14 @@ void Engine::Impl::Process(MicroBatchResult result) {
       continue;
     }
     GeneratedToken& token = *result.tokens[r];
+    if (row.draft > 0) {
+      if (r >= result.verified.size() || result.verified[r].size() != static_cast<size_t>(row.draft)) {
+        Finish(s, FinishReason::kError, absl::InternalError("a verified row came back without its verified tokens"));
+        continue;
+      }
+      AcceptVerified(s, row, result.verified[r], std::move(token));
+      continue;
+    }
     std::optional<FinishReason> finish;
     if (s.matcher) {
       s.SettleMask();
@@ -503,7 +565,7 @@ void Engine::Impl::JumpForward(Sequence& s) {
       s.ready_mask = std::move(mask);
       return;
     }
-    std::uniform_real_distribution<double>(0.0, 1.0)(s.random);  // the skipped step's draw
+    s.Draw();  // the skipped step's draw
     GeneratedToken token;
     token.id = *only;
     if (s.request.sampling.top_logprobs > 0) token.top.emplace_back(*only, 0.0);
@@ -513,6 +575,51 @@ void Engine::Impl::JumpForward(Sequence& s) {
     }
     if (Append(s, std::move(token), s.matcher->Ended() ? std::optional(FinishReason::kEos) : std::nullopt)) return;
   }
+}
+
+void Engine::Impl::Propose() {
+  const SpeculativeOptions& o = options.speculative;
+  for (auto& [id, s] : sequences) {
+    if (s->done || !s->speculation || scheduler.InFlight(id)) continue;
+    const SamplingParams& p = s->request.sampling;
+    // Decoding (a token was generated since the prompt), past min_tokens (each position would need its own ban).
+    if (s->generated == 0 || s->generated < p.min_tokens) continue;
+    const int64_t room = std::min<int64_t>(o.tokens, p.max_new_tokens - s->generated - 1);
+    if (room < 1 || !s->speculation->MayPropose()) {
+      scheduler.Propose(id, 0);
+      continue;
+    }
+    s->draft = ProposeNgram(s->tokens, o.ngram_min, o.ngram_max, static_cast<int32_t>(room));
+    scheduler.Propose(id, static_cast<int64_t>(s->draft.size()));
+  }
+}
+
+void Engine::Impl::AcceptVerified(Sequence& s, ScheduledRow& row, std::vector<GeneratedToken>& verified,
+                                  GeneratedToken last) {
+  int64_t accepted = 0;
+  bool ended = false;
+  for (size_t j = 0; j < verified.size() && !ended; ++j) {
+    const bool agrees = verified[j].id == s.draft.at(j);
+    s.Draw();  // this position's draw, used
+    ended = Append(s, std::move(verified[j]), std::nullopt);
+    if (!agrees) break;
+    ++accepted;
+  }
+  if (!ended && accepted == row.draft) {
+    s.Draw();
+    Append(s, std::move(last), std::nullopt);
+  }
+  row.accepted = accepted;
+  s.speculation->Record(static_cast<int32_t>(row.draft), static_cast<int32_t>(accepted));
+  std::function<void(int64_t, int64_t)> observe;
+  {
+    std::lock_guard lock(mutex);
+    spec_proposed += static_cast<uint64_t>(row.draft);
+    spec_accepted += static_cast<uint64_t>(accepted);
+    ++spec_verifications;
+    observe = spec_observer;
+  }
+  if (observe) observe(row.draft, accepted);
 }
 
 void Engine::Impl::Run() {
@@ -543,6 +650,7 @@ void Engine::Impl::Run() {
       it = sequences.erase(it);
     }
     if (!stop_now && !device_lost) {
+      if (options.speculative.method != SpeculativeOptions::Method::kNone) Propose();
       while (scheduler.in_flight() < options.micro_batches) {
         std::optional<ScheduledMicroBatch> next = scheduler.Next();
         if (!next) break;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/engine/speculation.h"
 #include "runtime/executor/executor.h"
 #include "runtime/executor/loaded_model.h"
 
@@ -66,6 +67,9 @@ struct SamplingParams {
   int32_t prompt_logprobs = -1;
   std::vector<std::string> stop;  // matched on decoded text, not emitted
   bool ignore_eos = false;
+  // Speculative decoding (EngineOptions::speculative) for this request; false: one token per forward pass. A
+  // request with a penalty or a grammar, and one before min_tokens, never proposes (speculation.h).
+  bool speculative = true;
 };
 
 struct GenerationRequest {
@@ -132,6 +136,9 @@ struct EngineOptions {
   // their nodes. A lost node is a lost device: on_device_lost is called (from the group's thread, at once, even
   // when nothing runs) and every request ends UNAVAILABLE naming the node. Not owned.
   NodeGroup* group = nullptr;
+  // Speculative decoding (speculation.h): each decoding sequence proposes tokens, which its next forward pass
+  // verifies; the ids are those of decoding without it (greedy, and seeded sampling alike).
+  SpeculativeOptions speculative;
 };
 
 // Failed micro-batches per stage.
@@ -168,6 +175,11 @@ struct EngineStats {
   uint64_t masks_filled = 0;
   double mask_fill_seconds = 0;
   uint64_t forced_tokens = 0;  // appended by jump-forward (EngineOptions::jump_forward) without a forward pass
+  // Speculative decoding: tokens proposed and verified, of those the ones the model agreed with, and the
+  // verifications (rows that fed a proposal).
+  uint64_t spec_proposed_tokens = 0;
+  uint64_t spec_accepted_tokens = 0;
+  uint64_t spec_verifications = 0;
   bool device_lost = false;
   // Requests that ended kError (a failed forward pass or sampler) since the last micro-batch that produced
   // a token: the server's readiness rule reads it (server/README.md).
@@ -197,6 +209,8 @@ class Engine {
   void SetMicroBatchObserver(std::function<void(int64_t rows)> observer);
   // Called on the mask thread with the seconds each constrained row's token mask took to fill (structured outputs).
   void SetMaskObserver(std::function<void(double seconds)> observer);
+  // Called on the engine thread for each verified proposal: its tokens and how many of them were accepted.
+  void SetSpeculationObserver(std::function<void(int64_t proposed, int64_t accepted)> observer);
 
  private:
   struct Impl;

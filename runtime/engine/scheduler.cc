@@ -138,7 +138,7 @@ std::optional<ScheduledMicroBatch> Scheduler::Next() {
     row.blocks.assign(r.blocks.begin(), r.blocks.begin() + BlocksFor(r.computed + count));
     row.start = r.computed;
     row.count = count;
-    row.samples = r.computed + count == r.length;
+    row.samples = r.computed + count >= r.length;
     row.length = r.length;
     if (options_.recompute_at > 0 && r.length <= options_.recompute_at) r.short_prefix = true;
     r.in_flight = true;
@@ -152,8 +152,10 @@ std::optional<ScheduledMicroBatch> Scheduler::Next() {
   auto room = [&] { return static_cast<int64_t>(batch.rows.size()) < share && budget > 0; };
   for (auto& [id, r] : decoding) {
     if (!room()) break;
-    take(id, *r, 1);
-    budget -= 1;
+    const int64_t draft = DraftRoom(*r, budget);
+    take(id, *r, 1 + draft);
+    batch.rows.back().draft = draft;
+    budget -= 1 + draft;
   }
   for (auto& [id, r] : prefilling) {
     if (!room()) break;
@@ -164,6 +166,25 @@ std::optional<ScheduledMicroBatch> Scheduler::Next() {
   if (batch.rows.empty()) return std::nullopt;
   ++in_flight_batches_;
   return batch;
+}
+
+void Scheduler::Propose(uint64_t sequence, int64_t tokens) {
+  auto it = running_.find(sequence);
+  if (it == running_.end() || it->second.in_flight || it->second.finished) return;
+  it->second.draft = std::max<int64_t>(tokens, 0);
+}
+
+int64_t Scheduler::DraftRoom(Running& r, int64_t budget) {
+  int64_t draft = std::min(r.draft, budget - 1);
+  if (options_.max_positions > 0) draft = std::min(draft, options_.max_positions - r.length);
+  if (draft <= 0) return 0;
+  while (static_cast<int64_t>(r.blocks.size()) < BlocksFor(r.length + draft) && blocks_.available() > 0) {
+    std::optional<int32_t> block = blocks_.Allocate();
+    if (!block) break;
+    r.blocks.push_back(*block);
+  }
+  return std::max<int64_t>(0,
+                           std::min(draft, static_cast<int64_t>(r.blocks.size()) * options_.block_tokens - r.length));
 }
 
 void Scheduler::Append(uint64_t sequence) {
@@ -178,7 +199,8 @@ void Scheduler::Complete(const ScheduledMicroBatch& batch) {
     if (it == running_.end()) continue;
     Running& r = it->second;
     r.in_flight = false;
-    r.computed = row.start + row.count;
+    r.computed = row.start + row.count - (row.draft - std::clamp<int64_t>(row.accepted, 0, row.draft));
+    r.draft = 0;
     if (r.finished) {
       Retire(row.sequence);
       continue;

@@ -43,6 +43,7 @@ struct SchedulerOptions {
   int64_t prefill_chunk_tokens = 256;  // a longer prompt is prefilled in chunks of this many tokens
   int64_t micro_batch_tokens = 512;    // tokens one micro-batch may feed in all (decodes + prefill chunks)
   int64_t micro_batches = 1;           // micro-batches in flight at once (pipeline depth)
+  int64_t max_positions = 0;           // KV positions a sequence may hold (proposals stop there); 0: no limit
   // longrope (Phi-3): original_max_position_embeddings, or 0. A sequence whose cache was computed while it
   // was at most this long is recomputed from position 0 when it grows past it, as transformers' generate()
   // drops its cache there (the long factors then apply to every position).
@@ -56,6 +57,11 @@ struct ScheduledRow {
   int64_t count = 0;            // tokens fed (equal across the micro-batch's rows)
   bool samples = false;         // this chunk reaches the end of the known tokens: sample from its logits
   int64_t length = 0;           // the sequence's known tokens (prompt + generated) when scheduled
+  // Speculative decoding: a decode row feeds its last known token and then `draft` proposed ones (Propose), so
+  // count = 1 + draft. The engine sets `accepted` (how many of them the model agreed with) before Complete: only
+  // those positions' keys and values count as computed.
+  int64_t draft = 0;
+  int64_t accepted = 0;
 };
 
 struct ScheduledMicroBatch {
@@ -90,6 +96,11 @@ class Scheduler {
   void Complete(const ScheduledMicroBatch& batch);
   // A sampled token was appended to a running sequence.
   void Append(uint64_t sequence);
+  // Speculative decoding: the sequence, when it next decodes, also feeds up to `tokens` proposed tokens after
+  // its last known one (fewer where the micro-batch's token budget, its free KV blocks or its context end: no
+  // sequence is preempted for a proposal). Ignored for sequences in flight, prefilling or not running; replaced
+  // by the next call; cleared when the row completes.
+  void Propose(uint64_t sequence, int64_t tokens);
 
   // Ends a sequence: queued ones leave the queue; running ones release their blocks now when they are
   // not in flight, else as soon as their micro-batch completes. Unknown ids are ignored.
@@ -118,6 +129,7 @@ class Scheduler {
     uint64_t admitted = 0;        // admission order: the most recent is preempted first
     uint64_t last_scheduled = 0;  // Next() call that last took it: the longest-waiting go first
     bool short_prefix = false;    // recompute_at: its cache was computed at a length <= recompute_at
+    int64_t draft = 0;            // Propose: tokens it would feed after its last known one
   };
   void Admit();
   // Gives idle running sequences the blocks their next token needs, preempting when none is left.
@@ -125,6 +137,9 @@ class Scheduler {
   void Preempt(uint64_t sequence);
   void Retire(uint64_t sequence);
   int64_t BlocksFor(int64_t tokens) const { return (tokens + options_.block_tokens - 1) / options_.block_tokens; }
+  // Of r.draft proposed tokens, how many a decode row of r can feed within `budget` tokens in all: blocks for
+  // them are taken while free ones are left (never by preemption), and positions stop at max_positions.
+  int64_t DraftRoom(Running& r, int64_t budget);
 
   SchedulerOptions options_;
   KvBlocks blocks_;

@@ -286,7 +286,17 @@ std::unique_ptr<MicroBatch> Executor::Impl::StageInputs(MicroBatchWork work) {
         throw std::invalid_argument(absl::StrCat("micro-batch row feeds ", count, " tokens and scores ",
                                                  row.prompt_targets.size(), " prompt tokens"));
       }
-      logits_rows += row.prompt_targets.empty() ? 1 : count;
+      if (row.verify < 0 || row.verify >= count || static_cast<int64_t>(row.verify_uniforms.size()) != row.verify) {
+        throw std::invalid_argument(absl::StrCat("micro-batch row feeds ", count, " tokens and verifies ", row.verify,
+                                                 " with ", row.verify_uniforms.size(), " draws"));
+      }
+      if (row.verify > 0 && (!row.samples || !row.prompt_targets.empty() || row.sampling.allowed != nullptr ||
+                             !row.penalty_tokens.empty() || !row.output_tokens.empty() || row.sequence != 0)) {
+        throw std::invalid_argument(
+            "a micro-batch row that verifies proposed tokens must sample, without prompt "
+            "targets, a token mask or penalties");
+      }
+      logits_rows += row.prompt_targets.empty() ? 1 + row.verify : count;
     }
     ForwardBatch& b = mb->batch;
     b.ids = pipeline.HostBuffer({1, tokens}, at::kLong);
@@ -306,7 +316,7 @@ std::unique_ptr<MicroBatch> Executor::Impl::StageInputs(MicroBatchWork work) {
           score_targets.push_back(targets[k]);
           mb->score_top.push_back(std::max<int32_t>(0, rows[r].prompt_logprobs));
         }
-        for (int64_t k = targets.empty() ? counts[g] - 1 : 0; k < counts[g]; ++k) {
+        for (int64_t k = targets.empty() ? counts[g] - 1 - rows[r].verify : 0; k < counts[g]; ++k) {
           b.last.data_ptr<int64_t>()[next++] = offset + k;
         }
         logits_row[r] = next - 1;
@@ -323,11 +333,21 @@ std::unique_ptr<MicroBatch> Executor::Impl::StageInputs(MicroBatchWork work) {
     std::vector<const BatchRow*> sampling;
     std::vector<int64_t> sample_rows;
     bool in_order = true;
+    auto add = [&](const BatchRow* row, int64_t logits) {
+      sampling.push_back(row);
+      sample_rows.push_back(logits);
+      in_order = in_order && logits == static_cast<int64_t>(sample_rows.size()) - 1;
+    };
     for (int64_t r = 0; r < n; ++r) {
       if (!rows[r].samples) continue;
-      sampling.push_back(&rows[r]);
-      sample_rows.push_back(logits_row[r]);
-      in_order = in_order && logits_row[r] == static_cast<int64_t>(sample_rows.size()) - 1;
+      for (int32_t j = 0; j < rows[r].verify; ++j) {
+        BatchRow& position = mb->verify_rows.emplace_back();
+        position.samples = true;
+        position.sampling = rows[r].sampling;
+        position.sampling.uniform = rows[r].verify_uniforms[j];
+        add(&position, logits_row[r] - rows[r].verify + j);
+      }
+      add(&rows[r], logits_row[r]);
     }
     mb->sampling_rows = static_cast<int64_t>(sampling.size());
     if (!sampling.empty()) {
@@ -510,12 +530,22 @@ MicroBatchResult Executor::Impl::Finish(std::unique_ptr<MicroBatch> mb) {
       const Stage& last = stages.back();
       size_t k = 0;
       for (size_t r = 0; r < mb->work.rows.size(); ++r) {
-        if (!mb->work.rows[r].samples) continue;
+        const BatchRow& row = mb->work.rows[r];
+        if (!row.samples) continue;
+        bool finite = true;
+        if (row.verify > 0) {
+          result.verified.resize(mb->work.rows.size());
+          for (int32_t j = 0; j < row.verify; ++j) {
+            finite = finite && std::isfinite(tokens.at(k).logprob);
+            result.verified[r].push_back(std::move(tokens.at(k++)));
+          }
+        }
         GeneratedToken& token = tokens.at(k++);
-        if (std::isfinite(token.logprob)) {
+        if (finite && std::isfinite(token.logprob)) {
           result.tokens[r] = std::move(token);
           continue;
         }
+        if (!result.verified.empty()) result.verified[r].clear();
         result.row_errors.resize(mb->work.rows.size());
         result.row_errors[r] = absl::InternalError(
             absl::StrCat("stage ", stages.size() - 1, " (plan device ", last.label, " on ", last.device.str(),
@@ -539,6 +569,7 @@ MicroBatchResult Executor::Impl::Finish(std::unique_ptr<MicroBatch> mb) {
     result.status = absl::InternalError(absl::StrCat("stage ", mb->failed_stage, " (plan device ", stage.label, " on ",
                                                      stage.device.str(), ") failed: ", message));
     result.tokens.assign(mb->work.rows.size(), std::nullopt);
+    result.verified.clear();
     result.prompt_logprobs.clear();
   }
   return result;

@@ -123,6 +123,12 @@ struct BatchRow {
   int32_t prompt_logprobs = -1;  // -1: none
   std::vector<int32_t> prompt_targets;
   int64_t length = 0;  // the sequence's known tokens (longrope picks its factors by it); 0: start + tokens
+  // Speculative decoding (runtime/engine/speculation.h): the last `verify` tokens fed are proposed ones, and each of
+  // the last verify + 1 positions chooses a token as a decode step there would (position start + tokens.size() - 1
+  // - verify + j with verify_uniforms[j] as its draw for j < verify, the last with sampling.uniform):
+  // MicroBatchResult::verified and tokens. Such a row samples, and has no penalty, mask or prompt targets.
+  int32_t verify = 0;
+  std::vector<double> verify_uniforms;
 };
 
 struct MicroBatchWork {
@@ -136,6 +142,9 @@ struct MicroBatchWork {
 struct MicroBatchResult {
   uint64_t id = 0;
   std::vector<std::optional<GeneratedToken>> tokens;  // per row; set where the row samples
+  // Per row: the tokens chosen at its BatchRow::verify positions before its last, in order (empty for other rows);
+  // `tokens` has the last position's.
+  std::vector<std::vector<GeneratedToken>> verified;
   // Per row: its prompt_targets scored (id: the target, logprob, top), in order; empty for other rows.
   std::vector<std::vector<GeneratedToken>> prompt_logprobs;
   // Not OK when a stage (or the sampler) failed: INTERNAL naming the stage, its device and the error.

@@ -74,6 +74,8 @@ void RowFields(V& v, R& row) {  // R: BatchRow
   v.Scalar("prompt_logprobs", row.prompt_logprobs);
   v.Vector("prompt_targets", row.prompt_targets);
   v.Scalar("row length", row.length);
+  v.Scalar("row verify", row.verify);
+  v.Vector("verify uniforms", row.verify_uniforms);
 }
 
 template <typename V, typename W>
@@ -106,6 +108,8 @@ void ResultFields(V& v, R& result) {  // R: MicroBatchResult
   v.List("row errors", result.row_errors, [](auto& v, auto& error) { v.Status("row error", error); });
   v.Bytes("last stage", result.last_stage);
   v.Bytes("last device", result.last_device);
+  v.List("verified rows", result.verified,
+         [](auto& v, auto& row) { v.List("verified tokens", row, [](auto& v, auto& t) { TokenFields(v, t); }); });
 }
 
 template <typename V, typename J>

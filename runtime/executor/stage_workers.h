@@ -34,6 +34,9 @@ struct MicroBatch {
   MicroBatchWork work;
   ForwardBatch batch;       // packed: decode rows and prefill chunks of any length together
   SamplingInputs sampling;  // the rows that sample, staged with the batch
+  // The sampling rows of BatchRow::verify positions before a row's last (the row's sampling with that position's
+  // draw): SamplingInputs stages from pointers to them.
+  std::deque<BatchRow> verify_rows;
   int64_t sampling_rows = 0;
   // host int64 [sampling_rows]: the sampling rows' places among the logits (rows grouped by length);
   // undefined when those are exactly the sampling rows, in order

@@ -37,6 +37,8 @@ MicroBatchWork SomeWork() {
   row.prompt_logprobs = 2;
   row.prompt_targets = {12};
   row.length = 42;
+  row.verify = 1;  // speculative decoding: the proposal's draws travel with it
+  row.verify_uniforms = {0.987654321};
   work.rows.push_back(row);
   work.rows.push_back(BatchRow{});
   work.released = {5, 6};
@@ -73,6 +75,8 @@ void ExpectSameWork(const MicroBatchWork& a, const MicroBatchWork& b) {
     EXPECT_EQ(x.prompt_logprobs, y.prompt_logprobs);
     EXPECT_EQ(x.prompt_targets, y.prompt_targets);
     EXPECT_EQ(x.length, y.length);
+    EXPECT_EQ(x.verify, y.verify);
+    EXPECT_EQ(x.verify_uniforms, y.verify_uniforms);
   }
   EXPECT_EQ(a.released, b.released);
 }
@@ -102,6 +106,7 @@ TEST(GroupWire, AResultDecodesToWhatWasSent) {
   result.row_errors = {absl::OkStatus(), absl::InternalError("not finite")};
   result.last_stage = "2";
   result.last_device = "1";
+  result.verified = {{GeneratedToken{4, -0.5, {}}, GeneratedToken{6, -0.75, {{6, -0.75}}}}, {}};
   absl::StatusOr<MicroBatchResult> back = DecodeResult(EncodeResult(result));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->id, 9u);
@@ -119,6 +124,12 @@ TEST(GroupWire, AResultDecodesToWhatWasSent) {
   EXPECT_EQ(back->row_errors, result.row_errors);
   EXPECT_EQ(back->last_stage, "2");
   EXPECT_EQ(back->last_device, "1");
+  ASSERT_EQ(back->verified.size(), 2u);
+  ASSERT_EQ(back->verified[0].size(), 2u);
+  EXPECT_EQ(back->verified[0][1].id, 6);
+  EXPECT_EQ(back->verified[0][1].logprob, -0.75);
+  EXPECT_EQ(back->verified[0][1].top, result.verified[0][1].top);
+  EXPECT_TRUE(back->verified[1].empty());
 }
 
 TEST(GroupWire, JoinsAndPlansDecodeToWhatWasSent) {

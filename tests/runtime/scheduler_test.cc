@@ -152,6 +152,49 @@ TEST(Scheduler, DecodesFeedOneTokenAtTheNextPosition) {
   EXPECT_TRUE(decode->rows[0].samples);
 }
 
+TEST(Scheduler, AProposalFeedsAfterTheLastTokenAndOnlyAcceptedPositionsCount) {
+  SchedulerOptions o = Options(1, 1);
+  o.max_positions = 22;
+  Scheduler s(o);
+  Tokens tokens;
+  s.Add(1, tokens.Prompt(1, 3));
+  auto prefill = s.Next();
+  tokens.Append(s, 1);
+  s.Complete(*prefill);
+  s.Propose(1, 5);
+  auto verify = s.Next();
+  ASSERT_TRUE(verify);
+  EXPECT_EQ(verify->rows[0].start, 3);
+  EXPECT_EQ(verify->rows[0].count, 6);  // the last known token and 5 proposed ones
+  EXPECT_EQ(verify->rows[0].draft, 5);
+  EXPECT_TRUE(verify->rows[0].samples);
+  // 2 of the 5 accepted, then the model's own token: 3 tokens appended; positions 3..5 are computed.
+  for (int i = 0; i < 3; ++i) tokens.Append(s, 1);
+  verify->rows[0].accepted = 2;
+  s.Complete(*verify);
+  auto next = s.Next();  // no proposal this time: one token, at the first position not computed
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->rows[0].start, 6);
+  EXPECT_EQ(next->rows[0].count, 1);
+  EXPECT_EQ(next->rows[0].draft, 0);
+  tokens.Append(s, 1);
+  s.Complete(*next);
+  // The token budget (8 tokens in all) and then the context end (22 positions) cut proposals.
+  s.Propose(1, 20);
+  auto cut = s.Next();
+  ASSERT_TRUE(cut);
+  EXPECT_EQ(cut->rows[0].draft, 7);
+  for (int i = 0; i < 8; ++i) tokens.Append(s, 1);
+  cut->rows[0].accepted = 7;
+  s.Complete(*cut);
+  s.Propose(1, 20);
+  auto end = s.Next();
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->rows[0].start, 15);
+  EXPECT_EQ(end->rows[0].draft, 6);  // positions 16..21
+  EXPECT_EQ(end->rows[0].blocks.size(), 2u);
+}
+
 TEST(Scheduler, MicroBatchesSplitTheActiveSequences) {
   Scheduler s(Options(8, 4));
   Tokens tokens;

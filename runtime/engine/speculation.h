@@ -1,0 +1,63 @@
+#pragma once
+// Speculative decoding's engine half (issue 44; README "Speculative decoding"): what a sequence proposes and
+// when it stops proposing. No tensor here: the executor verifies a proposal as a chunk (BatchRow::verify), and
+// the engine keeps the prefix the model agrees with.
+//
+// Verification is exact for a proposal that is a fixed list of tokens (n-gram lookup: q is a point mass, vLLM's
+// rule): each position's token is chosen as decoding would choose it there (greedy: the argmax; sampled: a draw
+// from the processed distribution with the request's own uniform), and the proposal's tokens are kept while they
+// equal those choices; the first choice that differs is kept too, or the token after the last proposed one when
+// all agree. Accepting proposed token d with probability p(d) and otherwise drawing from p without d, Leviathan et
+// al.'s rule for q = 1{d}, emits each token with probability p: the same distribution as drawing from p and
+// comparing, which is what this does.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace strata::runtime {
+
+struct SpeculativeOptions {
+  enum class Method { kNone, kNgram };
+  Method method = Method::kNone;
+  int32_t tokens = 4;     // proposed tokens per step at most (--num-speculative-tokens)
+  int32_t ngram_min = 1;  // the shortest suffix looked up (--ngram-min)
+  int32_t ngram_max = 4;  // the longest (--ngram-max); longer matches are tried first
+  // The adaptive off-switch: a sequence whose proposals were accepted at a lower rate than this, over at least
+  // `adaptive_window` proposed tokens, stops proposing for a while (Speculation::Backoff).
+  double min_acceptance = 0.25;
+  int32_t adaptive_window = 16;
+};
+
+// "ngram" | "none" into the method; the error names the flag's value.
+absl::StatusOr<SpeculativeOptions::Method> ParseSpeculativeMethod(const std::string& text);
+const char* SpeculativeMethodName(SpeculativeOptions::Method method);
+// The options' ranges; the error names the offending field.
+absl::Status ValidateSpeculativeOptions(const SpeculativeOptions& options);
+
+// Prompt lookup (transformers' prompt_lookup_num_tokens, vLLM's "ngram"): the longest suffix of `tokens` of
+// n in [min_n, max_n] tokens that occurred before, at its most recent earlier occurrence, proposes the (at most
+// `count`) tokens that followed it there. Empty when no suffix recurs.
+std::vector<int32_t> ProposeNgram(std::span<const int32_t> tokens, int32_t min_n, int32_t max_n, int32_t count);
+
+// One sequence's speculation state: the proposals' acceptance so far, and the off-switch.
+class Speculation {
+ public:
+  explicit Speculation(const SpeculativeOptions& options) : options_(options) {}
+  // Whether this step may propose (counts the step when it may not).
+  bool MayPropose();
+  // A verified proposal of `proposed` tokens kept `accepted` of them.
+  void Record(int32_t proposed, int32_t accepted);
+
+ private:
+  SpeculativeOptions options_;
+  int64_t window_proposed_ = 0;
+  int64_t window_accepted_ = 0;
+  int64_t paused_steps_ = 0;  // steps left without proposing
+  int64_t backoff_ = 32;      // the next pause's length: doubles while acceptance stays low, up to 1024
+};
+
+}  // namespace strata::runtime

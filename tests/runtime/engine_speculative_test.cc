@@ -1,0 +1,192 @@
+// Speculative decoding in the engine (issue 44; runtime/engine/speculation.h): n-gram proposals verified as chunks
+// must leave every request's ids exactly those of decoding without them, greedy and seeded sampling alike, on a
+// two-stage plan with micro-batches pipelined, under preemption, and with the logprobs of each token.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <vector>
+
+#include "runtime/engine/batch_generate.h"
+#include "runtime/engine/engine.h"
+#include "runtime/executor/loaded_model.h"
+#include "tests/runtime/engine_fixture.h"
+
+namespace strata::runtime {
+namespace {
+
+// Prompts whose continuations the tiny random model repeats (it falls into cycles), so that proposals are made and
+// many accepted, and one without any repetition.
+std::vector<std::vector<int32_t>> Prompts() {
+  return {{1, 5, 9, 1, 5, 9, 1, 5}, {4}, {7, 7, 2, 3, 11, 40, 41, 7, 7, 2}, {90, 3}, {12, 13, 14, 15, 16, 17, 18}};
+}
+
+struct Outputs {
+  std::vector<std::vector<GeneratedToken>> tokens;
+  std::vector<FinishReason> reasons;
+  EngineStats stats;
+};
+
+Outputs Generate(LoadedModel& model, const SamplingParams& sampling, const SpeculativeOptions& speculative,
+             int64_t micro_batches) {
+  EngineOptions options;
+  options.micro_batches = micro_batches;
+  options.speculative = speculative;
+  auto engine = Engine::Start(model, nullptr, {}, options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  Outputs run;
+  if (!engine.ok()) return run;
+  Collector c;
+  const std::vector<std::vector<int32_t>> prompts = Prompts();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest r;
+    r.prompt = prompts[i];
+    r.sampling = sampling;
+    if (sampling.seed) r.sampling.seed = *sampling.seed + i;
+    EXPECT_TRUE((*engine)->Submit(r, c.For(static_cast<int>(i))).ok());
+  }
+  c.Wait(static_cast<int>(prompts.size()));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<GeneratedToken> tokens;
+    for (const GenerationChunk& chunk : c.chunks[static_cast<int>(i)]) {
+      tokens.insert(tokens.end(), chunk.tokens.begin(), chunk.tokens.end());
+    }
+    run.tokens.push_back(std::move(tokens));
+    run.reasons.push_back(c.Reason(static_cast<int>(i)));
+  }
+  run.stats = StatsWhenIdle(**engine);
+  return run;
+}
+
+std::vector<int32_t> Ids(const std::vector<GeneratedToken>& tokens) {
+  std::vector<int32_t> ids;
+  for (const GeneratedToken& t : tokens) ids.push_back(t.id);
+  return ids;
+}
+
+SpeculativeOptions Ngram(int32_t tokens) {
+  SpeculativeOptions o;
+  o.method = SpeculativeOptions::Method::kNgram;
+  o.tokens = tokens;
+  return o;
+}
+
+void ExpectSameTokens(const Outputs& expected, const Outputs& got, const std::string& what) {
+  ASSERT_EQ(got.tokens.size(), expected.tokens.size());
+  for (size_t i = 0; i < expected.tokens.size(); ++i) {
+    EXPECT_EQ(Ids(got.tokens[i]), Ids(expected.tokens[i])) << what << ", prompt " << i;
+    EXPECT_EQ(got.reasons[i], expected.reasons[i]) << what << ", prompt " << i;
+    ASSERT_EQ(got.tokens[i].size(), expected.tokens[i].size());
+    for (size_t j = 0; j < expected.tokens[i].size(); ++j) {
+      // A verified position's logits come from a chunk, a decode step's from one row: the same up to rounding.
+      EXPECT_NEAR(got.tokens[i][j].logprob, expected.tokens[i][j].logprob, 1e-4) << what << ", prompt " << i;
+      ASSERT_EQ(got.tokens[i][j].top.size(), expected.tokens[i][j].top.size());
+      for (size_t k = 0; k < expected.tokens[i][j].top.size(); ++k) {
+        EXPECT_EQ(got.tokens[i][j].top[k].first, expected.tokens[i][j].top[k].first) << what << ", prompt " << i;
+      }
+    }
+  }
+}
+
+TEST(EngineSpeculative, GreedyIdsAndLogprobsAreThoseOfDecodingWithoutIt) {
+  auto model = Load(4);  // two stages
+  ASSERT_TRUE(model);
+  SamplingParams greedy;
+  greedy.max_new_tokens = 40;
+  greedy.top_logprobs = 3;
+  const Outputs plain = Generate(*model, greedy, {}, 2);
+  EXPECT_EQ(plain.stats.spec_proposed_tokens, 0u);
+  for (int32_t k : {1, 3, 8}) {
+    for (int64_t micro_batches : {1, 2}) {
+      const Outputs spec = Generate(*model, greedy, Ngram(k), micro_batches);
+      const std::string what = "k " + std::to_string(k) + ", micro_batches " + std::to_string(micro_batches);
+      ExpectSameTokens(plain, spec, what);
+      // The test means something: proposals were made, some kept and some not.
+      EXPECT_GE(spec.stats.spec_accepted_tokens, 8u) << what;
+      EXPECT_LT(spec.stats.spec_accepted_tokens, spec.stats.spec_proposed_tokens) << what;
+      EXPECT_LT(spec.stats.micro_batches_run, plain.stats.micro_batches_run) << what;
+      EXPECT_EQ(spec.stats.kv_used, 0) << what;
+      EXPECT_EQ(spec.stats.kv_free + spec.stats.kv_cached, spec.stats.kv_blocks) << what;
+    }
+  }
+}
+
+TEST(EngineSpeculative, SeededSamplingGivesTheIdsOfDecodingWithoutIt) {
+  auto model = Load(4);
+  ASSERT_TRUE(model);
+  SamplingParams sampled;
+  sampled.max_new_tokens = 40;
+  sampled.temperature = 0.7f;
+  sampled.top_k = 20;
+  sampled.top_p = 0.95f;
+  sampled.seed = 77;
+  const Outputs plain = Generate(*model, sampled, {}, 2);
+  const Outputs spec = Generate(*model, sampled, Ngram(4), 2);
+  ExpectSameTokens(plain, spec, "seeded");
+  EXPECT_GE(spec.stats.spec_accepted_tokens, 1u);
+  EXPECT_LT(spec.stats.micro_batches_run, plain.stats.micro_batches_run);
+  // Another seed samples otherwise (the comparison can fail).
+  sampled.seed = 78;
+  EXPECT_NE(Ids(Generate(*model, sampled, Ngram(4), 2).tokens[0]), Ids(plain.tokens[0]));
+}
+
+TEST(EngineSpeculative, EndsExactlyAtMaxTokensAndEos) {
+  auto model = Load(4);
+  ASSERT_TRUE(model);
+  SamplingParams greedy;
+  greedy.max_new_tokens = 13;
+  const Outputs plain = Generate(*model, greedy, {}, 1);
+  const Outputs spec = Generate(*model, greedy, Ngram(6), 1);
+  ExpectSameTokens(plain, spec, "max_new_tokens 13");
+  for (const auto& tokens : spec.tokens) EXPECT_EQ(tokens.size(), 13u);
+  // An EOS id the greedy run reaches in the middle of a repeated span ends it there, proposals or not.
+  const int32_t eos = plain.tokens[0].at(9).id;
+  EngineOptions options;
+  options.speculative = Ngram(6);
+  auto engine = Engine::Start(*model, nullptr, {eos}, options);
+  ASSERT_TRUE(engine.ok());
+  auto out = GenerateBatch(**engine, {Prompts()[0]}, greedy);
+  ASSERT_TRUE(out.ok()) << out.status();
+  size_t first = 0;
+  while (plain.tokens[0][first].id != eos) ++first;
+  EXPECT_EQ((*out)[0].finish, FinishReason::kEos);
+  EXPECT_EQ((*out)[0].tokens.size(), first + 1);
+}
+
+TEST(EngineSpeculative, RequestsThatMustNotProposeDoNot) {
+  auto model = Load(4);
+  ASSERT_TRUE(model);
+  SamplingParams penalised;
+  penalised.max_new_tokens = 30;
+  penalised.frequency_penalty = 0.5f;
+  const Outputs plain = Generate(*model, penalised, {}, 2);
+  const Outputs spec = Generate(*model, penalised, Ngram(4), 2);
+  ExpectSameTokens(plain, spec, "frequency penalty");
+  EXPECT_EQ(spec.stats.spec_proposed_tokens, 0u);
+  SamplingParams off;
+  off.max_new_tokens = 30;
+  off.speculative = false;
+  EXPECT_EQ(Generate(*model, off, Ngram(4), 2).stats.spec_proposed_tokens, 0u);
+  // min_tokens: no proposal before it (each position would need its own EOS ban), proposals after.
+  SamplingParams min_tokens;
+  min_tokens.max_new_tokens = 30;
+  min_tokens.min_tokens = 30;
+  EXPECT_EQ(Generate(*model, min_tokens, Ngram(4), 2).stats.spec_proposed_tokens, 0u);
+}
+
+TEST(EngineSpeculative, PreemptionLeavesTheIdsAlone) {
+  // A KV pool too small for every sequence at once: sequences are preempted and recomputed.
+  auto model = LoadPlan(WriteTinyLlama(), kTwoStageMap, {{0, {false, 0}}, {1, {false, 0}}}, 4, 64, /*kv_blocks=*/6);
+  ASSERT_TRUE(model);
+  SamplingParams greedy;
+  greedy.max_new_tokens = 40;
+  const Outputs plain = Generate(*model, greedy, {}, 2);
+  const Outputs spec = Generate(*model, greedy, Ngram(4), 2);
+  ExpectSameTokens(plain, spec, "small KV pool");
+  EXPECT_GT(spec.stats.preemptions, 0u);
+  EXPECT_GT(spec.stats.spec_accepted_tokens, 0u);
+}
+
+}  // namespace
+}  // namespace strata::runtime
