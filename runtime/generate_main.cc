@@ -22,6 +22,7 @@
 #include "planner/placement_flags.h"
 #include "runtime/engine/batch_generate.h"
 #include "runtime/engine/engine.h"
+#include "runtime/engine/speculation_flags.h"
 #include "runtime/executor/loaded_model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -80,6 +81,9 @@ Greedy decoding of prompts, run together through the serving engine, on the devi
          Flag(FLAGS_prefix_cache), Flag(FLAGS_max_batch, "N").ShowDefault("the number of prompts"),
          Flag(FLAGS_max_context, "N").ShowDefault("longest prompt + new tokens"), Flag(FLAGS_warmup, "N"),
          Flag(FLAGS_json)});
+    for (strata::cli::FlagSpec& spec : strata::runtime::SpeculativeFlagSpecs("")) {
+      command.flags.push_back(std::move(spec));
+    }
     return command;
   }();
   return command;
@@ -256,8 +260,9 @@ absl::StatusOr<Counts> ParseCounts(const strata::cli::ParsedArgs& parsed) {
 }
 
 void PrintJson(const std::vector<strata::runtime::BatchOutput>& results, const strata::runtime::LoadReport& report,
-               const strata::runtime::BatchTiming& timing, const strata::runtime::EngineStats& stats,
-               const strata::tokenizer::Tokenizer* tokenizer, bool prompt_logprobs) {
+               const strata::runtime::BatchTiming& timing, const strata::runtime::EngineStats& before,
+               const strata::runtime::EngineStats& stats, const strata::tokenizer::Tokenizer* tokenizer,
+               bool prompt_logprobs) {
   nlohmann::ordered_json out;
   out["results"] = nlohmann::json::array();
   for (const strata::runtime::BatchOutput& r : results) {
@@ -312,8 +317,12 @@ void PrintJson(const std::vector<strata::runtime::BatchOutput>& results, const s
   out["timing"] = {{"prefill_seconds", timing.prefill_seconds},
                    {"decode_seconds", timing.decode_seconds},
                    {"decode_steps", timing.decode_steps}};
+  // The reported run's proposals (speculative decoding), not the warm-up runs'.
   out["engine"] = {{"prefix_queried_tokens", stats.prefix_queried_tokens},
-                   {"prefix_hit_tokens", stats.prefix_hit_tokens}};
+                   {"prefix_hit_tokens", stats.prefix_hit_tokens},
+                   {"spec_proposed_tokens", stats.spec_proposed_tokens - before.spec_proposed_tokens},
+                   {"spec_accepted_tokens", stats.spec_accepted_tokens - before.spec_accepted_tokens},
+                   {"spec_verifications", stats.spec_verifications - before.spec_verifications}};
   std::cout << out.dump() << "\n";
 }
 
@@ -390,6 +399,9 @@ int main(int argc, char** argv) {
   engine_options.max_queue = static_cast<int64_t>(prompts->size());
   engine_options.micro_batches = 1;
   engine_options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
+  absl::StatusOr<strata::runtime::SpeculativeOptions> speculative = strata::runtime::ParseSpeculativeFlags();
+  if (!speculative.ok()) return Fail(2, speculative.status().message());
+  engine_options.speculative = *speculative;
   if (prefill_chunk > 0) engine_options.prefill_chunk_tokens = prefill_chunk;
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Start(**model, nullptr, *eos_ids, engine_options);
   if (!engine.ok()) return FailWith(engine.status());
@@ -401,10 +413,11 @@ int main(int argc, char** argv) {
     if (!warm.ok()) return FailWith(warm.status());
   }
   BatchTiming timing;
+  const strata::runtime::EngineStats before = (*engine)->Stats();
   absl::StatusOr<std::vector<BatchOutput>> results = GenerateBatch(**engine, *prompts, sampling, &timing);
   if (!results.ok()) return FailWith(results.status());
   if (absl::GetFlag(FLAGS_json)) {
-    PrintJson(*results, (*model)->report(), timing, (*engine)->Stats(), tokenizer->get(),
+    PrintJson(*results, (*model)->report(), timing, before, (*engine)->Stats(), tokenizer->get(),
               sampling.prompt_logprobs >= 0);
   } else {
     PrintText(*results, (*model)->report(), tokenizer->get());

@@ -17,6 +17,7 @@
 #include "base/file_reader.h"
 #include "cli/flags.h"
 #include "planner/placement_flags.h"
+#include "runtime/engine/speculation_flags.h"
 #include "server/pem_files.h"
 
 // Declared at global scope, as ABSL_FLAG asks; only ParseServerFlags reads them.
@@ -203,6 +204,10 @@ serves Generate (health is NOT_SERVING until the weights are loaded); otherwise 
                           Flag(FLAGS_group_secret_file, "FILE").ShowDefault("none; needed in a group"),
                           Flag(FLAGS_group_timeout, "SECONDS"),
                           Flag(FLAGS_group_deadline, "SECONDS")});
+    for (cli::FlagSpec& spec :
+         runtime::SpeculativeFlagSpecs("Speculative decoding (server/README.md, \"Speculative decoding\"):")) {
+      command.flags.push_back(std::move(spec));
+    }
     command.epilogue = R"(
 Exit status: 0 after SIGINT/SIGTERM (once drained; at once when it comes during the load), 2 on a bad flag or plan (the message names it), 1 otherwise
 (for example a port already in use, or a device that became unusable while serving).
@@ -348,6 +353,9 @@ absl::Status ReadServingFlags(const cli::ParsedArgs& parsed, ServerOptions& opti
   absl::StatusOr<std::chrono::milliseconds> compile = Seconds(FLAGS_max_grammar_compile_seconds, 0.01);
   if (!compile.ok()) return compile.status();
   options.limits.max_grammar_compile_time = *compile;
+  absl::StatusOr<runtime::SpeculativeOptions> speculative = runtime::ParseSpeculativeFlags();
+  if (!speculative.ok()) return speculative.status();
+  options.serving.speculative = *speculative;
   return absl::OkStatus();
 }
 

@@ -19,6 +19,7 @@
 #include "planner/model_spec.h"
 #include "planner/placement_flags.h"
 #include "planner/plan.h"
+#include "runtime/engine/speculation.h"
 #include "runtime/executor/executor.h"
 #include "runtime/executor/serving_options.h"
 #include "server/api_keys.h"
@@ -71,6 +72,7 @@ struct ServingFlags {
   // --reasoning-parser: how the HTTP API splits reasoning_content out of chat outputs (chat_template/reasoning.h).
   std::optional<chat_template::ReasoningFormat> reasoning_parser;
   std::optional<runtime::FaultInjection> fault;  // --inject-fault: the engine's test seam
+  runtime::SpeculativeOptions speculative;       // --speculative and its flags (runtime/engine/speculation_flags.h)
 };
 
 // Limits on what clients may ask and hold (server/README.md, "Limits"). Every refusal is counted under its

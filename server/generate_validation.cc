@@ -202,6 +202,7 @@ absl::Status ReadSampling(const GenerateInput& in, const GenerateLimits& limits,
   }
   s.top_logprobs = static_cast<int32_t>(in.top_logprobs);
   s.ignore_eos = in.ignore_eos;
+  s.speculative = in.speculative;
   for (auto [field, value, out] : {std::tuple{"presence_penalty", in.presence_penalty, &s.presence_penalty},
                                    std::tuple{"frequency_penalty", in.frequency_penalty, &s.frequency_penalty}}) {
     if (!(value >= -2 && value <= 2)) return Invalid(field, absl::StrCat(Number(value), " is outside [-2, 2]"));
@@ -442,6 +443,7 @@ absl::StatusOr<runtime::GenerationRequest> ValidateGenerateRequest(
   in.stop.assign(request.stop().begin(), request.stop().end());
   in.top_logprobs = request.top_logprobs();
   if (request.has_prompt_logprobs()) in.prompt_logprobs = request.prompt_logprobs();
+  if (request.has_speculative()) in.speculative = request.speculative();
   in.request_id = request.request_id();
   absl::StatusOr<std::optional<structured::Constraint>> constraint = GenerateRequestConstraint(request);
   if (!constraint.ok()) return constraint.status();

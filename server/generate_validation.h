@@ -48,6 +48,7 @@ struct GenerateInput {
   std::vector<std::string> stop;
   int64_t top_logprobs = 0;
   bool ignore_eos = false;
+  bool speculative = true;  // false: no speculative decoding for this request (the server's --speculative)
   // OpenAI's (the HTTP API's): penalties in [-2, 2], logit_bias ids in the vocabulary and biases in
   // [-100, 100], min_tokens at most max_new_tokens, prompt log-probabilities (-1 off, else 0-20 alternatives).
   float presence_penalty = 0;

@@ -346,6 +346,23 @@ Metrics::StructuredMetrics Metrics::RegisterStructuredMetrics(prometheus::Regist
   };
 }
 
+Metrics::SpeculativeMetrics Metrics::RegisterSpeculativeMetrics(prometheus::Registry& registry) {
+  return SpeculativeMetrics{
+      .proposed_tokens_total = prometheus::BuildCounter()
+                                   .Name("strata_spec_proposed_tokens_total")
+                                   .Help("Tokens proposed by speculative decoding and verified by a forward pass")
+                                   .Register(registry),
+      .accepted_tokens_total = prometheus::BuildCounter()
+                                   .Name("strata_spec_accepted_tokens_total")
+                                   .Help("Proposed tokens the model agreed with (each saved a forward pass of its own)")
+                                   .Register(registry),
+      .accepted_length = prometheus::BuildHistogram()
+                             .Name("strata_spec_accepted_length")
+                             .Help("Proposed tokens accepted per verified proposal")
+                             .Register(registry),
+  };
+}
+
 Metrics::Metrics(ListenAddress address, std::shared_ptr<prometheus::Registry> registry,
                  std::unique_ptr<MetricsEndpoint> endpoint)
     : address_(std::move(address)),
@@ -358,7 +375,8 @@ Metrics::Metrics(ListenAddress address, std::shared_ptr<prometheus::Registry> re
       pipeline_(RegisterPipelineMetrics(*registry_)),
       plan_(RegisterPlanGauges(*registry_)),
       health_(RegisterHealthMetrics(*registry_)),
-      structured_(RegisterStructuredMetrics(*registry_)) {
+      structured_(RegisterStructuredMetrics(*registry_)),
+      speculative_(RegisterSpeculativeMetrics(*registry_)) {
   using structured::ConstraintKind;
   for (ConstraintKind kind : {ConstraintKind::kJsonSchema, ConstraintKind::kJsonObject, ConstraintKind::kRegex,
                               ConstraintKind::kChoice, ConstraintKind::kGrammar, ConstraintKind::kStructuralTag}) {
@@ -433,6 +451,15 @@ void Metrics::RecordEngine(const runtime::EngineStats& stats) {
     const double delta = static_cast<double>(total) - counter->Value();
     if (delta > 0) counter->Increment(delta);
   }
+  if (stats.spec_method != "none" && !stats.spec_method.empty()) {
+    const prometheus::Labels method{{"method", stats.spec_method}};
+    for (auto [family, total] : {std::pair{&speculative_.proposed_tokens_total, stats.spec_proposed_tokens},
+                                 std::pair{&speculative_.accepted_tokens_total, stats.spec_accepted_tokens}}) {
+      prometheus::Counter& counter = family->Add(method);
+      const double delta = static_cast<double>(total) - counter.Value();
+      if (delta > 0) counter.Increment(delta);
+    }
+  }
   health_.requests_failed_in_a_row.Set(static_cast<double>(stats.failed_in_a_row));
   for (size_t s = 0; s < stats.stages.size(); ++s) {
     const prometheus::Labels labels{{"stage", std::to_string(s)}, {"device", stats.stages[s].device}};
@@ -505,5 +532,11 @@ void Metrics::RecordGrammarCompiler(const structured::CompilerStats& stats) {
 }
 
 void Metrics::ObserveGrammarMask(double seconds) { structured_.mask_seconds.Observe(seconds); }
+
+void Metrics::ObserveSpeculation(const std::string& method, int64_t accepted) {
+  speculative_.accepted_length
+      .Add({{"method", method}}, prometheus::Histogram::BucketBoundaries{0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64})
+      .Observe(static_cast<double>(accepted));
+}
 
 }  // namespace strata::server

@@ -68,6 +68,9 @@ class Metrics {
   void RecordStructuredRequest(const char* kind);
   void RecordGrammarCompiler(const structured::CompilerStats& stats);
   void ObserveGrammarMask(double seconds);
+  // Speculative decoding: one verified proposal of `method` (runtime::SpeculativeMethodName) and how many of its
+  // tokens the model accepted. The proposed and accepted totals come from the engine's stats.
+  void ObserveSpeculation(const std::string& method, int64_t accepted);
 
   // The address /metrics is served on, with the port the system picked when asked for port 0.
   const ListenAddress& address() const { return address_; }
@@ -157,6 +160,13 @@ class Metrics {
   static PlanGauges RegisterPlanGauges(prometheus::Registry& registry);
   static HealthMetrics RegisterHealthMetrics(prometheus::Registry& registry);
   static StructuredMetrics RegisterStructuredMetrics(prometheus::Registry& registry);
+  // Speculative decoding, by method.
+  struct SpeculativeMetrics {
+    prometheus::Family<prometheus::Counter>& proposed_tokens_total;
+    prometheus::Family<prometheus::Counter>& accepted_tokens_total;
+    prometheus::Family<prometheus::Histogram>& accepted_length;
+  };
+  static SpeculativeMetrics RegisterSpeculativeMetrics(prometheus::Registry& registry);
 
   DeviceGauges devices_;
   RequestMetrics requests_;
@@ -166,6 +176,7 @@ class Metrics {
   PlanGauges plan_;
   HealthMetrics health_;
   StructuredMetrics structured_;
+  SpeculativeMetrics speculative_;
 };
 
 }  // namespace strata::server

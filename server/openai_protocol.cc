@@ -99,6 +99,8 @@ absl::Status ReadSampling(const Json& request, const ApiLimits& api, GenerateInp
   if (seed) input.seed = static_cast<uint64_t>(*seed);
   STRATA_ASSIGN_OR_RETURN(ignore_eos, Bool(request, "ignore_eos"));
   input.ignore_eos = ignore_eos.value_or(false);
+  STRATA_ASSIGN_OR_RETURN(speculative, Bool(request, "speculative"));
+  input.speculative = speculative.value_or(true);
   if (absl::Status stop = ReadStop(request, input); !stop.ok()) return stop;
   STRATA_ASSIGN_OR_RETURN(user, String(request, "user"));
   (void)user;  // accepted, as OpenAI's: strata has no per-user policy
@@ -219,6 +221,7 @@ std::string Count(int64_t n, absl::string_view noun) { return absl::StrCat(n, " 
 constexpr std::string_view kSharedFields[] = {
     "model", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "ignore_eos", "stop", "user", "n",
     "stream", "stream_options", "presence_penalty", "frequency_penalty", "best_of", "min_tokens", "logit_bias",
+    "speculative",
     "response_format", "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
     "json_schema", "grammar"};
 constexpr std::string_view kCompletionFields[] = {

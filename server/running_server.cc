@@ -159,6 +159,9 @@ void RunningServer::ServeModel(std::unique_ptr<ServedModel> model) {
   Metrics* metrics = metrics_.get();
   model_->engine().SetMicroBatchObserver([metrics](int64_t rows) { metrics->ObserveBatchSize(rows); });
   model_->engine().SetMaskObserver([metrics](double seconds) { metrics->ObserveGrammarMask(seconds); });
+  const std::string method = model_->engine().Stats().spec_method;
+  model_->engine().SetSpeculationObserver(
+      [metrics, method](int64_t, int64_t accepted) { metrics->ObserveSpeculation(method, accepted); });
   SampleGauges();
   sampler_ = std::thread([this] {
     std::unique_lock lock(mutex_);

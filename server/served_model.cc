@@ -109,6 +109,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptio
   engine_options.fault = options.serving.fault;
   engine_options.on_device_lost = std::move(on_device_lost);
   engine_options.group = group;
+  engine_options.speculative = options.serving.speculative;
   absl::StatusOr<std::unique_ptr<runtime::Engine>> engine =
       runtime::Engine::Start(*served->model_, served->tokenizer_.get(), *std::move(eos), engine_options);
   if (!engine.ok()) return engine.status();

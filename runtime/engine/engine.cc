@@ -267,6 +267,7 @@ EngineStats Engine::Stats() const {
     stats.spec_proposed_tokens = impl_->spec_proposed;
     stats.spec_accepted_tokens = impl_->spec_accepted;
     stats.spec_verifications = impl_->spec_verifications;
+    stats.spec_method = SpeculativeMethodName(impl_->options.speculative.method);
     stats.device_lost = impl_->refusing;
     stats.failed_in_a_row = impl_->failed_in_a_row;
     for (const auto& [where, count] : impl_->errors) stats.errors.push_back({where.first, where.second, count});

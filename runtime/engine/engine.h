@@ -180,6 +180,7 @@ struct EngineStats {
   uint64_t spec_proposed_tokens = 0;
   uint64_t spec_accepted_tokens = 0;
   uint64_t spec_verifications = 0;
+  std::string spec_method;  // SpeculativeMethodName of EngineOptions::speculative ("none" when off)
   bool device_lost = false;
   // Requests that ended kError (a failed forward pass or sampler) since the last micro-batch that produced
   // a token: the server's readiness rule reads it (server/README.md).

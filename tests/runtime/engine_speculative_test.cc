@@ -29,7 +29,7 @@ struct Outputs {
 };
 
 Outputs Generate(LoadedModel& model, const SamplingParams& sampling, const SpeculativeOptions& speculative,
-             int64_t micro_batches) {
+                 int64_t micro_batches) {
   EngineOptions options;
   options.micro_batches = micro_batches;
   options.speculative = speculative;

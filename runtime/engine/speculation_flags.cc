@@ -1,0 +1,36 @@
+#include "runtime/engine/speculation_flags.h"
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(std::string, speculative, "none",
+          "speculative decoding: none | ngram (each sequence proposes what followed the latest earlier occurrence of "
+          "its last tokens, and one forward pass verifies them all; the ids are those of decoding without it)");
+ABSL_FLAG(int32_t, num_speculative_tokens, 4, "tokens a sequence proposes per step at most (1 to 64)");
+ABSL_FLAG(int32_t, ngram_min, 1, "--speculative ngram: the shortest suffix looked up");
+ABSL_FLAG(int32_t, ngram_max, 4, "--speculative ngram: the longest suffix looked up (tried first)");
+
+namespace strata::runtime {
+
+std::vector<cli::FlagSpec> SpeculativeFlagSpecs(const std::string& section) {
+  std::vector<cli::FlagSpec> specs;
+  specs.push_back(cli::Flag(FLAGS_speculative, "METHOD"));
+  if (!section.empty()) specs.back().section = section;
+  specs.push_back(cli::Flag(FLAGS_num_speculative_tokens, "K"));
+  specs.push_back(cli::Flag(FLAGS_ngram_min, "N"));
+  specs.push_back(cli::Flag(FLAGS_ngram_max, "N"));
+  return specs;
+}
+
+absl::StatusOr<SpeculativeOptions> ParseSpeculativeFlags() {
+  SpeculativeOptions options;
+  absl::StatusOr<SpeculativeOptions::Method> method = ParseSpeculativeMethod(absl::GetFlag(FLAGS_speculative));
+  if (!method.ok()) return method.status();
+  options.method = *method;
+  options.tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
+  options.ngram_min = absl::GetFlag(FLAGS_ngram_min);
+  options.ngram_max = absl::GetFlag(FLAGS_ngram_max);
+  if (absl::Status valid = ValidateSpeculativeOptions(options); !valid.ok()) return valid;
+  return options;
+}
+
+}  // namespace strata::runtime
