@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Speculative decoding (issue 44): strata-generate with n-gram proposals (--speculative ngram) against without, in
+one run, alternating; decode tokens/s, the proposals' acceptance, and whether the ids are equal.
+
+Two checkpoints of the same random ~116M Llama (peer_llamacpp.make_checkpoint), bfloat16 on the CPU:
+
+  repeating  its lm_head replaced so that each token's successor is fixed (row f(t) of lm_head is token t's embedding
+             x 30, f a permutation of the ordinary tokens in cycles of --cycle ids) and every layer's o_proj and
+             down_proj zero, so the layers still run (the same bytes are read and multiplied per step) but add
+             nothing to the residual stream: its greedy output walks a cycle, and the prompt holds one turn of it. It stands for
+             copy-heavy text (a summary quoting its source, a code edit): spans that occurred before come again. It is
+             an upper bound of what n-gram lookup can gain, not a trained model that copies;
+  random     the checkpoint as it is: its greedy output does not repeat (nothing to copy), the worst case, where the
+             adaptive off-switch must hold the cost to a few per cent.
+
+1 stream and --streams streams (each its own prompt), --new-tokens each, threads as given. strata-generate --warmup 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "tests" / "runtime_parity"))
+sys.path.insert(0, str(REPO / "tests"))
+
+import peer_llamacpp as P  # noqa: E402
+import quantized_peer as Q  # noqa: E402
+
+SPEC = ("--speculative", "ngram", "--num-speculative-tokens", "4")
+
+
+def make_repeating(source: pathlib.Path, out: pathlib.Path, cycle: int) -> list[int]:
+    """The repeating checkpoint (module docstring) from `source` (float32); its cycle's order of ids."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    for f in source.iterdir():
+        if f.suffix != ".safetensors":
+            shutil.copy(f, out / f.name)
+    config = json.loads((source / "config.json").read_text())
+    vocab = config["vocab_size"]
+    order = list(range(300, vocab))  # ordinary tokens (peer_llamacpp.prompt_ids)
+    successor = {t: t for t in range(vocab)}
+    for start in range(0, len(order) - cycle + 1, cycle):
+        ring = order[start:start + cycle]
+        for k, t in enumerate(ring):
+            successor[t] = ring[(k + 1) % cycle]
+    for f in source.glob("*.safetensors"):
+        tensors = load_file(f)
+        embed = tensors.get("model.embed_tokens.weight")
+        for name in list(tensors):
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                tensors[name] = torch.zeros_like(tensors[name])
+        if embed is not None and "lm_head.weight" in tensors:
+            head = torch.zeros_like(tensors["lm_head.weight"])
+            for t, s in successor.items():
+                head[s] = embed[t] * 30
+            tensors["lm_head.weight"] = head
+        save_file({k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()}, out / f.name,
+                  metadata={"format": "pt"})
+    return order[:cycle]
+
+
+def generate(model: pathlib.Path, prompts: list[list[int]], new_tokens: int, threads: int, spec: bool) -> dict:
+    args = [str(P.BUILD / "runtime" / "strata-generate"), "--model", str(model), "--json", "--warmup", "1",
+            "--max-new-tokens", str(new_tokens), *P.CPU_ONLY, "--dtype", "bfloat16"]
+    for p in prompts:
+        args += ["--prompt-ids", ",".join(map(str, p))]
+    if spec:
+        args += list(SPEC)
+    proc = subprocess.run(args, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+    if proc.returncode != 0:
+        raise SystemExit(f"speculative_speed: strata-generate failed: {proc.stderr}")
+    out = json.loads(proc.stdout)
+    t = out["timing"]
+    total = sum(len(r["ids"]) for r in out["results"])
+    out["tok_s"] = (total - len(prompts)) / t["decode_seconds"]  # tokens after each first, over the decode time
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--streams", type=int, default=16)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--cycle", type=int, default=16, help="ids in each of the repeating model's cycles")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--work", help="directory for the checkpoints (default: a temporary one)")
+    args = ap.parse_args(argv)
+    work = pathlib.Path(args.work) if args.work else pathlib.Path(tempfile.mkdtemp(prefix="speculative_speed_"))
+    vocab = 8000
+    f32 = work / "hf"
+    if not (f32 / "config.json").exists():
+        P.make_checkpoint(f32, vocab)
+    models = {"random": work / "hf-bf16", "repeating": work / "hf-repeating"}
+    if not (models["random"] / "config.json").exists():
+        P.save_as(f32, models["random"], "bf16")
+    ring = make_repeating(f32, models["repeating"], args.cycle)
+
+    def prompts(model: str, n: int) -> list[list[int]]:
+        if model == "repeating":  # one turn of a cycle, each stream its own cycle's
+            return [[t + args.cycle * i for t in ring] for i in range(n)]
+        return [P.prompt_ids(16, vocab, salt=i + 1) for i in range(n)]
+
+    print(f"speculative_speed: Llama ~116M bfloat16 on the CPU; {Q.cpu_line()}; "
+          f"{args.threads} threads, {args.new_tokens} new tokens per stream, {' '.join(SPEC)}, {args.repeats} runs "
+          "alternating", flush=True)
+    rows = []
+    for model in ("repeating", "random"):
+        for n in (1, args.streams):
+            ps = prompts(model, n)
+            runs = P.alternating_runs(args.repeats, [
+                lambda: generate(models[model], ps, args.new_tokens, args.threads, False),
+                lambda: generate(models[model], ps, args.new_tokens, args.threads, True)])
+            off, on = runs
+            # Streams whose ids are equal with and without, over every run, and where the others first differ.
+            pairs = [(x["ids"], y["ids"]) for a, b in zip(off, on) for x, y in zip(a["results"], b["results"])]
+            firsts = [next(i for i, (u, v) in enumerate(zip(x, y)) if u != v) for x, y in pairs if x != y]
+            same = f"{len(pairs) - len(firsts)}/{len(pairs)}" + (f" (others from token {min(firsts)})" if firsts else "")
+            proposed = sum(r["engine"]["spec_proposed_tokens"] for r in on)
+            accepted = sum(r["engine"]["spec_accepted_tokens"] for r in on)
+            verifications = sum(r["engine"]["spec_verifications"] for r in on)
+            a = [r["tok_s"] for r in off]
+            b = [r["tok_s"] for r in on]
+            rows.append((model, n, P.summary(a), P.summary(b), statistics.median(b) / statistics.median(a),
+                         f"{accepted / proposed:.0%}" if proposed else "-",
+                         f"{accepted / verifications:.2f}" if verifications else "-", same))
+            print(f"  {model}, {n} stream(s): without {P.summary(a)}, with {P.summary(b)} tok/s", flush=True)
+    print()
+    print("| model | streams | without (tok/s, min / median / max) | with ngram, K=4 | ratio of medians | acceptance "
+          "| accepted per verification | streams with equal ids |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(str(c) if not isinstance(c, float) else f"{c:.2f}x" for c in row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
