@@ -205,6 +205,12 @@ void Scheduler::Complete(const ScheduledMicroBatch& batch) {
       Retire(row.sequence);
       continue;
     }
+    // Blocks a proposal took past what the sequence now needs hold only rejected positions: free them for others
+    // (the next proposal takes them again while free ones are left).
+    while (static_cast<int64_t>(r.blocks.size()) > std::max<int64_t>(1, BlocksFor(r.length))) {
+      blocks_.Release(r.blocks.back());
+      r.blocks.pop_back();
+    }
     // Full blocks now computed join the prefix cache.
     const int64_t size = options_.block_tokens;
     for (; (r.registered + 1) * size <= r.computed; ++r.registered) {

@@ -195,6 +195,34 @@ TEST(Scheduler, AProposalFeedsAfterTheLastTokenAndOnlyAcceptedPositionsCount) {
   EXPECT_EQ(end->rows[0].blocks.size(), 2u);
 }
 
+TEST(Scheduler, BlocksOnlyRejectedPositionsTookAreFreedWhenTheRowCompletes) {
+  SchedulerOptions o = Options(1, 1);
+  o.block_tokens = 4;
+  Scheduler s(o);
+  Tokens tokens;
+  s.Add(1, tokens.Prompt(1, 3));
+  auto prefill = s.Next();
+  tokens.Append(s, 1);
+  s.Complete(*prefill);
+  EXPECT_EQ(s.blocks().counts().used, 1);
+  s.Propose(1, 6);
+  auto verify = s.Next();  // positions 3..9: three blocks of 4
+  ASSERT_TRUE(verify);
+  EXPECT_EQ(verify->rows[0].draft, 6);
+  EXPECT_EQ(verify->rows[0].blocks.size(), 3u);
+  EXPECT_EQ(s.blocks().counts().used, 3);
+  // One accepted, then the model's own token: 6 tokens known, 5 computed; the third block held only rejected ones.
+  tokens.Append(s, 1);
+  tokens.Append(s, 1);
+  verify->rows[0].accepted = 1;
+  s.Complete(*verify);
+  EXPECT_EQ(s.blocks().counts().used, 2);
+  auto next = s.Next();
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->rows[0].start, 5);
+  EXPECT_EQ(next->rows[0].count, 1);
+}
+
 TEST(Scheduler, MicroBatchesSplitTheActiveSequences) {
   Scheduler s(Options(8, 4));
   Tokens tokens;
