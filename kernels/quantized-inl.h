@@ -49,6 +49,9 @@ void QuantRowsFp8Dot(const uint16_t* x, const Fp8Weights& w, const uint16_t* bia
 #endif
   std::vector<float> widened(static_cast<size_t>(rows * k));
   for (int64_t i = 0; i < rows * k; ++i) widened[static_cast<size_t>(i)] = BF16ToFloat(x[i]);
+  if (w.nan_free)
+    return QuantRowsT<Fp8NanFreeFormat, BF16>(Fp8NanFreeFormat(w, k), widened.data(), bias, y, rows, k, n_total, n0,
+                                              n1);
   QuantRowsT<Fp8Format, BF16>(Fp8Format(w, k), widened.data(), bias, y, rows, k, n_total, n0, n1);
 }
 
@@ -94,6 +97,8 @@ void QuantRowsFp8F32(const float* x, const Fp8Weights& w, const float* bias, flo
 #else
   (void)vbmi;
 #endif
+  if (w.nan_free)
+    return QuantRowsT<Fp8NanFreeFormat, F32>(Fp8NanFreeFormat(w, k), x, bias, y, rows, k, n_total, n0, n1);
   QuantRowsT<Fp8Format, F32>(Fp8Format(w, k), x, bias, y, rows, k, n_total, n0, n1);
 }
 void QuantRowsFp8BF16(const float* x, const Fp8Weights& w, const uint16_t* bias, uint16_t* y, int64_t rows, int64_t k,
@@ -105,6 +110,8 @@ void QuantRowsFp8BF16(const float* x, const Fp8Weights& w, const uint16_t* bias,
 #else
   (void)vbmi;
 #endif
+  if (w.nan_free)
+    return QuantRowsT<Fp8NanFreeFormat, BF16>(Fp8NanFreeFormat(w, k), x, bias, y, rows, k, n_total, n0, n1);
   QuantRowsT<Fp8Format, BF16>(Fp8Format(w, k), x, bias, y, rows, k, n_total, n0, n1);
 }
 void QuantRowsIntF32(const float* x, const IntWeights& w, const float* bias, float* y, int64_t rows, int64_t k,

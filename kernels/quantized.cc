@@ -7,6 +7,7 @@
 #include "kernels/quantized-inl.h"
 
 #if HWY_ONCE
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -61,6 +62,18 @@ void QuantizedLinearRows(const BFloat16* x, const IntWeights& w, const BFloat16*
                          int64_t k, int64_t n_total, int64_t n0, int64_t n1) {
   HWY_DYNAMIC_DISPATCH(QuantRowsIntDot)
   (&x->bits, w, bias != nullptr ? &bias->bits : nullptr, &y->bits, rows, k, n_total, n0, n1, Bf16DotAvailable());
+}
+
+bool Fp8HasNanCode(const uint8_t* data, int64_t bytes) {
+  // Blocks of 4 KiB, each OR-reduced (vectorized by the compiler), so a NaN code stops the scan early.
+  constexpr int64_t kBlock = 4096;
+  for (int64_t at = 0; at < bytes; at += kBlock) {
+    const int64_t end = std::min(bytes, at + kBlock);
+    uint8_t any = 0;
+    for (int64_t i = at; i < end; ++i) any |= static_cast<uint8_t>((data[i] & 0x7F) == 0x7F);
+    if (any != 0) return true;
+  }
+  return false;
 }
 
 void DequantizeRows(const Fp8Weights& w, int64_t k, int64_t /*n_total*/, int64_t n0, int64_t n1, float* out) {

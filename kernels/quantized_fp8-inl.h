@@ -22,7 +22,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 // 2 * Lanes(df) e4m3 bytes at p as float32 divided by 256 (exact): w0 the first Lanes(df), w1 the next. The
 // bytes become float16 bits at twice the lanes (sign | magnitude << 7: the exponent and mantissa fields line
 // up, bias 15 instead of 7, hence the 1/256; e4m3 subnormals are float16 subnormals), then widen; NaN codes
-// (magnitude 0x7f) become NaN.
+// (magnitude 0x7f) become NaN, unless !kNanCodes: the caller knows there are none (Fp8Weights::nan_free).
+template <bool kNanCodes = true>
 HWY_INLINE void DecodeFp8(DQ df, const uint8_t* p, VQ& w0, VQ& w1) {
 #if HWY_TARGET == HWY_SCALAR  // one lane: no vector of twice the lanes to widen from
   w0 = hn::Set(df, Fp8E4m3ToFloat(p[0]) * (1.0f / 256.0f));
@@ -39,7 +40,9 @@ HWY_INLINE void DecodeFp8(DQ df, const uint8_t* p, VQ& w0, VQ& w1) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   // A NaN code's magnitude is float16 1.875 (480 / 256, which no other code is): F16C widens float16 NaN to
   // NaN, so it becomes one here, at twice the lanes.
-  h = hn::IfThenElse(hn::Eq(hn::And(h, magnitude_bits), magnitude_bits), hn::Set(di16, 0x7E00), h);
+  if constexpr (kNanCodes) {
+    h = hn::IfThenElse(hn::Eq(hn::And(h, magnitude_bits), magnitude_bits), hn::Set(di16, 0x7E00), h);
+  }
 #else
   (void)magnitude_bits;
 #endif
@@ -48,18 +51,22 @@ HWY_INLINE void DecodeFp8(DQ df, const uint8_t* p, VQ& w0, VQ& w1) {
 #if !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2)
   // Highway's emulated float16 widening (SSE4 and below) makes exponent 31 a number: the NaN codes become NaN
   // after widening instead, from their +-1.875.
-  const VQ nan_value = hn::Set(df, 1.875f), nan = hn::Set(df, std::numeric_limits<float>::quiet_NaN());
-  w0 = hn::IfThenElse(hn::Eq(hn::Abs(w0), nan_value), nan, w0);
-  w1 = hn::IfThenElse(hn::Eq(hn::Abs(w1), nan_value), nan, w1);
+  if constexpr (kNanCodes) {
+    const VQ nan_value = hn::Set(df, 1.875f), nan = hn::Set(df, std::numeric_limits<float>::quiet_NaN());
+    w0 = hn::IfThenElse(hn::Eq(hn::Abs(w0), nan_value), nan, w0);
+    w1 = hn::IfThenElse(hn::Eq(hn::Abs(w1), nan_value), nan, w1);
+  }
 #endif
 #endif  // HWY_TARGET == HWY_SCALAR
 }
 
-struct Fp8Format {
+// kNanCodes false: Fp8NanFreeFormat, for weights with Fp8Weights::nan_free.
+template <bool kNanCodes>
+struct Fp8FormatT {
   const uint8_t* data;
   const float* scale;
   int64_t block_n, block_k, k, blocks_k;
-  Fp8Format(const Fp8Weights& w, int64_t k_)
+  Fp8FormatT(const Fp8Weights& w, int64_t k_)
       : data(w.data),
         scale(w.scale),
         block_n(w.block_n),
@@ -121,12 +128,15 @@ struct Fp8Format {
   template <class Fn>
   HWY_INLINE void Decode(DQ df, const uint8_t* row, int64_t j, int64_t lanes, Fn&& fn) const {
     VQ w0, w1;
-    DecodeFp8(df, row + j, w0, w1);
+    DecodeFp8<kNanCodes>(df, row + j, w0, w1);
     fn(w0, j);
     fn(w1, j + lanes);
   }
   static float Code(const uint8_t* row, int64_t j) { return Fp8E4m3ToFloat(row[j]) * (1.0f / 256.0f); }
 };
+
+using Fp8Format = Fp8FormatT<true>;
+using Fp8NanFreeFormat = Fp8FormatT<false>;
 
 }  // namespace strata::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

@@ -106,7 +106,7 @@ kernels::ScaleType KernelScaleType(at::ScalarType t) {
 }
 
 kernels::Fp8Weights Fp8Of(const PackedLinear& w) {
-  return {w.data.data_ptr<uint8_t>(), w.scale.data_ptr<float>(), w.block_n, w.block_k};
+  return {w.data.data_ptr<uint8_t>(), w.scale.data_ptr<float>(), w.block_n, w.block_k, w.fp8_nan_free};
 }
 
 kernels::Mxfp4Weights Mxfp4Of(const PackedLinear& w) {

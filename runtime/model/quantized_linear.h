@@ -51,6 +51,9 @@ struct PackedLinear {
   // block of 128 columns to FP8 and runs at::_scaled_mm with the weight's 128 x 128 block scales (W8A8), instead
   // of dequantizing blocks of rows into a GEMM in x's dtype.
   bool scaled_mm = false;
+  // kFp8 loaded for the CPU: no byte is an e4m3 NaN code (kernels::Fp8HasNanCode, checked at load), so the kernels
+  // skip making them NaN (kernels::Fp8Weights::nan_free).
+  bool fp8_nan_free = false;
 
   int bits() const { return kind == Kind::kInt4 || kind == Kind::kMxfp4 ? 4 : 8; }
   int64_t bytes() const;  // of every tensor above

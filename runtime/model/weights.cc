@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/quantized.h"
 #include "runtime/model/linear.h"
 
 namespace strata::runtime {
@@ -429,6 +430,9 @@ absl::StatusOr<Weight> WeightLoader::LoadPacked(const std::string& name, const p
     packed->data = arena_->Copy(packed->data);
     packed->scale = arena_->Copy(packed->scale);
     packed->zero = arena_->Copy(packed->zero);
+    if (packed->kind == PackedLinear::Kind::kFp8) {
+      packed->fp8_nan_free = !kernels::Fp8HasNanCode(packed->data.data_ptr<uint8_t>(), packed->data.numel());
+    }
     if (const TensorView* view = checkpoint_.Find(q.weight); view != nullptr)
       view->file->Release(view->offset, view->bytes);
   }

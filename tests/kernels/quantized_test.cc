@@ -303,6 +303,43 @@ TEST_P(KernelsQuantized, Fp8RowsMatchTheReference) {
   }
 }
 
+// Weights without NaN codes marked nan_free (as the loader marks them) give exactly what the checked decode gives,
+// for every other code in every lane and tail; Fp8HasNanCode finds a NaN code anywhere.
+TEST_P(KernelsQuantized, Fp8NanFreeWeightsGiveTheCheckedResults) {
+  std::mt19937 gen(4);
+  for (int64_t k : {256, 200, 37}) {
+    const int64_t n = 7;
+    Fp8Case c = MakeFp8(n, k, 2, 64, gen);
+    for (int64_t i = 0; i < n * k; ++i) {
+      const uint8_t code = static_cast<uint8_t>((i * 37 + i / 256) & 0xFF);
+      c.data[i] = (code & 0x7F) == 0x7F ? 0x7E : code;
+    }
+    ASSERT_FALSE(Fp8HasNanCode(c.data.data(), n * k));
+    Fp8Weights free = c.weights();
+    free.nan_free = true;
+    for (int64_t rows : {1, 2, 5, 17}) {
+      std::vector<float> x(static_cast<size_t>(rows * k));
+      std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+      for (float& v : x) v = unit(gen);
+      std::vector<float> checked(static_cast<size_t>(rows * n)), skipped(checked.size());
+      QuantizedLinearRows(x.data(), c.weights(), static_cast<const float*>(nullptr), checked.data(), rows, k, n, 0, n);
+      QuantizedLinearRows(x.data(), free, static_cast<const float*>(nullptr), skipped.data(), rows, k, n, 0, n);
+      for (size_t i = 0; i < checked.size(); ++i) {
+        ASSERT_TRUE(SameFloat(checked[i], skipped[i])) << "k " << k << " rows " << rows << " at " << i;
+      }
+    }
+  }
+  std::vector<uint8_t> bytes(10000, 0x12);
+  EXPECT_FALSE(Fp8HasNanCode(bytes.data(), static_cast<int64_t>(bytes.size())));
+  for (size_t at : {size_t{0}, size_t{4095}, size_t{4096}, size_t{9999}}) {
+    for (uint8_t nan : {uint8_t{0x7F}, uint8_t{0xFF}}) {
+      bytes[at] = nan;
+      EXPECT_TRUE(Fp8HasNanCode(bytes.data(), static_cast<int64_t>(bytes.size()))) << at;
+      bytes[at] = 0x12;
+    }
+  }
+}
+
 // A NaN code (0x7f, 0xff) makes its output NaN, in the vector body and in the scalar tail.
 TEST_P(KernelsQuantized, Fp8NanCodesPropagate) {
   std::mt19937 gen(3);
