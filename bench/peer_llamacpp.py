@@ -213,13 +213,13 @@ def llama_bench(root, gguf, threads, prompt, gen, depth) -> float:
 
 
 class LlamaServer:
-    def __init__(self, root, gguf, threads, streams, context, log: pathlib.Path):
+    def __init__(self, root, gguf, threads, streams, context, log: pathlib.Path, extra=()):
         self.port = IH.free_port()
         self.log = open(log, "w")
         self.proc = subprocess.Popen(
             [str(llama_bin(root, "llama-server")), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(self.port),
              "-t", str(threads), "-tb", str(threads), "-np", str(streams), "-c", str(context * streams),
-             "--no-webui", "--cache-ram", "0"],
+             "--no-webui", "--cache-ram", "0", *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
         while True:

@@ -14,6 +14,11 @@ Two checkpoints of the same random ~116M Llama (peer_llamacpp.make_checkpoint), 
              adaptive off-switch must hold the cost to a few per cent.
 
 1 stream and --streams streams (each its own prompt), --new-tokens each, threads as given. strata-generate --warmup 1.
+
+With --llama-cpp DIR (llama.cpp built with cmake, llama-server included): both checkpoints also go to GGUF (bfloat16,
+its convert_hf_to_gguf.py), and one stream is served side by side by strata-server (gRPC) without and with
+--speculative ngram, and by llama-server without and with its n-gram lookup (--spec-type ngram-simple, the last 3
+tokens looked up, 4 drafted: LLAMA_SPEC), greedy, the same prompt ids, tokens/s as the client sees them.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ import peer_llamacpp as P  # noqa: E402
 import quantized_peer as Q  # noqa: E402
 
 SPEC = ("--speculative", "ngram", "--num-speculative-tokens", "4")
+LLAMA_SPEC = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "4",
+              "--spec-draft-n-max", "4")
 
 
 def make_repeating(source: pathlib.Path, out: pathlib.Path, cycle: int) -> list[int]:
@@ -98,6 +105,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cycle", type=int, default=16, help="ids in each of the repeating model's cycles")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--work", help="directory for the checkpoints (default: a temporary one)")
+    ap.add_argument("--llama-cpp", help="llama.cpp checkout built with cmake: also serve side by side with llama-server")
     args = ap.parse_args(argv)
     work = pathlib.Path(args.work) if args.work else pathlib.Path(tempfile.mkdtemp(prefix="speculative_speed_"))
     vocab = 8000
@@ -138,13 +146,70 @@ def main(argv=None) -> int:
                          f"{accepted / proposed:.0%}" if proposed else "-",
                          f"{accepted / verifications:.2f}" if verifications else "-", same))
             print(f"  {model}, {n} stream(s): without {P.summary(a)}, with {P.summary(b)} tok/s", flush=True)
+    peers = serve_side_by_side(args, work, models, prompts) if args.llama_cpp else []
     print()
     print("| model | streams | without (tok/s, min / median / max) | with ngram, K=4 | ratio of medians | acceptance "
           "| accepted per verification | streams with equal ids |")
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(str(c) if not isinstance(c, float) else f"{c:.2f}x" for c in row) + " |")
+    if peers:
+        print()
+        print("| model, 1 stream | strata without | strata with | strata with / without | llama.cpp without | "
+              "llama.cpp with (ngram-simple) | llama.cpp with / without | strata with / llama.cpp with |")
+        print("|---|---|---|---|---|---|---|---|")
+        for model, values in peers:
+            med = {k: statistics.median(v) for k, v in values.items()}
+            print(f"| {model} | {P.summary(values['strata'])} | {P.summary(values['strata+spec'])} | "
+                  f"{med['strata+spec'] / med['strata']:.2f}x | {P.summary(values['llama.cpp'])} | "
+                  f"{P.summary(values['llama.cpp+spec'])} | {med['llama.cpp+spec'] / med['llama.cpp']:.2f}x | "
+                  f"{med['strata+spec'] / med['llama.cpp+spec']:.2f}x |")
     return 0
+
+
+def serve_side_by_side(args, work: pathlib.Path, models: dict, prompts) -> list:
+    """One stream on strata-server and llama-server, each without and with n-gram speculation, per model:
+    [(model, {side: [tok/s per repeat]})]."""
+    root = P.find_llama_cpp(args.llama_cpp)
+    stubs = P.IH.stubs_under(work)
+    context = 16 + args.new_tokens + 8
+    out = []
+    for model, directory in models.items():
+        gguf = work / f"{model}-bf16.gguf"
+        if not gguf.exists():
+            P.convert(root, directory, gguf, "bf16")
+        prompt = prompts(model, 1)[0]
+        servers = {}
+        try:
+            for side, spec in (("strata", ()), ("strata+spec", SPEC)):
+                server = P.IH.ServerProcess(
+                    P.IH.require_binary(P.IH.SERVER_BIN),
+                    ["--model", str(directory), *P.CPU_ONLY, "--dtype", "bfloat16", "--max-batch", "1",
+                     "--max-context", str(context), "--intra-op-threads", str(args.threads), *spec],
+                    work / f"serve-{model}-{side}")
+                server.start(stubs)
+                servers[side] = server
+                P.strata_stream(stubs, server, prompt, 4)  # warm
+            for side, extra in (("llama.cpp", ()), ("llama.cpp+spec", LLAMA_SPEC)):
+                server = P.LlamaServer(root, gguf, args.threads, 1, context, work / f"llama-{model}-{side}.log", extra)
+                servers[side] = server
+                server.stream(prompt, 4)
+            sides = list(servers)
+
+            def one(side):
+                server = servers[side]
+                if side.startswith("strata"):
+                    return P.concurrently(1, lambda i: P.strata_stream(stubs, server, prompt, args.new_tokens))
+                return P.concurrently(1, lambda i: server.stream(prompt, args.new_tokens))
+
+            runs = P.alternating_runs(args.repeats, [lambda side=side: one(side) for side in sides])
+            out.append((model, dict(zip(sides, runs))))
+            print(f"  served, {model}: " + "; ".join(f"{side} {P.summary(v)}" for side, v in zip(sides, runs)),
+                  flush=True)
+        finally:
+            for server in servers.values():
+                server.stop()
+    return out
 
 
 if __name__ == "__main__":
