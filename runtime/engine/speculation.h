@@ -29,7 +29,7 @@ struct SpeculativeOptions {
   // The adaptive off-switch: a sequence whose proposals were accepted at a lower rate than this, over at least
   // `adaptive_window` proposed tokens, stops proposing for a while (Speculation::Backoff).
   double min_acceptance = 0.25;
-  int32_t adaptive_window = 16;
+  int32_t adaptive_window = 8;
 };
 
 // "ngram" | "none" into the method; the error names the flag's value.

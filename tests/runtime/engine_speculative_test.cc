@@ -72,6 +72,13 @@ SpeculativeOptions Ngram(int32_t tokens) {
   return o;
 }
 
+// Proposing at every step, however few are accepted (no adaptive pause): every step of a sampled run is verified.
+SpeculativeOptions NgramAlways(int32_t tokens) {
+  SpeculativeOptions o = Ngram(tokens);
+  o.min_acceptance = 0;
+  return o;
+}
+
 void ExpectSameTokens(const Outputs& expected, const Outputs& got, const std::string& what) {
   ASSERT_EQ(got.tokens.size(), expected.tokens.size());
   for (size_t i = 0; i < expected.tokens.size(); ++i) {
@@ -122,7 +129,7 @@ TEST(EngineSpeculative, SeededSamplingGivesTheIdsOfDecodingWithoutIt) {
   sampled.top_p = 0.95f;
   sampled.seed = 77;
   const Outputs plain = Generate(*model, sampled, {}, 2);
-  const Outputs spec = Generate(*model, sampled, Ngram(4), 2);
+  const Outputs spec = Generate(*model, sampled, NgramAlways(4), 2);
   ExpectSameTokens(plain, spec, "seeded");
   EXPECT_GE(spec.stats.spec_accepted_tokens, 1u);
   EXPECT_LT(spec.stats.micro_batches_run, plain.stats.micro_batches_run);
