@@ -152,15 +152,21 @@ TEST(Scheduler, DecodesFeedOneTokenAtTheNextPosition) {
   EXPECT_TRUE(decode->rows[0].samples);
 }
 
+// Sequence 1 with a 3-token prompt prefilled and its first token appended: decoding, 4 tokens known, 3 computed.
+void PrefillOne(Scheduler& s, Tokens& tokens) {
+  s.Add(1, tokens.Prompt(1, 3));
+  auto prefill = s.Next();
+  ASSERT_TRUE(prefill);
+  tokens.Append(s, 1);
+  s.Complete(*prefill);
+}
+
 TEST(Scheduler, AProposalFeedsAfterTheLastTokenAndOnlyAcceptedPositionsCount) {
   SchedulerOptions o = Options(1, 1);
   o.max_positions = 22;
   Scheduler s(o);
   Tokens tokens;
-  s.Add(1, tokens.Prompt(1, 3));
-  auto prefill = s.Next();
-  tokens.Append(s, 1);
-  s.Complete(*prefill);
+  PrefillOne(s, tokens);
   s.Propose(1, 5);
   auto verify = s.Next();
   ASSERT_TRUE(verify);
@@ -200,10 +206,7 @@ TEST(Scheduler, BlocksOnlyRejectedPositionsTookAreFreedWhenTheRowCompletes) {
   o.block_tokens = 4;
   Scheduler s(o);
   Tokens tokens;
-  s.Add(1, tokens.Prompt(1, 3));
-  auto prefill = s.Next();
-  tokens.Append(s, 1);
-  s.Complete(*prefill);
+  PrefillOne(s, tokens);
   EXPECT_EQ(s.blocks().counts().used, 1);
   s.Propose(1, 6);
   auto verify = s.Next();  // positions 3..9: three blocks of 4
