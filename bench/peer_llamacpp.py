@@ -162,11 +162,13 @@ def prompt_ids(n: int, vocab: int, salt: int = 0) -> list[int]:
 CPU_ONLY = ("--device-map", '{"": "cpu"}')
 
 
-def strata_generate(model_dir, prompt, new_tokens, threads, dtype, plan=CPU_ONLY) -> dict:
-    """strata-generate's --json result (and "peak_rss") for one prompt; plan: the placement flags (default: every
-    module on the CPU, one stage)."""
+def strata_generate(model_dir, prompt, new_tokens, threads, dtype, plan=CPU_ONLY, extra=()) -> dict:
+    """strata-generate's --json result (and "peak_rss") for one prompt's ids, or for a list of prompts run together;
+    plan: the placement flags (default: every module on the CPU, one stage); extra: more flags."""
+    prompts = prompt if prompt and isinstance(prompt[0], list) else [prompt]
     args = [str(BUILD / "runtime" / "strata-generate"), "--model", str(model_dir), "--json", "--warmup", "1",
-            "--prompt-ids", ",".join(map(str, prompt)), "--max-new-tokens", str(new_tokens), *plan, "--dtype", dtype]
+            *(a for p in prompts for a in ("--prompt-ids", ",".join(map(str, p)))), "--max-new-tokens",
+            str(new_tokens), *plan, "--dtype", dtype, *extra]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     proc, rss = run_peak_rss(args, env)
     if proc.returncode != 0:
@@ -199,6 +201,20 @@ def strata_decode(model_dir, depth, new_tokens, threads, dtype, vocab) -> float:
 def strata_prefill(model_dir, tokens, threads, dtype, vocab) -> float:
     timing = strata_generate(model_dir, prompt_ids(tokens, vocab), 1, threads, dtype)["timing"]
     return tokens / timing["prefill_seconds"]
+
+
+def start_strata_server(stubs, model_dir, log_dir, dtype, max_batch, context, threads, warm_prompt, plan=CPU_ONLY,
+                        extra=()):
+    """A SERVING strata-server for the serving benches (gRPC), warmed by one short stream of `warm_prompt` (None: not
+    warmed)."""
+    server = IH.ServerProcess(
+        IH.require_binary(IH.SERVER_BIN),
+        ["--model", str(model_dir), *plan, "--dtype", dtype, "--max-batch", str(max_batch), "--max-context",
+         str(context), "--intra-op-threads", str(threads), *extra], log_dir)
+    server.start(stubs)
+    if warm_prompt is not None:
+        strata_stream(stubs, server, warm_prompt, 4)
+    return server
 
 
 # --- llama.cpp --------------------------------------------------------------------------------------------
@@ -429,12 +445,8 @@ def main(argv=None) -> int:
         context = args.depth + args.serve_tokens
         requests = [prompt_ids(args.depth, vocab, salt=i + 1) for i in range(args.streams)]
         for dtype in dtypes:
-            ours_server = IH.ServerProcess(
-                IH.require_binary(IH.SERVER_BIN),
-                ["--model", str(checkpoints[dtype]), "--device-map", '{"": "cpu"}', "--dtype", torch_dtype[dtype],
-                 "--max-batch", str(args.streams), "--max-context", str(context),
-                 "--intra-op-threads", str(serve_threads)], work / f"strata-{dtype}")
-            ours_server.start(stubs)
+            ours_server = start_strata_server(stubs, checkpoints[dtype], work / f"strata-{dtype}", torch_dtype[dtype],
+                                              args.streams, context, serve_threads, None)
             theirs = LlamaServer(root, ggufs[dtype], serve_threads, args.streams, context, work / f"llama-{dtype}.log")
             try:
                 # Greedy ids of one prompt on both sides (llama-server, top_k 1; strata-generate).

@@ -273,14 +273,9 @@ def main(argv=None) -> int:
         def start_server(side, fmt):
             """One warmed server for (side, fmt)."""
             if side != "llama.cpp":
-                server = P.IH.ServerProcess(
-                    P.IH.require_binary(P.IH.SERVER_BIN),
-                    ["--model", str(files[(side, fmt)][0]), *plans[side], "--dtype", "bfloat16",
-                     "--max-batch", str(args.streams), "--max-context", str(context),
-                     "--intra-op-threads", str(stage_threads[side])], work / f"{side.replace(' ', '-')}-{fmt}")
-                server.start(stubs)
-                P.strata_stream(stubs, server, requests[0], 4)  # warm
-                return server
+                return P.start_strata_server(stubs, files[(side, fmt)][0], work / f"{side.replace(' ', '-')}-{fmt}",
+                                             "bfloat16", args.streams, context, stage_threads[side], requests[0],
+                                             plans[side])
             server = P.LlamaServer(root, files[(side, fmt)][0], serve_threads, args.streams, context,
                                    work / f"llama-{fmt}.log")
             server.stream(requests[0], 4)

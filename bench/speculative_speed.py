@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -81,16 +79,7 @@ def make_repeating(source: pathlib.Path, out: pathlib.Path, cycle: int) -> list[
 
 
 def generate(model: pathlib.Path, prompts: list[list[int]], new_tokens: int, threads: int, spec: bool) -> dict:
-    args = [str(P.BUILD / "runtime" / "strata-generate"), "--model", str(model), "--json", "--warmup", "1",
-            "--max-new-tokens", str(new_tokens), *P.CPU_ONLY, "--dtype", "bfloat16"]
-    for p in prompts:
-        args += ["--prompt-ids", ",".join(map(str, p))]
-    if spec:
-        args += list(SPEC)
-    proc = subprocess.run(args, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
-    if proc.returncode != 0:
-        raise SystemExit(f"speculative_speed: strata-generate failed: {proc.stderr}")
-    out = json.loads(proc.stdout)
+    out = P.strata_generate(model, prompts, new_tokens, threads, "bfloat16", extra=SPEC if spec else ())
     t = out["timing"]
     total = sum(len(r["ids"]) for r in out["results"])
     out["tok_s"] = (total - len(prompts)) / t["decode_seconds"]  # tokens after each first, over the decode time
@@ -182,14 +171,8 @@ def serve_side_by_side(args, work: pathlib.Path, models: dict, prompts) -> list:
         servers = {}
         try:
             for side, spec in (("strata", ()), ("strata+spec", SPEC)):
-                server = P.IH.ServerProcess(
-                    P.IH.require_binary(P.IH.SERVER_BIN),
-                    ["--model", str(directory), *P.CPU_ONLY, "--dtype", "bfloat16", "--max-batch", "1",
-                     "--max-context", str(context), "--intra-op-threads", str(args.threads), *spec],
-                    work / f"serve-{model}-{side}")
-                server.start(stubs)
-                servers[side] = server
-                P.strata_stream(stubs, server, prompt, 4)  # warm
+                servers[side] = P.start_strata_server(stubs, directory, work / f"serve-{model}-{side}", "bfloat16", 1,
+                                                      context, args.threads, prompt, extra=spec)
             for side, extra in (("llama.cpp", ()), ("llama.cpp+spec", LLAMA_SPEC)):
                 server = P.LlamaServer(root, gguf, args.threads, 1, context, work / f"llama-{model}-{side}.log", extra)
                 servers[side] = server

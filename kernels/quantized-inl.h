@@ -34,6 +34,15 @@ HWY_BEFORE_NAMESPACE();
 namespace strata::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// FP8 rows on the float32 tiles, without the decode's NaN handling where the loader found no NaN code
+// (Fp8Weights::nan_free).
+template <class E>
+void QuantRowsFp8T(const Fp8Weights& w, const float* x, const typename E::T* bias, typename E::T* y, int64_t rows,
+                   int64_t k, int64_t n_total, int64_t n0, int64_t n1) {
+  if (w.nan_free) return QuantRowsT<Fp8NanFreeFormat, E>(Fp8NanFreeFormat(w, k), x, bias, y, rows, k, n_total, n0, n1);
+  QuantRowsT<Fp8Format, E>(Fp8Format(w, k), x, bias, y, rows, k, n_total, n0, n1);
+}
+
 // bfloat16 input rows: on VDPBF16PS where `dot` (Bf16DotAvailable, and AVX512_VBMI for FP8) and the layout
 // suits it (FP8 blocks of a multiple of 64 columns, int4 groups of 32, 64 or a multiple of 128, k at least one
 // block); elsewhere widened to float32 here and run by the float32 kernels (quantized_rows-inl.h).
@@ -49,10 +58,7 @@ void QuantRowsFp8Dot(const uint16_t* x, const Fp8Weights& w, const uint16_t* bia
 #endif
   std::vector<float> widened(static_cast<size_t>(rows * k));
   for (int64_t i = 0; i < rows * k; ++i) widened[static_cast<size_t>(i)] = BF16ToFloat(x[i]);
-  if (w.nan_free)
-    return QuantRowsT<Fp8NanFreeFormat, BF16>(Fp8NanFreeFormat(w, k), widened.data(), bias, y, rows, k, n_total, n0,
-                                              n1);
-  QuantRowsT<Fp8Format, BF16>(Fp8Format(w, k), widened.data(), bias, y, rows, k, n_total, n0, n1);
+  QuantRowsFp8T<BF16>(w, widened.data(), bias, y, rows, k, n_total, n0, n1);
 }
 
 void QuantRowsIntDot(const uint16_t* x, const IntWeights& w, const uint16_t* bias, uint16_t* y, int64_t rows, int64_t k,
@@ -97,9 +103,7 @@ void QuantRowsFp8F32(const float* x, const Fp8Weights& w, const float* bias, flo
 #else
   (void)vbmi;
 #endif
-  if (w.nan_free)
-    return QuantRowsT<Fp8NanFreeFormat, F32>(Fp8NanFreeFormat(w, k), x, bias, y, rows, k, n_total, n0, n1);
-  QuantRowsT<Fp8Format, F32>(Fp8Format(w, k), x, bias, y, rows, k, n_total, n0, n1);
+  QuantRowsFp8T<F32>(w, x, bias, y, rows, k, n_total, n0, n1);
 }
 void QuantRowsFp8BF16(const float* x, const Fp8Weights& w, const uint16_t* bias, uint16_t* y, int64_t rows, int64_t k,
                       int64_t n_total, int64_t n0, int64_t n1, bool vbmi) {
@@ -110,9 +114,7 @@ void QuantRowsFp8BF16(const float* x, const Fp8Weights& w, const uint16_t* bias,
 #else
   (void)vbmi;
 #endif
-  if (w.nan_free)
-    return QuantRowsT<Fp8NanFreeFormat, BF16>(Fp8NanFreeFormat(w, k), x, bias, y, rows, k, n_total, n0, n1);
-  QuantRowsT<Fp8Format, BF16>(Fp8Format(w, k), x, bias, y, rows, k, n_total, n0, n1);
+  QuantRowsFp8T<BF16>(w, x, bias, y, rows, k, n_total, n0, n1);
 }
 void QuantRowsIntF32(const float* x, const IntWeights& w, const float* bias, float* y, int64_t rows, int64_t k,
                      int64_t n_total, int64_t n0, int64_t n1) {

@@ -533,10 +533,9 @@ void Metrics::RecordGrammarCompiler(const structured::CompilerStats& stats) {
 
 void Metrics::ObserveGrammarMask(double seconds) { structured_.mask_seconds.Observe(seconds); }
 
-void Metrics::ObserveSpeculation(const std::string& method, int64_t accepted) {
-  speculative_.accepted_length
-      .Add({{"method", method}}, prometheus::Histogram::BucketBoundaries{0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64})
-      .Observe(static_cast<double>(accepted));
+prometheus::Histogram& Metrics::SpeculationAcceptedLength(const std::string& method) {
+  return speculative_.accepted_length.Add({{"method", method}},
+                                          prometheus::Histogram::BucketBoundaries{0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64});
 }
 
 }  // namespace strata::server

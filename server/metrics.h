@@ -68,9 +68,10 @@ class Metrics {
   void RecordStructuredRequest(const char* kind);
   void RecordGrammarCompiler(const structured::CompilerStats& stats);
   void ObserveGrammarMask(double seconds);
-  // Speculative decoding: one verified proposal of `method` (runtime::SpeculativeMethodName) and how many of its
-  // tokens the model accepted. The proposed and accepted totals come from the engine's stats.
-  void ObserveSpeculation(const std::string& method, int64_t accepted);
+  // Speculative decoding: the histogram of accepted tokens per verified proposal of `method`
+  // (runtime::SpeculativeMethodName), looked up once by the engine's observer. The proposed and accepted totals come
+  // from the engine's stats.
+  prometheus::Histogram& SpeculationAcceptedLength(const std::string& method);
 
   // The address /metrics is served on, with the port the system picked when asked for port 0.
   const ListenAddress& address() const { return address_; }

@@ -159,9 +159,11 @@ void RunningServer::ServeModel(std::unique_ptr<ServedModel> model) {
   Metrics* metrics = metrics_.get();
   model_->engine().SetMicroBatchObserver([metrics](int64_t rows) { metrics->ObserveBatchSize(rows); });
   model_->engine().SetMaskObserver([metrics](double seconds) { metrics->ObserveGrammarMask(seconds); });
-  const std::string method = model_->engine().Stats().spec_method;
-  model_->engine().SetSpeculationObserver(
-      [metrics, method](int64_t, int64_t accepted) { metrics->ObserveSpeculation(method, accepted); });
+  if (const std::string method = model_->engine().Stats().spec_method; method != "none") {
+    prometheus::Histogram* accepted_length = &metrics->SpeculationAcceptedLength(method);
+    model_->engine().SetSpeculationObserver(
+        [accepted_length](int64_t, int64_t accepted) { accepted_length->Observe(static_cast<double>(accepted)); });
+  }
   SampleGauges();
   sampler_ = std::thread([this] {
     std::unique_lock lock(mutex_);
