@@ -290,6 +290,14 @@ std::unique_ptr<MicroBatch> Executor::Impl::StageInputs(MicroBatchWork work) {
         throw std::invalid_argument(absl::StrCat("micro-batch row feeds ", count, " tokens and verifies ", row.verify,
                                                  " with ", row.verify_uniforms.size(), " draws"));
       }
+      const size_t verify = static_cast<size_t>(row.verify);
+      if (!row.verify_draft_probs.empty() && (row.verify_draft_probs.size() % std::max<size_t>(verify, 1) != 0 ||
+                                              row.verify_draft_probs.size() / std::max<size_t>(verify, 1) == 0 ||
+                                              row.verify_accept_uniforms.size() != verify)) {
+        throw std::invalid_argument(absl::StrCat("micro-batch row verifies ", row.verify, " tokens with ",
+                                                 row.verify_draft_probs.size(), " draft probabilities and ",
+                                                 row.verify_accept_uniforms.size(), " acceptance draws"));
+      }
       if (row.verify > 0 && (!row.samples || !row.prompt_targets.empty() || row.sampling.allowed != nullptr ||
                              !row.penalty_tokens.empty() || !row.output_tokens.empty() || row.sequence != 0)) {
         throw std::invalid_argument(
@@ -345,6 +353,14 @@ std::unique_ptr<MicroBatch> Executor::Impl::StageInputs(MicroBatchWork work) {
         position.samples = true;
         position.sampling = rows[r].sampling;
         position.sampling.uniform = rows[r].verify_uniforms[j];
+        position.sampling.return_probs = false;
+        const std::vector<float>& q = rows[r].verify_draft_probs;
+        if (!q.empty()) {
+          const size_t vocab = q.size() / static_cast<size_t>(rows[r].verify);
+          position.sampling.draft_token = rows[r].tokens[rows[r].tokens.size() - rows[r].verify + j];
+          position.sampling.accept_uniform = rows[r].verify_accept_uniforms[j];
+          position.sampling.draft_probs = std::span<const float>(q).subspan(j * vocab, vocab);
+        }
         add(&position, logits_row[r] - rows[r].verify + j);
       }
       add(&rows[r], logits_row[r]);
@@ -526,7 +542,9 @@ MicroBatchResult Executor::Impl::Finish(std::unique_ptr<MicroBatch> mb) {
   if (!mb->error && mb->sampling_rows > 0) {
     try {
       // Waits on this micro-batch's copy event only.
-      std::vector<GeneratedToken> tokens = FinishSamples(mb->samples, mb->sampling);
+      std::vector<std::vector<float>> probs;
+      std::vector<GeneratedToken> tokens = FinishSamples(mb->samples, mb->sampling, &probs);
+      size_t next_probs = 0;
       const Stage& last = stages.back();
       size_t k = 0;
       for (size_t r = 0; r < mb->work.rows.size(); ++r) {
@@ -539,6 +557,10 @@ MicroBatchResult Executor::Impl::Finish(std::unique_ptr<MicroBatch> mb) {
             finite = finite && std::isfinite(tokens.at(k).logprob);
             result.verified[r].push_back(std::move(tokens.at(k++)));
           }
+        }
+        if (row.sampling.return_probs && next_probs < probs.size()) {
+          result.probs.resize(mb->work.rows.size());
+          result.probs[r] = std::move(probs[next_probs++]);
         }
         GeneratedToken& token = tokens.at(k++);
         if (finite && std::isfinite(token.logprob)) {
@@ -571,6 +593,7 @@ MicroBatchResult Executor::Impl::Finish(std::unique_ptr<MicroBatch> mb) {
     result.tokens.assign(mb->work.rows.size(), std::nullopt);
     result.verified.clear();
     result.prompt_logprobs.clear();
+    result.probs.clear();
   }
   return result;
 }

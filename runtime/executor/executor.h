@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,6 +89,18 @@ struct RowSampling {
   // A constrained row: only these ids may be chosen (applied to the logits before anything else, so the
   // log-probabilities are those of the masked distribution, as vLLM reports them). Null: every id.
   std::shared_ptr<AllowedTokens> allowed;
+  // Speculative decoding with a draft model (Leviathan et al.'s rejection sampling): a sampled row whose proposed
+  // token `draft_token` (>= 0) the draft drew from `draft_probs` (q, one probability per id of the vocabulary; read
+  // only while the row is staged) keeps it when accept_uniform x q(d) < p(d), p being this row's processed
+  // distribution, and otherwise draws (with `uniform`) from max(p - q, 0) normalised: the token is then distributed
+  // as p whatever q is. Greedy rows take their argmax (exact for any proposal); rows without draft_probs propose a
+  // point mass (n-gram lookup), which drawing from p with `uniform` and comparing verifies.
+  int32_t draft_token = -1;
+  double accept_uniform = 0;
+  std::span<const float> draft_probs;
+  // The processed distribution this row's token was drawn from comes back (MicroBatchResult::probs): what a draft
+  // model's proposals are verified against. A greedy row's is the point mass on its token.
+  bool return_probs = false;
 };
 
 // One generated token, as the sampler makes it and the engine streams it.
@@ -129,6 +142,10 @@ struct BatchRow {
   // MicroBatchResult::verified and tokens. Such a row samples, and has no penalty, mask or prompt targets.
   int32_t verify = 0;
   std::vector<double> verify_uniforms;
+  // A draft model's proposal (RowSampling::draft_probs): the distributions its verify tokens were drawn from, verify x
+  // vocab, and each position's acceptance draw. Empty for point-mass proposals (n-gram) and greedy rows.
+  std::vector<float> verify_draft_probs;
+  std::vector<double> verify_accept_uniforms;
 };
 
 struct MicroBatchWork {
@@ -147,6 +164,8 @@ struct MicroBatchResult {
   std::vector<std::vector<GeneratedToken>> verified;
   // Per row: its prompt_targets scored (id: the target, logprob, top), in order; empty for other rows.
   std::vector<std::vector<GeneratedToken>> prompt_logprobs;
+  // Per row with RowSampling::return_probs: the distribution its token was drawn from (vocab floats); else empty.
+  std::vector<std::vector<float>> probs;
   // Not OK when a stage (or the sampler) failed: INTERNAL naming the stage, its device and the error.
   absl::Status status;
   std::string failed_stage;   // the index of the stage that failed ("1"), for metrics

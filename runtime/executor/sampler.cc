@@ -11,6 +11,7 @@
 #include <ATen/ops/cumsum.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/gather.h>
+#include <ATen/ops/index_select.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/log_softmax.h>
 #include <ATen/ops/masked_fill.h>
@@ -22,6 +23,7 @@
 #include <ATen/ops/topk.h>
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
@@ -122,9 +124,10 @@ at::Tensor Warped(const at::Tensor& scores, const SamplingInputs& inputs, const 
 // whose scores overflowed to +inf (a repetition penalty or a temperature so small that l / p or l / t
 // leaves float32) has no finite distribution: softmax would be NaN everywhere and the draw meaningless.
 // It takes the argmax, the first +inf: the limit of that distribution as its scale grows.
-at::Tensor Choose(const at::Tensor& scores, const at::Tensor& params) {
-  const int64_t vocab = scores.size(1);
-  at::Tensor probabilities = at::softmax(scores.to(at::kDouble), 1);
+// The draw itself, [rows, 1]: where the cumulative `probabilities` (float64, [rows, vocab], each row's sum positive)
+// first exceed uniform x their total, never at a probability of zero.
+at::Tensor Draw(const at::Tensor& probabilities, const at::Tensor& params) {
+  const int64_t vocab = probabilities.size(1);
   at::Tensor cdf = probabilities.cumsum(1);
   at::Tensor target = Param(params, kUniform) * cdf.narrow(1, vocab - 1, 1);
   at::Tensor index = at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).clamp_max(vocab - 1);
@@ -132,13 +135,40 @@ at::Tensor Choose(const at::Tensor& scores, const at::Tensor& params) {
   // a device need not keep the cdf flat over zeros. Step back to the last positive token at or before
   // the index (the first positive one when there is none before).
   at::Tensor positive = probabilities.gt(0);
-  at::Tensor positions = at::arange(vocab, scores.options().dtype(at::kLong));
+  at::Tensor positions = at::arange(vocab, probabilities.options().dtype(at::kLong));
   at::Tensor last_positive = std::get<0>(at::cummax(at::where(positive, positions, -1), 1)).gather(1, index);
   at::Tensor first_positive = at::argmax(positive.to(at::kInt), 1, /*keepdim=*/true);
-  at::Tensor drawn = at::where(last_positive.lt(0), first_positive, last_positive);
+  return at::where(last_positive.lt(0), first_positive, last_positive);
+}
+
+at::Tensor Choose(const at::Tensor& scores, const at::Tensor& params) {
+  at::Tensor drawn = Draw(at::softmax(scores.to(at::kDouble), 1), params);
   at::Tensor finite = at::isfinite(at::amax(scores, 1, /*keepdim=*/true));
   return at::where(Param(params, kTemperature).gt(0).logical_and(finite), drawn,
                    at::argmax(scores, 1, /*keepdim=*/true));
+}
+
+// Leviathan et al.'s rejection step for the rows with a draft model's proposal (RowSampling::draft_token): keep the
+// proposed d when accept x q(d) < p(d), else draw from max(p - q, 0) normalised (p itself where that is all zero:
+// p <= q everywhere means p = q up to rounding, and then d is kept but for rounding). `scores` are the warped
+// scores, `ids` what the rows chose without the proposal (kept by greedy rows, rows without one, and rows whose
+// scores overflowed: Choose's argmax).
+at::Tensor Rejected(const at::Tensor& scores, const at::Tensor& ids, const SamplingInputs& inputs,
+                    const at::Tensor& params) {
+  const at::Device device = scores.device();
+  at::Tensor draft = OnDevice(inputs.draft, device);
+  at::Tensor proposed = draft.select(1, 0).unsqueeze(1).to(at::kLong);
+  at::Tensor finite = at::isfinite(at::amax(scores, 1, /*keepdim=*/true));
+  at::Tensor applies = proposed.ge(0).logical_and(Param(params, kTemperature).gt(0)).logical_and(finite);
+  at::Tensor d = proposed.clamp_min(0);
+  at::Tensor p = at::softmax(scores.to(at::kDouble), 1);
+  TORCH_CHECK(inputs.draft_probs.size(1) == scores.size(1), "sampler: draft distributions over ",
+              inputs.draft_probs.size(1), " ids for logits over ", scores.size(1));
+  at::Tensor q = OnDevice(inputs.draft_probs, device).to(at::kDouble);
+  at::Tensor accept = (draft.select(1, 1).unsqueeze(1) * q.gather(1, d)).lt(p.gather(1, d));
+  at::Tensor residual = (p - q).clamp_min(0);
+  residual = at::where(residual.sum(1, /*keepdim=*/true).gt(0), residual, p);
+  return at::where(applies, at::where(accept, d, Draw(residual, params)), ids);
 }
 
 // Structured outputs: the ids a constrained row's grammar does not allow get -inf before anything else, so
@@ -263,7 +293,8 @@ void StageBias(const std::vector<const BatchRow*>& rows, const at::TensorOptions
 
 // Packs ids [n, 1] and their log-probabilities among `logprobs` [n, vocab], with the `top` best of each
 // row, as float64 (ids are exact below 2^53), and starts their one copy to the host.
-PendingSamples PackAsync(const at::Tensor& ids, const at::Tensor& logprobs, int64_t top) {
+PendingSamples PackAsync(const at::Tensor& ids, const at::Tensor& logprobs, int64_t top,
+                         const at::Tensor& probs = at::Tensor()) {
   const at::Device device = logprobs.device();
   std::vector<at::Tensor> parts{ids.to(at::kDouble), logprobs.gather(1, ids).to(at::kDouble)};
   top = std::min(top, logprobs.size(1));
@@ -276,10 +307,15 @@ PendingSamples PackAsync(const at::Tensor& ids, const at::Tensor& logprobs, int6
   PendingSamples pending;
   if (device.is_cpu()) {
     pending.host = packed.contiguous();
+    if (probs.defined()) pending.probs = probs.contiguous();
     return pending;
   }
   pending.host = at::empty(packed.sizes(), at::TensorOptions().dtype(at::kDouble).pinned_memory(device.is_cuda()));
   pending.host.copy_(packed, /*non_blocking=*/true);
+  if (probs.defined()) {
+    pending.probs = at::empty(probs.sizes(), at::TensorOptions().dtype(at::kFloat).pinned_memory(device.is_cuda()));
+    pending.probs.copy_(probs, /*non_blocking=*/true);
+  }
   pending.ready.emplace(device.type());
   pending.ready->record(CurrentStream(device));
   return pending;
@@ -305,6 +341,45 @@ std::vector<GeneratedToken> Unpack(PendingSamples& pending, const std::vector<in
     for (int64_t j = 0; j < wanted; ++j) token.top.push_back({static_cast<int32_t>(row[2 + j]), row[2 + top + j]});
   }
   return tokens;
+}
+
+// RowSampling's draft proposals as SamplingInputs::draft and draft_probs (every q of one vocabulary's size).
+void StageDraft(const std::vector<const BatchRow*>& rows, const at::TensorOptions& host, SamplingInputs& inputs) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  int64_t vocab = 0;
+  for (const BatchRow* row : rows)
+    vocab = std::max<int64_t>(vocab, static_cast<int64_t>(row->sampling.draft_probs.size()));
+  inputs.draft = at::empty({n, 2}, host.dtype(at::kDouble));
+  inputs.draft_probs = at::zeros({n, vocab}, host.dtype(at::kFloat));
+  double* draft = inputs.draft.data_ptr<double>();
+  float* probs = inputs.draft_probs.data_ptr<float>();
+  for (int64_t r = 0; r < n; ++r) {
+    const RowSampling& s = rows[r]->sampling;
+    const bool proposes = s.draft_token >= 0 && !s.draft_probs.empty();
+    TORCH_CHECK(!proposes || (static_cast<int64_t>(s.draft_probs.size()) == vocab && s.draft_token < vocab),
+                "sampler: row ", r, " proposes id ", s.draft_token, " with a draft distribution over ",
+                s.draft_probs.size(), " ids, other rows over ", vocab);
+    draft[2 * r] = proposes ? s.draft_token : -1;
+    draft[2 * r + 1] = s.accept_uniform;
+    if (proposes) std::copy(s.draft_probs.begin(), s.draft_probs.end(), probs + r * vocab);
+  }
+}
+
+// The processed distributions of the rows that asked for them (SamplingInputs::probs_rows), float32 [k, vocab]:
+// softmax of the warped scores for sampled rows, the point mass on the chosen id for greedy ones.
+at::Tensor ReturnedProbs(const at::Tensor& scores, const at::Tensor& ids, const SamplingInputs& inputs,
+                         const at::Tensor& params) {
+  const at::Device device = scores.device();
+  const int64_t k = static_cast<int64_t>(inputs.probs_rows.size());
+  at::Tensor index = at::empty({k}, at::TensorOptions().dtype(at::kLong));
+  std::copy(inputs.probs_rows.begin(), inputs.probs_rows.end(), index.data_ptr<int64_t>());
+  index = index.to(device);
+  at::Tensor picked = scores.index_select(0, index);
+  at::Tensor chosen = ids.index_select(0, index);
+  at::Tensor point = at::zeros_like(picked).scatter(1, chosen, 1.0);
+  at::Tensor sampled = Param(params, kTemperature).index_select(0, index).gt(0);
+  at::Tensor finite = at::isfinite(at::amax(picked, 1, /*keepdim=*/true));
+  return at::where(sampled.logical_and(finite), at::softmax(picked, 1), point);
 }
 
 }  // namespace
@@ -405,7 +480,10 @@ SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, boo
     inputs.allowed.push_back(s.allowed);
     inputs.any_allowed = inputs.any_allowed || s.allowed != nullptr;
     inputs.top_logprobs = std::max<int64_t>(inputs.top_logprobs, inputs.row_top_logprobs.back());
+    inputs.any_draft = inputs.any_draft || (sampled && s.draft_token >= 0 && !s.draft_probs.empty());
+    if (s.return_probs) inputs.probs_rows.push_back(r);
   }
+  if (inputs.any_draft) StageDraft(rows, host, inputs);
   if (inputs.any_penalty || inputs.any_output_penalty) StagePenalty(rows, host, slots, inputs);
   if (inputs.any_bias) StageBias(rows, host, inputs);
   return inputs;
@@ -429,13 +507,30 @@ PendingSamples SampleAsync(const at::Tensor& logits, const SamplingInputs& input
   at::Tensor params = OnDevice(inputs.params, logits.device());
   const at::Tensor masked = Masked(logits, inputs);
   at::Tensor scores = Penalised(masked, inputs, params, pool);
-  at::Tensor ids =
-      inputs.greedy_only ? at::argmax(scores, 1, /*keepdim=*/true) : Choose(Warped(scores, inputs, params), params);
-  return PackAsync(ids, at::log_softmax(masked, 1), inputs.top_logprobs);
+  at::Tensor ids;
+  if (inputs.greedy_only) {
+    ids = at::argmax(scores, 1, /*keepdim=*/true);
+  } else {
+    scores = Warped(scores, inputs, params);
+    ids = Choose(scores, params);
+    if (inputs.any_draft) ids = Rejected(scores, ids, inputs, params);
+  }
+  at::Tensor probs;
+  if (!inputs.probs_rows.empty()) probs = ReturnedProbs(scores, ids, inputs, params);
+  return PackAsync(ids, at::log_softmax(masked, 1), inputs.top_logprobs, probs);
 }
 
-std::vector<GeneratedToken> FinishSamples(PendingSamples& pending, const SamplingInputs& inputs) {
-  return Unpack(pending, inputs.row_top_logprobs);
+std::vector<GeneratedToken> FinishSamples(PendingSamples& pending, const SamplingInputs& inputs,
+                                          std::vector<std::vector<float>>* probs) {
+  std::vector<GeneratedToken> tokens = Unpack(pending, inputs.row_top_logprobs);
+  if (probs != nullptr && pending.probs.defined()) {
+    const int64_t rows = pending.probs.size(0);
+    const int64_t vocab = pending.probs.size(1);
+    const float* data = pending.probs.data_ptr<float>();
+    probs->clear();
+    for (int64_t r = 0; r < rows; ++r) probs->emplace_back(data + r * vocab, data + (r + 1) * vocab);
+  }
+  return tokens;
 }
 
 PendingSamples ScoreAsync(const at::Tensor& logits, const at::Tensor& targets, int64_t top) {

@@ -64,6 +64,13 @@ struct SamplingInputs {
   bool any_allowed = false;  // some row is constrained
   bool any_top_k = false;    // some sampled row has 0 < top_k
   bool any_top_p = false;    // some sampled row has top_p < 1
+  // Draft-model proposals (RowSampling::draft_token), undefined when no row has one: float64 [rows, 2] (the
+  // proposed id or -1, the acceptance draw) and float32 [rows, vocab] q (zeros for rows without one).
+  at::Tensor draft;
+  at::Tensor draft_probs;
+  bool any_draft = false;
+  // The rows whose processed distributions come back (RowSampling::return_probs), in order.
+  std::vector<int64_t> probs_rows;
   int64_t rows() const { return static_cast<int64_t>(row_top_logprobs.size()); }
 };
 inline constexpr int64_t kSamplingParams = 7;
@@ -109,6 +116,7 @@ SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, boo
 // tensor is complete on return).
 struct PendingSamples {
   at::Tensor host;
+  at::Tensor probs;  // float32 [probs_rows, vocab] on the host, when rows asked for them (SamplingInputs::probs_rows)
   std::optional<c10::Event> ready;
 };
 
@@ -118,8 +126,9 @@ struct PendingSamples {
 PendingSamples SampleAsync(const at::Tensor& logits, const SamplingInputs& inputs, PenaltyPool* pool = nullptr);
 
 // Waits on `ready` (that event only: no device or stream synchronisation) and unpacks one token per row,
-// each with its own top_logprobs.
-std::vector<GeneratedToken> FinishSamples(PendingSamples& pending, const SamplingInputs& inputs);
+// each with its own top_logprobs, and (when `probs` is given) the distributions of the probs_rows, in order.
+std::vector<GeneratedToken> FinishSamples(PendingSamples& pending, const SamplingInputs& inputs,
+                                          std::vector<std::vector<float>>* probs = nullptr);
 
 // Prompt log-probabilities: row i of logits (float32 [n, vocab]) scores targets[i] (a host int64 [n],
 // pinned when logits are on CUDA): log_softmax of the raw logits at the target, and the `top` most likely

@@ -13,10 +13,12 @@
 #include <ATen/ops/softmax.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -465,6 +467,143 @@ TEST(Sampler, WaitsForAMaskFilledAfterStaging) {
   PendingSamples pending = SampleAsync(logits, inputs);
   filler.join();
   EXPECT_EQ(FinishSamples(pending, inputs)[0].id, 37);
+}
+
+// Rejection sampling of a draft model's proposals (RowSampling::draft_token), over many rows of one batch: each row's
+// proposal d drawn from q, its acceptance draw and its redraw independent. The tokens must be distributed as p
+// (Pearson's chi-squared against p, seeded so the verdict is fixed; the limit is chi-squared's 0.999 quantile), and
+// the proposals kept at the rate sum_i min(p_i, q_i) (within 4 standard deviations).
+struct RejectionOutcome {
+  std::vector<int64_t> counts;
+  int64_t accepted = 0;
+  int64_t rows = 0;
+};
+
+RejectionOutcome SampleProposals(const std::vector<float>& logits, float temperature, int32_t top_k,
+                                 const std::vector<float>& q, int64_t rows, uint32_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::discrete_distribution<int32_t> from_q(q.begin(), q.end());
+  std::vector<BatchRow> batch;
+  std::vector<int32_t> proposed;
+  for (int64_t r = 0; r < rows; ++r) {
+    BatchRow row = Row(temperature, top_k, 1, 1, uniform(gen), 0);
+    row.sampling.draft_token = from_q(gen);
+    row.sampling.accept_uniform = uniform(gen);
+    row.sampling.draft_probs = std::span<const float>(q);
+    proposed.push_back(row.sampling.draft_token);
+    batch.push_back(std::move(row));
+  }
+  std::vector<std::vector<float>> values(static_cast<size_t>(rows), logits);
+  std::vector<GeneratedToken> tokens = Sample(Logits(values), batch);
+  RejectionOutcome outcome;
+  outcome.counts.assign(logits.size(), 0);
+  outcome.rows = rows;
+  for (int64_t r = 0; r < rows; ++r) {
+    ++outcome.counts.at(tokens[r].id);
+    if (tokens[r].id == proposed[r]) ++outcome.accepted;
+  }
+  return outcome;
+}
+
+// chi-squared of the counts against p, over the ids with p > 0 (an id with p = 0 drawn at all fails outright).
+double ChiSquared(const RejectionOutcome& outcome, const std::vector<double>& p) {
+  double chi = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double expected = p[i] * static_cast<double>(outcome.rows);
+    if (p[i] == 0) {
+      if (outcome.counts[i] != 0) return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    chi += (outcome.counts[i] - expected) * (outcome.counts[i] - expected) / expected;
+  }
+  return chi;
+}
+
+void ExpectAcceptance(const RejectionOutcome& outcome, const std::vector<double>& p, const std::vector<float>& q) {
+  double expected = 0;
+  for (size_t i = 0; i < p.size(); ++i) expected += std::min(p[i], static_cast<double>(q[i]));
+  const double rate = static_cast<double>(outcome.accepted) / static_cast<double>(outcome.rows);
+  const double sd = std::sqrt(expected * (1 - expected) / static_cast<double>(outcome.rows));
+  EXPECT_NEAR(rate, expected, 4 * sd + 1e-12) << "acceptance " << rate << ", sum min(p, q) " << expected;
+}
+
+std::vector<double> Softmax(const std::vector<float>& logits, float temperature, int32_t top_k) {
+  std::vector<float> sorted = logits;
+  std::sort(sorted.rbegin(), sorted.rend());
+  const float kth = top_k > 0 ? sorted[static_cast<size_t>(top_k) - 1] : -kInf;
+  std::vector<double> p(logits.size());
+  double total = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    p[i] = logits[i] < kth ? 0 : std::exp(static_cast<double>(logits[i]) / temperature);
+    total += p[i];
+  }
+  for (double& v : p) v /= total;
+  return p;
+}
+
+TEST(SamplerRejection, TokensAreDistributedAsTheTargetWhateverTheDraft) {
+  const std::vector<float> logits = {1.0f, -0.5f, 2.0f, 0.3f, -2.0f, 0.8f};
+  const std::vector<double> p = Softmax(logits, 1, 0);
+  const double limit = 20.52;  // chi-squared, 5 degrees of freedom, 0.999
+  for (const std::vector<float>& q : std::vector<std::vector<float>>{
+           {0.05f, 0.3f, 0.1f, 0.25f, 0.2f, 0.1f},  // far from p
+           {0.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0.0f},    // a point mass on p's mode
+           {0.0f, 0.0f, 0.0f, 0.0f, 1.0f, 0.0f},    // a point mass on an unlikely token
+       }) {
+    const RejectionOutcome outcome = SampleProposals(logits, 1, 0, q, 40000, 7);
+    EXPECT_LT(ChiSquared(outcome, p), limit) << "q[0] " << q[0];
+    ExpectAcceptance(outcome, p, q);
+  }
+  // q = p: every proposal is kept.
+  std::vector<float> same(p.begin(), p.end());
+  const RejectionOutcome outcome = SampleProposals(logits, 1, 0, same, 20000, 11);
+  EXPECT_LT(ChiSquared(outcome, p), limit);
+  EXPECT_GE(outcome.accepted, outcome.rows - 2);
+}
+
+TEST(SamplerRejection, TheTargetIsTheWarpedDistribution) {
+  // Temperature 0.7 and top_k 4: ids 1 and 4 cannot be chosen, even when the draft proposes them.
+  const std::vector<float> logits = {1.0f, -0.5f, 2.0f, 0.3f, -2.0f, 0.8f};
+  const std::vector<double> p = Softmax(logits, 0.7f, 4);
+  ASSERT_EQ(p[1], 0);
+  ASSERT_EQ(p[4], 0);
+  const std::vector<float> q = {0.1f, 0.25f, 0.2f, 0.1f, 0.25f, 0.1f};
+  const RejectionOutcome outcome = SampleProposals(logits, 0.7f, 4, q, 40000, 13);
+  EXPECT_LT(ChiSquared(outcome, p), 16.27);  // 3 degrees of freedom, 0.999
+  ExpectAcceptance(outcome, p, q);
+}
+
+TEST(SamplerRejection, GreedyRowsIgnoreTheDraftAndReturnedProbsAreTheSampledDistribution) {
+  const std::vector<float> logits = {1.0f, -0.5f, 2.0f, 0.3f, -2.0f, 0.8f};
+  const std::vector<float> q = {0.0f, 1.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  BatchRow greedy = Row(0, 0, 1, 1, 0.5, 0);
+  greedy.sampling.draft_token = 1;
+  greedy.sampling.accept_uniform = 0;
+  greedy.sampling.draft_probs = std::span<const float>(q);
+  greedy.sampling.return_probs = true;
+  BatchRow sampled = Row(0.7f, 4, 1, 1, 0.5, 0);
+  sampled.sampling.return_probs = true;
+  std::vector<BatchRow> rows{greedy, sampled};
+  SamplingInputs inputs = Stage(rows);
+  PendingSamples pending = SampleAsync(Logits({logits, logits}), inputs);
+  std::vector<std::vector<float>> probs;
+  std::vector<GeneratedToken> tokens = FinishSamples(pending, inputs, &probs);
+  EXPECT_EQ(tokens[0].id, 2);  // the argmax, though the draft proposed 1 with an acceptance draw of 0
+  ASSERT_EQ(probs.size(), 2u);
+  EXPECT_EQ(probs[0], (std::vector<float>{0, 0, 1, 0, 0, 0}));
+  const std::vector<double> p = Softmax(logits, 0.7f, 4);
+  for (size_t i = 0; i < p.size(); ++i) EXPECT_NEAR(probs[1][i], p[i], 1e-6) << "id " << i;
+}
+
+TEST(SamplerRejection, ADraftOverAnotherVocabularyIsRefused) {
+  const std::vector<float> q = {0.5f, 0.5f};
+  BatchRow row = Row(1, 0, 1, 1, 0.5, 0);
+  row.sampling.draft_token = 0;
+  row.sampling.draft_probs = std::span<const float>(q);
+  std::vector<BatchRow> rows{row};
+  SamplingInputs inputs = Stage(rows);
+  EXPECT_THROW(SampleAsync(Logits({{1.0f, 2.0f, 3.0f}}), inputs), c10::Error);
 }
 
 TEST(SamplerCuda, SamplesOnTheDeviceAsOnTheCpuWithOneEvent) {
