@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/engine/draft_model.h"
 #include "runtime/engine/mask_filler.h"
 #include "runtime/engine/output_processor.h"
 #include "runtime/engine/scheduler.h"
@@ -67,6 +68,14 @@ struct Sequence {
   // request's g-th draw, so seeded sampling gives the same ids with speculation as without.
   std::vector<int32_t> draft;
   std::optional<Speculation> speculation;
+  // A draft model's: the distributions its sampled proposals were drawn from (draft.size() x vocab), the tokens its
+  // cache holds (DraftRequest::computed), and the generators of its draws and of the acceptance draws, apart from
+  // `random` so that seeded requests stay reproducible.
+  std::vector<float> draft_probs;
+  int64_t draft_computed = 0;
+  size_t draft_for = 0;  // the length of `tokens` the draft model's proposal follows (it stands until they grow)
+  std::mt19937_64 draft_random;
+  std::mt19937_64 accept_random;
   std::deque<double> uniforms;
   double Draw() {
     if (uniforms.empty()) return std::uniform_real_distribution<double>(0.0, 1.0)(random);
@@ -118,6 +127,7 @@ struct Engine::Impl {
   const std::set<int32_t> eos_ids;
   const EngineOptions options;
   std::unique_ptr<Executor> executor;
+  std::unique_ptr<DraftModel> draft;  // SpeculativeOptions::Method::kDraft
 
   // Engine thread only.
   Scheduler scheduler;
@@ -191,6 +201,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(LoadedModel& model, const 
   absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Start(model, eo);
   if (!executor.ok()) return executor.status();
   impl->executor = *std::move(executor);
+  if (options.speculative.method == SpeculativeOptions::Method::kDraft) {
+    if (options.draft == nullptr) return absl::InvalidArgumentError("--speculative draft: no draft model was loaded");
+    absl::StatusOr<std::unique_ptr<DraftModel>> draft =
+        DraftModel::Start(*options.draft, model, options.prefill_chunk_tokens, options.intra_op_threads);
+    if (!draft.ok()) return draft.status();
+    impl->draft = *std::move(draft);
+  }
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] { raw->Run(); });
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
@@ -303,7 +320,10 @@ void Engine::Impl::Admit() {
   }
   for (std::unique_ptr<Sequence>& s : arrived) {
     const SamplingParams& p = s->request.sampling;
-    s->random.seed(p.seed ? *p.seed : seeds());
+    const uint64_t seed = p.seed ? *p.seed : seeds();
+    s->random.seed(seed);
+    s->draft_random.seed(seed ^ 0x9e3779b97f4a7c15ull);
+    s->accept_random.seed(seed ^ 0xd1b54a32d192ed03ull);
     const bool penalised = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
     if (options.speculative.method != SpeculativeOptions::Method::kNone && p.speculative && !penalised &&
         s->request.grammar == nullptr) {
@@ -365,6 +385,7 @@ MicroBatchWork Engine::Impl::Build(uint64_t id, const ScheduledMicroBatch& batch
       r.tokens.insert(r.tokens.end(), s.draft.begin(), s.draft.begin() + row.draft);
       r.verify = static_cast<int32_t>(row.draft);
     }
+    if (row.admitted) s.draft_computed = 0;  // its blocks' draft cache is not (all) its own
     r.samples = row.samples;
     const int64_t prompt = static_cast<int64_t>(s.request.prompt.size());
     if (p.prompt_logprobs >= 0 && !s.prompt_logprobs_sent) {
@@ -392,6 +413,14 @@ MicroBatchWork Engine::Impl::Build(uint64_t id, const ScheduledMicroBatch& batch
         r.verify_uniforms = s.PeekDraws(static_cast<size_t>(row.draft) + 1);
         r.sampling.uniform = r.verify_uniforms.back();
         r.verify_uniforms.pop_back();
+        const size_t vocab = static_cast<size_t>(model.vocab_size());
+        if (s.draft_probs.size() >= static_cast<size_t>(row.draft) * vocab) {
+          // A draft model's sampled proposal: verified by rejection against the distributions it was drawn from.
+          r.verify_draft_probs.assign(s.draft_probs.begin(), s.draft_probs.begin() + row.draft * vocab);
+          for (int64_t j = 0; j < row.draft; ++j) {
+            r.verify_accept_uniforms.push_back(std::uniform_real_distribution<double>(0.0, 1.0)(s.accept_random));
+          }
+        }
       } else {
         r.sampling.uniform = s.Draw();
       }
@@ -494,6 +523,8 @@ void Engine::Impl::Process(MicroBatchResult result) {
       continue;
     }
     GeneratedToken& token = *result.tokens[r];
+    // The draft's cache holds the fed tokens the target kept: the last known one and the accepted proposals.
+    s.draft_computed = std::min(s.draft_computed, row.start + row.count - row.draft);
     if (row.draft > 0) {
       if (r >= result.verified.size() || result.verified[r].size() != static_cast<size_t>(row.draft)) {
         Finish(s, FinishReason::kError, absl::InternalError("a verified row came back without its verified tokens"));
@@ -580,6 +611,8 @@ void Engine::Impl::JumpForward(Sequence& s) {
 
 void Engine::Impl::Propose() {
   const SpeculativeOptions& o = options.speculative;
+  std::vector<DraftRequest> requests;  // a draft model's, run together after the loop
+  std::vector<Sequence*> drafted;
   for (auto& [id, s] : sequences) {
     if (s->done || !s->speculation || scheduler.InFlight(id)) continue;
     const SamplingParams& p = s->request.sampling;
@@ -590,8 +623,41 @@ void Engine::Impl::Propose() {
       scheduler.Propose(id, 0);
       continue;
     }
+    if (draft != nullptr) {
+      if (!s->draft.empty() && s->draft_for == s->tokens.size()) continue;  // proposed already, not yet verified
+      DraftRequest request;
+      request.count = scheduler.ReserveProposal(id, room, &request.blocks);
+      if (request.count < 1) continue;
+      request.tokens = &s->tokens;
+      request.computed = s->draft_computed;
+      request.temperature = p.temperature;
+      request.top_k = p.top_k;
+      request.top_p = p.top_p;
+      request.random = &s->draft_random;
+      drafted.push_back(s.get());
+      requests.push_back(std::move(request));
+      continue;
+    }
     s->draft = ProposeNgram(s->tokens, o.ngram_min, o.ngram_max, static_cast<int32_t>(room));
     scheduler.Propose(id, static_cast<int64_t>(s->draft.size()));
+  }
+  if (requests.empty()) return;
+  absl::StatusOr<std::vector<DraftProposal>> proposals = draft->Propose(requests);
+  if (!proposals.ok()) {
+    // Speculation is an optimisation: the sequences decode without a proposal (and their draft caches start
+    // again), unless the draft's failure left the device unusable.
+    std::cerr << "strata engine: " << proposals.status().message() << "\n";
+    for (Sequence* s : drafted) s->draft_computed = 0;
+    if (draft->device_lost()) LoseDevice(proposals.status());
+    return;
+  }
+  for (size_t i = 0; i < drafted.size(); ++i) {
+    Sequence& s = *drafted[i];
+    s.draft = std::move((*proposals)[i].tokens);
+    s.draft_probs = std::move((*proposals)[i].probs);
+    s.draft_computed = requests[i].computed;
+    s.draft_for = s.tokens.size();
+    scheduler.Propose(s.id, static_cast<int64_t>(s.draft.size()));
   }
 }
 
@@ -611,6 +677,7 @@ void Engine::Impl::AcceptVerified(Sequence& s, ScheduledRow& row, std::vector<Ge
     Append(s, std::move(last), std::nullopt);
   }
   row.accepted = accepted;
+  s.draft_computed = std::min(s.draft_computed, row.start + row.count - row.draft + accepted);
   s.speculation->Record(static_cast<int32_t>(row.draft), static_cast<int32_t>(accepted));
   std::function<void(int64_t, int64_t)> observe;
   {

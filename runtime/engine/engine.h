@@ -139,6 +139,9 @@ struct EngineOptions {
   // Speculative decoding (speculation.h): each decoding sequence proposes tokens, which its next forward pass
   // verifies; the ids are those of decoding without it (greedy, and seeded sampling alike).
   SpeculativeOptions speculative;
+  // SpeculativeOptions::Method::kDraft: the draft model (draft_model.h), loaded beside the target with a KV pool of as
+  // many blocks of as many positions. Not owned; it must outlive the engine.
+  LoadedModel* draft = nullptr;
 };
 
 // Failed micro-batches per stage.

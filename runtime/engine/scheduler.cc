@@ -118,6 +118,7 @@ std::optional<ScheduledMicroBatch> Scheduler::Next() {
     if (options_.recompute_at > 0 && r.short_prefix && r.computed > 0 && r.length > options_.recompute_at) {
       r.computed = 0;  // SchedulerOptions::recompute_at
       r.short_prefix = false;
+      r.fresh = true;
     }
     (r.length - r.computed > 1 ? prefilling : decoding).emplace_back(id, &r);
   }
@@ -140,6 +141,8 @@ std::optional<ScheduledMicroBatch> Scheduler::Next() {
     row.count = count;
     row.samples = r.computed + count >= r.length;
     row.length = r.length;
+    row.admitted = r.fresh;
+    r.fresh = false;
     if (options_.recompute_at > 0 && r.length <= options_.recompute_at) r.short_prefix = true;
     r.in_flight = true;
     r.last_scheduled = tick_;
@@ -172,6 +175,18 @@ void Scheduler::Propose(uint64_t sequence, int64_t tokens) {
   auto it = running_.find(sequence);
   if (it == running_.end() || it->second.in_flight || it->second.finished) return;
   it->second.draft = std::max<int64_t>(tokens, 0);
+}
+
+int64_t Scheduler::ReserveProposal(uint64_t sequence, int64_t tokens, std::vector<int32_t>* blocks) {
+  auto it = running_.find(sequence);
+  if (it == running_.end()) return 0;
+  Running& r = it->second;
+  if (r.in_flight || r.finished || r.computed + 1 != r.length || tokens < 1) return 0;
+  r.draft = tokens;
+  const int64_t room = DraftRoom(r, tokens + 1);
+  r.draft = 0;
+  if (blocks != nullptr) *blocks = r.blocks;
+  return room;
 }
 
 int64_t Scheduler::DraftRoom(Running& r, int64_t budget) {

@@ -62,6 +62,9 @@ struct ScheduledRow {
   // those positions' keys and values count as computed.
   int64_t draft = 0;
   int64_t accepted = 0;
+  // The sequence's first row since it was (re)admitted, or since longrope's recompute: what its KV blocks held
+  // before is not its own (a draft model's cache of it starts again).
+  bool admitted = false;
 };
 
 struct ScheduledMicroBatch {
@@ -101,6 +104,11 @@ class Scheduler {
   // sequence is preempted for a proposal). Ignored for sequences in flight, prefilling or not running; replaced
   // by the next call; cleared when the row completes.
   void Propose(uint64_t sequence, int64_t tokens);
+  // A draft model's proposal, before it is made: takes the blocks that `tokens` proposed tokens after the idle
+  // running sequence's last known one need (while free ones are left, never by preemption; positions stop at
+  // max_positions) and returns how many of them fit, with the sequence's block table in `blocks` (0 for a sequence
+  // in flight, prefilling or not running).
+  int64_t ReserveProposal(uint64_t sequence, int64_t tokens, std::vector<int32_t>* blocks);
 
   // Ends a sequence: queued ones leave the queue; running ones release their blocks now when they are
   // not in flight, else as soon as their micro-batch completes. Unknown ids are ignored.
@@ -130,6 +138,7 @@ class Scheduler {
     uint64_t last_scheduled = 0;  // Next() call that last took it: the longest-waiting go first
     bool short_prefix = false;    // recompute_at: its cache was computed at a length <= recompute_at
     int64_t draft = 0;            // Propose: tokens it would feed after its last known one
+    bool fresh = true;            // no row taken since its admission (ScheduledRow::admitted)
   };
   void Admit();
   // Gives idle running sequences the blocks their next token needs, preempting when none is left.

@@ -8,13 +8,22 @@ namespace strata::runtime {
 
 absl::StatusOr<SpeculativeOptions::Method> ParseSpeculativeMethod(const std::string& text) {
   if (text == "ngram") return SpeculativeOptions::Method::kNgram;
+  if (text == "draft") return SpeculativeOptions::Method::kDraft;
   if (text == "none" || text.empty()) return SpeculativeOptions::Method::kNone;
   return absl::InvalidArgumentError(
-      absl::StrCat("--speculative: unknown method \"", text, "\" (expected ngram or none)"));
+      absl::StrCat("--speculative: unknown method \"", text, "\" (expected ngram, draft or none)"));
 }
 
 const char* SpeculativeMethodName(SpeculativeOptions::Method method) {
-  return method == SpeculativeOptions::Method::kNgram ? "ngram" : "none";
+  switch (method) {
+    case SpeculativeOptions::Method::kNgram:
+      return "ngram";
+    case SpeculativeOptions::Method::kDraft:
+      return "draft";
+    case SpeculativeOptions::Method::kNone:
+      break;
+  }
+  return "none";
 }
 
 absl::Status ValidateSpeculativeOptions(const SpeculativeOptions& o) {
@@ -25,6 +34,15 @@ absl::Status ValidateSpeculativeOptions(const SpeculativeOptions& o) {
   if (o.ngram_max < o.ngram_min || o.ngram_max > 64) {
     return absl::InvalidArgumentError(
         absl::StrCat("--ngram-max: ", o.ngram_max, " is not in [--ngram-min (", o.ngram_min, "), 64]"));
+  }
+  if (o.method == SpeculativeOptions::Method::kDraft && o.draft_model.empty()) {
+    return absl::InvalidArgumentError("--speculative draft: no --draft-model was given");
+  }
+  if (o.method != SpeculativeOptions::Method::kDraft && !o.draft_model.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--draft-model: given with --speculative ",
+                                                   SpeculativeMethodName(o.method),
+                                                   " (a draft model proposes for "
+                                                   "--speculative draft alone)"));
   }
   return absl::OkStatus();
 }

@@ -21,18 +21,20 @@
 namespace strata::runtime {
 
 struct SpeculativeOptions {
-  enum class Method { kNone, kNgram };
+  // kNgram: prompt lookup (ProposeNgram); kDraft: a draft model (draft_model.h).
+  enum class Method { kNone, kNgram, kDraft };
   Method method = Method::kNone;
-  int32_t tokens = 4;     // proposed tokens per step at most (--num-speculative-tokens)
-  int32_t ngram_min = 1;  // the shortest suffix looked up (--ngram-min)
-  int32_t ngram_max = 4;  // the longest (--ngram-max); longer matches are tried first
+  std::string draft_model;  // --draft-model: the draft's checkpoint folder (kDraft)
+  int32_t tokens = 4;       // proposed tokens per step at most (--num-speculative-tokens)
+  int32_t ngram_min = 1;    // the shortest suffix looked up (--ngram-min)
+  int32_t ngram_max = 4;    // the longest (--ngram-max); longer matches are tried first
   // The adaptive off-switch: a sequence whose proposals were accepted at a lower rate than this, over at least
   // `adaptive_window` proposed tokens, stops proposing for a while (Speculation::Backoff).
   double min_acceptance = 0.25;
   int32_t adaptive_window = 8;
 };
 
-// "ngram" | "none" into the method; the error names the flag's value.
+// "ngram" | "draft" | "none" into the method; the error names the flag's value.
 absl::StatusOr<SpeculativeOptions::Method> ParseSpeculativeMethod(const std::string& text);
 const char* SpeculativeMethodName(SpeculativeOptions::Method method);
 // The options' ranges; the error names the offending field.

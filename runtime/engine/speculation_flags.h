@@ -2,7 +2,7 @@
 // The speculative-decoding flags (speculation.h), declared once for strata-server and strata-generate: the same
 // names, help, defaults and errors in both.
 //
-//   --speculative none|ngram, --num-speculative-tokens K, --ngram-min N, --ngram-max N
+//   --speculative none|ngram|draft, --draft-model DIR, --num-speculative-tokens K, --ngram-min N, --ngram-max N
 
 #include <string>
 #include <vector>

@@ -76,6 +76,8 @@ void RowFields(V& v, R& row) {  // R: BatchRow
   v.Scalar("row length", row.length);
   v.Scalar("row verify", row.verify);
   v.Vector("verify uniforms", row.verify_uniforms);
+  v.Vector("verify draft probs", row.verify_draft_probs);
+  v.Vector("verify accept uniforms", row.verify_accept_uniforms);
 }
 
 template <typename V, typename W>

@@ -29,10 +29,11 @@ struct Outputs {
 };
 
 Outputs Generate(LoadedModel& model, const SamplingParams& sampling, const SpeculativeOptions& speculative,
-                 int64_t micro_batches) {
+                 int64_t micro_batches, LoadedModel* draft = nullptr) {
   EngineOptions options;
   options.micro_batches = micro_batches;
   options.speculative = speculative;
+  options.draft = draft;
   auto engine = Engine::Start(model, nullptr, {}, options);
   EXPECT_TRUE(engine.ok()) << engine.status();
   Outputs run;
@@ -193,6 +194,109 @@ TEST(EngineSpeculative, PreemptionLeavesTheIdsAlone) {
   ExpectSameTokens(plain, spec, "small KV pool");
   EXPECT_GT(spec.stats.preemptions, 0u);
   EXPECT_GT(spec.stats.spec_accepted_tokens, 0u);
+}
+
+// A draft model (draft_model.h).
+SpeculativeOptions Draft(int32_t tokens) {
+  SpeculativeOptions o;
+  o.method = SpeculativeOptions::Method::kDraft;
+  o.draft_model = "(loaded by the test)";
+  o.tokens = tokens;
+  o.min_acceptance = 0;
+  return o;
+}
+
+// A one-layer Llama of the tiny model's vocabulary, on one stage: a draft that agrees with the target sometimes.
+std::unique_ptr<LoadedModel> LoadSmallDraft(int64_t max_batch, int64_t kv_blocks = 0) {
+  LlamaDims dims;
+  dims.layers = 1;
+  static const std::filesystem::path dir = WriteLlama(dims, "engine_draft");
+  return LoadPlan(dir, R"({"model.embed_tokens": 0, "model.layers.0": 0, "model.norm": 0, "lm_head": 0})",
+                  {{0, {false, 0}}}, max_batch, 64, kv_blocks);
+}
+
+TEST(EngineDraftModel, TheTargetAsItsOwnDraftIsAlwaysRightAndChangesNoId) {
+  auto model = Load(4);
+  auto draft = LoadPlan(WriteTinyLlama(), kTwoStageMap, {{0, {false, 0}}, {1, {false, 0}}}, 4);
+  ASSERT_TRUE(model && draft);
+  SamplingParams greedy;
+  greedy.max_new_tokens = 40;
+  greedy.top_logprobs = 2;
+  const Outputs plain = Generate(*model, greedy, {}, 2);
+  const Outputs spec = Generate(*model, greedy, Draft(4), 2, draft.get());
+  ExpectSameTokens(plain, spec, "the target as its draft");
+  EXPECT_EQ(spec.stats.spec_method, "draft");
+  EXPECT_GE(spec.stats.spec_proposed_tokens, 100u);
+  // Its cache follows each sequence exactly: every proposal is the target's own choice.
+  EXPECT_EQ(spec.stats.spec_accepted_tokens, spec.stats.spec_proposed_tokens);
+  EXPECT_LT(spec.stats.micro_batches_run, plain.stats.micro_batches_run / 2);
+  EXPECT_EQ(spec.stats.kv_used, 0);
+}
+
+TEST(EngineDraftModel, GreedyIdsAreThoseOfDecodingWithoutItWithAnotherDraft) {
+  auto model = Load(4);
+  auto draft = LoadSmallDraft(4);
+  ASSERT_TRUE(model && draft);
+  SamplingParams greedy;
+  greedy.max_new_tokens = 40;
+  const Outputs plain = Generate(*model, greedy, {}, 2);
+  for (int32_t k : {1, 3, 6}) {
+    const Outputs spec = Generate(*model, greedy, Draft(k), 2, draft.get());
+    ExpectSameTokens(plain, spec, "k " + std::to_string(k));
+    EXPECT_GT(spec.stats.spec_proposed_tokens, 0u) << k;
+    EXPECT_EQ(spec.stats.kv_used, 0) << k;
+  }
+}
+
+TEST(EngineDraftModel, SampledRequestsAreReproducibleBySeedAndKeepSomeProposals) {
+  auto model = Load(4);
+  auto draft = LoadPlan(WriteTinyLlama(), kTwoStageMap, {{0, {false, 0}}, {1, {false, 0}}}, 4);
+  ASSERT_TRUE(model && draft);
+  SamplingParams sampled;
+  sampled.max_new_tokens = 30;
+  sampled.temperature = 0.8f;
+  sampled.top_k = 30;
+  sampled.seed = 5;
+  const Outputs first = Generate(*model, sampled, Draft(3), 2, draft.get());
+  const Outputs again = Generate(*model, sampled, Draft(3), 1, draft.get());
+  for (size_t i = 0; i < first.tokens.size(); ++i) {
+    EXPECT_EQ(Ids(first.tokens[i]), Ids(again.tokens[i])) << "prompt " << i;
+    EXPECT_EQ(first.tokens[i].size(), 30u);
+  }
+  // q = p (the target is its own draft): Leviathan's rule keeps every proposal.
+  EXPECT_EQ(first.stats.spec_accepted_tokens, first.stats.spec_proposed_tokens);
+  EXPECT_GT(first.stats.spec_proposed_tokens, 50u);
+  sampled.seed = 6;
+  EXPECT_NE(Ids(Generate(*model, sampled, Draft(3), 2, draft.get()).tokens[0]), Ids(first.tokens[0]));
+}
+
+TEST(EngineDraftModel, PreemptionLeavesTheIdsAlone) {
+  auto model = LoadPlan(WriteTinyLlama(), kTwoStageMap, {{0, {false, 0}}, {1, {false, 0}}}, 4, 64, /*kv_blocks=*/6);
+  auto draft = LoadSmallDraft(4, /*kv_blocks=*/6);
+  ASSERT_TRUE(model && draft);
+  SamplingParams greedy;
+  greedy.max_new_tokens = 40;
+  const Outputs plain = Generate(*model, greedy, {}, 2);
+  const Outputs spec = Generate(*model, greedy, Draft(4), 2, draft.get());
+  ExpectSameTokens(plain, spec, "small KV pool");
+  EXPECT_GT(spec.stats.preemptions, 0u);
+  EXPECT_GT(spec.stats.spec_proposed_tokens, 0u);
+}
+
+TEST(EngineDraftModel, ADraftThatCannotShareTheBlockTablesIsRefused) {
+  auto model = Load(4);
+  auto small_pool = LoadSmallDraft(4, /*kv_blocks=*/3);
+  ASSERT_TRUE(model && small_pool);
+  EngineOptions options;
+  options.speculative = Draft(4);
+  options.draft = small_pool.get();
+  auto engine = Engine::Start(*model, nullptr, {}, options);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_THAT(engine.status().message(), testing::HasSubstr("--draft-model: its KV pool has 3 blocks"));
+  options.draft = nullptr;
+  engine = Engine::Start(*model, nullptr, {}, options);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_THAT(engine.status().message(), testing::HasSubstr("no draft model was loaded"));
 }
 
 }  // namespace

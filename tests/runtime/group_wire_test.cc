@@ -39,6 +39,8 @@ MicroBatchWork SomeWork() {
   row.length = 42;
   row.verify = 1;  // speculative decoding: the proposal's draws travel with it
   row.verify_uniforms = {0.987654321};
+  row.verify_draft_probs = {0.25f, 0.75f};  // a draft model's q, and its acceptance draw
+  row.verify_accept_uniforms = {0.123456789};
   work.rows.push_back(row);
   work.rows.push_back(BatchRow{});
   work.released = {5, 6};
@@ -77,6 +79,8 @@ void ExpectSameWork(const MicroBatchWork& a, const MicroBatchWork& b) {
     EXPECT_EQ(x.length, y.length);
     EXPECT_EQ(x.verify, y.verify);
     EXPECT_EQ(x.verify_uniforms, y.verify_uniforms);
+    EXPECT_EQ(x.verify_draft_probs, y.verify_draft_probs);
+    EXPECT_EQ(x.verify_accept_uniforms, y.verify_accept_uniforms);
   }
   EXPECT_EQ(a.released, b.released);
 }

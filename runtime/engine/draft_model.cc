@@ -1,0 +1,143 @@
+#include "runtime/engine/draft_model.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace strata::runtime {
+
+DraftModel::DraftModel(std::unique_ptr<Executor> executor, int64_t vocab, int64_t target_vocab, int64_t chunk_tokens,
+                       int64_t block_tokens)
+    : executor_(std::move(executor)),
+      vocab_(vocab),
+      target_vocab_(target_vocab),
+      chunk_tokens_(chunk_tokens),
+      block_tokens_(block_tokens) {}
+
+DraftModel::~DraftModel() = default;
+
+absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Start(LoadedModel& draft, const LoadedModel& target,
+                                                              int64_t chunk_tokens, int32_t intra_op_threads) {
+  if (draft.vocab_size() > target.vocab_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("--draft-model: its vocabulary has ", draft.vocab_size(),
+                                                   " ids, the target's ", target.vocab_size(),
+                                                   ": it could propose ids the target does not have"));
+  }
+  if (draft.kv_block_tokens() != target.kv_block_tokens() || draft.kv_blocks() < target.kv_blocks()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--draft-model: its KV pool has ", draft.kv_blocks(), " blocks of ", draft.kv_block_tokens(),
+        " positions, the target's ", target.kv_blocks(), " of ", target.kv_block_tokens(),
+        ": a sequence's draft cache lives in the target's block ids"));
+  }
+  if (draft.max_context() < target.max_context()) {
+    return absl::InvalidArgumentError(absl::StrCat("--draft-model: its context reaches ", draft.max_context(),
+                                                   " positions, the target's ", target.max_context()));
+  }
+  ExecutorOptions options;
+  options.intra_op_threads = intra_op_threads;
+  absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Start(draft, options);
+  if (!executor.ok()) return executor.status();
+  return std::unique_ptr<DraftModel>(
+      new DraftModel(*std::move(executor), draft.vocab_size(), target.vocab_size(), std::max<int64_t>(1, chunk_tokens),
+                     draft.kv_block_tokens()));
+}
+
+absl::StatusOr<MicroBatchResult> DraftModel::Run(MicroBatchWork work) {
+  work.id = next_id_++;
+  executor_->Submit(std::move(work));
+  MicroBatchResult result = executor_->WaitCompleted();
+  if (!result.status.ok()) {
+    device_lost_ = device_lost_ || result.device_lost;
+    return absl::Status(result.status.code(), absl::StrCat("the draft model: ", result.status.message()));
+  }
+  return result;
+}
+
+absl::StatusOr<std::vector<DraftProposal>> DraftModel::Propose(std::vector<DraftRequest>& requests) {
+  const size_t n = requests.size();
+  std::vector<DraftProposal> proposals(n);
+  std::vector<bool> stopped(n, false);  // the draft's logits were not finite: it proposes what it has
+  auto row_for = [&](const DraftRequest& request, int64_t start, std::vector<int32_t> tokens, bool samples) {
+    BatchRow row;
+    const int64_t reach = (start + static_cast<int64_t>(tokens.size()) + block_tokens_ - 1) / block_tokens_;
+    row.blocks.assign(request.blocks.begin(),
+                      request.blocks.begin() + std::min<int64_t>(reach, static_cast<int64_t>(request.blocks.size())));
+    row.start = start;
+    row.tokens = std::move(tokens);
+    row.samples = samples;
+    if (samples) {
+      const bool sampled = request.temperature >= kMinSamplingTemperature;
+      row.sampling.temperature = request.temperature;
+      row.sampling.top_k = request.top_k;
+      row.sampling.top_p = request.top_p;
+      row.sampling.return_probs = sampled;
+      if (sampled) row.sampling.uniform = std::uniform_real_distribution<double>(0.0, 1.0)(*request.random);
+    }
+    return row;
+  };
+  auto take = [&](size_t i, const MicroBatchResult& result, size_t r) {
+    if (r < result.row_errors.size() && !result.row_errors[r].ok()) stopped[i] = true;
+    if (stopped[i] || !result.tokens[r]) {
+      stopped[i] = true;
+      return;
+    }
+    DraftProposal& proposal = proposals[i];
+    proposal.tokens.push_back(result.tokens[r]->id);
+    if (r < result.probs.size() && !result.probs[r].empty()) {
+      const std::vector<float>& q = result.probs[r];
+      proposal.probs.insert(proposal.probs.end(), q.begin(), q.end());
+      proposal.probs.resize(proposal.tokens.size() * static_cast<size_t>(target_vocab_), 0.0f);
+    }
+  };
+  // What each draft cache lacks, in chunks under one token budget a micro-batch; each request's last chunk samples
+  // its first proposal.
+  while (true) {
+    MicroBatchWork work;
+    std::vector<std::pair<size_t, int64_t>> fed;  // (request, tokens)
+    int64_t budget = chunk_tokens_;
+    for (size_t i = 0; i < n && budget > 0; ++i) {
+      DraftRequest& request = requests[i];
+      const int64_t length = static_cast<int64_t>(request.tokens->size());
+      request.computed = std::clamp<int64_t>(request.computed, 0, length - 1);
+      if (request.count < 1 || !proposals[i].tokens.empty() || stopped[i]) continue;
+      const int64_t count = std::min(length - request.computed, budget);
+      const auto from = request.tokens->begin() + request.computed;
+      work.rows.push_back(row_for(request, request.computed, std::vector<int32_t>(from, from + count),
+                                  request.computed + count == length));
+      fed.emplace_back(i, count);
+      budget -= count;
+    }
+    if (work.rows.empty()) break;
+    absl::StatusOr<MicroBatchResult> result = Run(std::move(work));
+    if (!result.ok()) return result.status();
+    for (size_t r = 0; r < fed.size(); ++r) {
+      auto [i, count] = fed[r];
+      requests[i].computed += count;
+      if (requests[i].computed == static_cast<int64_t>(requests[i].tokens->size())) take(i, *result, r);
+    }
+  }
+  // Then one token a step, the proposals fed back.
+  for (int64_t step = 1;; ++step) {
+    MicroBatchWork work;
+    std::vector<size_t> fed;
+    for (size_t i = 0; i < n; ++i) {
+      const DraftRequest& request = requests[i];
+      if (stopped[i] || request.count <= step || static_cast<int64_t>(proposals[i].tokens.size()) != step) continue;
+      const int64_t start = static_cast<int64_t>(request.tokens->size()) - 1 + step;
+      work.rows.push_back(row_for(request, start, {proposals[i].tokens.back()}, true));
+      fed.push_back(i);
+    }
+    if (work.rows.empty()) break;
+    absl::StatusOr<MicroBatchResult> result = Run(std::move(work));
+    if (!result.ok()) return result.status();
+    for (size_t r = 0; r < fed.size(); ++r) {
+      ++requests[fed[r]].computed;
+      take(fed[r], *result, r);
+    }
+  }
+  return proposals;
+}
+
+}  // namespace strata::runtime
