@@ -21,6 +21,7 @@
 #include "nlohmann/json.hpp"
 #include "planner/placement_flags.h"
 #include "runtime/engine/batch_generate.h"
+#include "runtime/engine/draft_model.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/speculation_flags.h"
 #include "runtime/executor/loaded_model.h"
@@ -322,7 +323,8 @@ void PrintJson(const std::vector<strata::runtime::BatchOutput>& results, const s
                    {"prefix_hit_tokens", stats.prefix_hit_tokens},
                    {"spec_proposed_tokens", stats.spec_proposed_tokens - before.spec_proposed_tokens},
                    {"spec_accepted_tokens", stats.spec_accepted_tokens - before.spec_accepted_tokens},
-                   {"spec_verifications", stats.spec_verifications - before.spec_verifications}};
+                   {"spec_verifications", stats.spec_verifications - before.spec_verifications},
+                   {"spec_method", stats.spec_method}};
   std::cout << out.dump() << "\n";
 }
 
@@ -366,6 +368,8 @@ int main(int argc, char** argv) {
   if (!eos_ids.ok()) return Fail(2, eos_ids.status().message());
   const int64_t prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
   if (prefill_chunk < 0) return Fail(2, "--prefill-chunk: must not be negative");
+  absl::StatusOr<strata::runtime::SpeculativeOptions> speculative = strata::runtime::ParseSpeculativeFlags();
+  if (!speculative.ok()) return Fail(2, speculative.status().message());
 
   ServingRequest request;
   request.model_dir = *placement->model_dir;
@@ -390,6 +394,17 @@ int main(int argc, char** argv) {
   if (!options.ok()) return FailWith(options.status());
   absl::StatusOr<std::unique_ptr<LoadedModel>> model = LoadedModel::Load(*options);
   if (!model.ok()) return FailWith(model.status());
+  std::unique_ptr<LoadedModel> draft;  // --draft-model, planned beside the model
+  if (!speculative->draft_model.empty()) {
+    if (absl::Status same = CheckDraftTokenizer(request.model_dir, speculative->draft_model); !same.ok()) {
+      return FailWith(same);
+    }
+    absl::StatusOr<LoadOptions> draft_options = PlanDraftLoad(request, *options, speculative->draft_model);
+    if (!draft_options.ok()) return FailWith(draft_options.status());
+    absl::StatusOr<std::unique_ptr<LoadedModel>> loaded = LoadedModel::Load(*draft_options);
+    if (!loaded.ok()) return FailWith(loaded.status());
+    draft = *std::move(loaded);
+  }
 
   // Greedy (temperature 0) for exactly max_new_tokens unless --eos-ids are given. One micro-batch in
   // flight, so that the engine forms the same batches on every run (the server's default, 2, overlaps
@@ -399,9 +414,8 @@ int main(int argc, char** argv) {
   engine_options.max_queue = static_cast<int64_t>(prompts->size());
   engine_options.micro_batches = 1;
   engine_options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
-  absl::StatusOr<strata::runtime::SpeculativeOptions> speculative = strata::runtime::ParseSpeculativeFlags();
-  if (!speculative.ok()) return Fail(2, speculative.status().message());
   engine_options.speculative = *speculative;
+  engine_options.draft = draft.get();
   if (prefill_chunk > 0) engine_options.prefill_chunk_tokens = prefill_chunk;
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Start(**model, nullptr, *eos_ids, engine_options);
   if (!engine.ok()) return FailWith(engine.status());

@@ -25,6 +25,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "planner/plan.h"
+#include "runtime/engine/draft_model.h"
 #include "runtime/executor/group_load.h"
 #include "server/flags.h"
 #include "server/log_limiter.h"
@@ -139,6 +140,7 @@ using EarlyExit = std::optional<int>;
 struct StartupPlan {
   std::optional<strata::server::ServedPlan> plan;
   std::optional<strata::runtime::LoadOptions> load;
+  std::optional<strata::runtime::LoadOptions> draft;  // --draft-model, planned beside `load`
 };
 
 // The machine, discovered once (what transformers reads when it gets no max_memory): every visible
@@ -169,6 +171,21 @@ EarlyExit MakeStartupPlan(const strata::server::ServerOptions& options, bool ser
         !request.ok()      ? absl::StatusOr<strata::runtime::LoadOptions>(request.status())
         : group == nullptr ? strata::runtime::PlanLoad(*request)
                            : strata::runtime::PlanForGroup(*group, *std::move(request));
+    if (planned.ok() && !options.serving.speculative.draft_model.empty()) {
+      // The draft model, planned beside the model with what its plan leaves (runtime/engine/draft_model.h).
+      const std::filesystem::path draft_dir = options.serving.speculative.draft_model;
+      absl::Status draft = group != nullptr ? absl::InvalidArgumentError(
+                                                  "--draft-model: not with a group of nodes (the draft runs "
+                                                  "on the leader; use --speculative ngram there)")
+                                            : strata::runtime::CheckDraftTokenizer(request->model_dir, draft_dir);
+      if (draft.ok()) {
+        absl::StatusOr<strata::runtime::LoadOptions> draft_load =
+            strata::runtime::PlanDraftLoad(*request, *planned, draft_dir);
+        if (draft_load.ok()) startup.draft = *std::move(draft_load);
+        draft = draft_load.status();
+      }
+      if (!draft.ok()) planned = draft;
+    }
     if (!planned.ok()) {
       std::cerr << "strata-server: " << planned.status().message() << "\n";
       return planned.status().code() == absl::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure;
@@ -225,7 +242,8 @@ int WaitWhileLoading(ModelLoad& load_state, strata::server::RunningServer& runni
 
 // Loads the weights by `load` and serves them; the port is already open (NOT_SERVING until then).
 EarlyExit LoadAndServe(strata::server::RunningServer& running, const strata::server::ServerOptions& options,
-                       const strata::runtime::LoadOptions& load, strata::runtime::NodeGroup* group,
+                       const strata::runtime::LoadOptions& load,
+                       const std::optional<strata::runtime::LoadOptions>& draft, strata::runtime::NodeGroup* group,
                        const sigset_t& stop_signals) {
   std::cout << "strata-server: loading " << options.placement.model_dir->string() << " (NOT_SERVING on "
             << running.grpc_address().ToString() << " until loaded)" << std::endl;
@@ -240,7 +258,7 @@ EarlyExit LoadAndServe(strata::server::RunningServer& running, const strata::ser
   ModelLoad load_state;
   std::thread loader([&] {
     absl::StatusOr<std::unique_ptr<strata::server::ServedModel>> loaded =
-        strata::server::ServedModel::Load(options, load, on_device_lost, group);
+        strata::server::ServedModel::Load(options, load, draft ? &*draft : nullptr, on_device_lost, group);
     {
       std::lock_guard lock(load_state.mutex);
       load_state.model = std::move(loaded);
@@ -452,7 +470,7 @@ int Run(std::span<const std::string> args, const sigset_t& stop_signals) {
     running.ServePlan(*std::move(startup.plan));
     std::cout << "strata-server: serving GetDeviceMap on " << running.grpc_address().ToString() << ", metrics on "
               << running.metrics_address().ToString() << "/metrics" << std::endl;
-  } else if (EarlyExit exit = LoadAndServe(running, options, *startup.load, group.get(), stop_signals)) {
+  } else if (EarlyExit exit = LoadAndServe(running, options, *startup.load, startup.draft, group.get(), stop_signals)) {
     return *exit;
   }
   // Drained or lost, the workers end with the group (the engine's executor says goodbye as it stops).

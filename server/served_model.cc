@@ -59,6 +59,7 @@ ServingNotes NotesOnServing(const planner::Placement& placement, const ServingFl
 
 absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptions& options,
                                                                const runtime::LoadOptions& load,
+                                                               const runtime::LoadOptions* draft,
                                                                std::function<void(const absl::Status&)> on_device_lost,
                                                                runtime::NodeGroup* group) {
   std::unique_ptr<ServedModel> served(new ServedModel());
@@ -68,6 +69,14 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptio
                         absl::StrCat("--model ", load.model_dir.string(), ": ", model.status().message()));
   }
   served->model_ = *std::move(model);
+  if (draft != nullptr) {
+    absl::StatusOr<std::unique_ptr<runtime::LoadedModel>> loaded = runtime::LoadedModel::Load(*draft);
+    if (!loaded.ok()) {
+      return absl::Status(loaded.status().code(),
+                          absl::StrCat("--draft-model ", draft->model_dir.string(), ": ", loaded.status().message()));
+    }
+    served->draft_ = *std::move(loaded);
+  }
   if (group != nullptr) {
     if (absl::Status ready = runtime::AwaitGroupReady(*group); !ready.ok()) return ready;
     served->model_->SetGroup(group);
@@ -110,6 +119,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptio
   engine_options.on_device_lost = std::move(on_device_lost);
   engine_options.group = group;
   engine_options.speculative = options.serving.speculative;
+  engine_options.draft = served->draft_.get();
   absl::StatusOr<std::unique_ptr<runtime::Engine>> engine =
       runtime::Engine::Start(*served->model_, served->tokenizer_.get(), *std::move(eos), engine_options);
   if (!engine.ok()) return engine.status();

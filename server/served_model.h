@@ -72,6 +72,7 @@ class ServedModel {
   // loaded its stages (AwaitGroupReady) before the engine starts; a lost node is then a lost device.
   static absl::StatusOr<std::unique_ptr<ServedModel>> Load(const ServerOptions& options,
                                                            const runtime::LoadOptions& load,
+                                                           const runtime::LoadOptions* draft,
                                                            std::function<void(const absl::Status&)> on_device_lost = {},
                                                            runtime::NodeGroup* group = nullptr);
 
@@ -93,6 +94,7 @@ class ServedModel {
  private:
   ServedModel() = default;
   std::unique_ptr<runtime::LoadedModel> model_;
+  std::unique_ptr<runtime::LoadedModel> draft_;  // --draft-model (runtime/engine/draft_model.h)
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::optional<chat_template::CheckpointChatTemplate> chat_template_;
   // Before the engine: destroyed after it (its running requests hold compiled grammars).

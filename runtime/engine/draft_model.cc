@@ -1,12 +1,69 @@
 #include "runtime/engine/draft_model.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "tokenizer/tokenizer.h"
 
 namespace strata::runtime {
+
+absl::StatusOr<LoadOptions> PlanDraftLoad(const ServingRequest& target, const LoadOptions& target_load,
+                                          const std::filesystem::path& draft_dir) {
+  ServingRequest draft = target;
+  draft.model_dir = draft_dir;
+  draft.device_map = planner::DeviceMapChoice{};
+  draft.device_map.strategy = planner::Strategy::kSequential;
+  draft.kv_cache_tokens = target_load.kv_blocks * target_load.serving.kv_block_tokens;
+  draft.runtime_reserve = planner::RuntimeReserve{};  // the target's reserve covers what serving allocates
+  planner::MaxMemory left;
+  for (const planner::DeviceUsage& usage : target_load.plan.devices) {
+    const double taken = static_cast<double>(usage.planned_bytes) + static_cast<double>(usage.kv_cache_bytes) +
+                         static_cast<double>(usage.runtime_reserve.total());
+    left.push_back({usage.device, std::isfinite(usage.budget_bytes) ? std::max(0.0, usage.budget_bytes - taken)
+                                                                    : usage.budget_bytes});
+  }
+  if (!left.empty()) {
+    draft.max_memory = left;
+    draft.inventory.reset();
+  }
+  absl::StatusOr<LoadOptions> options = PlanLoad(draft);
+  if (!options.ok()) {
+    return absl::Status(options.status().code(),
+                        absl::StrCat("--draft-model ", draft_dir.string(), ": ", options.status().message()));
+  }
+  return options;
+}
+
+absl::Status CheckDraftTokenizer(const std::filesystem::path& target_dir, const std::filesystem::path& draft_dir) {
+  using tokenizer::Tokenizer;
+  if (!Tokenizer::DirectoryHasTokenizer(target_dir.string()) || !Tokenizer::DirectoryHasTokenizer(draft_dir.string())) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<Tokenizer>> ours = Tokenizer::FromPath(target_dir.string());
+  if (!ours.ok()) return ours.status();
+  absl::StatusOr<std::unique_ptr<Tokenizer>> theirs = Tokenizer::FromPath(draft_dir.string());
+  if (!theirs.ok()) {
+    return absl::Status(theirs.status().code(), absl::StrCat("--draft-model: ", theirs.status().message()));
+  }
+  const int64_t ids = std::min((*ours)->IdCount(), (*theirs)->IdCount());
+  for (int64_t id = 0; id < ids; ++id) {
+    const std::optional<std::string> a = (*ours)->IdToToken(static_cast<int32_t>(id));
+    const std::optional<std::string> b = (*theirs)->IdToToken(static_cast<int32_t>(id));
+    if (a != b) {
+      return absl::InvalidArgumentError(absl::StrCat("--draft-model ", draft_dir.string(), ": its tokenizer's id ", id,
+                                                     " is \"", absl::CHexEscape(b.value_or("(none)")),
+                                                     "\", the model's \"", absl::CHexEscape(a.value_or("(none)")),
+                                                     "\": a draft must share the model's vocabulary"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 DraftModel::DraftModel(std::unique_ptr<Executor> executor, int64_t vocab, int64_t target_vocab, int64_t chunk_tokens,
                        int64_t block_tokens)
@@ -26,10 +83,10 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Start(LoadedModel& draft
                                                    ": it could propose ids the target does not have"));
   }
   if (draft.kv_block_tokens() != target.kv_block_tokens() || draft.kv_blocks() < target.kv_blocks()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--draft-model: its KV pool has ", draft.kv_blocks(), " blocks of ", draft.kv_block_tokens(),
-        " positions, the target's ", target.kv_blocks(), " of ", target.kv_block_tokens(),
-        ": a sequence's draft cache lives in the target's block ids"));
+    return absl::InvalidArgumentError(absl::StrCat("--draft-model: its KV pool has ", draft.kv_blocks(), " blocks of ",
+                                                   draft.kv_block_tokens(), " positions, the target's ",
+                                                   target.kv_blocks(), " of ", target.kv_block_tokens(),
+                                                   ": a sequence's draft cache lives in the target's block ids"));
   }
   if (draft.max_context() < target.max_context()) {
     return absl::InvalidArgumentError(absl::StrCat("--draft-model: its context reaches ", draft.max_context(),
@@ -39,9 +96,8 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Start(LoadedModel& draft
   options.intra_op_threads = intra_op_threads;
   absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Start(draft, options);
   if (!executor.ok()) return executor.status();
-  return std::unique_ptr<DraftModel>(
-      new DraftModel(*std::move(executor), draft.vocab_size(), target.vocab_size(), std::max<int64_t>(1, chunk_tokens),
-                     draft.kv_block_tokens()));
+  return std::unique_ptr<DraftModel>(new DraftModel(*std::move(executor), draft.vocab_size(), target.vocab_size(),
+                                                    std::max<int64_t>(1, chunk_tokens), draft.kv_block_tokens()));
 }
 
 absl::StatusOr<MicroBatchResult> DraftModel::Run(MicroBatchWork work) {

@@ -15,6 +15,7 @@
 // A wrong draft cache could only lower the acceptance: the target's verification alone decides the tokens.
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <vector>
@@ -45,6 +46,18 @@ struct DraftProposal {
   // draft does not have at 0). Empty for greedy ones.
   std::vector<float> probs;
 };
+
+// The draft's load, planned beside the target's (`target_load`, from `target`): the same devices, dtype and
+// serving limits, a KV pool of as many blocks of as many positions, the "sequential" strategy (a small draft fills
+// the first device with room, under balanced_low_0 the light GPU 0 the sampler is on, rather than spreading over
+// every stage), and as budgets what the target's plan leaves of each device's (its budget less its weights, KV
+// reserve and runtime reserve). Errors name --draft-model and what is wrong.
+absl::StatusOr<LoadOptions> PlanDraftLoad(const ServingRequest& target, const LoadOptions& target_load,
+                                          const std::filesystem::path& draft_dir);
+
+// The draft must speak the target's vocabulary: where both folders have a tokenizer, every id below the smaller
+// vocabulary must be the same token. InvalidArgument naming the first id that differs.
+absl::Status CheckDraftTokenizer(const std::filesystem::path& target_dir, const std::filesystem::path& draft_dir);
 
 class DraftModel {
  public:
