@@ -15,10 +15,20 @@ Two checkpoints of the same random ~116M Llama (peer_llamacpp.make_checkpoint), 
 
 1 stream and --streams streams (each its own prompt), --new-tokens each, threads as given. strata-generate --warmup 1.
 
-With --llama-cpp DIR (llama.cpp built with cmake, llama-server included): both checkpoints also go to GGUF (bfloat16,
+With --method draft, a draft model (--draft-model) instead, on pairs built from the same random checkpoint:
+
+  alpha=A    the target: every layer after the first with its o_proj and down_proj scaled by A, so that those layers
+             move the residual stream A times as much as the first; the draft: the target's embedding, first layer,
+             norm and head alone (one layer of twelve). A sets how often the draft's argmax is the target's: a pair
+             built to agree at a known rate, as a trained draft agrees with its target (measured and printed: the
+             acceptance column), not a trained pair. alpha=1 is the random checkpoint itself and its first layer:
+             the draft hardly ever agrees, the worst case.
+
+With --llama-cpp DIR (llama.cpp built with cmake, llama-server included): the checkpoints also go to GGUF (bfloat16,
 its convert_hf_to_gguf.py), and one stream is served side by side by strata-server (gRPC) without and with
---speculative ngram, and by llama-server without and with its n-gram lookup (--spec-type ngram-simple, the last 3
-tokens looked up, 4 drafted: LLAMA_SPEC), greedy, the same prompt ids, tokens/s as the client sees them.
+speculation, and by llama-server without and with its own (ngram: --spec-type ngram-simple, the last 3 tokens
+looked up, 4 drafted: LLAMA_SPEC; draft: --spec-type draft-simple -md DRAFT.gguf, 4 drafted, no minimum probability:
+LLAMA_DRAFT), greedy, the same prompt ids, tokens/s as the client sees them.
 """
 
 from __future__ import annotations
@@ -41,6 +51,40 @@ import quantized_peer as Q  # noqa: E402
 SPEC = ("--speculative", "ngram", "--num-speculative-tokens", "4")
 LLAMA_SPEC = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "4",
               "--spec-draft-n-max", "4")
+DRAFT_TOKENS = ("--num-speculative-tokens", "4")
+LLAMA_DRAFT = ("--spec-type", "draft-simple", "--spec-draft-n-max", "4", "--spec-draft-n-min", "0",
+               "--spec-draft-p-min", "0")
+ALPHAS = (0.03, 0.1, 1.0)
+
+
+def make_draft_pair(source: pathlib.Path, work: pathlib.Path, alpha: float) -> tuple[pathlib.Path, pathlib.Path]:
+    """The alpha=A pair (module docstring) from `source` (float32), in float32: (target, draft) folders."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    target, draft = work / f"hf-alpha{alpha:g}", work / f"hf-alpha{alpha:g}-draft"
+    if (target / "config.json").exists() and (draft / "config.json").exists():
+        return target, draft
+    for out in (target, draft):
+        out.mkdir(parents=True, exist_ok=True)
+        for f in source.iterdir():
+            if f.is_file() and f.suffix != ".safetensors" and f.name != "model.safetensors.index.json":
+                shutil.copy(f, out / f.name)
+    tensors = {}
+    for f in source.glob("*.safetensors"):
+        tensors.update(load_file(f))
+    scaled = {}
+    for name, t in tensors.items():
+        deep = name.startswith("model.layers.") and not name.startswith("model.layers.0.")
+        scaled[name] = (t * alpha if deep and name.endswith(("o_proj.weight", "down_proj.weight")) else t)
+    save_file({k: v.contiguous() for k, v in scaled.items()}, target / "model.safetensors", metadata={"format": "pt"})
+    kept = {k: v for k, v in scaled.items() if not k.startswith("model.layers.") or k.startswith("model.layers.0.")}
+    save_file({k: v.contiguous() for k, v in kept.items()}, draft / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((draft / "config.json").read_text())
+    config["num_hidden_layers"] = 1
+    (draft / "config.json").write_text(json.dumps(config, indent=2))
+    return target, draft
 
 
 def make_repeating(source: pathlib.Path, out: pathlib.Path, cycle: int) -> list[int]:
@@ -78,8 +122,9 @@ def make_repeating(source: pathlib.Path, out: pathlib.Path, cycle: int) -> list[
     return order[:cycle]
 
 
-def generate(model: pathlib.Path, prompts: list[list[int]], new_tokens: int, threads: int, spec: bool) -> dict:
-    out = P.strata_generate(model, prompts, new_tokens, threads, "bfloat16", extra=SPEC if spec else ())
+def generate(model: pathlib.Path, prompts: list[list[int]], new_tokens: int, threads: int, spec: tuple,
+             dtype: str) -> dict:
+    out = P.strata_generate(model, prompts, new_tokens, threads, dtype, extra=spec)
     t = out["timing"]
     total = sum(len(r["ids"]) for r in out["results"])
     out["tok_s"] = (total - len(prompts)) / t["decode_seconds"]  # tokens after each first, over the decode time
@@ -95,32 +140,47 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--work", help="directory for the checkpoints (default: a temporary one)")
     ap.add_argument("--llama-cpp", help="llama.cpp checkout built with cmake: also serve side by side with llama-server")
+    ap.add_argument("--method", choices=("ngram", "draft"), default="ngram")
+    ap.add_argument("--dtype", choices=("bfloat16", "float32"),
+                    help="serving dtype (default: bfloat16 for ngram; float32 for draft, whose pairs' scaled layers "
+                         "leave near-ties that bfloat16's rounding of a verified chunk against a decode step parts)")
     args = ap.parse_args(argv)
+    dtype = args.dtype or ("bfloat16" if args.method == "ngram" else "float32")
     work = pathlib.Path(args.work) if args.work else pathlib.Path(tempfile.mkdtemp(prefix="speculative_speed_"))
     vocab = 8000
     f32 = work / "hf"
     if not (f32 / "config.json").exists():
         P.make_checkpoint(f32, vocab)
-    models = {"random": work / "hf-bf16", "repeating": work / "hf-repeating"}
-    if not (models["random"] / "config.json").exists():
-        P.save_as(f32, models["random"], "bf16")
-    ring = make_repeating(f32, models["repeating"], args.cycle)
+    if args.method == "ngram":
+        models = {"random": work / "hf-bf16", "repeating": work / "hf-repeating"}
+        if not (models["random"] / "config.json").exists():
+            P.save_as(f32, models["random"], "bf16")
+        ring = make_repeating(f32, models["repeating"], args.cycle)
+        specs = {"random": SPEC, "repeating": SPEC}
+        drafts = {}
+    else:
+        models, specs, drafts = {}, {}, {}
+        for alpha in ALPHAS:
+            target, draft = make_draft_pair(f32, work, alpha)
+            models[f"alpha={alpha:g}"], drafts[f"alpha={alpha:g}"] = target, draft
+            specs[f"alpha={alpha:g}"] = ("--draft-model", str(draft), *DRAFT_TOKENS)
 
     def prompts(model: str, n: int) -> list[list[int]]:
         if model == "repeating":  # one turn of a cycle, each stream its own cycle's
             return [[t + args.cycle * i for t in ring] for i in range(n)]
         return [P.prompt_ids(16, vocab, salt=i + 1) for i in range(n)]
 
-    print(f"speculative_speed: Llama ~116M bfloat16 on the CPU; {Q.cpu_line()}; "
-          f"{args.threads} threads, {args.new_tokens} new tokens per stream, {' '.join(SPEC)}, {args.repeats} runs "
+    flags = " ".join(SPEC) if args.method == "ngram" else "--draft-model (1 layer of 12) " + " ".join(DRAFT_TOKENS)
+    print(f"speculative_speed: Llama ~116M {dtype} on the CPU; {Q.cpu_line()}; "
+          f"{args.threads} threads, {args.new_tokens} new tokens per stream, {flags}, {args.repeats} runs "
           "alternating", flush=True)
     rows = []
-    for model in ("repeating", "random"):
+    for model in models:
         for n in (1, args.streams):
             ps = prompts(model, n)
             runs = P.alternating_runs(args.repeats, [
-                lambda: generate(models[model], ps, args.new_tokens, args.threads, False),
-                lambda: generate(models[model], ps, args.new_tokens, args.threads, True)])
+                lambda: generate(models[model], ps, args.new_tokens, args.threads, (), dtype),
+                lambda: generate(models[model], ps, args.new_tokens, args.threads, specs[model], dtype)])
             off, on = runs
             # Streams whose ids are equal with and without, over every run, and where the others first differ.
             pairs = [(x["ids"], y["ids"]) for a, b in zip(off, on) for x, y in zip(a["results"], b["results"])]
@@ -135,17 +195,18 @@ def main(argv=None) -> int:
                          f"{accepted / proposed:.0%}" if proposed else "-",
                          f"{accepted / verifications:.2f}" if verifications else "-", same))
             print(f"  {model}, {n} stream(s): without {P.summary(a)}, with {P.summary(b)} tok/s", flush=True)
-    peers = serve_side_by_side(args, work, models, prompts) if args.llama_cpp else []
+    peers = serve_side_by_side(args, work, models, drafts, specs, prompts, dtype) if args.llama_cpp else []
     print()
-    print("| model | streams | without (tok/s, min / median / max) | with ngram, K=4 | ratio of medians | acceptance "
-          "| accepted per verification | streams with equal ids |")
+    print(f"| model | streams | without (tok/s, min / median / max) | with {args.method}, K=4 | ratio of medians | "
+          "acceptance | accepted per verification | streams with equal ids |")
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(str(c) if not isinstance(c, float) else f"{c:.2f}x" for c in row) + " |")
     if peers:
         print()
+        peer = "ngram-simple" if args.method == "ngram" else "draft-simple"
         print("| model, 1 stream | strata without | strata with | strata with / without | llama.cpp without | "
-              "llama.cpp with (ngram-simple) | llama.cpp with / without | strata with / llama.cpp with |")
+              f"llama.cpp with ({peer}) | llama.cpp with / without | strata with / llama.cpp with |")
         print("|---|---|---|---|---|---|---|---|")
         for model, values in peers:
             med = {k: statistics.median(v) for k, v in values.items()}
@@ -156,24 +217,31 @@ def main(argv=None) -> int:
     return 0
 
 
-def serve_side_by_side(args, work: pathlib.Path, models: dict, prompts) -> list:
-    """One stream on strata-server and llama-server, each without and with n-gram speculation, per model:
-    [(model, {side: [tok/s per repeat]})]."""
+def serve_side_by_side(args, work: pathlib.Path, models: dict, drafts: dict, specs: dict, prompts, dtype) -> list:
+    """One stream on strata-server and llama-server, each without and with speculation (n-gram, or the model's draft
+    in `drafts`), per model: [(model, {side: [tok/s per repeat]})]."""
     root = P.find_llama_cpp(args.llama_cpp)
     stubs = P.IH.stubs_under(work)
     context = 16 + args.new_tokens + 8
     out = []
     for model, directory in models.items():
-        gguf = work / f"{model}-bf16.gguf"
+        outtype = "bf16" if dtype == "bfloat16" else "f32"
+        gguf = work / f"{model}-{outtype}.gguf"
         if not gguf.exists():
-            P.convert(root, directory, gguf, "bf16")
+            P.convert(root, directory, gguf, outtype)
+        llama_spec = LLAMA_SPEC
+        if model in drafts:
+            draft_gguf = work / f"{model}-draft-{outtype}.gguf"
+            if not draft_gguf.exists():
+                P.convert(root, drafts[model], draft_gguf, outtype)
+            llama_spec = (*LLAMA_DRAFT, "--model-draft", str(draft_gguf))
         prompt = prompts(model, 1)[0]
         servers = {}
         try:
-            for side, spec in (("strata", ()), ("strata+spec", SPEC)):
-                servers[side] = P.start_strata_server(stubs, directory, work / f"serve-{model}-{side}", "bfloat16", 1,
+            for side, spec in (("strata", ()), ("strata+spec", specs[model])):
+                servers[side] = P.start_strata_server(stubs, directory, work / f"serve-{model}-{side}", dtype, 1,
                                                       context, args.threads, prompt, extra=spec)
-            for side, extra in (("llama.cpp", ()), ("llama.cpp+spec", LLAMA_SPEC)):
+            for side, extra in (("llama.cpp", ()), ("llama.cpp+spec", llama_spec)):
                 server = P.LlamaServer(root, gguf, args.threads, 1, context, work / f"llama-{model}-{side}.log", extra)
                 servers[side] = server
                 server.stream(prompt, 4)

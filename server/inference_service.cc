@@ -104,6 +104,10 @@ v1::GetDeviceMapResponse DeviceMapResponse(const ServedPlan& served,
     cpu.set_free_bytes(plan.inventory->host_available_bytes);
   }
   for (const std::string& warning : plan.warnings) response.add_warnings(warning);
+  if (served.draft != nullptr) {
+    // The draft's devices are measured as the model's are (MeasureDeviceMemory covers the process's devices).
+    *response.mutable_draft() = DeviceMapResponse(*served.draft, measured);
+  }
   return response;
 }
 

@@ -289,6 +289,12 @@ EarlyExit LoadAndServe(strata::server::RunningServer& running, const strata::ser
             << "strata-server: loaded in " << report.seconds << " s (" << report.dtype << ", "
             << ((*model)->tokenizer() != nullptr ? "tokenizer.json" : "no tokenizer: token ids only") << ", "
             << ChatTemplateSummary((*model)->chat_template()) << ")\n";
+  if (const strata::runtime::LoadedModel* draft = (*model)->draft(); draft != nullptr) {
+    std::cout << "strata-server: draft model " << draft->report().spec.architecture << " ("
+              << options.serving.speculative.draft_model << "), planned beside it:\n"
+              << strata::planner::PlanToTable(draft->report().spec, draft->report().plan) << draft->report().stages
+              << "\n";
+  }
   running.ServeModel(*std::move(model));
   std::cout << "strata-server: serving Generate and GetDeviceMap on " << running.grpc_address().ToString()
             << HttpLine(running) << ", metrics on " << running.metrics_address().ToString() << "/metrics" << std::endl;

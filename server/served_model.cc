@@ -158,6 +158,16 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServerOptio
   served->plan_.kv_cache_blocks = served->model_->kv_blocks();
   served->plan_.kv_block_tokens = served->model_->kv_block_tokens();
   served->plan_.kv_devices = served->model_->report().kv_devices;
+  if (served->draft_ != nullptr) {
+    auto draft_plan = std::make_shared<ServedPlan>();
+    draft_plan->spec = served->draft_->report().spec;
+    draft_plan->plan = served->draft_->report().plan;
+    draft_plan->kv_cache_blocks = served->draft_->kv_blocks();
+    draft_plan->kv_block_tokens = served->draft_->kv_block_tokens();
+    draft_plan->kv_cache_tokens = draft_plan->kv_cache_blocks * draft_plan->kv_block_tokens;
+    draft_plan->kv_devices = served->draft_->report().kv_devices;
+    served->plan_.draft = std::move(draft_plan);
+  }
   return served;
 }
 

@@ -78,6 +78,7 @@ class ServedModel {
 
   runtime::Engine& engine() { return *engine_; }
   runtime::LoadedModel& model() { return *model_; }
+  const runtime::LoadedModel* draft() const { return draft_.get(); }  // --draft-model, or null
   const tokenizer::Tokenizer* tokenizer() const { return tokenizer_.get(); }
   // The checkpoint's chat template(s) (or --chat-template's), null when there is none.
   const chat_template::CheckpointChatTemplate* chat_template() const {

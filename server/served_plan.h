@@ -3,6 +3,7 @@
 // start-up from the validated placement flags.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +23,8 @@ struct ServedPlan {
   int64_t kv_cache_blocks = 0;
   int64_t kv_block_tokens = 0;
   std::vector<std::string> kv_devices;
+  // --draft-model's plan, in the same form (null without one).
+  std::shared_ptr<const ServedPlan> draft;
 };
 
 // The plan of a server without weights to load (it only plans): the model's spec (--model or --module-tree) placed

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "tokenizer/tokenizer.h"
 
@@ -34,8 +35,11 @@ absl::StatusOr<LoadOptions> PlanDraftLoad(const ServingRequest& target, const Lo
   }
   absl::StatusOr<LoadOptions> options = PlanLoad(draft);
   if (!options.ok()) {
-    return absl::Status(options.status().code(),
-                        absl::StrCat("--draft-model ", draft_dir.string(), ": ", options.status().message()));
+    // The planner names the folder as --model's: it is --draft-model's.
+    std::string message(options.status().message());
+    const std::string as_model = absl::StrCat("--model ", draft_dir.string(), ": ");
+    if (absl::StartsWith(message, as_model)) message.erase(0, as_model.size());
+    return absl::Status(options.status().code(), absl::StrCat("--draft-model ", draft_dir.string(), ": ", message));
   }
   return options;
 }

@@ -86,6 +86,20 @@ def test_greedy_ids_equal_transformers_assisted_generation_and_plain_greedy(stub
     assert GH.metric(url, 'strata_spec_proposed_tokens_total{method="draft"}') > accepted
 
 
+def test_get_device_map_shows_the_draft_planned_beside_the_model(stubs, draft_server):
+    reply = stubs.strata_grpc.InferenceServiceStub(draft_server.channel).GetDeviceMap(
+        stubs.strata.GetDeviceMapRequest(), timeout=10)
+    assert reply.HasField("draft")
+    draft = reply.draft
+    assert draft.strategy == "sequential"
+    assert draft.architecture == "LlamaForCausalLM"
+    assert set(draft.device_map.values()) <= {"0", "1", "cpu"}
+    assert [m for s in draft.stages for m in s.modules]
+    # Its KV pools have the model's blocks, so that a sequence's draft cache lives in the same block ids.
+    assert (draft.kv_cache_blocks, draft.kv_block_tokens) == (reply.kv_cache_blocks, reply.kv_block_tokens)
+    assert not draft.HasField("draft")
+
+
 def test_seeded_sampling_is_reproducible_concurrent_or_alone(stubs, draft_server):
     requests = [dict(prompt_ids=p, max_new_tokens=NEW_TOKENS, temperature=0.8, top_k=40, seed=21 + i)
                 for i, p in enumerate(PROMPTS)]
