@@ -324,6 +324,7 @@ void PrintJson(const std::vector<strata::runtime::BatchOutput>& results, const s
                    {"spec_proposed_tokens", stats.spec_proposed_tokens - before.spec_proposed_tokens},
                    {"spec_accepted_tokens", stats.spec_accepted_tokens - before.spec_accepted_tokens},
                    {"spec_verifications", stats.spec_verifications - before.spec_verifications},
+                   {"spec_skipped_steps", stats.spec_skipped_steps - before.spec_skipped_steps},
                    {"spec_method", stats.spec_method}};
   std::cout << out.dump() << "\n";
 }

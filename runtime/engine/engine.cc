@@ -128,6 +128,13 @@ struct Engine::Impl {
   const EngineOptions options;
   std::unique_ptr<Executor> executor;
   std::unique_ptr<DraftModel> draft;  // SpeculativeOptions::Method::kDraft
+  // Speculative decoding's cost-aware switch (engine thread): the passes' measured seconds, when each micro-batch in
+  // flight was submitted, and the steps it held proposals back.
+  PassCosts costs;
+  std::map<uint64_t, std::chrono::steady_clock::time_point> submitted;
+  uint64_t cost_skips = 0;
+  static constexpr uint64_t kFirstProbe = 32, kLastProbe = 1024;
+  uint64_t probe_every = kFirstProbe;
 
   // Engine thread only.
   Scheduler scheduler;
@@ -159,6 +166,7 @@ struct Engine::Impl {
   uint64_t spec_proposed = 0;
   uint64_t spec_accepted = 0;
   uint64_t spec_verifications = 0;
+  uint64_t spec_skipped_steps = 0;
   std::function<void(int64_t, int64_t)> spec_observer;
   std::map<std::pair<std::string, std::string>, uint64_t> errors;     // (stage, device) -> failed micro-batches
   std::map<std::pair<std::string, std::string>, uint64_t> nonfinite;  // (stage, device) -> rows with NaN/inf logits
@@ -284,6 +292,7 @@ EngineStats Engine::Stats() const {
     stats.spec_proposed_tokens = impl_->spec_proposed;
     stats.spec_accepted_tokens = impl_->spec_accepted;
     stats.spec_verifications = impl_->spec_verifications;
+    stats.spec_skipped_steps = impl_->spec_skipped_steps;
     stats.spec_method = SpeculativeMethodName(impl_->options.speculative.method);
     stats.device_lost = impl_->refusing;
     stats.failed_in_a_row = impl_->failed_in_a_row;
@@ -480,6 +489,10 @@ void Engine::Impl::LoseDevice(const absl::Status& status) {
 void Engine::Impl::Process(MicroBatchResult result) {
   auto node = in_flight.extract(result.id);
   ScheduledMicroBatch& schedule = node.mapped();
+  if (auto sent = submitted.extract(result.id); !sent.empty() && result.status.ok()) {
+    costs.RecordPass(schedule.tokens(),
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - sent.mapped()).count());
+  }
   if (!result.status.ok()) {
     std::cerr << "strata engine: " << result.status.message() << "\n";
     {
@@ -611,37 +624,80 @@ void Engine::Impl::JumpForward(Sequence& s) {
 
 void Engine::Impl::Propose() {
   const SpeculativeOptions& o = options.speculative;
-  std::vector<DraftRequest> requests;  // a draft model's, run together after the loop
-  std::vector<Sequence*> drafted;
+  // The sequences that may propose this step, with how many tokens (an n-gram proposal is made here already, to
+  // know its length), and the decoding rows the next pass feeds.
+  struct Candidate {
+    Sequence* s = nullptr;
+    int64_t room = 0;
+  };
+  std::vector<Candidate> candidates;
+  int64_t rows = 0;
+  int64_t proposed = 0;
+  double expected = 0;
   for (auto& [id, s] : sequences) {
-    if (s->done || !s->speculation || scheduler.InFlight(id)) continue;
+    if (s->done || scheduler.InFlight(id) || s->generated == 0) continue;
+    ++rows;
     const SamplingParams& p = s->request.sampling;
-    // Decoding (a token was generated since the prompt), past min_tokens (each position would need its own ban).
-    if (s->generated == 0 || s->generated < p.min_tokens) continue;
-    const int64_t room = std::min<int64_t>(o.tokens, p.max_new_tokens - s->generated - 1);
+    // Past min_tokens (each position would need its own EOS ban).
+    if (!s->speculation || s->generated < p.min_tokens) continue;
+    if (draft != nullptr && !s->draft.empty() && s->draft_for == s->tokens.size()) continue;  // proposed, unverified
+    int64_t room = std::min<int64_t>(o.tokens, p.max_new_tokens - s->generated - 1);
     if (room < 1 || !s->speculation->MayPropose()) {
       scheduler.Propose(id, 0);
       continue;
     }
-    if (draft != nullptr) {
-      if (!s->draft.empty() && s->draft_for == s->tokens.size()) continue;  // proposed already, not yet verified
-      DraftRequest request;
-      request.count = scheduler.ReserveProposal(id, room, &request.blocks);
-      if (request.count < 1) continue;
-      request.tokens = &s->tokens;
-      request.computed = s->draft_computed;
-      request.temperature = p.temperature;
-      request.top_k = p.top_k;
-      request.top_p = p.top_p;
-      request.random = &s->draft_random;
-      drafted.push_back(s.get());
-      requests.push_back(std::move(request));
-      continue;
+    if (draft == nullptr) {
+      s->draft = ProposeNgram(s->tokens, o.ngram_min, o.ngram_max, static_cast<int32_t>(room));
+      room = static_cast<int64_t>(s->draft.size());
     }
-    s->draft = ProposeNgram(s->tokens, o.ngram_min, o.ngram_max, static_cast<int32_t>(room));
-    scheduler.Propose(id, static_cast<int64_t>(s->draft.size()));
+    candidates.push_back({s.get(), room});
+    proposed += room;
+    expected += s->speculation->expected_rate() * static_cast<double>(room);
+  }
+  if (proposed == 0) {
+    for (const Candidate& c : candidates) scheduler.Propose(c.s->id, 0);
+    return;
+  }
+  if (o.cost_aware) {
+    if (ProposalsPay(costs, rows, proposed, expected, draft != nullptr)) {
+      probe_every = kFirstProbe;
+      cost_skips = 0;
+    } else if (++cost_skips < probe_every) {
+      // Not expected to pay this step (the measured pass times and acceptance; speculation.h, PassCosts).
+      for (const Candidate& c : candidates) scheduler.Propose(c.s->id, 0);
+      std::lock_guard lock(mutex);
+      ++spec_skipped_steps;
+      return;
+    } else {
+      // A probe, so that the costs with proposals stay measured: after 32 skipped steps, then 64, ... up to 1024 while
+      // they keep not paying.
+      cost_skips = 0;
+      probe_every = std::min<uint64_t>(probe_every * 2, kLastProbe);
+    }
+  }
+  if (draft == nullptr) {
+    for (const Candidate& c : candidates) scheduler.Propose(c.s->id, c.room);
+    return;
+  }
+  std::vector<DraftRequest> requests;
+  std::vector<Sequence*> drafted;
+  for (const Candidate& c : candidates) {
+    Sequence& s = *c.s;
+    const SamplingParams& p = s.request.sampling;
+    DraftRequest request;
+    request.count = scheduler.ReserveProposal(s.id, c.room, &request.blocks);
+    if (request.count < 1) continue;
+    request.tokens = &s.tokens;
+    request.computed = s.draft_computed;
+    request.temperature = p.temperature;
+    request.top_k = p.top_k;
+    request.top_p = p.top_p;
+    request.random = &s.draft_random;
+    drafted.push_back(&s);
+    requests.push_back(std::move(request));
   }
   if (requests.empty()) return;
+  const auto started = std::chrono::steady_clock::now();
   absl::StatusOr<std::vector<DraftProposal>> proposals = draft->Propose(requests);
   if (!proposals.ok()) {
     // Speculation is an optimisation: the sequences decode without a proposal (and their draft caches start
@@ -651,6 +707,8 @@ void Engine::Impl::Propose() {
     if (draft->device_lost()) LoseDevice(proposals.status());
     return;
   }
+  costs.RecordDraft(static_cast<int64_t>(requests.size()),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   for (size_t i = 0; i < drafted.size(); ++i) {
     Sequence& s = *drafted[i];
     s.draft = std::move((*proposals)[i].tokens);
@@ -732,6 +790,7 @@ void Engine::Impl::Run() {
         }
         if (observe) observe(static_cast<int64_t>(next->rows.size()));
         in_flight.emplace(id, *std::move(next));
+        submitted[id] = std::chrono::steady_clock::now();
         executor->Submit(std::move(work));
       }
     }

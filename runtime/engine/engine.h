@@ -183,6 +183,9 @@ struct EngineStats {
   uint64_t spec_proposed_tokens = 0;
   uint64_t spec_accepted_tokens = 0;
   uint64_t spec_verifications = 0;
+  // Steps whose proposals the cost-aware switch held back (SpeculativeOptions::cost_aware): the measured cost of
+  // verifying them exceeded what their expected acceptance repays.
+  uint64_t spec_skipped_steps = 0;
   std::string spec_method;  // SpeculativeMethodName of EngineOptions::speculative ("none" when off)
   bool device_lost = false;
   // Requests that ended kError (a failed forward pass or sampler) since the last micro-batch that produced

@@ -1,6 +1,7 @@
 #include "runtime/engine/speculation.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 
@@ -70,18 +71,71 @@ bool Speculation::MayPropose() {
 }
 
 void Speculation::Record(int32_t proposed, int32_t accepted) {
+  if (proposed <= 0) return;
+  rate_ += 0.25 * (static_cast<double>(accepted) / static_cast<double>(proposed) - rate_);
   window_proposed_ += proposed;
-  window_accepted_ += accepted;
   if (window_proposed_ < options_.adaptive_window) return;
-  const double rate = static_cast<double>(window_accepted_) / static_cast<double>(window_proposed_);
-  if (rate < options_.min_acceptance) {
+  if (rate_ < options_.min_acceptance) {
     paused_steps_ = backoff_;
     backoff_ = std::min<int64_t>(backoff_ * 2, 1024);
-  } else {
-    backoff_ = 32;
+    rate_ = 0.5;  // judged afresh after the pause, over another window
+    window_proposed_ = 0;
+  } else if (rate_ >= 2 * options_.min_acceptance) {
+    backoff_ = 32;  // good again (above the bar by a margin: a moving average just over it is not)
   }
-  window_proposed_ = 0;
-  window_accepted_ = 0;
+}
+
+namespace {
+
+int BucketOf(int64_t size) {
+  int bucket = 0;
+  while ((int64_t{1} << bucket) < size && bucket < 62) ++bucket;
+  return bucket;
+}
+
+}  // namespace
+
+void PassCosts::Add(std::map<int, Bucket>& buckets, int64_t size, double seconds) {
+  if (size < 1 || !(seconds >= 0)) return;
+  auto [it, fresh] = buckets.try_emplace(BucketOf(size));
+  Bucket& b = it->second;
+  if (fresh) {
+    b = {static_cast<double>(size), seconds};
+    return;
+  }
+  constexpr double kWeight = 0.2;  // the last ~5 passes of a size
+  b.size += kWeight * (static_cast<double>(size) - b.size);
+  b.seconds += kWeight * (seconds - b.seconds);
+}
+
+std::optional<double> PassCosts::Estimate(const std::map<int, Bucket>& buckets, int64_t size) {
+  if (buckets.empty() || size < 1) return std::nullopt;
+  const double x = static_cast<double>(size);
+  const auto same = buckets.find(BucketOf(size));
+  auto above = buckets.upper_bound(BucketOf(size));
+  auto below = buckets.lower_bound(BucketOf(size));
+  const Bucket* lo = below != buckets.begin() ? &std::prev(below)->second : nullptr;
+  const Bucket* hi = above != buckets.end() ? &above->second : nullptr;
+  if (same != buckets.end()) {
+    // Within the bucket: along the line to a neighbour on x's side, where there is one.
+    const Bucket& b = same->second;
+    const Bucket* other = x >= b.size ? hi : lo;
+    if (other == nullptr || other->size == b.size) return b.seconds;
+    return std::max(0.0, b.seconds + (other->seconds - b.seconds) * (x - b.size) / (other->size - b.size));
+  }
+  if (lo == nullptr || hi == nullptr) return std::nullopt;
+  return lo->seconds + (hi->seconds - lo->seconds) * (x - lo->size) / (hi->size - lo->size);
+}
+
+bool ProposalsPay(const PassCosts& costs, int64_t rows, int64_t proposed, double expected_kept, bool drafted) {
+  if (rows < 1 || proposed < 1) return false;
+  const std::optional<double> plain = costs.Pass(rows);
+  if (!plain || *plain <= 0) return false;
+  const std::optional<double> verify = costs.Pass(rows + proposed);
+  std::optional<double> draft = drafted ? costs.Draft(rows) : std::optional<double>(0.0);
+  if (!verify || !draft) return true;
+  const double with = (static_cast<double>(rows) + expected_kept) / (*verify + *draft);
+  return with >= static_cast<double>(rows) / *plain;
 }
 
 }  // namespace strata::runtime

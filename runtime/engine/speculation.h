@@ -12,6 +12,8 @@
 // comparing, which is what this does.
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,10 +30,14 @@ struct SpeculativeOptions {
   int32_t tokens = 4;       // proposed tokens per step at most (--num-speculative-tokens)
   int32_t ngram_min = 1;    // the shortest suffix looked up (--ngram-min)
   int32_t ngram_max = 4;    // the longest (--ngram-max); longer matches are tried first
-  // The adaptive off-switch: a sequence whose proposals were accepted at a lower rate than this, over at least
-  // `adaptive_window` proposed tokens, stops proposing for a while (Speculation::Backoff).
+  // The adaptive off-switch: a sequence whose moving-average acceptance (Speculation::expected_rate) is below this,
+  // once it proposed `adaptive_window` tokens, stops proposing for a while (32 steps, doubling up to 1024 while it
+  // stays low, back to 32 once it reaches twice this; after each pause it is judged afresh).
   double min_acceptance = 0.25;
   int32_t adaptive_window = 8;
+  // The cost-aware switch (PassCosts): a step proposes only when the measured cost of verifying (and drafting) is
+  // expected to be repaid by the tokens kept (--speculative-cost-aware).
+  bool cost_aware = true;
 };
 
 // "ngram" | "draft" | "none" into the method; the error names the flag's value.
@@ -53,13 +59,44 @@ class Speculation {
   bool MayPropose();
   // A verified proposal of `proposed` tokens kept `accepted` of them.
   void Record(int32_t proposed, int32_t accepted);
+  // The share of its proposed tokens this sequence is expected to keep: a moving average over its verifications
+  // (each weighs 1/4), from 1/2 before the first.
+  double expected_rate() const { return rate_; }
 
  private:
   SpeculativeOptions options_;
-  int64_t window_proposed_ = 0;
-  int64_t window_accepted_ = 0;
-  int64_t paused_steps_ = 0;  // steps left without proposing
-  int64_t backoff_ = 32;      // the next pause's length: doubles while acceptance stays low, up to 1024
+  double rate_ = 0.5;
+  int64_t window_proposed_ = 0;  // tokens proposed since the start or the last pause
+  int64_t paused_steps_ = 0;     // steps left without proposing
+  int64_t backoff_ = 32;         // the next pause's length: doubles while acceptance stays low, up to 1024
 };
+
+// The cost-aware switch's measurements: forward passes' seconds by the tokens they fed (a micro-batch from Submit to
+// its result, so on a pipeline the latency of its stages), and a draft model's proposal rounds' by the sequences they
+// served. Each is a moving average per bucket of sizes (powers of two), read between buckets by linear interpolation.
+class PassCosts {
+ public:
+  void RecordPass(int64_t tokens, double seconds) { Add(pass_, tokens, seconds); }
+  void RecordDraft(int64_t rows, double seconds) { Add(draft_, rows, seconds); }
+  // Expected seconds; nothing until a size in the same bucket, or sizes on both sides, were measured.
+  std::optional<double> Pass(int64_t tokens) const { return Estimate(pass_, tokens); }
+  std::optional<double> Draft(int64_t rows) const { return Estimate(draft_, rows); }
+
+ private:
+  struct Bucket {
+    double size = 0;
+    double seconds = 0;
+  };
+  static void Add(std::map<int, Bucket>& buckets, int64_t size, double seconds);
+  static std::optional<double> Estimate(const std::map<int, Bucket>& buckets, int64_t size);
+  std::map<int, Bucket> pass_;
+  std::map<int, Bucket> draft_;
+};
+
+// Whether a step's proposals are expected to pay: the next pass feeds `rows` decoding rows, which would add `proposed`
+// tokens in all and keep `expected_kept` of them; with a draft model (`drafted`), its round for those rows comes
+// first. They pay when (rows + kept) / (pass(rows + proposed) + draft(rows)) >= rows / pass(rows). Unmeasured sizes:
+// no while the plain pass is unmeasured (it is measured first), yes while the one with proposals is.
+bool ProposalsPay(const PassCosts& costs, int64_t rows, int64_t proposed, double expected_kept, bool drafted);
 
 }  // namespace strata::runtime

@@ -10,6 +10,9 @@ ABSL_FLAG(std::string, draft_model, "",
           "the draft model's checkpoint folder (same tokenizer as the model; implies --speculative draft): planned "
           "with the model's --device-map, --max-memory and --dtype, with a KV pool of as many blocks");
 ABSL_FLAG(int32_t, num_speculative_tokens, 4, "tokens a sequence proposes per step at most (1 to 64)");
+ABSL_FLAG(bool, speculative_cost_aware, true,
+          "propose only in steps where the measured time of verifying (and drafting) is expected to be repaid by the "
+          "tokens kept (large batches on compute-bound devices stop proposing); false: whenever acceptance allows");
 ABSL_FLAG(int32_t, ngram_min, 1, "--speculative ngram: the shortest suffix looked up");
 ABSL_FLAG(int32_t, ngram_max, 4, "--speculative ngram: the longest suffix looked up (tried first)");
 
@@ -21,6 +24,7 @@ std::vector<cli::FlagSpec> SpeculativeFlagSpecs(const std::string& section) {
   if (!section.empty()) specs.back().section = section;
   specs.push_back(cli::Flag(FLAGS_draft_model, "DIR"));
   specs.push_back(cli::Flag(FLAGS_num_speculative_tokens, "K"));
+  specs.push_back(cli::Flag(FLAGS_speculative_cost_aware));
   specs.push_back(cli::Flag(FLAGS_ngram_min, "N"));
   specs.push_back(cli::Flag(FLAGS_ngram_max, "N"));
   return specs;
@@ -37,6 +41,7 @@ absl::StatusOr<SpeculativeOptions> ParseSpeculativeFlags() {
     options.method = SpeculativeOptions::Method::kDraft;
   }
   options.tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
+  options.cost_aware = absl::GetFlag(FLAGS_speculative_cost_aware);
   options.ngram_min = absl::GetFlag(FLAGS_ngram_min);
   options.ngram_max = absl::GetFlag(FLAGS_ngram_max);
   if (absl::Status valid = ValidateSpeculativeOptions(options); !valid.ok()) return valid;

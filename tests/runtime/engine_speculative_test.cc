@@ -66,10 +66,13 @@ std::vector<int32_t> Ids(const std::vector<GeneratedToken>& tokens) {
   return ids;
 }
 
+// Proposing whenever acceptance allows, whatever the passes cost (the cost-aware switch depends on timings: the
+// counts these tests compare must not).
 SpeculativeOptions Ngram(int32_t tokens) {
   SpeculativeOptions o;
   o.method = SpeculativeOptions::Method::kNgram;
   o.tokens = tokens;
+  o.cost_aware = false;
   return o;
 }
 
@@ -203,6 +206,7 @@ SpeculativeOptions Draft(int32_t tokens) {
   o.draft_model = "(loaded by the test)";
   o.tokens = tokens;
   o.min_acceptance = 0;
+  o.cost_aware = false;
   return o;
 }
 
@@ -268,6 +272,24 @@ TEST(EngineDraftModel, SampledRequestsAreReproducibleBySeedAndKeepSomeProposals)
   EXPECT_GT(first.stats.spec_proposed_tokens, 50u);
   sampled.seed = 6;
   EXPECT_NE(Ids(Generate(*model, sampled, Draft(3), 2, draft.get()).tokens[0]), Ids(first.tokens[0]));
+}
+
+TEST(EngineSpeculative, TheCostAwareSwitchChangesNoId) {
+  // Whether a step proposes follows measured times here: whatever it decides, the ids are decoding's.
+  auto model = Load(4);
+  auto draft = LoadSmallDraft(4);
+  ASSERT_TRUE(model && draft);
+  SamplingParams greedy;
+  greedy.max_new_tokens = 40;
+  const Outputs plain = Generate(*model, greedy, {}, 2);
+  SpeculativeOptions ngram = Ngram(4);
+  ngram.cost_aware = true;
+  const Outputs spec = Generate(*model, greedy, ngram, 2);
+  ExpectSameTokens(plain, spec, "ngram, cost-aware");
+  EXPECT_GT(spec.stats.spec_proposed_tokens + spec.stats.spec_skipped_steps, 0u);
+  SpeculativeOptions drafted = Draft(3);
+  drafted.cost_aware = true;
+  ExpectSameTokens(plain, Generate(*model, greedy, drafted, 2, draft.get()), "draft, cost-aware");
 }
 
 TEST(EngineDraftModel, PreemptionLeavesTheIdsAlone) {

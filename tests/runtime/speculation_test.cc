@@ -47,20 +47,22 @@ TEST(Speculation, LowAcceptancePausesProposalsAndTheBackoffGrows) {
   Speculation s(o);
   EXPECT_TRUE(s.MayPropose());
   s.Record(4, 3);
-  s.Record(4, 2);  // 5 of 8: above the bar
+  s.Record(4, 2);  // a moving average of 0.55: above the bar
   EXPECT_TRUE(s.MayPropose());
   s.Record(4, 0);
-  s.Record(4, 1);  // 1 of 8: pauses for 32 steps
+  s.Record(4, 0);  // two misses in a row do not stop a sequence that did well (0.31)
+  EXPECT_TRUE(s.MayPropose());
+  s.Record(4, 0);  // a third does (0.23): it pauses for 32 steps
   int paused = 0;
   while (!s.MayPropose()) ++paused;
   EXPECT_EQ(paused, 32);
-  s.Record(8, 0);  // still low: the next pause is twice as long
+  for (int i = 0; i < 3; ++i) s.Record(4, 0);  // judged afresh from 1/2, still low: the next pause is twice as long
   paused = 0;
   while (!s.MayPropose()) ++paused;
   EXPECT_EQ(paused, 64);
   s.Record(8, 8);  // good again: the backoff resets, nothing pauses
   EXPECT_TRUE(s.MayPropose());
-  s.Record(8, 0);
+  for (int i = 0; i < 4; ++i) s.Record(8, 0);
   paused = 0;
   while (!s.MayPropose()) ++paused;
   EXPECT_EQ(paused, 32);
@@ -82,6 +84,55 @@ TEST(SpeculativeOptions, EachOutOfRangeFieldIsNamed) {
   EXPECT_THAT(std::string(ParseSpeculativeMethod("eagle").status().message()), ::testing::HasSubstr("\"eagle\""));
   EXPECT_EQ(*ParseSpeculativeMethod("ngram"), SpeculativeOptions::Method::kNgram);
   EXPECT_EQ(*ParseSpeculativeMethod("none"), SpeculativeOptions::Method::kNone);
+  EXPECT_EQ(*ParseSpeculativeMethod("draft"), SpeculativeOptions::Method::kDraft);
+  o = {};
+  o.method = SpeculativeOptions::Method::kDraft;
+  EXPECT_THAT(std::string(ValidateSpeculativeOptions(o).message()), ::testing::HasSubstr("no --draft-model"));
+  o.draft_model = "/models/draft";
+  EXPECT_TRUE(ValidateSpeculativeOptions(o).ok());
+  o.method = SpeculativeOptions::Method::kNgram;
+  EXPECT_THAT(std::string(ValidateSpeculativeOptions(o).message()),
+              ::testing::HasSubstr("--draft-model: given with --speculative ngram"));
+}
+
+TEST(PassCosts, EstimatesWithinAndBetweenMeasuredSizes) {
+  PassCosts costs;
+  EXPECT_FALSE(costs.Pass(4).has_value());
+  costs.RecordPass(4, 0.010);
+  EXPECT_DOUBLE_EQ(*costs.Pass(4), 0.010);
+  EXPECT_DOUBLE_EQ(*costs.Pass(3), 0.010);   // the same bucket, no neighbour: its average
+  EXPECT_FALSE(costs.Pass(20).has_value());  // nothing measured near
+  costs.RecordPass(20, 0.050);
+  EXPECT_NEAR(*costs.Pass(12), 0.030, 1e-12);  // between the two, on their line
+  EXPECT_NEAR(*costs.Pass(8), 0.020, 1e-12);
+  for (int i = 0; i < 50; ++i) costs.RecordPass(4, 0.020);  // a moving average: the old time fades
+  EXPECT_NEAR(*costs.Pass(4), 0.020, 1e-6);
+  EXPECT_FALSE(costs.Draft(4).has_value());
+  costs.RecordDraft(4, 0.002);
+  EXPECT_DOUBLE_EQ(*costs.Draft(4), 0.002);
+}
+
+TEST(PassCosts, ProposalsPayWhenTheTokensKeptRepayTheLongerPass) {
+  PassCosts costs;
+  // Unmeasured: the plain pass is measured first, then the one with proposals is tried.
+  EXPECT_FALSE(ProposalsPay(costs, 1, 4, 2.0, false));
+  costs.RecordPass(1, 0.010);
+  EXPECT_TRUE(ProposalsPay(costs, 1, 4, 2.0, false));
+  // Weight-bound (one stream): 5 tokens cost 1.2x one; keeping 0.5 of 4 pays (1.5 / 1.2), 0.1 does not (1.1 / 1.2).
+  costs.RecordPass(5, 0.012);
+  EXPECT_TRUE(ProposalsPay(costs, 1, 4, 0.5, false));
+  EXPECT_FALSE(ProposalsPay(costs, 1, 4, 0.1, false));
+  // Compute-bound (16 streams): 80 tokens cost 4x 16; even 2 of 4 kept per row (48 / 4 = 12 < 16) does not pay.
+  costs.RecordPass(16, 0.020);
+  costs.RecordPass(80, 0.080);
+  EXPECT_FALSE(ProposalsPay(costs, 16, 64, 32.0, false));
+  EXPECT_TRUE(ProposalsPay(costs, 16, 64, 60.0, false));
+  // A draft model's round counts too: unmeasured, it is tried; 10 ms more makes 0.5 kept per row not pay.
+  EXPECT_TRUE(ProposalsPay(costs, 1, 4, 0.5, true));
+  costs.RecordDraft(1, 0.010);
+  EXPECT_FALSE(ProposalsPay(costs, 1, 4, 0.5, true));
+  EXPECT_TRUE(ProposalsPay(costs, 1, 4, 3.5, true));  // 4.5 / 22 ms > 1 / 10 ms
+  EXPECT_FALSE(ProposalsPay(costs, 1, 0, 0, false));  // nothing proposed
 }
 
 }  // namespace
