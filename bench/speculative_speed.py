@@ -54,7 +54,7 @@ LLAMA_SPEC = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3", 
 DRAFT_TOKENS = ("--num-speculative-tokens", "4")
 LLAMA_DRAFT = ("--spec-type", "draft-simple", "--spec-draft-n-max", "4", "--spec-draft-n-min", "0",
                "--spec-draft-p-min", "0")
-ALPHAS = (0.03, 0.1, 1.0)
+ALPHAS = (0.01, 0.03, 1.0)
 
 
 def make_draft_pair(source: pathlib.Path, work: pathlib.Path, alpha: float) -> tuple[pathlib.Path, pathlib.Path]:
@@ -122,9 +122,20 @@ def make_repeating(source: pathlib.Path, out: pathlib.Path, cycle: int) -> list[
     return order[:cycle]
 
 
+# --plan disk-behind: the embedding and the first six layers on plan GPU 0 (run on the CPU: --physical-devices), the
+# other six, the norm and the head on "disk" (left in the mmapped checkpoint, paged in on use): a pass of two stages,
+# the second reading its weights through the page cache. A draft model is planned beside it (sequential, in what the
+# plan leaves: on GPU 0).
+DISK_BEHIND = ("--device-map", json.dumps({"model.embed_tokens": 0, **{f"model.layers.{i}": 0 for i in range(6)},
+                                           **{f"model.layers.{i}": "disk" for i in range(6, 12)},
+                                           "model.norm": "disk", "lm_head": "disk"}),
+               "--physical-devices", "0=cpu", "--max-memory", "0=4GiB,cpu=8GiB,disk=64GiB")
+PLANS = {"cpu": P.CPU_ONLY, "disk-behind": DISK_BEHIND}
+
+
 def generate(model: pathlib.Path, prompts: list[list[int]], new_tokens: int, threads: int, spec: tuple,
-             dtype: str) -> dict:
-    out = P.strata_generate(model, prompts, new_tokens, threads, dtype, extra=spec)
+             dtype: str, plan: tuple = P.CPU_ONLY) -> dict:
+    out = P.strata_generate(model, prompts, new_tokens, threads, dtype, plan=plan, extra=spec)
     t = out["timing"]
     total = sum(len(r["ids"]) for r in out["results"])
     out["tok_s"] = (total - len(prompts)) / t["decode_seconds"]  # tokens after each first, over the decode time
@@ -141,6 +152,8 @@ def main(argv=None) -> int:
     ap.add_argument("--work", help="directory for the checkpoints (default: a temporary one)")
     ap.add_argument("--llama-cpp", help="llama.cpp checkout built with cmake: also serve side by side with llama-server")
     ap.add_argument("--method", choices=("ngram", "draft"), default="ngram")
+    ap.add_argument("--plan", choices=tuple(PLANS), default="cpu",
+                    help="cpu: one stage; disk-behind: a disk stage behind a GPU stage run on the CPU (DISK_BEHIND)")
     ap.add_argument("--dtype", choices=("bfloat16", "float32"),
                     help="serving dtype (default: bfloat16 for ngram; float32 for draft, whose pairs' scaled layers "
                          "leave near-ties that bfloat16's rounding of a verified chunk against a decode step parts)")
@@ -171,16 +184,17 @@ def main(argv=None) -> int:
         return [P.prompt_ids(16, vocab, salt=i + 1) for i in range(n)]
 
     flags = " ".join(SPEC) if args.method == "ngram" else "--draft-model (1 layer of 12) " + " ".join(DRAFT_TOKENS)
-    print(f"speculative_speed: Llama ~116M {dtype} on the CPU; {Q.cpu_line()}; "
+    print(f"speculative_speed: Llama ~116M {dtype} on the CPU, plan {args.plan}; {Q.cpu_line()}; "
           f"{args.threads} threads, {args.new_tokens} new tokens per stream, {flags}, {args.repeats} runs "
           "alternating", flush=True)
     rows = []
+    plan = PLANS[args.plan]
     for model in models:
-        for n in (1, args.streams):
+        for n in sorted({1, args.streams}):
             ps = prompts(model, n)
             runs = P.alternating_runs(args.repeats, [
-                lambda: generate(models[model], ps, args.new_tokens, args.threads, (), dtype),
-                lambda: generate(models[model], ps, args.new_tokens, args.threads, specs[model], dtype)])
+                lambda: generate(models[model], ps, args.new_tokens, args.threads, (), dtype, plan),
+                lambda: generate(models[model], ps, args.new_tokens, args.threads, specs[model], dtype, plan)])
             off, on = runs
             # Streams whose ids are equal with and without, over every run, and where the others first differ.
             pairs = [(x["ids"], y["ids"]) for a, b in zip(off, on) for x, y in zip(a["results"], b["results"])]

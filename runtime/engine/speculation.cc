@@ -73,12 +73,14 @@ bool Speculation::MayPropose() {
 void Speculation::Record(int32_t proposed, int32_t accepted) {
   if (proposed <= 0) return;
   rate_ += 0.25 * (static_cast<double>(accepted) / static_cast<double>(proposed) - rate_);
+  kept_ = 0.9 * kept_ + accepted;
+  offered_ = 0.9 * offered_ + proposed;
   window_proposed_ += proposed;
   if (window_proposed_ < options_.adaptive_window) return;
   if (rate_ < options_.min_acceptance) {
     paused_steps_ = backoff_;
     backoff_ = std::min<int64_t>(backoff_ * 2, 1024);
-    rate_ = 0.5;  // judged afresh after the pause, over another window
+    rate_ = kPriorRate;  // judged afresh after the pause, over another window
     window_proposed_ = 0;
   } else if (rate_ >= 2 * options_.min_acceptance) {
     backoff_ = 32;  // good again (above the bar by a margin: a moving average just over it is not)

@@ -59,13 +59,18 @@ class Speculation {
   bool MayPropose();
   // A verified proposal of `proposed` tokens kept `accepted` of them.
   void Record(int32_t proposed, int32_t accepted);
-  // The share of its proposed tokens this sequence is expected to keep: a moving average over its verifications
-  // (each weighs 1/4), from 1/2 before the first.
-  double expected_rate() const { return rate_; }
+  // The share of its proposed tokens this sequence is expected to keep, for the cost-aware switch: its kept / proposed
+  // tokens, each verification's counts fading by 0.9 per later one, with 4 proposed tokens all kept as the prior (an
+  // untried sequence is tried: its acceptance is learnt from its verifications, not from a guess that holds it back).
+  double expected_rate() const { return (kept_ + kPriorTokens) / (offered_ + kPriorTokens); }
+  static constexpr double kPriorRate = 0.4;  // the off-switch's moving average starts here (and after each pause)
+  static constexpr double kPriorTokens = 4;
 
  private:
   SpeculativeOptions options_;
-  double rate_ = 0.5;
+  double rate_ = kPriorRate;  // the off-switch's: a moving average over verifications, each weighing 1/4
+  double kept_ = 0;
+  double offered_ = 0;
   int64_t window_proposed_ = 0;  // tokens proposed since the start or the last pause
   int64_t paused_steps_ = 0;     // steps left without proposing
   int64_t backoff_ = 32;         // the next pause's length: doubles while acceptance stays low, up to 1024

@@ -47,25 +47,40 @@ TEST(Speculation, LowAcceptancePausesProposalsAndTheBackoffGrows) {
   Speculation s(o);
   EXPECT_TRUE(s.MayPropose());
   s.Record(4, 3);
-  s.Record(4, 2);  // a moving average of 0.55: above the bar
+  s.Record(4, 2);  // a moving average of 0.49 (from 0.4): above the bar
   EXPECT_TRUE(s.MayPropose());
   s.Record(4, 0);
-  s.Record(4, 0);  // two misses in a row do not stop a sequence that did well (0.31)
+  s.Record(4, 0);  // two misses in a row do not stop a sequence that did well (0.28)
   EXPECT_TRUE(s.MayPropose());
-  s.Record(4, 0);  // a third does (0.23): it pauses for 32 steps
+  s.Record(4, 0);  // a third does (0.21): it pauses for 32 steps
   int paused = 0;
   while (!s.MayPropose()) ++paused;
   EXPECT_EQ(paused, 32);
-  for (int i = 0; i < 3; ++i) s.Record(4, 0);  // judged afresh from 1/2, still low: the next pause is twice as long
+  for (int i = 0; i < 2; ++i) s.Record(4, 0);  // judged afresh from 0.4, still low: the next pause is twice as long
   paused = 0;
   while (!s.MayPropose()) ++paused;
   EXPECT_EQ(paused, 64);
-  s.Record(8, 8);  // good again: the backoff resets, nothing pauses
+  s.Record(8, 8);
+  s.Record(8, 8);  // good again (0.66, over twice the bar): the backoff resets, nothing pauses
   EXPECT_TRUE(s.MayPropose());
   for (int i = 0; i < 4; ++i) s.Record(8, 0);
   paused = 0;
   while (!s.MayPropose()) ++paused;
   EXPECT_EQ(paused, 32);
+}
+
+TEST(Speculation, TheExpectedRateStartsHopefulAndFollowsRecentVerifications) {
+  Speculation s(SpeculativeOptions{});
+  EXPECT_DOUBLE_EQ(s.expected_rate(), 1.0);  // untried: tried
+  s.Record(4, 4);
+  s.Record(4, 4);
+  EXPECT_DOUBLE_EQ(s.expected_rate(), 1.0);
+  // A quarter kept, for long: the old verifications fade (10 kept of 40 in the decayed sums), the prior stays (4 of 4).
+  for (int i = 0; i < 60; ++i) s.Record(4, 1);
+  EXPECT_NEAR(s.expected_rate(), 14.0 / 44.0, 1e-3);
+  const double before = s.expected_rate();
+  s.Record(4, 0);
+  EXPECT_LT(s.expected_rate(), before);
 }
 
 TEST(SpeculativeOptions, EachOutOfRangeFieldIsNamed) {
