@@ -633,7 +633,6 @@ void Engine::Impl::Propose() {
   std::vector<Candidate> candidates;
   int64_t rows = 0;
   int64_t proposed = 0;
-  double expected = 0;
   for (auto& [id, s] : sequences) {
     if (s->done || scheduler.InFlight(id) || s->generated == 0) continue;
     ++rows;
@@ -652,28 +651,41 @@ void Engine::Impl::Propose() {
     }
     candidates.push_back({s.get(), room});
     proposed += room;
-    expected += s->speculation->expected_rate() * static_cast<double>(room);
   }
   if (proposed == 0) {
     for (const Candidate& c : candidates) scheduler.Propose(c.s->id, 0);
     return;
   }
   if (o.cost_aware) {
-    if (ProposalsPay(costs, rows, proposed, expected, draft != nullptr)) {
+    // The sequences most likely to keep their proposals first; how many of them propose is what the measured pass
+    // (and draft) times say pays best (speculation.h, ProposersThatPay).
+    std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+      return a.s->speculation->expected_rate() > b.s->speculation->expected_rate();
+    });
+    std::vector<ProposalCandidate> weighed;
+    for (const Candidate& c : candidates) {
+      weighed.push_back({c.room, c.s->speculation->expected_rate() * static_cast<double>(c.room)});
+    }
+    int64_t proposers = ProposersThatPay(costs, rows, weighed, draft != nullptr);
+    if (proposers > 0) {
       probe_every = kFirstProbe;
       cost_skips = 0;
     } else if (++cost_skips < probe_every) {
-      // Not expected to pay this step (the measured pass times and acceptance; speculation.h, PassCosts).
       for (const Candidate& c : candidates) scheduler.Propose(c.s->id, 0);
       std::lock_guard lock(mutex);
       ++spec_skipped_steps;
       return;
     } else {
-      // A probe, so that the costs with proposals stay measured: after 32 skipped steps, then 64, ... up to 1024 while
-      // they keep not paying.
+      // A probe: the likeliest sequence proposes, so that acceptance and costs stay measured; after 32 skipped steps,
+      // then 64, ... up to 1024 while proposing keeps not paying.
       cost_skips = 0;
       probe_every = std::min<uint64_t>(probe_every * 2, kLastProbe);
+      proposers = 1;
     }
+    for (size_t i = static_cast<size_t>(proposers); i < candidates.size(); ++i) {
+      scheduler.Propose(candidates[i].s->id, 0);
+    }
+    candidates.resize(static_cast<size_t>(proposers));
   }
   if (draft == nullptr) {
     for (const Candidate& c : candidates) scheduler.Propose(c.s->id, c.room);

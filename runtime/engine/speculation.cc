@@ -122,22 +122,58 @@ std::optional<double> PassCosts::Estimate(const std::map<int, Bucket>& buckets, 
     // Within the bucket: along the line to a neighbour on x's side, where there is one.
     const Bucket& b = same->second;
     const Bucket* other = x >= b.size ? hi : lo;
-    if (other == nullptr || other->size == b.size) return b.seconds;
+    if (other == nullptr || other->size == b.size) return b.seconds;  // the bucket's own: past it nothing is known
     return std::max(0.0, b.seconds + (other->seconds - b.seconds) * (x - b.size) / (other->size - b.size));
   }
-  if (lo == nullptr || hi == nullptr) return std::nullopt;
+  if (hi == nullptr) return std::nullopt;
+  if (lo == nullptr) return hi->seconds;  // below every measured size: the smallest's (a smaller pass costs no more)
   return lo->seconds + (hi->seconds - lo->seconds) * (x - lo->size) / (hi->size - lo->size);
 }
 
-bool ProposalsPay(const PassCosts& costs, int64_t rows, int64_t proposed, double expected_kept, bool drafted) {
+namespace {
+
+// Tokens per second of a pass of `rows` rows with `proposed` more tokens, `kept` of them expected kept, after a draft
+// round for `proposers` sequences; nothing where a size is unmeasured.
+std::optional<double> Throughput(const PassCosts& costs, int64_t rows, int64_t proposed, double kept, bool drafted,
+                                 int64_t proposers) {
+  const std::optional<double> pass = costs.Pass(rows + proposed);
+  const std::optional<double> draft = drafted && proposed > 0 ? costs.Draft(proposers) : std::optional<double>(0.0);
+  if (!pass || !draft || *pass + *draft <= 0) return std::nullopt;
+  return (static_cast<double>(rows) + kept) / (*pass + *draft);
+}
+
+}  // namespace
+
+bool ProposalsPay(const PassCosts& costs, int64_t rows, int64_t proposed, double expected_kept, bool drafted,
+                  int64_t proposers) {
   if (rows < 1 || proposed < 1) return false;
-  const std::optional<double> plain = costs.Pass(rows);
-  if (!plain || *plain <= 0) return false;
-  const std::optional<double> verify = costs.Pass(rows + proposed);
-  std::optional<double> draft = drafted ? costs.Draft(rows) : std::optional<double>(0.0);
-  if (!verify || !draft) return true;
-  const double with = (static_cast<double>(rows) + expected_kept) / (*verify + *draft);
-  return with >= static_cast<double>(rows) / *plain;
+  const std::optional<double> plain = Throughput(costs, rows, 0, 0, false, 0);
+  if (!plain) return false;
+  const std::optional<double> with =
+      Throughput(costs, rows, proposed, expected_kept, drafted, proposers > 0 ? proposers : rows);
+  return !with || *with >= *plain;
+}
+
+int64_t ProposersThatPay(const PassCosts& costs, int64_t rows, const std::vector<ProposalCandidate>& candidates,
+                         bool drafted) {
+  const std::optional<double> plain = Throughput(costs, rows, 0, 0, false, 0);
+  if (rows < 1 || !plain) return 0;
+  double best = *plain;
+  int64_t chosen = 0;
+  int64_t proposed = 0;
+  double kept = 0;
+  for (size_t m = 1; m <= candidates.size(); ++m) {
+    proposed += candidates[m - 1].tokens;
+    kept += candidates[m - 1].kept;
+    if (candidates[m - 1].tokens < 1) continue;
+    const std::optional<double> with = Throughput(costs, rows, proposed, kept, drafted, static_cast<int64_t>(m));
+    if (!with) return static_cast<int64_t>(m);  // unmeasured: try it
+    if (*with > best) {
+      best = *with;
+      chosen = static_cast<int64_t>(m);
+    }
+  }
+  return chosen;
 }
 
 }  // namespace strata::runtime

@@ -83,7 +83,8 @@ class PassCosts {
  public:
   void RecordPass(int64_t tokens, double seconds) { Add(pass_, tokens, seconds); }
   void RecordDraft(int64_t rows, double seconds) { Add(draft_, rows, seconds); }
-  // Expected seconds; nothing until a size in the same bucket, or sizes on both sides, were measured.
+  // Expected seconds: within and between measured sizes on their line, below the smallest the smallest's; nothing
+  // above the largest measured (or before any), which the switch then tries.
   std::optional<double> Pass(int64_t tokens) const { return Estimate(pass_, tokens); }
   std::optional<double> Draft(int64_t rows) const { return Estimate(draft_, rows); }
 
@@ -99,9 +100,23 @@ class PassCosts {
 };
 
 // Whether a step's proposals are expected to pay: the next pass feeds `rows` decoding rows, which would add `proposed`
-// tokens in all and keep `expected_kept` of them; with a draft model (`drafted`), its round for those rows comes
-// first. They pay when (rows + kept) / (pass(rows + proposed) + draft(rows)) >= rows / pass(rows). Unmeasured sizes:
-// no while the plain pass is unmeasured (it is measured first), yes while the one with proposals is.
-bool ProposalsPay(const PassCosts& costs, int64_t rows, int64_t proposed, double expected_kept, bool drafted);
+// tokens in all and keep `expected_kept` of them; with a draft model (`drafted`), its round for the `proposers`
+// sequences comes first. They pay when (rows + kept) / (pass(rows + proposed) + draft(proposers)) >=
+// rows / pass(rows). Unmeasured sizes: no while the plain pass is unmeasured (it is measured first), yes while the one
+// with proposals is.
+bool ProposalsPay(const PassCosts& costs, int64_t rows, int64_t proposed, double expected_kept, bool drafted,
+                  int64_t proposers = 0);
+
+// A proposing sequence as the switch weighs it: the tokens it would propose and those it is expected to keep.
+struct ProposalCandidate {
+  int64_t tokens = 0;
+  double kept = 0;
+};
+// How many of `candidates` (the best first: most expected kept per proposed token) propose this step: the count m
+// whose pass (rows + their tokens, after a draft round for m sequences) makes the most tokens per second, 0 when no m
+// beats plain decoding. A size past the largest measured is tried (the first m that reaches one is returned), so the
+// costs of larger passes get measured as the evidence allows.
+int64_t ProposersThatPay(const PassCosts& costs, int64_t rows, const std::vector<ProposalCandidate>& candidates,
+                         bool drafted);
 
 }  // namespace strata::runtime

@@ -23,7 +23,10 @@ import runtime_helpers as RH
 # proposals are made and some accepted), and prompts after which it hardly does.
 PROMPTS = [[7] * 8, [9] * 6, [100] * 8, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], [77]]
 NEW_TOKENS = 64
-SPEC_FLAGS = ["--speculative", "ngram", "--num-speculative-tokens", "4", "--ngram-max", "3"]
+# Proposing whenever acceptance allows: the cost-aware switch follows measured times, which the counts the tests
+# compare must not depend on (test_the_cost_aware_switch_changes_no_id runs it).
+SPEC_FLAGS = ["--speculative", "ngram", "--num-speculative-tokens", "4", "--ngram-max", "3",
+              "--speculative-cost-aware=false"]
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +73,19 @@ def test_greedy_ids_equal_transformers_prompt_lookup_and_plain_greedy(stubs, spe
     assert GH.metric(spec_server.metrics_url, 'strata_spec_accepted_length_count{method="ngram"}') > 0
     proposed = GH.metric(spec_server.metrics_url, 'strata_spec_proposed_tokens_total{method="ngram"}')
     assert proposed > GH.metric(spec_server.metrics_url, 'strata_spec_accepted_tokens_total{method="ngram"}')
+
+
+def test_the_cost_aware_switch_changes_no_id(stubs, server_factory, text_model):
+    # Whether each step proposes follows measured pass times here (the default): whatever it decides, greedy ids are
+    # plain greedy's.
+    directory, _ = text_model
+    server = server_factory(["--model", str(directory), *GH.TWO_STAGE_FLAGS, "--max-batch", "8", "--max-context",
+                             "256", "--speculative", "ngram"])
+    greedy = RH.reference_generate(directory, PROMPTS, NEW_TOKENS)
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        got = list(pool.map(lambda p: GH.generate(stubs, server.channel, prompt_ids=p, max_new_tokens=NEW_TOKENS),
+                            PROMPTS))
+    assert [g["ids"] for g in got] == [g["ids"] for g in greedy]
 
 
 def test_concurrent_seeded_and_greedy_requests_equal_their_runs_alone(stubs, spec_server):

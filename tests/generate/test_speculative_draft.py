@@ -47,7 +47,8 @@ def draft_model(text_model, tmp_path_factory):
 def draft_server(server_factory, text_model, draft_model):
     directory, _ = text_model
     return server_factory(["--model", str(directory), *GH.TWO_STAGE_FLAGS, "--max-batch", "8", "--max-context", "256",
-                           "--micro-batches", "2", "--draft-model", str(draft_model), "--num-speculative-tokens", "3"],
+                           "--micro-batches", "2", "--draft-model", str(draft_model), "--num-speculative-tokens", "3",
+                           "--speculative-cost-aware=false"],
                           http=True)
 
 
@@ -118,7 +119,8 @@ def test_strata_generate_takes_the_draft_model(text_model, draft_model):
     out = {}
     for name, flags in (("plain", []), ("draft", ["--draft-model", str(draft_model)])):
         proc = subprocess.run([str(binary), "--model", str(directory), "--prompt-ids", ",".join(map(str, PROMPTS[1])),
-                               "--max-new-tokens", str(NEW_TOKENS), "--max-context", "128", "--json", *flags],
+                               "--max-new-tokens", str(NEW_TOKENS), "--max-context", "128", "--json",
+                               "--speculative-cost-aware=false", *flags],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
         out[name] = json.loads(proc.stdout)

@@ -116,7 +116,8 @@ TEST(PassCosts, EstimatesWithinAndBetweenMeasuredSizes) {
   costs.RecordPass(4, 0.010);
   EXPECT_DOUBLE_EQ(*costs.Pass(4), 0.010);
   EXPECT_DOUBLE_EQ(*costs.Pass(3), 0.010);   // the same bucket, no neighbour: its average
-  EXPECT_FALSE(costs.Pass(20).has_value());  // nothing measured near
+  EXPECT_FALSE(costs.Pass(20).has_value());  // past the largest measured: nothing known
+  EXPECT_DOUBLE_EQ(*costs.Pass(1), 0.010);   // below the smallest: the smallest's
   costs.RecordPass(20, 0.050);
   EXPECT_NEAR(*costs.Pass(12), 0.030, 1e-12);  // between the two, on their line
   EXPECT_NEAR(*costs.Pass(8), 0.020, 1e-12);
@@ -148,6 +149,30 @@ TEST(PassCosts, ProposalsPayWhenTheTokensKeptRepayTheLongerPass) {
   EXPECT_FALSE(ProposalsPay(costs, 1, 4, 0.5, true));
   EXPECT_TRUE(ProposalsPay(costs, 1, 4, 3.5, true));  // 4.5 / 22 ms > 1 / 10 ms
   EXPECT_FALSE(ProposalsPay(costs, 1, 0, 0, false));  // nothing proposed
+}
+
+TEST(PassCosts, TheProposersAreTheBestFirstCountThatPaysMost) {
+  PassCosts costs;
+  EXPECT_EQ(ProposersThatPay(costs, 16, {{4, 3.0}}, false), 0);  // the plain pass is measured first
+  costs.RecordPass(16, 0.020);
+  // 16 rows, 4 tokens each: a pass of 20 tokens is unmeasured, so the best candidate alone tries it.
+  const std::vector<ProposalCandidate> four_good_twelve_bad = {
+      {4, 3.8}, {4, 3.8}, {4, 3.8}, {4, 3.8}, {4, 0.2}, {4, 0.2}, {4, 0.2}, {4, 0.2},
+      {4, 0.2}, {4, 0.2}, {4, 0.2}, {4, 0.2}, {4, 0.2}, {4, 0.2}, {4, 0.2}, {4, 0.2}};
+  EXPECT_EQ(ProposersThatPay(costs, 16, four_good_twelve_bad, false), 1);
+  // Half compute-bound: 16 more tokens cost half a 16-row pass. The 4 good ones pay (15.2 tokens more for 1.5x the
+  // time), the bad ones do not (0.2 kept for an eighth of a row's cost each, and later rows cost more).
+  costs.RecordPass(32, 0.030);
+  costs.RecordPass(80, 0.080);
+  EXPECT_EQ(ProposersThatPay(costs, 16, four_good_twelve_bad, false), 4);
+  // None good: nothing proposes.
+  const std::vector<ProposalCandidate> bad(16, ProposalCandidate{4, 0.2});
+  EXPECT_EQ(ProposersThatPay(costs, 16, bad, false), 0);
+  // Weight-bound (a pass of 80 tokens costs what 16 do): everyone proposes.
+  PassCosts flat;
+  flat.RecordPass(16, 0.020);
+  flat.RecordPass(80, 0.021);
+  EXPECT_EQ(ProposersThatPay(flat, 16, bad, false), 16);
 }
 
 }  // namespace
