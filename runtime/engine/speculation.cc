@@ -125,8 +125,8 @@ std::optional<double> PassCosts::Estimate(const std::map<int, Bucket>& buckets, 
     if (other == nullptr || other->size == b.size) return b.seconds;  // the bucket's own: past it nothing is known
     return std::max(0.0, b.seconds + (other->seconds - b.seconds) * (x - b.size) / (other->size - b.size));
   }
-  if (hi == nullptr) return std::nullopt;
-  if (lo == nullptr) return hi->seconds;  // below every measured size: the smallest's (a smaller pass costs no more)
+  // Outside the measured sizes nothing is known (a prefill chunk's time says nothing of a decode step's).
+  if (lo == nullptr || hi == nullptr) return std::nullopt;
   return lo->seconds + (hi->seconds - lo->seconds) * (x - lo->size) / (hi->size - lo->size);
 }
 
@@ -158,7 +158,11 @@ int64_t ProposersThatPay(const PassCosts& costs, int64_t rows, const std::vector
                          bool drafted) {
   const std::optional<double> plain = Throughput(costs, rows, 0, 0, false, 0);
   if (rows < 1 || !plain) return 0;
-  double best = *plain;
+  // Proposing must promise kMargin more tokens per second than plain decoding: the estimates err by some 10-20%
+  // (a pass's time drifts as contexts grow; what a sequence keeps is a guess from its recent verifications), and a
+  // wrong "yes" costs every row of a compute-bound pass while a wrong "no" costs only the gain.
+  constexpr double kMargin = 1.2;
+  double best = *plain * kMargin;
   int64_t chosen = 0;
   int64_t proposed = 0;
   double kept = 0;

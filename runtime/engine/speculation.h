@@ -83,8 +83,7 @@ class PassCosts {
  public:
   void RecordPass(int64_t tokens, double seconds) { Add(pass_, tokens, seconds); }
   void RecordDraft(int64_t rows, double seconds) { Add(draft_, rows, seconds); }
-  // Expected seconds: within and between measured sizes on their line, below the smallest the smallest's; nothing
-  // above the largest measured (or before any), which the switch then tries.
+  // Expected seconds: within and between measured sizes on their line; nothing outside them (or before any).
   std::optional<double> Pass(int64_t tokens) const { return Estimate(pass_, tokens); }
   std::optional<double> Draft(int64_t rows) const { return Estimate(draft_, rows); }
 
@@ -114,8 +113,8 @@ struct ProposalCandidate {
 };
 // How many of `candidates` (the best first: most expected kept per proposed token) propose this step: the count m
 // whose pass (rows + their tokens, after a draft round for m sequences) makes the most tokens per second, 0 when no m
-// beats plain decoding. A size past the largest measured is tried (the first m that reaches one is returned), so the
-// costs of larger passes get measured as the evidence allows.
+// beats plain decoding by 20% (the estimates' error). A size past the largest measured is tried (the first m that
+// reaches one is returned), so the costs of larger passes get measured as the evidence allows.
 int64_t ProposersThatPay(const PassCosts& costs, int64_t rows, const std::vector<ProposalCandidate>& candidates,
                          bool drafted);
 
