@@ -221,7 +221,7 @@ std::unique_ptr<LoadedModel> LoadSmallDraft(int64_t max_batch, int64_t kv_blocks
 
 TEST(EngineDraftModel, TheTargetAsItsOwnDraftIsAlwaysRightAndChangesNoId) {
   auto model = Load(4);
-  auto draft = LoadPlan(WriteTinyLlama(), kTwoStageMap, {{0, {false, 0}}, {1, {false, 0}}}, 4);
+  auto draft = Load(4);  // the target itself, loaded again as its own draft
   ASSERT_TRUE(model && draft);
   SamplingParams greedy;
   greedy.max_new_tokens = 40;
@@ -254,7 +254,7 @@ TEST(EngineDraftModel, GreedyIdsAreThoseOfDecodingWithoutItWithAnotherDraft) {
 
 TEST(EngineDraftModel, SampledRequestsAreReproducibleBySeedAndKeepSomeProposals) {
   auto model = Load(4);
-  auto draft = LoadPlan(WriteTinyLlama(), kTwoStageMap, {{0, {false, 0}}, {1, {false, 0}}}, 4);
+  auto draft = Load(4);  // the target itself, loaded again as its own draft
   ASSERT_TRUE(model && draft);
   SamplingParams sampled;
   sampled.max_new_tokens = 30;
