@@ -538,8 +538,6 @@ void Engine::Impl::Process(MicroBatchResult result) {
       continue;
     }
     GeneratedToken& token = *result.tokens[r];
-    // The draft's cache holds the fed tokens the target kept: the last known one and the accepted proposals.
-    s.draft_computed = std::min(s.draft_computed, row.start + row.count - row.draft);
     if (row.draft > 0) {
       if (r >= result.verified.size() || result.verified[r].size() != static_cast<size_t>(row.draft)) {
         Finish(s, FinishReason::kError, absl::InternalError("a verified row came back without its verified tokens"));
@@ -560,6 +558,8 @@ void Engine::Impl::Process(MicroBatchResult result) {
       // The grammar ended (it accepted an EOS id): nothing may follow, whatever ignore_eos says.
       if (s.matcher->Ended()) finish = FinishReason::kEos;
     }
+    // A draft model's cache holds the fed tokens this step kept (AcceptVerified: also the accepted proposals).
+    s.draft_computed = std::min(s.draft_computed, row.start + row.count);
     if (!Append(s, std::move(token), finish) && s.matcher && options.jump_forward) JumpForward(s);
   }
   if (produced) {
