@@ -131,6 +131,7 @@ def build_image(tag: str = IMAGE_TAG) -> dict:
     # A build that failed (a full disk, a killed run) leaves its untagged images behind, ~10 GB each: removed
     # before building, so one failure does not make every later build fail for want of space.
     podman("image", "prune", "-f", timeout=600, check=False)
+    remove_stale_build_dirs()
     # Committing the final stage's COPY of /opt/strata writes ~3.4 GB twice (a blob in /var/tmp, then the layer);
     # where the disk is short of room for that, the previous final image (whose layer a source change replaces
     # anyway) goes first. The builder stage's tagged layers stay: they are the cache.
@@ -153,6 +154,21 @@ def build_image(tag: str = IMAGE_TAG) -> dict:
     size = image_size_bytes(tag)
     _log(f"built {tag} in {seconds:.0f}s, image size {size / 2**30:.2f} GiB ({size} bytes); log: {log_path}")
     return {"tag": tag, "seconds": seconds, "size": size}
+
+
+def remove_stale_build_dirs(tmp: Path = Path("/var/tmp")) -> None:
+    """A build killed or out of room leaves its working folders in /var/tmp (buildahNNN, storageNNN: the final
+    stage's ~5 GB blob each, 10 GB a failure); nothing removes them, and a later build then fails for want of
+    space (stop 51's CI). Removes those older than a build may run: none of them can belong to a build under way."""
+    now = time.time()
+    for pattern in ("buildah[0-9]*", "storage[0-9]*"):
+        for path in tmp.glob(pattern):
+            try:
+                if path.is_dir() and not path.is_symlink() and now - path.stat().st_mtime > BUILD_TIMEOUT_S:
+                    _log(f"removing {path}, left by an earlier image build")
+                    shutil.rmtree(path, ignore_errors=True)
+            except OSError:
+                pass
 
 
 def keep_only_current_layers(tag: str) -> None:

@@ -5,6 +5,7 @@ its published ports: health, Generate parity with transformers, /metrics under p
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -127,3 +128,16 @@ def test_podman_stop_lets_in_flight_streams_finish(strata_image, image_stubs, im
             f"{summary}\n{c.logs()}"
     finally:
         c.remove()
+
+
+def test_a_failed_build_s_working_folders_are_removed_before_the_next(tmp_path):
+    old = time.time() - IMG.BUILD_TIMEOUT_S - 60
+    for name in ("buildah43481171", "storage3550790372"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "1").write_bytes(b"blob")
+        os.utime(tmp_path / name, (old, old))
+    (tmp_path / "buildah999").mkdir()  # a build under way: recent
+    (tmp_path / "storage-notes").mkdir()  # not podman's
+    os.utime(tmp_path / "storage-notes", (old, old))
+    IMG.remove_stale_build_dirs(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["buildah999", "storage-notes"]

@@ -33,12 +33,27 @@ struct LlamaDims {
   int64_t experts = 0, top_k = 2, moe_inter = 32;
 };
 
+// The directories this process wrote, removed when it exits (ctest runs each test in a process of its own: without
+// this every run left one checkpoint per test in the temporary directory).
+struct TempDirs {
+  std::vector<std::filesystem::path> paths;
+  ~TempDirs() {
+    std::error_code ignored;
+    for (const auto& p : paths) std::filesystem::remove_all(p, ignored);
+  }
+};
+inline TempDirs& ProcessTempDirs() {
+  static TempDirs dirs;
+  return dirs;
+}
+
 // A Llama (or, with dims.experts, Qwen3-MoE) checkpoint (config.json + model.safetensors) with random weights
-// scaled so that the top logits are well apart, in a directory of this process named `name`.
+// scaled so that the top logits are well apart, in a directory of this process named `name` (removed at exit).
 inline std::filesystem::path WriteLlama(const LlamaDims& dims, const std::string& name) {
   std::filesystem::path d =
       std::filesystem::temp_directory_path() / ("strata_" + name + "_" + std::to_string(getpid()));
   std::filesystem::create_directories(d);
+  ProcessTempDirs().paths.push_back(d);
   nlohmann::json config = {{"architectures", {"LlamaForCausalLM"}},
                            {"model_type", "llama"},
                            {"hidden_size", dims.hidden},
