@@ -335,8 +335,7 @@ void Engine::Impl::Admit() {
     s->random.seed(seed);
     s->draft_random.seed(seed ^ 0x9e3779b97f4a7c15ull);
     s->accept_random.seed(seed ^ 0xd1b54a32d192ed03ull);
-    const bool penalised = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
-    if (options.speculative.method != SpeculativeOptions::Method::kNone && p.speculative && !penalised &&
+    if (options.speculative.method != SpeculativeOptions::Method::kNone && p.speculative &&
         s->request.grammar == nullptr) {
       s->speculation.emplace(options.speculative);
     }
@@ -639,10 +638,12 @@ void Engine::Impl::Propose() {
     if (s->done || scheduler.InFlight(id) || s->generated == 0) continue;
     ++rows;
     const SamplingParams& p = s->request.sampling;
-    // Past min_tokens (each position would need its own EOS ban).
-    if (!s->speculation || s->generated < p.min_tokens) continue;
+    if (!s->speculation) continue;
     if (draft != nullptr && !s->draft.empty() && s->draft_for == s->tokens.size()) continue;  // proposed, unverified
     int64_t room = std::min<int64_t>(o.tokens, p.max_new_tokens - s->generated - 1);
+    // Before min_tokens every verified position bans the EOS ids (Build's logit_bias): the proposal stops where the
+    // ban would end, so that no position needs a ban of its own.
+    if (!p.ignore_eos && s->generated < p.min_tokens) room = std::min<int64_t>(room, p.min_tokens - s->generated - 1);
     if (room < 1 || !s->speculation->MayPropose()) {
       scheduler.Propose(id, 0);
       continue;

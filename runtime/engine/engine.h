@@ -68,7 +68,7 @@ struct SamplingParams {
   std::vector<std::string> stop;  // matched on decoded text, not emitted
   bool ignore_eos = false;
   // Speculative decoding (EngineOptions::speculative) for this request; false: one token per forward pass. A
-  // request with a penalty or a grammar, and one before min_tokens, never proposes (speculation.h).
+  // request with a grammar never proposes; before min_tokens a proposal ends where the EOS ban does (speculation.h).
   bool speculative = true;
 };
 

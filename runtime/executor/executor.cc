@@ -298,11 +298,9 @@ std::unique_ptr<MicroBatch> Executor::Impl::StageInputs(MicroBatchWork work) {
                                                  row.verify_draft_probs.size(), " draft probabilities and ",
                                                  row.verify_accept_uniforms.size(), " acceptance draws"));
       }
-      if (row.verify > 0 && (!row.samples || !row.prompt_targets.empty() || row.sampling.allowed != nullptr ||
-                             !row.penalty_tokens.empty() || !row.output_tokens.empty() || row.sequence != 0)) {
+      if (row.verify > 0 && (!row.samples || !row.prompt_targets.empty() || row.sampling.allowed != nullptr)) {
         throw std::invalid_argument(
-            "a micro-batch row that verifies proposed tokens must sample, without prompt "
-            "targets, a token mask or penalties");
+            "a micro-batch row that verifies proposed tokens must sample, without prompt targets or a token mask");
       }
       logits_rows += row.prompt_targets.empty() ? 1 + row.verify : count;
     }
@@ -348,10 +346,17 @@ std::unique_ptr<MicroBatch> Executor::Impl::StageInputs(MicroBatchWork work) {
     };
     for (int64_t r = 0; r < n; ++r) {
       if (!rows[r].samples) continue;
+      // A penalised row's positions share its sequence's penalty slot; each also counts the proposals before it.
+      const bool penalised = rows[r].sequence != 0 && rows[r].verify > 0;
+      const auto proposed = rows[r].tokens.end() - rows[r].verify;
       for (int32_t j = 0; j < rows[r].verify; ++j) {
         BatchRow& position = mb->verify_rows.emplace_back();
         position.samples = true;
         position.sampling = rows[r].sampling;
+        if (penalised) {
+          position.sequence = rows[r].sequence;
+          position.penalty_pending.assign(proposed, proposed + j);
+        }
         position.sampling.uniform = rows[r].verify_uniforms[j];
         position.sampling.return_probs = false;
         const std::vector<float>& q = rows[r].verify_draft_probs;
@@ -362,6 +367,19 @@ std::unique_ptr<MicroBatch> Executor::Impl::StageInputs(MicroBatchWork work) {
           position.sampling.draft_probs = std::span<const float>(q).subspan(j * vocab, vocab);
         }
         add(&position, logits_row[r] - rows[r].verify + j);
+      }
+      if (penalised) {
+        // The last position (rows are const here): the row's sampling and penalty updates, after every proposal.
+        BatchRow& last = mb->verify_rows.emplace_back();
+        last.samples = true;
+        last.sampling = rows[r].sampling;
+        last.sequence = rows[r].sequence;
+        last.penalty_tokens = rows[r].penalty_tokens;
+        last.output_tokens = rows[r].output_tokens;
+        last.penalty_reset = rows[r].penalty_reset;
+        last.penalty_pending.assign(proposed, rows[r].tokens.end());
+        add(&last, logits_row[r]);
+        continue;
       }
       add(&rows[r], logits_row[r]);
     }

@@ -130,6 +130,10 @@ struct BatchRow {
   std::vector<int32_t> penalty_tokens;
   std::vector<int32_t> output_tokens;
   bool penalty_reset = false;
+  // Ids this row's penalties count as seen and generated besides its sequence's slot, which keeps none of them: the
+  // executor sets them on the positions of a verified proposal (each position's context is the sequence's tokens and
+  // the proposals before it), never the engine; not sent between nodes.
+  std::vector<int32_t> penalty_pending;
   // Prompt log-probabilities: the logits of every fed position are computed (not only the last one's),
   // and those of positions start, start + 1, ... score prompt_targets in turn (each the prompt token that
   // follows that position), each with its prompt_logprobs most likely tokens.
@@ -139,7 +143,8 @@ struct BatchRow {
   // Speculative decoding (runtime/engine/speculation.h): the last `verify` tokens fed are proposed ones, and each of
   // the last verify + 1 positions chooses a token as a decode step there would (position start + tokens.size() - 1
   // - verify + j with verify_uniforms[j] as its draw for j < verify, the last with sampling.uniform):
-  // MicroBatchResult::verified and tokens. Such a row samples, and has no penalty, mask or prompt targets.
+  // MicroBatchResult::verified and tokens. Such a row samples, and has no token mask or prompt targets; its penalties
+  // (and an EOS ban by logit_bias) apply at every position, each counting the proposals before it.
   int32_t verify = 0;
   std::vector<double> verify_uniforms;
   // A draft model's proposal (RowSampling::draft_probs): the distributions its verify tokens were drawn from, verify x

@@ -17,6 +17,7 @@
 #include <ATen/ops/masked_fill.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/scatter.h>
+#include <ATen/ops/scatter_add.h>
 #include <ATen/ops/searchsorted.h>
 #include <ATen/ops/softmax.h>
 #include <ATen/ops/sort.h>
@@ -222,6 +223,12 @@ at::Tensor Masked(const at::Tensor& logits, const SamplingInputs& inputs, bool d
   return logits.masked_fill(allowed.logical_not(), kNegativeInfinity);
 }
 
+// Staged ids on `device`, padding (-1) and ids outside the vocabulary at `vocab`: the penalty tables' last column.
+at::Tensor InVocabulary(const at::Tensor& staged, at::Device device, int64_t vocab) {
+  const at::Tensor ids = OnDevice(staged, device);
+  return at::where(ids.ge(0).logical_and(ids.lt(vocab)), ids, vocab);
+}
+
 bool HasPenalty(const RowSampling& s) {
   return s.repetition_penalty != 1 || s.frequency_penalty != 0 || s.presence_penalty != 0;
 }
@@ -254,6 +261,10 @@ void StagePenalty(const std::vector<const BatchRow*>& rows, const at::TensorOpti
   inputs.penalty_slots = at::empty({n}, host.dtype(at::kLong));
   inputs.penalty_tokens = PaddedIds(rows, host, &BatchRow::penalty_tokens);
   inputs.output_tokens = PaddedIds(rows, host, &BatchRow::output_tokens);
+  const bool pending = std::any_of(rows.begin(), rows.end(), [](const BatchRow* row) {
+    return HasPenalty(row->sampling) && !row->penalty_pending.empty();
+  });
+  if (pending) inputs.penalty_pending = PaddedIds(rows, host, &BatchRow::penalty_pending);
   int64_t* slot = inputs.penalty_slots.data_ptr<int64_t>();
   std::vector<int64_t> resets;
   for (int64_t r = 0; r < n; ++r) {
@@ -421,10 +432,11 @@ at::Tensor PenaltyPool::Present(const SamplingInputs& inputs, at::Device device,
   if (inputs.penalty_resets.numel() > 0) pool_.index_fill_(0, OnDevice(inputs.penalty_resets, device), false);
   // Each row's new ids (padding and ids outside the vocabulary land in the last column), set in one
   // index_fill_ over the flattened pool.
-  at::Tensor ids = OnDevice(inputs.penalty_tokens, device);
-  ids = at::where(ids.ge(0).logical_and(ids.lt(vocab)), ids, vocab);
+  const at::Tensor ids = InVocabulary(inputs.penalty_tokens, device, vocab);
   pool_.view({-1}).index_fill_(0, (slots.unsqueeze(1) * width + ids).view({-1}), true);
-  return pool_.index_select(0, slots).narrow(1, 0, vocab);
+  at::Tensor present = pool_.index_select(0, slots);
+  if (inputs.penalty_pending.defined()) present.scatter_(1, InVocabulary(inputs.penalty_pending, device, vocab), true);
+  return present.narrow(1, 0, vocab);
 }
 
 at::Tensor PenaltyPool::Counts(const SamplingInputs& inputs, at::Device device, int64_t vocab) {
@@ -443,12 +455,16 @@ at::Tensor PenaltyPool::Counts(const SamplingInputs& inputs, at::Device device, 
   if (inputs.penalty_resets.numel() > 0) counts_.index_fill_(0, OnDevice(inputs.penalty_resets, device), 0);
   // index_add_ adds once per occurrence: an id generated twice in the ids sent counts twice. Padding and
   // ids outside the vocabulary count in the last column.
-  at::Tensor ids = OnDevice(inputs.output_tokens, device);
-  ids = at::where(ids.ge(0).logical_and(ids.lt(vocab)), ids, vocab);
+  const at::Tensor ids = InVocabulary(inputs.output_tokens, device, vocab);
   const at::Tensor flat = (slots.unsqueeze(1) * width + ids).view({-1});
   counts_.view({-1}).index_add_(0, flat, at::ones({flat.size(0)}, counts_.options()));
   // The empty slot 0 (rows without a penalty) collected their padding only in its last column.
-  return counts_.index_select(0, slots).narrow(1, 0, vocab);
+  at::Tensor counts = counts_.index_select(0, slots);
+  if (inputs.penalty_pending.defined()) {
+    const at::Tensor pending = InVocabulary(inputs.penalty_pending, device, vocab);
+    counts.scatter_add_(1, pending, at::ones(pending.sizes(), counts.options()));
+  }
+  return counts.narrow(1, 0, vocab);
 }
 
 SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, bool pinned, PenaltySlots* slots) {

@@ -48,6 +48,9 @@ struct SamplingInputs {
   at::Tensor penalty_tokens;
   at::Tensor output_tokens;
   at::Tensor penalty_resets;
+  // int64 [rows, longest], undefined when no row has any: ids each row's penalties count as seen and generated on top
+  // of its slot's, without adding them to it (BatchRow::penalty_pending: a verified position's proposals before it).
+  at::Tensor penalty_pending;
   // logit_bias, undefined when no row has one: int64 [rows, longest] ids (vocab past a row's end), float32
   // [rows, longest] what is added to them.
   at::Tensor bias_ids;

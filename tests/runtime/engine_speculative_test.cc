@@ -165,25 +165,47 @@ TEST(EngineSpeculative, EndsExactlyAtMaxTokensAndEos) {
   EXPECT_EQ((*out)[0].tokens.size(), first + 1);
 }
 
+TEST(EngineSpeculative, MinTokensProposesWithinItsEosBan) {
+  auto model = Load(4);
+  ASSERT_TRUE(model);
+  SamplingParams greedy;
+  greedy.max_new_tokens = 30;
+  const Outputs free = Generate(*model, greedy, {}, 1);
+  // An id the greedy run says early and often: before min_tokens it is banned at every verified position.
+  const int32_t eos = free.tokens[0].at(3).id;
+  auto run = [&](const SpeculativeOptions& speculative, int32_t min_tokens) {
+    EngineOptions options;
+    options.speculative = speculative;
+    auto engine = Engine::Start(*model, nullptr, {eos}, options);
+    EXPECT_TRUE(engine.ok());
+    SamplingParams p = greedy;
+    p.min_tokens = min_tokens;
+    auto out = GenerateBatch(**engine, Prompts(), p);
+    EXPECT_TRUE(out.ok()) << out.status();
+    return std::make_pair(*std::move(out), StatsWhenIdle(**engine));
+  };
+  // Below 30 the ban ends mid-output (the EOS id comes back every few tokens), some proposal across its end; at 30
+  // every proposal is made under it.
+  for (int32_t min_tokens = 10; min_tokens <= 30; ++min_tokens) {
+    const auto [plain, plain_stats] = run({}, min_tokens);
+    const auto [spec, spec_stats] = run(NgramAlways(6), min_tokens);
+    ASSERT_EQ(spec.size(), plain.size());
+    for (size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_EQ(Ids(spec[i].tokens), Ids(plain[i].tokens)) << "min_tokens " << min_tokens << ", prompt " << i;
+      EXPECT_EQ(spec[i].finish, plain[i].finish) << "min_tokens " << min_tokens << ", prompt " << i;
+    }
+    EXPECT_GE(plain[0].tokens.size(), static_cast<size_t>(min_tokens));
+    EXPECT_GT(spec_stats.spec_accepted_tokens, 0u) << "min_tokens " << min_tokens;
+  }
+}
+
 TEST(EngineSpeculative, RequestsThatMustNotProposeDoNot) {
   auto model = Load(4);
   ASSERT_TRUE(model);
-  SamplingParams penalised;
-  penalised.max_new_tokens = 30;
-  penalised.frequency_penalty = 0.5f;
-  const Outputs plain = Generate(*model, penalised, {}, 2);
-  const Outputs spec = Generate(*model, penalised, Ngram(4), 2);
-  ExpectSameTokens(plain, spec, "frequency penalty");
-  EXPECT_EQ(spec.stats.spec_proposed_tokens, 0u);
   SamplingParams off;
   off.max_new_tokens = 30;
   off.speculative = false;
   EXPECT_EQ(Generate(*model, off, Ngram(4), 2).stats.spec_proposed_tokens, 0u);
-  // min_tokens: no proposal before it (each position would need its own EOS ban), proposals after.
-  SamplingParams min_tokens;
-  min_tokens.max_new_tokens = 30;
-  min_tokens.min_tokens = 30;
-  EXPECT_EQ(Generate(*model, min_tokens, Ngram(4), 2).stats.spec_proposed_tokens, 0u);
 }
 
 TEST(EngineSpeculative, PreemptionLeavesTheIdsAlone) {
@@ -217,6 +239,56 @@ std::unique_ptr<LoadedModel> LoadSmallDraft(int64_t max_batch, int64_t kv_blocks
   static const std::filesystem::path dir = WriteLlama(dims, "engine_draft");
   return LoadPlan(dir, R"({"model.embed_tokens": 0, "model.layers.0": 0, "model.norm": 0, "lm_head": 0})",
                   {{0, {false, 0}}}, max_batch, 64, kv_blocks);
+}
+
+TEST(EngineDraftModel, PenalisedRequestsProposeAndKeepTheIdsOfDecodingWithoutIt) {
+  auto model = Load(4);
+  auto draft = Load(4);
+  ASSERT_TRUE(model && draft);
+  SamplingParams base;
+  base.max_new_tokens = 30;
+  const Outputs unpenalised = Generate(*model, base, {}, 2);
+  struct Case {
+    const char* what;
+    float repetition, frequency, presence;
+  };
+  for (const Case& c : {Case{"repetition", 1.3f, 0, 0}, Case{"frequency", 1, 0.4f, 0}, Case{"presence", 1, 0, 0.6f},
+                        Case{"all three", 1.2f, 0.3f, 0.3f}}) {
+    for (const bool sampled : {false, true}) {
+      SamplingParams p = base;
+      p.repetition_penalty = c.repetition;
+      p.frequency_penalty = c.frequency;
+      p.presence_penalty = c.presence;
+      if (sampled) {
+        p.temperature = 0.8f;
+        p.seed = 5;
+      }
+      const std::string what = std::string(c.what) + (sampled ? ", sampled" : ", greedy");
+      const Outputs plain = Generate(*model, p, {}, 2);
+      // Each verified position counts the proposals before it (BatchRow::penalty_pending): its penalties are those
+      // of the decode step there. n-gram proposals copy ids the context has; the target as its own (unpenalised)
+      // draft proposes ids it may not have, and is right wherever the penalty does not change the choice.
+      const Outputs ngram = Generate(*model, p, NgramAlways(4), 2);
+      ExpectSameTokens(plain, ngram, what + ", n-gram");
+      EXPECT_GT(ngram.stats.spec_proposed_tokens, 0u) << what;
+      const Outputs drafted = Generate(*model, p, Draft(4), 2, draft.get());
+      if (sampled) {
+        // A sampled draft is verified by rejection: distributed as the target (SamplerRejection), reproducible by
+        // seed, not the ids of decoding without it.
+        ExpectSameTokens(drafted, Generate(*model, p, Draft(4), 2, draft.get()), what + ", draft, again");
+      } else {
+        ExpectSameTokens(plain, drafted, what + ", draft");
+      }
+      EXPECT_GT(drafted.stats.spec_accepted_tokens, 0u) << what;
+      EXPECT_LT(drafted.stats.spec_accepted_tokens, drafted.stats.spec_proposed_tokens) << what;
+      if (!sampled) {
+        // The penalty changes what the model says (the comparison can fail).
+        size_t differ = 0;
+        for (size_t i = 0; i < plain.tokens.size(); ++i) differ += Ids(plain.tokens[i]) != Ids(unpenalised.tokens[i]);
+        EXPECT_GT(differ, 0u) << what;
+      }
+    }
+  }
 }
 
 TEST(EngineDraftModel, TheTargetAsItsOwnDraftIsAlwaysRightAndChangesNoId) {

@@ -390,6 +390,46 @@ TEST(Sampler, PenaltyStateAcrossStepsEqualsTheWholeContext) {
                         whole({Row(0, 0, 1, 1.7f, 0.5, 0, {4, 2}), Row(0, 0, 1, 1.7f, 0.5, 0, {5})})));
 }
 
+// A verified position's penalties count the proposals before it (penalty_pending) as if its slot held them, and the
+// slot keeps none of them: the next step sees only what was sent.
+TEST(Sampler, PendingIdsCountForTheirRowOnlyAndStayOutOfTheSlot) {
+  const at::Tensor logits = RandomLogits(3, 50, 31);
+  PenaltySlots slots;
+  PenaltyPool pool;
+  auto row = [](std::vector<int32_t> added, std::vector<int32_t> pending, bool reset) {
+    BatchRow r = Row(0, 0, 1, 1.5f, 0.5, 0);
+    r.sampling.frequency_penalty = 0.7f;
+    r.sampling.presence_penalty = 0.2f;
+    r.sequence = 4;
+    r.penalty_tokens = added;
+    r.output_tokens = std::move(added);
+    r.penalty_pending = std::move(pending);
+    r.penalty_reset = reset;
+    return r;
+  };
+  auto step = [&](std::vector<BatchRow> rows) {
+    std::vector<const BatchRow*> pointers;
+    for (const BatchRow& r : rows) pointers.push_back(&r);
+    return ProcessedScores(logits.narrow(0, 0, static_cast<int64_t>(rows.size())),
+                           StageSamplingInputs(pointers, false, &slots), &pool);
+  };
+  auto whole = [&](std::vector<std::vector<int32_t>> contexts) {  // stateless, every row its whole context
+    std::vector<BatchRow> rows;
+    for (auto& context : contexts) rows.push_back(row(std::move(context), {}, true));
+    std::vector<const BatchRow*> pointers;
+    for (const BatchRow& r : rows) pointers.push_back(&r);
+    return ProcessedScores(logits.narrow(0, 0, static_cast<int64_t>(rows.size())),
+                           StageSamplingInputs(pointers, false));
+  };
+  // Three positions of one sequence: its new ids {1, 2} sent once (by the last), proposals 9 and 2 before the later
+  // positions (2 twice: counted twice by the frequency penalty).
+  const at::Tensor verified = step({row({}, {}, false), row({}, {9}, false), row({1, 2}, {9, 2}, true)});
+  EXPECT_TRUE(at::allclose(verified, whole({{1, 2}, {1, 2, 9}, {1, 2, 9, 2}})));
+  EXPECT_FALSE(at::allclose(verified[0], verified[2]));  // the pending ids changed something
+  // The slot kept {1, 2} only.
+  EXPECT_TRUE(at::allclose(step({row({}, {}, false)}), whole({{1, 2}})));
+}
+
 // Structured outputs: a row's grammar mask leaves only its allowed ids (greedy and sampled), its log-probabilities
 // are those of the masked distribution (vLLM's), and an unconstrained row of the same batch is untouched.
 TEST(Sampler, AGrammarMaskLeavesOnlyItsIdsAndLogprobsOfTheMaskedDistribution) {
