@@ -491,9 +491,18 @@ bool Matcher::Accept(int32_t id) {
   }
 }
 
+void Matcher::Rollback(int32_t tokens) {
+  if (tokens <= 0 || impl_->failed) return;
+  try {
+    impl_->matcher.Rollback(tokens);
+  } catch (...) {
+    impl_->failed = true;
+  }
+}
+
 void Matcher::FillMask(int32_t* words) {
   const int64_t n = MaskWords(vocab_size());
-  if (!impl_->failed) {
+  if (!impl_->failed && !Ended()) {
     try {
       int64_t shape[2] = {1, n};
       DLTensor mask{};
@@ -508,7 +517,8 @@ void Matcher::FillMask(int32_t* words) {
       impl_->failed = true;
     }
   }
-  // A matcher xgrammar failed on ends its sequence: only the end-of-sequence ids.
+  // A matcher xgrammar failed on ends its sequence, as one that accepted an EOS id (a speculative proposal's
+  // positions after it, never kept): only the end-of-sequence ids.
   std::fill(words, words + n, 0);
   for (int32_t id : impl_->matcher.GetStopTokenIds()) words[id / 32] |= static_cast<int32_t>(1u << (id % 32));
 }

@@ -125,6 +125,8 @@ class Matcher {
 
   // Advances by one sampled token. False when the grammar does not allow it (the matcher is then unchanged).
   bool Accept(int32_t id);
+  // Undoes the last `tokens` Accepts (speculative decoding: a proposal's masks are filled position by position).
+  void Rollback(int32_t tokens);
   // Writes the next token's mask: MaskWords(vocab_size()) words.
   void FillMask(int32_t* words);
   // The grammar may end here (an EOS id is allowed).

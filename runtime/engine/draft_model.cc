@@ -134,9 +134,25 @@ absl::StatusOr<std::vector<DraftProposal>> DraftModel::Propose(std::vector<Draft
       row.sampling.top_p = request.top_p;
       row.sampling.return_probs = sampled;
       if (sampled) row.sampling.uniform = std::uniform_real_distribution<double>(0.0, 1.0)(*request.random);
+      if (request.matcher != nullptr) {
+        std::vector<int32_t> words(static_cast<size_t>(structured::MaskWords(request.matcher->vocab_size())));
+        request.matcher->FillMask(words.data());
+        row.sampling.allowed = AllowedTokens::Ready(std::move(words));
+      }
     }
     return row;
   };
+  // Proposals each matcher accepted: rolled back however Propose returns.
+  struct Rollbacks {
+    std::vector<DraftRequest>& requests;
+    std::vector<int32_t> advanced;
+    ~Rollbacks() {
+      for (size_t i = 0; i < requests.size(); ++i) {
+        if (requests[i].matcher != nullptr) requests[i].matcher->Rollback(advanced[i]);
+      }
+    }
+  } rollbacks{requests, std::vector<int32_t>(n, 0)};
+  std::vector<int32_t>& advanced = rollbacks.advanced;
   auto take = [&](size_t i, const MicroBatchResult& result, size_t r) {
     if (r < result.row_errors.size() && !result.row_errors[r].ok()) stopped[i] = true;
     if (stopped[i] || !result.tokens[r]) {
@@ -144,6 +160,15 @@ absl::StatusOr<std::vector<DraftProposal>> DraftModel::Propose(std::vector<Draft
       return;
     }
     DraftProposal& proposal = proposals[i];
+    structured::Matcher* matcher = requests[i].matcher;
+    if (matcher != nullptr) {
+      if (!matcher->Accept(result.tokens[r]->id)) {
+        stopped[i] = true;  // the grammar ended (nothing may follow) or its matcher failed: propose what came before
+        return;
+      }
+      ++advanced[i];
+      stopped[i] = matcher->Ended();  // an EOS id the grammar accepted: nothing may follow it
+    }
     proposal.tokens.push_back(result.tokens[r]->id);
     if (r < result.probs.size() && !result.probs[r].empty()) {
       const std::vector<float>& q = result.probs[r];

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/executor/executor.h"
 #include "runtime/executor/loaded_model.h"
+#include "structured/structured.h"
 
 namespace strata::runtime {
 
@@ -38,6 +39,10 @@ struct DraftRequest {
   int32_t top_k = 0;
   float top_p = 1;
   std::mt19937_64* random = nullptr;  // the draft's draws (sampled requests)
+  // A constrained request's grammar at the sequence's end: each proposal is chosen under the mask of the grammar's
+  // state after the proposals before it (the target's mask there, so a right draft is kept), accepted into the
+  // matcher, which is rolled back before Propose returns. Null: unconstrained.
+  structured::Matcher* matcher = nullptr;
 };
 
 struct DraftProposal {

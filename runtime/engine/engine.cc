@@ -116,6 +116,9 @@ struct Engine::Impl {
   // A verified row: appends the proposed tokens the model chose too, then its own choice at the first difference
   // (or after the last); sets row.accepted.
   void AcceptVerified(Sequence& s, ScheduledRow& row, std::vector<GeneratedToken>& verified, GeneratedToken last);
+  // How much of a constrained sequence's proposal to verify: up to and with the first token its grammar refuses (the
+  // target cannot choose it: rejected there, as a proposal drawn from q must be; nothing after it could be kept).
+  size_t GrammarKeeps(Sequence& s, const std::vector<int32_t>& proposal);
   void LoseDevice(const absl::Status& status);
   void Publish();
   void Emit(OutputEvent event);
@@ -335,8 +338,7 @@ void Engine::Impl::Admit() {
     s->random.seed(seed);
     s->draft_random.seed(seed ^ 0x9e3779b97f4a7c15ull);
     s->accept_random.seed(seed ^ 0xd1b54a32d192ed03ull);
-    if (options.speculative.method != SpeculativeOptions::Method::kNone && p.speculative &&
-        s->request.grammar == nullptr) {
+    if (options.speculative.method != SpeculativeOptions::Method::kNone && p.speculative) {
       s->speculation.emplace(options.speculative);
     }
     auto stream = std::make_unique<OutputStream>();
@@ -435,7 +437,20 @@ MicroBatchWork Engine::Impl::Build(uint64_t id, const ScheduledMicroBatch& batch
         r.sampling.uniform = s.Draw();
       }
       r.sampling.top_logprobs = p.top_logprobs;
-      if (s.ready_mask != nullptr) {
+      if (s.matcher && row.draft > 0) {
+        // A verified row: a mask per position, each after the proposals before it (the mask thread accepts them in
+        // turn and rolls the matcher back); the last one is the row's own and what SettleMask waits for.
+        s.ready_mask.reset();
+        std::vector<std::shared_ptr<AllowedTokens>> positions;
+        for (int64_t j = 0; j <= row.draft; ++j) {
+          positions.push_back(std::make_shared<AllowedTokens>(structured::MaskWords(model.vocab_size())));
+        }
+        r.verify_allowed.assign(positions.begin(), positions.end() - 1);
+        s.pending_mask = positions.back();
+        r.sampling.allowed = s.pending_mask;
+        masks.FillVerified(&*s.matcher, std::vector<int32_t>(s.draft.begin(), s.draft.begin() + row.draft),
+                           std::move(positions));
+      } else if (s.ready_mask != nullptr) {
         r.sampling.allowed = std::move(s.ready_mask);
         s.ready_mask.reset();
       } else if (s.matcher) {
@@ -650,6 +665,7 @@ void Engine::Impl::Propose() {
     }
     if (draft == nullptr) {
       s->draft = ProposeNgram(s->tokens, o.ngram_min, o.ngram_max, static_cast<int32_t>(room));
+      if (s->matcher) s->draft.resize(GrammarKeeps(*s, s->draft));
       room = static_cast<int64_t>(s->draft.size());
     }
     candidates.push_back({s.get(), room});
@@ -718,6 +734,10 @@ void Engine::Impl::Propose() {
     request.top_k = p.top_k;
     request.top_p = p.top_p;
     request.random = &s.draft_random;
+    if (s.matcher) {
+      s.SettleMask();
+      request.matcher = &*s.matcher;
+    }
     drafted.push_back(&s);
     requests.push_back(std::move(request));
   }
@@ -738,26 +758,57 @@ void Engine::Impl::Propose() {
     Sequence& s = *drafted[i];
     s.draft = std::move((*proposals)[i].tokens);
     s.draft_probs = std::move((*proposals)[i].probs);
+    if (s.matcher) {
+      s.draft.resize(GrammarKeeps(s, s.draft));
+      if (!s.draft_probs.empty()) s.draft_probs.resize(s.draft.size() * static_cast<size_t>(model.vocab_size()));
+    }
     s.draft_computed = requests[i].computed;
     s.draft_for = s.tokens.size();
     scheduler.Propose(s.id, static_cast<int64_t>(s.draft.size()));
   }
 }
 
+size_t Engine::Impl::GrammarKeeps(Sequence& s, const std::vector<int32_t>& proposal) {
+  s.SettleMask();
+  int32_t valid = 0;
+  bool ended = false;
+  while (!ended && static_cast<size_t>(valid) < proposal.size() &&
+         s.matcher->Accept(proposal[static_cast<size_t>(valid)])) {
+    ++valid;
+    ended = s.matcher->Ended();  // an EOS id: the sequence would end there
+  }
+  s.matcher->Rollback(valid);
+  return ended ? static_cast<size_t>(valid) : std::min(proposal.size(), static_cast<size_t>(valid) + 1);
+}
+
 void Engine::Impl::AcceptVerified(Sequence& s, ScheduledRow& row, std::vector<GeneratedToken>& verified,
                                   GeneratedToken last) {
+  // Appends a chosen token as a decode step would (its grammar advanced, ended by it): true when the sequence ended.
+  auto append = [&](GeneratedToken token) {
+    std::optional<FinishReason> finish;
+    if (s.matcher) {
+      s.SettleMask();
+      if (!s.matcher->Accept(token.id)) {
+        Finish(s, FinishReason::kError,
+               absl::InternalError(absl::StrCat("the sampler chose token ", token.id, ", which the grammar forbids")));
+        return true;
+      }
+      if (s.matcher->Ended()) finish = FinishReason::kEos;
+    }
+    return Append(s, std::move(token), finish);
+  };
   int64_t accepted = 0;
   bool ended = false;
   for (size_t j = 0; j < verified.size() && !ended; ++j) {
     const bool agrees = verified[j].id == s.draft.at(j);
     s.Draw();  // this position's draw, used
-    ended = Append(s, std::move(verified[j]), std::nullopt);
+    ended = append(std::move(verified[j]));
     if (!agrees) break;
     ++accepted;
   }
   if (!ended && accepted == row.draft) {
     s.Draw();
-    Append(s, std::move(last), std::nullopt);
+    ended = append(std::move(last));
   }
   row.accepted = accepted;
   s.draft_computed = std::min(s.draft_computed, row.start + row.count - row.draft + accepted);
@@ -771,6 +822,7 @@ void Engine::Impl::AcceptVerified(Sequence& s, ScheduledRow& row, std::vector<Ge
     observe = spec_observer;
   }
   if (observe) observe(row.draft, accepted);
+  if (!ended && s.matcher && options.jump_forward) JumpForward(s);
 }
 
 void Engine::Impl::Run() {

@@ -67,8 +67,8 @@ struct SamplingParams {
   int32_t prompt_logprobs = -1;
   std::vector<std::string> stop;  // matched on decoded text, not emitted
   bool ignore_eos = false;
-  // Speculative decoding (EngineOptions::speculative) for this request; false: one token per forward pass. A
-  // request with a grammar never proposes; before min_tokens a proposal ends where the EOS ban does (speculation.h).
+  // Speculative decoding (EngineOptions::speculative) for this request; false: one token per forward pass. Before
+  // min_tokens a proposal ends where the EOS ban does; under a grammar, after the first token it refuses.
   bool speculative = true;
 };
 

@@ -20,9 +20,14 @@ MaskFiller::~MaskFiller() {
 }
 
 void MaskFiller::Fill(structured::Matcher* matcher, std::shared_ptr<AllowedTokens> mask) {
+  FillVerified(matcher, {}, {std::move(mask)});
+}
+
+void MaskFiller::FillVerified(structured::Matcher* matcher, std::vector<int32_t> proposals,
+                              std::vector<std::shared_ptr<AllowedTokens>> masks) {
   {
     std::lock_guard lock(mutex_);
-    queue_.push_back({matcher, std::move(mask)});
+    queue_.push_back({matcher, std::move(proposals), std::move(masks)});
   }
   wake_.notify_one();
 }
@@ -47,18 +52,31 @@ void MaskFiller::Run() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
-    const auto start = std::chrono::steady_clock::now();
-    task.matcher->FillMask(task.mask->data());
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    task.mask->MarkReady();
-    std::function<void(double)> observer;
-    {
-      std::lock_guard lock(mutex_);
-      ++totals_.filled;
-      totals_.seconds += seconds;
-      observer = observer_;
+    const size_t last = task.masks.size() - 1;
+    int32_t accepted = 0;
+    bool refused = false;
+    for (size_t j = 0; j <= last; ++j) {
+      AllowedTokens& mask = *task.masks[j];
+      if (j > 0 && !refused) refused = !task.matcher->Accept(task.proposals[j - 1]);
+      const auto start = std::chrono::steady_clock::now();
+      if (refused) {
+        std::copy(task.masks[j - 1]->Get().begin(), task.masks[j - 1]->Get().end(), mask.data());
+      } else {
+        accepted += j > 0;
+        task.matcher->FillMask(mask.data());
+      }
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (j == last) task.matcher->Rollback(accepted);
+      mask.MarkReady();
+      std::function<void(double)> observer;
+      {
+        std::lock_guard lock(mutex_);
+        ++totals_.filled;
+        totals_.seconds += seconds;
+        observer = observer_;
+      }
+      if (observer) observer(seconds);
     }
-    if (observer) observer(seconds);
   }
 }
 

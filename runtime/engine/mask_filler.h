@@ -26,6 +26,11 @@ class MaskFiller {
   // Fills `mask` from `matcher`'s position, then marks it ready. Nothing else may use the matcher until the
   // mask is ready (the engine next touches it after the micro-batch's tokens came back, which waited for it).
   void Fill(structured::Matcher* matcher, std::shared_ptr<AllowedTokens> mask);
+  // A verified row's masks (speculative decoding): masks[j] for the matcher's position after proposals[0, j), one
+  // more mask than proposals; the matcher is rolled back before the last mask is marked ready. A position after a
+  // proposal the grammar refuses is never kept (the target cannot choose that proposal): it gets the mask before it.
+  void FillVerified(structured::Matcher* matcher, std::vector<int32_t> proposals,
+                    std::vector<std::shared_ptr<AllowedTokens>> masks);
 
   struct Totals {
     uint64_t filled = 0;
@@ -38,7 +43,8 @@ class MaskFiller {
  private:
   struct Task {
     structured::Matcher* matcher = nullptr;
-    std::shared_ptr<AllowedTokens> mask;
+    std::vector<int32_t> proposals;
+    std::vector<std::shared_ptr<AllowedTokens>> masks;  // proposals.size() + 1
   };
   void Run();
 

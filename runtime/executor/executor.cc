@@ -298,9 +298,17 @@ std::unique_ptr<MicroBatch> Executor::Impl::StageInputs(MicroBatchWork work) {
                                                  row.verify_draft_probs.size(), " draft probabilities and ",
                                                  row.verify_accept_uniforms.size(), " acceptance draws"));
       }
-      if (row.verify > 0 && (!row.samples || !row.prompt_targets.empty() || row.sampling.allowed != nullptr)) {
+      if (row.verify > 0 && (!row.samples || !row.prompt_targets.empty())) {
         throw std::invalid_argument(
-            "a micro-batch row that verifies proposed tokens must sample, without prompt targets or a token mask");
+            "a micro-batch row that verifies proposed tokens must sample, without prompt targets");
+      }
+      if (!row.verify_allowed.empty() && (row.sampling.allowed == nullptr || row.verify_allowed.size() != verify ||
+                                          std::count(row.verify_allowed.begin(), row.verify_allowed.end(), nullptr))) {
+        throw std::invalid_argument(absl::StrCat("micro-batch row verifies ", row.verify, " tokens with ",
+                                                 row.verify_allowed.size(), " token masks"));
+      }
+      if (row.verify > 0 && row.sampling.allowed != nullptr && row.verify_allowed.empty()) {
+        throw std::invalid_argument("a constrained micro-batch row that verifies proposed tokens needs their masks");
       }
       logits_rows += row.prompt_targets.empty() ? 1 + row.verify : count;
     }
@@ -353,6 +361,7 @@ std::unique_ptr<MicroBatch> Executor::Impl::StageInputs(MicroBatchWork work) {
         BatchRow& position = mb->verify_rows.emplace_back();
         position.samples = true;
         position.sampling = rows[r].sampling;
+        if (!rows[r].verify_allowed.empty()) position.sampling.allowed = rows[r].verify_allowed[j];
         if (penalised) {
           position.sequence = rows[r].sequence;
           position.penalty_pending.assign(proposed, proposed + j);

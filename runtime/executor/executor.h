@@ -143,14 +143,17 @@ struct BatchRow {
   // Speculative decoding (runtime/engine/speculation.h): the last `verify` tokens fed are proposed ones, and each of
   // the last verify + 1 positions chooses a token as a decode step there would (position start + tokens.size() - 1
   // - verify + j with verify_uniforms[j] as its draw for j < verify, the last with sampling.uniform):
-  // MicroBatchResult::verified and tokens. Such a row samples, and has no token mask or prompt targets; its penalties
-  // (and an EOS ban by logit_bias) apply at every position, each counting the proposals before it.
+  // MicroBatchResult::verified and tokens. Such a row samples, without prompt targets; its penalties (and an EOS ban
+  // by logit_bias) apply at every position, each counting the proposals before it, and a constrained row has a mask
+  // per position (verify_allowed).
   int32_t verify = 0;
   std::vector<double> verify_uniforms;
   // A draft model's proposal (RowSampling::draft_probs): the distributions its verify tokens were drawn from, verify x
   // vocab, and each position's acceptance draw. Empty for point-mass proposals (n-gram) and greedy rows.
   std::vector<float> verify_draft_probs;
   std::vector<double> verify_accept_uniforms;
+  // A constrained row (sampling.allowed, its last position's): the mask of each verified position before it.
+  std::vector<std::shared_ptr<AllowedTokens>> verify_allowed;
 };
 
 struct MicroBatchWork {

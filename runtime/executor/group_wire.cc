@@ -78,6 +78,7 @@ void RowFields(V& v, R& row) {  // R: BatchRow
   v.Vector("verify uniforms", row.verify_uniforms);
   v.Vector("verify draft probs", row.verify_draft_probs);
   v.Vector("verify accept uniforms", row.verify_accept_uniforms);
+  v.List("verify masks", row.verify_allowed, [](auto& v, auto& mask) { AllowedField(v, mask); });
 }
 
 template <typename V, typename W>

@@ -6,8 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nlohmann/json.hpp"
@@ -208,6 +210,79 @@ TEST(EngineStructured, JumpForwardGivesTheIdsOfDecodingWithoutIt) {
   EXPECT_GT(with.forced_tokens, 4u * 10);  // "-fixed tail " and more, in every request
   EXPECT_EQ(without.forced_tokens, 0u);
   EXPECT_LT(with.micro_batches_run, without.micro_batches_run);
+}
+
+// Speculative decoding under a grammar: each verified position has the mask of the grammar's state after the
+// proposals before it (the mask thread accepts them in turn, then rolls the matcher back), a proposal is cut after the
+// first token the grammar refuses, and the ids are those of decoding without it: n-gram proposals greedy and seeded,
+// the target as its own draft greedy (sampled: reproducible), with and without jump-forward.
+TEST(EngineStructured, SpeculationGivesTheIdsOfDecodingWithoutIt) {
+  SpeculativeOptions ngram;
+  ngram.method = SpeculativeOptions::Method::kNgram;
+  ngram.tokens = 4;
+  ngram.min_acceptance = 0;
+  ngram.cost_aware = false;
+  SpeculativeOptions drafted = ngram;
+  drafted.method = SpeculativeOptions::Method::kDraft;
+  drafted.draft_model = "(loaded by the test)";
+  auto draft = LoadPlan(WriteTinyLlama(), kTwoStageMap, {{0, {false, 0}}, {1, {false, 0}}}, 4, 64);
+  ASSERT_TRUE(draft);
+  EngineOptions with_ngram, with_draft, with_both;
+  with_ngram.speculative = ngram;
+  with_draft.speculative = drafted;
+  with_draft.draft = draft.get();
+  with_both = with_ngram;
+  with_both.jump_forward = true;
+  // Items the random model repeats once the mask leaves it little choice: the n-gram lookup finds them.
+  const std::string schema = R"({"type": "array", "items": {"enum": ["abc", "abd", "xyz"]}, "minItems": 5,
+                                 "maxItems": 9})";
+  struct Run {
+    std::map<int, std::vector<int32_t>> ids;
+    std::map<int, FinishReason> reasons;
+    EngineStats stats;
+  };
+  auto run = [&](const EngineOptions& options) {
+    Fixture f(4, 0, options);
+    Run out;
+    EXPECT_TRUE(f.engine && f.compiler);
+    if (!f.engine || !f.compiler) return out;
+    auto grammar = f.Compile(structured::ConstraintKind::kJsonSchema, schema);
+    Collector c;
+    for (int i = 0; i < 4; ++i) {
+      std::vector<int32_t> prompt = {2 + i};  // then ["abc","abd","abc"] in the character vocabulary
+      for (const char ch : std::string(R"(["abc","abd","abc"])")) prompt.push_back(ch - ' ');
+      auto r = Request(prompt, grammar, i % 2 == 0 ? 0.f : 0.9f, 400 + i, 60);
+      EXPECT_TRUE(f.engine->Submit(r, c.For(i)).ok());
+    }
+    c.Wait(4);
+    for (int i = 0; i < 4; ++i) {
+      out.ids[i] = c.Ids(i);
+      out.reasons[i] = c.Reason(i);
+    }
+    out.stats = StatsWhenIdle(*f.engine);
+    return out;
+  };
+  const Run plain = run({});
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(plain.reasons.at(i), FinishReason::kEos) << i;
+  for (const auto& [what, options] : {std::pair<std::string, EngineOptions>{"n-gram", with_ngram},
+                                      {"n-gram with jump-forward", with_both},
+                                      {"draft", with_draft}}) {
+    const Run spec = run(options);
+    for (int i = 0; i < 4; ++i) {
+      if (what == "draft" && i % 2 == 1) continue;  // sampled drafts are verified by rejection: below
+      EXPECT_EQ(spec.ids.at(i), plain.ids.at(i)) << what << ", request " << i;
+      EXPECT_EQ(spec.reasons.at(i), plain.reasons.at(i)) << what << ", request " << i;
+    }
+    EXPECT_GT(spec.stats.spec_accepted_tokens, 0u) << what;
+    // (The draft's sampled requests make other outputs, of other lengths.)
+    if (what != "draft") EXPECT_LT(spec.stats.micro_batches_run, plain.stats.micro_batches_run) << what;
+    if (what == "draft") {
+      // The target as its own draft, under the grammar's masks: right every time, greedy or sampled.
+      EXPECT_EQ(spec.stats.spec_accepted_tokens, spec.stats.spec_proposed_tokens);
+      const Run again = run(options);
+      for (int i = 1; i < 4; i += 2) EXPECT_EQ(again.ids.at(i), spec.ids.at(i)) << "draft, sampled, request " << i;
+    }
+  }
 }
 
 }  // namespace

@@ -41,6 +41,7 @@ MicroBatchWork SomeWork() {
   row.verify_uniforms = {0.987654321};
   row.verify_draft_probs = {0.25f, 0.75f};  // a draft model's q, and its acceptance draw
   row.verify_accept_uniforms = {0.123456789};
+  row.verify_allowed = {AllowedTokens::Ready({-2, 0, 9})};  // the verified position's mask
   work.rows.push_back(row);
   work.rows.push_back(BatchRow{});
   work.released = {5, 6};
@@ -81,6 +82,10 @@ void ExpectSameWork(const MicroBatchWork& a, const MicroBatchWork& b) {
     EXPECT_EQ(x.verify_uniforms, y.verify_uniforms);
     EXPECT_EQ(x.verify_draft_probs, y.verify_draft_probs);
     EXPECT_EQ(x.verify_accept_uniforms, y.verify_accept_uniforms);
+    ASSERT_EQ(x.verify_allowed.size(), y.verify_allowed.size());
+    for (size_t j = 0; j < x.verify_allowed.size(); ++j) {
+      EXPECT_EQ(x.verify_allowed[j]->Get(), y.verify_allowed[j]->Get());
+    }
   }
   EXPECT_EQ(a.released, b.released);
 }

@@ -283,6 +283,38 @@ TEST(Matcher, DisallowedTokenIsRefusedAndChangesNothing) {
   }
 }
 
+// Speculative decoding fills a proposal's masks position by position, then rolls the matcher back: past the grammar's
+// end too (an accepted EOS id), after which the matcher takes tokens as before.
+TEST(Matcher, RollbackRestoresTheEarlierPositionEvenPastTheEnd) {
+  Vocabulary v = std::move(Vocabularies()[0]);
+  auto grammar = CompileOk(*v.compiler, Make(ConstraintKind::kRegex, "a(b|c)d"));
+  Matcher m(grammar);
+  auto mask = [&] {
+    std::vector<int32_t> words(MaskWords(m.vocab_size()));
+    m.FillMask(words.data());
+    return words;
+  };
+  ASSERT_TRUE(m.Accept('a'));
+  const std::vector<int32_t> after_a = mask();
+  ASSERT_TRUE(m.Accept('b'));
+  ASSERT_TRUE(m.Accept('d'));
+  ASSERT_TRUE(m.Accept(ByteLevelVocabulary::Eos()));
+  EXPECT_TRUE(m.Ended());
+  const std::vector<int32_t> ended = mask();  // only the EOS ids, and the matcher is not failed by it
+  for (int64_t id = 0; id < m.vocab_size(); ++id) {
+    EXPECT_EQ(testing::Allowed(ended, id), id == ByteLevelVocabulary::Eos()) << id;
+  }
+  m.Rollback(3);
+  EXPECT_FALSE(m.Ended());
+  EXPECT_EQ(mask(), after_a);
+  EXPECT_FALSE(m.Accept('d'));
+  ASSERT_TRUE(m.Accept('c'));
+  ASSERT_TRUE(m.Accept('d'));
+  EXPECT_TRUE(m.CanEnd());
+  m.Rollback(0);  // nothing
+  EXPECT_TRUE(m.CanEnd());
+}
+
 TEST(Matcher, ForcedTextIsTheCommonContinuation) {
   Vocabulary v = std::move(Vocabularies()[0]);
   Constraint c = Make(ConstraintKind::kChoice, "");

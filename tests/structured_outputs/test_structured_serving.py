@@ -139,6 +139,36 @@ def test_jump_forward_gives_the_same_ids(serve, alone):
     assert forced > 0, "no token was appended by jump-forward"
 
 
+SPEC_FLAGS = ("--num-speculative-tokens", "4", "--speculative-cost-aware=false")
+
+
+def test_speculation_gives_the_same_ids(serve, alone):
+    # Each verified position has the grammar's mask after the proposals before it, and a proposal ends after the first
+    # token the grammar refuses: n-gram proposals give the texts of decoding without them, greedy and seeded.
+    speculating = serve("byte_level", "--speculative", "ngram", *SPEC_FLAGS)
+    together = run_mixed(speculating.url)
+    for i, ((body, check), got, want) in enumerate(zip(MIXED, together, alone)):
+        check(*got)
+        assert got == want, f"request {i} {json.dumps(body)[:200]}"
+    accepted = GH.wait_metric(speculating.server.metrics_url, 'strata_spec_accepted_tokens_total{method="ngram"}',
+                              lambda v: v > 0)
+    assert accepted > 0, "no proposal was kept"
+
+
+def test_a_draft_model_proposes_under_the_grammar(serve, main, alone):
+    # The model as its own draft chooses each proposal under the grammar's mask there: it is always right, and greedy
+    # texts are those of decoding without it (a sampled draft is verified by rejection: other draws, valid texts).
+    drafting = serve("byte_level", "--draft-model", str(main.directory), *SPEC_FLAGS)
+    together = run_mixed(drafting.url)
+    for i, ((body, check), got, want) in enumerate(zip(MIXED, together, alone)):
+        check(*got)
+        if body.get("temperature") == 0:
+            assert got == want, f"request {i} {json.dumps(body)[:200]}"
+    metrics = drafting.server.metrics_url
+    accepted = GH.wait_metric(metrics, 'strata_spec_accepted_tokens_total{method="draft"}', lambda v: v > 0)
+    assert accepted == GH.metric(metrics, 'strata_spec_proposed_tokens_total{method="draft"}')
+
+
 # gRPC requests for the group: (GenerateRequest fields, check).
 def grpc_mixed(stubs) -> list[tuple[dict, object]]:
     return [
@@ -166,18 +196,24 @@ def run_grpc(stubs, channel, requests, workers: int = 16) -> list[tuple[str, str
     return H.run_all([lambda f=f: one(f) for f, _ in requests], workers=workers)
 
 
-def test_two_node_group_equals_one_node(main, stubs, server_bin, tmp_path_factory):
+@pytest.mark.parametrize("extra", [(), ("--speculative", "ngram", *SPEC_FLAGS)], ids=["plain", "ngram"])
+def test_two_node_group_equals_one_node(main, stubs, server_bin, tmp_path_factory, extra):
+    # With n-gram proposals, each verified position's mask travels with the micro-batch to the node that samples.
     requests = grpc_mixed(stubs)
     want = run_grpc(stubs, main.channel, requests, workers=1)
     secret = tmp_path_factory.mktemp("secret") / "group-secret"
     secret.write_text("4f1d2c7e9a0b3c5d6e7f8091a2b3c4d5\n")
     group = G.Group(server_bin, stubs, tmp_path_factory.mktemp("group"), main.directory, secret, gpus=[1, 1],
-                    map_json=G.layer_map(4, [0, 1]), common=list(H.SERVER_FLAGS))
+                    map_json=G.layer_map(4, [0, 1]), common=[*H.SERVER_FLAGS, *extra])
     try:
         got = run_grpc(stubs, group.leader.channel, requests)
         for i, ((fields, check), g, w) in enumerate(zip(requests, got, want)):
             check(*g)
             assert g == w, f"request {i} {str(fields)[:200]}\n{group.output()[-3000:]}"
+        if extra:
+            accepted = GH.wait_metric(group.leader.metrics_url, 'strata_spec_accepted_tokens_total{method="ngram"}',
+                                      lambda v: v > 0)
+            assert accepted > 0, "no proposal was kept"
     finally:
         codes = group.stop()
     assert codes == [0, 0], group.output()
