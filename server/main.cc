@@ -170,14 +170,12 @@ EarlyExit MakeStartupPlan(const strata::server::ServerOptions& options, bool ser
     absl::StatusOr<strata::runtime::LoadOptions> planned =
         !request.ok()      ? absl::StatusOr<strata::runtime::LoadOptions>(request.status())
         : group == nullptr ? strata::runtime::PlanLoad(*request)
-                           : strata::runtime::PlanForGroup(*group, *std::move(request));
+                           : strata::runtime::PlanForGroup(*group, *request);
     if (planned.ok() && !options.serving.speculative.draft_model.empty()) {
-      // The draft model, planned beside the model with what its plan leaves (runtime/engine/draft_model.h).
+      // The draft model, planned beside the model with what its plan leaves (runtime/engine/draft_model.h); in a
+      // group, on the leader's devices (it runs beside the engine and sampler).
       const std::filesystem::path draft_dir = options.serving.speculative.draft_model;
-      absl::Status draft = group != nullptr ? absl::InvalidArgumentError(
-                                                  "--draft-model: not with a group of nodes (the draft runs "
-                                                  "on the leader; use --speculative ngram there)")
-                                            : strata::runtime::CheckDraftTokenizer(request->model_dir, draft_dir);
+      absl::Status draft = strata::runtime::CheckDraftTokenizer(request->model_dir, draft_dir);
       if (draft.ok()) {
         absl::StatusOr<strata::runtime::LoadOptions> draft_load =
             strata::runtime::PlanDraftLoad(*request, *planned, draft_dir);

@@ -24,6 +24,12 @@ absl::StatusOr<LoadOptions> PlanDraftLoad(const ServingRequest& target, const Lo
   draft.runtime_reserve = planner::RuntimeReserve{};  // the target's reserve covers what serving allocates
   planner::MaxMemory left;
   for (const planner::DeviceUsage& usage : target_load.plan.devices) {
+    // A group's other nodes' GPUs: the draft runs in the leader's process (their budgets are theirs).
+    const int gpu = usage.device.is_gpu() ? usage.device.index : -1;
+    if (gpu >= 0 && static_cast<size_t>(gpu) < target_load.gpu_nodes.size() &&
+        target_load.gpu_nodes[static_cast<size_t>(gpu)] != 0) {
+      continue;
+    }
     const double taken = static_cast<double>(usage.planned_bytes) + static_cast<double>(usage.kv_cache_bytes) +
                          static_cast<double>(usage.runtime_reserve.total());
     left.push_back({usage.device, std::isfinite(usage.budget_bytes) ? std::max(0.0, usage.budget_bytes - taken)

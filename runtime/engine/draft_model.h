@@ -56,7 +56,9 @@ struct DraftProposal {
 // serving limits, a KV pool of as many blocks of as many positions, the "sequential" strategy (a small draft fills
 // the first device with room, under balanced_low_0 the light GPU 0 the sampler is on, rather than spreading over
 // every stage), and as budgets what the target's plan leaves of each device's (its budget less its weights, KV
-// reserve and runtime reserve). Errors name --draft-model and what is wrong.
+// reserve and runtime reserve); in a group of nodes (`target_load.gpu_nodes`), the leader's devices only: the draft
+// runs in its process. `target` is the leader's own request (before PlanForGroup). Errors name --draft-model and what
+// is wrong.
 absl::StatusOr<LoadOptions> PlanDraftLoad(const ServingRequest& target, const LoadOptions& target_load,
                                           const std::filesystem::path& draft_dir);
 

@@ -120,23 +120,32 @@ def test_paged_kv_with_preemption_across_nodes(name, server_bin, stubs, secret_f
         group.stop()
 
 
-def test_speculative_decoding_across_nodes_keeps_the_ids(server_bin, stubs, secret_file, checkpoints, tmp_path):
-    # n-gram proposals verified on a 2-node plan (issue 44): the proposal's tokens and draws travel in the hop, the
-    # verified tokens in the result; the ids are transformers' greedy ones, and proposals were accepted.
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+def test_speculative_decoding_across_nodes_keeps_the_ids(method, server_bin, stubs, secret_file, checkpoints,
+                                                         tmp_path):
+    # Proposals verified on a 2-node plan (issue 44): the proposal's tokens and draws travel in the hop, the verified
+    # tokens in the result; the ids are transformers' greedy ones, and proposals were accepted. A draft model (here the
+    # model itself) is planned on the leader's devices only and runs in its process.
     directory, _ = checkpoints("llama_llama3_gqa")
     prompts = [[7] * 8, [9] * 6, [100] * 8, [1, 5, 9, 14]]
     expected = RH.reference_generate(directory, prompts, 48)
+    proposer = ["--speculative", "ngram"] if method == "ngram" else ["--draft-model", str(directory)]
     group = G.Group(server_bin, stubs, tmp_path, directory, secret_file, gpus=[1, 1], map_json=G.layer_map(4, [0, 1]),
-                    common=["--max-batch", "8", "--max-context", "128", "--speculative", "ngram",
-                            "--num-speculative-tokens", "4", "--speculative-cost-aware=false"])
+                    common=["--max-batch", "8", "--max-context", "128", *proposer, "--num-speculative-tokens", "4",
+                            "--speculative-cost-aware=false"])
     try:
         results = generate_all(stubs, group.leader.channel, prompts, new_tokens=48)
         for i, got in enumerate(results):
             assert got["ids"] == expected[i]["ids"], f"prompt {i}\n{group.output()}"
             assert got["logprobs"] == pytest.approx(expected[i]["logprobs"], abs=1e-4)
-        accepted = GH.wait_metric(group.leader.metrics_url, 'strata_spec_accepted_tokens_total{method="ngram"}',
+        accepted = GH.wait_metric(group.leader.metrics_url, f'strata_spec_accepted_tokens_total{{method="{method}"}}',
                                   lambda v: v > 0)
         assert accepted > 0, "no proposal was accepted: the test would not show the verified tokens travel"
+        if method == "draft":
+            reply = stubs.strata_grpc.InferenceServiceStub(group.leader.channel).GetDeviceMap(
+                stubs.strata.GetDeviceMapRequest(), timeout=10)
+            # Plan GPU 1 is node 1's: the draft stays on the leader's GPU 0 (and its CPU).
+            assert reply.draft.device_map and set(reply.draft.device_map.values()) <= {"0", "cpu"}, reply.draft
     finally:
         group.stop()
 
