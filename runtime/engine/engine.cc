@@ -135,11 +135,7 @@ struct Engine::Impl {
   // flight was submitted, and the steps it held proposals back.
   PassCosts costs;
   std::map<uint64_t, std::chrono::steady_clock::time_point> submitted;
-  uint64_t cost_skips = 0;
-  static constexpr uint64_t kFirstProbe = 32, kLastProbe = 1024;
-  uint64_t probe_every = kFirstProbe;
-  uint64_t cost_proposals = 0;  // proposing steps since the last plain probe
-  uint64_t plain_probe_every = kFirstProbe;
+  CostProbes probes;
 
   // Engine thread only.
   Scheduler scheduler;
@@ -686,30 +682,21 @@ void Engine::Impl::Propose() {
       weighed.push_back({c.room, c.s->speculation->expected_rate() * static_cast<double>(c.room)});
     }
     int64_t proposers = ProposersThatPay(costs, rows, weighed, draft != nullptr);
-    if (proposers > 0 && ++cost_proposals >= plain_probe_every) {
-      // A plain probe: the pass without proposals is measured again now and then (its time drifts as contexts grow),
-      // after 32 proposing steps, then 64, ... up to 1024.
-      cost_proposals = 0;
-      plain_probe_every = std::min<uint64_t>(plain_probe_every * 2, kLastProbe);
-      for (const Candidate& c : candidates) scheduler.Propose(c.s->id, 0);
-      return;
-    }
-    if (proposers > 0) {
-      probe_every = kFirstProbe;
-      cost_skips = 0;
-    } else if (++cost_skips < probe_every) {
-      plain_probe_every = kFirstProbe;
-      cost_proposals = 0;
-      for (const Candidate& c : candidates) scheduler.Propose(c.s->id, 0);
-      std::lock_guard lock(mutex);
-      ++spec_skipped_steps;
-      return;
-    } else {
-      // A probe: the likeliest sequence proposes, so that acceptance and costs stay measured; after 32 skipped steps,
-      // then 64, ... up to 1024 while proposing keeps not paying.
-      cost_skips = 0;
-      probe_every = std::min<uint64_t>(probe_every * 2, kLastProbe);
-      proposers = 1;
+    switch (probes.Next(proposers)) {
+      case CostProbes::Step::kPropose:
+        break;
+      case CostProbes::Step::kProbe:
+        proposers = 1;  // the likeliest
+        break;
+      case CostProbes::Step::kSkip:
+      case CostProbes::Step::kPlain: {
+        for (const Candidate& c : candidates) scheduler.Propose(c.s->id, 0);
+        if (proposers == 0) {
+          std::lock_guard lock(mutex);
+          ++spec_skipped_steps;
+        }
+        return;
+      }
     }
     for (size_t i = static_cast<size_t>(proposers); i < candidates.size(); ++i) {
       scheduler.Propose(candidates[i].s->id, 0);

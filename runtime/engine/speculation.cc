@@ -180,4 +180,21 @@ int64_t ProposersThatPay(const PassCosts& costs, int64_t rows, const std::vector
   return chosen;
 }
 
+CostProbes::Step CostProbes::Next(int64_t proposers) {
+  if (proposers > 0) {
+    probe_every_ = kFirst;
+    skips_ = 0;
+    if (++proposing_ < plain_every_) return Step::kPropose;
+    proposing_ = 0;
+    plain_every_ = std::min(plain_every_ * 2, kLast);
+    return Step::kPlain;
+  }
+  plain_every_ = kFirst;
+  proposing_ = 0;
+  if (++skips_ < probe_every_) return Step::kSkip;
+  skips_ = 0;
+  probe_every_ = std::min(probe_every_ * 2, kLast);
+  return Step::kProbe;
+}
+
 }  // namespace strata::runtime

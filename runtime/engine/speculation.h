@@ -118,4 +118,24 @@ struct ProposalCandidate {
 int64_t ProposersThatPay(const PassCosts& costs, int64_t rows, const std::vector<ProposalCandidate>& candidates,
                          bool drafted);
 
+// The cost-aware switch's probes, which keep its measurements current: while nothing pays, the likeliest sequence
+// proposes after 32 skipped steps, then 64, ... up to 1024 (acceptance and the larger pass stay measured); while
+// proposing pays, one step is plain after 32 proposing steps, then 64, ... up to 1024 (the plain pass's time drifts as
+// contexts grow). Either run of steps ending starts the other's count from 32 again.
+class CostProbes {
+ public:
+  enum class Step { kPropose, kSkip, kProbe, kPlain };
+  // This step's decision, given how many sequences the costs say should propose (ProposersThatPay): kPropose (that
+  // many), kSkip (none: nothing pays), kProbe (one: nothing pays, but it is time to measure), kPlain (none: it pays,
+  // but it is time to measure the plain pass).
+  Step Next(int64_t proposers);
+
+ private:
+  static constexpr uint64_t kFirst = 32, kLast = 1024;
+  uint64_t skips_ = 0;  // skipped steps since the last probe or proposal
+  uint64_t probe_every_ = kFirst;
+  uint64_t proposing_ = 0;  // proposing steps since the last plain probe or skip
+  uint64_t plain_every_ = kFirst;
+};
+
 }  // namespace strata::runtime

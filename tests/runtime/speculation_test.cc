@@ -177,5 +177,29 @@ TEST(PassCosts, TheProposersAreTheBestFirstCountThatPaysMost) {
   EXPECT_EQ(ProposersThatPay(flat, 16, bad, false), 0);
 }
 
+// While nothing pays, a probe after 32 skipped steps, then 64, ... 1024; while proposing pays, a plain step after 32
+// proposing ones, then 64, ... 1024; either run ending starts the other's count from 32 again.
+TEST(CostProbes, ProbesBackOffAndStartOverWhenTheDecisionTurns) {
+  using Step = CostProbes::Step;
+  CostProbes probes;
+  // The steps until the next `wanted`, all others `between`.
+  auto steps_until = [&](int64_t proposers, Step wanted, Step between) {
+    for (int n = 1; n <= 5000; ++n) {
+      const Step step = probes.Next(proposers);
+      if (step == wanted) return n;
+      EXPECT_EQ(step, between) << "step " << n;
+    }
+    return -1;
+  };
+  for (const int expected : {32, 64, 128, 256, 512, 1024, 1024}) {
+    EXPECT_EQ(steps_until(0, Step::kProbe, Step::kSkip), expected);
+  }
+  for (const int expected : {32, 64, 128, 256, 512, 1024, 1024}) {
+    EXPECT_EQ(steps_until(3, Step::kPlain, Step::kPropose), expected);
+  }
+  EXPECT_EQ(steps_until(0, Step::kProbe, Step::kSkip), 32);  // proposing reset the probes' back-off
+  EXPECT_EQ(steps_until(2, Step::kPlain, Step::kPropose), 32);
+}
+
 }  // namespace
 }  // namespace strata::runtime
