@@ -115,6 +115,8 @@ struct Engine::Impl {
   void Propose();
   // A verified row: appends the proposed tokens the model chose too, then its own choice at the first difference
   // (or after the last); sets row.accepted.
+  // Appends a token the sampler chose: the grammar first takes it (and may end the sequence); true when it ended.
+  bool AppendChosen(Sequence& s, GeneratedToken token);
   void AcceptVerified(Sequence& s, ScheduledRow& row, std::vector<GeneratedToken>& verified, GeneratedToken last);
   // How much of a constrained sequence's proposal to verify: up to and with the first token its grammar refuses (the
   // target cannot choose it: rejected there, as a proposal drawn from q must be; nothing after it could be kept).
@@ -556,21 +558,9 @@ void Engine::Impl::Process(MicroBatchResult result) {
       AcceptVerified(s, row, result.verified[r], std::move(token));
       continue;
     }
-    std::optional<FinishReason> finish;
-    if (s.matcher) {
-      s.SettleMask();
-      if (!s.matcher->Accept(token.id)) {
-        // The mask allowed only what the grammar accepts: this is a fault, not the client's.
-        Finish(s, FinishReason::kError,
-               absl::InternalError(absl::StrCat("the sampler chose token ", token.id, ", which the grammar forbids")));
-        continue;
-      }
-      // The grammar ended (it accepted an EOS id): nothing may follow, whatever ignore_eos says.
-      if (s.matcher->Ended()) finish = FinishReason::kEos;
-    }
     // A draft model's cache holds the fed tokens this step kept (AcceptVerified: also the accepted proposals).
     s.draft_computed = std::min(s.draft_computed, row.start + row.count);
-    if (!Append(s, std::move(token), finish) && s.matcher && options.jump_forward) JumpForward(s);
+    if (!AppendChosen(s, std::move(token)) && s.matcher && options.jump_forward) JumpForward(s);
   }
   if (produced) {
     // A forward pass produced a token: the engine works (again).
@@ -768,34 +758,36 @@ size_t Engine::Impl::GrammarKeeps(Sequence& s, const std::vector<int32_t>& propo
   return ended ? static_cast<size_t>(valid) : std::min(proposal.size(), static_cast<size_t>(valid) + 1);
 }
 
+bool Engine::Impl::AppendChosen(Sequence& s, GeneratedToken token) {
+  std::optional<FinishReason> finish;
+  if (s.matcher) {
+    s.SettleMask();
+    if (!s.matcher->Accept(token.id)) {
+      // The mask allowed only what the grammar accepts: this is a fault, not the client's.
+      Finish(s, FinishReason::kError,
+             absl::InternalError(absl::StrCat("the sampler chose token ", token.id, ", which the grammar forbids")));
+      return true;
+    }
+    // The grammar ended (it accepted an EOS id): nothing may follow, whatever ignore_eos says.
+    if (s.matcher->Ended()) finish = FinishReason::kEos;
+  }
+  return Append(s, std::move(token), finish);
+}
+
 void Engine::Impl::AcceptVerified(Sequence& s, ScheduledRow& row, std::vector<GeneratedToken>& verified,
                                   GeneratedToken last) {
-  // Appends a chosen token as a decode step would (its grammar advanced, ended by it): true when the sequence ended.
-  auto append = [&](GeneratedToken token) {
-    std::optional<FinishReason> finish;
-    if (s.matcher) {
-      s.SettleMask();
-      if (!s.matcher->Accept(token.id)) {
-        Finish(s, FinishReason::kError,
-               absl::InternalError(absl::StrCat("the sampler chose token ", token.id, ", which the grammar forbids")));
-        return true;
-      }
-      if (s.matcher->Ended()) finish = FinishReason::kEos;
-    }
-    return Append(s, std::move(token), finish);
-  };
   int64_t accepted = 0;
   bool ended = false;
   for (size_t j = 0; j < verified.size() && !ended; ++j) {
     const bool agrees = verified[j].id == s.draft.at(j);
     s.Draw();  // this position's draw, used
-    ended = append(std::move(verified[j]));
+    ended = AppendChosen(s, std::move(verified[j]));
     if (!agrees) break;
     ++accepted;
   }
   if (!ended && accepted == row.draft) {
     s.Draw();
-    ended = append(std::move(last));
+    ended = AppendChosen(s, std::move(last));
   }
   row.accepted = accepted;
   s.draft_computed = std::min(s.draft_computed, row.start + row.count - row.draft + accepted);
