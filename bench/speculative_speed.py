@@ -24,6 +24,10 @@ With --method draft, a draft model (--draft-model) instead, on pairs built from 
              acceptance column), not a trained pair. alpha=1 is the random checkpoint itself and its first layer:
              the draft hardly ever agrees, the worst case.
 
+With --penalised, both sides of every comparison get a repetition, frequency and presence penalty (PENALTIES):
+strata verifies penalised requests too, each position counting the proposals before it (the repeating model's
+scaled logits keep its cycle under these penalties; before the sampler counted them, such requests never proposed).
+
 With --llama-cpp DIR (llama.cpp built with cmake, llama-server included): the checkpoints also go to GGUF (bfloat16,
 its convert_hf_to_gguf.py), and one stream is served side by side by strata-server (gRPC) without and with
 speculation, and by llama-server without and with its own (ngram: --spec-type ngram-simple, the last 3 tokens
@@ -55,6 +59,8 @@ DRAFT_TOKENS = ("--num-speculative-tokens", "4")
 LLAMA_DRAFT = ("--spec-type", "draft-simple", "--spec-draft-n-max", "4", "--spec-draft-n-min", "0",
                "--spec-draft-p-min", "0")
 ALPHAS = (0.01, 0.03, 1.0)
+# --penalised: what both sides of each comparison get.
+PENALTIES = ("--repetition-penalty", "1.1", "--frequency-penalty", "0.3", "--presence-penalty", "0.3")
 
 
 def make_draft_pair(source: pathlib.Path, work: pathlib.Path, alpha: float) -> tuple[pathlib.Path, pathlib.Path]:
@@ -154,10 +160,16 @@ def main(argv=None) -> int:
     ap.add_argument("--method", choices=("ngram", "draft"), default="ngram")
     ap.add_argument("--plan", choices=tuple(PLANS), default="cpu",
                     help="cpu: one stage; disk-behind: a disk stage behind a GPU stage run on the CPU (DISK_BEHIND)")
+    ap.add_argument("--penalised", action="store_true",
+                    help="both sides with PENALTIES (repetition, frequency and presence): each verified position "
+                         "counts the proposals before it; strata-generate only")
     ap.add_argument("--dtype", choices=("bfloat16", "float32"),
                     help="serving dtype (default: bfloat16 for ngram; float32 for draft, whose pairs' scaled layers "
                          "leave near-ties that bfloat16's rounding of a verified chunk against a decode step parts)")
     args = ap.parse_args(argv)
+    if args.penalised and args.llama_cpp:
+        ap.error("--penalised runs strata-generate alone (no served comparison)")
+    base = PENALTIES if args.penalised else ()
     dtype = args.dtype or ("bfloat16" if args.method == "ngram" else "float32")
     work = pathlib.Path(args.work) if args.work else pathlib.Path(tempfile.mkdtemp(prefix="speculative_speed_"))
     vocab = 8000
@@ -184,6 +196,8 @@ def main(argv=None) -> int:
         return [P.prompt_ids(16, vocab, salt=i + 1) for i in range(n)]
 
     flags = " ".join(SPEC) if args.method == "ngram" else "--draft-model (1 layer of 12) " + " ".join(DRAFT_TOKENS)
+    if base:
+        flags += ", both sides " + " ".join(base)
     print(f"speculative_speed: Llama ~116M {dtype} on the CPU, plan {args.plan}; {Q.cpu_line()}; "
           f"{args.threads} threads, {args.new_tokens} new tokens per stream, {flags}, {args.repeats} runs "
           "alternating", flush=True)
@@ -193,8 +207,9 @@ def main(argv=None) -> int:
         for n in sorted({1, args.streams}):
             ps = prompts(model, n)
             runs = P.alternating_runs(args.repeats, [
-                lambda: generate(models[model], ps, args.new_tokens, args.threads, (), dtype, plan),
-                lambda: generate(models[model], ps, args.new_tokens, args.threads, specs[model], dtype, plan)])
+                lambda: generate(models[model], ps, args.new_tokens, args.threads, base, dtype, plan),
+                lambda: generate(models[model], ps, args.new_tokens, args.threads, (*base, *specs[model]), dtype,
+                                 plan)])
             off, on = runs
             # Streams whose ids are equal with and without, over every run, and where the others first differ.
             pairs = [(x["ids"], y["ids"]) for a, b in zip(off, on) for x, y in zip(a["results"], b["results"])]
