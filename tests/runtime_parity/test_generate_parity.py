@@ -89,6 +89,23 @@ def test_greedy_matches_transformers(strata_generate, checkpoint, references, na
             assert max(abs(a[1] - b[1]) for a, b in zip(top, ref["top"][step])) <= LOGPROB_TOLERANCE
 
 
+@pytest.mark.parametrize("method", ["ngram", "draft"])
+@pytest.mark.parametrize("name", list(H.CONFIGS))
+def test_speculative_decoding_keeps_transformers_greedy_ids_on_every_family(strata_generate, checkpoint, references,
+                                                                            name, method):
+    # Issue 44: proposals verified K + 1 positions a pass (n-gram lookup; the model as its own draft, planned beside
+    # it) on a 2-stage plan: the ids are transformers' greedy ones (its prompt lookup and assisted generation keep
+    # them too), logprobs within the tolerance, and proposals were verified.
+    proposer = ["--speculative", "ngram"] if method == "ngram" else ["--draft-model", str(checkpoint(name))]
+    got = H.run_generate(checkpoint(name), PROMPTS, NEW_TOKENS, *plan_args(name, "two_stage"), *proposer,
+                         "--num-speculative-tokens", "4", "--speculative-cost-aware=false")
+    assert_matches(references(name), got)
+    engine = got["engine"]
+    assert engine["spec_proposed_tokens"] > 0, engine
+    if method == "draft":
+        assert engine["spec_accepted_tokens"] > 0, engine
+
+
 def test_every_architecture_has_a_parity_row(tmp_path):
     """Every architecture strata-plan supports (its own error lists them) is the class of a CONFIGS row, so the
     parity above covers each family (tests/runtime/unit_test.cc checks each family has a registry row)."""
