@@ -120,8 +120,19 @@ TEST(EngineStructured, EveryTokenIsAllowedAndTheSequenceEndsWithTheGrammar) {
 
 // One grammar, the same seed: the same output alone, beside other requests, after preemption (a KV pool too small
 // for everything at once makes the scheduler recompute), and from the prefix cache.
-TEST(EngineStructured, OutputDoesNotDependOnBatchPreemptionOrThePrefixCache) {
-  Fixture f(8, /*kv_blocks=*/8);  // 16 tokens a block: 8 sequences of up to ~45 tokens do not fit at once
+// With n-gram proposals too (verified rows preempted and recomputed, their masks per position).
+class EngineStructuredRuns : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Speculating, EngineStructuredRuns, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "ngram" : "plain"; });
+
+TEST_P(EngineStructuredRuns, OutputDoesNotDependOnBatchPreemptionOrThePrefixCache) {
+  EngineOptions options;
+  if (GetParam()) {
+    options.speculative.method = SpeculativeOptions::Method::kNgram;
+    options.speculative.min_acceptance = 0;
+    options.speculative.cost_aware = false;
+  }
+  Fixture f(8, /*kv_blocks=*/8, options);  // 16 tokens a block: 8 sequences of up to ~45 tokens do not fit at once
   ASSERT_TRUE(f.engine && f.compiler);
   auto grammar = f.Compile(structured::ConstraintKind::kJsonSchema,
                            R"({"type": "object", "properties": {"n": {"type": "integer"}, "tag": {"enum": ["x", "yy"]}},
@@ -151,6 +162,7 @@ TEST(EngineStructured, OutputDoesNotDependOnBatchPreemptionOrThePrefixCache) {
   const EngineStats stats = StatsWhenIdle(*f.engine);
   EXPECT_GT(stats.preemptions, 0u);
   EXPECT_GT(stats.prefix_hit_tokens, 0u);
+  if (GetParam()) EXPECT_GT(stats.spec_proposed_tokens, 0u);
 }
 
 // A stop string that occurs inside the constrained text does not end it; the grammar's end does.
