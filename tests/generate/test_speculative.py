@@ -117,6 +117,34 @@ def test_a_request_can_turn_it_off(stubs, spec_server, text_model):
     assert GH.metric(url, sample) == before
 
 
+def test_penalised_and_min_tokens_requests_propose_and_keep_their_text(spec_server, text_model):
+    # Each verified position's penalties count the proposals before it; before min_tokens a proposal stops where the
+    # EOS ban ends: the texts are those of the same requests with speculation off, and proposals were verified.
+    url = spec_server.metrics_url
+    sample = 'strata_spec_proposed_tokens_total{method="ngram"}'
+
+    def complete(extra: dict) -> dict:
+        body = json.dumps({"model": str(text_model[0]), "prompt": PROMPTS[0], "max_tokens": NEW_TOKENS,
+                           "temperature": 0, **extra}).encode()
+        return json.load(urllib.request.urlopen(urllib.request.Request(
+            spec_server.http_url + "/v1/completions", body, {"Content-Type": "application/json"}), timeout=60))
+
+    plain = complete({})
+    # Penalties mild enough that this model's output still repeats itself (something to propose).
+    for extra in ({"frequency_penalty": 0.05, "presence_penalty": 0.05, "repetition_penalty": 1.02},
+                  {"repetition_penalty": 1.02, "min_tokens": NEW_TOKENS // 2}):
+        time.sleep(0.6)  # the engine's counters reach /metrics every 250 ms
+        before = GH.metric(url, sample, default=0)
+        on = complete(extra)
+        proposed = GH.wait_metric(url, sample, lambda v: v > before)
+        off = complete({**extra, "speculative": False})
+        assert on["choices"][0]["text"] == off["choices"][0]["text"], extra
+        assert on["usage"] == off["usage"], extra
+        assert proposed > before, f"{extra}: nothing was proposed"
+        # The penalties change what the model says (the comparison can fail).
+        assert on["choices"][0]["text"] != plain["choices"][0]["text"], extra
+
+
 def test_the_http_field_must_be_a_boolean(spec_server, text_model):
     body = json.dumps({"model": str(text_model[0]), "prompt": [1, 2], "max_tokens": 2,
                        "speculative": "no"}).encode()
