@@ -113,13 +113,14 @@ struct Engine::Impl {
   void JumpForward(Sequence& s);
   // Speculative decoding: proposals for the idle decoding sequences, before the scheduler picks the next rows.
   void Propose();
-  // A verified row: appends the proposed tokens the model chose too, then its own choice at the first difference
-  // (or after the last); sets row.accepted.
   // Appends a token the sampler chose: the grammar first takes it (and may end the sequence); true when it ended.
   bool AppendChosen(Sequence& s, GeneratedToken token);
+  // A verified row: appends the proposed tokens the model chose too, then its own choice at the first difference
+  // (or after the last); sets row.accepted.
   void AcceptVerified(Sequence& s, ScheduledRow& row, std::vector<GeneratedToken>& verified, GeneratedToken last);
-  // How much of a constrained sequence's proposal to verify: up to and with the first token its grammar refuses (the
-  // target cannot choose it: rejected there, as a proposal drawn from q must be; nothing after it could be kept).
+  // How much of a constrained sequence's n-gram proposal to verify: up to and with the first token its grammar refuses
+  // (the target cannot choose it: rejected there; nothing after it could be kept), or to an EOS id it accepts. A draft
+  // model's proposals need no cut: DraftModel chooses them under the grammar's masks and stops at its end.
   size_t GrammarKeeps(Sequence& s, const std::vector<int32_t>& proposal);
   void LoseDevice(const absl::Status& status);
   void Publish();
@@ -734,11 +735,7 @@ void Engine::Impl::Propose() {
   for (size_t i = 0; i < drafted.size(); ++i) {
     Sequence& s = *drafted[i];
     s.draft = std::move((*proposals)[i].tokens);
-    s.draft_probs = std::move((*proposals)[i].probs);
-    if (s.matcher) {
-      s.draft.resize(GrammarKeeps(s, s.draft));
-      if (!s.draft_probs.empty()) s.draft_probs.resize(s.draft.size() * static_cast<size_t>(model.vocab_size()));
-    }
+    s.draft_probs = std::move((*proposals)[i].probs);  // (under a grammar, chosen under its masks: nothing to cut)
     s.draft_computed = requests[i].computed;
     s.draft_for = s.tokens.size();
     scheduler.Propose(s.id, static_cast<int64_t>(s.draft.size()));

@@ -60,7 +60,8 @@ void MaskFiller::Run() {
       if (j > 0 && !refused) refused = !task.matcher->Accept(task.proposals[j - 1]);
       const auto start = std::chrono::steady_clock::now();
       if (refused) {
-        std::copy(task.masks[j - 1]->Get().begin(), task.masks[j - 1]->Get().end(), mask.data());
+        const std::vector<int32_t>& before = task.masks[j - 1]->Get();
+        std::copy(before.begin(), before.end(), mask.data());
       } else {
         accepted += j > 0;
         task.matcher->FillMask(mask.data());

@@ -180,21 +180,22 @@ int64_t ProposersThatPay(const PassCosts& costs, int64_t rows, const std::vector
   return chosen;
 }
 
+bool CostProbes::Backoff::Due() {
+  if (++count < every) return false;
+  count = 0;
+  every = std::min(every * 2, kLast);
+  return true;
+}
+
+void CostProbes::Backoff::Reset() { *this = Backoff{}; }
+
 CostProbes::Step CostProbes::Next(int64_t proposers) {
   if (proposers > 0) {
-    probe_every_ = kFirst;
-    skips_ = 0;
-    if (++proposing_ < plain_every_) return Step::kPropose;
-    proposing_ = 0;
-    plain_every_ = std::min(plain_every_ * 2, kLast);
-    return Step::kPlain;
+    probe_.Reset();
+    return plain_.Due() ? Step::kPlain : Step::kPropose;
   }
-  plain_every_ = kFirst;
-  proposing_ = 0;
-  if (++skips_ < probe_every_) return Step::kSkip;
-  skips_ = 0;
-  probe_every_ = std::min(probe_every_ * 2, kLast);
-  return Step::kProbe;
+  plain_.Reset();
+  return probe_.Due() ? Step::kProbe : Step::kSkip;
 }
 
 }  // namespace strata::runtime

@@ -131,11 +131,16 @@ class CostProbes {
   Step Next(int64_t proposers);
 
  private:
-  static constexpr uint64_t kFirst = 32, kLast = 1024;
-  uint64_t skips_ = 0;  // skipped steps since the last probe or proposal
-  uint64_t probe_every_ = kFirst;
-  uint64_t proposing_ = 0;  // proposing steps since the last plain probe or skip
-  uint64_t plain_every_ = kFirst;
+  // Steps counted since the last time it was due; due every 32 steps, then 64, ... up to 1024.
+  struct Backoff {
+    static constexpr uint64_t kFirst = 32, kLast = 1024;
+    uint64_t count = 0;
+    uint64_t every = kFirst;
+    bool Due();    // counts a step: true (and the next wait doubled) when this one completes the wait
+    void Reset();  // from 32 again
+  };
+  Backoff probe_;  // skipped steps
+  Backoff plain_;  // proposing steps
 };
 
 }  // namespace strata::runtime
