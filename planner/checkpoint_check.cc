@@ -160,7 +160,8 @@ absl::Status CheckTensors(const ModelSpec& spec, const CheckpointFiles& files,
 
 }  // namespace
 
-absl::StatusOr<ModelSpec> LoadModelSpec(const std::filesystem::path& checkpoint_dir, std::optional<DType> dtype) {
+absl::StatusOr<ModelSpec> LoadModelSpec(const std::filesystem::path& checkpoint_dir, std::optional<DType> dtype,
+                                        const SpecOptions& options) {
   std::error_code ec;
   if (!fs::is_directory(checkpoint_dir, ec)) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint ", checkpoint_dir.string(), ": not a directory"));
@@ -184,7 +185,7 @@ absl::StatusOr<ModelSpec> LoadModelSpec(const std::filesystem::path& checkpoint_
   absl::StatusOr<DType> declared = ConfigDType(*config);
   if (!declared.ok()) return in_config_file(declared.status());
   if (!dtype) dtype = *declared;
-  absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(*config, *dtype);
+  absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(*config, *dtype, options);
   if (!spec.ok()) return in_config_file(spec.status());
   // The errors kept for the runtime name the file too.
   if (!spec->decoder.ok()) spec->decoder = in_config_file(spec->decoder.status());

@@ -105,6 +105,9 @@ struct DecoderConfig {
   std::string architecture;                  // ModelSpec::architecture (config.json's architectures[0])
   ModelFamily family = ModelFamily::kLlama;  // set by ModelSpecFromConfig from model_registry.cc
   int64_t num_layers = 0;
+  // The multi-token-prediction layer kept in the spec (ModelSpec::mtp_kept): its index, num_layers; -1 when none. Its
+  // per-layer settings (moe.sparse, sliding_window) are at that index.
+  int64_t mtp_layer = -1;
   // Sizes, as the module tree has them (spec_builder.h's ReadDecoderSizes and the family's own reads).
   int64_t hidden = 0;
   int64_t intermediate = 0;  // the dense MLP's (Phi-3: the split of gate_up_proj)

@@ -89,7 +89,51 @@ absl::StatusOr<const Architecture*> ResolveArchitecture(const nlohmann::json& co
   return arch;
 }
 
-absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DType dtype) {
+namespace {
+
+// SpecOptions::mtp: the family's MTP layer into the tree, as the last child of model.layers, its head tied to lm_head
+// (DeepSeek shares the output head: the planner places the layer with it, and it is not counted twice), its tensors
+// no longer ignored, its per-layer settings at its index.
+absl::Status KeepMtpLayer(ModelSpec& spec) {
+  if (!spec.mtp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: num_nextn_predict_layers: ", spec.architecture,
+                     " declares no multi-token-prediction layer, which --speculative mtp proposes with"));
+  }
+  if (!spec.decoder.ok()) return spec.decoder.status();
+  ModuleSpec* model = nullptr;
+  for (ModuleSpec& child : spec.root.children) {
+    if (child.name == "model") model = &child;
+  }
+  ModuleSpec* layers = nullptr;
+  for (ModuleSpec& child : model != nullptr ? model->children : spec.root.children) {
+    if (child.name == "model.layers") layers = &child;
+  }
+  if (model == nullptr || layers == nullptr) {
+    return absl::InternalError(absl::StrCat(spec.architecture, ": the module tree has no model.layers"));
+  }
+  const std::string prefix = spec.mtp->module.name + ".";
+  layers->children.push_back(spec.mtp->module);
+  spec.tied_weights[prefix + "shared_head.head.weight"] = "lm_head.weight";
+  spec.per_expert_storage.insert(spec.per_expert_storage.end(), spec.mtp->experts.begin(), spec.mtp->experts.end());
+  std::erase(spec.ignored_prefixes, prefix);
+  if (std::find(spec.no_split_classes.begin(), spec.no_split_classes.end(), spec.mtp->module.class_name) ==
+      spec.no_split_classes.end()) {
+    spec.no_split_classes.push_back(spec.mtp->module.class_name);
+  }
+  DecoderConfig& decoder = *spec.decoder;
+  decoder.mtp_layer = decoder.num_layers;
+  decoder.moe.sparse.resize(static_cast<size_t>(decoder.num_layers), false);
+  decoder.moe.sparse.push_back(spec.mtp->sparse);
+  decoder.sliding_window.resize(static_cast<size_t>(decoder.num_layers), 0);
+  decoder.sliding_window.push_back(0);
+  spec.mtp_kept = true;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DType dtype, const SpecOptions& options) {
   if (!config.is_object()) return absl::InvalidArgumentError("config.json: expected a JSON object");
   // Every family's config states it (its config class has a default); null or absent is "unknown". Read
   // first, for the families' RoPE defaults; an error is reported after the family's own.
@@ -105,6 +149,9 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DTyp
   spec->max_position_embeddings = *positions;
   if (auto eos = config.find("eos_token_id"); eos != config.end()) {
     spec->eos_token_ids = EosTokenIdsFromJson(*eos, "config.json");
+  }
+  if (options.mtp) {
+    if (absl::Status s = KeepMtpLayer(*spec); !s.ok()) return s;
   }
   // One place for every family: the quantized layers and the tree sized as the files hold them.
   if (absl::Status s = QuantizeSpec(config, *spec); !s.ok()) return s;

@@ -84,6 +84,24 @@ struct ExpertsStorage {
   bool fused_interleaved = false;
 };
 
+// A checkpoint's multi-token-prediction layer (DeepSeek-V3's `model.layers.<num_hidden_layers>`, its next-next-token
+// head), built by the family beside the tree and kept in it only when asked (SpecOptions::mtp: --speculative mtp).
+// Its module holds a decoder layer's children plus what the MTP adds: enorm, hnorm (the RMSNorms of the next token's
+// embedding and of the model's hidden state), eh_proj (their concatenation back to the hidden size), shared_head.norm,
+// shared_head.head (the model's lm_head, which DeepSeek shares: kept tied to it) and its own embed_tokens.
+struct MtpLayerSpec {
+  ModuleSpec module;
+  std::vector<ExpertsStorage> experts;  // a sparse layer's per-expert storage
+  bool sparse = false;                  // its MLP is the family's MoE block
+};
+
+// How a checkpoint's spec is built beyond what config.json says.
+struct SpecOptions {
+  // Keep the multi-token-prediction layer (ModelSpec::mtp) in the tree: planned with lm_head (tied to it), loaded
+  // and run as a proposer (--speculative mtp). An error naming num_nextn_predict_layers when the model has none.
+  bool mtp = false;
+};
+
 struct ModelSpec {
   std::string architecture;       // "LlamaForCausalLM", or the module tree's root class
   DType dtype = DType::kFloat32;  // the dtype the parameters were sized in
@@ -131,6 +149,10 @@ struct ModelSpec {
   // A quantized checkpoint's format and its quantized linear layers (planner/quantization.h); nullopt for a
   // dense one. The module tree holds the parameters the chosen sizing counts; `linears` what the files hold.
   std::optional<SpecQuantization> quantization;
+  // The multi-token-prediction layer the config declares (num_nextn_predict_layers), outside the tree; after
+  // SpecOptions::mtp kept it, `mtp_kept` is set and the layer is the last child of model.layers.
+  std::optional<MtpLayerSpec> mtp;
+  bool mtp_kept = false;
 };
 
 // The modules of a no-split class (a model's decoder layers), in definition order, not looking inside them.
@@ -144,7 +166,8 @@ absl::StatusOr<int64_t> SpecBytes(const ModelSpec& spec);
 // Builds the tree transformers builds for one of the architectures of model_registry.h's table from a
 // parsed config.json, with parameters in `dtype`, and reads the forward pass's settings (`decoder`) and
 // eos_token_id with it. Errors name the config field: "config.json: FIELD: what". model_registry.cc.
-absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DType dtype);
+absl::StatusOr<ModelSpec> ModelSpecFromConfig(const nlohmann::json& config, DType dtype,
+                                              const SpecOptions& options = {});
 
 // Reads a module tree JSON (format "strata.module_tree.v1", written by tools/export_module_tree.py;
 // documented in planner/README.md). Parameter dtypes are those in the file unless `dtype` is given,
@@ -159,7 +182,8 @@ absl::StatusOr<DType> ConfigDType(const nlohmann::json& config);
 // holds *.safetensors files (one file, or shards listed by model.safetensors.index.json), reads their
 // JSON headers only and checks every tensor's name, dtype and shape against the spec: missing,
 // unexpected and mis-shaped tensors are errors naming them.
-absl::StatusOr<ModelSpec> LoadModelSpec(const std::filesystem::path& checkpoint_dir, std::optional<DType> dtype);
+absl::StatusOr<ModelSpec> LoadModelSpec(const std::filesystem::path& checkpoint_dir, std::optional<DType> dtype,
+                                        const SpecOptions& options = {});
 
 // Reads a module tree file (see ModelSpecFromModuleTree).
 absl::StatusOr<ModelSpec> LoadModuleTree(const std::filesystem::path& file, std::optional<DType> dtype);

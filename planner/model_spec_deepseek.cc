@@ -7,17 +7,19 @@
 // kv_a_layernorm, kv_b_proj, o_proj); a dense DeepseekV3MLP in the first `first_k_dense_replace` layers and
 // DeepseekV3MoE (experts, gate with its persistent e_score_correction_bias buffer, shared_experts) after them.
 // Checkpoints store the experts one tensor per expert (mlp.experts.E.{gate,up,down}_proj.weight), and may carry
-// the multi-token-prediction layer as `model.layers.<num_hidden_layers>.*`, which transformers does not build and
-// strata does not load (ModelSpec::ignored_prefixes).
+// the multi-token-prediction layer as `model.layers.<num_hidden_layers>.*`, which transformers does not build:
+// strata neither plans nor loads it (ModelSpec::ignored_prefixes) unless --speculative mtp keeps it (ModelSpec::mtp).
 //
 // The forward pass's settings (ModelSpec::decoder): the MLA sizes, RoPE (default or YaRN, whose mscale_all_dim also
 // scales the softmax), the router (sigmoid, groups, correction bias, routed_scaling_factor) and the shared experts.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -188,10 +190,52 @@ absl::Status ReadRope(const json& config, int64_t max_positions, const DeepseekF
   return absl::OkStatus();
 }
 
-// The module tree under spec.root (DeepseekV3ForCausalLM): embeddings, the decoder layers (the first
-// first_k_dense_replace dense, the rest MoE, whose experts' per-expert storage it records), norm, rotary
-// embedding, LM head.
-void AddModules(const DecoderSizes& sizes, const DeepseekFields& f, DType dtype, ModelSpec& spec) {
+// Decoder layer `i` under `layer_list` as `class_name` (its first first_k_dense_replace dense, the rest MoE, whose
+// experts' per-expert storage goes to `experts`).
+ModuleSpec DecoderLayer(const ModuleSpec& layer_list, int64_t i, const std::string& class_name,
+                        const DecoderSizes& sizes, const DeepseekFields& f, DType dtype,
+                        std::vector<ExpertsStorage>& experts) {
+  const int64_t hidden = sizes.hidden;
+  ModuleSpec layer = Module(layer_list, std::to_string(i), class_name);
+  layer.children.push_back(Attention(layer, sizes, f, dtype));
+  if (i >= f.moe.first_k_dense_replace) {
+    layer.children.push_back(MoeBlock(layer, hidden, f, dtype));
+    const std::string module = layer.ChildName("mlp.experts");
+    experts.push_back(ExpertsStorage{module, module, "gate_proj.weight", "up_proj.weight", "down_proj.weight",
+                                     f.moe.n_routed_experts, hidden, f.moe.moe_intermediate, dtype});
+  } else {
+    layer.children.push_back(Mlp(layer, "mlp", hidden, sizes.intermediate, f, dtype));
+  }
+  layer.children.push_back(RmsNorm(layer, "input_layernorm", hidden, dtype));
+  layer.children.push_back(RmsNorm(layer, "post_attention_layernorm", hidden, dtype));
+  return layer;
+}
+
+// The multi-token-prediction layer `model.layers.<layers>` as DeepSeek-V3's checkpoints store it (vLLM's
+// DeepSeekMultiTokenPredictorLayer): a decoder layer plus enorm, hnorm, eh_proj, shared_head {norm, head} and
+// embed_tokens.
+MtpLayerSpec MtpLayer(const ModuleSpec& layer_list, const DecoderSizes& sizes, const DeepseekFields& f, DType dtype) {
+  const int64_t hidden = sizes.hidden;
+  MtpLayerSpec mtp;
+  mtp.sparse = sizes.layers >= f.moe.first_k_dense_replace;
+  ModuleSpec layer = DecoderLayer(layer_list, sizes.layers, "DeepseekV3MTPLayer", sizes, f, dtype, mtp.experts);
+  layer.children.push_back(RmsNorm(layer, "enorm", hidden, dtype));
+  layer.children.push_back(RmsNorm(layer, "hnorm", hidden, dtype));
+  layer.children.push_back(LinearModule(layer, "eh_proj", 2 * hidden, hidden, /*bias=*/false, dtype));
+  ModuleSpec head = Module(layer, "shared_head", "SharedHead");
+  head.children.push_back(RmsNorm(head, "norm", hidden, dtype));
+  head.children.push_back(LinearModule(head, "head", hidden, sizes.vocab, /*bias=*/false, dtype));
+  layer.children.push_back(std::move(head));
+  ModuleSpec embed = Module(layer, "embed_tokens", "Embedding");
+  embed.parameters.push_back(Tensor("weight", {sizes.vocab, hidden}, dtype));
+  layer.children.push_back(std::move(embed));
+  mtp.module = std::move(layer);
+  return mtp;
+}
+
+// The module tree under spec.root (DeepseekV3ForCausalLM): embeddings, the decoder layers, norm, rotary embedding,
+// LM head; and, when the config declares one (`nextn`), the MTP layer beside it (ModelSpec::mtp).
+void AddModules(const DecoderSizes& sizes, const DeepseekFields& f, DType dtype, int64_t nextn, ModelSpec& spec) {
   const int64_t hidden = sizes.hidden;
   ModuleSpec& root = spec.root;
   root.class_name = spec.architecture;
@@ -201,21 +245,10 @@ void AddModules(const DecoderSizes& sizes, const DeepseekFields& f, DType dtype,
   model.children.push_back(std::move(embed));
   ModuleSpec layer_list = Module(model, "layers", "ModuleList");
   for (int64_t i = 0; i < sizes.layers; ++i) {
-    ModuleSpec layer = Module(layer_list, std::to_string(i), "DeepseekV3DecoderLayer");
-    layer.children.push_back(Attention(layer, sizes, f, dtype));
-    if (i >= f.moe.first_k_dense_replace) {
-      layer.children.push_back(MoeBlock(layer, hidden, f, dtype));
-      const std::string experts = layer.ChildName("mlp.experts");
-      spec.per_expert_storage.push_back(ExpertsStorage{experts, experts, "gate_proj.weight", "up_proj.weight",
-                                                       "down_proj.weight", f.moe.n_routed_experts, hidden,
-                                                       f.moe.moe_intermediate, dtype});
-    } else {
-      layer.children.push_back(Mlp(layer, "mlp", hidden, sizes.intermediate, f, dtype));
-    }
-    layer.children.push_back(RmsNorm(layer, "input_layernorm", hidden, dtype));
-    layer.children.push_back(RmsNorm(layer, "post_attention_layernorm", hidden, dtype));
-    layer_list.children.push_back(std::move(layer));
+    layer_list.children.push_back(
+        DecoderLayer(layer_list, i, "DeepseekV3DecoderLayer", sizes, f, dtype, spec.per_expert_storage));
   }
+  if (nextn > 0) spec.mtp = MtpLayer(layer_list, sizes, f, dtype);
   model.children.push_back(std::move(layer_list));
   model.children.push_back(RmsNorm(model, "norm", hidden, dtype));
   ModuleSpec rotary = Module(model, "rotary_emb", "DeepseekV3RotaryEmbedding");
@@ -250,7 +283,13 @@ absl::StatusOr<ModelSpec> DeepseekV3SpecFromConfig(const json& config, const Arc
   spec.ignored_prefixes = {absl::StrCat("model.layers.", sizes->layers, ".")};
   spec.keep_float32 = {"e_score_correction_bias"};
 
-  AddModules(*sizes, *f, dtype, spec);
+  // DeepSeek's config.json counts its MTP layers (transformers' DeepseekV3Config does not read it); absent: none.
+  // Anything but a positive integer is none, as before strata read it (only --speculative mtp needs one).
+  int64_t nextn = 0;
+  if (auto it = config.find("num_nextn_predict_layers"); it != config.end() && it->is_number_integer()) {
+    nextn = std::max<int64_t>(0, it->get<int64_t>());
+  }
+  AddModules(*sizes, *f, dtype, nextn, spec);
   if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) {
     return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
   }

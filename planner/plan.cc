@@ -364,7 +364,7 @@ absl::StatusOr<PlannedModel> LoadAndPlace(const ModelSource& source, std::option
                                           const PlanRequest& request) {
   PlannedModel out;
   if (source.model_dir.has_value()) {
-    absl::StatusOr<ModelSpec> spec = LoadModelSpec(*source.model_dir, dtype);
+    absl::StatusOr<ModelSpec> spec = LoadModelSpec(*source.model_dir, dtype, source.spec_options);
     if (!spec.ok()) {
       return absl::Status(spec.status().code(),
                           absl::StrCat("--model ", source.model_dir->string(), ": ", spec.status().message()));

@@ -117,6 +117,7 @@ absl::Status ApplyQuantizedSizing(ModelSpec& spec, const PlanRequest& request);
 struct ModelSource {
   std::optional<std::filesystem::path> model_dir;
   std::optional<std::filesystem::path> module_tree;
+  SpecOptions spec_options;  // a checkpoint's (model_dir)
 };
 
 struct PlannedModel {

@@ -53,6 +53,9 @@ ABSL_FLAG(int64_t, max_context, 0, "KV-cache positions per slot");
 ABSL_FLAG(int64_t, warmup, 0,
           "run the batch this many times before the reported run (its ids and timings are dropped): the "
           "timings of a warm process, as llama-bench's warm-up run");
+ABSL_FLAG(std::string, speculation_trace, "",
+          "write one JSON line per verified proposal to this file (speculative decoding: {\"sequence\", \"at\", "
+          "\"proposed\", \"accepted\"}; warm-up runs' too)");
 ABSL_FLAG(bool, json, false,
           "print {\"results\": [{\"ids\", \"text\", \"logprobs\", \"top_logprobs\"}], \"load\", \"timing\"} "
           "(\"text\": the new tokens decoded, special tokens skipped; present when a tokenizer is found)");
@@ -72,16 +75,26 @@ const strata::cli::CommandLine& Command() {
 Greedy decoding of prompts, run together through the serving engine, on the devices a plan gives the model.
 )";
     command.flags = strata::planner::PlacementFlagSpecs(kPlacementFlags);
-    command.flags.insert(
-        command.flags.end(),
-        {Flag(FLAGS_prompt, "TEXT").Repeatable(), Flag(FLAGS_prompt_ids, "IDS").Repeatable(),
-         Flag(FLAGS_tokenizer, "PATH"), Flag(FLAGS_no_special_tokens), Flag(FLAGS_max_new_tokens, "N"),
-         Flag(FLAGS_top_logprobs, "K"), Flag(FLAGS_prompt_logprobs, "K"), Flag(FLAGS_presence_penalty, "F"),
-         Flag(FLAGS_frequency_penalty, "F"), Flag(FLAGS_repetition_penalty, "F"), Flag(FLAGS_logit_bias, "ID=BIAS,..."),
-         Flag(FLAGS_min_tokens, "N"), Flag(FLAGS_eos_ids, "IDS"), Flag(FLAGS_prefill_chunk, "N"),
-         Flag(FLAGS_prefix_cache), Flag(FLAGS_max_batch, "N").ShowDefault("the number of prompts"),
-         Flag(FLAGS_max_context, "N").ShowDefault("longest prompt + new tokens"), Flag(FLAGS_warmup, "N"),
-         Flag(FLAGS_json)});
+    command.flags.insert(command.flags.end(), {Flag(FLAGS_prompt, "TEXT").Repeatable(),
+                                               Flag(FLAGS_prompt_ids, "IDS").Repeatable(),
+                                               Flag(FLAGS_tokenizer, "PATH"),
+                                               Flag(FLAGS_no_special_tokens),
+                                               Flag(FLAGS_max_new_tokens, "N"),
+                                               Flag(FLAGS_top_logprobs, "K"),
+                                               Flag(FLAGS_prompt_logprobs, "K"),
+                                               Flag(FLAGS_presence_penalty, "F"),
+                                               Flag(FLAGS_frequency_penalty, "F"),
+                                               Flag(FLAGS_repetition_penalty, "F"),
+                                               Flag(FLAGS_logit_bias, "ID=BIAS,..."),
+                                               Flag(FLAGS_min_tokens, "N"),
+                                               Flag(FLAGS_eos_ids, "IDS"),
+                                               Flag(FLAGS_prefill_chunk, "N"),
+                                               Flag(FLAGS_prefix_cache),
+                                               Flag(FLAGS_max_batch, "N").ShowDefault("the number of prompts"),
+                                               Flag(FLAGS_max_context, "N").ShowDefault("longest prompt + new tokens"),
+                                               Flag(FLAGS_warmup, "N"),
+                                               Flag(FLAGS_speculation_trace, "FILE"),
+                                               Flag(FLAGS_json)});
     for (strata::cli::FlagSpec& spec : strata::runtime::SpeculativeFlagSpecs("")) {
       command.flags.push_back(std::move(spec));
     }
@@ -314,7 +327,8 @@ void PrintJson(const std::vector<strata::runtime::BatchOutput>& results, const s
                  {"offload_slot_bytes", report.offload_slot_bytes},
                  {"fp8_scaled_mm_tensors", report.fp8_scaled_mm_tensors},
                  {"kv_cache_bytes", report.kv_cache_bytes},
-                 {"stages", report.stages}};
+                 {"stages", report.stages},
+                 {"device_map", nlohmann::json::parse(strata::planner::PlanToJson(report.plan)["device_map"].dump())}};
   out["timing"] = {{"prefill_seconds", timing.prefill_seconds},
                    {"decode_seconds", timing.decode_seconds},
                    {"decode_steps", timing.decode_steps}};
@@ -380,6 +394,7 @@ int main(int argc, char** argv) {
   request.dtype = placement->dtype;
   request.quantized_sizing = placement->quantized_sizing;
   request.serving.fp8_scaled_mm = placement->fp8_scaled_mm;
+  request.mtp = speculative->method == SpeculativeOptions::Method::kMtp;
   size_t longest = 0;
   for (const auto& prompt : *prompts) longest = std::max(longest, prompt.size());
   request.serving.max_batch = counts->max_batch.value_or(static_cast<int64_t>(prompts->size()));
@@ -417,6 +432,7 @@ int main(int argc, char** argv) {
   engine_options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   engine_options.speculative = *speculative;
   engine_options.draft = draft.get();
+  engine_options.speculation_trace = absl::GetFlag(FLAGS_speculation_trace);
   if (prefill_chunk > 0) engine_options.prefill_chunk_tokens = prefill_chunk;
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Start(**model, nullptr, *eos_ids, engine_options);
   if (!engine.ok()) return FailWith(engine.status());

@@ -37,6 +37,7 @@ absl::StatusOr<runtime::ServingRequest> ServingRequestOf(const planner::Placemen
   request.kv_cache_tokens = placement.kv_cache_tokens;
   request.runtime_reserve = placement.runtime_reserve;
   request.quantized_sizing = placement.quantized_sizing;
+  request.mtp = serving.speculative.method == runtime::SpeculativeOptions::Method::kMtp;
   return request;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <fstream>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -15,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/engine/draft_model.h"
 #include "runtime/engine/mask_filler.h"
 #include "runtime/engine/output_processor.h"
@@ -76,6 +78,10 @@ struct Sequence {
   size_t draft_for = 0;  // the length of `tokens` the draft model's proposal follows (it stands until they grow)
   std::mt19937_64 draft_random;
   std::mt19937_64 accept_random;
+  // The multi-token-prediction layer's proposal (MicroBatchResult::mtp) for the token after the first `mtp_for` tokens:
+  // the next step's when `tokens` has that length then (jump-forward's tokens leave it behind).
+  int32_t mtp_proposal = -1;
+  size_t mtp_for = 0;
   std::deque<double> uniforms;
   double Draw() {
     if (uniforms.empty()) return std::uniform_real_distribution<double>(0.0, 1.0)(random);
@@ -115,6 +121,9 @@ struct Engine::Impl {
   void Propose();
   // Appends a token the sampler chose: the grammar first takes it (and may end the sequence); true when it ended.
   bool AppendChosen(Sequence& s, GeneratedToken token);
+  // Keeps result row r's multi-token-prediction proposal for the token after the sequence's new end (before the
+  // tokens are appended: `first` is the length the sequence has before its first chosen token).
+  void KeepMtpProposal(Sequence& s, const ScheduledRow& row, const MicroBatchResult& result, size_t r, int64_t first);
   // A verified row: appends the proposed tokens the model chose too, then its own choice at the first difference
   // (or after the last); sets row.accepted.
   void AcceptVerified(Sequence& s, ScheduledRow& row, std::vector<GeneratedToken>& verified, GeneratedToken last);
@@ -172,7 +181,8 @@ struct Engine::Impl {
   uint64_t spec_verifications = 0;
   uint64_t spec_skipped_steps = 0;
   std::function<void(int64_t, int64_t)> spec_observer;
-  std::map<std::pair<std::string, std::string>, uint64_t> errors;     // (stage, device) -> failed micro-batches
+  std::ofstream spec_trace;                                        // EngineOptions::speculation_trace (engine thread)
+  std::map<std::pair<std::string, std::string>, uint64_t> errors;  // (stage, device) -> failed micro-batches
   std::map<std::pair<std::string, std::string>, uint64_t> nonfinite;  // (stage, device) -> rows with NaN/inf logits
   // Requests ended kError since the last micro-batch that produced a token (EngineStats).
   int64_t failed_in_a_row = 0;
@@ -203,6 +213,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(LoadedModel& model, const 
     if (absl::Status valid = ValidateSpeculativeOptions(options.speculative); !valid.ok()) return valid;
   }
   auto impl = std::make_unique<Impl>(model, tokenizer, std::move(eos_ids), options, so);
+  if (!options.speculation_trace.empty()) {
+    impl->spec_trace.open(options.speculation_trace, std::ios::out | std::ios::trunc);
+    if (!impl->spec_trace) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--speculation-trace ", options.speculation_trace, ": cannot be written"));
+    }
+  }
   impl->kv.free = so.kv_blocks;
   ExecutorOptions eo;
   eo.stage_threads = options.stage_threads;
@@ -213,6 +230,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(LoadedModel& model, const 
   absl::StatusOr<std::unique_ptr<Executor>> executor = Executor::Start(model, eo);
   if (!executor.ok()) return executor.status();
   impl->executor = *std::move(executor);
+  if (options.speculative.method == SpeculativeOptions::Method::kMtp && !model.mtp()) {
+    return absl::InvalidArgumentError(
+        "--speculative mtp: the model was loaded without its multi-token-prediction layer (ServingRequest::mtp)");
+  }
   if (options.speculative.method == SpeculativeOptions::Method::kDraft) {
     if (options.draft == nullptr) return absl::InvalidArgumentError("--speculative draft: no draft model was loaded");
     absl::StatusOr<std::unique_ptr<DraftModel>> draft =
@@ -398,6 +419,9 @@ MicroBatchWork Engine::Impl::Build(uint64_t id, const ScheduledMicroBatch& batch
     }
     if (row.admitted) s.draft_computed = 0;  // its blocks' draft cache is not (all) its own
     r.samples = row.samples;
+    if (!row.samples && row.start + row.count < static_cast<int64_t>(s.tokens.size())) {
+      r.mtp_next = s.tokens[static_cast<size_t>(row.start + row.count)];  // a prompt chunk's next token
+    }
     const int64_t prompt = static_cast<int64_t>(s.request.prompt.size());
     if (p.prompt_logprobs >= 0 && !s.prompt_logprobs_sent) {
       // Position q's logits score prompt token q + 1; the last prompt position's choose the first new token.
@@ -556,9 +580,11 @@ void Engine::Impl::Process(MicroBatchResult result) {
         Finish(s, FinishReason::kError, absl::InternalError("a verified row came back without its verified tokens"));
         continue;
       }
+      KeepMtpProposal(s, row, result, r, row.start + row.count - row.draft);
       AcceptVerified(s, row, result.verified[r], std::move(token));
       continue;
     }
+    KeepMtpProposal(s, row, result, r, row.start + row.count);
     // A draft model's cache holds the fed tokens this step kept (AcceptVerified: also the accepted proposals).
     s.draft_computed = std::min(s.draft_computed, row.start + row.count);
     if (!AppendChosen(s, std::move(token)) && s.matcher && options.jump_forward) JumpForward(s);
@@ -650,7 +676,17 @@ void Engine::Impl::Propose() {
       scheduler.Propose(id, 0);
       continue;
     }
-    if (draft == nullptr) {
+    if (o.method == SpeculativeOptions::Method::kMtp) {
+      // One token: the layer's proposal after the sequence's last token, when the last pass made one there.
+      s->draft.clear();
+      if (s->mtp_proposal >= 0 && s->mtp_for == s->tokens.size()) s->draft.push_back(s->mtp_proposal);
+      if (s->matcher && !s->draft.empty()) s->draft.resize(GrammarKeeps(*s, s->draft));
+      room = static_cast<int64_t>(s->draft.size());
+      if (room == 0) {
+        scheduler.Propose(id, 0);
+        continue;
+      }
+    } else if (draft == nullptr) {
       s->draft = ProposeNgram(s->tokens, o.ngram_min, o.ngram_max, static_cast<int32_t>(room));
       if (s->matcher) s->draft.resize(GrammarKeeps(*s, s->draft));
       room = static_cast<int64_t>(s->draft.size());
@@ -771,6 +807,23 @@ bool Engine::Impl::AppendChosen(Sequence& s, GeneratedToken token) {
   return Append(s, std::move(token), finish);
 }
 
+void Engine::Impl::KeepMtpProposal(Sequence& s, const ScheduledRow& row, const MicroBatchResult& result, size_t r,
+                                   int64_t first) {
+  if (r >= result.mtp.size() || result.mtp[r].size() != static_cast<size_t>(row.draft) + 1) {
+    s.mtp_proposal = -1;
+    return;
+  }
+  // The row's positions chose c_0, c_1, ...: the sequence keeps the proposals up to the first c_j that differs from
+  // its proposal (or all and the bonus c_draft), so it ends with c_j, after which the layer proposed mtp[r][j].
+  size_t j = 0;
+  while (j < static_cast<size_t>(row.draft) && j < result.verified[r].size() &&
+         result.verified[r][j].id == s.draft.at(j)) {
+    ++j;
+  }
+  s.mtp_proposal = result.mtp[r][j];
+  s.mtp_for = static_cast<size_t>(first) + j + 1;
+}
+
 void Engine::Impl::AcceptVerified(Sequence& s, ScheduledRow& row, std::vector<GeneratedToken>& verified,
                                   GeneratedToken last) {
   int64_t accepted = 0;
@@ -798,6 +851,12 @@ void Engine::Impl::AcceptVerified(Sequence& s, ScheduledRow& row, std::vector<Ge
     observe = spec_observer;
   }
   if (observe) observe(row.draft, accepted);
+  if (spec_trace.is_open()) {
+    spec_trace << "{\"sequence\": " << s.id << ", \"at\": " << row.start + row.count - row.draft << ", \"proposed\": ["
+               << absl::StrJoin(s.draft.begin(), s.draft.begin() + row.draft, ", ") << "], \"accepted\": " << accepted
+               << "}\n";
+    spec_trace.flush();
+  }
   if (!ended && s.matcher && options.jump_forward) JumpForward(s);
 }
 

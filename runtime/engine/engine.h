@@ -142,6 +142,11 @@ struct EngineOptions {
   // SpeculativeOptions::Method::kDraft: the draft model (draft_model.h), loaded beside the target with a KV pool of as
   // many blocks of as many positions. Not owned; it must outlive the engine.
   LoadedModel* draft = nullptr;
+  // Speculative decoding's trace (strata-generate --speculation-trace): a file that gets one JSON line per verified
+  // proposal, {"sequence", "at" (the first proposed token's position), "proposed" (ids), "accepted" (how many were
+  // kept)}, to see what a proposer proposes. Empty: none. Start fails with InvalidArgument naming it when it cannot
+  // be written.
+  std::string speculation_trace;
 };
 
 // Failed micro-batches per stage.

@@ -10,9 +10,10 @@ namespace strata::runtime {
 absl::StatusOr<SpeculativeOptions::Method> ParseSpeculativeMethod(const std::string& text) {
   if (text == "ngram") return SpeculativeOptions::Method::kNgram;
   if (text == "draft") return SpeculativeOptions::Method::kDraft;
+  if (text == "mtp") return SpeculativeOptions::Method::kMtp;
   if (text == "none" || text.empty()) return SpeculativeOptions::Method::kNone;
   return absl::InvalidArgumentError(
-      absl::StrCat("--speculative: unknown method \"", text, "\" (expected ngram, draft or none)"));
+      absl::StrCat("--speculative: unknown method \"", text, "\" (expected ngram, draft, mtp or none)"));
 }
 
 const char* SpeculativeMethodName(SpeculativeOptions::Method method) {
@@ -21,6 +22,8 @@ const char* SpeculativeMethodName(SpeculativeOptions::Method method) {
       return "ngram";
     case SpeculativeOptions::Method::kDraft:
       return "draft";
+    case SpeculativeOptions::Method::kMtp:
+      return "mtp";
     case SpeculativeOptions::Method::kNone:
       break;
   }

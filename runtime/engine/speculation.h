@@ -23,8 +23,10 @@
 namespace strata::runtime {
 
 struct SpeculativeOptions {
-  // kNgram: prompt lookup (ProposeNgram); kDraft: a draft model (draft_model.h).
-  enum class Method { kNone, kNgram, kDraft };
+  // kNgram: prompt lookup (ProposeNgram); kDraft: a draft model (draft_model.h); kMtp: the checkpoint's
+  // multi-token-prediction layer (runtime/model/mtp.h), which each forward pass runs after sampling: one token a step,
+  // its argmax, verified as a fixed proposal (vLLM's rule for its MTP and EAGLE drafts).
+  enum class Method { kNone, kNgram, kDraft, kMtp };
   Method method = Method::kNone;
   std::string draft_model;  // --draft-model: the draft's checkpoint folder (kDraft)
   int32_t tokens = 4;       // proposed tokens per step at most (--num-speculative-tokens)
@@ -40,7 +42,7 @@ struct SpeculativeOptions {
   bool cost_aware = true;
 };
 
-// "ngram" | "draft" | "none" into the method; the error names the flag's value.
+// "ngram" | "draft" | "mtp" | "none" into the method; the error names the flag's value.
 absl::StatusOr<SpeculativeOptions::Method> ParseSpeculativeMethod(const std::string& text);
 const char* SpeculativeMethodName(SpeculativeOptions::Method method);
 // The options' ranges; the error names the offending field.

@@ -4,8 +4,10 @@
 
 ABSL_FLAG(std::string, speculative, "none",
           "speculative decoding: none | ngram (each sequence proposes what followed the latest earlier occurrence of "
-          "its last tokens) | draft (a smaller model of the same vocabulary proposes them, --draft-model); one forward "
-          "pass verifies them all: greedy ids are those of decoding without it, sampled tokens are distributed alike");
+          "its last tokens) | draft (a smaller model of the same vocabulary proposes them, --draft-model) | mtp (the "
+          "checkpoint's multi-token-prediction layer, DeepSeek-V3's, proposes one token a step; planned with lm_head); "
+          "one forward pass verifies them all: greedy ids are those of decoding without it, sampled tokens are "
+          "distributed alike");
 ABSL_FLAG(std::string, draft_model, "",
           "the draft model's checkpoint folder (same tokenizer as the model; implies --speculative draft): planned "
           "with the model's --device-map, --max-memory and --dtype, with a KV pool of as many blocks");

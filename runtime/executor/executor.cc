@@ -2,6 +2,7 @@
 
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/index_copy.h>
 #include <ATen/ops/index_select.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
@@ -96,7 +97,7 @@ struct Executor::Impl {
   // On the last stage's worker, after its units: sample the rows that sample and score the prompt
   // positions asked for, on its stream.
   void Sample(MicroBatch& mb) {
-    if (mb.sampling_rows == 0 && !mb.score_index.defined()) return;
+    if (mb.sampling_rows == 0 && !mb.score_index.defined() && !mb.mtp_next.defined()) return;
     const Stage& last = pipeline.stages().back();
     std::optional<c10::StreamGuard> guard;
     if (last.stream) guard.emplace(*last.stream);
@@ -107,6 +108,16 @@ struct Executor::Impl {
         logits = logits.index_select(0, mb.sample_index.to(logits.device(), /*non_blocking=*/true));
       }
       mb.samples = SampleAsync(logits, mb.sampling, &penalty_pool);
+    }
+    if (mb.mtp_next.defined()) {
+      // The MTP layer over every fed token (its KV pool follows the model's), each with the token after it: at the
+      // sampled positions the one just chosen. It proposes at those positions.
+      at::Tensor next = mb.mtp_next.to(all.device(), /*non_blocking=*/true);
+      if (mb.sampling_rows > 0) {
+        next.index_copy_(0, mb.mtp_rows.to(all.device(), /*non_blocking=*/true), mb.samples.ids);
+      }
+      at::Tensor proposals = pipeline.RunMtp(mb.batch, mb.activation.normed, next, mb.mtp_rows);
+      if (mb.sampling_rows > 0) mb.mtp = IdsToHostAsync(proposals);
     }
     if (mb.score_index.defined()) {
       at::Tensor logits = all.index_select(0, mb.score_index.to(all.device(), /*non_blocking=*/true));
@@ -320,9 +331,18 @@ std::unique_ptr<MicroBatch> Executor::Impl::StageInputs(MicroBatchWork work) {
     mb->score_first.assign(static_cast<size_t>(n), 0);
     int64_t next = 0;
     int64_t offset = 0;
+    const bool mtp = pipeline.mtp() != nullptr;
+    if (mtp) mb->mtp_next = pipeline.HostBuffer({tokens}, at::kLong);
     for (size_t g = 0; g < counts.size(); ++g) {
       b.groups.push_back(StageGroup(pipeline, rows, members[g], counts[g], b.ids.data_ptr<int64_t>() + offset));
       for (int64_t r : members[g]) {
+        if (mtp) {
+          // Each fed token's next: the next fed one, after the last the known one (or the choice, written later).
+          int64_t* next = mb->mtp_next.data_ptr<int64_t>() + offset;
+          const std::vector<int32_t>& fed = rows[r].tokens;
+          for (size_t k = 0; k + 1 < fed.size(); ++k) next[k] = fed[k + 1];
+          next[fed.size() - 1] = std::max<int32_t>(rows[r].mtp_next, 0);
+        }
         const std::vector<int32_t>& targets = rows[r].prompt_targets;
         mb->score_first[r] = score_index.size();
         for (size_t k = 0; k < targets.size(); ++k) {
@@ -393,6 +413,12 @@ std::unique_ptr<MicroBatch> Executor::Impl::StageInputs(MicroBatchWork work) {
       add(&rows[r], logits_row[r]);
     }
     mb->sampling_rows = static_cast<int64_t>(sampling.size());
+    if (mtp) {
+      mb->mtp_rows = pipeline.HostBuffer({mb->sampling_rows}, at::kLong);
+      for (size_t k = 0; k < sample_rows.size(); ++k) {
+        mb->mtp_rows.data_ptr<int64_t>()[k] = b.last.data_ptr<int64_t>()[sample_rows[k]];
+      }
+    }
     if (!sampling.empty()) {
       mb->sampling = StageSamplingInputs(sampling, pipeline.uses_cuda(), &penalty_slots);
       if (mb->sampling_rows != logits_rows || !in_order) {
@@ -571,6 +597,12 @@ MicroBatchResult Executor::Impl::Finish(std::unique_ptr<MicroBatch> mb) {
       // Waits on this micro-batch's copy event only.
       std::vector<std::vector<float>> probs;
       std::vector<GeneratedToken> tokens = FinishSamples(mb->samples, mb->sampling, &probs);
+      const int64_t* proposals = nullptr;  // the MTP layer's, one per sampling row
+      if (mb->mtp.host.defined()) {
+        if (mb->mtp.ready) mb->mtp.ready->synchronize();
+        proposals = mb->mtp.host.data_ptr<int64_t>();
+        result.mtp.resize(mb->work.rows.size());
+      }
       size_t next_probs = 0;
       const Stage& last = stages.back();
       size_t k = 0;
@@ -588,6 +620,11 @@ MicroBatchResult Executor::Impl::Finish(std::unique_ptr<MicroBatch> mb) {
         if (row.sampling.return_probs && next_probs < probs.size()) {
           result.probs.resize(mb->work.rows.size());
           result.probs[r] = std::move(probs[next_probs++]);
+        }
+        if (proposals != nullptr) {
+          for (size_t j = k - static_cast<size_t>(row.verify); j <= k; ++j) {
+            result.mtp[r].push_back(static_cast<int32_t>(proposals[j]));
+          }
         }
         GeneratedToken& token = tokens.at(k++);
         if (finite && std::isfinite(token.logprob)) {
@@ -621,6 +658,7 @@ MicroBatchResult Executor::Impl::Finish(std::unique_ptr<MicroBatch> mb) {
     result.verified.clear();
     result.prompt_logprobs.clear();
     result.probs.clear();
+    result.mtp.clear();
   }
   return result;
 }

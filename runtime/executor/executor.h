@@ -154,6 +154,9 @@ struct BatchRow {
   std::vector<double> verify_accept_uniforms;
   // A constrained row (sampling.allowed, its last position's): the mask of each verified position before it.
   std::vector<std::shared_ptr<AllowedTokens>> verify_allowed;
+  // A model with a multi-token-prediction layer (LoadedModel::mtp): the token after the row's last fed one where it is
+  // known and not chosen here (a prompt chunk's next); -1: none (a sampling row's is the one chosen).
+  int32_t mtp_next = -1;
 };
 
 struct MicroBatchWork {
@@ -174,6 +177,9 @@ struct MicroBatchResult {
   std::vector<std::vector<GeneratedToken>> prompt_logprobs;
   // Per row with RowSampling::return_probs: the distribution its token was drawn from (vocab floats); else empty.
   std::vector<std::vector<float>> probs;
+  // A model with a multi-token-prediction layer: per sampling row, the layer's proposal for the token after each
+  // position's choice (its verify positions', then its last one's: verify + 1 ids); empty for other rows.
+  std::vector<std::vector<int32_t>> mtp;
   // Not OK when a stage (or the sampler) failed: INTERNAL naming the stage, its device and the error.
   absl::Status status;
   std::string failed_stage;   // the index of the stage that failed ("1"), for metrics

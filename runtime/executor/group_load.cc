@@ -130,6 +130,12 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> GroupFacts(cons
 }
 
 absl::StatusOr<LoadOptions> PlanForGroup(NodeGroup& group, ServingRequest request) {
+  if (request.mtp) {
+    return absl::InvalidArgumentError(
+        "--speculative mtp: not in a group of nodes yet (the MTP layer's proposals come back from the last stage, "
+        "which "
+        "the group's result message does not carry); use ngram or a draft model there");
+  }
   // The leader's links are all made: heartbeats keep them alive while it plans and loads (workers that load
   // sooner wait on them with their --group-deadline).
   group.StartHeartbeat();

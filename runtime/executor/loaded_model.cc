@@ -64,6 +64,7 @@ absl::StatusOr<std::pair<int64_t, int64_t>> KvPoolBlocks(int64_t max_batch, int6
   }
   return std::pair{blocks, kv_block_tokens};
 }
+bool LoadedModel::mtp() const { return impl_->pipeline->mtp() != nullptr; }
 int64_t LoadedModel::recompute_threshold() const { return impl_->pipeline->recompute_threshold(); }
 Pipeline& LoadedModel::pipeline() { return *impl_->pipeline; }
 
@@ -117,8 +118,8 @@ absl::StatusOr<LoadOptions> PlanLoad(const ServingRequest& request) {
   plan_request.quantized_sizing = request.quantized_sizing;
   // The spec checks every checkpoint header against the expected tensors (missing, unexpected,
   // mis-shaped): the one list of what the model needs. The server plans with the same function.
-  absl::StatusOr<planner::PlannedModel> planned =
-      planner::LoadAndPlace(planner::ModelSource{request.model_dir, std::nullopt}, dtype, plan_request);
+  absl::StatusOr<planner::PlannedModel> planned = planner::LoadAndPlace(
+      planner::ModelSource{request.model_dir, std::nullopt, {.mtp = request.mtp}}, dtype, plan_request);
   if (!planned.ok()) return planned.status();
   const planner::DType serving = planned->spec.dtype;
   if (serving != planner::DType::kFloat32 && serving != planner::DType::kFloat16 &&

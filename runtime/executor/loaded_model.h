@@ -45,6 +45,9 @@ struct ServingRequest {
   std::vector<int> gpu_nodes;
   int node = 0;
   std::set<int> gpus_on_cpu;
+  // --speculative mtp: the checkpoint's multi-token-prediction layer is planned (with lm_head) and loaded
+  // (planner::SpecOptions::mtp).
+  bool mtp = false;
 };
 
 // The KV pool of a ServingRequest: (blocks, block_tokens); errors name the flag.
@@ -101,6 +104,8 @@ class LoadedModel {
   int64_t max_context() const;  // positions a sequence may reach
   int64_t kv_blocks() const;    // blocks in each stage's KV pool
   int64_t kv_block_tokens() const;
+  // Whether the multi-token-prediction layer was loaded (ServingRequest::mtp): each forward pass proposes a token.
+  bool mtp() const;
   // longrope (Phi-3): original_max_position_embeddings, past which a sequence's cache is recomputed; else 0.
   int64_t recompute_threshold() const;
   // The stages and their KV caches, for the engine (runtime/engine/engine.h). Internal: its header has ATen.

@@ -2,6 +2,7 @@
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
@@ -19,6 +20,7 @@
 #include "planner/inventory.h"
 #include "runtime/executor/torch_info.h"
 #include "runtime/model/moe.h"
+#include "runtime/model/mtp.h"
 #include "runtime/model/quantized_linear.h"
 
 namespace strata::runtime {
@@ -120,6 +122,9 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Build(const planner::ModelSp
   WeightLoader loader(checkpoint, options.dtype, options.serving.fp8_scaled_mm);
   absl::StatusOr<std::vector<std::string>> labels = pipeline->LoadUnits(spec, plan, devices, loader);
   if (!labels.ok()) return labels.status();
+  if (spec.mtp_kept) {
+    if (absl::Status s = pipeline->LoadMtp(spec, plan, devices, loader, *labels); !s.ok()) return s;
+  }
   pipeline->load_stats_ = loader.stats();
   pipeline->FormStages(config, *labels);
   return pipeline;
@@ -259,6 +264,48 @@ absl::Status Pipeline::LoadExpertsOf(const planner::ModelSpec& spec, const plann
   return absl::OkStatus();
 }
 
+absl::Status Pipeline::LoadMtp(const planner::ModelSpec& spec, const planner::Plan& plan, const Devices& devices,
+                               WeightLoader& loader, const std::vector<std::string>& labels) {
+  absl::StatusOr<MtpUnitModule> found = FindMtpUnitModule(spec);
+  if (!found.ok()) return found.status();
+  if (!options_.gpu_nodes.empty()) {
+    return absl::InvalidArgumentError("--speculative mtp: not in a group of nodes yet");
+  }
+  MtpLayer mtp;
+  Unit& unit = mtp.layer;
+  unit.kind = UnitKind::kDecoderLayer;
+  unit.layer = found->index;
+  unit.module = found->layer.name;
+  absl::StatusOr<std::vector<std::string>> names =
+      UnitTensorNames(UnitModule{UnitKind::kDecoderLayer, found->index, &found->layer}, config_,
+                      spec.quantization ? &*spec.quantization : nullptr);
+  if (!names.ok()) return names.status();
+  absl::StatusOr<std::string> label = LoadUnitWeights(spec, plan, devices, loader, *names, unit);
+  if (!label.ok()) return label.status();
+  if (absl::Status s = LoadExpertsOf(spec, plan, devices, loader, unit); !s.ok()) return s;
+  Unit extras;  // read as a decoder layer's: eh_proj by Linear
+  extras.kind = UnitKind::kDecoderLayer;
+  extras.module = unit.module;
+  absl::StatusOr<std::string> extras_label = LoadUnitWeights(spec, plan, devices, loader, found->extras, extras);
+  if (!extras_label.ok()) return extras_label.status();
+  // It runs after the LM head, on its stage, from the final norm's output: all three on one device.
+  const Unit& norm = units_.at(units_.size() - 2);
+  const Unit& head = units_.back();
+  const std::string& head_label = labels.back();
+  const std::string& norm_label = labels.at(labels.size() - 2);
+  if (*label != head_label || *extras_label != head_label || norm_label != head_label || unit.device != head.device ||
+      extras.device != head.device || norm.device != head.device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--speculative mtp: the plan puts ", unit.module, " on device ", *label, ", ", norm.module, " on ", norm_label,
+        " and ", head.module, " on ", head_label,
+        "; the multi-token-prediction layer runs after the LM head from the final norm's output, on its device: "
+        "place the three together"));
+  }
+  mtp.extras = std::move(extras.weights);
+  mtp_ = std::move(mtp);
+  return absl::OkStatus();
+}
+
 int Pipeline::NodeOf(const planner::Device& device) const {
   if (!device.is_gpu() || device.index < 0 || static_cast<size_t>(device.index) >= options_.gpu_nodes.size()) return 0;
   return options_.gpu_nodes[static_cast<size_t>(device.index)];
@@ -318,6 +365,22 @@ void Pipeline::FormStages(const planner::DecoderConfig& config, const std::vecto
     }
     if (unit.offloaded() && unit.device.is_cuda() && !stage.copy_stream) {
       stage.copy_stream = CudaStreamFromPool(unit.device);
+    }
+  }
+  // The MTP layer's KV pool: one more layer of the last stage's (LoadMtp put it there).
+  if (mtp_) {
+    Stage& stage = stages_.back();
+    const Unit& unit = mtp_->layer;
+    stage.windows.insert(0);
+    std::optional<c10::StreamGuard> on_stage_stream;
+    if (stage.stream) on_stage_stream.emplace(*stage.stream);
+    if (config_.mla.kv_lora_rank > 0) {
+      stage.kv.AddLatentLayer(unit.layer, unit.device, options_.dtype, options_.kv_blocks,
+                              options_.serving.kv_block_tokens,
+                              config_.mla.kv_lora_rank + config_.mla.qk_rope_head_dim);
+    } else {
+      stage.kv.AddLayer(unit.layer, unit.device, options_.dtype, options_.kv_blocks, options_.serving.kv_block_tokens,
+                        config_.num_kv_heads, config_.head_dim);
     }
   }
   // Each stage with offloaded units gets its two slots, sized to its largest one, once.
@@ -487,8 +550,17 @@ void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation
       if (next.offloaded()) ahead = stage.offload->Fill(next.weight_ptrs(), stage.copy_stream);
     }
     KvLayer* cache = unit.kind == UnitKind::kDecoderLayer ? &stage.kv.layer(unit.layer) : nullptr;
+    // With an MTP layer the final norm keeps every fed token (RunMtp reads them all); the LM head reads `last`.
+    const bool keep_normed = mtp_ && unit.kind == UnitKind::kFinalNorm;
     try {
-      hidden = RunUnit(unit, weights, config_, hidden, attention, cache, last);
+      if (keep_normed) {
+        const at::Tensor every = at::arange(hidden.size(1), at::TensorOptions().dtype(at::kLong).device(stage.device));
+        activation.normed = RunUnit(unit, weights, config_, hidden, attention, cache, every);
+        hidden =
+            activation.normed.size(0) == last.size(0) ? activation.normed : activation.normed.index_select(0, last);
+      } else {
+        hidden = RunUnit(unit, weights, config_, hidden, attention, cache, last);
+      }
     } catch (...) {
       // What was queued may still read the slot: the next fill must wait for it all the same.
       if (slot) stage.offload->Release(*slot, stage.stream);
@@ -504,6 +576,30 @@ void Pipeline::RunStage(size_t index, const ForwardBatch& batch, StageActivation
     activation.produced.reset();
   }
   activation.producer = &stage;
+}
+
+at::Tensor Pipeline::RunMtp(const ForwardBatch& batch, const at::Tensor& normed, const at::Tensor& next,
+                            const at::Tensor& rows) {
+  Stage& stage = stages_.back();
+  AttentionBatch attention;
+  std::vector<at::Tensor> positions;
+  int64_t offset = 0;
+  for (const ForwardGroup& group : batch.groups) {
+    attention.groups.push_back(GroupAttention(stage, group, offset, options_));
+    positions.push_back(attention.groups.back().positions.reshape({-1}));
+    offset += group.rows * group.count;
+  }
+  std::vector<WeightTensor> extras;
+  for (const Weight& w : mtp_->extras) extras.push_back(w.Use());
+  const MtpWeights w{extras.at(0), extras.at(1), extras.at(2),
+                     extras.at(3), extras.at(4), units_.back().weights.front().Use()};
+  std::vector<WeightTensor> layer;
+  for (const Weight& weight : mtp_->layer.weights) layer.push_back(weight.Use());
+  const at::Tensor picked = OnDevice(rows, stage.device);
+  at::Tensor x = MtpLayerInput(w, normed.select(1, 0), next, at::cat(positions), config_.rms_norm_eps);
+  x = RunUnit(mtp_->layer, layer, config_, x, attention, &stage.kv.layer(mtp_->layer.layer), picked);
+  if (rows.numel() == 0) return at::Tensor();  // a pass that samples nothing: the KV pool is what it was for
+  return MtpProposals(w, x.select(0, 0).index_select(0, picked), config_.rms_norm_eps);
 }
 
 int64_t Pipeline::kv_cache_bytes() const {
@@ -530,6 +626,11 @@ std::string Pipeline::Describe() const {
     }
     lines.push_back(absl::StrCat("stage ", s, " (plan device ", stage.label, " on ", stage.device.str(),
                                  "): ", modules.front(), modules.size() > 1 ? " .. " + modules.back() : "", offload));
+  }
+  if (mtp_) {
+    const Stage& last = stages_.back();
+    lines.push_back(absl::StrCat("multi-token prediction: ", mtp_->layer.module, " after ", units_.back().module,
+                                 " (plan device ", last.label, " on ", last.device.str(), ")"));
   }
   // Experts placed apart from their layer (moe.h): one line per layer, after the stages.
   for (const Stage& stage : stages_) {

@@ -98,8 +98,18 @@ struct ForwardBatch {
 // the event recorded after writing it.
 struct StageActivation {
   at::Tensor hidden;  // ids before the first stage; logits after the last
+  // With a multi-token-prediction layer: the final norm's output for every fed token [tokens, 1, hidden] (the LM head
+  // reads the `last` ones), on the last stage, for Pipeline::RunMtp.
+  at::Tensor normed;
   std::optional<c10::Event> produced;
   const Stage* producer = nullptr;  // the stage that wrote `hidden`
+};
+
+// A kept multi-token-prediction layer (planner::ModelSpec::mtp_kept; runtime/model/mtp.h), loaded on the last
+// stage, beside the final norm and the LM head whose weight it shares.
+struct MtpLayer {
+  Unit layer;                  // its decoder layer (layer index DecoderConfig::mtp_layer), run by the family's runner
+  std::vector<Weight> extras;  // embed_tokens, enorm, hnorm, eh_proj, shared_head.norm (MtpUnitModule::extras)
 };
 
 class Pipeline {
@@ -115,6 +125,14 @@ class Pipeline {
   void RunStage(size_t stage, const ForwardBatch& batch, StageActivation& activation);
   // After the last stage: order the caller's current stream after the logits' producer.
   void AwaitOutput(StageActivation& activation);
+  // The multi-token-prediction layer, null when the spec kept none.
+  const MtpLayer* mtp() const { return mtp_ ? &*mtp_ : nullptr; }
+  // On the last stage's worker, after sampling (its stream current): the MTP layer over every fed token of `batch`
+  // (writing its KV pool), each with `normed` (StageActivation::normed) and the token after it, `next` (int64
+  // [tokens] on the device: the next fed token, or the one chosen there); returns the proposals at the packed
+  // positions `rows` (int64 [k], host), int64 [k] on the device.
+  at::Tensor RunMtp(const ForwardBatch& batch, const at::Tensor& normed, const at::Tensor& next,
+                    const at::Tensor& rows);
 
   // A host tensor to stage inputs in: pinned when a stage runs on CUDA (its copies are then asynchronous
   // and the caching host allocator keeps the block until they complete), pageable otherwise.
@@ -147,11 +165,16 @@ class Pipeline {
                              WeightLoader& loader, Unit& unit);
   void FormStages(const planner::DecoderConfig& config, const std::vector<std::string>& labels);
   int NodeOf(const planner::Device& device) const;  // the group node of a plan device
+  // Build's step for a kept MTP layer, after LoadUnits: its weights on the LM head's device (an error naming the
+  // module when the plan put it, the final norm or the LM head elsewhere).
+  absl::Status LoadMtp(const planner::ModelSpec& spec, const planner::Plan& plan, const Devices& devices,
+                       WeightLoader& loader, const std::vector<std::string>& labels);
 
   DecoderConfig config_;
   PipelineOptions options_;
   std::vector<Unit> units_;
   std::vector<Stage> stages_;
+  std::optional<MtpLayer> mtp_;
   WeightLoadStats load_stats_;
   bool uses_cuda_ = false;
   int64_t recompute_threshold_ = 0;

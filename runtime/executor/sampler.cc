@@ -533,7 +533,9 @@ PendingSamples SampleAsync(const at::Tensor& logits, const SamplingInputs& input
   }
   at::Tensor probs;
   if (!inputs.probs_rows.empty()) probs = ReturnedProbs(scores, ids, inputs, params);
-  return PackAsync(ids, at::log_softmax(masked, 1), inputs.top_logprobs, probs);
+  PendingSamples pending = PackAsync(ids, at::log_softmax(masked, 1), inputs.top_logprobs, probs);
+  pending.ids = ids.reshape({-1}).to(at::kLong);
+  return pending;
 }
 
 std::vector<GeneratedToken> FinishSamples(PendingSamples& pending, const SamplingInputs& inputs,
@@ -557,6 +559,20 @@ PendingSamples ScoreAsync(const at::Tensor& logits, const at::Tensor& targets, i
 
 std::vector<GeneratedToken> FinishScores(PendingSamples& pending, const std::vector<int32_t>& row_top) {
   return Unpack(pending, row_top);
+}
+
+PendingSamples IdsToHostAsync(const at::Tensor& ids) {
+  PendingSamples pending;
+  const at::Device device = ids.device();
+  if (device.is_cpu()) {
+    pending.host = ids.contiguous();
+    return pending;
+  }
+  pending.host = at::empty(ids.sizes(), at::TensorOptions().dtype(ids.scalar_type()).pinned_memory(device.is_cuda()));
+  pending.host.copy_(ids, /*non_blocking=*/true);
+  pending.ready.emplace(device.type());
+  pending.ready->record(CurrentStream(device));
+  return pending;
 }
 
 }  // namespace strata::runtime

@@ -119,6 +119,7 @@ SamplingInputs StageSamplingInputs(const std::vector<const BatchRow*>& rows, boo
 // tensor is complete on return).
 struct PendingSamples {
   at::Tensor host;
+  at::Tensor ids;    // SampleAsync's: int64 [rows] on the logits' device, the ids chosen
   at::Tensor probs;  // float32 [probs_rows, vocab] on the host, when rows asked for them (SamplingInputs::probs_rows)
   std::optional<c10::Event> ready;
 };
@@ -127,6 +128,9 @@ struct PendingSamples {
 // pinned host memory. logits: float32 [inputs.rows(), vocab].
 // `pool` may be null: a pool of this call's alone (rows staged without PenaltySlots).
 PendingSamples SampleAsync(const at::Tensor& logits, const SamplingInputs& inputs, PenaltyPool* pool = nullptr);
+
+// Ids (int64 on a device) on their way to the host, as SampleAsync's results: `host` and `ready`.
+PendingSamples IdsToHostAsync(const at::Tensor& ids);
 
 // Waits on `ready` (that event only: no device or stream synchronisation) and unpacks one token per row,
 // each with its own top_logprobs, and (when `probs` is given) the distributions of the probs_rows, in order.

@@ -50,7 +50,13 @@ struct MicroBatch {
   std::vector<int32_t> score_top;
   std::vector<size_t> score_first;  // per row: its first entry (rows are scored group after group)
   PendingSamples scores;            // after the last stage: on their way to the host
-  std::exception_ptr error;         // a stage threw (the batch skips the remaining stages)
+  // A multi-token-prediction layer (Pipeline::mtp): host int64 [tokens] each fed token's next token (the next fed one;
+  // at a sampled position overwritten by the token chosen there), host int64 [sampling_rows] the packed positions of
+  // the sampling rows, and after the last stage their proposals on the way to the host.
+  at::Tensor mtp_next;
+  at::Tensor mtp_rows;
+  PendingSamples mtp;
+  std::exception_ptr error;  // a stage threw (the batch skips the remaining stages)
   size_t failed_stage = 0;
   // A group (group.h): the result another node sent for it, or the group's loss; WaitCompleted returns it as is.
   std::optional<MicroBatchResult> remote_result;

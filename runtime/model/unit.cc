@@ -98,11 +98,40 @@ absl::StatusOr<std::vector<UnitModule>> UnitModules(const planner::ModelSpec& sp
   if (head == nullptr) return missing("lm_head");
   std::vector<UnitModule> units = {{UnitKind::kEmbedding, -1, embed}};
   for (const planner::ModuleSpec& layer : layers->children) {
+    // A kept multi-token-prediction layer (the last child) is not one of the forward pass's (MtpUnitModule).
+    if (spec.mtp_kept && &layer == &layers->children.back()) break;
     units.push_back({UnitKind::kDecoderLayer, static_cast<int64_t>(units.size() - 1), &layer});
   }
   units.push_back({UnitKind::kFinalNorm, -1, norm});
   units.push_back({UnitKind::kLmHead, -1, head});
   return units;
+}
+
+absl::StatusOr<MtpUnitModule> FindMtpUnitModule(const planner::ModelSpec& spec) {
+  const planner::ModuleSpec* model = Child(spec.root, "model");
+  const planner::ModuleSpec* layers = model != nullptr ? Child(*model, "layers") : nullptr;
+  if (!spec.mtp_kept || layers == nullptr || layers->children.empty() || !spec.decoder.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec.architecture, ": the spec keeps no multi-token-prediction layer"));
+  }
+  MtpUnitModule out;
+  const planner::ModuleSpec& layer = layers->children.back();
+  out.layer = layer;
+  out.layer.children.clear();
+  for (const planner::ModuleSpec& child : layer.children) {
+    const std::string local = child.name.substr(layer.name.size() + 1);
+    if (local == "enorm" || local == "hnorm" || local == "eh_proj" || local == "shared_head" ||
+        local == "embed_tokens") {
+      continue;
+    }
+    out.layer.children.push_back(child);
+  }
+  for (const char* local :
+       {"embed_tokens.weight", "enorm.weight", "hnorm.weight", "eh_proj.weight", "shared_head.norm.weight"}) {
+    out.extras.push_back(absl::StrCat(layer.name, ".", local));
+  }
+  out.index = spec.decoder->mtp_layer;
+  return out;
 }
 
 bool ReadByLinear(UnitKind kind, const std::string& local) {

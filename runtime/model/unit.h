@@ -74,6 +74,17 @@ struct UnitModule {
 // children of model.layers, model.norm, lm_head. An error names the module the tree lacks.
 absl::StatusOr<std::vector<UnitModule>> UnitModules(const planner::ModelSpec& spec);
 
+// A kept multi-token-prediction layer (planner::ModelSpec::mtp_kept): its decoder layer as a module of its own (the
+// layer's module without what the MTP adds, which UnitTensorNames then checks as any layer's), and the full names of
+// what it adds, in the order MtpWeights takes them: embed_tokens, enorm, hnorm, eh_proj, shared_head.norm (its head is
+// lm_head's, tied). An error when the spec keeps none.
+struct MtpUnitModule {
+  planner::ModuleSpec layer;
+  std::vector<std::string> extras;
+  int64_t index = -1;  // its layer index (DecoderConfig::mtp_layer)
+};
+absl::StatusOr<MtpUnitModule> FindMtpUnitModule(const planner::ModelSpec& spec);
+
 // The full names of the parameters the family's runner reads for `unit`, in its order: each is a parameter
 // of the unit's subtree, and each parameter of the subtree is read by the runner or is a sparse block's
 // fused experts (loaded apart, moe.h). An error names the tensor on either side of a mismatch.

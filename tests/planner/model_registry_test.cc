@@ -11,6 +11,8 @@
 #include <string>
 
 #include "nlohmann/json.hpp"
+#include "planner/manual_device_map.h"
+#include "planner/plan.h"
 
 namespace strata::planner {
 namespace {
@@ -95,4 +97,83 @@ TEST(ModelRegistry, ContradictionsAndUnknownNamesAreErrors) {
 }
 
 }  // namespace
+// DeepSeek-V3's multi-token-prediction layer (--speculative mtp): built beside the tree from num_nextn_predict_layers,
+// kept in it only when asked (after the decoder layers, its head tied to lm_head, its per-layer settings at its
+// index), placed with lm_head by every strategy, its KV counted; asked of a model without one, an error naming the
+// field.
+json TinyDeepseek() {
+  json config = Sized();
+  config["model_type"] = "deepseek_v3";
+  config.update({{"n_routed_experts", 4},
+                 {"n_group", 1},
+                 {"topk_group", 1},
+                 {"num_experts_per_tok", 2},
+                 {"first_k_dense_replace", 1},
+                 {"moe_intermediate_size", 32},
+                 {"kv_lora_rank", 16},
+                 {"q_lora_rank", 16},
+                 {"qk_rope_head_dim", 8},
+                 {"qk_nope_head_dim", 8},
+                 {"v_head_dim", 8},
+                 {"num_nextn_predict_layers", 1}});
+  return config;
+}
+
+TEST(ModelRegistry, DeepseekMtpLayerIsKeptOnlyWhenAsked) {
+  absl::StatusOr<ModelSpec> plain = ModelSpecFromConfig(TinyDeepseek(), DType::kBFloat16);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(plain->mtp.has_value());
+  EXPECT_FALSE(plain->mtp_kept);
+  EXPECT_EQ(plain->mtp->module.name, "model.layers.2");
+  EXPECT_TRUE(plain->mtp->sparse);
+  EXPECT_THAT(plain->ignored_prefixes, ::testing::ElementsAre("model.layers.2."));
+  EXPECT_EQ(plain->decoder->mtp_layer, -1);
+
+  absl::StatusOr<ModelSpec> kept = ModelSpecFromConfig(TinyDeepseek(), DType::kBFloat16, {.mtp = true});
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_TRUE(kept->mtp_kept);
+  EXPECT_TRUE(kept->ignored_prefixes.empty());
+  EXPECT_EQ(kept->tied_weights.at("model.layers.2.shared_head.head.weight"), "lm_head.weight");
+  EXPECT_EQ(kept->decoder->mtp_layer, 2);
+  EXPECT_EQ(kept->decoder->moe.sparse, (std::vector<bool>{false, true, true}));
+  EXPECT_EQ(kept->decoder->sliding_window.size(), 3u);
+  EXPECT_EQ(NoSplitModules(*kept).size(), 3u);
+  EXPECT_EQ(NoSplitModules(*kept).back()->name, "model.layers.2");
+  EXPECT_EQ(kept->per_expert_storage.back().module, "model.layers.2.mlp.experts");
+  // Its own parameters and the decoder layer's, beside the tied head (not counted twice).
+  absl::StatusOr<int64_t> plain_bytes = SpecBytes(*plain), kept_bytes = SpecBytes(*kept);
+  ASSERT_TRUE(plain_bytes.ok() && kept_bytes.ok());
+  EXPECT_GT(*kept_bytes, *plain_bytes);
+
+  json none = TinyDeepseek();
+  none.erase("num_nextn_predict_layers");
+  absl::StatusOr<ModelSpec> refused = ModelSpecFromConfig(none, DType::kBFloat16, {.mtp = true});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("num_nextn_predict_layers"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("--speculative mtp"));
+  json llama = Sized();
+  llama["model_type"] = "llama";
+  EXPECT_FALSE(ModelSpecFromConfig(llama, DType::kBFloat16, {.mtp = true}).ok());
+}
+
+TEST(ModelRegistry, DeepseekMtpLayerIsPlacedWithLmHeadAndHoldsKv) {
+  absl::StatusOr<ModelSpec> kept = ModelSpecFromConfig(TinyDeepseek(), DType::kBFloat16, {.mtp = true});
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  for (const char* strategy : {"balanced_low_0", "balanced", "sequential"}) {
+    PlanRequest request;
+    request.device_map = *ParseDeviceMapChoice(strategy);
+    request.max_memory = *ParseMaxMemory("0=1GiB,1=1GiB,2=1GiB,cpu=1GiB");
+    request.kv_cache_tokens = 64;
+    absl::StatusOr<Plan> plan = PlaceSpec(*kept, request);
+    ASSERT_TRUE(plan.ok()) << strategy << ": " << plan.status();
+    internal::DeviceResolver resolver(plan->device_map);
+    ASSERT_TRUE(resolver.Find("model.layers.2.eh_proj.weight") && resolver.Find("lm_head.weight"));
+    EXPECT_EQ(resolver.Find("model.layers.2.eh_proj.weight")->second, resolver.Find("lm_head.weight")->second)
+        << strategy;
+    int64_t kv = 0;
+    for (const DeviceUsage& d : plan->devices) kv += d.kv_cache_bytes;
+    EXPECT_EQ(kv, 3 * 64 * (16 + 8) * 2) << strategy;  // three latent layers, bfloat16
+  }
+}
+
 }  // namespace strata::planner
