@@ -185,3 +185,29 @@ def test_strata_generate_takes_the_same_flags(text_model):
     proc = subprocess.run([str(binary), "--model", str(directory), "--prompt-ids", "1", "--speculative", "eagle"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and '--speculative: unknown method "eagle"' in proc.stderr
+
+
+def test_a_deepseek_mtp_layer_proposes_through_the_server(stubs, server_factory, tmp_path_factory):
+    """--speculative mtp through strata-server: the plan keeps the checkpoint's multi-token-prediction layer (the tiny
+    DeepSeek-V3 of tests/runtime_parity with one added, mostly predicting its own continuations), greedy ids are
+    transformers' without it, concurrent requests too, and the metrics count its proposals and acceptances
+    (tests/runtime_parity/test_deepseek_mtp.py checks each proposal against a reference)."""
+    name, prompts, new_tokens = "deepseek_v3_yarn", [[5, 6, 7, 8, 9, 10, 11], [3, 4], [42]], 24
+    base = RH.make_checkpoint(tmp_path_factory.mktemp("deepseek"), name)
+    reference = RH.reference_generate(base, prompts, new_tokens)
+    bigram = {}
+    for prompt, result in zip(prompts, reference):
+        sequence = prompt + result["ids"]
+        bigram.update(zip(sequence[:-1], sequence[1:]))
+    directory = RH.add_mtp_layer(base, tmp_path_factory.mktemp("deepseek_mtp") / "model", name, bigram)
+    server = server_factory(["--model", str(directory), "--device-map", '{"": "cpu"}', "--max-batch", "4",
+                             "--max-context", "128", "--speculative", "mtp", "--speculative-cost-aware=false"])
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        got = list(pool.map(lambda p: GH.generate(stubs, server.channel, prompt_ids=p, max_new_tokens=new_tokens),
+                            prompts))
+    assert [g["ids"] for g in got] == [r["ids"] for r in reference]
+    for prompt, ref in zip(prompts, reference):
+        assert GH.generate(stubs, server.channel, prompt_ids=prompt, max_new_tokens=new_tokens)["ids"] == ref["ids"]
+    accepted = GH.wait_metric(server.metrics_url, 'strata_spec_accepted_tokens_total{method="mtp"}', lambda v: v >= 5)
+    assert accepted >= 5
+    assert GH.metric(server.metrics_url, 'strata_spec_proposed_tokens_total{method="mtp"}') > accepted

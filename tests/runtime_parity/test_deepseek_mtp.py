@@ -24,61 +24,7 @@ NAME = "deepseek_v3_yarn"
 
 
 def _layer_prefix() -> str:
-    return f"model.layers.{H.CONFIGS[NAME][1]['num_hidden_layers']}."
-
-
-def _write_mtp_checkpoint(source, target, bigram: dict[int, int] | None):
-    """`source` with an MTP layer of random weights in a shard of its own. With `bigram` (token -> the token that
-    follows it in the target's own greedy outputs), the layer mostly predicts that successor: its embedding of a is
-    lm_head's row of bigram[a], eh_proj passes the embedding half on, and the decoder layer's own contributions are
-    scaled down (every piece still counts in the reference), so that many proposals are accepted."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    shutil.copytree(source, target)
-    kw = H.CONFIGS[NAME][1]
-    n, hidden, vocab = kw["num_hidden_layers"], kw["hidden_size"], kw["vocab_size"]
-    generator = torch.Generator().manual_seed(7)
-    small = 0.05 if bigram else 1.0
-    mtp = {}
-    p = _layer_prefix()
-    with safe_open(str(source / "model.safetensors"), "pt") as f:
-        names = list(f.keys())
-        # Layer n - 1 is sparse, as DeepSeek's MTP layer is: its tensors' names and shapes, new random values.
-        for name in names:
-            if not name.startswith(f"model.layers.{n - 1}."):
-                continue
-            like = f.get_tensor(name)
-            if name.endswith("e_score_correction_bias"):
-                value = torch.rand(like.shape, generator=generator) * 0.6 - 0.3
-            elif like.dim() > 1:
-                value = torch.randn(like.shape, generator=generator) * like.std()
-                if name.endswith(("o_proj.weight", "down_proj.weight")):
-                    value *= small
-            else:
-                value = torch.rand(like.shape, generator=generator) - 0.5
-            mtp[p + name[len(f"model.layers.{n - 1}."):]] = value.contiguous()
-        head = f.get_tensor("lm_head.weight")
-    for norm in ("enorm", "hnorm", "shared_head.norm"):
-        mtp[f"{p}{norm}.weight"] = torch.rand(hidden, generator=generator) + 0.5
-    eh = torch.randn(hidden, 2 * hidden, generator=generator) * 0.16
-    embed = torch.randn(vocab, hidden, generator=generator) * 0.16
-    if bigram:
-        eh[:, :hidden] = torch.eye(hidden) * 4
-        eh[:, hidden:] *= small
-        for a, b in bigram.items():
-            embed[a] = head[b] / mtp[f"{p}enorm.weight"]
-    mtp[f"{p}eh_proj.weight"] = eh
-    mtp[f"{p}embed_tokens.weight"] = embed
-    mtp[f"{p}shared_head.head.weight"] = head.clone()
-    save_file(mtp, str(target / "model-mtp.safetensors"), metadata={"format": "pt"})
-    weight_map = {k: "model.safetensors" for k in names}
-    weight_map.update({k: "model-mtp.safetensors" for k in mtp})
-    (target / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    config = json.loads((target / "config.json").read_text())
-    config["num_nextn_predict_layers"] = 1
-    (target / "config.json").write_text(json.dumps(config, indent=2))
-    return target
+    return H.mtp_prefix(NAME)
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +45,8 @@ def mtp_checkpoints(checkpoint, reference, tmp_path_factory):
                 for prompt, result in zip(PROMPTS, reference):
                     sequence = prompt + result["ids"]
                     bigram.update(zip(sequence[:-1], sequence[1:]))
-            made[kind] = _write_mtp_checkpoint(checkpoint(NAME), tmp_path_factory.mktemp(f"mtp_{kind}") / "model",
-                                               bigram)
+            made[kind] = H.add_mtp_layer(checkpoint(NAME), tmp_path_factory.mktemp(f"mtp_{kind}") / "model", NAME,
+                                          bigram)
         return made[kind]
 
     return get
