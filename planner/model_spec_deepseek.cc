@@ -211,31 +211,20 @@ ModuleSpec DecoderLayer(const ModuleSpec& layer_list, int64_t i, const std::stri
   return layer;
 }
 
-// The multi-token-prediction layer `model.layers.<layers>` as DeepSeek-V3's checkpoints store it (vLLM's
-// DeepSeekMultiTokenPredictorLayer): a decoder layer plus enorm, hnorm, eh_proj, shared_head {norm, head} and
-// embed_tokens.
-MtpLayerSpec MtpLayer(const ModuleSpec& layer_list, const DecoderSizes& sizes, const DeepseekFields& f, DType dtype) {
-  const int64_t hidden = sizes.hidden;
-  MtpLayerSpec mtp;
+// The multi-token-prediction layer `model.layers.<layers>` as DeepSeek-V3's checkpoints store it.
+MtpLayerSpec MtpLayerOf(const ModuleSpec& layer_list, const DecoderSizes& sizes, const DeepseekFields& f, DType dtype) {
+  std::vector<ExpertsStorage> experts;
+  ModuleSpec layer = DecoderLayer(layer_list, sizes.layers, "DeepseekV3DecoderLayer", sizes, f, dtype, experts);
+  MtpLayerSpec mtp =
+      MtpLayer(std::move(layer), "DeepseekV3MTPLayer", "DeepseekV3RMSNorm", sizes.hidden, sizes.vocab, dtype);
+  mtp.experts = std::move(experts);
   mtp.sparse = sizes.layers >= f.moe.first_k_dense_replace;
-  ModuleSpec layer = DecoderLayer(layer_list, sizes.layers, "DeepseekV3MTPLayer", sizes, f, dtype, mtp.experts);
-  layer.children.push_back(RmsNorm(layer, "enorm", hidden, dtype));
-  layer.children.push_back(RmsNorm(layer, "hnorm", hidden, dtype));
-  layer.children.push_back(LinearModule(layer, "eh_proj", 2 * hidden, hidden, /*bias=*/false, dtype));
-  ModuleSpec head = Module(layer, "shared_head", "SharedHead");
-  head.children.push_back(RmsNorm(head, "norm", hidden, dtype));
-  head.children.push_back(LinearModule(head, "head", hidden, sizes.vocab, /*bias=*/false, dtype));
-  layer.children.push_back(std::move(head));
-  ModuleSpec embed = Module(layer, "embed_tokens", "Embedding");
-  embed.parameters.push_back(Tensor("weight", {sizes.vocab, hidden}, dtype));
-  layer.children.push_back(std::move(embed));
-  mtp.module = std::move(layer);
   return mtp;
 }
 
 // The module tree under spec.root (DeepseekV3ForCausalLM): embeddings, the decoder layers, norm, rotary embedding,
-// LM head; and, when the config declares one (`nextn`), the MTP layer beside it (ModelSpec::mtp).
-void AddModules(const DecoderSizes& sizes, const DeepseekFields& f, DType dtype, int64_t nextn, ModelSpec& spec) {
+// LM head; and, when the config declares one (`mtp`), the MTP layer beside it (ModelSpec::mtp).
+void AddModules(const DecoderSizes& sizes, const DeepseekFields& f, DType dtype, bool mtp, ModelSpec& spec) {
   const int64_t hidden = sizes.hidden;
   ModuleSpec& root = spec.root;
   root.class_name = spec.architecture;
@@ -248,7 +237,7 @@ void AddModules(const DecoderSizes& sizes, const DeepseekFields& f, DType dtype,
     layer_list.children.push_back(
         DecoderLayer(layer_list, i, "DeepseekV3DecoderLayer", sizes, f, dtype, spec.per_expert_storage));
   }
-  if (nextn > 0) spec.mtp = MtpLayer(layer_list, sizes, f, dtype);
+  if (mtp) spec.mtp = MtpLayerOf(layer_list, sizes, f, dtype);
   model.children.push_back(std::move(layer_list));
   model.children.push_back(RmsNorm(model, "norm", hidden, dtype));
   ModuleSpec rotary = Module(model, "rotary_emb", "DeepseekV3RotaryEmbedding");
@@ -283,13 +272,7 @@ absl::StatusOr<ModelSpec> DeepseekV3SpecFromConfig(const json& config, const Arc
   spec.ignored_prefixes = {absl::StrCat("model.layers.", sizes->layers, ".")};
   spec.keep_float32 = {"e_score_correction_bias"};
 
-  // DeepSeek's config.json counts its MTP layers (transformers' DeepseekV3Config does not read it); absent: none.
-  // Anything but a positive integer is none, as before strata read it (only --speculative mtp needs one).
-  int64_t nextn = 0;
-  if (auto it = config.find("num_nextn_predict_layers"); it != config.end() && it->is_number_integer()) {
-    nextn = std::max<int64_t>(0, it->get<int64_t>());
-  }
-  AddModules(*sizes, *f, dtype, nextn, spec);
+  AddModules(*sizes, *f, dtype, DeclaresMtpLayer(config), spec);
   if (absl::StatusOr<int64_t> total = SpecBytes(spec); !total.ok()) {
     return FieldError("num_hidden_layers", absl::StrCat("x the layer sizes: ", total.status().message()));
   }

@@ -8,8 +8,9 @@
 // then q_norm, k_norm; a Glm4MoeMLP (intermediate_size) or Glm4MoeMoE (experts, gate with its float32
 // e_score_correction_bias buffer, shared_experts of moe_intermediate_size x n_shared_experts). Checkpoints store the
 // experts one tensor per expert (mlp.experts.E.{gate,up,down}_proj.weight) and carry the multi-token-prediction layer
-// as `model.layers.<num_hidden_layers>.*` (num_nextn_predict_layers of them), which transformers does not build and
-// strata does not load (ModelSpec::ignored_prefixes).
+// as `model.layers.<num_hidden_layers>.*` (num_nextn_predict_layers of them), which transformers does not build:
+// strata neither plans nor loads them (ModelSpec::ignored_prefixes) unless --speculative mtp keeps the first
+// (ModelSpec::mtp).
 //
 // The forward pass's settings (ModelSpec::decoder): the rotated leading dims (head_dim x partial_rotary_factor, 0.5
 // unless the config says otherwise), RoPE (Llama-style types), the q/k norms and biases, the router.
@@ -19,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -146,26 +148,35 @@ absl::StatusOr<ModelSpec> Glm4MoeSpecFromConfig(const json& config, const Archit
   const int64_t rotary_dim = static_cast<int64_t>(static_cast<double>(*head_dim) * *factor);
   if (rotary_dim < 2) return FieldError("partial_rotary_factor", "rotates fewer than 2 dims of a head");
   const int64_t hidden = sizes->hidden;
+  auto layer_of = [&](const ModuleSpec& list, int64_t i, std::vector<ExpertsStorage>& experts) {
+    ModuleSpec layer = Module(list, std::to_string(i), "Glm4MoeDecoderLayer");
+    layer.children.push_back(Attention(layer, *sizes, *f, dtype));
+    if (i >= f->moe.first_k_dense_replace) {
+      layer.children.push_back(MoeBlock(layer, hidden, *f, dtype));
+      const std::string module = layer.ChildName("mlp.experts");
+      experts.push_back(ExpertsStorage{module, module, "gate_proj.weight", "up_proj.weight", "down_proj.weight",
+                                       f->moe.n_routed_experts, hidden, f->moe.moe_intermediate, dtype});
+    } else {
+      layer.children.push_back(Mlp(layer, "mlp", hidden, sizes->intermediate, *f, dtype));
+    }
+    layer.children.push_back(RmsNorm(layer, "input_layernorm", hidden, dtype));
+    layer.children.push_back(RmsNorm(layer, "post_attention_layernorm", hidden, dtype));
+    return layer;
+  };
   if (absl::Status s =
           BuildCausalLm(spec, *sizes, "Glm4Moe", (rotary_dim + 1) / 2,
-                        [&](const ModuleSpec& list, int64_t i) {
-                          ModuleSpec layer = Module(list, std::to_string(i), "Glm4MoeDecoderLayer");
-                          layer.children.push_back(Attention(layer, *sizes, *f, dtype));
-                          if (i >= f->moe.first_k_dense_replace) {
-                            layer.children.push_back(MoeBlock(layer, hidden, *f, dtype));
-                            const std::string experts = layer.ChildName("mlp.experts");
-                            spec.per_expert_storage.push_back(ExpertsStorage{
-                                experts, experts, "gate_proj.weight", "up_proj.weight", "down_proj.weight",
-                                f->moe.n_routed_experts, hidden, f->moe.moe_intermediate, dtype});
-                          } else {
-                            layer.children.push_back(Mlp(layer, "mlp", hidden, sizes->intermediate, *f, dtype));
-                          }
-                          layer.children.push_back(RmsNorm(layer, "input_layernorm", hidden, dtype));
-                          layer.children.push_back(RmsNorm(layer, "post_attention_layernorm", hidden, dtype));
-                          return layer;
-                        });
+                        [&](const ModuleSpec& list, int64_t i) { return layer_of(list, i, spec.per_expert_storage); });
       !s.ok()) {
     return s;
+  }
+  if (DeclaresMtpLayer(config)) {
+    // The first of them, as vLLM's Glm4MoeMTP runs (--speculative mtp keeps it: ModelSpec::mtp).
+    const ModuleSpec list = Module(Module(spec.root, "model", "Glm4MoeModel"), "layers", "ModuleList");
+    std::vector<ExpertsStorage> experts;
+    spec.mtp = MtpLayer(layer_of(list, sizes->layers, experts), "Glm4MoeMTPLayer", "Glm4MoeRMSNorm", hidden,
+                        sizes->vocab, dtype);
+    spec.mtp->experts = std::move(experts);
+    spec.mtp->sparse = sizes->layers >= f->moe.first_k_dense_replace;
   }
 
   DecoderConfig decoder;

@@ -194,6 +194,35 @@ inline ModuleSpec Norm(const ModuleSpec& parent, std::string_view local, const s
   return m;
 }
 
+// A multi-token-prediction layer (ModelSpec::mtp) from the family's decoder layer model.layers.<num_hidden_layers>,
+// as DeepSeek-V3's and GLM-4.5's checkpoints store it (vLLM's DeepSeekMultiTokenPredictorLayer): the layer, its class
+// named `class_name`, plus enorm and hnorm (`norm_class`), eh_proj, shared_head {norm, head} and embed_tokens. Its
+// experts' storage and `sparse` are the caller's.
+inline MtpLayerSpec MtpLayer(ModuleSpec layer, std::string class_name, const std::string& norm_class, int64_t hidden,
+                             int64_t vocab, DType dtype) {
+  layer.class_name = std::move(class_name);
+  layer.children.push_back(Norm(layer, "enorm", norm_class, hidden, dtype));
+  layer.children.push_back(Norm(layer, "hnorm", norm_class, hidden, dtype));
+  layer.children.push_back(LinearModule(layer, "eh_proj", 2 * hidden, hidden, /*bias=*/false, dtype));
+  ModuleSpec head = Module(layer, "shared_head", "SharedHead");
+  head.children.push_back(Norm(head, "norm", norm_class, hidden, dtype));
+  head.children.push_back(LinearModule(head, "head", hidden, vocab, /*bias=*/false, dtype));
+  layer.children.push_back(std::move(head));
+  ModuleSpec embed = Module(layer, "embed_tokens", "Embedding");
+  embed.parameters.push_back(Tensor("weight", {vocab, hidden}, dtype));
+  layer.children.push_back(std::move(embed));
+  MtpLayerSpec mtp;
+  mtp.module = std::move(layer);
+  return mtp;
+}
+
+// Whether config.json declares a multi-token-prediction layer (num_nextn_predict_layers, which transformers' configs
+// do not read): a positive integer; anything else is none (only --speculative mtp needs one).
+inline bool DeclaresMtpLayer(const json& config) {
+  auto it = config.find("num_nextn_predict_layers");
+  return it != config.end() && it->is_number_integer() && it->get<int64_t>() > 0;
+}
+
 // --- The forward pass's settings (decoder_config.cc). Their errors are not the planner's: a family
 // builder keeps them in ModelSpec::decoder, for the runtime to report, and places the model all the same.
 

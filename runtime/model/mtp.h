@@ -1,5 +1,5 @@
 #pragma once
-// Internal (ATen): DeepSeek-V3's multi-token-prediction layer as a one-token proposer (vLLM's
+// Internal (ATen): DeepSeek-V3's multi-token-prediction layer (GLM-4.5's is the same) as a one-token proposer (vLLM's
 // DeepSeekMultiTokenPredictorLayer, SGLang's DeepseekV3ForCausalLMNextN). At position p it combines the model's hidden
 // state there (the final norm's output, what the LM head reads) with the embedding of the token after p, and predicts
 // the token after that one:

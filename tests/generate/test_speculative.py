@@ -191,7 +191,7 @@ def test_a_deepseek_mtp_layer_proposes_through_the_server(stubs, server_factory,
     """--speculative mtp through strata-server: the plan keeps the checkpoint's multi-token-prediction layer (the tiny
     DeepSeek-V3 of tests/runtime_parity with one added, mostly predicting its own continuations), greedy ids are
     transformers' without it, concurrent requests too, and the metrics count its proposals and acceptances
-    (tests/runtime_parity/test_deepseek_mtp.py checks each proposal against a reference)."""
+    (tests/runtime_parity/test_mtp.py checks each proposal against a reference)."""
     name, prompts, new_tokens = "deepseek_v3_yarn", [[5, 6, 7, 8, 9, 10, 11], [3, 4], [42]], 24
     base = RH.make_checkpoint(tmp_path_factory.mktemp("deepseek"), name)
     reference = RH.reference_generate(base, prompts, new_tokens)

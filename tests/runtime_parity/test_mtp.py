@@ -1,9 +1,11 @@
-"""DeepSeek-V3's multi-token-prediction layer as a proposer (`--speculative mtp`, issue 44; runtime/model/mtp.h).
+"""DeepSeek-V3's and GLM-4.5's multi-token-prediction layer as a proposer (`--speculative mtp`, issue 44;
+runtime/model/mtp.h).
 
-The checkpoint is the tiny DeepSeek-V3 of test_deepseek_parity.py with an MTP layer `model.layers.<n>` added (a
-sparse decoder layer of its own random weights, enorm, hnorm, eh_proj, shared_head.norm, its own embed_tokens, and
-shared_head.head equal to lm_head, as DeepSeek shares the output head). transformers does not run the MTP layer, so
-the reference is built from its pieces: transformers' DeepseekV3DecoderLayer with layer n's weights, fed
+The checkpoints are the tiny DeepSeek-V3 of test_deepseek_parity.py and GLM-4.5 of test_glm4_moe_minimax_parity.py with
+an MTP layer `model.layers.<n>` added (runtime_helpers.add_mtp_layer: a sparse decoder layer of its own random
+weights, enorm, hnorm, eh_proj, shared_head.norm, its own embed_tokens, and shared_head.head equal to lm_head, as the
+output head is shared). transformers does not run the MTP layer, so the reference is built from its pieces:
+transformers' decoder layer of the family (DeepseekV3DecoderLayer, Glm4MoeDecoderLayer) with layer n's weights, fed
 eh_proj(cat(enorm(embed(t[p + 1])), hnorm(h[p]))) over the whole final sequence (vLLM's layer: the embedding first,
 zero at position 0; h the final norm's output), then shared_head.norm and the head. Each proposal strata verified
 (--speculation-trace) must be that reference's argmax at its position, and the ids those of decoding without it."""
@@ -23,31 +25,38 @@ from test_generate_parity import NEW_TOKENS, PROMPTS, assert_matches
 NAME = "deepseek_v3_yarn"
 
 
-def _layer_prefix() -> str:
-    return H.mtp_prefix(NAME)
+def _layer_prefix(name: str = NAME) -> str:
+    return H.mtp_prefix(name)
 
 
 @pytest.fixture(scope="module")
-def reference(checkpoint):
-    return H.reference_generate(checkpoint(NAME), PROMPTS, NEW_TOKENS)
-
-
-@pytest.fixture(scope="module")
-def mtp_checkpoints(checkpoint, reference, tmp_path_factory):
-    """mtp_checkpoints(kind): the tiny DeepSeek-V3 with an MTP layer, "random" or "bigram" (_write_mtp_checkpoint)."""
+def references(checkpoint):
     made = {}
 
-    def get(kind: str):
-        if kind not in made:
+    def get(name: str):
+        if name not in made:
+            made[name] = H.reference_generate(checkpoint(name), PROMPTS, NEW_TOKENS)
+        return made[name]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def mtp_checkpoints(checkpoint, references, tmp_path_factory):
+    """mtp_checkpoints(kind, name): the tiny model `name` with an MTP layer, "random" or "bigram" (add_mtp_layer)."""
+    made = {}
+
+    def get(kind: str, name: str = NAME):
+        if (kind, name) not in made:
             bigram = None
             if kind == "bigram":
                 bigram = {}
-                for prompt, result in zip(PROMPTS, reference):
+                for prompt, result in zip(PROMPTS, references(name)):
                     sequence = prompt + result["ids"]
                     bigram.update(zip(sequence[:-1], sequence[1:]))
-            made[kind] = H.add_mtp_layer(checkpoint(NAME), tmp_path_factory.mktemp(f"mtp_{kind}") / "model", NAME,
-                                          bigram)
-        return made[kind]
+            made[kind, name] = H.add_mtp_layer(checkpoint(name), tmp_path_factory.mktemp(f"mtp_{kind}") / "model",
+                                               name, bigram)
+        return made[kind, name]
 
     return get
 
@@ -57,22 +66,24 @@ def mtp_checkpoint(mtp_checkpoints):
     return mtp_checkpoints("random")
 
 
-def reference_mtp(directory, sequence: list[int]) -> tuple[list[int], list[float]]:
+def reference_mtp(directory, sequence: list[int], name: str) -> tuple[list[int], list[float]]:
     """The MTP layer's argmax at every position p < len(sequence) - 1 (its proposal for token p + 2) and the top-2
     margin there, computed with transformers' pieces."""
     import transformers
     from safetensors import safe_open
-    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as m
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3DecoderLayer
+    from transformers.models.glm4_moe.modeling_glm4_moe import Glm4MoeDecoderLayer
 
     model = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32,
                                                               attn_implementation="eager")
     model.eval()
     config = model.config
     n = config.num_hidden_layers
-    p = _layer_prefix()
+    p = _layer_prefix(name)
     with safe_open(str(directory / "model-mtp.safetensors"), "pt") as f:
         w = {k[len(p):]: f.get_tensor(k) for k in f.keys()}
-    layer = m.DeepseekV3DecoderLayer(config, layer_idx=n).eval()
+    layer_class = Glm4MoeDecoderLayer if name.startswith("glm4_moe") else DeepseekV3DecoderLayer
+    layer = layer_class(config, layer_idx=n).eval()
     state = {k: v for k, v in w.items() if k.split(".")[0] in ("self_attn", "mlp", "input_layernorm",
                                                                  "post_attention_layernorm")
              and ".experts." not in k}
@@ -113,26 +124,28 @@ def run_with_trace(directory, tmp_path, *extra):
     return got, lines
 
 
-@pytest.mark.parametrize("kind,plan", [("random", "cpu"), ("random", "3-stage"), ("random", "chunked"),
-                                       ("bigram", "cpu"), ("bigram", "3-stage")])
-def test_mtp_proposals_match_the_reference_and_keep_the_ids(strata_generate, mtp_checkpoints, reference, tmp_path,
-                                                            kind, plan):
+@pytest.mark.parametrize("name,kind,plan", [(NAME, "random", "cpu"), (NAME, "random", "3-stage"),
+                                            (NAME, "random", "chunked"), (NAME, "bigram", "cpu"),
+                                            (NAME, "bigram", "3-stage"), ("glm4_moe_qknorm", "random", "chunked"),
+                                            ("glm4_moe_qknorm", "bigram", "3-stage")])
+def test_mtp_proposals_match_the_reference_and_keep_the_ids(strata_generate, mtp_checkpoints, references, tmp_path,
+                                                            name, kind, plan):
     """Greedy ids and logprobs are transformers' (decoding without the layer), and every proposal strata verified is
     the reference layer's argmax where it was made (the final norm's output and the token after at position at - 2),
     kept exactly when it is the next token. The bigram layer's proposals are mostly kept: the proposals made after a
     kept one (from the bonus position's hidden state and the layer's KV at the kept positions) are checked too."""
-    directory = mtp_checkpoints(kind)
+    directory = mtp_checkpoints(kind, name)
     extra = {"cpu": ["--device-map", '{"": "cpu"}'],
-             "3-stage": ["--device-map", H.layer_device_map(NAME, [0, 1, 1, 2], 2), "--physical-devices",
+             "3-stage": ["--device-map", H.layer_device_map(name, [0, 1, 1, 2], 2), "--physical-devices",
                          "0=cpu,1=cpu,2=cpu", "--max-memory", "0=1GiB,1=1GiB,2=1GiB,cpu=1GiB"],
              "chunked": ["--device-map", '{"": "cpu"}', "--prefill-chunk", "3"]}[plan]
     if plan == "3-stage":
         # The MTP layer goes with lm_head (device 2): a manual map names it.
         mapping = json.loads(extra[1])
-        mapping[_layer_prefix()[:-1]] = mapping["lm_head"]
+        mapping[_layer_prefix(name)[:-1]] = mapping["lm_head"]
         extra[1] = json.dumps(mapping)
     got, trace = run_with_trace(directory, tmp_path, *extra)
-    assert_matches(reference, got)
+    assert_matches(references(name), got)
     assert got["engine"]["spec_method"] == "mtp"
     assert got["engine"]["spec_verifications"] == len(trace) > 0
     assert got["engine"]["spec_accepted_tokens"] == sum(t["accepted"] for t in trace)
@@ -144,13 +157,13 @@ def test_mtp_proposals_match_the_reference_and_keep_the_ids(strata_generate, mtp
         i = order.index(t["sequence"])
         sequence = PROMPTS[i] + got["results"][i]["ids"]
         if i not in layers:
-            layers[i] = reference_mtp(directory, sequence)
+            layers[i] = reference_mtp(directory, sequence, name)
         proposals, margins = layers[i]
         at = t["at"]
         assert len(t["proposed"]) == 1 and len(PROMPTS[i]) < at < len(sequence), t
         assert t["accepted"] == int(sequence[at] == t["proposed"][0]), t
         if margins[at - 2] > 1e-3:  # else a near tie: either id is the layer's
-            assert t["proposed"][0] == proposals[at - 2], (t, i, plan)
+            assert t["proposed"][0] == proposals[at - 2], (t, i, name, plan)
     accepted = sum(t["accepted"] for t in trace)
     if kind == "bigram":
         assert accepted >= len(trace) // 2, trace
