@@ -130,12 +130,6 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> GroupFacts(cons
 }
 
 absl::StatusOr<LoadOptions> PlanForGroup(NodeGroup& group, ServingRequest request) {
-  if (request.mtp) {
-    return absl::InvalidArgumentError(
-        "--speculative mtp: not in a group of nodes yet (the MTP layer's proposals come back from the last stage, "
-        "which "
-        "the group's result message does not carry); use ngram or a draft model there");
-  }
   // The leader's links are all made: heartbeats keep them alive while it plans and loads (workers that load
   // sooner wait on them with their --group-deadline).
   group.StartHeartbeat();
@@ -206,6 +200,7 @@ absl::StatusOr<LoadOptions> PlanForGroup(NodeGroup& group, ServingRequest reques
   plan.kv_block_tokens = load->serving.kv_block_tokens;
   plan.max_batch = load->serving.max_batch;
   plan.max_context = load->serving.max_context;
+  plan.mtp = request.mtp;
   plan.addresses.push_back("");
   for (int r = 1; r < group.size(); ++r) {
     const std::string host = group.AddressOf(r);
@@ -269,6 +264,7 @@ absl::StatusOr<LoadOptions> TakeGroupPlan(NodeGroup& group, ServingRequest reque
   request.gpu_nodes = gpu_nodes;
   request.node = group.rank();
   request.runtime_reserve = {};
+  request.mtp = plan->mtp;  // the leader's plan has the layer: this node's spec must too
   absl::StatusOr<LoadOptions> load = PlanLoad(request);
   if (!load.ok()) return load.status();
   load->kv_blocks = plan->kv_blocks;

@@ -79,6 +79,7 @@ void RowFields(V& v, R& row) {  // R: BatchRow
   v.Vector("verify draft probs", row.verify_draft_probs);
   v.Vector("verify accept uniforms", row.verify_accept_uniforms);
   v.List("verify masks", row.verify_allowed, [](auto& v, auto& mask) { AllowedField(v, mask); });
+  v.Scalar("row mtp next", row.mtp_next);
 }
 
 template <typename V, typename W>
@@ -113,6 +114,7 @@ void ResultFields(V& v, R& result) {  // R: MicroBatchResult
   v.Bytes("last device", result.last_device);
   v.List("verified rows", result.verified,
          [](auto& v, auto& row) { v.List("verified tokens", row, [](auto& v, auto& t) { TokenFields(v, t); }); });
+  v.List("mtp rows", result.mtp, [](auto& v, auto& row) { v.Vector("mtp proposals", row); });
 }
 
 template <typename V, typename J>
@@ -136,6 +138,7 @@ void PlanFields(V& v, P& plan) {  // P: GroupPlan
   v.Scalar("max batch", plan.max_batch);
   v.Scalar("max context", plan.max_context);
   v.List("addresses", plan.addresses, [](auto& v, auto& address) { v.Bytes("address", address); });
+  v.Flag("mtp", plan.mtp);
 }
 
 template <typename V, typename H>

@@ -78,6 +78,7 @@ struct GroupPlan {
   int64_t max_batch = 0;
   int64_t max_context = 0;
   std::vector<std::string> addresses;  // node -> "host:port" of its data port, as the leader reached it
+  bool mtp = false;                    // the plan keeps the multi-token-prediction layer (ServingRequest::mtp)
 };
 std::string EncodeGroupPlan(const GroupPlan& plan);
 absl::StatusOr<GroupPlan> DecodeGroupPlan(absl::string_view message);

@@ -64,7 +64,7 @@ absl::StatusOr<std::pair<int64_t, int64_t>> KvPoolBlocks(int64_t max_batch, int6
   }
   return std::pair{blocks, kv_block_tokens};
 }
-bool LoadedModel::mtp() const { return impl_->pipeline->mtp() != nullptr; }
+bool LoadedModel::mtp() const { return impl_->options.spec.mtp_kept; }
 int64_t LoadedModel::recompute_threshold() const { return impl_->pipeline->recompute_threshold(); }
 Pipeline& LoadedModel::pipeline() { return *impl_->pipeline; }
 

@@ -104,7 +104,8 @@ class LoadedModel {
   int64_t max_context() const;  // positions a sequence may reach
   int64_t kv_blocks() const;    // blocks in each stage's KV pool
   int64_t kv_block_tokens() const;
-  // Whether the multi-token-prediction layer was loaded (ServingRequest::mtp): each forward pass proposes a token.
+  // Whether the plan has the multi-token-prediction layer (ServingRequest::mtp; in a group, the node of the last stage
+  // loads and runs it): each forward pass proposes a token.
   bool mtp() const;
   // longrope (Phi-3): original_max_position_embeddings, past which a sequence's cache is recomputed; else 0.
   int64_t recompute_threshold() const;

@@ -268,14 +268,14 @@ absl::Status Pipeline::LoadMtp(const planner::ModelSpec& spec, const planner::Pl
                                WeightLoader& loader, const std::vector<std::string>& labels) {
   absl::StatusOr<MtpUnitModule> found = FindMtpUnitModule(spec);
   if (!found.ok()) return found.status();
-  if (!options_.gpu_nodes.empty()) {
-    return absl::InvalidArgumentError("--speculative mtp: not in a group of nodes yet");
-  }
+  // A group: the node of the last stage runs it (the rest of the group only passes BatchRow::mtp_next on).
+  if (units_.back().node != options_.node) return absl::OkStatus();
   MtpLayer mtp;
   Unit& unit = mtp.layer;
   unit.kind = UnitKind::kDecoderLayer;
   unit.layer = found->index;
   unit.module = found->layer.name;
+  unit.node = options_.node;
   absl::StatusOr<std::vector<std::string>> names =
       UnitTensorNames(UnitModule{UnitKind::kDecoderLayer, found->index, &found->layer}, config_,
                       spec.quantization ? &*spec.quantization : nullptr);

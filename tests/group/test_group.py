@@ -150,6 +150,36 @@ def test_speculative_decoding_across_nodes_keeps_the_ids(method, server_bin, stu
         group.stop()
 
 
+def test_an_mtp_layer_proposes_across_nodes(server_bin, stubs, secret_file, checkpoints, tmp_path):
+    # --speculative mtp on a 2-node plan (issue 44): the MTP layer goes with lm_head on node 1's GPU, which runs it
+    # after sampling; the prompt chunks' next tokens travel in the hop, its proposals in the result. The ids are
+    # transformers' greedy ones, and proposals were accepted (the layer mostly predicts the model's own continuations:
+    # runtime_helpers.add_mtp_layer).
+    name = "deepseek_v3_yarn"
+    base, _ = checkpoints(name)
+    prompts = [[5, 6, 7, 8, 9, 10, 11], [3, 4], [42]]
+    expected = RH.reference_generate(base, prompts, 24)
+    bigram = {}
+    for prompt, result in zip(prompts, expected):
+        sequence = prompt + result["ids"]
+        bigram.update(zip(sequence[:-1], sequence[1:]))
+    directory = RH.add_mtp_layer(base, tmp_path / "with_mtp", name, bigram)
+    mapping = json.loads(G.layer_map(4, [0, 1]))
+    mapping[RH.mtp_prefix(name)[:-1]] = mapping["lm_head"]
+    group = G.Group(server_bin, stubs, tmp_path, directory, secret_file, gpus=[1, 1], map_json=json.dumps(mapping),
+                    common=["--max-batch", "4", "--max-context", "128", "--prefill-chunk", "3", "--speculative", "mtp",
+                            "--speculative-cost-aware=false"])
+    try:
+        results = generate_all(stubs, group.leader.channel, prompts, new_tokens=24)
+        for i, got in enumerate(results):
+            assert got["ids"] == expected[i]["ids"], f"prompt {i}\n{group.output()}"
+        accepted = GH.wait_metric(group.leader.metrics_url, 'strata_spec_accepted_tokens_total{method="mtp"}',
+                                  lambda v: v >= 5)
+        assert accepted >= 5, group.output()
+    finally:
+        group.stop()
+
+
 def test_the_leaders_plan_names_each_stages_node(server_bin, stubs, secret_file, checkpoints, tmp_path):
     # balanced_low_0 over the group's two GPUs (one per node, 1 GiB each): GetDeviceMap and the start-up table
     # name each stage's node.

@@ -42,6 +42,7 @@ MicroBatchWork SomeWork() {
   row.verify_draft_probs = {0.25f, 0.75f};  // a draft model's q, and its acceptance draw
   row.verify_accept_uniforms = {0.123456789};
   row.verify_allowed = {AllowedTokens::Ready({-2, 0, 9})};  // the verified position's mask
+  row.mtp_next = 77;                                        // an MTP layer's next token
   work.rows.push_back(row);
   work.rows.push_back(BatchRow{});
   work.released = {5, 6};
@@ -86,6 +87,7 @@ void ExpectSameWork(const MicroBatchWork& a, const MicroBatchWork& b) {
     for (size_t j = 0; j < x.verify_allowed.size(); ++j) {
       EXPECT_EQ(x.verify_allowed[j]->Get(), y.verify_allowed[j]->Get());
     }
+    EXPECT_EQ(x.mtp_next, y.mtp_next);
   }
   EXPECT_EQ(a.released, b.released);
 }
@@ -116,6 +118,7 @@ TEST(GroupWire, AResultDecodesToWhatWasSent) {
   result.last_stage = "2";
   result.last_device = "1";
   result.verified = {{GeneratedToken{4, -0.5, {}}, GeneratedToken{6, -0.75, {{6, -0.75}}}}, {}};
+  result.mtp = {{11, 12, 13}, {}};  // an MTP layer's proposals
   absl::StatusOr<MicroBatchResult> back = DecodeResult(EncodeResult(result));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->id, 9u);
@@ -139,6 +142,7 @@ TEST(GroupWire, AResultDecodesToWhatWasSent) {
   EXPECT_EQ(back->verified[0][1].logprob, -0.75);
   EXPECT_EQ(back->verified[0][1].top, result.verified[0][1].top);
   EXPECT_TRUE(back->verified[1].empty());
+  EXPECT_EQ(back->mtp, result.mtp);
 }
 
 TEST(GroupWire, JoinsAndPlansDecodeToWhatWasSent) {
@@ -151,7 +155,7 @@ TEST(GroupWire, JoinsAndPlansDecodeToWhatWasSent) {
   EXPECT_EQ(j->host_bytes, 4096);
   EXPECT_TRUE(j->given);
   EXPECT_EQ(j->data_port, 41000);
-  GroupPlan plan{R"({"model.embed_tokens": 0})", {0, 0, 1}, "bfloat16", 64, 16, 8, 2048, {"", "10.0.0.2:41000"}};
+  GroupPlan plan{R"({"model.embed_tokens": 0})", {0, 0, 1}, "bfloat16", 64, 16, 8, 2048, {"", "10.0.0.2:41000"}, true};
   absl::StatusOr<GroupPlan> p = DecodeGroupPlan(EncodeGroupPlan(plan));
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->device_map_json, plan.device_map_json);
@@ -160,6 +164,7 @@ TEST(GroupWire, JoinsAndPlansDecodeToWhatWasSent) {
   EXPECT_EQ(p->kv_blocks, 64);
   EXPECT_EQ(p->max_context, 2048);
   EXPECT_EQ(p->addresses, plan.addresses);
+  EXPECT_TRUE(p->mtp);
 }
 
 TEST(GroupWire, AHeartbeatCarriesLinksAndDeviceMemory) {
