@@ -190,7 +190,8 @@ def test_strata_generate_takes_the_same_flags(text_model):
 def test_a_deepseek_mtp_layer_proposes_through_the_server(stubs, server_factory, tmp_path_factory):
     """--speculative mtp through strata-server: the plan keeps the checkpoint's multi-token-prediction layer (the tiny
     DeepSeek-V3 of tests/runtime_parity with one added, mostly predicting its own continuations), greedy ids are
-    transformers' without it, concurrent requests too, and the metrics count its proposals and acceptances
+    transformers' without it, concurrent requests too, seeded sampled ones those of the same request with speculation
+    off, and the metrics count its proposals and acceptances
     (tests/runtime_parity/test_mtp.py checks each proposal against a reference)."""
     name, prompts, new_tokens = "deepseek_v3_yarn", [[5, 6, 7, 8, 9, 10, 11], [3, 4], [42]], 24
     base = RH.make_checkpoint(tmp_path_factory.mktemp("deepseek"), name)
@@ -208,6 +209,11 @@ def test_a_deepseek_mtp_layer_proposes_through_the_server(stubs, server_factory,
     assert [g["ids"] for g in got] == [r["ids"] for r in reference]
     for prompt, ref in zip(prompts, reference):
         assert GH.generate(stubs, server.channel, prompt_ids=prompt, max_new_tokens=new_tokens)["ids"] == ref["ids"]
+    # Seeded sampling: the ids of the same request with speculation off.
+    for i, prompt in enumerate(prompts):
+        r = dict(prompt_ids=prompt, max_new_tokens=new_tokens, temperature=0.8, top_k=40, seed=5 + i)
+        on = GH.generate(stubs, server.channel, **r)["ids"]
+        assert on == GH.generate(stubs, server.channel, speculative=False, **r)["ids"], prompt
     accepted = GH.wait_metric(server.metrics_url, 'strata_spec_accepted_tokens_total{method="mtp"}', lambda v: v >= 5)
     assert accepted >= 5
     assert GH.metric(server.metrics_url, 'strata_spec_proposed_tokens_total{method="mtp"}') > accepted

@@ -116,9 +116,9 @@ def reference_mtp(directory, sequence: list[int], name: str) -> tuple[list[int],
     return logits.argmax(-1).tolist(), (two.values[:, 0] - two.values[:, 1]).tolist()
 
 
-def run_with_trace(directory, tmp_path, *extra):
+def run_with_trace(directory, tmp_path, *extra, prompts=PROMPTS):
     trace = tmp_path / "trace.jsonl"
-    got = H.run_generate(directory, PROMPTS, NEW_TOKENS, "--speculative", "mtp", "--speculative-cost-aware=false",
+    got = H.run_generate(directory, prompts, NEW_TOKENS, "--speculative", "mtp", "--speculative-cost-aware=false",
                          "--speculation-trace", str(trace), *extra)
     lines = [json.loads(line) for line in trace.read_text().splitlines()]
     return got, lines
@@ -210,3 +210,19 @@ def test_mtp_layer_apart_from_lm_head_exits_2_naming_both(strata_generate, mtp_c
                           "--physical-devices", "0=cpu,1=cpu", "--max-memory", "0=1GiB,1=1GiB,cpu=1GiB", check=False)
     assert proc.returncode == 2, proc.stderr
     assert _layer_prefix()[:-1] in proc.stderr and "lm_head" in proc.stderr, proc.stderr
+
+
+def test_prefix_cache_hits_keep_the_ids(strata_generate, mtp_checkpoints, tmp_path):
+    """Prompts that share whole KV blocks (16 positions) reuse them, the MTP layer's KV of those blocks included
+    (computed with the first prompt's next token after each block): the proposals may differ from a fresh run's, the
+    ids may not (transformers' greedy, each prompt alone)."""
+    directory = mtp_checkpoints("bigram")
+    shared = [(7 * i + 3) % 250 + 1 for i in range(33)]
+    # One at a time (--max-batch 1): the second reuses the first's first block, after which its next token differs.
+    prompts = [shared + [11, 12], shared[:16] + [90, 91, 92], shared + [40]]
+    expected = H.reference_generate(directory, prompts, NEW_TOKENS)
+    got, trace = run_with_trace(directory, tmp_path, "--device-map", '{"": "cpu"}', "--prefix-cache", "--max-batch",
+                                "1", prompts=prompts)
+    assert [r["ids"] for r in got["results"]] == [e["ids"] for e in expected]
+    assert got["engine"]["prefix_hit_tokens"] >= 32, got["engine"]
+    assert trace
