@@ -422,6 +422,8 @@ MicroBatchWork Engine::Impl::Build(uint64_t id, const ScheduledMicroBatch& batch
     if (!row.samples && row.start + row.count < static_cast<int64_t>(s.tokens.size())) {
       r.mtp_next = s.tokens[static_cast<size_t>(row.start + row.count)];  // a prompt chunk's next token
     }
+    // An MTP layer's proposal is the next step's: wanted only where the sequence may propose then.
+    r.mtp_wanted = s.speculation.has_value() && !s.speculation->Paused();
     const int64_t prompt = static_cast<int64_t>(s.request.prompt.size());
     if (p.prompt_logprobs >= 0 && !s.prompt_logprobs_sent) {
       // Position q's logits score prompt token q + 1; the last prompt position's choose the first new token.

@@ -59,6 +59,8 @@ class Speculation {
   explicit Speculation(const SpeculativeOptions& options) : options_(options) {}
   // Whether this step may propose (counts the step when it may not).
   bool MayPropose();
+  // Whether the off-switch holds the sequence back for the next step (MayPropose will say no).
+  bool Paused() const { return paused_steps_ > 0; }
   // A verified proposal of `proposed` tokens kept `accepted` of them.
   void Record(int32_t proposed, int32_t accepted);
   // The share of its proposed tokens this sequence is expected to keep, for the cost-aware switch: its kept / proposed

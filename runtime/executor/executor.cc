@@ -116,8 +116,8 @@ struct Executor::Impl {
       if (mb.sampling_rows > 0) {
         next.index_copy_(0, mb.mtp_rows.to(all.device(), /*non_blocking=*/true), mb.samples.ids);
       }
-      at::Tensor proposals = pipeline.RunMtp(mb.batch, mb.activation.normed, next, mb.mtp_rows);
-      if (mb.sampling_rows > 0) mb.mtp = IdsToHostAsync(proposals);
+      at::Tensor proposals = pipeline.RunMtp(mb.batch, mb.activation.normed, next, mb.mtp_heads);
+      if (proposals.defined()) mb.mtp = IdsToHostAsync(proposals);
     }
     if (mb.score_index.defined()) {
       at::Tensor logits = all.index_select(0, mb.score_index.to(all.device(), /*non_blocking=*/true));
@@ -381,6 +381,7 @@ std::unique_ptr<MicroBatch> Executor::Impl::StageInputs(MicroBatchWork work) {
         BatchRow& position = mb->verify_rows.emplace_back();
         position.samples = true;
         position.sampling = rows[r].sampling;
+        position.mtp_wanted = rows[r].mtp_wanted;
         if (!rows[r].verify_allowed.empty()) position.sampling.allowed = rows[r].verify_allowed[j];
         if (penalised) {
           position.sequence = rows[r].sequence;
@@ -402,6 +403,7 @@ std::unique_ptr<MicroBatch> Executor::Impl::StageInputs(MicroBatchWork work) {
         BatchRow& last = mb->verify_rows.emplace_back();
         last.samples = true;
         last.sampling = rows[r].sampling;
+        last.mtp_wanted = rows[r].mtp_wanted;
         last.sequence = rows[r].sequence;
         last.penalty_tokens = rows[r].penalty_tokens;
         last.output_tokens = rows[r].output_tokens;
@@ -415,9 +417,15 @@ std::unique_ptr<MicroBatch> Executor::Impl::StageInputs(MicroBatchWork work) {
     mb->sampling_rows = static_cast<int64_t>(sampling.size());
     if (mtp) {
       mb->mtp_rows = pipeline.HostBuffer({mb->sampling_rows}, at::kLong);
+      std::vector<int64_t> heads;
       for (size_t k = 0; k < sample_rows.size(); ++k) {
-        mb->mtp_rows.data_ptr<int64_t>()[k] = b.last.data_ptr<int64_t>()[sample_rows[k]];
+        const int64_t position = b.last.data_ptr<int64_t>()[sample_rows[k]];
+        mb->mtp_rows.data_ptr<int64_t>()[k] = position;
+        mb->mtp_head_of.push_back(sampling[k]->mtp_wanted ? static_cast<int64_t>(heads.size()) : -1);
+        if (sampling[k]->mtp_wanted) heads.push_back(position);
       }
+      mb->mtp_heads = pipeline.HostBuffer({static_cast<int64_t>(heads.size())}, at::kLong);
+      std::copy(heads.begin(), heads.end(), mb->mtp_heads.data_ptr<int64_t>());
     }
     if (!sampling.empty()) {
       mb->sampling = StageSamplingInputs(sampling, pipeline.uses_cuda(), &penalty_slots);
@@ -597,11 +605,13 @@ MicroBatchResult Executor::Impl::Finish(std::unique_ptr<MicroBatch> mb) {
       // Waits on this micro-batch's copy event only.
       std::vector<std::vector<float>> probs;
       std::vector<GeneratedToken> tokens = FinishSamples(mb->samples, mb->sampling, &probs);
-      const int64_t* proposals = nullptr;  // the MTP layer's, one per sampling row
+      const int64_t* proposals = nullptr;  // the MTP layer's, one per sampling row that wants them
+      if (mb->mtp_next.defined() && mb->sampling_rows > 0) {
+        result.mtp.resize(mb->work.rows.size());
+      }
       if (mb->mtp.host.defined()) {
         if (mb->mtp.ready) mb->mtp.ready->synchronize();
         proposals = mb->mtp.host.data_ptr<int64_t>();
-        result.mtp.resize(mb->work.rows.size());
       }
       size_t next_probs = 0;
       const Stage& last = stages.back();
@@ -621,9 +631,10 @@ MicroBatchResult Executor::Impl::Finish(std::unique_ptr<MicroBatch> mb) {
           result.probs.resize(mb->work.rows.size());
           result.probs[r] = std::move(probs[next_probs++]);
         }
-        if (proposals != nullptr) {
+        if (!result.mtp.empty()) {
           for (size_t j = k - static_cast<size_t>(row.verify); j <= k; ++j) {
-            result.mtp[r].push_back(static_cast<int32_t>(proposals[j]));
+            const int64_t head = mb->mtp_head_of.at(j);
+            result.mtp[r].push_back(head < 0 || proposals == nullptr ? -1 : static_cast<int32_t>(proposals[head]));
           }
         }
         GeneratedToken& token = tokens.at(k++);

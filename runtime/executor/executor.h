@@ -157,6 +157,9 @@ struct BatchRow {
   // A model with a multi-token-prediction layer (LoadedModel::mtp): the token after the row's last fed one where it is
   // known and not chosen here (a prompt chunk's next); -1: none (a sampling row's is the one chosen).
   int32_t mtp_next = -1;
+  // Whether the layer's proposals at this row's sampled positions are wanted (its sequence may propose next step): the
+  // layer runs over every row (its KV pool follows the model's), the LM head's product only for rows that want them.
+  bool mtp_wanted = true;
 };
 
 struct MicroBatchWork {
@@ -178,7 +181,8 @@ struct MicroBatchResult {
   // Per row with RowSampling::return_probs: the distribution its token was drawn from (vocab floats); else empty.
   std::vector<std::vector<float>> probs;
   // A model with a multi-token-prediction layer: per sampling row, the layer's proposal for the token after each
-  // position's choice (its verify positions', then its last one's: verify + 1 ids); empty for other rows.
+  // position's choice (its verify positions', then its last one's: verify + 1 ids; -1 where the row did not want them,
+  // BatchRow::mtp_wanted); empty for other rows.
   std::vector<std::vector<int32_t>> mtp;
   // Not OK when a stage (or the sampler) failed: INTERNAL naming the stage, its device and the error.
   absl::Status status;

@@ -80,6 +80,7 @@ void RowFields(V& v, R& row) {  // R: BatchRow
   v.Vector("verify accept uniforms", row.verify_accept_uniforms);
   v.List("verify masks", row.verify_allowed, [](auto& v, auto& mask) { AllowedField(v, mask); });
   v.Scalar("row mtp next", row.mtp_next);
+  v.Flag("row mtp wanted", row.mtp_wanted);
 }
 
 template <typename V, typename W>

@@ -347,42 +347,13 @@ void Pipeline::FormStages(const planner::DecoderConfig& config, const std::vecto
       continue;
     }
     stage.units.push_back(i);
-    if (unit.kind == UnitKind::kDecoderLayer) {
-      stage.windows.insert(unit.window);
-      // The pool's zero fill is issued on the stage's stream, the one every later read and write of it uses: on the
-      // default stream nothing would order it before them (pool streams do not wait for the default stream), and a
-      // late fill could overwrite what the first request wrote.
-      std::optional<c10::StreamGuard> on_stage_stream;
-      if (stage.stream) on_stage_stream.emplace(*stage.stream);
-      if (config_.mla.kv_lora_rank > 0) {  // MLA: one latent row per token, keys and values alike
-        stage.kv.AddLatentLayer(unit.layer, unit.device, options_.dtype, options_.kv_blocks,
-                                options_.serving.kv_block_tokens,
-                                config_.mla.kv_lora_rank + config_.mla.qk_rope_head_dim);
-      } else {
-        stage.kv.AddLayer(unit.layer, unit.device, options_.dtype, options_.kv_blocks, options_.serving.kv_block_tokens,
-                          config_.num_kv_heads, config_.head_dim);
-      }
-    }
+    if (unit.kind == UnitKind::kDecoderLayer) AddKvLayer(stage, unit);
     if (unit.offloaded() && unit.device.is_cuda() && !stage.copy_stream) {
       stage.copy_stream = CudaStreamFromPool(unit.device);
     }
   }
   // The MTP layer's KV pool: one more layer of the last stage's (LoadMtp put it there).
-  if (mtp_) {
-    Stage& stage = stages_.back();
-    const Unit& unit = mtp_->layer;
-    stage.windows.insert(0);
-    std::optional<c10::StreamGuard> on_stage_stream;
-    if (stage.stream) on_stage_stream.emplace(*stage.stream);
-    if (config_.mla.kv_lora_rank > 0) {
-      stage.kv.AddLatentLayer(unit.layer, unit.device, options_.dtype, options_.kv_blocks,
-                              options_.serving.kv_block_tokens,
-                              config_.mla.kv_lora_rank + config_.mla.qk_rope_head_dim);
-    } else {
-      stage.kv.AddLayer(unit.layer, unit.device, options_.dtype, options_.kv_blocks, options_.serving.kv_block_tokens,
-                        config_.num_kv_heads, config_.head_dim);
-    }
-  }
+  if (mtp_) AddKvLayer(stages_.back(), mtp_->layer);
   // Each stage with offloaded units gets its two slots, sized to its largest one, once.
   for (Stage& stage : stages_) {
     int64_t largest = 0;
@@ -393,6 +364,22 @@ void Pipeline::FormStages(const planner::DecoderConfig& config, const std::vecto
     std::optional<c10::StreamGuard> on_stage_stream;
     if (stage.stream) on_stage_stream.emplace(*stage.stream);
     stage.offload = std::make_shared<OffloadBuffers>(stage.device, largest);
+  }
+}
+
+void Pipeline::AddKvLayer(Stage& stage, const Unit& unit) {
+  stage.windows.insert(unit.window);
+  // The pool's zero fill is issued on the stage's stream, the one every later read and write of it uses: on the
+  // default stream nothing would order it before them (pool streams do not wait for the default stream), and a late
+  // fill could overwrite what the first request wrote.
+  std::optional<c10::StreamGuard> on_stage_stream;
+  if (stage.stream) on_stage_stream.emplace(*stage.stream);
+  if (config_.mla.kv_lora_rank > 0) {  // MLA: one latent row per token, keys and values alike
+    stage.kv.AddLatentLayer(unit.layer, unit.device, options_.dtype, options_.kv_blocks,
+                            options_.serving.kv_block_tokens, config_.mla.kv_lora_rank + config_.mla.qk_rope_head_dim);
+  } else {
+    stage.kv.AddLayer(unit.layer, unit.device, options_.dtype, options_.kv_blocks, options_.serving.kv_block_tokens,
+                      config_.num_kv_heads, config_.head_dim);
   }
 }
 

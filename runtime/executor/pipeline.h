@@ -164,6 +164,8 @@ class Pipeline {
   absl::Status LoadExpertsOf(const planner::ModelSpec& spec, const planner::Plan& plan, const Devices& devices,
                              WeightLoader& loader, Unit& unit);
   void FormStages(const planner::DecoderConfig& config, const std::vector<std::string>& labels);
+  // A decoder layer's KV pool on its stage (and its window among the stage's masks).
+  void AddKvLayer(Stage& stage, const Unit& unit);
   int NodeOf(const planner::Device& device) const;  // the group node of a plan device
   // Build's step for a kept MTP layer, after LoadUnits: its weights on the LM head's device (an error naming the
   // module when the plan put it, the final norm or the LM head elsewhere).

@@ -55,6 +55,10 @@ struct MicroBatch {
   // the sampling rows, and after the last stage their proposals on the way to the host.
   at::Tensor mtp_next;
   at::Tensor mtp_rows;
+  // Of those, the ones whose proposals are wanted (BatchRow::mtp_wanted; host int64), and per sampling row its index
+  // among them or -1.
+  at::Tensor mtp_heads;
+  std::vector<int64_t> mtp_head_of;
   PendingSamples mtp;
   std::exception_ptr error;  // a stage threw (the batch skips the remaining stages)
   size_t failed_stage = 0;

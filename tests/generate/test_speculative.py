@@ -200,7 +200,7 @@ def test_a_deepseek_mtp_layer_proposes_through_the_server(stubs, server_factory,
     for prompt, result in zip(prompts, reference):
         sequence = prompt + result["ids"]
         bigram.update(zip(sequence[:-1], sequence[1:]))
-    directory = RH.add_mtp_layer(base, tmp_path_factory.mktemp("deepseek_mtp") / "model", name, bigram)
+    directory = RH.add_mtp_layer(base, tmp_path_factory.mktemp("deepseek_mtp") / "model", bigram)
     server = server_factory(["--model", str(directory), "--device-map", '{"": "cpu"}', "--max-batch", "4",
                              "--max-context", "128", "--speculative", "mtp", "--speculative-cost-aware=false"])
     with ThreadPoolExecutor(len(prompts)) as pool:

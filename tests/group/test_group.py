@@ -163,7 +163,7 @@ def test_an_mtp_layer_proposes_across_nodes(server_bin, stubs, secret_file, chec
     for prompt, result in zip(prompts, expected):
         sequence = prompt + result["ids"]
         bigram.update(zip(sequence[:-1], sequence[1:]))
-    directory = RH.add_mtp_layer(base, tmp_path / "with_mtp", name, bigram)
+    directory = RH.add_mtp_layer(base, tmp_path / "with_mtp", bigram)
     mapping = json.loads(G.layer_map(4, [0, 1]))
     mapping[RH.mtp_prefix(name)[:-1]] = mapping["lm_head"]
     group = G.Group(server_bin, stubs, tmp_path, directory, secret_file, gpus=[1, 1], map_json=json.dumps(mapping),

@@ -43,6 +43,7 @@ MicroBatchWork SomeWork() {
   row.verify_accept_uniforms = {0.123456789};
   row.verify_allowed = {AllowedTokens::Ready({-2, 0, 9})};  // the verified position's mask
   row.mtp_next = 77;                                        // an MTP layer's next token
+  row.mtp_wanted = false;
   work.rows.push_back(row);
   work.rows.push_back(BatchRow{});
   work.released = {5, 6};
@@ -88,6 +89,7 @@ void ExpectSameWork(const MicroBatchWork& a, const MicroBatchWork& b) {
       EXPECT_EQ(x.verify_allowed[j]->Get(), y.verify_allowed[j]->Get());
     }
     EXPECT_EQ(x.mtp_next, y.mtp_next);
+    EXPECT_EQ(x.mtp_wanted, y.mtp_wanted);
   }
   EXPECT_EQ(a.released, b.released);
 }

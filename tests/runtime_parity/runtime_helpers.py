@@ -276,56 +276,64 @@ def mtp_prefix(name: str) -> str:
     return f"model.layers.{CONFIGS[name][1]['num_hidden_layers']}."
 
 
-def add_mtp_layer(source: pathlib.Path, target: pathlib.Path, name: str, bigram: dict | None = None) -> pathlib.Path:
-    """A copy of `source` (a CONFIGS[name] DeepSeek-V3 checkpoint) with an MTP layer of random weights in a shard of
-    its own, declared in config.json. With `bigram` (token -> the token that follows it in the target's own greedy
-    outputs), the layer mostly predicts that successor: its embedding of a is
-    lm_head's row of bigram[a], eh_proj passes the embedding half on, and the decoder layer's own contributions are
-    scaled down (every piece still counts in the reference), so that many proposals are accepted."""
+def add_mtp_layer(source: pathlib.Path, target: pathlib.Path, bigram: dict | None = None) -> pathlib.Path:
+    """A copy of `source` (a DeepSeek-V3 or GLM-4.5 checkpoint whose last layer is sparse) with an MTP layer
+    model.layers.<num_hidden_layers> of random weights in a shard of its own, declared in config.json. With `bigram`
+    (token -> the token that follows it in the target's own greedy outputs), the layer mostly predicts that successor:
+    its embedding of a is lm_head's row of bigram[a], eh_proj passes the embedding half on, and the decoder layer's own
+    contributions are scaled down (every piece still counts in the reference), so that many proposals are accepted."""
     from safetensors import safe_open
     from safetensors.torch import save_file
 
     shutil.copytree(source, target)
-    kw = CONFIGS[name][1]
-    n, hidden, vocab = kw["num_hidden_layers"], kw["hidden_size"], kw["vocab_size"]
+    config = json.loads((source / "config.json").read_text())
+    n, hidden, vocab = config["num_hidden_layers"], config["hidden_size"], config["vocab_size"]
+    index = source / "model.safetensors.index.json"
+    weight_map = (json.loads(index.read_text())["weight_map"] if index.exists()
+                  else {k: "model.safetensors" for k in safe_open(str(source / "model.safetensors"), "pt").keys()})
     generator = torch.Generator().manual_seed(7)
     small = 0.05 if bigram else 1.0
     mtp = {}
-    p = mtp_prefix(name)
-    with safe_open(str(source / "model.safetensors"), "pt") as f:
-        names = list(f.keys())
-        # Layer n - 1 is sparse, as DeepSeek's MTP layer is: its tensors' names and shapes, new random values.
-        for tensor in names:
-            if not tensor.startswith(f"model.layers.{n - 1}."):
-                continue
-            like = f.get_tensor(tensor)
-            if tensor.endswith("e_score_correction_bias"):
-                value = torch.rand(like.shape, generator=generator) * 0.6 - 0.3
-            elif like.dim() > 1:
-                value = torch.randn(like.shape, generator=generator) * like.std()
-                if tensor.endswith(("o_proj.weight", "down_proj.weight")):
-                    value *= small
-            else:
-                value = torch.rand(like.shape, generator=generator) - 0.5
-            mtp[p + tensor[len(f"model.layers.{n - 1}."):]] = value.contiguous()
-        head = f.get_tensor("lm_head.weight")
+    p = f"model.layers.{n}."
+    last = f"model.layers.{n - 1}."
+    files = {}
+
+    def tensor_of(name: str):
+        if weight_map[name] not in files:
+            files[weight_map[name]] = safe_open(str(source / weight_map[name]), "pt")
+        return files[weight_map[name]].get_tensor(name)
+
+    # The last layer is sparse, as the MTP layer is: its tensors' names and shapes, new random values.
+    for tensor in weight_map:
+        if not tensor.startswith(last):
+            continue
+        like = tensor_of(tensor)
+        if tensor.endswith("e_score_correction_bias"):
+            value = torch.rand(like.shape, generator=generator) * 0.6 - 0.3
+        elif like.dim() > 1:
+            value = torch.randn(like.shape, generator=generator) * like.float().std()
+            if tensor.endswith(("o_proj.weight", "down_proj.weight")):
+                value *= small
+        else:
+            value = torch.rand(like.shape, generator=generator) - 0.5
+        mtp[p + tensor[len(last):]] = value.to(like.dtype).contiguous()
+    head = tensor_of("lm_head.weight") if "lm_head.weight" in weight_map else tensor_of("model.embed_tokens.weight")
+    dtype = head.dtype
     for norm in ("enorm", "hnorm", "shared_head.norm"):
-        mtp[f"{p}{norm}.weight"] = torch.rand(hidden, generator=generator) + 0.5
+        mtp[f"{p}{norm}.weight"] = (torch.rand(hidden, generator=generator) + 0.5).to(dtype)
     eh = torch.randn(hidden, 2 * hidden, generator=generator) * 0.16
     embed = torch.randn(vocab, hidden, generator=generator) * 0.16
     if bigram:
         eh[:, :hidden] = torch.eye(hidden) * 4
         eh[:, hidden:] *= small
         for a, b in bigram.items():
-            embed[a] = head[b] / mtp[f"{p}enorm.weight"]
-    mtp[f"{p}eh_proj.weight"] = eh
-    mtp[f"{p}embed_tokens.weight"] = embed
+            embed[a] = head[b].float() / mtp[f"{p}enorm.weight"].float()
+    mtp[f"{p}eh_proj.weight"] = eh.to(dtype)
+    mtp[f"{p}embed_tokens.weight"] = embed.to(dtype)
     mtp[f"{p}shared_head.head.weight"] = head.clone()
     save_file(mtp, str(target / "model-mtp.safetensors"), metadata={"format": "pt"})
-    weight_map = {k: "model.safetensors" for k in names}
     weight_map.update({k: "model-mtp.safetensors" for k in mtp})
     (target / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    config = json.loads((target / "config.json").read_text())
     config["num_nextn_predict_layers"] = 1
     (target / "config.json").write_text(json.dumps(config, indent=2))
     return target

@@ -55,7 +55,7 @@ def mtp_checkpoints(checkpoint, references, tmp_path_factory):
                     sequence = prompt + result["ids"]
                     bigram.update(zip(sequence[:-1], sequence[1:]))
             made[kind, name] = H.add_mtp_layer(checkpoint(name), tmp_path_factory.mktemp(f"mtp_{kind}") / "model",
-                                               name, bigram)
+                                               bigram)
         return made[kind, name]
 
     return get
