@@ -121,9 +121,9 @@ struct Engine::Impl {
   void Propose();
   // Appends a token the sampler chose: the grammar first takes it (and may end the sequence); true when it ended.
   bool AppendChosen(Sequence& s, GeneratedToken token);
-  // Keeps result row r's multi-token-prediction proposal for the token after the sequence's new end (before the
-  // tokens are appended: `first` is the length the sequence has before its first chosen token).
-  void KeepMtpProposal(Sequence& s, const ScheduledRow& row, const MicroBatchResult& result, size_t r, int64_t first);
+  // Keeps result row r's multi-token-prediction proposal for the token after the sequence's new end: the one made at
+  // the position of its last kept token (row.accepted proposals kept, AcceptVerified; none for a plain row).
+  void KeepMtpProposal(Sequence& s, const ScheduledRow& row, const MicroBatchResult& result, size_t r);
   // A verified row: appends the proposed tokens the model chose too, then its own choice at the first difference
   // (or after the last); sets row.accepted.
   void AcceptVerified(Sequence& s, ScheduledRow& row, std::vector<GeneratedToken>& verified, GeneratedToken last);
@@ -582,11 +582,11 @@ void Engine::Impl::Process(MicroBatchResult result) {
         Finish(s, FinishReason::kError, absl::InternalError("a verified row came back without its verified tokens"));
         continue;
       }
-      KeepMtpProposal(s, row, result, r, row.start + row.count - row.draft);
       AcceptVerified(s, row, result.verified[r], std::move(token));
+      KeepMtpProposal(s, row, result, r);
       continue;
     }
-    KeepMtpProposal(s, row, result, r, row.start + row.count);
+    KeepMtpProposal(s, row, result, r);
     // A draft model's cache holds the fed tokens this step kept (AcceptVerified: also the accepted proposals).
     s.draft_computed = std::min(s.draft_computed, row.start + row.count);
     if (!AppendChosen(s, std::move(token)) && s.matcher && options.jump_forward) JumpForward(s);
@@ -809,21 +809,16 @@ bool Engine::Impl::AppendChosen(Sequence& s, GeneratedToken token) {
   return Append(s, std::move(token), finish);
 }
 
-void Engine::Impl::KeepMtpProposal(Sequence& s, const ScheduledRow& row, const MicroBatchResult& result, size_t r,
-                                   int64_t first) {
+void Engine::Impl::KeepMtpProposal(Sequence& s, const ScheduledRow& row, const MicroBatchResult& result, size_t r) {
   if (r >= result.mtp.size() || result.mtp[r].size() != static_cast<size_t>(row.draft) + 1) {
     s.mtp_proposal = -1;
     return;
   }
-  // The row's positions chose c_0, c_1, ...: the sequence keeps the proposals up to the first c_j that differs from
-  // its proposal (or all and the bonus c_draft), so it ends with c_j, after which the layer proposed mtp[r][j].
-  size_t j = 0;
-  while (j < static_cast<size_t>(row.draft) && j < result.verified[r].size() &&
-         result.verified[r][j].id == s.draft.at(j)) {
-    ++j;
-  }
+  // The row's positions chose c_0, c_1, ...: the sequence kept c_0 .. c_accepted, after which the layer proposed
+  // mtp[r][accepted].
+  const size_t j = static_cast<size_t>(row.accepted);
   s.mtp_proposal = result.mtp[r][j];
-  s.mtp_for = static_cast<size_t>(first) + j + 1;
+  s.mtp_for = static_cast<size_t>(row.start + row.count - row.draft) + j + 1;
 }
 
 void Engine::Impl::AcceptVerified(Sequence& s, ScheduledRow& row, std::vector<GeneratedToken>& verified,
